@@ -1,0 +1,55 @@
+"""What every collector shares: failures become readings, and polls are bounded in time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from collectors.readings import Reading, Status
+
+T = TypeVar("T")
+
+
+class SourceUnavailable(Exception):
+    """The source cannot exist on this machine (no NVIDIA driver): a state, not a fault."""
+
+
+class FailureTracker:
+    """Remembers when the current run of failures began, so the UI can show its age."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._failing_since: float | None = None
+        self.last_good_at: float | None = None
+
+    def ok(self, data: T, status: Status = Status.OK, message: str = "") -> Reading[T]:
+        now = time.monotonic()
+        self._failing_since = None
+        self.last_good_at = now
+        return Reading(self.source, status, data, message, at=now)
+
+    def fail(self, status: Status, message: str, data: T | None = None) -> Reading[T]:
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        return Reading(self.source, status, data, message, at=now,
+                       failing_since=self._failing_since)
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception: its type and message, never a traceback."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+async def run_blocking(fn: Callable[[], T], timeout: float) -> T:
+    """Run a blocking call (ctypes, /proc) in a thread, giving up after ``timeout`` seconds.
+
+    A thread cannot be killed; on timeout the call finishes in the background and its
+    result is dropped. Callers never start a second poll of the same source meanwhile
+    (the poll loop awaits each poll), so timed-out calls cannot pile up.
+    """
+    return await asyncio.wait_for(asyncio.to_thread(fn), timeout)

@@ -1,0 +1,151 @@
+"""Typed readings: what every collector returns.
+
+A collector never lets an exception escape: a failed poll is a Reading whose status says
+what went wrong, when the trouble started, and carries no data. Bytes are stored as bytes;
+times are monotonic seconds (``at``) plus wall-clock seconds (``wall``) for exports.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Status(StrEnum):
+    OK = "ok"
+    # The source answered, but is not serving yet (SGLang /health 503 while starting).
+    STARTING = "starting"
+    # The source cannot exist here (no NVIDIA driver): a state, not a fault.
+    UNAVAILABLE = "unavailable"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Reading(Generic[T]):
+    source: str
+    status: Status
+    data: T | None = None
+    message: str = ""
+    at: float = field(default_factory=time.monotonic)
+    wall: float = field(default_factory=time.time)
+    # Monotonic time of the first failure in the current run of failures (None when OK).
+    failing_since: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+
+# --------------------------------------------------------------------------- GPU (NVML)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    pid: int
+    used_bytes: int | None  # None where NVML cannot say (WDDM, some containers)
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    index: int
+    name: str
+    uuid: str
+    # Memory v2 semantics (what nvidia-smi shows): total = reserved + used + free.
+    total_bytes: int
+    reserved_bytes: int
+    used_bytes: int
+    free_bytes: int
+    util_gpu_pct: int | None = None
+    util_mem_pct: int | None = None  # % of time memory was read or written, not capacity
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    # Fields NVML refused (NotSupported, FunctionNotFound...), name -> error text.
+    unsupported: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuData:
+    driver_version: str
+    devices: tuple[GpuDevice, ...]
+    backend: str = "nvml"  # "nvml" or "simulated"
+
+
+# --------------------------------------------------------------------------- host
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessTreeMemory:
+    root_pid: int
+    pids: tuple[int, ...]
+    rss_bytes: int
+    rss_anon_bytes: int
+    rss_file_bytes: int
+    # Shared anonymous / tmpfs memory; where pinned (cudaHostAlloc) host memory shows up.
+    rss_shmem_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostData:
+    total_bytes: int
+    available_bytes: int
+    used_bytes: int  # total - MemAvailable (psutil >= 7 semantics; does not hide pinned memory)
+    free_bytes: int
+    cached_bytes: int
+    shmem_bytes: int
+    hugepages_total: int
+    hugepages_free: int
+    hugepage_size_bytes: int
+    anon_hugepages_bytes: int
+    swap_total_bytes: int
+    swap_used_bytes: int
+    swap_in_bytes: int  # cumulative, from /proc/vmstat
+    swap_out_bytes: int
+    server_tree: ProcessTreeMemory | None = None
+    backend: str = "proc"  # "proc" or "simulated"
+
+
+# --------------------------------------------------------------------------- SGLang
+
+
+@dataclass(frozen=True, slots=True)
+class Quantiles:
+    p50: float | None
+    p99: float | None
+    mean: float | None
+    count: float  # observations in the window
+
+
+@dataclass(frozen=True, slots=True)
+class ServerData:
+    url: str
+    healthy: bool
+    # From /server_info (None until it answers).
+    version: str | None = None
+    model_path: str | None = None
+    tp_size: int | None = None
+    max_total_num_tokens: int | None = None
+    weight_gb: float | None = None  # SGLang's "GB" figures are GiB
+    kv_cache_gb: float | None = None
+    graph_gb: float | None = None
+    # From /metrics gauges.
+    num_running_reqs: float | None = None
+    num_queue_reqs: float | None = None
+    num_used_tokens: float | None = None
+    token_usage: float | None = None
+    gen_throughput: float | None = None
+    # Windowed, from histogram and counter deltas (seconds; tokens/s).
+    ttft: Quantiles | None = None
+    itl: Quantiles | None = None
+    e2e: Quantiles | None = None
+    output_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+    window_s: float | None = None
+    extra: dict[str, object] = field(default_factory=dict)
