@@ -1,0 +1,68 @@
+"""Where the simulated server's bytes go, per GPU and on the host, for each placement.
+
+The KV allocator follows SGLang's policy: the static budget is fixed, weights take their
+share, the KV pool takes the rest. The budget is set so the device placement lands on the
+seed's KV capacity; the host placements then get every freed weight byte as KV, which is
+what the seed reports ("under the same allocator policy").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engram_top.reference import GIB, Reference
+
+PAGE_SIZE = 256  # SGLang's dsv4 attention backend fixes the page size at 256 tokens
+
+
+def kv_capacity_tokens(ref: Reference, placement: str) -> int:
+    return kv_bytes_per_gpu(ref, placement) // int(ref.kv_bytes_per_token * PAGE_SIZE) * PAGE_SIZE
+
+
+def kv_bytes_per_gpu(ref: Reference, placement: str) -> int:
+    device = ref.placements["device"]
+    budget = device.weights_gib * GIB + device.kv_tokens * ref.kv_bytes_per_token
+    return int(budget - ref.placements[placement].weights_gib * GIB)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes the server holds at ready: per GPU (each rank alike) and on the host."""
+
+    context_bytes: int
+    weights_bytes: int
+    kv_bytes: int
+    kv_tokens: int
+    graphs_bytes: int
+    host_process_bytes: int  # anonymous memory of the server's processes (whole node)
+    host_table_bytes: int  # Engram tables in shared host memory (whole node)
+    host_pinned_extra_bytes: int  # prefetch staging, pinned (whole node)
+
+    @property
+    def gpu_bytes(self) -> int:
+        return self.context_bytes + self.weights_bytes + self.kv_bytes + self.graphs_bytes
+
+    @property
+    def host_bytes(self) -> int:
+        return self.host_process_bytes + self.host_table_bytes + self.host_pinned_extra_bytes
+
+
+def plan(ref: Reference, placement: str) -> MemoryPlan:
+    p = ref.placements[placement]
+    device_delta = ref.placements["device"].host_delta_gib * GIB
+    tables = 0
+    extra = 0
+    if placement != "device":
+        tables = int(ref.raw["derived"]["engram_tables_gib"]["value"] * GIB)
+        # What the placement's host delta holds beyond the processes and the tables.
+        extra = max(0, int(p.host_delta_gib * GIB - device_delta - tables))
+    return MemoryPlan(
+        context_bytes=int(ref.context_gib * GIB),
+        weights_bytes=int(p.weights_gib * GIB),
+        kv_bytes=kv_bytes_per_gpu(ref, placement),
+        kv_tokens=kv_capacity_tokens(ref, placement),
+        graphs_bytes=int(ref.graphs_gib * GIB),
+        host_process_bytes=int(device_delta),
+        host_table_bytes=tables,
+        host_pinned_extra_bytes=extra,
+    )

@@ -1,0 +1,192 @@
+"""The simulated server's scheduler: continuous batching over a KV pool, with no clock inside.
+
+The same code runs the live simulated server (asyncio, scaled wall time) and the offline
+virtual-time simulation that calibration and tests use as ground truth. Like SGLang's
+default scheduler, a step is either a prefill batch (new requests admitted while their tokens
+fit the KV pool, FIFO) or a decode step that gives every running request one token.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from engram_top.reference import ServiceModel, Workload
+
+PREFILL_TOKEN_BUDGET = 16384  # SGLang's max_prefill_tokens default
+
+
+@dataclass(eq=False)
+class Request:
+    rid: str
+    input_len: int
+    max_new_tokens: int
+    arrival: float
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    generated: int = 0
+    token_times: list[float] = field(default_factory=list)
+
+    @property
+    def kv_tokens(self) -> int:
+        # Reserve the whole request up front: admission never has to retract.
+        return self.input_len + self.max_new_tokens
+
+    @property
+    def done(self) -> bool:
+        return self.generated >= self.max_new_tokens
+
+
+@dataclass
+class Step:
+    kind: str  # "prefill" or "decode"
+    duration: float
+    requests: list[Request]
+    tokens: int  # prompt tokens (prefill) or batch size (decode)
+
+
+class Scheduler:
+    def __init__(self, service: ServiceModel, kv_capacity: int) -> None:
+        self.service = service
+        self.kv_capacity = kv_capacity
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.kv_used = 0
+
+    def submit(self, req: Request) -> None:
+        if req.kv_tokens > self.kv_capacity:
+            raise ValueError(f"request {req.rid} needs {req.kv_tokens} KV tokens; "
+                             f"the pool holds {self.kv_capacity}")
+        self.waiting.append(req)
+
+    def abort(self, req: Request) -> None:
+        if req in self.running:
+            self.running.remove(req)
+            self.kv_used -= req.kv_tokens
+        elif req in self.waiting:
+            self.waiting.remove(req)
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def next_step(self) -> Step | None:
+        admitted: list[Request] = []
+        budget = PREFILL_TOKEN_BUDGET
+        while self.waiting and len(self.running) + len(admitted) < self.service.max_running_requests:
+            head = self.waiting[0]
+            if self.kv_used + head.kv_tokens > self.kv_capacity:
+                break  # the pool is full: the head waits, and so does everyone behind it
+            if admitted and head.input_len > budget:
+                break
+            self.waiting.popleft()
+            self.kv_used += head.kv_tokens
+            budget -= head.input_len
+            admitted.append(head)
+        if admitted:
+            tokens = sum(r.input_len for r in admitted)
+            return Step("prefill", self.service.prefill_time_s(tokens), admitted, tokens)
+        if self.running:
+            batch = len(self.running)
+            return Step("decode", self.service.decode_s(batch), list(self.running), batch)
+        return None
+
+    def finish(self, step: Step, now: float) -> list[Request]:
+        """Apply a step that ended at ``now``; returns the requests that got a token."""
+        for req in step.requests:
+            if req.first_token_at is None:
+                req.first_token_at = now
+            req.generated += 1
+            req.token_times.append(now)
+        if step.kind == "prefill":
+            self.running.extend(step.requests)
+        for req in step.requests:
+            if req.done and req in self.running:
+                req.finished_at = now
+                self.running.remove(req)
+                self.kv_used -= req.kv_tokens
+        return step.requests
+
+    @property
+    def used_tokens(self) -> int:
+        """KV slots holding tokens now (prompt plus generated), as SGLang's num_used_tokens."""
+        return sum(r.input_len + r.generated for r in self.running)
+
+
+# --------------------------------------------------------------------------- offline runs
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    level: int
+    input_len: int
+    output_len: int
+    ttft: float
+    tpot: float
+    e2e: float
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    requests: tuple[RequestResult, ...]
+    duration: float
+    output_tokens: int
+
+    @property
+    def mean_ttft(self) -> float:
+        return sum(r.ttft for r in self.requests) / len(self.requests)
+
+    @property
+    def mean_tpot(self) -> float:
+        rs = [r.tpot for r in self.requests if r.output_len > 1]
+        return sum(rs) / len(rs)
+
+    @property
+    def output_throughput(self) -> float:
+        return self.output_tokens / self.duration
+
+
+def request_lengths(workload: Workload, count: int, rng: random.Random) -> list[tuple[int, int]]:
+    """Random input/output lengths as sglang.bench_serving's random dataset draws them."""
+    def draw(full: int) -> int:
+        return rng.randint(max(1, int(full * workload.range_ratio)), full)
+    return [(draw(workload.input_len), draw(workload.output_len)) for _ in range(count)]
+
+
+def simulate_closed_loop(service: ServiceModel, kv_capacity: int, workload: Workload) -> WorkloadResult:
+    """Run the workload's concurrency sweep in virtual time; the ground truth of the model."""
+    rng = random.Random(workload.seed)
+    results: list[RequestResult] = []
+    duration = 0.0
+    output_tokens = 0
+    for level, count in zip(workload.concurrency_levels, workload.requests_per_level, strict=True):
+        sched = Scheduler(service, kv_capacity)
+        todo = deque(request_lengths(workload, count, rng))
+        now = 0.0
+        done = 0
+
+        def issue(at: float) -> None:
+            inp, out = todo.popleft()
+            sched.submit(Request(f"r{level}-{count - len(todo)}", inp, out, at))
+
+        for _ in range(min(level, len(todo))):
+            issue(now)
+        while done < count:
+            step = sched.next_step()
+            assert step is not None, "closed loop stalled"
+            now += step.duration
+            for req in sched.finish(step, now):
+                if req.finished_at is None:
+                    continue
+                done += 1
+                output_tokens += req.generated
+                assert req.first_token_at is not None
+                ttft = req.first_token_at - req.arrival
+                e2e = req.finished_at - req.arrival
+                tpot = (e2e - ttft) / (req.generated - 1) if req.generated > 1 else 0.0
+                results.append(RequestResult(level, req.input_len, req.generated, ttft, tpot, e2e))
+                if todo:
+                    issue(now)
+        duration += now
+    return WorkloadResult(tuple(results), duration, output_tokens)
