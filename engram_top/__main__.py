@@ -1,0 +1,5 @@
+import sys
+
+from engram_top.cli import main
+
+sys.exit(main())

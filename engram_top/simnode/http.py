@@ -1,0 +1,437 @@
+"""The simulated server's HTTP surface and serving loop: SGLang's endpoints, its streaming
+formats and its metric names, over the scheduler model. Tokens are words: one
+whitespace-separated word of a text prompt counts as one token."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from engram_top.reference import GIB, Placement, Reference
+from engram_top.simnode.memory import PAGE_SIZE, MemoryPlan
+from engram_top.simnode.metrics import (
+    E2E_BUCKETS,
+    ITL_BUCKETS,
+    QUEUE_BUCKETS,
+    TTFT_BUCKETS,
+    Histogram,
+    MetricsPage,
+)
+from engram_top.simnode.model import Request, Scheduler
+from engram_top.simnode.startup import RankHandle, log
+
+WORDS = ("the", "engram", "table", "sits", "in", "host", "memory", "while", "kv", "cache",
+         "grows", "on", "each", "gpu", "and", "tokens", "stream", "out")
+ENGRAM_BYTES_PER_TOKEN = 2 * 16 * 272  # assumption: 2 layers x 16 rows x 272 B (fp8 row + scales)
+DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
+
+
+class ServerCore:
+    def __init__(self, ref: Reference, placement: Placement, mem: MemoryPlan, args: Any,
+                 version: str) -> None:
+        self.ref = ref
+        self.placement = placement
+        self.mem = mem
+        self.args = args
+        self.version = version
+        self.model_name = ref.model
+        self.sched = Scheduler(placement.service, mem.kv_tokens)
+        self.ready = False
+        self.launched = time.monotonic()
+        self.startup_seconds: float | None = None
+        self.wake = asyncio.Event()
+        self.streams: dict[Request, asyncio.Queue[float | None]] = {}
+        self.ranks: list[RankHandle] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.busy_s = 0.0  # service time spent in the current utilisation window
+        self.host_bytes_read = 0.0
+        self.gen_tokens_since_log = 0
+        self.gen_log_started = time.monotonic()
+        self.decode_steps = 0
+        self.last_gen_throughput = 0.0
+        self.ids = itertools.count(1)
+        self._init_metrics()
+
+    # ------------------------------------------------------------------ metrics
+    def _init_metrics(self) -> None:
+        m = self.metrics = MetricsPage()
+        self.sched_labels = {"model_name": self.model_name, "engine_type": "unified",
+                             "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+        self.tok_labels = {"model_name": self.model_name, "engine_type": "unified"}
+        for name, help_text in (
+                ("sglang:num_running_reqs", "The number of running requests."),
+                ("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
+                ("sglang:num_used_tokens", "The number of used tokens."),
+                ("sglang:token_usage", "The token usage."),
+                ("sglang:gen_throughput", "The generation throughput (token/s)."),
+                ("sglang:cache_hit_rate", "The prefix cache hit rate."),
+                ("sglang:max_total_num_tokens",
+                 "Maximum total number of tokens in the KV cache pool."),
+                ("sglang:weight_memory_usage_gb", "Memory used by model weights in GB."),
+                ("sglang:kv_cache_memory_usage_gb", "Memory used by the KV cache pools in GB."),
+                ("sglang:graph_memory_usage_gb", "Memory used by captured device graphs in GB."),
+                ("sglang:page_size", "The page size of the KV cache.")):
+            m.declare(name, "gauge", help_text)
+        m.declare("sglang:startup_time_seconds", "gauge", "Startup time of each phase.")
+        for name, help_text in (
+                ("sglang:prompt_tokens_total", "Number of prefill tokens processed."),
+                ("sglang:generation_tokens_total", "Number of generation tokens processed."),
+                ("sglang:cached_tokens_total", "Number of cached prompt tokens."),
+                ("sglang:num_requests_total", "Number of requests processed."),
+                ("sglang:num_aborted_requests_total", "Number of requests aborted.")):
+            m.declare(name, "counter", help_text)
+        self.counters = {name: 0.0 for name in ("sglang:prompt_tokens_total",
+                                                "sglang:generation_tokens_total",
+                                                "sglang:cached_tokens_total",
+                                                "sglang:num_requests_total",
+                                                "sglang:num_aborted_requests_total")}
+        self.histograms = {
+            "sglang:time_to_first_token_seconds": Histogram(TTFT_BUCKETS),
+            "sglang:inter_token_latency_seconds": Histogram(ITL_BUCKETS),
+            "sglang:e2e_request_latency_seconds": Histogram(E2E_BUCKETS),
+            "sglang:queue_time_seconds": Histogram(QUEUE_BUCKETS),
+        }
+        for name in self.histograms:
+            m.declare(name, "histogram", f"Histogram of {name.split(':')[1].replace('_', ' ')}.")
+
+    def render_metrics(self) -> str:
+        m, s, t = self.metrics, self.sched_labels, self.tok_labels
+        m.set("sglang:num_running_reqs", s, len(self.sched.running))
+        m.set("sglang:num_queue_reqs", s, len(self.sched.waiting))
+        m.set("sglang:num_used_tokens", s, self.sched.used_tokens)
+        m.set("sglang:token_usage", s, self.sched.used_tokens / self.mem.kv_tokens)
+        m.set("sglang:gen_throughput", s, self.last_gen_throughput)
+        m.set("sglang:cache_hit_rate", s, 0.0)
+        m.set("sglang:max_total_num_tokens", s, self.mem.kv_tokens)
+        m.set("sglang:weight_memory_usage_gb", s, self.placement.weights_gib)
+        m.set("sglang:kv_cache_memory_usage_gb", s, self.mem.kv_bytes / GIB)
+        m.set("sglang:graph_memory_usage_gb", {**s, "phase": "decode"}, self.mem.graphs_bytes / GIB)
+        m.set("sglang:page_size", s, PAGE_SIZE)
+        scale = self.args.time_scale
+        for phase, seconds in self.placement.startup.phases:
+            m.set("sglang:startup_time_seconds", {**t, "phase": phase}, seconds * scale)
+        for name, value in self.counters.items():
+            m.set(name, t, value)
+        for name, hist in self.histograms.items():
+            m.set(name, s if name == "sglang:queue_time_seconds" else t, hist)
+        return m.render()
+
+    # ------------------------------------------------------------------ serving loop
+    def start(self, ranks: list[RankHandle]) -> None:
+        self.ranks = ranks
+        self.tasks = [asyncio.create_task(self._serve_loop()),
+                      asyncio.create_task(self._node_loop())]
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _serve_loop(self) -> None:
+        scale = self.args.serve_scale
+        while True:
+            step = self.sched.next_step()
+            if step is None:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            started = time.monotonic()
+            await asyncio.sleep(step.duration * scale)
+            now = time.monotonic()
+            self.busy_s += now - started
+            if self.placement.name != "device":
+                self.host_bytes_read += step.tokens * ENGRAM_BYTES_PER_TOKEN
+            running_before = len(self.sched.running)
+            for req in self.sched.finish(step, now):
+                queue = self.streams.get(req)
+                if queue is not None:
+                    queue.put_nowait(now)
+            if step.kind == "decode":
+                self._log_decode(step.tokens)
+            else:
+                log(f"Prefill batch, #new-seq: {len(step.requests)}, #new-token: {step.tokens}, "
+                    f"#cached-token: 0, token usage: {self.sched.used_tokens / self.mem.kv_tokens:.2f}, "
+                    f"#running-req: {running_before}, "
+                    f"#queue-req: {len(self.sched.waiting)}, input throughput (token/s): "
+                    f"{step.tokens / max(1e-9, now - started):.2f}, cuda graph: False", 0)
+
+    def _log_decode(self, batch: int) -> None:
+        self.decode_steps += 1
+        self.gen_tokens_since_log += batch
+        if self.decode_steps % DECODE_LOG_INTERVAL:
+            return
+        now = time.monotonic()
+        self.last_gen_throughput = self.gen_tokens_since_log / max(1e-9, now - self.gen_log_started)
+        self.gen_tokens_since_log = 0
+        self.gen_log_started = now
+        log(f"Decode batch, #running-req: {batch}, #token: {self.sched.used_tokens}, "
+            f"token usage: {self.sched.used_tokens / self.mem.kv_tokens:.2f}, cuda graph: True, "
+            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+            f"#queue-req: {len(self.sched.waiting)}", 0)
+
+    async def _node_loop(self) -> None:
+        """Hand utilisation and PCIe traffic to the ranks twice a second."""
+        period = 0.5
+        while True:
+            await asyncio.sleep(period)
+            util = min(100.0, 100.0 * self.busy_s / period)
+            rx = self.host_bytes_read / period / len(self.ranks)
+            self.busy_s = 0.0
+            self.host_bytes_read = 0.0
+            for r in self.ranks:
+                r.util, r.pcie_rx = util, rx
+                with contextlib.suppress(Exception):
+                    r.push()  # a dead rank is the supervisor's news, not ours
+
+    # ------------------------------------------------------------------ requests
+    async def generate(self, input_len: int, max_new: int) -> AsyncIterator[tuple[int, float]]:
+        """Yields (tokens generated so far, time) per token; aborts the request if cancelled."""
+        arrived = time.monotonic()
+        req = Request(f"{next(self.ids)}", input_len, max_new, arrived)
+        self.sched.submit(req)
+        queue: asyncio.Queue[float | None] = asyncio.Queue()
+        self.streams[req] = queue
+        self.wake.set()
+        self.counters["sglang:prompt_tokens_total"] += input_len
+        last = arrived
+        finished = False
+        n = 0
+        try:
+            while n < max_new:
+                t = await queue.get()
+                if t is None:
+                    break
+                n += 1  # one queue item per token; req.generated may already be ahead
+                if n == 1:
+                    self.histograms["sglang:time_to_first_token_seconds"].observe(t - arrived)
+                    self.histograms["sglang:queue_time_seconds"].observe(
+                        max(0.0, t - arrived - self.placement.service.prefill_time_s(input_len)))
+                else:
+                    self.histograms["sglang:inter_token_latency_seconds"].observe_interval(t - last, 1)
+                last = t
+                self.counters["sglang:generation_tokens_total"] += 1
+                yield n, t
+            finished = True
+            self.histograms["sglang:e2e_request_latency_seconds"].observe(time.monotonic() - arrived)
+            self.counters["sglang:num_requests_total"] += 1
+        finally:
+            self.streams.pop(req, None)
+            if not finished:
+                self.sched.abort(req)
+                self.counters["sglang:num_aborted_requests_total"] += 1
+
+    def server_info(self) -> dict[str, Any]:
+        a = self.args
+        mem = self.mem
+        args = {
+            "model_path": self.ref.model, "tokenizer_path": self.ref.model, "host": a.host,
+            "port": a.port, "tp_size": self.ref.gpus, "dp_size": 1, "device": "cuda",
+            "enable_metrics": True, "page_size": PAGE_SIZE, "attention_backend": "dsv4",
+            "max_running_requests": self.placement.service.max_running_requests,
+            "chunked_prefill_size": 8192, "max_prefill_tokens": 16384,
+            "stream_interval": a.stream_interval, "decode_log_interval": DECODE_LOG_INTERVAL,
+            "api_key": a.api_key, "admin_api_key": None, "served_model_name": self.ref.model,
+        }
+        return {
+            **args,
+            "status": "ready" if self.ready else "starting",
+            "max_total_num_tokens": mem.kv_tokens,
+            "max_req_input_len": mem.kv_tokens - 1,
+            "internal_states": [{
+                **args,
+                "use_mla_backend": True,
+                "last_gen_throughput": self.last_gen_throughput,
+                "memory_usage": {"weight": self.placement.weights_gib,
+                                 "kvcache": round(mem.kv_bytes / GIB, 3),
+                                 "token_capacity": mem.kv_tokens,
+                                 "graph": round(mem.graphs_bytes / GIB, 3)},
+                "effective_max_running_requests_per_dp": self.placement.service.max_running_requests,
+            }],
+            "version": self.version,
+            # Not in SGLang: tells tools this server is the simulated node, and its time scale.
+            "simulated": {"placement": self.placement.name, "time_scale": a.time_scale,
+                          "serve_scale": a.serve_scale, "env": self.placement.env},
+        }
+
+
+def _word(i: int) -> str:
+    return WORDS[i % len(WORDS)]
+
+
+def _input_len(body: dict[str, Any], key: str) -> int:
+    ids = body.get("input_ids")
+    if isinstance(ids, list):
+        return max(1, len(ids))
+    prompt = body.get(key)
+    if isinstance(prompt, list):  # OpenAI prompt as token ids
+        return max(1, len(prompt))
+    if isinstance(prompt, str):
+        return max(1, len(prompt.split()))
+    raise ValueError(f"request needs '{key}' (text) or 'input_ids'")
+
+
+def build_app(core: ServerCore) -> Starlette:
+    api_key = core.args.api_key
+
+    def authorised(request: HttpRequest) -> bool:
+        if not api_key or request.url.path.startswith(("/health", "/metrics")):
+            return True
+        auth = request.headers.get("authorization", "")
+        return auth.lower().startswith("bearer ") and auth[7:] == api_key or \
+            request.headers.get("x-api-key") == api_key
+
+    async def health(request: HttpRequest) -> Response:
+        return Response(status_code=200 if core.ready else 503)
+
+    async def server_info(request: HttpRequest) -> Response:
+        if request.url.path == "/get_server_info":
+            log("Endpoint '/get_server_info' is deprecated and will be removed in a future "
+                "version. Please use '/server_info' instead.")
+        return JSONResponse(core.server_info())
+
+    async def model_info(request: HttpRequest) -> Response:
+        return JSONResponse({"model_path": core.ref.model, "tokenizer_path": core.ref.model,
+                             "is_generation": True, "preferred_sampling_params": None,
+                             "weight_version": "default", "has_image_understanding": False,
+                             "has_audio_understanding": False, "model_type": "deepseek_v41",
+                             "architectures": ["DeepseekV4ForCausalLM"]})
+
+    async def models(request: HttpRequest) -> Response:
+        return JSONResponse({"object": "list", "data": [{
+            "id": core.ref.model, "object": "model", "created": int(time.time()),
+            "owned_by": "sglang", "root": core.ref.model, "max_model_len": 1048576}]})
+
+    async def metrics(request: HttpRequest) -> Response:
+        return PlainTextResponse(core.render_metrics(),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def read_body(request: HttpRequest) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise ValueError(f"invalid JSON body: {exc}") from exc
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+        return body
+
+    def error(status: int, message: str) -> Response:
+        return JSONResponse({"error": {"message": message, "type": "invalid_request_error",
+                                       "code": status}}, status_code=status)
+
+    async def generate(request: HttpRequest) -> Response:
+        if not authorised(request):
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        try:
+            body = await read_body(request)
+            n_in = _input_len(body, "text")
+            params = body.get("sampling_params") or {}
+            max_new = int(params.get("max_new_tokens", 128))
+            if max_new < 1:
+                raise ValueError("max_new_tokens must be >= 1")
+            gen = core.generate(n_in, max_new)
+        except (ValueError, TypeError) as exc:
+            return error(400, str(exc))
+        rid = uuid.uuid4().hex
+        started = time.monotonic()
+
+        def chunk(n: int, done: bool) -> dict[str, Any]:
+            return {"text": " ".join(_word(i) for i in range(n)),
+                    "output_ids": list(range(100, 100 + n)),
+                    "meta_info": {"id": rid, "prompt_tokens": n_in, "completion_tokens": n,
+                                  "cached_tokens": 0,
+                                  "finish_reason": {"type": "length", "length": n} if done else None,
+                                  "e2e_latency": time.monotonic() - started}}
+
+        if not body.get("stream"):
+            try:
+                n = 0
+                async for n, _ in gen:
+                    pass
+            except ValueError as exc:
+                return error(400, str(exc))
+            return JSONResponse(chunk(n, True))
+
+        interval = max(1, core.args.stream_interval)
+
+        async def events() -> AsyncIterator[bytes]:
+            async for n, _ in gen:
+                if n % interval == 0 or n == max_new:
+                    yield f"data: {json.dumps(chunk(n, n == max_new))}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def completions(request: HttpRequest) -> Response:
+        if not authorised(request):
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        try:
+            body = await read_body(request)
+            n_in = _input_len(body, "prompt")
+            max_new = int(body.get("max_tokens", 16))
+            if max_new < 1:
+                raise ValueError("max_tokens must be >= 1")
+            gen = core.generate(n_in, max_new)
+        except (ValueError, TypeError) as exc:
+            return error(400, str(exc))
+        cid = f"cmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        model = body.get("model") or core.ref.model
+
+        def usage(n: int) -> dict[str, int]:
+            return {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}
+
+        if not body.get("stream"):
+            n = 0
+            async for n, _ in gen:
+                pass
+            return JSONResponse({"id": cid, "object": "text_completion", "created": created,
+                                 "model": model, "choices": [{
+                                     "index": 0, "text": " ".join(_word(i) for i in range(n)),
+                                     "logprobs": None, "finish_reason": "length",
+                                     "matched_stop": None}], "usage": usage(n)})
+        opts = body.get("stream_options") or {}
+        interval = max(1, core.args.stream_interval)
+
+        async def events() -> AsyncIterator[bytes]:
+            sent = 0
+            async for n, _ in gen:
+                if n % interval and n != max_new:
+                    continue
+                text = "".join(" " + _word(i) for i in range(sent, n))
+                sent = n
+                payload = {"id": cid, "object": "text_completion", "created": created,
+                           "model": model, "choices": [{
+                               "index": 0, "text": text, "logprobs": None,
+                               "finish_reason": "length" if n == max_new else None,
+                               "matched_stop": None}]}
+                if opts.get("continuous_usage_stats"):
+                    payload["usage"] = usage(n)
+                yield f"data: {json.dumps(payload)}\n\n".encode()
+            if opts.get("include_usage"):
+                yield (f"data: {json.dumps({'id': cid, 'object': 'text_completion', 'created': created, 'model': model, 'choices': [], 'usage': usage(sent)})}\n\n").encode()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    routes = [
+        Route("/health", health), Route("/health_generate", health),
+        Route("/server_info", server_info), Route("/get_server_info", server_info),
+        Route("/model_info", model_info), Route("/get_model_info", model_info),
+        Route("/v1/models", models), Route("/metrics", metrics),
+        Route("/generate", generate, methods=["POST", "PUT"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+    ]
+    return Starlette(routes=routes)

@@ -1,0 +1,209 @@
+"""`engram-top sim serve`: one simulated SGLang server for DeepSeek-V4.1-Flash on a 4x B200 node.
+
+A real process with real HTTP on loopback: SGLang's start-up log, its endpoints and metrics,
+and a continuous-batching scheduler (engram_top.simnode.model) whose service times follow
+the placement's calibrated model. Like SGLang, the port opens only after the model is loaded
+and the KV pool and graphs are ready; /health answers 503 until the warm-up request is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import uvicorn
+
+from engram_top import reference
+from engram_top.simnode import memory, state
+from engram_top.simnode.http import ServerCore, build_app
+from engram_top.simnode.startup import Startup, StartupFailed, log, spawn_ranks
+
+VERSION = "0.5.23+engram-top-sim"
+
+
+def default_node_dir() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    return Path(base) / f"engram-top-simnode-{os.getuid()}"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="engram-top sim serve",
+                                description="Run one simulated SGLang server (DeepSeek-V4.1-Flash, TP4).")
+    add_arguments(p)
+    return p.parse_args(argv)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--placement", choices=reference.PLACEMENTS, default="device")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="multiply start-up phase lengths by this (0.05 = 20x faster)")
+    p.add_argument("--serve-scale", type=float, default=1.0,
+                   help="multiply request service times by this (default 1: node time)")
+    p.add_argument("--node-dir", type=Path, default=None,
+                   help="the simulated node's state folder (default: per user, under /tmp)")
+    p.add_argument("--stream-interval", type=int, default=1)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--fail-at", default=None,
+                   choices=["distributed_init", "weights", "kv_pool", "graphs", "warmup"],
+                   help="die during this start-up phase (for testing supervisors)")
+
+
+class _UvicornServer(uvicorn.Server):
+    # The scheduler loop shares the event loop; let main() own the signals.
+    def install_signal_handlers(self) -> None:
+        pass
+
+
+async def serve(args: argparse.Namespace) -> int:
+    ref = reference.default()
+    placement = ref.placements[args.placement]
+    node_dir = args.node_dir or default_node_dir()
+    spec = state.ensure_node(node_dir, ref)
+    if spec.gpus != ref.gpus:
+        log(f"Node {node_dir} has {spec.gpus} GPUs; the model needs TP{ref.gpus}")
+        return 1
+    mem = memory.plan(ref, args.placement)
+    me = psutil.Process()
+    main_state = state.ProcState(pid=me.pid, create_time=me.create_time(), name="sglang::main")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    log(f"server_args=ServerArgs(model_path='{ref.model}', tp_size={ref.gpus}, "
+        f"host='{args.host}', port={args.port}, enable_metrics=True, page_size={memory.PAGE_SIZE}, "
+        f"attention_backend='dsv4', sim_placement='{args.placement}', "
+        f"sim_time_scale={args.time_scale})")
+    for key, value in placement.env.items():
+        log(f"env {key}={value}")
+    ranks = spawn_ranks(node_dir, ref.gpus)
+
+    def main_host(nbytes: int) -> None:
+        main_state.host_anon_bytes = nbytes
+        state.write_proc(node_dir, main_state)
+
+    core = ServerCore(ref, placement, mem, args, VERSION)
+    startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
+    server: _UvicornServer | None = None
+    rc = 0
+    try:
+        await _until_stopped(startup.run(), stop)
+        await _until_stopped(asyncio.sleep(dict(placement.startup.phases)["http"] * args.time_scale), stop)
+        config = uvicorn.Config(build_app(core), host=args.host, port=args.port,
+                                log_config=_uvicorn_log_config(), lifespan="on")
+        server = _UvicornServer(config)
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            if serving.done():
+                raise StartupFailed(f"the HTTP server did not start on port {args.port}")
+            await asyncio.sleep(0.01)
+        core.start(ranks)
+        await _until_stopped(_warm_up(args, placement, core, startup), stop)
+        core.ready = True
+        core.startup_seconds = time.monotonic() - core.launched
+        log("The server is fired up and ready to roll!")
+        await stop.wait()
+    except StartupFailed as exc:
+        log(f"Initialization failed. {exc}")
+        rc = 1
+    except _Stopped:
+        pass
+    finally:
+        log("Shutting down.")
+        if server is not None:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(serving, 5)
+        await core.close()
+        for r in ranks:
+            with contextlib.suppress(Exception):
+                r.proc.stdin.close()  # EOF: the rank removes its memory and exits
+        for r in ranks:
+            try:
+                r.proc.wait(timeout=5)
+            except Exception:
+                r.proc.kill()
+        state.remove_proc(node_dir, main_state.pid)
+    return rc
+
+
+class _Stopped(Exception):
+    pass
+
+
+async def _until_stopped(coro, stop: asyncio.Event):  # type: ignore[no-untyped-def]
+    """Run ``coro`` unless a stop signal comes first."""
+    task = asyncio.ensure_future(coro)
+    waiter = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        waiter.cancel()
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    raise _Stopped
+
+
+async def _warm_up(args: argparse.Namespace, placement: reference.Placement, core: ServerCore,
+                   startup: Startup) -> None:
+    """What SGLang's warm-up thread does: poll /model_info, then one /generate request."""
+    await asyncio.sleep(dict(placement.startup.phases)["warmup"] * args.time_scale)
+    startup.check_fail("warmup")
+    base = f"http://{args.host}:{args.port}"
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
+        (await client.get("/model_info")).raise_for_status()
+        resp = await client.post("/generate", json={
+            "input_ids": [10, 11, 12], "sampling_params": {"max_new_tokens": 1}})
+        if resp.status_code != 200:
+            raise StartupFailed(f"warmup error: /generate answered {resp.status_code}")
+
+
+def _uvicorn_log_config() -> dict:
+    # SGLang gives uvicorn's loggers its own timestamp prefix (set_uvicorn_logging_configs).
+    fmt = "[%(asctime)s] %(levelprefix)s %(message)s"
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": fmt,
+                        "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
+            "access": {"()": "uvicorn.logging.AccessFormatter",
+                       "fmt": '[%(asctime)s] %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s',
+                       "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
+        },
+        "handlers": {
+            "default": {"formatter": "default", "class": "logging.StreamHandler",
+                        "stream": "ext://sys.stdout"},
+            "access": {"formatter": "access", "class": "logging.StreamHandler",
+                       "stream": "ext://sys.stdout"},
+        },
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
+        },
+    }
+
+
+def main(argv: list[str] | None = None, args: argparse.Namespace | None = None) -> int:
+    args = args or parse_args(argv)
+    if args.time_scale <= 0 or args.serve_scale <= 0:
+        print("engram-top sim serve: --time-scale and --serve-scale must be > 0", file=sys.stderr)
+        return 2
+    return asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

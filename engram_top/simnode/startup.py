@@ -1,0 +1,208 @@
+"""The simulated server's start-up: SGLang's log lines, phase by phase, while the ranks'
+virtual HBM and the host tables grow. Phase lengths come from seeds [startup], scaled."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from engram_top.reference import GIB, Placement, Reference
+from engram_top.simnode.memory import MemoryPlan
+
+MIB = 1024**2
+TABLES = (("L1", 0.5), ("L14", 0.5))  # the two Engram tables (layers 1 and 14), equal halves
+MAIN_HOST_SHARE = 0.26  # of the processes' host memory: tokenizer + HTTP process; ranks share the rest
+
+
+def log(msg: str, rank: int | None = None) -> None:
+    stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    tag = f" TP{rank}" if rank is not None else ""
+    sys.stdout.write(f"[{stamp}{tag}] {msg}\n")
+    sys.stdout.flush()
+
+
+class StartupFailed(Exception):
+    pass
+
+
+@dataclass
+class RankHandle:
+    rank: int
+    proc: subprocess.Popen[str]
+    gpu_bytes: int = 0
+    host_anon: int = 0
+    host_shmem: int = 0
+    host_huge: int = 0
+    util: float = 0.0
+    pcie_rx: float = 0.0
+
+    def push(self) -> None:
+        if self.proc.stdin is None or self.proc.poll() is not None:
+            raise StartupFailed(f"Rank {self.rank} scheduler died (exit {self.proc.poll()})")
+        try:
+            self.proc.stdin.write(json.dumps({
+                "gpu_bytes": self.gpu_bytes, "host_anon": self.host_anon,
+                "host_shmem": self.host_shmem, "host_huge": self.host_huge,
+                "util": self.util, "pcie_rx": self.pcie_rx}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise StartupFailed(f"Rank {self.rank} scheduler died: {exc}") from exc
+
+
+def spawn_ranks(node_dir: Path, gpus: int) -> list[RankHandle]:
+    ranks = []
+    for r in range(gpus):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engram_top.simnode.rank", "--node-dir", str(node_dir),
+             "--gpu", str(r), "--rank", str(r)],
+            stdin=subprocess.PIPE, text=True)
+        ranks.append(RankHandle(r, proc))
+    return ranks
+
+
+class Startup:
+    """Runs the phases. ``fail_at`` names a phase in which to die, for tests of failures."""
+
+    def __init__(self, ref: Reference, placement: Placement, mem: MemoryPlan,
+                 ranks: list[RankHandle], time_scale: float, fail_at: str | None = None,
+                 on_main_host: Callable[[int], None] = lambda b: None) -> None:
+        self.ref = ref
+        self.placement = placement
+        self.mem = mem
+        self.ranks = ranks
+        self.scale = time_scale
+        self.fail_at = fail_at
+        self.on_main_host = on_main_host
+        self.phase_s = dict(placement.startup.phases)
+        self.host = placement.name != "device"
+
+    def avail_gb(self, rank: RankHandle) -> float:
+        return (self.ref.gpu_total_bytes - self.ref.gpu_reserved_bytes - rank.gpu_bytes) / GIB
+
+    def push_all(self) -> None:
+        for r in self.ranks:
+            r.push()
+
+    async def ramp(self, seconds: float, steps: int, apply: Callable[[float], None]) -> None:
+        """Spread a phase over ``steps`` updates, applying the fraction done at each."""
+        seconds *= self.scale
+        for i in range(1, steps + 1):
+            await asyncio.sleep(seconds / steps)
+            apply(i / steps)
+            self.push_all()
+
+    def check_fail(self, phase: str) -> None:
+        if self.fail_at == phase:
+            log("Traceback (most recent call last):")
+            log(f"RuntimeError: simulated failure during {phase} (--fail-at {phase})")
+            raise StartupFailed(f"simulated failure during {phase}")
+
+    async def run(self) -> None:
+        mem = self.mem
+        n_ranks = len(self.ranks)
+        proc_share = mem.host_process_bytes * (1 - MAIN_HOST_SHARE) / n_ranks
+        self.on_main_host(int(mem.host_process_bytes * MAIN_HOST_SHARE))
+        t0 = time.monotonic()
+        for r in self.ranks:
+            log("Init torch distributed begin.", r.rank)
+
+        def dist(frac: float) -> None:
+            for r in self.ranks:
+                r.gpu_bytes = int(mem.context_bytes * frac)
+                r.host_anon = int(proc_share * frac)
+        await self.ramp(self.phase_s["distributed_init"], 4, dist)
+        self.check_fail("distributed_init")
+        for r in self.ranks:
+            log(f"Init torch distributed ends. elapsed={time.monotonic() - t0:.2f} s, "
+                f"mem usage={mem.context_bytes / GIB:.2f} GB", r.rank)
+        await self.load_weights()
+        await self.kv_pool()
+        await self.graphs()
+
+    async def load_weights(self) -> None:
+        mem = self.mem
+        t0 = time.monotonic()
+        for r in self.ranks:
+            log(f"Load weight begin. avail mem={self.avail_gb(r):.2f} GB", r.rank)
+        if self.host:
+            env = self.placement.env
+            log(f"DeepSeek-V4.1 Engram host table: enabled, layout="
+                f"{env.get('SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT', 'shared')}, kv prefetch="
+                f"{'on' if env.get('SGLANG_ENABLE_DSV41_ENGRAM_KV_PREFETCH') == '1' else 'off'}", 0)
+        shards = 64
+        fill = 0.85 if self.host else 1.0  # host tables are faulted in first, then pinned
+        progress = {"shard": 0}
+
+        def weights(frac: float) -> None:
+            for r in self.ranks:
+                r.gpu_bytes = mem.context_bytes + int(mem.weights_bytes * frac)
+            if self.host:
+                table_frac = min(1.0, frac / fill)
+                lead = self.ranks[0]  # rank 0 creates the shared memfd the others map
+                lead.host_shmem = int(mem.host_table_bytes * table_frac)
+                lead.host_huge = lead.host_shmem
+                pin = max(0.0, (frac - fill) / (1 - fill)) if fill < 1 else 0.0
+                for r in self.ranks:
+                    r.host_shmem = (lead.host_shmem if r is lead else 0) + int(
+                        mem.host_pinned_extra_bytes / len(self.ranks) * pin)
+            shard = int(frac * shards)
+            if shard >= progress["shard"] + 8 or shard == shards:
+                progress["shard"] = shard
+                log(f"Loading safetensors checkpoint shards: {shard * 100 // shards:3d}% "
+                    f"Completed | {shard}/{shards}", 0)
+        await self.ramp(self.phase_s["weights"], 40, weights)
+        self.check_fail("weights")
+        if self.host:
+            for label, share in TABLES:
+                resident = mem.host_table_bytes * share / MIB
+                log(f"engram host table {label}: layout=shared, {resident:.0f} MiB resident, "
+                    f"{resident:.0f} MiB in huge pages (100%), pinned", 0)
+        elapsed = time.monotonic() - t0
+        for r in self.ranks:
+            log(f"Load weight end. elapsed={elapsed:.2f} s, type=DeepseekV4ForCausalLM, "
+                f"quant=fp8, avail mem={self.avail_gb(r):.2f} GB, "
+                f"mem usage={mem.weights_bytes / GIB:.2f} GB.", r.rank)
+
+    async def kv_pool(self) -> None:
+        mem = self.mem
+        for r in self.ranks:
+            log("Using KV cache dtype: torch.float8_e4m3fn", r.rank)
+        await self.ramp(self.phase_s["kv_pool"], 2, lambda f: None)
+        self.check_fail("kv_pool")
+        for r in self.ranks:
+            r.gpu_bytes += mem.kv_bytes
+        self.push_all()
+        for r in self.ranks:
+            log(f"KV Cache is allocated. #tokens: {mem.kv_tokens}, KV size: "
+                f"{mem.kv_bytes / GIB:.2f} GB", r.rank)
+            log(f"Memory pool end. avail mem={self.avail_gb(r):.2f} GB", r.rank)
+
+    async def graphs(self) -> None:
+        mem = self.mem
+        t0 = time.monotonic()
+        base = {r.rank: r.gpu_bytes for r in self.ranks}
+        for r in self.ranks:
+            log(f"Capture cuda graph begin. This can take up to several minutes. "
+                f"avail mem={self.avail_gb(r):.2f} GB", r.rank)
+        log("Capture cuda graph bs [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256]", 0)
+
+        def grow(frac: float) -> None:
+            for r in self.ranks:
+                r.gpu_bytes = base[r.rank] + int(mem.graphs_bytes * frac)
+        await self.ramp(self.phase_s["graphs"], 10, grow)
+        self.check_fail("graphs")
+        for r in self.ranks:
+            log(f"Capture cuda graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
+                f"mem usage={mem.graphs_bytes / GIB:.2f} GB. avail mem={self.avail_gb(r):.2f} GB.",
+                r.rank)
+        svc = self.placement.service
+        log(f"max_total_num_tokens={mem.kv_tokens}, chunked_prefill_size=8192, "
+            f"max_prefill_tokens=16384, max_running_requests={svc.max_running_requests}, "
+            f"context_len=1048576, available_gpu_mem={self.avail_gb(self.ranks[0]):.2f} GB", 0)
