@@ -1,0 +1,431 @@
+/*
+ * A stand-in libnvidia-ml.so.1 for tests on machines without a GPU.
+ *
+ * It implements only the symbols collectors/nvml.py reaches through pynvml, with the
+ * struct layouts pynvml's ctypes declarations expect (checked by the static asserts
+ * below). Devices look like B200s: 183359 MiB total, 512 MiB reserved by the driver.
+ *
+ * Build:  gcc -shared -fPIC -O1 -o libnvidia-ml.so.1 fake_nvml.c
+ *   -DNO_MEMORY_V2     leave out nvmlDeviceGetMemoryInfo_v2 (pynvml: FunctionNotFound)
+ *   -DNO_PROCESSES_V3  leave out nvmlDeviceGetComputeRunningProcesses_v3 (old driver;
+ *                      pynvml's unversioned call then raises NVMLLibraryMismatchError)
+ *
+ * Environment, read at init:
+ *   FAKE_NVML_INIT_RC    init returns this code (9 DriverNotLoaded, 4 NoPermission,
+ *                        18 LibRmVersionMismatch, ...); 0 or unset = success
+ *   FAKE_NVML_COUNT      number of devices (default 2, at most 16)
+ *   FAKE_NVML_NO_FIELDS  non-empty and not "0": every field value answers NOT_SUPPORTED
+ *   FAKE_NVML_STATE_FILE path of a state file, re-read on every device call, so a test
+ *                        can change values between samples. One setting per line:
+ *
+ *     # comment
+ *     <dev> used <bytes>              memory in use, excluding reserved (v2 semantics)
+ *     <dev> util <gpu%> <mem%>
+ *     <dev> power <mW>
+ *     <dev> limit <mW>                enforced power limit
+ *     <dev> pcie <tx B/s> <rx B/s>    slope of the cumulative PCIe byte counters
+ *     <dev> snapshot <tx KB/s> <rx KB/s>  what nvmlDeviceGetPcieThroughput answers
+ *     <dev> noprocs                   no compute processes
+ *     <dev> proc <pid> <bytes|na>     a compute process (replaces the default list;
+ *                                     "na" = NVML_VALUE_NOT_AVAILABLE)
+ *     <dev> fail <call> <rc>          make one call return rc; call is one of
+ *                                     handle name uuid memory memory_v2 utilization
+ *                                     power limit throughput fields processes
+ *
+ *   <dev> is a device index or "*" for every device. Unknown lines are ignored.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NO_PERMISSION = 4,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+#define MIB (1024ULL * 1024ULL)
+#define MAX_DEVICES 16
+#define MAX_PROCS 8
+#define NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL
+#define FI_PCIE_COUNT_TX_BYTES 197
+#define FI_PCIE_COUNT_RX_BYTES 198
+#define VALUE_TYPE_UNSIGNED_LONG_LONG 3
+
+/* ---- layouts, as declared in nvml.h and mirrored by pynvml's ctypes classes ---- */
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+#define nvmlMemory_v2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+
+typedef struct {
+    unsigned int gpu, memory;
+} nvmlUtilization_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t; /* same layout for _v2 and _v3 */
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    signed int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp; /* microseconds, wall clock */
+    long long latencyUsec;
+    unsigned int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+_Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t");
+_Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t");
+_Static_assert(nvmlMemory_v2 == 0x02000028, "nvmlMemory_v2 version");
+_Static_assert(sizeof(nvmlUtilization_t) == 8, "nvmlUtilization_t");
+_Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t");
+_Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t");
+_Static_assert(offsetof(nvmlFieldValue_t, value) == 32, "nvmlFieldValue_t.value");
+
+/* ---- the fake devices ---- */
+
+enum { F_HANDLE, F_NAME, F_UUID, F_MEMORY, F_MEMORY_V2, F_UTILIZATION, F_POWER, F_LIMIT,
+       F_THROUGHPUT, F_FIELDS, F_PROCESSES, F_COUNT };
+static const char *const call_names[F_COUNT] = {
+    "handle", "name", "uuid", "memory", "memory_v2", "utilization", "power", "limit",
+    "throughput", "fields", "processes"};
+
+struct nvmlDevice_st {
+    unsigned int index;
+    unsigned long long total, reserved, used;
+    unsigned int util_gpu, util_mem, power_mw, limit_mw;
+    unsigned long long pcie_tx_rate, pcie_rx_rate; /* bytes/s, slope of the counters */
+    unsigned int snap_tx_kbps, snap_rx_kbps;
+    unsigned int nprocs;
+    unsigned int pids[MAX_PROCS];
+    unsigned long long proc_bytes[MAX_PROCS];
+    nvmlReturn_t fail[F_COUNT];
+};
+typedef struct nvmlDevice_st *nvmlDevice_t;
+
+static struct nvmlDevice_st devices[MAX_DEVICES];
+static unsigned int device_count;
+static int initialised;
+static int no_fields;
+static long long epoch_us; /* counters start at zero at init */
+static char state_file[4096];
+
+static long long now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+static void set_defaults(struct nvmlDevice_st *d, unsigned int i) {
+    memset(d, 0, sizeof *d);
+    d->index = i;
+    d->total = 183359ULL * MIB;
+    d->reserved = 512ULL * MIB;
+    d->used = (150000ULL + 1000ULL * i) * MIB;
+    d->util_gpu = 87;
+    d->util_mem = 41;
+    d->power_mw = 650000 + 1000 * i;
+    d->limit_mw = 1000000;
+    d->pcie_tx_rate = 2500000000ULL;
+    d->pcie_rx_rate = 12000000000ULL;
+    d->snap_tx_kbps = 2000000;
+    d->snap_rx_kbps = 10000000;
+    d->nprocs = 1;
+    d->pids[0] = 4242 + i;
+    d->proc_bytes[0] = d->used - 200ULL * MIB;
+}
+
+static void apply_line(struct nvmlDevice_st *d, const char *key, const char *a, const char *b,
+                       int *procs_replaced) {
+    if (!strcmp(key, "used") && a) d->used = strtoull(a, NULL, 10);
+    else if (!strcmp(key, "util") && a && b) { d->util_gpu = atoi(a); d->util_mem = atoi(b); }
+    else if (!strcmp(key, "power") && a) d->power_mw = strtoul(a, NULL, 10);
+    else if (!strcmp(key, "limit") && a) d->limit_mw = strtoul(a, NULL, 10);
+    else if (!strcmp(key, "pcie") && a && b) {
+        d->pcie_tx_rate = strtoull(a, NULL, 10);
+        d->pcie_rx_rate = strtoull(b, NULL, 10);
+    } else if (!strcmp(key, "snapshot") && a && b) {
+        d->snap_tx_kbps = strtoul(a, NULL, 10);
+        d->snap_rx_kbps = strtoul(b, NULL, 10);
+    } else if (!strcmp(key, "noprocs")) d->nprocs = 0;
+    else if (!strcmp(key, "proc") && a && b) {
+        if (!*procs_replaced) { d->nprocs = 0; *procs_replaced = 1; }
+        if (d->nprocs < MAX_PROCS) {
+            d->pids[d->nprocs] = strtoul(a, NULL, 10);
+            d->proc_bytes[d->nprocs] = strcmp(b, "na") ? strtoull(b, NULL, 10) : NOT_AVAILABLE;
+            d->nprocs++;
+        }
+    } else if (!strcmp(key, "fail") && a && b) {
+        for (int c = 0; c < F_COUNT; c++)
+            if (!strcmp(a, call_names[c])) d->fail[c] = atoi(b);
+    }
+}
+
+/* Defaults, then the state file on top; cheap enough to do on every call. */
+static void load_state(void) {
+    int replaced[MAX_DEVICES] = {0};
+    for (unsigned int i = 0; i < device_count; i++) set_defaults(&devices[i], i);
+    if (!state_file[0]) return;
+    FILE *f = fopen(state_file, "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *save = NULL;
+        char *dev = strtok_r(line, " \t\r\n", &save);
+        if (!dev || dev[0] == '#') continue;
+        char *key = strtok_r(NULL, " \t\r\n", &save);
+        char *a = strtok_r(NULL, " \t\r\n", &save);
+        char *b = strtok_r(NULL, " \t\r\n", &save);
+        if (!key) continue;
+        for (unsigned int i = 0; i < device_count; i++)
+            if (!strcmp(dev, "*") || (unsigned int)atoi(dev) == i)
+                apply_line(&devices[i], key, a, b, &replaced[i]);
+    }
+    fclose(f);
+}
+
+/* Common prologue of every device call: initialised, valid handle, injected failure. */
+static nvmlReturn_t check(nvmlDevice_t d, int call) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (d < devices || d >= devices + device_count) return NVML_ERROR_INVALID_ARGUMENT;
+    load_state();
+    return d->fail[call];
+}
+
+static nvmlReturn_t copy_string(char *dst, unsigned int len, const char *src) {
+    if (!dst) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(dst, src);
+    return NVML_SUCCESS;
+}
+
+/* ---- init and system ---- */
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    const char *rc = getenv("FAKE_NVML_INIT_RC");
+    if (rc && atoi(rc) != 0) return atoi(rc);
+    const char *count = getenv("FAKE_NVML_COUNT");
+    int n = count ? atoi(count) : 2;
+    device_count = n < 0 ? 0 : n > MAX_DEVICES ? MAX_DEVICES : (unsigned int)n;
+    const char *nf = getenv("FAKE_NVML_NO_FIELDS");
+    no_fields = nf && nf[0] && strcmp(nf, "0") != 0;
+    const char *sf = getenv("FAKE_NVML_STATE_FILE");
+    snprintf(state_file, sizeof state_file, "%s", sf ? sf : "");
+    epoch_us = now_us();
+    initialised = 1;
+    load_state();
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    initialised = 0;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t rc) {
+    switch (rc) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    return copy_string(version, length, "580.95.05");
+}
+
+/* ---- devices ---- */
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = device_count;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (index >= device_count || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    load_state();
+    if (devices[index].fail[F_HANDLE]) return devices[index].fail[F_HANDLE];
+    *device = &devices[index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length) {
+    nvmlReturn_t rc = check(d, F_NAME);
+    return rc ? rc : copy_string(name, length, "NVIDIA B200");
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length) {
+    nvmlReturn_t rc = check(d, F_UUID);
+    if (rc) return rc;
+    char buf[64];
+    snprintf(buf, sizeof buf, "GPU-fa4e0b20-0000-4000-8000-%012x", d->index);
+    return copy_string(uuid, length, buf);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory) {
+    nvmlReturn_t rc = check(d, F_MEMORY);
+    if (rc) return rc;
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    /* v1: "used" includes what the driver reserves. */
+    memory->total = d->total;
+    memory->used = d->used + d->reserved;
+    memory->free = d->total - memory->used;
+    return NVML_SUCCESS;
+}
+
+#ifndef NO_MEMORY_V2
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory) {
+    nvmlReturn_t rc = check(d, F_MEMORY_V2);
+    if (rc) return rc;
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memory->total = d->total;
+    memory->reserved = d->reserved;
+    memory->used = d->used;
+    memory->free = d->total - d->reserved - d->used;
+    return NVML_SUCCESS;
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *util) {
+    nvmlReturn_t rc = check(d, F_UTILIZATION);
+    if (rc) return rc;
+    if (!util) return NVML_ERROR_INVALID_ARGUMENT;
+    util->gpu = d->util_gpu;
+    util->memory = d->util_mem;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *power) {
+    nvmlReturn_t rc = check(d, F_POWER);
+    if (rc) return rc;
+    if (!power) return NVML_ERROR_INVALID_ARGUMENT;
+    *power = d->power_mw;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *limit) {
+    nvmlReturn_t rc = check(d, F_LIMIT);
+    if (rc) return rc;
+    if (!limit) return NVML_ERROR_INVALID_ARGUMENT;
+    *limit = d->limit_mw;
+    return NVML_SUCCESS;
+}
+
+/* counter: 0 = NVML_PCIE_UTIL_TX_BYTES, 1 = NVML_PCIE_UTIL_RX_BYTES; answer in KB/s. */
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, unsigned int counter,
+                                         unsigned int *value) {
+    nvmlReturn_t rc = check(d, F_THROUGHPUT);
+    if (rc) return rc;
+    if (!value || counter > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    *value = counter == 0 ? d->snap_tx_kbps : d->snap_rx_kbps;
+    return NVML_SUCCESS;
+}
+
+/* The whole call succeeds; each field carries its own return code, as in real NVML. */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *values) {
+    nvmlReturn_t rc = check(d, F_FIELDS);
+    if (rc) return rc;
+    if (count < 0 || (count > 0 && !values)) return NVML_ERROR_INVALID_ARGUMENT;
+    long long ts = now_us();
+    /* The counters grow at a fixed slope since init, so Δvalue/Δtimestamp is that slope. */
+    double seconds = (double)(ts - epoch_us) / 1e6;
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        v->timestamp = ts;
+        v->latencyUsec = 0;
+        v->valueType = VALUE_TYPE_UNSIGNED_LONG_LONG;
+        v->value.ullVal = 0;
+        if (no_fields) {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        } else if (v->fieldId == FI_PCIE_COUNT_TX_BYTES) {
+            v->nvmlReturn = NVML_SUCCESS;
+            v->value.ullVal = (unsigned long long)((double)d->pcie_tx_rate * seconds);
+        } else if (v->fieldId == FI_PCIE_COUNT_RX_BYTES) {
+            v->nvmlReturn = NVML_SUCCESS;
+            v->value.ullVal = (unsigned long long)((double)d->pcie_rx_rate * seconds);
+        } else {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+/* The two-call protocol: a too-small buffer gets INSUFFICIENT_SIZE and the needed count. */
+static nvmlReturn_t running_processes(nvmlDevice_t d, unsigned int *count,
+                                      nvmlProcessInfo_t *infos) {
+    nvmlReturn_t rc = check(d, F_PROCESSES);
+    if (rc) return rc;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (*count < d->nprocs || (d->nprocs > 0 && !infos)) {
+        *count = d->nprocs;
+        return d->nprocs ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    for (unsigned int i = 0; i < d->nprocs; i++) {
+        infos[i].pid = d->pids[i];
+        infos[i].usedGpuMemory = d->proc_bytes[i];
+        infos[i].gpuInstanceId = 0xFFFFFFFFu; /* not MIG */
+        infos[i].computeInstanceId = 0xFFFFFFFFu;
+    }
+    *count = d->nprocs;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    return running_processes(d, count, infos);
+}
+
+#ifndef NO_PROCESSES_V3
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    return running_processes(d, count, infos);
+}
+#endif

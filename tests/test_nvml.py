@@ -1,0 +1,393 @@
+"""NVML collector tests.
+
+NvmlBackend runs through the real pynvml over a stand-in libnvidia-ml.so.1 built with gcc
+(tests/nvml_stub/). The loader reads LD_LIBRARY_PATH only at process start, so those tests
+run the collector in a subprocess with the stub's directory on that path. GpuCollector's
+failure handling is tested in-process with Python fake backends.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+
+from collectors.base import SourceUnavailable
+from collectors.nvml import GpuCollector, NvmlBackend, NvmlBusy
+from collectors.readings import GpuData, GpuDevice, Status
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MIB = 1024 * 1024
+B200_TOTAL = 183359 * MIB
+B200_RESERVED = 512 * MIB
+NO_DRIVER = "no NVIDIA driver: libnvidia-ml.so.1 not found"
+
+
+def _load_build_module() -> Any:
+    # By path: tests/ is not a package, and its import mode may change.
+    spec = importlib.util.spec_from_file_location(
+        "nvml_stub_build", Path(__file__).with_name("nvml_stub") / "build.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def stub_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Directories holding the stub library: "current" and "old" (no _v2 memory/_v3 procs)."""
+    build = _load_build_module()
+    if not build.gcc_available():
+        pytest.skip("gcc is needed to build the stand-in libnvidia-ml.so.1")
+    return build.build_variants(tmp_path_factory.mktemp("nvml_stub"))
+
+
+# Runs in the subprocess: poll once per step (optionally rewriting the stub's state file
+# first), then print every Reading as JSON.
+_DRIVER = r"""
+import asyncio, dataclasses, json, os, sys, time
+from collectors.nvml import GpuCollector, NvmlBackend
+
+async def main(steps):
+    collector = GpuCollector(NvmlBackend(), timeout=10.0)
+    out = []
+    for step in steps:
+        if "state" in step:
+            with open(os.environ["FAKE_NVML_STATE_FILE"], "w") as f:
+                f.write(step["state"])
+        time.sleep(step.get("sleep", 0.0))
+        r = await collector.poll()
+        out.append({"status": str(r.status), "message": r.message,
+                    "failing_since": r.failing_since,
+                    "data": dataclasses.asdict(r.data) if r.data is not None else None})
+    await collector.close()
+    print(json.dumps(out))
+
+asyncio.run(main(json.loads(sys.argv[1])))
+"""
+
+
+def run_nvml(lib_dir: Path | None, steps: list[dict[str, Any]] | None = None,
+             state_file: Path | None = None, **fake_env: str) -> list[dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items()
+           if k != "LD_LIBRARY_PATH" and not k.startswith("FAKE_NVML_")}
+    env["PYTHONPATH"] = str(ROOT)
+    if lib_dir is not None:
+        env["LD_LIBRARY_PATH"] = str(lib_dir)
+    if state_file is not None:
+        env["FAKE_NVML_STATE_FILE"] = str(state_file)
+    env.update(fake_env)
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRIVER, json.dumps(steps or [{}])],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def devices(reading: dict[str, Any]) -> list[dict[str, Any]]:
+    assert reading["status"] == "ok", reading["message"]
+    return reading["data"]["devices"]
+
+
+def unsupported(device: dict[str, Any]) -> dict[str, str]:
+    return {name: text for name, text in device["unsupported"]}
+
+
+# --------------------------------------------------------------------------- via the stub
+
+
+def test_memory_and_identity_match_the_stub(stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    used0, used1, used0_later = 140_000 * MIB, 90_000 * MIB, 160_123 * MIB
+    first, second = run_nvml(stub_libs["current"], state_file=state, steps=[
+        {"state": f"0 used {used0}\n1 used {used1}\n"},
+        {"state": f"0 used {used0_later}\n1 used {used1}\n"},
+    ])
+
+    assert first["failing_since"] is None
+    assert first["data"]["driver_version"] == "580.95.05"
+    assert first["data"]["backend"] == "nvml"
+    d0, d1 = devices(first)
+    for index, dev, used in ((0, d0, used0), (1, d1, used1)):
+        assert dev["index"] == index
+        assert dev["name"] == "NVIDIA B200"
+        assert dev["uuid"] == f"GPU-fa4e0b20-0000-4000-8000-{index:012x}"
+        assert dev["total_bytes"] == B200_TOTAL
+        assert dev["reserved_bytes"] == B200_RESERVED
+        assert dev["used_bytes"] == used
+        assert dev["free_bytes"] == B200_TOTAL - B200_RESERVED - used
+        assert dev["util_gpu_pct"] == 87
+        assert dev["util_mem_pct"] == 41
+        assert dev["power_limit_w"] == 1000.0
+        assert dev["unsupported"] == []
+    assert d0["power_w"] == 650.0
+    assert d1["power_w"] == 651.0
+
+    # The state file changed between samples; the second sample sees it.
+    later = devices(second)[0]
+    assert later["used_bytes"] == used0_later
+    assert later["free_bytes"] == B200_TOTAL - B200_RESERVED - used0_later
+
+
+def test_old_driver_falls_back_to_memory_v1_and_processes_v2(
+        stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    used = 100_000 * MIB
+    (reading,) = run_nvml(stub_libs["old"], state_file=tmp_path / "state", steps=[
+        {"state": f"0 used {used}\n0 proc 7 {used}\n"}], FAKE_NVML_COUNT="1")
+
+    (dev,) = devices(reading)
+    assert dev["total_bytes"] == B200_TOTAL
+    assert dev["reserved_bytes"] == 0
+    # v1 "used" includes the driver's reservation.
+    assert dev["used_bytes"] == used + B200_RESERVED
+    assert dev["free_bytes"] == B200_TOTAL - B200_RESERVED - used
+    assert unsupported(dev) == {"reserved_bytes": "Function Not Found"}
+    # pynvml's unversioned call raised NVMLLibraryMismatchError; _v2 answered instead.
+    assert dev["processes"] == [{"pid": 7, "used_bytes": used, "name": ""}]
+
+
+def test_process_list_with_pids_and_bytes(stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    (reading,) = run_nvml(stub_libs["current"], state_file=tmp_path / "state", FAKE_NVML_COUNT="3",
+                          steps=[{"state": "0 proc 1111 1073741824\n0 proc 2222 na\n1 noprocs\n"}])
+
+    d0, d1, d2 = devices(reading)
+    assert d0["processes"] == [
+        {"pid": 1111, "used_bytes": 1 << 30, "name": ""},
+        {"pid": 2222, "used_bytes": None, "name": ""},  # NVML_VALUE_NOT_AVAILABLE
+    ]
+    assert d1["processes"] == []
+    # Untouched device: the stub's default process.
+    assert d2["processes"] == [{"pid": 4244, "used_bytes": (152_000 - 200) * MIB, "name": ""}]
+    assert all(unsupported(d) == {} for d in (d0, d1, d2))
+
+
+def test_field_failures_degrade_to_none(stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    state = (
+        "* fail power 3\n"            # NotSupported everywhere
+        "0 fail utilization 3\n"
+        "0 fail name 3\n"
+        "1 fail processes 15\n"       # GpuIsLost
+        "1 fail memory_v2 3\n"
+        "1 fail memory 3\n"
+        "2 fail handle 4\n"           # NoPermission on the handle
+    )
+    (reading,) = run_nvml(stub_libs["current"], state_file=tmp_path / "state",
+                          FAKE_NVML_COUNT="3", steps=[{"state": state}])
+
+    d0, d1, d2 = devices(reading)  # the sample as a whole is still OK
+    assert d0["power_w"] is None and d1["power_w"] is None
+    assert d0["util_gpu_pct"] is None and d0["util_mem_pct"] is None
+    assert d0["name"] == ""
+    assert unsupported(d0) == {
+        "name": "Not Supported", "util_gpu_pct": "Not Supported",
+        "util_mem_pct": "Not Supported", "power_w": "Not Supported",
+    }
+    # Everything else on device 0 still came through.
+    assert d0["uuid"].startswith("GPU-") and d0["total_bytes"] == B200_TOTAL
+    assert d0["power_limit_w"] == 1000.0 and d0["processes"]
+
+    assert d1["processes"] == []
+    assert (d1["total_bytes"], d1["used_bytes"], d1["free_bytes"]) == (0, 0, 0)
+    assert unsupported(d1) == {"power_w": "Not Supported", "processes": "GPU is lost",
+                               "memory": "Not Supported"}
+    assert d1["util_gpu_pct"] == 87
+
+    assert d2["name"] == "" and d2["total_bytes"] == 0
+    assert unsupported(d2) == {"handle": "Insufficient Permissions"}
+
+
+def test_pcie_rates_come_from_counter_deltas(stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    tx, rx = 3_000_000_000, 7_000_000_000
+    first, second, third = run_nvml(
+        stub_libs["current"], state_file=tmp_path / "state", FAKE_NVML_COUNT="1",
+        steps=[{"state": f"0 pcie {tx} {rx}\n"}, {"sleep": 0.1}, {"sleep": 0.05}])
+
+    # No delta yet: the 20 ms snapshot (KB/s * 1000) fills in.
+    (d,) = devices(first)
+    assert (d["pcie_tx_bytes_per_s"], d["pcie_rx_bytes_per_s"]) == (2e9, 1e10)
+    # Then Δcounter / Δtimestamp: the stub's counter slope, not its snapshot.
+    for reading in (second, third):
+        (d,) = devices(reading)
+        assert d["pcie_tx_bytes_per_s"] > 0 and d["pcie_rx_bytes_per_s"] > 0
+        assert d["pcie_tx_bytes_per_s"] == pytest.approx(tx, rel=1e-3)
+        assert d["pcie_rx_bytes_per_s"] == pytest.approx(rx, rel=1e-3)
+        assert unsupported(d) == {}
+
+
+def test_pcie_without_counters_uses_throughput(stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    readings = run_nvml(stub_libs["current"], state_file=state, FAKE_NVML_COUNT="1",
+                        FAKE_NVML_NO_FIELDS="1",
+                        steps=[{"state": "0 snapshot 1500 2500\n"}, {"sleep": 0.02},
+                               {"state": "0 fail throughput 3\n"}])
+
+    for reading in readings[:2]:
+        (d,) = devices(reading)
+        assert (d["pcie_tx_bytes_per_s"], d["pcie_rx_bytes_per_s"]) == (1.5e6, 2.5e6)
+        assert unsupported(d) == {}
+    # Neither source left: None, and both refusals named.
+    (d,) = devices(readings[2])
+    assert d["pcie_tx_bytes_per_s"] is None and d["pcie_rx_bytes_per_s"] is None
+    text = "counters: Not Supported; throughput: Not Supported"
+    assert unsupported(d) == {"pcie_tx_bytes_per_s": text, "pcie_rx_bytes_per_s": text}
+
+
+@pytest.mark.parametrize(("rc", "words"), [
+    (9, ("driver not loaded", "kernel module")),
+    (4, ("permission", "/dev/nvidia*")),
+    (18, ("mismatch", "reboot or reload")),
+])
+def test_init_errors_are_unavailable(stub_libs: dict[str, Path], rc: int,
+                                     words: tuple[str, ...]) -> None:
+    first, second = run_nvml(stub_libs["current"], steps=[{}, {}], FAKE_NVML_INIT_RC=str(rc))
+    for reading in (first, second):
+        assert reading["status"] == "unavailable"
+        assert reading["data"] is None
+        assert "\n" not in reading["message"]
+        for word in words:
+            assert word in reading["message"]
+    # Init is retried on the second poll, still fails, and the failure run keeps its start.
+    assert first["failing_since"] is not None
+    assert second["failing_since"] == first["failing_since"]
+
+
+def test_other_init_error_is_an_error(stub_libs: dict[str, Path]) -> None:
+    (reading,) = run_nvml(stub_libs["current"], FAKE_NVML_INIT_RC="999")
+    assert reading["status"] == "error"
+    assert reading["message"] == "NVMLError_Unknown: Unknown Error"
+
+
+def test_no_library_is_unavailable() -> None:
+    if ctypes.util.find_library("nvidia-ml"):
+        pytest.skip("this machine has a real libnvidia-ml")
+    first, second = run_nvml(None, steps=[{}, {}])
+    for reading in (first, second):
+        assert reading["status"] == "unavailable"
+        assert reading["message"] == NO_DRIVER
+        assert reading["data"] is None
+    assert second["failing_since"] == first["failing_since"] is not None
+
+
+# --------------------------------------------------------------------------- in-process
+
+
+def _data() -> GpuData:
+    dev = GpuDevice(0, "NVIDIA B200", "GPU-x", B200_TOTAL, B200_RESERVED, 0,
+                    B200_TOTAL - B200_RESERVED)
+    return GpuData(driver_version="580.95.05", devices=(dev,), backend="simulated")
+
+
+class ScriptedBackend:
+    """Raises or returns whatever the test queued up next."""
+
+    def __init__(self) -> None:
+        self.next: BaseException | GpuData = _data()
+        self.closed = False
+
+    def sample(self) -> GpuData:
+        if isinstance(self.next, BaseException):
+            raise self.next
+        return self.next
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class HangingBackend:
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def sample(self) -> GpuData:
+        self.release.wait(5.0)
+        return _data()
+
+
+async def test_failures_keep_failing_since_until_success() -> None:
+    backend = ScriptedBackend()
+    collector = GpuCollector(backend, source="gpu-a")
+
+    ok = await collector.poll()
+    assert ok.status is Status.OK and ok.source == "gpu-a"
+    assert ok.data == _data() and ok.failing_since is None
+
+    backend.next = RuntimeError("boom\nsecond line")
+    first = await collector.poll()
+    assert first.status is Status.ERROR
+    assert first.message == "RuntimeError: boom"
+    assert first.data is None and first.failing_since is not None
+
+    backend.next = pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)  # unhashable: no sets
+    second = await collector.poll()
+    assert second.message == "NVMLError_GpuIsLost: GPU is lost"
+    assert second.failing_since == first.failing_since
+
+    backend.next = pynvml.NVMLLibraryMismatchError("old driver")  # not an NVMLError
+    third = await collector.poll()
+    assert third.message == "NVMLLibraryMismatchError: old driver"
+    assert third.failing_since == first.failing_since
+
+    backend.next = _data()
+    back = await collector.poll()
+    assert back.status is Status.OK and back.failing_since is None
+
+    backend.next = SourceUnavailable(NO_DRIVER)
+    again = await collector.poll()
+    assert again.status is Status.UNAVAILABLE and again.message == NO_DRIVER
+    assert again.failing_since is not None and again.failing_since > first.failing_since
+
+    await collector.close()
+    assert backend.closed
+
+
+async def test_hanging_backend_times_out() -> None:
+    backend = HangingBackend()
+    collector = GpuCollector(backend, timeout=0.05)
+    try:
+        first = await collector.poll()
+        second = await collector.poll()
+    finally:
+        backend.release.set()
+    for reading in (first, second):
+        assert reading.status is Status.ERROR
+        assert reading.message == "NVML did not answer within 0.05s"
+        assert reading.data is None
+    assert second.failing_since == first.failing_since is not None
+
+    ok = await collector.poll()  # the driver answers again
+    assert ok.status is Status.OK and ok.failing_since is None
+    await collector.close()  # no close() on this backend: nothing to do
+
+
+async def test_poll_never_raises() -> None:
+    backend = ScriptedBackend()
+    collector = GpuCollector(backend)
+    for exc in (ValueError(), OSError(5, "I/O error"), pynvml.NVMLError(3), KeyError("k"),
+                ZeroDivisionError("x")):
+        backend.next = exc
+        reading = await collector.poll()
+        assert reading.status is Status.ERROR
+        assert reading.message.startswith(type(exc).__name__)
+
+
+def test_nvml_backend_refuses_to_queue_behind_a_stuck_call() -> None:
+    # A timed-out sample still holds the lock: the next one fails fast instead of tying
+    # up another worker thread (and it never reaches nvmlInit in this process).
+    backend = NvmlBackend(busy_wait=0.01)
+    backend._lock.acquire()
+    try:
+        with pytest.raises(NvmlBusy):
+            backend.sample()
+    finally:
+        backend._lock.release()
+    backend.close()  # never initialised: nothing to shut down
