@@ -148,4 +148,7 @@ class ServerData:
     output_tokens_per_s: float | None = None
     requests_per_s: float | None = None
     window_s: float | None = None
+    # Per TP rank (scheduler gauges carry tp_rank; every rank reports with SGLang's
+    # --enable-metrics-for-all-schedulers): weight_gb, kv_cache_gb, max_total_num_tokens.
+    ranks: dict[int, dict[str, float]] = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)

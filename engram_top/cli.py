@@ -1,22 +1,192 @@
-"""engram-top's command line (filled in below the sim subcommand as the product grows)."""
+"""engram-top's command line. With no arguments it opens the demo: the live dashboard of a
+simulated 4x B200 node serving DeepSeek-V4.1-Flash."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import sys
+from dataclasses import replace
+from pathlib import Path
+
+from engram_top import reference
+
+DEFAULT_TIME_SCALE = 0.1  # the device placement is ready in 12.5 s instead of 125 s
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--placement", choices=reference.PLACEMENTS, default="device",
+                   help="where the Engram tables live (default: device)")
+    p.add_argument("--time-scale", type=_positive, default=DEFAULT_TIME_SCALE,
+                   help=f"scale of the start-up phases (default {DEFAULT_TIME_SCALE}: 10x faster)")
+    p.add_argument("--serve-scale", type=_positive, default=1.0,
+                   help="scale of request service times (default 1: node time)")
+    p.add_argument("--concurrency", type=int, default=8, help="demo load: streams in flight")
+    p.add_argument("--no-load", action="store_true", help="start no synthetic load")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="engram-top",
+        description="Where should DeepSeek-V4.1-Flash's Engram tables live? Watch HBM, the KV "
+                    "pool, host RAM and latency of SGLang placements. With no command: the demo.")
+    sub = parser.add_subparsers(dest="command")
+    demo = sub.add_parser("demo", help="live dashboard of the simulated node (the default)")
+    _demo_arguments(demo)
+
+    snap = sub.add_parser("snapshot", help="write DIR/snapshot.json without a terminal")
+    snap.add_argument("--demo", action="store_true", required=True,
+                      help="take it from the simulated node (the only source so far)")
+    _demo_arguments(snap)
+    snap.add_argument("--after", type=float, default=5.0,
+                      help="seconds to keep watching after the server is ready (default 5)")
+    snap.add_argument("--ready-timeout", type=float, default=None,
+                      help="give up if not ready by then (default: 3x the expected start-up)")
+    snap.add_argument("--out", type=Path, required=True, help="folder for snapshot.json")
+
+    log = sub.add_parser("inspect-log", help="print what the startup-log parser extracts, as JSON")
+    log.add_argument("file", type=Path)
+    met = sub.add_parser("inspect-metrics",
+                         help="print what the metrics parser extracts from a page or URL, as JSON")
+    met.add_argument("source", help="a file with a /metrics page, or an http:// URL")
+
+    sim = sub.add_parser("sim", help="the simulated node")
+    simsub = sim.add_subparsers(dest="sim_command", required=True)
+    from engram_top.simnode import server
+    server.add_arguments(simsub.add_parser("serve", help="run one simulated SGLang server"))
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="engram-top")
-    sub = parser.add_subparsers(dest="command")
-    sim = sub.add_parser("sim", help="the simulated node")
-    simsub = sim.add_subparsers(dest="sim_command", required=True)
-    from engram_top.simnode import server
-    serve = simsub.add_parser("serve", help="run one simulated SGLang server")
-    server.add_arguments(serve)
-    args = parser.parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv or ["demo"])
     if args.command == "sim":
+        from engram_top.simnode import server
         return server.main(args=args)
+    if args.command == "demo":
+        return run_demo(args)
+    if args.command == "snapshot":
+        return asyncio.run(take_snapshot(args))
+    if args.command == "inspect-log":
+        return inspect_log(args.file)
+    if args.command == "inspect-metrics":
+        return inspect_metrics(args.source)
     parser.print_help()
+    return 2
+
+
+def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from engram_top.session import DemoOptions, LoadSpec
+    load = None if args.no_load else LoadSpec(concurrency=max(1, args.concurrency))
+    return DemoOptions(placement=args.placement, time_scale=args.time_scale,
+                       serve_scale=args.serve_scale, load=load)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from engram_top.app.main import EngramTopApp
+    from engram_top.session import DemoSession
+    app = EngramTopApp(DemoSession(_options(args)))
+    app.run()
+    return app.return_code or 0
+
+
+async def take_snapshot(args: argparse.Namespace) -> int:
+    from engram_top import snapshot
+    from engram_top.session import DemoSession
+    ref = reference.default()
+    expected = ref.placements[args.placement].ready_s * args.time_scale
+    timeout = args.ready_timeout or max(30.0, 3 * expected)
+    session = DemoSession(replace(_options(args)))
+    try:
+        await session.start()
+        ready = await session.wait_ready(timeout)
+        if not ready:
+            run = session.store.run
+            state = run.state if run else "unknown"
+            print(f"engram-top snapshot: the server did not become ready within {timeout:.0f} s "
+                  f"(state: {state}); writing what was seen", file=sys.stderr)
+        await asyncio.sleep(args.after if ready else 0)
+        data = snapshot.build(session.store, ref)
+    finally:
+        await session.close()
+    try:
+        path = snapshot.write(args.out, data)
+    except snapshot.SnapshotError as exc:
+        print(f"engram-top snapshot: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0 if ready else 1
+
+
+def inspect_log(path: Path) -> int:
+    from collectors.startup_log import StartupLogParser
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        print(f"engram-top inspect-log: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return 1
+    parser = StartupLogParser()
+    parser.feed_text(text)
+    json.dump(parser.facts().to_dict(), sys.stdout, indent=2, default=str)
+    print()
+    return 0
+
+
+def inspect_metrics(source: str) -> int:
+    from collectors import promtext
+    from collectors.sglang import GAUGES, HISTOGRAMS, merged_histogram, rank_constants
+    from collectors.windowed import histogram_quantile
+    try:
+        if source.startswith(("http://", "https://")):
+            import httpx
+            url = source if source.rstrip("/").endswith("/metrics") else source.rstrip("/") + "/metrics"
+            text = httpx.get(url, timeout=5.0).raise_for_status().text
+        else:
+            text = Path(source).read_text(errors="replace")
+    except (OSError, ValueError) as exc:
+        print(f"engram-top inspect-metrics: cannot read {source}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # httpx errors: name the URL and the reason, no traceback
+        print(f"engram-top inspect-metrics: {source}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 1
+    try:
+        fams = promtext.parse(text)
+    except promtext.PromTextError as exc:
+        print(f"engram-top inspect-metrics: {source}: {exc}", file=sys.stderr)
+        return 1
+    out: dict[str, object] = {
+        "families": len(fams),
+        "sglang_families": sorted(n for n in fams if n.startswith("sglang:")),
+        "gauges": {k: promtext.gauge(fams, name) for k, name in GAUGES.items()},
+        "ranks": rank_constants(fams),
+        "counters": {name: promtext.counter_total(fams, name) for name in
+                     ("sglang:prompt_tokens_total", "sglang:generation_tokens_total",
+                      "sglang:num_requests_total")},
+        # Since the server started (a single page has no window).
+        "histograms": {},
+    }
+    for key, name in HISTOGRAMS.items():
+        fam = fams.get(name)
+        if fam is None:
+            continue
+        h = merged_histogram(fam)
+        out["histograms"][key] = {  # type: ignore[index]
+            "count": h.count, "sum": h.sum,
+            "mean": h.sum / h.count if h.count else None,
+            "p50": histogram_quantile(0.5, h.buckets), "p99": histogram_quantile(0.99, h.buckets)}
+    json.dump(out, sys.stdout, indent=2, default=str)
+    print()
     return 0

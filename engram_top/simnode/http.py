@@ -106,25 +106,30 @@ class ServerCore:
             m.declare(name, "histogram", f"Histogram of {name.split(':')[1].replace('_', ' ')}.")
 
     def render_metrics(self) -> str:
-        m, s, t = self.metrics, self.sched_labels, self.tok_labels
-        m.set("sglang:num_running_reqs", s, len(self.sched.running))
-        m.set("sglang:num_queue_reqs", s, len(self.sched.waiting))
-        m.set("sglang:num_used_tokens", s, self.sched.used_tokens)
-        m.set("sglang:token_usage", s, self.sched.used_tokens / self.mem.kv_tokens)
-        m.set("sglang:gen_throughput", s, self.last_gen_throughput)
-        m.set("sglang:cache_hit_rate", s, 0.0)
-        m.set("sglang:max_total_num_tokens", s, self.mem.kv_tokens)
-        m.set("sglang:weight_memory_usage_gb", s, self.placement.weights_gib)
-        m.set("sglang:kv_cache_memory_usage_gb", s, self.mem.kv_bytes / GIB)
-        m.set("sglang:graph_memory_usage_gb", {**s, "phase": "decode"}, self.mem.graphs_bytes / GIB)
-        m.set("sglang:page_size", s, PAGE_SIZE)
+        m, t = self.metrics, self.tok_labels
+        usage = self.sched.used_tokens / self.mem.kv_tokens
+        # Every scheduler reports, as SGLang does with --enable-metrics-for-all-schedulers.
+        for rank in range(self.ref.gpus):
+            s = {**self.sched_labels, "tp_rank": str(rank)}
+            m.set("sglang:num_running_reqs", s, len(self.sched.running))
+            m.set("sglang:num_queue_reqs", s, len(self.sched.waiting))
+            m.set("sglang:num_used_tokens", s, self.sched.used_tokens)
+            m.set("sglang:token_usage", s, usage)
+            m.set("sglang:gen_throughput", s, self.last_gen_throughput)
+            m.set("sglang:cache_hit_rate", s, 0.0)
+            m.set("sglang:max_total_num_tokens", s, self.mem.kv_tokens)
+            m.set("sglang:weight_memory_usage_gb", s, self.placement.weights_gib)
+            m.set("sglang:kv_cache_memory_usage_gb", s, self.mem.kv_bytes / GIB)
+            m.set("sglang:graph_memory_usage_gb", {**s, "phase": "decode"},
+                  self.mem.graphs_bytes / GIB)
+            m.set("sglang:page_size", s, PAGE_SIZE)
         scale = self.args.time_scale
         for phase, seconds in self.placement.startup.phases:
             m.set("sglang:startup_time_seconds", {**t, "phase": phase}, seconds * scale)
         for name, value in self.counters.items():
             m.set(name, t, value)
         for name, hist in self.histograms.items():
-            m.set(name, s if name == "sglang:queue_time_seconds" else t, hist)
+            m.set(name, self.sched_labels if name == "sglang:queue_time_seconds" else t, hist)
         return m.render()
 
     # ------------------------------------------------------------------ serving loop
@@ -244,6 +249,7 @@ class ServerCore:
             "chunked_prefill_size": 8192, "max_prefill_tokens": 16384,
             "stream_interval": a.stream_interval, "decode_log_interval": DECODE_LOG_INTERVAL,
             "api_key": a.api_key, "admin_api_key": None, "served_model_name": self.ref.model,
+            "enable_metrics_for_all_schedulers": True,
         }
         return {
             **args,

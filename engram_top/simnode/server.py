@@ -98,7 +98,7 @@ async def serve(args: argparse.Namespace) -> int:
     rc = 0
     try:
         await _until_stopped(startup.run(), stop)
-        await _until_stopped(asyncio.sleep(dict(placement.startup.phases)["http"] * args.time_scale), stop)
+        await _until_stopped(startup.wait_phase("http"), stop)
         config = uvicorn.Config(build_app(core), host=args.host, port=args.port,
                                 log_config=_uvicorn_log_config(), lifespan="on")
         server = _UvicornServer(config)
@@ -158,7 +158,9 @@ async def _until_stopped(coro, stop: asyncio.Event):  # type: ignore[no-untyped-
 async def _warm_up(args: argparse.Namespace, placement: reference.Placement, core: ServerCore,
                    startup: Startup) -> None:
     """What SGLang's warm-up thread does: poll /model_info, then one /generate request."""
-    await asyncio.sleep(dict(placement.startup.phases)["warmup"] * args.time_scale)
+    # The warm-up request itself takes a little service time; leave room for it.
+    startup.phase_s["warmup"] = max(0.0, startup.phase_s["warmup"] - 0.2)
+    await startup.wait_phase("warmup")
     startup.check_fail("warmup")
     base = f"http://{args.host}:{args.port}"
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}

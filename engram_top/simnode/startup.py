@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -30,6 +31,26 @@ def log(msg: str, rank: int | None = None) -> None:
 
 class StartupFailed(Exception):
     pass
+
+
+def process_start_monotonic() -> float:
+    """This process's start time on the monotonic clock, to about 10 ms.
+
+    Not psutil's create_time(): it rests on the boot time in whole seconds, up to 1 s off.
+    """
+    try:
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime
+        return time.monotonic() - max(0.0, uptime - started)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()
+
+
+async def sleep_until(deadline: float) -> None:
+    await asyncio.sleep(max(0.0, deadline - time.monotonic()))
 
 
 @dataclass
@@ -82,6 +103,13 @@ class Startup:
         self.on_main_host = on_main_host
         self.phase_s = dict(placement.startup.phases)
         self.host = placement.name != "device"
+        self.t0 = process_start_monotonic()
+        self.elapsed_plan = 0.0  # planned (unscaled) seconds of the phases run so far
+
+    async def wait_phase(self, phase: str) -> None:
+        """A phase with nothing to show but its length (http, warmup)."""
+        self.elapsed_plan += self.phase_s[phase]
+        await sleep_until(self.t0 + self.elapsed_plan * self.scale)
 
     def avail_gb(self, rank: RankHandle) -> float:
         return (self.ref.gpu_total_bytes - self.ref.gpu_reserved_bytes - rank.gpu_bytes) / GIB
@@ -91,10 +119,15 @@ class Startup:
             r.push()
 
     async def ramp(self, seconds: float, steps: int, apply: Callable[[float], None]) -> None:
-        """Spread a phase over ``steps`` updates, applying the fraction done at each."""
-        seconds *= self.scale
+        """Spread a phase over ``steps`` updates, applying the fraction done at each.
+
+        Phases end at deadlines counted from the process's start, so interpreter start-up
+        and logging overheads are absorbed and launch-to-ready matches the plan.
+        """
+        start = self.elapsed_plan
+        self.elapsed_plan += seconds
         for i in range(1, steps + 1):
-            await asyncio.sleep(seconds / steps)
+            await sleep_until(self.t0 + (start + seconds * i / steps) * self.scale)
             apply(i / steps)
             self.push_all()
 
@@ -131,11 +164,6 @@ class Startup:
         t0 = time.monotonic()
         for r in self.ranks:
             log(f"Load weight begin. avail mem={self.avail_gb(r):.2f} GB", r.rank)
-        if self.host:
-            env = self.placement.env
-            log(f"DeepSeek-V4.1 Engram host table: enabled, layout="
-                f"{env.get('SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT', 'shared')}, kv prefetch="
-                f"{'on' if env.get('SGLANG_ENABLE_DSV41_ENGRAM_KV_PREFETCH') == '1' else 'off'}", 0)
         shards = 64
         fill = 0.85 if self.host else 1.0  # host tables are faulted in first, then pinned
         progress = {"shard": 0}

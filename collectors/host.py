@@ -1,0 +1,150 @@
+"""Host memory: /proc/meminfo and /proc/vmstat for the node, /proc/PID/status for the server's
+process tree (psutil finds the tree). used = MemTotal - MemAvailable, as psutil >= 7 and
+node_exporter users compute it, so pinned host memory (which shows as Shmem) is not hidden.
+
+A backend supplies the raw numbers so that a simulated node can stand in for /proc.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from collectors.base import FailureTracker, describe, run_blocking
+from collectors.readings import HostData, ProcessTreeMemory, Reading, Status
+
+KIB = 1024
+STATUS_KEYS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+
+
+class HostBackend(Protocol):
+    name: str
+
+    def meminfo(self) -> dict[str, int]:
+        """/proc/meminfo fields in bytes (HugePages_* are counts)."""
+
+    def vmstat(self) -> dict[str, int]:
+        """/proc/vmstat counters (pswpin/pswpout in pages)."""
+
+    def process_memory(self, pid: int) -> dict[str, int] | None:
+        """VmRSS, RssAnon, RssFile, RssShmem in bytes; None if the process is gone."""
+
+    def children(self, pid: int) -> list[int] | None:
+        """The process's descendants; None if the process is gone."""
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if not parts:
+            continue
+        try:
+            value = int(parts[0])
+        except ValueError:
+            continue
+        out[key.strip()] = value * KIB if len(parts) > 1 and parts[1] == "kB" else value
+    return out
+
+
+class ProcBackend:
+    """The machine's own /proc."""
+
+    name = "proc"
+
+    def __init__(self, proc: Path = Path("/proc")) -> None:
+        self.proc = proc
+
+    def meminfo(self) -> dict[str, int]:
+        return parse_meminfo((self.proc / "meminfo").read_text())
+
+    def vmstat(self) -> dict[str, int]:
+        out = {}
+        for line in (self.proc / "vmstat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key in ("pswpin", "pswpout"):
+                out[key] = int(value)
+        return out
+
+    def process_memory(self, pid: int) -> dict[str, int] | None:
+        try:
+            text = (self.proc / str(pid) / "status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        values = parse_meminfo(text)
+        # Kernel threads and zombies have no Vm lines: they hold no user memory.
+        return {k: values.get(k, 0) for k in STATUS_KEYS}
+
+    def children(self, pid: int) -> list[int] | None:
+        try:
+            return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return None
+
+
+def sample(backend: HostBackend, root_pid: int | None) -> HostData:
+    mi = backend.meminfo()
+    total = mi["MemTotal"]
+    # MemAvailable exists since Linux 3.14; estimate as `free` does on older kernels.
+    available = mi.get("MemAvailable", mi.get("MemFree", 0) + mi.get("Buffers", 0)
+                       + mi.get("Cached", 0))
+    vm = backend.vmstat()
+    page = 4096
+    swap_total = mi.get("SwapTotal", 0)
+    return HostData(
+        total_bytes=total,
+        available_bytes=available,
+        used_bytes=total - available,
+        free_bytes=mi.get("MemFree", 0),
+        cached_bytes=mi.get("Cached", 0),
+        shmem_bytes=mi.get("Shmem", 0),
+        hugepages_total=mi.get("HugePages_Total", 0),
+        hugepages_free=mi.get("HugePages_Free", 0),
+        hugepage_size_bytes=mi.get("Hugepagesize", 0),
+        anon_hugepages_bytes=mi.get("AnonHugePages", 0) + mi.get("ShmemHugePages", 0),
+        swap_total_bytes=swap_total,
+        swap_used_bytes=swap_total - mi.get("SwapFree", 0),
+        swap_in_bytes=vm.get("pswpin", 0) * page,
+        swap_out_bytes=vm.get("pswpout", 0) * page,
+        server_tree=tree_memory(backend, root_pid) if root_pid else None,
+        backend=backend.name,
+    )
+
+
+def tree_memory(backend: HostBackend, root_pid: int) -> ProcessTreeMemory | None:
+    kids = backend.children(root_pid)
+    if kids is None:
+        return None
+    pids = [root_pid, *kids]
+    totals = dict.fromkeys(STATUS_KEYS, 0)
+    alive = []
+    for pid in pids:
+        mem = backend.process_memory(pid)
+        if mem is None:
+            continue  # exited between the listing and the read
+        alive.append(pid)
+        for key in STATUS_KEYS:
+            totals[key] += mem[key]
+    return ProcessTreeMemory(root_pid, tuple(alive), totals["VmRSS"], totals["RssAnon"],
+                             totals["RssFile"], totals["RssShmem"])
+
+
+class HostCollector:
+    def __init__(self, backend: HostBackend | None = None, *, root_pid: int | None = None,
+                 source: str = "host", timeout: float = 2.0) -> None:
+        self.backend = backend or ProcBackend()
+        self.root_pid = root_pid  # the server's launcher; its tree is the server
+        self.timeout = timeout
+        self.tracker = FailureTracker(source)
+
+    async def poll(self) -> Reading[HostData]:
+        try:
+            data = await run_blocking(lambda: sample(self.backend, self.root_pid), self.timeout)
+        except TimeoutError:
+            return self.tracker.fail(Status.ERROR, f"/proc did not answer within {self.timeout:g}s")
+        except Exception as exc:  # a collector never lets a failure escape
+            return self.tracker.fail(Status.ERROR, describe(exc))
+        return self.tracker.ok(data)

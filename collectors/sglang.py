@@ -1,0 +1,180 @@
+"""SGLang over HTTP: /health, /server_info and /metrics, with windowed latency quantiles from
+histogram deltas and throughput from counter deltas (what rate() and histogram_quantile()
+do in SGLang's Grafana board)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from collectors import promtext
+from collectors.base import FailureTracker, describe
+from collectors.readings import Reading, ServerData, Status
+from collectors.windowed import WindowedHistogram, WindowedRate
+
+HISTOGRAMS = {
+    "ttft": "sglang:time_to_first_token_seconds",
+    "itl": "sglang:inter_token_latency_seconds",
+    "e2e": "sglang:e2e_request_latency_seconds",
+}
+GAUGES = {
+    "num_running_reqs": "sglang:num_running_reqs",
+    "num_queue_reqs": "sglang:num_queue_reqs",
+    "num_used_tokens": "sglang:num_used_tokens",
+    "token_usage": "sglang:token_usage",
+    "gen_throughput": "sglang:gen_throughput",
+}
+
+
+class SglangCollector:
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 2.0,
+                 window_s: float = 30.0, info_every_s: float = 15.0,
+                 source: str | None = None, client: httpx.AsyncClient | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.window_s = window_s
+        self.info_every_s = info_every_s
+        self.tracker = FailureTracker(source or f"sglang {self.url}")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # Loopback or a node's own network only; never follow redirects to elsewhere.
+        self.client = client or httpx.AsyncClient(base_url=self.url, timeout=timeout,
+                                                  headers=headers, follow_redirects=False)
+        self._own_client = client is None
+        self._windows = {k: WindowedHistogram(window_s) for k in HISTOGRAMS}
+        self._out_rate = WindowedRate(window_s)
+        self._req_rate = WindowedRate(window_s)
+        self._info: dict[str, Any] | None = None
+        self._info_at = 0.0
+
+    async def close(self) -> None:
+        if self._own_client:
+            await self.client.aclose()
+
+    async def poll(self) -> Reading[ServerData]:
+        try:
+            return await self._poll()
+        except Exception as exc:  # a collector never lets a failure escape
+            return self.tracker.fail(Status.ERROR, describe(exc))
+
+    async def _poll(self) -> Reading[ServerData]:
+        try:
+            health = await self.client.get("/health")
+        except httpx.ConnectError:
+            return self.tracker.fail(Status.ERROR, f"no server at {self.url} (connection refused)")
+        except httpx.TimeoutException:
+            return self.tracker.fail(Status.ERROR, f"{self.url}/health did not answer in time")
+        healthy = health.status_code == 200
+        if health.status_code not in (200, 503):
+            return self.tracker.fail(Status.ERROR,
+                                     f"/health answered HTTP {health.status_code}")
+        fields: dict[str, Any] = {"url": self.url, "healthy": healthy}
+        problems: list[str] = []
+        now = time.monotonic()
+        if self._info is None or now - self._info_at > self.info_every_s:
+            try:
+                self._info = await self._server_info()
+                self._info_at = now
+            except (httpx.HTTPError, ValueError) as exc:
+                problems.append(f"server_info: {describe(exc)}")
+        if self._info is not None:
+            fields.update(self._info)
+        try:
+            fields.update(await self._metrics(now))
+        except promtext.PromTextError as exc:
+            problems.append(f"metrics page: {exc}")
+        except (httpx.HTTPError, ValueError) as exc:
+            problems.append(f"metrics: {describe(exc)}")
+        data = ServerData(**fields)
+        if problems:
+            return self.tracker.fail(Status.ERROR, "; ".join(problems), data)
+        if not healthy:
+            return self.tracker.ok(data, Status.STARTING, "server is starting (/health 503)")
+        return self.tracker.ok(data)
+
+    async def _server_info(self) -> dict[str, Any]:
+        resp = await self.client.get("/server_info")
+        if resp.status_code == 404:  # builds before the rename
+            resp = await self.client.get("/get_server_info")
+        resp.raise_for_status()
+        info = resp.json()
+        if not isinstance(info, dict):
+            raise ValueError("/server_info is not a JSON object")
+        states = info.get("internal_states") or [{}]
+        usage = (states[0] or {}).get("memory_usage") or {}
+        return {
+            "version": info.get("version"),
+            "model_path": info.get("model_path"),
+            "tp_size": info.get("tp_size"),
+            "max_total_num_tokens": info.get("max_total_num_tokens"),
+            "weight_gb": usage.get("weight"),
+            "kv_cache_gb": usage.get("kvcache"),
+            "graph_gb": usage.get("graph"),
+            # Only what a dashboard needs; /server_info also echoes api keys, never kept.
+            "extra": {"simulated": info["simulated"]} if "simulated" in info else {},
+        }
+
+    async def _metrics(self, now: float) -> dict[str, Any]:
+        resp = await self.client.get("/metrics")
+        if resp.status_code == 404:
+            raise ValueError("/metrics is 404: start SGLang with --enable-metrics")
+        resp.raise_for_status()
+        fams = promtext.parse(resp.text)
+        out: dict[str, Any] = {k: promtext.gauge(fams, name) for k, name in GAUGES.items()}
+        # Newer SGLang builds export these constants; prefer them to /server_info's rounding.
+        for key, name in (("weight_gb", "sglang:weight_memory_usage_gb"),
+                          ("kv_cache_gb", "sglang:kv_cache_memory_usage_gb"),
+                          ("max_total_num_tokens", "sglang:max_total_num_tokens")):
+            value = promtext.gauge(fams, name)
+            if value is not None:
+                out[key] = int(value) if key == "max_total_num_tokens" else value
+        out["ranks"] = rank_constants(fams)
+        for key, name in HISTOGRAMS.items():
+            fam = fams.get(name)
+            if fam is not None:
+                self._windows[key].add(now, merged_histogram(fam))
+            out[key] = self._windows[key].quantiles(now)
+        for rate, name in ((self._out_rate, "sglang:generation_tokens_total"),
+                           (self._req_rate, "sglang:num_requests_total")):
+            total = promtext.counter_total(fams, name)
+            if total is not None:
+                rate.add(now, total)
+        out["output_tokens_per_s"] = self._out_rate.rate()
+        out["requests_per_s"] = self._req_rate.rate()
+        out["window_s"] = self.window_s
+        return out
+
+
+def merged_histogram(family: promtext.Family) -> promtext.Histogram:
+    """All label sets of one histogram summed by bucket: sum by (le) (...)."""
+    series = list(promtext.histogram_series(family).values())
+    if len(series) == 1:
+        return series[0]
+    counts: dict[float, float] = {}
+    total = 0.0
+    count = 0.0
+    for hist in series:
+        for bound, c in hist.buckets:
+            counts[bound] = counts.get(bound, 0.0) + c
+        total += hist.sum
+        count += hist.count
+    return promtext.Histogram(buckets=tuple(sorted(counts.items())), sum=total, count=count)
+
+
+RANK_GAUGES = {"weight_gb": "sglang:weight_memory_usage_gb",
+               "kv_cache_gb": "sglang:kv_cache_memory_usage_gb",
+               "max_total_num_tokens": "sglang:max_total_num_tokens"}
+
+
+def rank_constants(fams: dict[str, promtext.Family]) -> dict[int, dict[str, float]]:
+    """Per-TP-rank memory constants, from the scheduler gauges' tp_rank label."""
+    ranks: dict[int, dict[str, float]] = {}
+    for key, name in RANK_GAUGES.items():
+        fam = fams.get(name)
+        if fam is None:
+            continue
+        for sample in fam.samples:
+            rank = dict(sample.labels).get("tp_rank")
+            if rank is not None and rank.isdigit():
+                ranks.setdefault(int(rank), {})[key] = sample.value
+    return ranks

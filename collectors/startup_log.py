@@ -1,0 +1,995 @@
+"""Incremental parser of SGLang server logs: startup facts, phase timeline, latest batch stats.
+
+The supervisor tails the server log and calls :meth:`StartupLogParser.feed` once per line,
+so the parser is built for that: it keeps small mutable state, never raises, and rejects the
+common line (uvicorn access lines, ``Decode batch`` lines) with a few substring tests before
+any regex runs. :meth:`StartupLogParser.facts` returns an immutable :class:`StartupFacts`.
+
+Format strings and their variants are those collected in the project notes
+(``sglang-interfaces.md`` sections 3 and 4.4). Lines are matched on their message text, never
+on the prefix, because the prefix changes between builds and processes:
+``[ts] msg``, ``[ts TP0] msg``, ``[ts DP0 TP0 EP0] msg``, ``[ts] INFO file.py:123: msg``,
+``[gpu_id=0] msg`` (2024 builds), bare ``msg`` and uvicorn's ``INFO:     msg``.
+
+Units: SGLang prints "GB" but divides by 1024**3, so every ``*_gb`` field here is GiB exactly
+as SGLang means it (the Engram host-table lines print MiB = 1024**2). Use
+:func:`gib_to_bytes` / :func:`mib_to_bytes` (or the ``*_bytes`` properties) for bytes.
+
+Times: a line's time is the caller's ``at`` (monotonic arrival time) when given, else the
+prefix timestamp (second resolution, read as UTC so that only differences matter), else the
+time of the previous timed line. Give ``at`` for every line or for none: the two clocks are
+not comparable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+
+GIB = 1024**3
+MIB = 1024**2
+
+# Phases in startup order; current_phase() returns one of these or FAILED.
+PHASES: tuple[str, ...] = (
+    "launching", "distributed_init", "weights", "kv_pool", "graphs", "http", "warmup", "ready",
+)
+FAILED = "failed"
+_ORDER = {name: i for i, name in enumerate(PHASES)}
+
+# Event names feed() can return. "phase:<name>" is added whenever current_phase() changes.
+EVENTS: tuple[str, ...] = (
+    "launch", "distributed_init_begin", "distributed_init_end", "weights_begin", "weights_end",
+    "kv_allocated", "kv_pool_end", "graphs_begin", "graphs_end", "scheduler_summary",
+    "http_started", "http_running", "ready", "engram_table", "engram_config", "error", "failed",
+)
+
+# Errors kept (oldest dropped first) and the longest text kept per error: a crash loop must
+# not grow the parser without bound.
+MAX_ERRORS = 64
+MAX_ERROR_TEXT = 1000
+MAX_ENGRAM_TABLES = 256
+MAX_ENGRAM_MESSAGES = 64
+
+# Error kinds that mean the startup died when seen before "ready". "health_check" and
+# "retract" (runtime KV retraction) are recorded but are not fatal.
+_FATAL_KINDS = frozenset({"traceback", "oom", "warmup_failed", "engram"})
+_OOM_WORDS = ("out of memory", "OutOfMemory", "Not enough memory")
+
+
+def gib_to_bytes(gb: float | None) -> int | None:
+    """SGLang's "GB" figure (really GiB) as bytes."""
+    return None if gb is None else round(gb * GIB)
+
+
+def mib_to_bytes(mib: float | None) -> int | None:
+    return None if mib is None else round(mib * MIB)
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True, slots=True)
+class WeightLoad:
+    """One ``Load weight begin``/``end`` pair; a speculative draft model adds a second one."""
+
+    begin_avail_gb: float | None = None
+    elapsed_s: float | None = None
+    model_type: str | None = None  # the "type=" key: model class, or Main/Draft on spec paths
+    dtype: str | None = None
+    quant: str | None = None
+    avail_gb: float | None = None
+    mem_usage_gb: float | None = None  # free before minus free after: the weights' HBM
+    begin_at: float | None = None
+    end_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KvPool:
+    """One ``KV Cache is allocated`` line (MHA: K + V sizes; MLA: one KV size)."""
+
+    tokens: int | None = None  # None on the early-2025 text that printed no #tokens
+    k_size_gb: float | None = None
+    v_size_gb: float | None = None
+    kv_size_gb: float | None = None
+    extra_gb: float | None = None  # "Landmark size" (DSA pools) or a bare "Cache size"
+    total_gb: float | None = None  # K + V (or KV) + extra
+    dtype: str | None = None  # from the "Using KV cache dtype" line before it
+    at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphCapture:
+    """One CUDA-graph capture (plain, piecewise, target decode/verify, draft decode...)."""
+
+    kind: str  # text between "Capture" and "cuda graph", lower case; "default" when empty
+    begin_avail_gb: float | None = None
+    elapsed_s: float | None = None
+    mem_usage_gb: float | None = None
+    avail_gb: float | None = None
+    begin_at: float | None = None
+    end_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RankFacts:
+    """What one TP rank printed. Headline fields describe the first (main-model) load, pool
+    and all captures; the tuples keep every occurrence (draft models add more)."""
+
+    rank: int
+    dist_init_elapsed_s: float | None = None
+    dist_init_mem_usage_gb: float | None = None
+    weights_begin_avail_gb: float | None = None
+    weights_elapsed_s: float | None = None
+    weights_type: str | None = None
+    weights_dtype: str | None = None
+    weights_quant: str | None = None
+    weights_avail_gb: float | None = None  # avail mem after the main load
+    weights_gb: float | None = None  # "mem usage" of the main load
+    all_weights_gb: float | None = None  # main + draft loads
+    kv_dtype: str | None = None
+    kv_tokens: int | None = None
+    k_size_gb: float | None = None
+    v_size_gb: float | None = None
+    kv_size_gb: float | None = None  # MLA pools print one figure
+    kv_total_gb: float | None = None  # main pool
+    all_kv_gb: float | None = None  # main + draft pools
+    pool_end_avail_gb: float | None = None  # latest "Memory pool end"
+    graph_begin_avail_gb: float | None = None  # first capture's begin
+    graph_mem_usage_gb: float | None = None  # sum over captures that reported it
+    graph_elapsed_s: float | None = None  # sum over captures that reported it
+    graph_avail_gb: float | None = None  # latest capture end
+    weight_loads: tuple[WeightLoad, ...] = ()
+    kv_pools: tuple[KvPool, ...] = ()
+    graph_captures: tuple[GraphCapture, ...] = ()
+
+    @property
+    def weights_bytes(self) -> int | None:
+        return gib_to_bytes(self.weights_gb)
+
+    @property
+    def kv_total_bytes(self) -> int | None:
+        return gib_to_bytes(self.kv_total_gb)
+
+    @property
+    def graph_bytes(self) -> int | None:
+        return gib_to_bytes(self.graph_mem_usage_gb)
+
+
+@dataclass(frozen=True, slots=True)
+class EngramTable:
+    """``engram host table {label}: layout=.., N MiB resident, M MiB in huge pages (P%), ..``"""
+
+    label: str
+    layout: str
+    resident_mib: float
+    huge_mib: float
+    huge_pct: float
+    pinned: bool | None  # "pinned" -> True, "unpinned (ATS)" -> False, neither -> None
+    no_huge_pages_warning: str | None = None  # "No huge pages: expect ~10x slower ..." text
+    rank: int = 0
+    at: float | None = None
+
+    @property
+    def resident_bytes(self) -> int:
+        return round(self.resident_mib * MIB)
+
+    @property
+    def huge_bytes(self) -> int:
+        return round(self.huge_mib * MIB)
+
+
+@dataclass(frozen=True, slots=True)
+class LogError:
+    at: float | None
+    kind: str  # traceback, oom, warmup_failed, health_check, engram, retract
+    text: str
+    rank: int = 0
+    exception: str | None = None  # the closing "SomeError: ..." line of a traceback
+    fatal: bool = False  # seen before "ready" with a fatal kind
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeStats:
+    at: float | None
+    rank: int
+    running_reqs: int | None = None
+    num_tokens: int | None = None
+    token_usage: float | None = None  # "full token usage" on hybrid (SWA/Mamba) models
+    gen_throughput: float | None = None  # tokens/s
+    queue_reqs: int | None = None
+    accept_len: float | None = None
+    graph: bool | None = None  # cuda/cpu/npu graph
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillStats:
+    at: float | None
+    rank: int
+    new_seqs: int | None = None
+    new_tokens: int | None = None
+    cached_tokens: int | None = None
+    token_usage: float | None = None
+    running_reqs: int | None = None
+    queue_reqs: int | None = None
+    input_throughput: float | None = None
+    graph: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSpan:
+    """One pass through a phase. A phase entered again (a draft model's weights, a second
+    graph capture) gets another span; start/end are None where the line was not seen."""
+
+    phase: str
+    start: float | None
+    end: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StartupFacts:
+    """Everything known so far. ``*_gb`` are GiB (SGLang's "GB"), ``*_mib`` MiB, times are
+    the clock of the fed lines (``at`` or prefix timestamps). ``launch_at`` is the first line
+    fed, so attach the parser at the start of the log for a meaningful "launching" phase."""
+
+    ranks: dict[int, RankFacts] = field(default_factory=dict)  # TP rank -> facts
+    # Scheduler summary line (TP rank 0).
+    max_total_num_tokens: int | None = None
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int | None = None
+    max_running_requests: int | None = None
+    context_len: int | None = None
+    available_gpu_mem_gb: float | None = None
+    scheduler_extra: dict[str, str] = field(default_factory=dict)  # keys this parser does not know
+    # Engram.
+    engram_tables: tuple[EngramTable, ...] = ()
+    engram_config_text: str | None = None  # raw "DeepSeek-V4.1 Engram tables: ..." message
+    engram_config: dict[str, str] = field(default_factory=dict)  # placement/replication/lookup
+    engram_messages: tuple[str, ...] = ()  # page-cache drops, MADV_COLLAPSE errno, NPU offload
+    # HTTP.
+    uvicorn_pid: int | None = None
+    uvicorn_url: str | None = None
+    # Outcome.
+    ready: bool = False
+    ready_at: float | None = None
+    failed_at: float | None = None
+    failed_in: str | None = None  # the phase current when the fatal error came
+    errors: tuple[LogError, ...] = ()
+    # Timeline.
+    launch_at: float | None = None
+    last_line_at: float | None = None
+    lines_seen: int = 0
+    phase: str = "launching"
+    timeline: tuple[PhaseSpan, ...] = ()
+    # Runtime (latest only).
+    decode: DecodeStats | None = None
+    prefill: PrefillStats | None = None
+
+    def current_phase(self) -> str:
+        return self.phase
+
+    def phase_durations(self, now: float | None = None) -> dict[str, float]:
+        """Seconds per phase, summed over its spans; "total" is launch -> ready.
+
+        Open spans count only when ``now`` is given (same clock as the fed times).
+        """
+        out: dict[str, float] = {}
+        for span in self.timeline:
+            if span.phase == "ready":
+                continue
+            end = span.end if span.end is not None else now
+            if span.start is None or end is None:
+                continue
+            out[span.phase] = out.get(span.phase, 0.0) + max(0.0, end - span.start)
+        if self.launch_at is not None:
+            if self.ready_at is not None:
+                out["total"] = max(0.0, self.ready_at - self.launch_at)
+            elif now is not None:
+                out["total"] = max(0.0, now - self.launch_at)
+        return out
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data for json.dumps (rank keys stay ints; json writes them as strings)."""
+        out = asdict(self)
+        out["current_phase"] = self.phase
+        out["phase_durations"] = self.phase_durations()
+        return out
+
+
+# --------------------------------------------------------------------------- regexes
+
+_NUM = r"(-?\d+(?:\.\d+)?)"
+# "[2026-02-04 10:11:12]" or "[2026-02-04 10:11:12 DP0 TP0 EP0]"; group 3 holds the tags.
+_PREFIX = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)([.,]\d+)?([^\]]*)\]\s?")
+_LEVEL = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[\w.\-/]+:\d+:\s*")
+_GPU_ID = re.compile(r"\[gpu_id=(\d+)\]\s*")
+_TP = re.compile(r"\bTP(\d+)\b")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_AVAIL = re.compile(r"avail mem=\s*" + _NUM + r"\s*GB")
+_MEM_USAGE = re.compile(r"mem usage=\s*" + _NUM + r"\s*GB")
+_ELAPSED = re.compile(r"(?:elapsed=|Time elapsed:)\s*" + _NUM + r"\s*s\b")
+_KV_FIELD = re.compile(
+    r"(?<![\w])(#tokens|KV size|K size|V size|Landmark size|Cache size)\s*:\s*" + _NUM
+)
+_KV_DTYPE = re.compile(r"Using KV cache dtype:\s*(\S+)")
+_GRAPH = re.compile(r"Capture\s+(.*?)\s*cuda graph\s+(begin|end)\b", re.IGNORECASE)
+_PAIR = re.compile(r"(\w+)=([^,\s]+)")
+_PID = re.compile(r"Started server process \[(\d+)\]")
+_URL = re.compile(r"Uvicorn running on (\S+)")
+_ENGRAM_TABLE = re.compile(
+    r"engram host table\s*(?P<label>[^:]*?)\s*:\s*layout=(?P<layout>[\w-]+)\s*,\s*"
+    r"(?P<res>\d[\d,]*(?:\.\d+)?)\s*MiB resident\s*,\s*"
+    r"(?P<huge>\d[\d,]*(?:\.\d+)?)\s*MiB in huge pages\s*\(\s*(?P<pct>\d+(?:\.\d+)?)\s*%\s*\)"
+    r"(?P<rest>.*)$",
+    re.IGNORECASE,
+)
+_UNPINNED = re.compile(r"\bunpinned\b", re.IGNORECASE)
+_PINNED = re.compile(r"\bpinned\b", re.IGNORECASE)
+_ENGRAM_KEY = re.compile(r"\b(placement|replication|lookup)\b[\"']?\s*[:=]\s*[\"']?([\w-]+)")
+# "key: value" pairs of batch lines; keys start with '#' or a letter, so a leading ". " or
+# " [iter]" after "batch" is skipped.
+_BATCH_FIELD = re.compile(r"(#?[A-Za-z][\w\-/() ]*?)\s*:\s*([^,]+)")
+# A traceback's last line: "RuntimeError: ..", "torch.OutOfMemoryError: ..", "KeyboardInterrupt".
+_EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(?::\s|:$|$)")
+
+_SUMMARY_INT = (
+    "max_total_num_tokens", "chunked_prefill_size", "max_prefill_tokens",
+    "max_running_requests", "context_len",
+)
+
+
+def _float(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text.split()[0].rstrip(".,"))
+    except (ValueError, IndexError):
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    value = _float(text)
+    return None if value is None else int(value)
+
+
+def _bool(text: str | None) -> bool | None:
+    if text is None:
+        return None
+    word = text.strip().lower()
+    return True if word == "true" else False if word == "false" else None
+
+
+def _group_float(rx: re.Pattern[str], text: str) -> float | None:
+    m = rx.search(text)
+    return float(m.group(1)) if m else None
+
+
+def _mib(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+# --------------------------------------------------------------------------- parser state
+
+
+class _Rank:
+    """Mutable per-rank state; frozen into RankFacts by facts()."""
+
+    __slots__ = (
+        "rank", "dist_begins", "dist_ends", "dist_elapsed_s", "dist_mem_gb", "loads",
+        "open_load", "pools", "pool_ends", "pool_end_avail_gb", "kv_dtype", "graphs",
+        "open_graphs",
+    )
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.dist_begins = 0
+        self.dist_ends = 0
+        self.dist_elapsed_s: float | None = None
+        self.dist_mem_gb: float | None = None
+        self.loads: list[WeightLoad] = []
+        self.open_load: int | None = None
+        self.pools: list[KvPool] = []
+        self.pool_ends = 0
+        self.pool_end_avail_gb: float | None = None
+        self.kv_dtype: str | None = None
+        self.graphs: list[GraphCapture] = []
+        self.open_graphs: dict[str, int] = {}  # kind -> index of a capture awaiting its end
+
+    def freeze(self) -> RankFacts:
+        main = self.loads[0] if self.loads else WeightLoad()
+        pool = self.pools[0] if self.pools else KvPool()
+        return RankFacts(
+            rank=self.rank,
+            dist_init_elapsed_s=self.dist_elapsed_s,
+            dist_init_mem_usage_gb=self.dist_mem_gb,
+            weights_begin_avail_gb=main.begin_avail_gb,
+            weights_elapsed_s=main.elapsed_s,
+            weights_type=main.model_type,
+            weights_dtype=main.dtype,
+            weights_quant=main.quant,
+            weights_avail_gb=main.avail_gb,
+            weights_gb=main.mem_usage_gb,
+            all_weights_gb=_sum(w.mem_usage_gb for w in self.loads),
+            kv_dtype=self.kv_dtype,
+            kv_tokens=pool.tokens,
+            k_size_gb=pool.k_size_gb,
+            v_size_gb=pool.v_size_gb,
+            kv_size_gb=pool.kv_size_gb,
+            kv_total_gb=pool.total_gb,
+            all_kv_gb=_sum(p.total_gb for p in self.pools),
+            pool_end_avail_gb=self.pool_end_avail_gb,
+            graph_begin_avail_gb=self.graphs[0].begin_avail_gb if self.graphs else None,
+            graph_mem_usage_gb=_sum(g.mem_usage_gb for g in self.graphs),
+            graph_elapsed_s=_sum(g.elapsed_s for g in self.graphs),
+            graph_avail_gb=next(
+                (g.avail_gb for g in reversed(self.graphs) if g.avail_gb is not None), None
+            ),
+            weight_loads=tuple(self.loads),
+            kv_pools=tuple(self.pools),
+            graph_captures=tuple(self.graphs),
+        )
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    """Sum of the known values; None when none is known (unknown is not zero)."""
+    known = [v for v in values if v is not None]
+    return round(sum(known), 6) if known else None
+
+
+class _Err:
+    __slots__ = ("at", "kind", "text", "rank", "exception", "fatal")
+
+    def __init__(self, at: float | None, kind: str, text: str, rank: int, fatal: bool) -> None:
+        self.at = at
+        self.kind = kind
+        self.text = text
+        self.rank = rank
+        self.exception: str | None = None
+        self.fatal = fatal
+
+
+class _Line:
+    """A line split into time, rank and message; built only for lines a needle matched."""
+
+    __slots__ = ("t", "rank", "msg")
+
+    def __init__(self, t: float | None, rank: int, msg: str) -> None:
+        self.t = t
+        self.rank = rank
+        self.msg = msg
+
+
+# --------------------------------------------------------------------------- parser
+
+
+class StartupLogParser:
+    """Feed SGLang log lines one at a time; ask for facts() whenever convenient."""
+
+    def __init__(self) -> None:
+        self._lines = 0
+        self._launch_at: float | None = None
+        self._last_t: float | None = None
+        self._ts_cache: tuple[str, float] = ("", 0.0)
+        self._ranks: dict[int, _Rank] = {}
+        self._spans: dict[str, list[list[float | None]]] = {p: [] for p in PHASES}
+        self._phase = "launching"
+        self._summary: dict[str, str] = {}
+        self._engram_tables: deque[EngramTable] = deque(maxlen=MAX_ENGRAM_TABLES)
+        self._engram_config_text: str | None = None
+        self._engram_config: dict[str, str] = {}
+        self._engram_messages: deque[str] = deque(maxlen=MAX_ENGRAM_MESSAGES)
+        self._pid: int | None = None
+        self._url: str | None = None
+        self._ready_at: float | None = None
+        self._ready = False
+        self._failed_at: float | None = None
+        self._failed_in: str | None = None
+        self._errors: deque[_Err] = deque(maxlen=MAX_ERRORS)
+        self._tb: _Err | None = None  # a traceback whose closing exception line is pending
+        self._decode: DecodeStats | None = None
+        self._prefill: PrefillStats | None = None
+        # Needle -> handler, tried in order with plain substring tests. Batch lines come
+        # first because they are the most common lines that match at all; errors last.
+        self._dispatch: tuple[tuple[str, Callable[[_Line, list[str]], None]], ...] = (
+            ("Decode batch", self._on_decode),
+            ("Prefill batch", self._on_prefill),
+            ("Init torch distributed", self._on_dist),
+            ("Load weight ", self._on_weights),
+            ("KV Cache is allocated", self._on_kv),
+            ("Using KV cache dtype", self._on_kv_dtype),
+            ("Memory pool end", self._on_pool_end),
+            ("Capture ", self._on_graph),
+            ("max_total_num_tokens=", self._on_summary),
+            ("Started server process", self._on_http_started),
+            ("Uvicorn running on", self._on_http_running),
+            ("fired up and ready to roll", self._on_ready),
+            ("ngram host table", self._on_engram_table),
+            ("Engram tables:", self._on_engram_config),
+            ("[engram_offload]", self._on_engram_message),
+            ("Initialization failed", self._on_error),
+            ("Health check failed", self._on_error),
+            ("Traceback", self._on_error),
+            ("OutOfMemory", self._on_error),
+            ("out of memory", self._on_error),
+            ("Not enough memory", self._on_error),
+        )
+
+    # ------------------------------------------------------------------ public
+
+    def feed(self, line: str, at: float | None = None) -> list[str]:
+        """Consume one line; return the names of the events it triggered (see EVENTS)."""
+        try:
+            return self._feed(line, at)
+        except Exception:  # a weird line must never take the supervisor's tail loop down
+            return []
+
+    def feed_text(self, text: str) -> list[str]:
+        events: list[str] = []
+        for line in text.splitlines():
+            events.extend(self.feed(line))
+        return events
+
+    def current_phase(self) -> str:
+        return self._phase
+
+    def phase_durations(self, now: float | None = None) -> dict[str, float]:
+        return self.facts().phase_durations(now)
+
+    def facts(self) -> StartupFacts:
+        s = self._summary
+        return StartupFacts(
+            ranks={r: st.freeze() for r, st in sorted(self._ranks.items())},
+            max_total_num_tokens=_int(s.get("max_total_num_tokens")),
+            chunked_prefill_size=_int(s.get("chunked_prefill_size")),
+            max_prefill_tokens=_int(s.get("max_prefill_tokens")),
+            max_running_requests=_int(s.get("max_running_requests")),
+            context_len=_int(s.get("context_len")),
+            available_gpu_mem_gb=_float(s.get("available_gpu_mem")),
+            scheduler_extra={
+                k: v for k, v in s.items()
+                if k not in _SUMMARY_INT and k != "available_gpu_mem"
+            },
+            engram_tables=tuple(self._engram_tables),
+            engram_config_text=self._engram_config_text,
+            engram_config=dict(self._engram_config),
+            engram_messages=tuple(self._engram_messages),
+            uvicorn_pid=self._pid,
+            uvicorn_url=self._url,
+            ready=self._ready,
+            ready_at=self._ready_at,
+            failed_at=self._failed_at,
+            failed_in=self._failed_in,
+            errors=tuple(
+                LogError(e.at, e.kind, e.text, e.rank, e.exception, e.fatal) for e in self._errors
+            ),
+            launch_at=self._launch_at,
+            last_line_at=self._last_t,
+            lines_seen=self._lines,
+            phase=self._phase,
+            timeline=self._timeline(),
+            decode=self._decode,
+            prefill=self._prefill,
+        )
+
+    # ------------------------------------------------------------------ core
+
+    def _feed(self, line: str, at: float | None) -> list[str]:
+        events: list[str] = []
+        if at is not None:
+            self._last_t = at
+        line = line.rstrip("\r\n")
+        if "\r" in line:  # tqdm redraws: only the last frame of the line is real
+            line = line.rsplit("\r", 1)[1]
+        self._lines += 1
+        if self._lines == 1:
+            t = at if at is not None else self._prefix_time(line)
+            if t is not None:
+                self._last_t = t
+            self._launch_at = t
+            self._open("launching", 0, t)
+            events.append("launch")
+        if self._tb is not None and self._traceback_continues(line):
+            return events
+        for needle, handler in self._dispatch:
+            if needle in line:
+                before = self._phase
+                handler(self._split(line, at), events)
+                if self._phase != before:
+                    events.append(f"phase:{self._phase}")
+                break
+        return events
+
+    def _prefix_time(self, line: str) -> float | None:
+        m = _PREFIX.match(line)
+        return self._parse_ts(m.group(1), m.group(2)) if m else None
+
+    def _parse_ts(self, ts: str, frac: str | None) -> float | None:
+        if ts == self._ts_cache[0]:
+            base = self._ts_cache[1]
+        else:
+            try:
+                base = datetime.strptime(ts.replace("T", " "), "%Y-%m-%d %H:%M:%S").replace(
+                    tzinfo=UTC
+                ).timestamp()
+            except ValueError:
+                return None
+            self._ts_cache = (ts, base)
+        return base + float("0." + frac[1:]) if frac else base
+
+    def _split(self, line: str, at: float | None) -> _Line:
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
+        t = at
+        rank: int | None = None
+        msg = line.lstrip()
+        m = _PREFIX.match(msg)
+        if m:
+            if t is None:
+                t = self._parse_ts(m.group(1), m.group(2))
+            tp = _TP.search(m.group(3))
+            if tp:
+                rank = int(tp.group(1))
+            msg = msg[m.end():]
+        lvl = _LEVEL.match(msg)
+        if lvl:
+            msg = msg[lvl.end():]
+        gpu = _GPU_ID.match(msg)
+        if gpu:
+            # 2024 builds tagged scheduler lines with the GPU id, which was the TP rank.
+            if rank is None:
+                rank = int(gpu.group(1))
+            msg = msg[gpu.end():]
+        if t is None:
+            t = self._last_t
+        else:
+            self._last_t = t
+        return _Line(t, rank if rank is not None else 0, msg)
+
+    def _rank(self, rank: int) -> _Rank:
+        st = self._ranks.get(rank)
+        if st is None:
+            st = self._ranks[rank] = _Rank(rank)
+        return st
+
+    # ------------------------------------------------------------------ phases
+
+    def _open(self, phase: str, idx: int, t: float | None) -> None:
+        """Start pass ``idx`` of ``phase`` (earliest start over ranks wins)."""
+        spans = self._spans[phase]
+        if idx >= len(spans):
+            spans.append([t, None])
+            # A rank entering a phase for the second time (draft model) moves the phase back.
+            self._advance(phase, force=idx > 0)
+        else:
+            span = spans[idx]
+            if t is not None and (span[0] is None or t < span[0]):
+                span[0] = t
+            self._advance(phase, force=False)
+
+    def _close(self, phase: str, idx: int, t: float | None) -> None:
+        """End pass ``idx`` of ``phase`` (latest end over ranks wins)."""
+        spans = self._spans[phase]
+        if idx >= len(spans):
+            spans.append([None, t])  # the start line was not seen
+            return
+        span = spans[idx]
+        if t is not None and (span[1] is None or t > span[1]):
+            span[1] = t
+
+    def _advance(self, phase: str, force: bool) -> None:
+        if self._phase in (FAILED, "ready"):
+            return
+        # Never move back because a slower rank starts a phase the others have left.
+        if force or _ORDER[phase] >= _ORDER[self._phase]:
+            self._phase = phase
+
+    def _timeline(self) -> tuple[PhaseSpan, ...]:
+        spans: list[PhaseSpan] = []
+        first_other: float | None = None
+        for phase in PHASES[1:]:
+            for start, end in self._spans[phase]:
+                spans.append(PhaseSpan(phase, start, end))
+                if start is not None and (first_other is None or start < first_other):
+                    first_other = start
+        if self._spans["launching"]:
+            # "launching" lasts from the first line until any other phase starts.
+            spans.insert(0, PhaseSpan("launching", self._launch_at, first_other))
+
+        def key(span: PhaseSpan) -> tuple[int, float, int]:
+            at = span.start if span.start is not None else span.end
+            return (at is None, at if at is not None else 0.0, _ORDER[span.phase])
+
+        return tuple(sorted(spans, key=key))
+
+    # ------------------------------------------------------------------ handlers
+
+    def _on_dist(self, ln: _Line, events: list[str]) -> None:
+        st = self._rank(ln.rank)
+        if "distributed begin" in ln.msg:
+            self._open("distributed_init", st.dist_begins, ln.t)
+            st.dist_begins += 1
+            events.append("distributed_init_begin")
+        elif "distributed end" in ln.msg:  # "ends." (older builds: "end", no elapsed=)
+            st.dist_elapsed_s = _group_float(_ELAPSED, ln.msg)
+            st.dist_mem_gb = _group_float(_MEM_USAGE, ln.msg)
+            self._close("distributed_init", st.dist_ends, ln.t)
+            st.dist_ends += 1
+            events.append("distributed_init_end")
+
+    def _on_weights(self, ln: _Line, events: list[str]) -> None:
+        msg = ln.msg
+        st = self._rank(ln.rank)
+        if "Load weight begin" in msg:
+            st.open_load = len(st.loads)
+            st.loads.append(
+                WeightLoad(begin_avail_gb=_group_float(_AVAIL, msg), begin_at=ln.t)
+            )
+            self._open("weights", st.open_load, ln.t)
+            events.append("weights_begin")
+            return
+        pos = msg.find("Load weight end")
+        if pos < 0:
+            return
+        # "Load weight end. elapsed=.. s, type=.., [dtype=..|quant=.., ]avail mem=.. GB,
+        # mem usage=.. GB." - split into key=value so new or missing keys do not matter.
+        values: dict[str, str] = {}
+        for part in msg[pos + len("Load weight end"):].split(","):
+            key, sep, value = part.strip(" .").partition("=")
+            if sep:
+                values[key.strip()] = value.strip().rstrip(".").strip()
+        if st.open_load is None:  # no begin seen: still record the load
+            st.open_load = len(st.loads)
+            st.loads.append(WeightLoad())
+            self._open("weights", st.open_load, None)
+        idx = st.open_load
+        st.loads[idx] = replace(
+            st.loads[idx],
+            elapsed_s=_float(values.get("elapsed")),
+            model_type=values.get("type"),
+            dtype=values.get("dtype"),
+            quant=values.get("quant"),
+            avail_gb=_float(values.get("avail mem")),
+            mem_usage_gb=_float(values.get("mem usage")),
+            end_at=ln.t,
+        )
+        st.open_load = None
+        self._close("weights", idx, ln.t)
+        events.append("weights_end")
+
+    def _on_kv_dtype(self, ln: _Line, events: list[str]) -> None:
+        m = _KV_DTYPE.search(ln.msg)
+        if m:
+            self._rank(ln.rank).kv_dtype = m.group(1)
+
+    def _on_kv(self, ln: _Line, events: list[str]) -> None:
+        st = self._rank(ln.rank)
+        sizes: dict[str, float] = {}
+        for key, value in _KV_FIELD.findall(ln.msg):
+            sizes.setdefault(key, float(value))
+        k, v, kv = sizes.get("K size"), sizes.get("V size"), sizes.get("KV size")
+        extra = sizes.get("Landmark size")
+        if extra is None and k is None and v is None and kv is None:
+            extra = sizes.get("Cache size")
+        total = _sum((k, v, kv, extra))
+        tokens = sizes.get("#tokens")
+        idx = len(st.pools)
+        st.pools.append(KvPool(
+            tokens=None if tokens is None else int(tokens), k_size_gb=k, v_size_gb=v,
+            kv_size_gb=kv, extra_gb=extra, total_gb=total, dtype=st.kv_dtype, at=ln.t,
+        ))
+        self._open("kv_pool", idx, ln.t)
+        events.append("kv_allocated")
+
+    def _on_pool_end(self, ln: _Line, events: list[str]) -> None:
+        st = self._rank(ln.rank)
+        st.pool_end_avail_gb = _group_float(_AVAIL, ln.msg)
+        self._close("kv_pool", st.pool_ends, ln.t)
+        st.pool_ends += 1
+        events.append("kv_pool_end")
+
+    def _on_graph(self, ln: _Line, events: list[str]) -> None:
+        m = _GRAPH.search(ln.msg)
+        if m is None:  # "Capture cuda graph bs [..]" and other progress lines
+            return
+        kind = " ".join(m.group(1).lower().split()) or "default"
+        st = self._rank(ln.rank)
+        msg = ln.msg
+        if m.group(2).lower() == "begin":
+            idx = len(st.graphs)
+            st.graphs.append(GraphCapture(
+                kind, begin_avail_gb=_group_float(_AVAIL, msg), begin_at=ln.t
+            ))
+            st.open_graphs[kind] = idx
+            self._open("graphs", idx, ln.t)
+            events.append("graphs_begin")
+            return
+        idx_or_none = st.open_graphs.pop(kind, None)
+        if idx_or_none is None and st.open_graphs:
+            # Begin and end worded differently ("Capture cuda graph begin" .. "Capture target
+            # decode CUDA graph end"): close the most recent open capture.
+            latest = max(st.open_graphs, key=st.open_graphs.__getitem__)
+            idx_or_none = st.open_graphs.pop(latest)
+        if idx_or_none is None:  # end without any begin
+            idx = len(st.graphs)
+            st.graphs.append(GraphCapture(kind))
+        else:
+            idx = idx_or_none
+        st.graphs[idx] = replace(
+            st.graphs[idx],
+            elapsed_s=_group_float(_ELAPSED, msg),
+            mem_usage_gb=_group_float(_MEM_USAGE, msg),
+            avail_gb=_group_float(_AVAIL, msg),
+            end_at=ln.t,
+        )
+        self._close("graphs", idx, ln.t)
+        events.append("graphs_end")
+
+    def _on_summary(self, ln: _Line, events: list[str]) -> None:
+        if "ServerArgs" in ln.msg:  # the server-args dump, not the summary
+            return
+        self._summary.update(_PAIR.findall(ln.msg))
+        events.append("scheduler_summary")
+
+    def _on_http_started(self, ln: _Line, events: list[str]) -> None:
+        m = _PID.search(ln.msg)
+        if m:
+            self._pid = int(m.group(1))
+        self._open("http", 0, ln.t)
+        events.append("http_started")
+
+    def _on_http_running(self, ln: _Line, events: list[str]) -> None:
+        m = _URL.search(ln.msg)
+        if m:
+            self._url = m.group(1)
+        if not self._spans["http"]:
+            self._open("http", 0, ln.t)
+        self._close("http", 0, ln.t)
+        # Uvicorn listens before the warm-up request: /health is still 503 here.
+        self._open("warmup", 0, ln.t)
+        events.append("http_running")
+
+    def _on_ready(self, ln: _Line, events: list[str]) -> None:
+        if self._ready:
+            return
+        self._ready = True
+        self._ready_at = ln.t
+        self._close("warmup", 0, ln.t)
+        # Being ready proves an earlier "fatal-looking" line was not fatal after all.
+        self._failed_at = None
+        self._failed_in = None
+        for err in self._errors:
+            err.fatal = False
+        self._phase = "ready"
+        self._open("ready", 0, ln.t)
+        self._close("ready", 0, ln.t)
+        events.append("ready")
+
+    def _on_engram_table(self, ln: _Line, events: list[str]) -> None:
+        msg = ln.msg
+        if "memfd" in msg and "cannot open" in msg:
+            self._engram_messages.append(msg)
+            self._record_error(ln, "engram", events)
+            return
+        m = _ENGRAM_TABLE.search(msg)
+        if m is None:  # page-cache drop, MADV_COLLAPSE errno...
+            self._engram_messages.append(msg)
+            return
+        rest = m.group("rest")
+        pinned: bool | None = None
+        if _UNPINNED.search(rest):
+            pinned = False
+        elif _PINNED.search(rest):
+            pinned = True
+        warn_at = rest.find("No huge pages")
+        self._engram_tables.append(EngramTable(
+            label=m.group("label"),
+            layout=m.group("layout"),
+            resident_mib=_mib(m.group("res")),
+            huge_mib=_mib(m.group("huge")),
+            huge_pct=float(m.group("pct")),
+            pinned=pinned,
+            no_huge_pages_warning=rest[warn_at:].strip() if warn_at >= 0 else None,
+            rank=ln.rank,
+            at=ln.t,
+        ))
+        events.append("engram_table")
+
+    def _on_engram_config(self, ln: _Line, events: list[str]) -> None:
+        pos = ln.msg.find("DeepSeek")
+        self._engram_config_text = ln.msg[pos:] if pos >= 0 else ln.msg
+        self._engram_config.update(_ENGRAM_KEY.findall(ln.msg))
+        events.append("engram_config")
+
+    def _on_engram_message(self, ln: _Line, events: list[str]) -> None:
+        self._engram_messages.append(ln.msg)
+
+    def _on_error(self, ln: _Line, events: list[str]) -> None:
+        msg = ln.msg
+        if "Initialization failed" in msg:
+            kind = "warmup_failed"
+        elif "Health check failed" in msg:
+            kind = "health_check"
+        elif "Decode out of memory happened" in msg:
+            kind = "retract"  # runtime KV retraction: the server carries on
+        elif "Traceback" in msg:
+            kind = "traceback"
+        else:
+            kind = "oom"
+        err = self._record_error(ln, kind, events)
+        if "Traceback" in msg:
+            self._tb = err
+
+    def _record_error(self, ln: _Line, kind: str, events: list[str]) -> _Err:
+        fatal = kind in _FATAL_KINDS and not self._ready
+        err = _Err(ln.t, kind, ln.msg.strip()[:MAX_ERROR_TEXT], ln.rank, fatal)
+        self._errors.append(err)
+        events.append("error")
+        if fatal and self._failed_at is None:
+            self._failed_at = ln.t if ln.t is not None else self._last_t
+            self._failed_in = self._phase
+            self._phase = FAILED
+            events.append("failed")
+        return err
+
+    def _traceback_continues(self, line: str) -> bool:
+        """True while ``line`` belongs to the pending traceback (and must not be scanned:
+        source lines in frames would trip the needles)."""
+        err = self._tb
+        assert err is not None
+        stripped = line.strip()
+        if not stripped or line[0] in " \t":
+            return True
+        if stripped.startswith(("Traceback", "During handling", "The above exception")):
+            return True
+        self._tb = None
+        if _PREFIX.match(stripped) or not _EXC_LINE.match(stripped):
+            return False  # the traceback ended without an exception line: scan normally
+        err.exception = stripped[:MAX_ERROR_TEXT]
+        if err.kind == "traceback" and any(word in stripped for word in _OOM_WORDS):
+            err.kind = "oom"
+        return True
+
+    # ------------------------------------------------------------------ runtime batches
+
+    def _on_decode(self, ln: _Line, events: list[str]) -> None:
+        f = _batch_fields(ln.msg, "Decode batch")
+        self._decode = DecodeStats(
+            at=ln.t,
+            rank=ln.rank,
+            running_reqs=_int(f.get("#running-req")),
+            num_tokens=_int(f.get("#token")),
+            token_usage=_float(f.get("token usage", f.get("full token usage"))),
+            gen_throughput=_float(f.get("gen throughput (token/s)")),
+            queue_reqs=_int(f.get("#queue-req")),
+            accept_len=_float(f.get("accept len")),
+            graph=_bool(f.get("cuda graph", f.get("cpu graph", f.get("npu graph")))),
+        )
+
+    def _on_prefill(self, ln: _Line, events: list[str]) -> None:
+        f = _batch_fields(ln.msg, "Prefill batch")
+        self._prefill = PrefillStats(
+            at=ln.t,
+            rank=ln.rank,
+            new_seqs=_int(f.get("#new-seq")),
+            new_tokens=_int(f.get("#new-token")),
+            cached_tokens=_int(f.get("#cached-token")),
+            token_usage=_float(f.get("token usage", f.get("full token usage"))),
+            running_reqs=_int(f.get("#running-req")),
+            queue_reqs=_int(f.get("#queue-req")),
+            input_throughput=_float(f.get("input throughput (token/s)")),
+            graph=_bool(f.get("cuda graph", f.get("cpu graph", f.get("npu graph")))),
+        )
+
+
+def _batch_fields(msg: str, head: str) -> dict[str, str]:
+    body = msg[msg.find(head) + len(head):]
+    return {k.strip(): v.strip() for k, v in _BATCH_FIELD.findall(body)}
+
+
+def parse_startup_log(text: str) -> StartupFacts:
+    """Facts of a whole log file at once (times from the line prefixes)."""
+    parser = StartupLogParser()
+    parser.feed_text(text)
+    return parser.facts()

@@ -1,0 +1,205 @@
+"""Windowed statistics from successive scrapes, as dashboards get them from PromQL.
+
+``histogram_quantile`` follows Prometheus (promql/quantile.go, classic buckets);
+``WindowedHistogram`` and ``WindowedRate`` play the part of ``rate()`` over a window: they
+take the difference between the oldest retained scrape and the newest. Unlike ``rate()``
+they do not extrapolate to the window edges, and a counter reset (server restarted) restarts
+the window instead of being stitched over: after a restart the dashboard is watching a new
+process, and mixing both would blur the comparison.
+
+Timestamps are monotonic seconds from the caller; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from collectors.promtext import Histogram
+from collectors.readings import Quantiles
+
+__all__ = ["WindowedHistogram", "WindowedRate", "histogram_quantile"]
+
+_EMPTY = Quantiles(p50=None, p99=None, mean=None, count=0.0)
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """The q-quantile of cumulative ``(upper bound, count)`` buckets, as Prometheus computes it.
+
+    Linear interpolation inside the bucket holding the rank, 0 as the lower edge of the first
+    bucket (unless its bound is <= 0: then that bound), and the highest finite bound when the
+    rank falls in the +Inf bucket. None when there are no observations, when the +Inf bucket
+    is missing or there is no finite bucket (Prometheus: NaN). q < 0 gives -inf, q > 1 +inf.
+    """
+    if math.isnan(q):
+        return None
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    bs = sorted(buckets)
+    if len(bs) < 2 or bs[-1][0] != math.inf:
+        return None
+    # Scrapes are not atomic across buckets, so cumulative counts can dip; Prometheus forces
+    # them monotonic the same way.
+    counts: list[float] = []
+    running = -math.inf
+    for _, c in bs:
+        running = max(running, c)
+        counts.append(running)
+    total = counts[-1]
+    if not total > 0:  # also catches NaN
+        return None
+    rank = q * total
+    b = bisect_left(counts, rank, 0, len(counts) - 1)
+    if b == len(counts) - 1:
+        return bs[-2][0]
+    if b == 0 and bs[0][0] <= 0:
+        return bs[0][0]
+    start, end, count = 0.0, bs[b][0], counts[b]
+    if b > 0:
+        start = bs[b - 1][0]
+        count -= counts[b - 1]
+        rank -= counts[b - 1]
+    if count <= 0:  # q == 0 over an empty first bucket: Prometheus gives NaN, 0/0
+        return start
+    return start + (end - start) * (rank / count)
+
+
+class _HistPoint(NamedTuple):
+    t: float
+    bounds: tuple[float, ...]
+    counts: tuple[float, ...]
+    sum: float
+    count: float
+
+
+class _RatePoint(NamedTuple):
+    t: float
+    total: float
+
+
+def _trim(points: deque, cutoff: float) -> None:  # type: ignore[type-arg]
+    # Keep one baseline at or before the cutoff, so the delta always spans the whole window.
+    while len(points) >= 2 and points[1].t <= cutoff:
+        points.popleft()
+
+
+class WindowedHistogram:
+    """Quantiles, mean and count of the observations made in the last ``window_s`` seconds.
+
+    Memory: the scrapes inside the window plus one baseline, at most ``max_points``. For
+    SGLang's inter-token-latency histogram ``count`` is tokens, not requests.
+    """
+
+    def __init__(self, window_s: float, max_points: int = 4096) -> None:
+        if not window_s > 0:
+            raise ValueError("window_s must be positive")
+        self.window_s = window_s
+        self.resets = 0  # how many times a counter reset restarted the window
+        self._points: deque[_HistPoint] = deque(maxlen=max_points)
+
+    def add(self, t: float, hist: Histogram) -> None:
+        """Record one scrape. A scrape older than the newest one is ignored."""
+        point = _HistPoint(
+            t,
+            tuple(b for b, _ in hist.buckets),
+            tuple(c for _, c in hist.buckets),
+            hist.sum,
+            hist.count,
+        )
+        pts = self._points
+        if pts:
+            last = pts[-1]
+            if t < last.t:
+                return
+            if (
+                point.bounds != last.bounds  # restarted with other --bucket-* flags
+                or point.count < last.count
+                or any(c < p for c, p in zip(point.counts, last.counts, strict=True))
+            ):
+                pts.clear()
+                self.resets += 1
+            elif t == last.t:
+                pts.pop()
+        pts.append(point)
+        _trim(pts, t - self.window_s)
+
+    def span(self) -> float | None:
+        """Seconds between the oldest retained scrape and the newest (None with fewer than 2)."""
+        pts = self._points
+        return pts[-1].t - pts[0].t if len(pts) >= 2 else None
+
+    def delta(self, now: float) -> Histogram | None:
+        """The observations made between the oldest retained scrape and the newest."""
+        pts = self._points
+        _trim(pts, now - self.window_s)
+        if len(pts) < 2:  # one scrape, or the newest is older than the window: no data
+            return None
+        old, new = pts[0], pts[-1]
+        buckets = tuple(
+            (b, c - p) for b, c, p in zip(new.bounds, new.counts, old.counts, strict=True)
+        )
+        return Histogram(buckets, new.sum - old.sum, new.count - old.count)
+
+    def quantiles(self, now: float) -> Quantiles:
+        d = self.delta(now)
+        if d is None or not d.count > 0:
+            return _EMPTY
+        mean = d.sum / d.count if math.isfinite(d.sum) else None
+        return Quantiles(
+            p50=histogram_quantile(0.5, d.buckets),
+            p99=histogram_quantile(0.99, d.buckets),
+            mean=mean,
+            count=d.count,
+        )
+
+
+class WindowedRate:
+    """Per-second increase of a counter over the last ``window_s`` seconds."""
+
+    def __init__(self, window_s: float, max_points: int = 4096) -> None:
+        if not window_s > 0:
+            raise ValueError("window_s must be positive")
+        self.window_s = window_s
+        self.resets = 0
+        self._points: deque[_RatePoint] = deque(maxlen=max_points)
+
+    def add(self, t: float, total: float) -> None:
+        """Record one scrape's counter value. NaN and out-of-order scrapes are ignored."""
+        if math.isnan(total):
+            return
+        pts = self._points
+        if pts:
+            last = pts[-1]
+            if t < last.t:
+                return
+            if total < last.total:
+                pts.clear()
+                self.resets += 1
+            elif t == last.t:
+                pts.pop()
+        pts.append(_RatePoint(t, total))
+        _trim(pts, t - self.window_s)
+
+    def span(self) -> float | None:
+        pts = self._points
+        return pts[-1].t - pts[0].t if len(pts) >= 2 else None
+
+    def rate(self, now: float | None = None) -> float | None:
+        """Increase per second over the window; None with fewer than two scrapes in it.
+
+        With ``now``, scrapes that fell out of the window by then are dropped first, so a
+        source that stopped answering yields None instead of its last rate.
+        """
+        pts = self._points
+        if now is not None:
+            _trim(pts, now - self.window_s)
+        if len(pts) < 2:
+            return None
+        old, new = pts[0], pts[-1]
+        dt = new.t - old.t
+        return (new.total - old.total) / dt if dt > 0 else None

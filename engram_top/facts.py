@@ -1,0 +1,152 @@
+"""What a run shows, computed from the store: the same numbers for the dashboard and exports.
+
+Pure functions over a RunStore; no Textual, no I/O. Memory stays in bytes here; SGLang's own
+"GB" figures (which are GiB) keep their name and unit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from collectors.readings import GpuData, HostData, Reading, ServerData
+from engram_top.store import RunStore
+
+GIB = 1024**3
+
+
+def source_status(store: RunStore, kind: str, now: float | None = None) -> dict[str, Any]:
+    """Status of a source: its latest state, message, and the age of its last good value."""
+    now = time.monotonic() if now is None else now
+    latest: Reading[Any] | None = store.latest.get(kind)
+    good = store.last_ok.get(kind)
+    out: dict[str, Any] = {"status": latest.status.value if latest else "none",
+                           "message": latest.message if latest else "no reading yet"}
+    out["last_good_age_s"] = None if good is None else round(now - good.at, 3)
+    if latest is not None and latest.failing_since is not None:
+        out["failing_for_s"] = round(now - latest.failing_since, 3)
+    return out
+
+
+def server_pids(store: RunStore) -> set[int]:
+    host: HostData | None = store.data("host")
+    if host is None or host.server_tree is None:
+        return set()
+    return set(host.server_tree.pids)
+
+
+def gpu_facts(store: RunStore) -> list[dict[str, Any]]:
+    gpus: GpuData | None = store.data("gpu")
+    server: ServerData | None = store.data("server")
+    run = store.run
+    if gpus is None:
+        return []
+    pids = server_pids(store)
+    log_ranks = (run.startup.get("ranks") or {}) if run else {}
+    out = []
+    for dev in gpus.devices:
+        share = sum(p.used_bytes or 0 for p in dev.processes if p.pid in pids)
+        # TP rank r runs on GPU r (SGLang's default base_gpu_id 0, gpu_id_step 1).
+        rank_metrics = (server.ranks.get(dev.index) if server else None) or {}
+        rank_log = log_ranks.get(dev.index) or {}
+        baseline = run.baseline_gpu_used.get(dev.index) if run else None
+        out.append({
+            "index": dev.index, "name": dev.name, "uuid": dev.uuid,
+            "total_bytes": dev.total_bytes, "reserved_bytes": dev.reserved_bytes,
+            "used_bytes": dev.used_bytes, "free_bytes": dev.free_bytes,
+            "server_bytes": share, "baseline_used_bytes": baseline,
+            "util_gpu_pct": dev.util_gpu_pct, "power_w": dev.power_w,
+            "pcie_rx_bytes_per_s": dev.pcie_rx_bytes_per_s,
+            "pcie_tx_bytes_per_s": dev.pcie_tx_bytes_per_s,
+            # SGLang's figures: the metric's full precision, else the log's two decimals.
+            "weights_gb": rank_metrics.get("weight_gb", rank_log.get("weights_gb")),
+            "kv_cache_gb": rank_metrics.get("kv_cache_gb", rank_log.get("kv_total_gb")),
+            "kv_tokens": _int(rank_metrics.get("max_total_num_tokens",
+                                               rank_log.get("kv_tokens"))),
+            "processes": [{"pid": p.pid, "name": p.name, "used_bytes": p.used_bytes}
+                          for p in dev.processes],
+        })
+    return out
+
+
+def host_facts(store: RunStore) -> dict[str, Any] | None:
+    host: HostData | None = store.data("host")
+    if host is None:
+        return None
+    run = store.run
+    base = run.baseline_host_used if run else None
+    delta = None if base is None else host.used_bytes - base
+    tree = host.server_tree
+    return {
+        "total_bytes": host.total_bytes, "used_bytes": host.used_bytes,
+        "available_bytes": host.available_bytes, "shmem_bytes": host.shmem_bytes,
+        "baseline_used_bytes": base, "delta_bytes": delta,
+        "delta_gib": None if delta is None else round(delta / GIB, 3),
+        "hugepages_bytes": host.anon_hugepages_bytes,
+        "swap_used_bytes": host.swap_used_bytes,
+        "server_rss_bytes": tree.rss_bytes if tree else None,
+        "server_rss_shmem_bytes": tree.rss_shmem_bytes if tree else None,
+        "server_pids": list(tree.pids) if tree else [],
+    }
+
+
+def kv_facts(store: RunStore) -> dict[str, Any] | None:
+    s: ServerData | None = store.data("server")
+    if s is None:
+        return None
+    return {"capacity_tokens": s.max_total_num_tokens, "used_tokens": _int(s.num_used_tokens),
+            "token_usage": s.token_usage, "running": _int(s.num_running_reqs),
+            "queued": _int(s.num_queue_reqs), "kv_cache_gb": s.kv_cache_gb}
+
+
+def latency_facts(store: RunStore) -> dict[str, Any] | None:
+    s: ServerData | None = store.data("server")
+    if s is None:
+        return None
+    out: dict[str, Any] = {"window_s": s.window_s, "output_tokens_per_s": s.output_tokens_per_s,
+                           "requests_per_s": s.requests_per_s, "gen_throughput": s.gen_throughput}
+    for key in ("ttft", "itl", "e2e"):
+        q = getattr(s, key)
+        out[key] = None if q is None else asdict(q)
+    return out
+
+
+def run_facts(store: RunStore) -> dict[str, Any] | None:
+    run = store.run
+    if run is None:
+        return None
+    startup = run.startup or {}
+    tables = startup.get("engram_tables") or []
+    ready_s = run.ready_s
+    return {
+        "scenario": run.scenario, "placement": run.placement, "node": run.node,
+        "state": run.state, "phase": run.phase, "pid": run.pid, "url": run.url,
+        "log_path": run.log_path, "time_scale": run.time_scale,
+        "launched_wall": run.launched_wall, "exit_code": run.exit_code,
+        "ready_s": None if ready_s is None else round(ready_s, 3),
+        # Node-equivalent: what the same start-up takes at time scale 1.
+        "ready_s_node": None if ready_s is None else round(ready_s / run.time_scale, 2),
+        "phase_durations_s": {k: round(v, 3) for k, v in run.phase_durations.items()},
+        "max_total_num_tokens_log": startup.get("max_total_num_tokens"),
+        "engram_host_tables": [{k: t.get(k) for k in ("label", "layout", "resident_mib",
+                                                      "huge_pct", "pinned",
+                                                      "no_huge_pages_warning")}
+                               for t in tables],
+        "log_errors": [e.get("text") for e in (startup.get("errors") or [])][-10:],
+    }
+
+
+def plain(value: Any) -> Any:
+    """Dataclasses and tuples to JSON-ready data."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return plain(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)

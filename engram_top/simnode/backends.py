@@ -1,0 +1,107 @@
+"""Node backends that read the simulated node's state: the GPU backend stands where NVML
+would, the host backend where /proc would. The collectors run their normal code over them."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from collectors.host import ProcBackend
+from collectors.readings import GpuData, GpuDevice, GpuProcess
+from engram_top.simnode import state
+
+IDLE_POWER_W = 140.0
+POWER_LIMIT_W = 1000.0  # B200 board power
+DRIVER = "580.95.05 (simulated)"
+
+
+def _uuid(node_dir: Path, index: int) -> str:
+    h = hashlib.sha1(f"{node_dir.resolve()}:{index}".encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+class SimGpuBackend:
+    name = "simulated"
+
+    def __init__(self, node_dir: Path) -> None:
+        self.node_dir = node_dir
+
+    def sample(self) -> GpuData:
+        spec = state.read_spec(self.node_dir)
+        procs = state.live_procs(self.node_dir)
+        devices = []
+        for i in range(spec.gpus):
+            owners = [(p, p.gpu_bytes[i]) for p in procs if p.gpu_bytes.get(i)]
+            used = sum(b for _, b in owners)
+            util = sum(p.gpu_util_pct.get(i, 0.0) for p in procs)
+            free = spec.gpu_total_bytes - spec.gpu_reserved_bytes - used
+            devices.append(GpuDevice(
+                index=i, name=spec.gpu_name, uuid=_uuid(self.node_dir, i),
+                total_bytes=spec.gpu_total_bytes, reserved_bytes=spec.gpu_reserved_bytes,
+                used_bytes=used, free_bytes=max(0, free),
+                util_gpu_pct=int(min(100, util)), util_mem_pct=int(min(100, util * 0.6)),
+                power_w=IDLE_POWER_W + (POWER_LIMIT_W - IDLE_POWER_W) * 0.8 * min(100, util) / 100,
+                power_limit_w=POWER_LIMIT_W,
+                pcie_rx_bytes_per_s=sum(p.pcie_rx_bytes_per_s.get(i, 0.0) for p in procs),
+                pcie_tx_bytes_per_s=sum(p.pcie_tx_bytes_per_s.get(i, 0.0) for p in procs),
+                processes=tuple(GpuProcess(p.pid, b, p.name) for p, b in owners),
+            ))
+        return GpuData(driver_version=DRIVER, devices=tuple(devices), backend="simulated")
+
+    def close(self) -> None:
+        pass
+
+
+class SimHostBackend(ProcBackend):
+    """A virtual host: meminfo from the node spec plus what live server processes hold;
+    process memory from their state files; the process tree itself is the real one."""
+
+    name = "simulated"
+
+    def __init__(self, node_dir: Path) -> None:
+        super().__init__()
+        self.node_dir = node_dir
+        self._procs: dict[int, state.ProcState] = {}
+        self._procs_at = 0.0
+
+    def _live(self) -> dict[int, state.ProcState]:
+        # One scan per poll: meminfo and every process_memory() call share it.
+        now = time.monotonic()
+        if now - self._procs_at > 0.2:
+            self._procs = {p.pid: p for p in state.live_procs(self.node_dir)}
+            self._procs_at = now
+        return self._procs
+
+    def meminfo(self) -> dict[str, int]:
+        spec = state.read_spec(self.node_dir)
+        procs = self._live().values()
+        anon = sum(p.host_anon_bytes for p in procs)
+        shmem = sum(p.host_shmem_bytes for p in procs)
+        huge = sum(p.host_hugepage_bytes for p in procs)
+        baseline_shmem = 2 * 1024**3
+        used = spec.host_baseline_used_bytes + anon + shmem
+        total = spec.host_total_bytes
+        cached = 64 * 1024**3 + shmem  # Shmem is part of Cached, as on a real kernel
+        return {
+            "MemTotal": total, "MemAvailable": total - used,
+            "MemFree": max(0, total - used - 64 * 1024**3), "Buffers": 2 * 1024**3,
+            "Cached": cached, "Shmem": baseline_shmem + shmem, "ShmemHugePages": huge,
+            "AnonHugePages": 0, "HugePages_Total": 0, "HugePages_Free": 0,
+            "Hugepagesize": 2 * 1024**2, "SwapTotal": 0, "SwapFree": 0,
+        }
+
+    def vmstat(self) -> dict[str, int]:
+        return {"pswpin": 0, "pswpout": 0}
+
+    def process_memory(self, pid: int) -> dict[str, int] | None:
+        proc = self._live().get(pid)
+        if proc is None:
+            return super().process_memory(pid)
+        real = super().process_memory(pid)
+        if real is None:
+            return None
+        anon = real["RssAnon"] + proc.host_anon_bytes
+        shmem = real["RssShmem"] + proc.host_shmem_bytes
+        return {"VmRSS": anon + shmem + real["RssFile"], "RssAnon": anon,
+                "RssFile": real["RssFile"], "RssShmem": shmem}

@@ -1,0 +1,150 @@
+"""The run store: the latest reading of every source, the last good one, bounded time series
+with a coarser tier for long runs (memory stays flat), the run's facts, and events.
+
+One writer (the session's poll loops) and readers on the same event loop (UI, exports).
+Each source has a version number so a UI can redraw only what changed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from collectors.readings import GpuData, HostData, Reading, ServerData, Status
+
+
+class Series:
+    """Recent points at full rate, and older ones averaged ``coarse_every`` to one."""
+
+    def __init__(self, fine_len: int = 600, coarse_every: int = 10, coarse_len: int = 720) -> None:
+        self.fine: deque[tuple[float, float]] = deque(maxlen=fine_len)
+        self.coarse: deque[tuple[float, float]] = deque(maxlen=coarse_len)
+        self.coarse_every = coarse_every
+        self._pending: list[tuple[float, float]] = []
+
+    def add(self, t: float, value: float) -> None:
+        self.fine.append((t, value))
+        self._pending.append((t, value))
+        if len(self._pending) >= self.coarse_every:
+            ts = [p[0] for p in self._pending]
+            vs = [p[1] for p in self._pending]
+            self.coarse.append((ts[-1], sum(vs) / len(vs)))
+            self._pending = []
+
+    def values(self, last: int | None = None) -> list[float]:
+        pts = list(self.fine)
+        if last is not None:
+            pts = pts[-last:]
+        return [v for _, v in pts]
+
+    def points(self) -> list[tuple[float, float]]:
+        """Coarse history older than the fine window, then the fine points."""
+        start = self.fine[0][0] if self.fine else float("inf")
+        return [p for p in self.coarse if p[0] < start] + list(self.fine)
+
+
+@dataclass
+class Event:
+    wall: float
+    level: str  # "info", "warning", "error"
+    text: str
+
+
+@dataclass
+class RunFacts:
+    """One scenario instance from launch to stop."""
+
+    scenario: str
+    placement: str
+    node: str
+    time_scale: float
+    launched_wall: float
+    launched_at: float  # monotonic
+    state: str = "launching"  # launching, starting, ready, stopping, stopped, exited, failed
+    pid: int | None = None
+    log_path: str | None = None
+    url: str | None = None
+    ready_at: float | None = None  # monotonic
+    ended_at: float | None = None
+    exit_code: int | None = None
+    baseline_host_used: int | None = None
+    baseline_gpu_used: dict[int, int] = field(default_factory=dict)
+    startup: dict[str, Any] = field(default_factory=dict)  # what the log parser extracted
+    phase: str = "launching"
+    phase_durations: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ready_s(self) -> float | None:
+        return None if self.ready_at is None else self.ready_at - self.launched_at
+
+
+class RunStore:
+    def __init__(self) -> None:
+        self.latest: dict[str, Reading[Any]] = {}
+        self.last_ok: dict[str, Reading[Any]] = {}
+        self.versions: dict[str, int] = {}
+        self.series: dict[str, Series] = {}
+        self.run: RunFacts | None = None
+        self.events: deque[Event] = deque(maxlen=500)
+        self.load: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ writing
+    def bump(self, key: str) -> None:
+        self.versions[key] = self.versions.get(key, 0) + 1
+
+    def event(self, level: str, text: str) -> None:
+        self.events.append(Event(time.time(), level, text))
+        self.bump("events")
+
+    def add(self, kind: str, reading: Reading[Any]) -> None:
+        """Store a reading under its kind ("gpu", "host", "server")."""
+        previous = self.latest.get(kind)
+        self.latest[kind] = reading
+        if reading.data is not None and reading.status in (Status.OK, Status.STARTING):
+            self.last_ok[kind] = reading
+            self._record_series(kind, reading)
+        if previous is None or previous.status != reading.status:
+            level = "info" if reading.status in (Status.OK, Status.STARTING) else "warning"
+            text = reading.message or reading.status.value
+            self.event(level, f"{kind}: {text}")
+        self.bump(kind)
+
+    def _record_series(self, kind: str, reading: Reading[Any]) -> None:
+        t = reading.at
+        data = reading.data
+        if isinstance(data, GpuData):
+            for dev in data.devices:
+                self._point(f"gpu{dev.index}.used", t, dev.used_bytes)
+                if dev.util_gpu_pct is not None:
+                    self._point(f"gpu{dev.index}.util", t, dev.util_gpu_pct)
+                if dev.pcie_rx_bytes_per_s is not None:
+                    self._point(f"gpu{dev.index}.pcie_rx", t, dev.pcie_rx_bytes_per_s)
+        elif isinstance(data, HostData):
+            self._point("host.used", t, data.used_bytes)
+        elif isinstance(data, ServerData):
+            for key in ("token_usage", "num_running_reqs", "num_queue_reqs",
+                        "output_tokens_per_s"):
+                value = getattr(data, key)
+                if value is not None:
+                    self._point(f"server.{key}", t, value)
+            for key in ("ttft", "itl"):
+                q = getattr(data, key)
+                if q is not None and q.p50 is not None:
+                    self._point(f"server.{key}.p50", t, q.p50)
+
+    def _point(self, name: str, t: float, value: float) -> None:
+        series = self.series.get(name)
+        if series is None:
+            series = self.series[name] = Series()
+        series.add(t, float(value))
+
+    # ------------------------------------------------------------------ reading
+    def data(self, kind: str) -> Any:
+        """The newest good data of a source (None if it never answered)."""
+        reading = self.last_ok.get(kind)
+        return None if reading is None else reading.data
+
+    def version(self, *kinds: str) -> tuple[int, ...]:
+        return tuple(self.versions.get(k, 0) for k in kinds)
