@@ -139,8 +139,8 @@ class SglangCollector:
             total = promtext.counter_total(fams, name)
             if total is not None:
                 rate.add(now, total)
-        out["output_tokens_per_s"] = self._out_rate.rate()
-        out["requests_per_s"] = self._req_rate.rate()
+        out["output_tokens_per_s"] = self._out_rate.rate(now)
+        out["requests_per_s"] = self._req_rate.rate(now)
         out["window_s"] = self.window_s
         return out
 

@@ -16,7 +16,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from collectors.promtext import Histogram
 from collectors.readings import Quantiles
@@ -82,7 +82,10 @@ class _RatePoint(NamedTuple):
     total: float
 
 
-def _trim(points: deque, cutoff: float) -> None:  # type: ignore[type-arg]
+P = TypeVar("P", _HistPoint, _RatePoint)
+
+
+def _trim(points: deque[P], cutoff: float) -> None:
     # Keep one baseline at or before the cutoff, so the delta always spans the whole window.
     while len(points) >= 2 and points[1].t <= cutoff:
         points.popleft()

@@ -104,7 +104,8 @@ class DemoSession:
         run = RunFacts(scenario=f"demo/{o.placement}", placement=o.placement,
                        node=f"simulated {self.ref.gpus}x {self.ref.gpu_name}",
                        time_scale=o.time_scale, launched_wall=time.time(),
-                       launched_at=time.monotonic(), log_path=str(log_path), url=url)
+                       launched_at=time.monotonic(), log_path=str(log_path), url=url,
+                       expected_ready_s=self.ref.placements[o.placement].ready_s * o.time_scale)
         if host0.data is not None:
             run.baseline_host_used = host0.data.used_bytes
         if gpu0.data is not None:

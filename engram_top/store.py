@@ -74,6 +74,7 @@ class RunFacts:
     startup: dict[str, Any] = field(default_factory=dict)  # what the log parser extracted
     phase: str = "launching"
     phase_durations: dict[str, float] = field(default_factory=dict)
+    expected_ready_s: float | None = None  # what start-up should take (for progress)
 
     @property
     def ready_s(self) -> float | None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Summary, generate_latest
@@ -13,12 +11,8 @@ from prometheus_client import Histogram as PcHistogram
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `pytest` from the venv does not put the repo root on sys.path
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.bench_parse import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, make_page  # noqa: E402
-from collectors.promtext import (  # noqa: E402
+from benchmarks.bench_parse import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, make_page
+from collectors.promtext import (
     Histogram,
     PromTextError,
     counter_total,
@@ -26,8 +20,8 @@ from collectors.promtext import (  # noqa: E402
     histogram_series,
     parse,
 )
-from collectors.readings import Quantiles  # noqa: E402
-from collectors.windowed import (  # noqa: E402
+from collectors.readings import Quantiles
+from collectors.windowed import (
     WindowedHistogram,
     WindowedRate,
     histogram_quantile,
@@ -234,6 +228,22 @@ def test_generate_latest_page() -> None:
     assert hist.buckets[0] == (0.1, 1) and hist.buckets[-1] == (INF, 5)
     assert [b for b, _ in hist.buckets] == [*map(float, TTFT_BUCKETS), INF]
     assert dict(hist.buckets)[400.0] == 4
+
+
+def test_mutated_pages_fail_cleanly() -> None:
+    # A broken page must give PromTextError (a clear message), never IndexError & co.
+    rng = random.Random(7)
+    failures = 0
+    for i in range(400):
+        chars = list(PageWriter(i).page())
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(len(chars))
+            chars.insert(pos, rng.choice('"{}\\=, \t#\nan_:1.-+eE'))
+        try:
+            parse("".join(chars))
+        except PromTextError:
+            failures += 1
+    assert failures > 100  # the mutations do break pages
 
 
 # --------------------------------------------------------------------------- structure

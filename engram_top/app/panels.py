@@ -1,0 +1,305 @@
+"""The dashboard's panels: each turns facts from the store into a Rich renderable.
+
+Memory is shown in binary units (GiB), as nvidia-smi's MiB and SGLang's "GB" (which is GiB)
+are. Every panel says when its source is failing and how old its values are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from engram_top import facts
+from engram_top.store import RunStore
+
+GIB = 1024**3
+BAR_WIDTH = 24
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def gib(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value / GIB:,.{digits}f}"
+
+
+def tokens(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:,.0f}"
+
+
+def ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1000:,.1f} ms"
+
+
+def rate(value: float | None, unit: str) -> str:
+    return "–" if value is None else f"{value:,.1f} {unit}"
+
+
+def bar(parts: list[tuple[float, str]], total: float, width: int = BAR_WIDTH) -> Text:
+    """A horizontal stacked bar: each (value, style) part in proportion to total."""
+    text = Text()
+    used = 0
+    for value, style in parts:
+        cells = 0 if total <= 0 else round(width * max(0.0, value) / total)
+        cells = min(cells, width - used)
+        text.append("█" * cells, style=style)
+        used += cells
+    text.append("░" * (width - used), style="grey37")
+    return text
+
+
+def sparkline(values: list[float], width: int = 30) -> Text:
+    values = values[-width:]
+    if not values:
+        return Text("")
+    lo, hi = min(values), max(values)
+    span = hi - lo or 1.0
+    return Text("".join(SPARK[int((v - lo) / span * (len(SPARK) - 1))] for v in values),
+                style="cyan")
+
+
+def source_line(store: RunStore, kind: str, label: str) -> Text | None:
+    """A line saying the source is failing, and for how long its values have been stale."""
+    st = facts.source_status(store, kind)
+    if st["status"] in ("ok", "starting"):
+        return None
+    age = st["last_good_age_s"]
+    stale = "no good reading yet" if age is None else f"last good value {age:.0f} s old"
+    style = "yellow" if st["status"] == "unavailable" else "bold red"
+    return Text(f"{label}: {st['message']} ({stale})", style=style)
+
+
+def _grid() -> Table:
+    t = Table.grid(padding=(0, 1))
+    return t
+
+
+# --------------------------------------------------------------------------- HBM
+
+
+def hbm_panel(store: RunStore) -> Group:
+    rows: list[Any] = []
+    warn = source_line(store, "gpu", "GPU")
+    if warn:
+        rows.append(warn)
+    gpus = facts.gpu_facts(store)
+    if not gpus:
+        rows.append(Text("waiting for the first GPU reading…", style="dim"))
+        return Group(*rows)
+    t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
+    t.add_column("GPU", no_wrap=True)
+    t.add_column("used/total GiB", justify="right", no_wrap=True)
+    t.add_column("", no_wrap=True)
+    t.add_column("srv", justify="right", no_wrap=True)
+    t.add_column("util", justify="right", no_wrap=True)
+    t.add_column("PCIe rx", justify="right", no_wrap=True)
+    for g in gpus:
+        server = g["server_bytes"]
+        other = max(0, g["used_bytes"] - server)
+        t.add_row(
+            f"{g['index']}",
+            f"{gib(g['used_bytes'])}/{gib(g['total_bytes'], 0)}",
+            bar([(g["reserved_bytes"], "grey50"), (other, "yellow"), (server, "green")],
+                g["total_bytes"], 12),
+            gib(server),
+            "–" if g["util_gpu_pct"] is None else f"{g['util_gpu_pct']}%",
+            "–" if g["pcie_rx_bytes_per_s"] is None
+            else f"{g['pcie_rx_bytes_per_s'] / 1e6:,.1f}MB/s",
+        )
+    rows.append(t)
+    rows.append(Text.assemble(("■", "grey50"), " reserved  ", ("■", "yellow"), " other  ",
+                              ("■", "green"), " this server", style="dim"))
+    rows.append(_server_hbm(gpus[0], store))
+    return Group(*rows)
+
+
+def _server_hbm(gpu: dict[str, Any], store: RunStore) -> Any:
+    """Where the server's HBM goes on one GPU, by SGLang's own figures (GB there = GiB)."""
+    run = store.run
+    ranks = (run.startup.get("ranks") or {}) if run else {}
+    r0 = ranks.get(gpu["index"]) or {}
+    weights = gpu["weights_gb"]
+    kv = gpu["kv_cache_gb"]
+    graphs = r0.get("graph_mem_usage_gb")
+    if weights is None:
+        return Text("SGLang's breakdown appears as the weights load", style="dim")
+    t = _grid()
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(no_wrap=True)
+    parts = [("weights", weights, "cyan"), ("KV pool", kv, "magenta"), ("graphs", graphs, "blue")]
+    shown = [(v * GIB, st) for _, v, st in parts if v is not None]
+    t.add_row(f"GPU {gpu['index']} by SGLang",
+              bar(shown, gpu["total_bytes"], 28))
+    t.add_row("", Text.assemble(*[(f"{name} {v:.3f} GB  " if name == "weights" else
+                                   f"{name} {v:.2f} GB  ", st)
+                                  for name, v, st in parts if v is not None]))
+    if gpu["kv_tokens"] is not None:
+        t.add_row("", f"KV capacity {tokens(gpu['kv_tokens'])} tokens")
+    return t
+
+
+# --------------------------------------------------------------------------- KV pool
+
+
+def kv_panel(store: RunStore) -> Group:
+    rows: list[Any] = []
+    warn = source_line(store, "server", "SGLang")
+    if warn:
+        rows.append(warn)
+    kv = facts.kv_facts(store)
+    if kv is None or kv["capacity_tokens"] is None:
+        rows.append(Text("KV pool not allocated yet (the server reports it once ready)",
+                         style="dim"))
+        return Group(*rows)
+    t = _grid()
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(no_wrap=True)
+    usage = kv["token_usage"] or 0.0
+    t.add_row("capacity", f"{tokens(kv['capacity_tokens'])} tokens"
+              + ("" if kv["kv_cache_gb"] is None else f"  ({kv['kv_cache_gb']:.2f} GB per GPU)"))
+    t.add_row("in use", Text.assemble(bar([(usage, "magenta")], 1.0), " ",
+                                      f"{usage * 100:.2f}%  {tokens(kv['used_tokens'])} tokens"))
+    t.add_row("requests", f"{kv['running'] if kv['running'] is not None else '–'} running · "
+              f"{kv['queued'] if kv['queued'] is not None else '–'} queued")
+    ref = store.run
+    t.add_row("usage trend", sparkline(_series(store, "server.token_usage")))
+    rows.append(t)
+    if ref is not None:
+        rows.append(Text(f"placement: {ref.placement}", style="dim"))
+    return Group(*rows)
+
+
+# --------------------------------------------------------------------------- host RAM
+
+
+def host_panel(store: RunStore) -> Group:
+    rows: list[Any] = []
+    warn = source_line(store, "host", "host")
+    if warn:
+        rows.append(warn)
+    h = facts.host_facts(store)
+    if h is None:
+        rows.append(Text("waiting for the first host reading…", style="dim"))
+        return Group(*rows)
+    t = _grid()
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(no_wrap=True)
+    t.add_row("used", Text.assemble(bar([(h["used_bytes"], "blue")], h["total_bytes"]), " ",
+                                    f"{gib(h['used_bytes'])} / {gib(h['total_bytes'], 0)} GiB"))
+    delta = h["delta_bytes"]
+    t.add_row("since launch", Text("–" if delta is None else f"{delta / GIB:+,.1f} GiB",
+                                   style="bold green" if (delta or 0) > 50 * GIB else ""))
+    t.add_row("shared/pinned", f"{gib(h['shmem_bytes'])} GiB Shmem · "
+              f"huge pages {gib(h['hugepages_bytes'])} GiB")
+    t.add_row("server RSS", f"{gib(h['server_rss_bytes'])} GiB, of which RssShmem "
+              f"{gib(h['server_rss_shmem_bytes'])} GiB")
+    t.add_row("swap used", f"{gib(h['swap_used_bytes'])} GiB")
+    rows.append(t)
+    run = facts.run_facts(store)
+    for table in (run or {}).get("engram_host_tables", []):
+        pinned = {True: "pinned", False: "unpinned (ATS)", None: "pinning unknown"}[
+            table["pinned"]]
+        line = Text(f"Engram {table['label']}: {table['resident_mib'] / 1024:,.1f} GiB "
+                    f"{table['layout']}, {table['huge_pct']:.0f}% huge pages, {pinned}")
+        if table.get("no_huge_pages_warning"):
+            line.stylize("bold yellow")
+        rows.append(line)
+    return Group(*rows)
+
+
+# --------------------------------------------------------------------------- latency
+
+
+def latency_panel(store: RunStore) -> Group:
+    rows: list[Any] = []
+    warn = source_line(store, "server", "SGLang")
+    if warn:
+        rows.append(warn)
+    lat = facts.latency_facts(store)
+    if lat is None:
+        rows.append(Text("no latency yet (the server reports once it serves)", style="dim"))
+        return Group(*rows)
+    t = Table(box=None, padding=(0, 1), show_edge=False)
+    t.add_column("", style="bold", no_wrap=True)
+    t.add_column("p50", justify="right", no_wrap=True)
+    t.add_column("p99", justify="right", no_wrap=True)
+    t.add_column("mean", justify="right", no_wrap=True)
+    for key, label in (("ttft", "TTFT"), ("itl", "TPOT (ITL)"), ("e2e", "end to end")):
+        q = lat[key]
+        if q is None:
+            t.add_row(label, "–", "–", "–")
+        else:
+            t.add_row(label, ms(q["p50"]), ms(q["p99"]), ms(q["mean"]))
+    rows.append(t)
+    g = _grid()
+    g.add_column(style="bold", no_wrap=True)
+    g.add_column(no_wrap=True)
+    g.add_row("output", Text.assemble(rate(lat["output_tokens_per_s"], "tok/s"), "  ",
+                                      sparkline(_series(store, "server.output_tokens_per_s"), 24)))
+    g.add_row("requests", rate(lat["requests_per_s"], "req/s"))
+    load = store.load
+    if load:
+        g.add_row("demo load", f"{load['concurrency']} streams · {load['completed']} done · "
+                  f"{load['failed']} failed")
+        if load.get("last_error"):
+            g.add_row("", Text(load["last_error"][:80], style="red"))
+    rows.append(g)
+    rows.append(Text(f"window {lat['window_s'] or 0:.0f} s, from SGLang's histograms",
+                     style="dim"))
+    return Group(*rows)
+
+
+def _series(store: RunStore, name: str) -> list[float]:
+    s = store.series.get(name)
+    return [] if s is None else s.values(last=60)
+
+
+# --------------------------------------------------------------------------- header
+
+PHASE_LABELS = {"launching": "launching", "distributed_init": "distributed init",
+                "weights": "loading weights", "kv_pool": "allocating KV pool",
+                "graphs": "capturing CUDA graphs", "http": "starting HTTP",
+                "warmup": "warming up", "ready": "ready", "failed": "failed"}
+STATE_STYLES = {"ready": "bold green", "starting": "bold yellow", "launching": "bold yellow",
+                "stopping": "bold yellow", "stopped": "bold", "exited": "bold red",
+                "failed": "bold red"}
+
+
+def header(store: RunStore, now: float) -> Text:
+    run = store.run
+    if run is None:
+        return Text("engram-top · preparing the node…", style="bold")
+    text = Text()
+    text.append("engram-top", style="bold")
+    text.append(f" · {run.node} · ")
+    text.append(run.scenario, style="bold cyan")
+    text.append(" · ")
+    down = store.latest.get("server")
+    state = run.state
+    if state == "ready" and down is not None and down.status.value == "error":
+        state = "not answering"
+    text.append(state.upper(), style=STATE_STYLES.get(run.state, "bold red"))
+    if run.state in ("starting", "launching"):
+        elapsed = now - run.launched_at
+        expected = run.expected_ready_s
+        frac = min(0.99, elapsed / expected) if expected else 0.0
+        text.append("  ")
+        text.append_text(bar([(frac, "yellow")], 1.0, 20))
+        text.append(f" {PHASE_LABELS.get(run.phase, run.phase)} · {elapsed:.1f} s")
+        if expected:
+            text.append(f" of ~{expected:.1f} s")
+    elif run.ready_s is not None:
+        text.append(f" in {run.ready_s:.1f} s")
+        if run.time_scale != 1:
+            text.append(f" (×{run.time_scale:g}: {run.ready_s / run.time_scale:.0f} s node time)",
+                        style="dim")
+    if run.exit_code is not None and run.state in ("exited", "failed"):
+        text.append(f"  exit code {run.exit_code}", style="red")
+    return text

@@ -1,0 +1,138 @@
+"""The dashboard driven as a user drives it: Textual's run_test and Pilot, over a real
+simulated server (a real process, real HTTP on loopback) or a store filled by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from collectors.readings import GpuData, GpuDevice, Reading, ServerData, Status
+from engram_top.app.main import EngramTopApp, HelpScreen
+from engram_top.session import DemoOptions, DemoSession, LoadSpec
+from engram_top.store import RunFacts, RunStore
+
+GIB = 1024**3
+
+
+def screen_text(app: EngramTopApp) -> str:
+    """What the terminal shows, as text (the SVG screenshot, unescaped)."""
+    return html.unescape(app.export_screenshot()).replace("\xa0", " ")
+
+
+async def wait_for(pilot, predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.mark.timeout(120)
+async def test_live_demo_kill_and_quit(tmp_path) -> None:
+    options = DemoOptions(placement="device", time_scale=0.03, node_dir=tmp_path / "node",
+                          run_dir=tmp_path / "runs", poll_interval=0.5,
+                          load=LoadSpec(concurrency=2, input_len=64, output_len=24))
+    session = DemoSession(options)
+    app = EngramTopApp(session)
+    async with app.run_test(size=(150, 42)) as pilot:
+        await wait_for(pilot, lambda: session.store.run is not None
+                       and session.store.run.state == "ready", 60, "the server to be ready")
+        await wait_for(pilot, lambda: "11.84M" in screen_text(app), 10, "the KV capacity")
+        await wait_for(pilot, lambda: "TTFT" in screen_text(app)
+                       and session.store.load.get("completed", 0) > 0, 20, "served requests")
+        text = screen_text(app)
+        assert "READY" in text
+        assert "119.043" in text  # SGLang's weights per GPU, as the seed reports them
+        assert "140.9/179" in text  # NVML view of each GPU: context + weights + KV + graphs
+        assert "+6.5 GiB" in text  # host memory since launch
+
+        run = session.store.run
+        server_pid = run.pid
+        group = [server_pid] + [c.pid for c in psutil.Process(server_pid).children()]
+        os.kill(server_pid, signal.SIGKILL)  # a crash, not a stop
+        await wait_for(pilot, lambda: run.state == "exited", 5, "the exit to be noticed")
+        # Within a poll the GPUs are back at their baseline: the ranks died with the server.
+        await wait_for(pilot, lambda: all(
+            d.used_bytes == 0 for d in session.store.latest["gpu"].data.devices), 5,
+            "HBM to return")
+        await wait_for(pilot, lambda: "0.0/179" in screen_text(app), 3, "the HBM panel")
+        await wait_for(pilot, lambda: "connection refused" in screen_text(app), 3,
+                       "the dead server to be shown")
+        assert "EXITED" in screen_text(app)
+        assert app.is_running
+
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, 15, "the app to quit")
+    await asyncio.sleep(0.2)
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                   for p in group)
+    assert not (tmp_path / "node" / "procs").exists() or not list(
+        (tmp_path / "node" / "procs").glob("*.json"))
+
+
+class StaticSession:
+    """A session whose store the test fills: no processes, fixed values."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.closed = False
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def filled_store() -> RunStore:
+    store = RunStore()
+    now = time.monotonic()
+    store.run = RunFacts(scenario="demo/host-prefetch", placement="host-prefetch",
+                         node="test node", time_scale=1.0, launched_wall=time.time(),
+                         launched_at=now - 300, state="ready", ready_at=now - 27,
+                         baseline_host_used=40 * GIB)
+    dev = GpuDevice(index=0, name="NVIDIA B200", uuid="GPU-x", total_bytes=179 * GIB,
+                    reserved_bytes=GIB // 2, used_bytes=140 * GIB, free_bytes=38 * GIB,
+                    util_gpu_pct=97, pcie_rx_bytes_per_s=2e6)
+    store.add("gpu", Reading("gpu", Status.OK, GpuData("t", (dev,)), at=now - 30))
+    store.add("server", Reading("sglang", Status.OK, ServerData(
+        url="http://127.0.0.1:1", healthy=True, max_total_num_tokens=42_700_288,
+        token_usage=0.25, num_running_reqs=8, num_queue_reqs=3), at=now - 30))
+    # Then both sources fail: the panels must say so, with the age of their last good values.
+    store.add("gpu", Reading("gpu", Status.UNAVAILABLE,
+                             message="no NVIDIA driver: libnvidia-ml.so.1 not found",
+                             failing_since=now - 12))
+    store.add("server", Reading("sglang", Status.ERROR,
+                                message="metrics page: line 7: bad value",
+                                failing_since=now - 10))
+    return store
+
+
+async def test_failing_sources_are_shown_with_their_age() -> None:
+    session = StaticSession(filled_store())
+    app = EngramTopApp(session)
+    async with app.run_test(size=(150, 42)) as pilot:
+        await pilot.pause(0.6)
+        text = screen_text(app)
+        assert "no NVIDIA driver" in text
+        assert "last good value 30 s old" in text
+        assert "metrics page: line 7: bad value" in text
+        assert "42.70M tokens" in text  # the last good KV reading is kept on screen
+        assert "3 queued" in text
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        assert "Quit" in screen_text(app)
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("q")
+        await pilot.pause(0.2)
+    assert session.closed
