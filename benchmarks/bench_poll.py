@@ -59,8 +59,9 @@ async def main(polls: int) -> None:
         host = HostCollector(SimHostBackend(node), root_pid=run.pid)
         sglang = SglangCollector(run.url)
         page_bytes = len((await sglang.client.get("/metrics")).content)
-        print(f"simulated node: 4 GPUs, server pid tree of {len(host.backend.children(run.pid) or []) + 1} "
-              f"processes, /metrics page {page_bytes:,} bytes, load running\n")
+        tree = len(host.backend.children(run.pid) or []) + 1
+        print(f"simulated node: 4 GPUs, server pid tree of {tree} processes, "
+              f"/metrics page {page_bytes:,} bytes, load running\n")
         await measure("gpu (simulated backend)", gpu.poll, polls)
         await measure("host (simulated backend)", host.poll, polls)
         await measure("sglang (HTTP + parse)", sglang.poll, polls)

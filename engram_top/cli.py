@@ -151,7 +151,8 @@ def inspect_metrics(source: str) -> int:
     try:
         if source.startswith(("http://", "https://")):
             import httpx
-            url = source if source.rstrip("/").endswith("/metrics") else source.rstrip("/") + "/metrics"
+            base = source.rstrip("/")
+            url = base if base.endswith("/metrics") else base + "/metrics"
             text = httpx.get(url, timeout=5.0).raise_for_status().text
         else:
             text = Path(source).read_text(errors="replace")

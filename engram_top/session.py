@@ -154,7 +154,8 @@ class DemoSession:
             if result.survivors:
                 self.store.event("error", f"processes still alive after stop: {result.survivors}")
             if run is not None:
-                run.state, run.exit_code, run.ended_at = "stopped", result.returncode, time.monotonic()
+                run.state, run.exit_code = "stopped", result.returncode
+                run.ended_at = time.monotonic()
             self.store.bump("run")
 
     # ------------------------------------------------------------------ loops

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -23,7 +24,7 @@ def build(store: RunStore, ref: Reference) -> dict[str, Any]:
     now = time.monotonic()
     run = store.run
     readings = {}
-    for kind, reading in store.latest.items():
+    for kind in store.latest:
         good = store.last_ok.get(kind)
         readings[kind] = {**facts.source_status(store, kind, now),
                           "data": facts.plain(good.data) if good else None}
@@ -61,9 +62,7 @@ def write(out_dir: Path, snapshot: dict[str, Any]) -> Path:
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except OSError as exc:
-        try:
+        with contextlib.suppress(OSError):
             tmp.unlink()
-        except OSError:
-            pass
         raise SnapshotError(f"cannot write {target}: {exc.strerror or exc}") from exc
     return target

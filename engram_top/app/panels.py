@@ -114,8 +114,9 @@ def hbm_panel(store: RunStore) -> Group:
             else f"{g['pcie_rx_bytes_per_s'] / 1e6:,.1f}MB/s",
         )
     rows.append(t)
-    rows.append(Text.assemble(("■", "grey50"), " reserved  ", ("■", "yellow"), " other  ",
-                              ("■", "green"), " this server", style="dim"))
+    rows.append(Text.assemble(("■", "grey50"), f" reserved {gib(gpus[0]['reserved_bytes'])}  ",
+                              ("■", "yellow"), " other  ", ("■", "green"), " this server (srv)",
+                              style="dim"))
     rows.append(_server_hbm(gpus[0], store))
     return Group(*rows)
 
