@@ -10,7 +10,7 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -35,6 +35,7 @@ WORDS = ("the", "engram", "table", "sits", "in", "host", "memory", "while", "kv"
          "grows", "on", "each", "gpu", "and", "tokens", "stream", "out")
 ENGRAM_BYTES_PER_TOKEN = 2 * 16 * 272  # assumption: 2 layers x 16 rows x 272 B (fp8 row + scales)
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
+CONTEXT_LEN = 1048576  # as the start-up log's scheduler summary prints it
 
 
 class ServerCore:
@@ -222,8 +223,11 @@ class ServerCore:
                 n += 1  # one queue item per token; req.generated may already be ahead
                 if n == 1:
                     self.histograms["sglang:time_to_first_token_seconds"].observe(t - arrived)
+                    # Service times run scaled by --serve-scale; so does the prefill here.
+                    prefill = (self.placement.service.prefill_time_s(input_len)
+                               * self.args.serve_scale)
                     self.histograms["sglang:queue_time_seconds"].observe(
-                        max(0.0, t - arrived - self.placement.service.prefill_time_s(input_len)))
+                        max(0.0, t - arrived - prefill))
                 else:
                     self.histograms["sglang:inter_token_latency_seconds"].observe_interval(t - last, 1)
                 last = t
@@ -289,6 +293,20 @@ def _input_len(body: dict[str, Any], key: str) -> int:
     raise ValueError(f"request needs '{key}' (text) or 'input_ids'")
 
 
+def _check_length(input_len: int, max_new: int) -> None:
+    # SGLang's tokenizer manager refuses this before scheduling (400). Here it must be checked
+    # up front too: core.generate() submits lazily, when a streaming response has already
+    # sent its 200, so the scheduler's own refusal would surface as a 500 or a cut stream.
+    total = input_len + max_new
+    if total >= CONTEXT_LEN:
+        raise ValueError(
+            f"Requested token count exceeds the model's maximum context length of "
+            f"{CONTEXT_LEN} tokens. You requested a total of {total} tokens: {input_len} "
+            f"tokens from the input messages and {max_new} tokens for the completion. Please "
+            f"reduce the number of tokens in the input messages or the completion to fit "
+            f"within the limit.")
+
+
 def build_app(core: ServerCore) -> Starlette:
     api_key = core.args.api_key
 
@@ -298,6 +316,16 @@ def build_app(core: ServerCore) -> Starlette:
         auth = request.headers.get("authorization", "")
         return auth.lower().startswith("bearer ") and auth[7:] == api_key or \
             request.headers.get("x-api-key") == api_key
+
+    def guarded(handler: Callable[[HttpRequest], Awaitable[Response]]) \
+            -> Callable[[HttpRequest], Awaitable[Response]]:
+        # Every route but /health* and /metrics needs the key, /server_info included: it
+        # echoes the server's arguments, the key among them (SGLang's auth middleware).
+        async def checked(request: HttpRequest) -> Response:
+            if not authorised(request):
+                return JSONResponse({"error": "Unauthorized"}, status_code=401)
+            return await handler(request)
+        return checked
 
     async def health(request: HttpRequest) -> Response:
         return Response(status_code=200 if core.ready else 503)
@@ -318,7 +346,7 @@ def build_app(core: ServerCore) -> Starlette:
     async def models(request: HttpRequest) -> Response:
         return JSONResponse({"object": "list", "data": [{
             "id": core.ref.model, "object": "model", "created": int(time.time()),
-            "owned_by": "sglang", "root": core.ref.model, "max_model_len": 1048576}]})
+            "owned_by": "sglang", "root": core.ref.model, "max_model_len": CONTEXT_LEN}]})
 
     async def metrics(request: HttpRequest) -> Response:
         return PlainTextResponse(core.render_metrics(),
@@ -338,8 +366,6 @@ def build_app(core: ServerCore) -> Starlette:
                                        "code": status}}, status_code=status)
 
     async def generate(request: HttpRequest) -> Response:
-        if not authorised(request):
-            return JSONResponse({"error": "Unauthorized"}, status_code=401)
         try:
             body = await read_body(request)
             n_in = _input_len(body, "text")
@@ -347,6 +373,7 @@ def build_app(core: ServerCore) -> Starlette:
             max_new = int(params.get("max_new_tokens", 128))
             if max_new < 1:
                 raise ValueError("max_new_tokens must be >= 1")
+            _check_length(n_in, max_new)
             gen = core.generate(n_in, max_new)
         except (ValueError, TypeError) as exc:
             return error(400, str(exc))
@@ -381,14 +408,13 @@ def build_app(core: ServerCore) -> Starlette:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     async def completions(request: HttpRequest) -> Response:
-        if not authorised(request):
-            return JSONResponse({"error": "Unauthorized"}, status_code=401)
         try:
             body = await read_body(request)
             n_in = _input_len(body, "prompt")
             max_new = int(body.get("max_tokens", 16))
             if max_new < 1:
                 raise ValueError("max_tokens must be >= 1")
+            _check_length(n_in, max_new)
             gen = core.generate(n_in, max_new)
         except (ValueError, TypeError) as exc:
             return error(400, str(exc))
@@ -434,10 +460,11 @@ def build_app(core: ServerCore) -> Starlette:
 
     routes = [
         Route("/health", health), Route("/health_generate", health),
-        Route("/server_info", server_info), Route("/get_server_info", server_info),
-        Route("/model_info", model_info), Route("/get_model_info", model_info),
-        Route("/v1/models", models), Route("/metrics", metrics),
-        Route("/generate", generate, methods=["POST", "PUT"]),
-        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/server_info", guarded(server_info)),
+        Route("/get_server_info", guarded(server_info)),
+        Route("/model_info", guarded(model_info)), Route("/get_model_info", guarded(model_info)),
+        Route("/v1/models", guarded(models)), Route("/metrics", metrics),
+        Route("/generate", guarded(generate), methods=["POST", "PUT"]),
+        Route("/v1/completions", guarded(completions), methods=["POST"]),
     ]
     return Starlette(routes=routes)

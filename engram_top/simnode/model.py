@@ -27,6 +27,7 @@ class Request:
     finished_at: float | None = None
     generated: int = 0
     token_times: list[float] = field(default_factory=list)
+    aborted: bool = False
 
     @property
     def kv_tokens(self) -> int:
@@ -61,11 +62,14 @@ class Scheduler:
         self.waiting.append(req)
 
     def abort(self, req: Request) -> None:
+        req.aborted = True
         if req in self.running:
             self.running.remove(req)
             self.kv_used -= req.kv_tokens
         elif req in self.waiting:
             self.waiting.remove(req)
+        # Otherwise it is in the prefill step being run right now (admitted: out of the
+        # queue, not yet running); finish() drops it and frees its KV, or it would come back.
 
     @property
     def idle(self) -> bool:
@@ -94,19 +98,24 @@ class Scheduler:
 
     def finish(self, step: Step, now: float) -> list[Request]:
         """Apply a step that ended at ``now``; returns the requests that got a token."""
-        for req in step.requests:
+        live = [r for r in step.requests if not r.aborted]
+        if step.kind == "prefill":
+            # Aborted mid-prefill: their KV was reserved at admission and is freed here
+            # (a decode step's aborted requests were freed by abort()).
+            self.kv_used -= sum(r.kv_tokens for r in step.requests if r.aborted)
+        for req in live:
             if req.first_token_at is None:
                 req.first_token_at = now
             req.generated += 1
             req.token_times.append(now)
         if step.kind == "prefill":
-            self.running.extend(step.requests)
-        for req in step.requests:
+            self.running.extend(live)
+        for req in live:
             if req.done and req in self.running:
                 req.finished_at = now
                 self.running.remove(req)
                 self.kv_used -= req.kv_tokens
-        return step.requests
+        return live
 
     @property
     def used_tokens(self) -> int:

@@ -1,0 +1,213 @@
+"""The command line as a user runs it: the venv's `engram-top` as a subprocess.
+
+The snapshot runs each start a simulated server; they are launched together (and beside the
+session's fleet) so their start-ups overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import Fleet, SimServer
+
+# The venv's console script, as a user runs it; the module if this interpreter has none.
+_SCRIPT = Path(sys.executable).with_name("engram-top")
+ENGRAM_TOP = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "engram_top"]
+
+
+def engram_top(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ENGRAM_TOP, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass
+class SnapshotRun:
+    out: Path
+    proc: subprocess.Popen[str]
+    stdout: str = ""
+    stderr: str = ""
+
+    def wait(self, timeout: float = 90.0) -> SnapshotRun:
+        if self.proc.returncode is None:
+            self.stdout, self.stderr = self.proc.communicate(timeout=timeout)
+        return self
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def snapshot(self) -> dict:
+        self.wait()
+        assert self.returncode == 0, self.stderr
+        return json.loads((self.out / "snapshot.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory: pytest.TempPathFactory,
+              fleet: Fleet) -> Iterator[dict[str, SnapshotRun]]:
+    # `fleet` is asked for only to launch the session's servers now, beside these runs.
+    base = tmp_path_factory.mktemp("snapshots")
+    blocker = base / "a-file"
+    blocker.write_text("not a folder\n")
+    common = ["snapshot", "--demo", "--no-load"]
+    runs = {
+        "device": (base / "device", ["--placement", "device", "--after", "1",
+                                     "--time-scale", "0.03"]),
+        "host-prefetch": (base / "hp", ["--placement", "host-prefetch", "--after", "1",
+                                        "--time-scale", "0.02"]),
+        # The server comes up, then the write fails: a path under a regular file.
+        "unwritable": (blocker / "sub", ["--placement", "device", "--after", "0",
+                                         "--time-scale", "0.02"]),
+    }
+    started = {
+        name: SnapshotRun(out, subprocess.Popen(
+            [*ENGRAM_TOP, *common, *args, "--out", str(out)], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, cwd=base))
+        for name, (out, args) in runs.items()}
+    try:
+        yield started
+    finally:
+        for run in started.values():
+            if run.proc.poll() is None:
+                run.proc.kill()
+            run.wait()
+
+
+def test_snapshot_device(snapshots: dict[str, SnapshotRun]) -> None:
+    run = snapshots["device"]
+    snap = run.snapshot()
+    assert run.stdout.strip() == str(run.out / "snapshot.json")
+    assert snap["run"]["state"] == "ready"
+    assert snap["run"]["placement"] == "device"
+    assert snap["run"]["engram_host_tables"] == []
+    assert snap["run"]["max_total_num_tokens_log"] == 11_840_000
+    gpus = snap["gpus"]
+    assert [g["index"] for g in gpus] == [0, 1, 2, 3]
+    for g in gpus:
+        assert g["name"] == "NVIDIA B200"
+        assert g["weights_gb"] == 119.043
+        assert g["kv_tokens"] == 11_840_000
+        assert g["used_bytes"] > 0 and g["baseline_used_bytes"] == 0
+    assert snap["kv"]["capacity_tokens"] == 11_840_000
+    assert abs(snap["host"]["delta_gib"] - 6.5) < 0.01
+    assert snap["load"] == {}  # --no-load
+
+
+def test_snapshot_host_prefetch(snapshots: dict[str, SnapshotRun]) -> None:
+    snap = snapshots["host-prefetch"].snapshot()
+    assert snap["run"]["state"] == "ready"
+    assert snap["run"]["placement"] == "host-prefetch"
+    for g in snap["gpus"]:
+        assert g["weights_gb"] == 72.201
+        assert g["kv_tokens"] == 42_700_288
+        assert round(g["kv_tokens"] / 1e6, 2) == 42.70
+    assert 195 <= snap["host"]["delta_gib"] <= 202
+    assert [t["label"] for t in snap["run"]["engram_host_tables"]] == ["L1", "L14"]
+    deltas = snap["reference"]["deltas"]
+    assert deltas["ttft_mean"]["value"] == 0.1557
+
+
+def test_snapshot_into_an_unwritable_path_fails_cleanly(snapshots: dict[str, SnapshotRun]) -> None:
+    run = snapshots["unwritable"].wait()
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    assert str(run.out / "snapshot.json") in run.stderr
+    assert "Not a directory" in run.stderr
+    assert run.stdout == ""
+
+
+def test_snapshot_needs_out_and_demo() -> None:
+    res = engram_top("snapshot", "--demo")
+    assert res.returncode == 2
+    assert "--out" in res.stderr
+
+
+def test_help() -> None:
+    res = engram_top("--help")
+    assert res.returncode == 0
+    for command in ("demo", "snapshot", "inspect-log", "inspect-metrics", "sim"):
+        assert command in res.stdout
+    assert engram_top("sim", "serve", "--help").returncode == 0
+
+
+def test_inspect_log_on_a_sim_log(sim_device: SimServer) -> None:
+    sim_device.wait_log("fired up and ready to roll")
+    res = engram_top("inspect-log", str(sim_device.log_path))
+    assert res.returncode == 0, res.stderr
+    facts = json.loads(res.stdout)
+    assert facts["max_total_num_tokens"] == 11_840_000
+    assert facts["ready"] is True
+    assert facts["current_phase"] == "ready"
+    assert facts["uvicorn_url"] == f"http://127.0.0.1:{sim_device.port}"
+    assert sorted(facts["ranks"]) == ["0", "1", "2", "3"]  # JSON object keys
+    for rank in facts["ranks"].values():
+        assert rank["weights_gb"] == 119.04
+        assert rank["kv_tokens"] == 11_840_000
+        assert rank["graph_mem_usage_gb"] == 2.3
+        assert rank["weights_quant"] == "fp8"
+    assert facts["errors"] == []
+
+
+def test_inspect_log_missing_file(tmp_path: Path) -> None:
+    res = engram_top("inspect-log", str(tmp_path / "nope.log"))
+    assert res.returncode == 1
+    assert "nope.log" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_inspect_metrics_on_a_saved_page(tmp_path: Path, device_metrics_page: str) -> None:
+    page = tmp_path / "metrics.txt"
+    page.write_text(device_metrics_page)
+    res = engram_top("inspect-metrics", str(page))
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert "sglang:time_to_first_token_seconds" in out["sglang_families"]
+    assert set(out["gauges"]) == {"num_running_reqs", "num_queue_reqs", "num_used_tokens",
+                                  "token_usage", "gen_throughput"}
+    assert all(v is not None for v in out["gauges"].values())
+    assert sorted(out["ranks"]) == ["0", "1", "2", "3"]
+    for rank in out["ranks"].values():
+        assert rank["weight_gb"] == 119.043
+        assert rank["max_total_num_tokens"] == 11_840_000
+    assert set(out["histograms"]) == {"ttft", "itl", "e2e"}
+    # At least the server's own warm-up request was served.
+    assert out["histograms"]["ttft"]["count"] >= 1
+    assert out["counters"]["sglang:num_requests_total"] >= 1
+
+
+def test_inspect_metrics_on_a_url(sim_device: SimServer) -> None:
+    res = engram_top("inspect-metrics", sim_device.url)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["ranks"]["0"]["weight_gb"] == 119.043
+
+
+def test_inspect_metrics_on_a_broken_page(tmp_path: Path) -> None:
+    page = tmp_path / "broken.txt"
+    page.write_text("# TYPE sglang:token_usage gauge\nsglang:token_usage 0.5\n"
+                    'sglang:num_running_reqs{tp_rank="0" 1\n')
+    res = engram_top("inspect-metrics", str(page))
+    assert res.returncode == 1
+    assert "line 3" in res.stderr and str(page) in res.stderr
+    assert "Traceback" not in res.stderr
+    assert res.stdout == ""
+
+
+def test_inspect_metrics_with_nothing_listening() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    res = engram_top("inspect-metrics", url)
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert url in lines[0]
