@@ -146,3 +146,38 @@ class ClosedLoopLoad:
         end = time.perf_counter()
         return RequestRecord(time.monotonic() - (end - started), input_len, tokens,
                              first - started, end - started, tuple(itls))
+
+
+async def run_requests(base_url: str, lengths: list[tuple[int, int]], concurrency: int,
+                       *, api_key: str | None = None) -> tuple[list[RequestRecord], float, int]:
+    """Send a fixed list of (input, output) requests, ``concurrency`` at a time (closed loop).
+
+    Returns the records, the duration from the first send to the last completion, and the
+    number of failed requests.
+    """
+    load = ClosedLoopLoad(base_url, concurrency=concurrency, api_key=api_key)
+    queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+    for item in lengths:
+        queue.put_nowait(item)
+    records: list[RequestRecord] = []
+    failed = 0
+
+    async def worker() -> None:
+        nonlocal failed
+        while not queue.empty():
+            n_in, n_out = queue.get_nowait()
+            try:
+                records.append(await load.one(n_in, n_out))
+            except Exception as exc:  # counted and kept, never dropped
+                failed += 1
+                load.stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
+
+    limits = httpx.Limits(max_connections=concurrency + 2)
+    async with httpx.AsyncClient(base_url=load.base_url, headers=load.headers,
+                                 timeout=load.timeout, limits=limits) as client:
+        load._client = client
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        duration = time.perf_counter() - started
+        load._client = None
+    return records, duration, failed
