@@ -105,6 +105,11 @@ def run_demo(args: argparse.Namespace) -> int:
 async def take_snapshot(args: argparse.Namespace) -> int:
     from engram_top import snapshot
     from engram_top.session import DemoSession
+    try:
+        snapshot.check_writable(args.out)  # fail now, not after a whole start-up
+    except snapshot.SnapshotError as exc:
+        print(f"engram-top snapshot: {exc}", file=sys.stderr)
+        return 1
     ref = reference.default()
     expected = ref.placements[args.placement].ready_s * args.time_scale
     timeout = args.ready_timeout or max(30.0, 3 * expected)

@@ -49,6 +49,17 @@ def build(store: RunStore, ref: Reference) -> dict[str, Any]:
     }
 
 
+def check_writable(out_dir: Path) -> None:
+    """Create the folder and prove a file can be written there; SnapshotError if not."""
+    probe = out_dir / f".engram-top-probe.{os.getpid()}"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise SnapshotError(f"cannot write into {out_dir}: {exc.strerror or exc}") from exc
+
+
 def write(out_dir: Path, snapshot: dict[str, Any]) -> Path:
     """Write DIR/snapshot.json atomically: a temporary file, then a rename."""
     target = out_dir / "snapshot.json"

@@ -7,6 +7,7 @@ a grace period, then SIGKILL, and a check that nothing of the group survives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -74,10 +75,8 @@ class ManagedProcess:
         return out
 
     def _signal_group(self, sig: signal.Signals) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pgid, sig)
-        except ProcessLookupError:
-            pass
 
     async def stop(self, grace: float = 10.0) -> StopResult:
         self._signal_group(signal.SIGTERM)

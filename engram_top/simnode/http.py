@@ -28,13 +28,14 @@ from engram_top.simnode.metrics import (
     Histogram,
     MetricsPage,
 )
-from engram_top.simnode.model import Request, Scheduler
+from engram_top.simnode.model import BATCH_WINDOW_S, Request, Scheduler
 from engram_top.simnode.startup import RankHandle, log
 
 WORDS = ("the", "engram", "table", "sits", "in", "host", "memory", "while", "kv", "cache",
          "grows", "on", "each", "gpu", "and", "tokens", "stream", "out")
 ENGRAM_BYTES_PER_TOKEN = 2 * 16 * 272  # assumption: 2 layers x 16 rows x 272 B (fp8 row + scales)
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
+MAX_LAG_S = 0.05  # how far behind plan the serving loop may run before it stops catching up
 CONTEXT_LEN = 1048576  # as the start-up log's scheduler summary prints it
 
 
@@ -148,31 +149,39 @@ class ServerCore:
 
     async def _serve_loop(self) -> None:
         scale = self.args.serve_scale
+        clock: float | None = None  # when the last step should have ended; None after idle
         while True:
-            step = self.sched.next_step()
+            now = time.monotonic()
+            step = self.sched.next_step(now)
             if step is None:
                 self.wake.clear()
                 await self.wake.wait()
+                await asyncio.sleep(BATCH_WINDOW_S * scale)
+                clock = None
                 continue
-            started = time.monotonic()
-            await asyncio.sleep(step.duration * scale)
-            now = time.monotonic()
-            self.busy_s += now - started
+            # Steps follow their planned ends, so event-loop lateness does not add up into
+            # slower decoding; a loop that fell far behind starts afresh from now.
+            start = now if clock is None else max(clock, now - MAX_LAG_S)
+            end = start + step.duration * scale
+            await asyncio.sleep(max(0.0, end - time.monotonic()))
+            clock = end
+            self.busy_s += step.duration * scale
             if self.placement.name != "device":
                 self.host_bytes_read += step.tokens * ENGRAM_BYTES_PER_TOKEN
             running_before = len(self.sched.running)
-            for req in self.sched.finish(step, now):
+            for req in self.sched.finish(step, end):
                 queue = self.streams.get(req)
                 if queue is not None:
-                    queue.put_nowait(now)
+                    queue.put_nowait(end)
             if step.kind == "decode":
                 self._log_decode(step.tokens)
             else:
                 log(f"Prefill batch, #new-seq: {len(step.requests)}, #new-token: {step.tokens}, "
-                    f"#cached-token: 0, token usage: {self.sched.used_tokens / self.mem.kv_tokens:.2f}, "
+                    f"#cached-token: 0, token usage: "
+                    f"{self.sched.used_tokens / self.mem.kv_tokens:.2f}, "
                     f"#running-req: {running_before}, "
                     f"#queue-req: {len(self.sched.waiting)}, input throughput (token/s): "
-                    f"{step.tokens / max(1e-9, now - started):.2f}, cuda graph: False", 0)
+                    f"{step.tokens / max(1e-9, step.duration * scale):.2f}, cuda graph: False", 0)
 
     def _log_decode(self, batch: int) -> None:
         self.decode_steps += 1
@@ -229,12 +238,14 @@ class ServerCore:
                     self.histograms["sglang:queue_time_seconds"].observe(
                         max(0.0, t - arrived - prefill))
                 else:
-                    self.histograms["sglang:inter_token_latency_seconds"].observe_interval(t - last, 1)
+                    itl = self.histograms["sglang:inter_token_latency_seconds"]
+                    itl.observe_interval(t - last, 1)
                 last = t
                 self.counters["sglang:generation_tokens_total"] += 1
                 yield n, t
             finished = True
-            self.histograms["sglang:e2e_request_latency_seconds"].observe(time.monotonic() - arrived)
+            e2e = self.histograms["sglang:e2e_request_latency_seconds"]
+            e2e.observe(time.monotonic() - arrived)
             self.counters["sglang:num_requests_total"] += 1
         finally:
             self.streams.pop(req, None)
@@ -268,7 +279,8 @@ class ServerCore:
                                  "kvcache": round(mem.kv_bytes / GIB, 3),
                                  "token_capacity": mem.kv_tokens,
                                  "graph": round(mem.graphs_bytes / GIB, 3)},
-                "effective_max_running_requests_per_dp": self.placement.service.max_running_requests,
+                "effective_max_running_requests_per_dp":
+                    self.placement.service.max_running_requests,
             }],
             "version": self.version,
             # Not in SGLang: tells tools this server is the simulated node, and its time scale.
@@ -385,14 +397,15 @@ def build_app(core: ServerCore) -> Starlette:
                     "output_ids": list(range(100, 100 + n)),
                     "meta_info": {"id": rid, "prompt_tokens": n_in, "completion_tokens": n,
                                   "cached_tokens": 0,
-                                  "finish_reason": {"type": "length", "length": n} if done else None,
+                                  "finish_reason":
+                                      {"type": "length", "length": n} if done else None,
                                   "e2e_latency": time.monotonic() - started}}
 
         if not body.get("stream"):
             try:
                 n = 0
-                async for n, _ in gen:
-                    pass
+                async for got, _ in gen:
+                    n = got
             except ValueError as exc:
                 return error(400, str(exc))
             return JSONResponse(chunk(n, True))
@@ -427,8 +440,8 @@ def build_app(core: ServerCore) -> Starlette:
 
         if not body.get("stream"):
             n = 0
-            async for n, _ in gen:
-                pass
+            async for got, _ in gen:
+                n = got
             return JSONResponse({"id": cid, "object": "text_completion", "created": created,
                                  "model": model, "choices": [{
                                      "index": 0, "text": " ".join(_word(i) for i in range(n)),
@@ -453,7 +466,9 @@ def build_app(core: ServerCore) -> Starlette:
                     payload["usage"] = usage(n)
                 yield f"data: {json.dumps(payload)}\n\n".encode()
             if opts.get("include_usage"):
-                yield (f"data: {json.dumps({'id': cid, 'object': 'text_completion', 'created': created, 'model': model, 'choices': [], 'usage': usage(sent)})}\n\n").encode()
+                tail = {"id": cid, "object": "text_completion", "created": created,
+                        "model": model, "choices": [], "usage": usage(sent)}
+                yield f"data: {json.dumps(tail)}\n\n".encode()
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")

@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 from engram_top.reference import ServiceModel, Workload
 
 PREFILL_TOKEN_BUDGET = 16384  # SGLang's max_prefill_tokens default
+# After waking from idle the scheduler waits this long (node seconds) before forming a batch,
+# so a burst of requests sent together is prefilled together however their arrival jitters.
+BATCH_WINDOW_S = 0.005
+# The offline closed loop's client turnaround: a finished request's successor arrives this
+# long after it (node seconds), i.e. just after the next step has begun, as over real HTTP.
+CLIENT_GAP_S = 0.002
 
 
 @dataclass(eq=False)
@@ -75,11 +81,15 @@ class Scheduler:
     def idle(self) -> bool:
         return not self.waiting and not self.running
 
-    def next_step(self) -> Step | None:
+    def next_step(self, now: float | None = None) -> Step | None:
+        """The step to run next; with ``now``, requests arriving later are not admitted yet."""
         admitted: list[Request] = []
         budget = PREFILL_TOKEN_BUDGET
-        while self.waiting and len(self.running) + len(admitted) < self.service.max_running_requests:
+        cap = self.service.max_running_requests
+        while self.waiting and len(self.running) + len(admitted) < cap:
             head = self.waiting[0]
+            if now is not None and head.arrival > now:
+                break
             if self.kv_used + head.kv_tokens > self.kv_capacity:
                 break  # the pool is full: the head waits, and so does everyone behind it
             if admitted and head.input_len > budget:
@@ -163,7 +173,8 @@ def request_lengths(workload: Workload, count: int, rng: random.Random) -> list[
     return [(draw(workload.input_len), draw(workload.output_len)) for _ in range(count)]
 
 
-def simulate_closed_loop(service: ServiceModel, kv_capacity: int, workload: Workload) -> WorkloadResult:
+def simulate_closed_loop(service: ServiceModel, kv_capacity: int,
+                         workload: Workload) -> WorkloadResult:
     """Run the workload's concurrency sweep in virtual time; the ground truth of the model."""
     rng = random.Random(workload.seed)
     results: list[RequestResult] = []
@@ -174,16 +185,15 @@ def simulate_closed_loop(service: ServiceModel, kv_capacity: int, workload: Work
         todo = deque(request_lengths(workload, count, rng))
         now = 0.0
         done = 0
-
-        def issue(at: float) -> None:
+        for i in range(min(level, len(todo))):
             inp, out = todo.popleft()
-            sched.submit(Request(f"r{level}-{count - len(todo)}", inp, out, at))
-
-        for _ in range(min(level, len(todo))):
-            issue(now)
+            sched.submit(Request(f"r{level}-{i}", inp, out, 0.0))
         while done < count:
-            step = sched.next_step()
-            assert step is not None, "closed loop stalled"
+            step = sched.next_step(now)
+            if step is None:  # idle until the next arrival, then the batch window
+                assert sched.waiting, "closed loop stalled"
+                now = max(now, sched.waiting[0].arrival) + BATCH_WINDOW_S
+                continue
             now += step.duration
             for req in sched.finish(step, now):
                 if req.finished_at is None:
@@ -196,6 +206,8 @@ def simulate_closed_loop(service: ServiceModel, kv_capacity: int, workload: Work
                 tpot = (e2e - ttft) / (req.generated - 1) if req.generated > 1 else 0.0
                 results.append(RequestResult(level, req.input_len, req.generated, ttft, tpot, e2e))
                 if todo:
-                    issue(now)
+                    inp, out = todo.popleft()
+                    sched.submit(Request(f"r{level}-{count - len(todo)}", inp, out,
+                                         now + CLIENT_GAP_S))
         duration += now
     return WorkloadResult(tuple(results), duration, output_tokens)

@@ -36,7 +36,8 @@ def default_node_dir() -> Path:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="engram-top sim serve",
-                                description="Run one simulated SGLang server (DeepSeek-V4.1-Flash, TP4).")
+                                description="Run one simulated SGLang server "
+                                            "(DeepSeek-V4.1-Flash, TP4).")
     add_arguments(p)
     return p.parse_args(argv)
 
@@ -182,7 +183,8 @@ def _uvicorn_log_config() -> dict:
             "default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": fmt,
                         "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
             "access": {"()": "uvicorn.logging.AccessFormatter",
-                       "fmt": '[%(asctime)s] %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s',
+                       "fmt": '[%(asctime)s] %(levelprefix)s %(client_addr)s - '
+                              '"%(request_line)s" %(status_code)s',
                        "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
         },
         "handlers": {

@@ -19,7 +19,8 @@ from engram_top.simnode.memory import MemoryPlan
 
 MIB = 1024**2
 TABLES = (("L1", 0.5), ("L14", 0.5))  # the two Engram tables (layers 1 and 14), equal halves
-MAIN_HOST_SHARE = 0.26  # of the processes' host memory: tokenizer + HTTP process; ranks share the rest
+# Of the server processes' host memory: the tokenizer + HTTP process; the ranks share the rest.
+MAIN_HOST_SHARE = 0.26
 
 
 def log(msg: str, rank: int | None = None) -> None:

@@ -4,6 +4,7 @@ time), so memory vanishes when its owner exits or is killed, as it does on a rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -69,10 +70,8 @@ def write_proc(node_dir: Path, state: ProcState) -> None:
 
 
 def remove_proc(node_dir: Path, pid: int) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         (procs_dir(node_dir) / f"{pid}.json").unlink()
-    except FileNotFoundError:
-        pass
 
 
 def live_procs(node_dir: Path) -> list[ProcState]:
