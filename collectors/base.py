@@ -51,5 +51,17 @@ async def run_blocking(fn: Callable[[], T], timeout: float) -> T:
     A thread cannot be killed; on timeout the call finishes in the background and its
     result is dropped. Callers never start a second poll of the same source meanwhile
     (the poll loop awaits each poll), so timed-out calls cannot pile up.
+
+    Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that arrives as the
+    call completes, and a poll loop that was asked to stop would then run on forever.
     """
-    return await asyncio.wait_for(asyncio.to_thread(fn), timeout)
+    fut = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        done, _ = await asyncio.wait({fut}, timeout=timeout)
+    except asyncio.CancelledError:
+        fut.cancel()
+        raise
+    if not done:
+        fut.cancel()
+        raise TimeoutError(f"no answer within {timeout:g} s")
+    return fut.result()

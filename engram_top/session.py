@@ -122,10 +122,13 @@ class DemoSession:
         self.store.event("info", f"launched {run.scenario} (pid {run.pid}) on {url}")
         i = o.poll_interval
         self._tasks = [
-            asyncio.create_task(poll_loop(self.gpu.poll, i, lambda r: self.store.add("gpu", r))),
-            asyncio.create_task(poll_loop(self.host.poll, i, lambda r: self.store.add("host", r))),
-            asyncio.create_task(poll_loop(self.sglang.poll, i, self._on_server)),
-            asyncio.create_task(self._watch(min(0.25, i))),
+            asyncio.create_task(poll_loop(self.gpu.poll, i, lambda r: self.store.add("gpu", r)),
+                                name="poll gpu"),
+            asyncio.create_task(poll_loop(self.host.poll, i, lambda r: self.store.add("host", r)),
+                                name="poll host"),
+            asyncio.create_task(poll_loop(self.sglang.poll, i, self._on_server),
+                                name="poll sglang"),
+            asyncio.create_task(self._watch(min(0.25, i)), name="watch server"),
         ]
 
     async def close(self) -> None:
@@ -136,7 +139,9 @@ class DemoSession:
         await self.stop_server()
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        _, stuck = await asyncio.wait(self._tasks, timeout=5) if self._tasks else ((), ())
+        for task in stuck:  # say so rather than hang the quit
+            self.store.event("error", f"{task.get_name()} did not stop within 5 s")
         await self.sglang.close()
         await self.gpu.close()
         if self._tmp is not None:

@@ -31,7 +31,18 @@ async def wait_for(pilot, predicate, timeout: float, what: str) -> None:  # type
         if predicate():
             return
         await pilot.pause(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    stacks = []
+    for task in asyncio.all_tasks():
+        stacks.append(f"{task.get_name()}: {task.get_coro()}")
+        coro = task.get_coro()
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+            if frame is not None:
+                stacks.append(f"    {frame.f_code.co_filename}:{frame.f_lineno} "
+                              f"{frame.f_code.co_name}")
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        stacks.append(f"    awaiting {task._fut_waiter!r}")
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n" + "\n".join(stacks))
 
 
 @pytest.mark.timeout(120)

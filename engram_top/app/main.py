@@ -104,6 +104,8 @@ class EngramTopApp(App[int]):
             self.notify(f"could not start: {exc}", severity="error", timeout=15)
 
     def refresh_panels(self) -> None:
+        if self._closed:
+            return  # quitting: the widgets may already be gone
         store = self.session.store
         with self.batch_update():
             self.query_one("#header", Static).update(panels.header(store, self.clock()))

@@ -95,11 +95,11 @@ def hbm_panel(store: RunStore) -> Group:
         return Group(*rows)
     t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
     t.add_column("GPU", no_wrap=True)
-    t.add_column("used/total GiB", justify="right", no_wrap=True)
+    t.add_column("GiB used", justify="right", no_wrap=True)
     t.add_column("", no_wrap=True)
     t.add_column("srv", justify="right", no_wrap=True)
     t.add_column("util", justify="right", no_wrap=True)
-    t.add_column("PCIe rx", justify="right", no_wrap=True)
+    t.add_column("rx MB/s", justify="right", no_wrap=True)
     for g in gpus:
         server = g["server_bytes"]
         other = max(0, g["used_bytes"] - server)
@@ -107,16 +107,16 @@ def hbm_panel(store: RunStore) -> Group:
             f"{g['index']}",
             f"{gib(g['used_bytes'])}/{gib(g['total_bytes'], 0)}",
             bar([(g["reserved_bytes"], "grey50"), (other, "yellow"), (server, "green")],
-                g["total_bytes"], 12),
+                g["total_bytes"], 10),
             gib(server),
             "–" if g["util_gpu_pct"] is None else f"{g['util_gpu_pct']}%",
             "–" if g["pcie_rx_bytes_per_s"] is None
-            else f"{g['pcie_rx_bytes_per_s'] / 1e6:,.1f}MB/s",
+            else f"{g['pcie_rx_bytes_per_s'] / 1e6:,.1f}",
         )
     rows.append(t)
     rows.append(Text.assemble(("■", "grey50"), f" reserved {gib(gpus[0]['reserved_bytes'])}  ",
-                              ("■", "yellow"), " other  ", ("■", "green"), " this server (srv)",
-                              style="dim"))
+                              ("■", "yellow"), " other  ", ("■", "green"), " this server (srv)  ",
+                              f"of {gib(gpus[0]['total_bytes'], 0)} GiB", style="dim"))
     rows.append(_server_hbm(gpus[0], store))
     return Group(*rows)
 
@@ -164,13 +164,13 @@ def kv_panel(store: RunStore) -> Group:
     t.add_column(no_wrap=True)
     usage = kv["token_usage"] or 0.0
     t.add_row("capacity", f"{tokens(kv['capacity_tokens'])} tokens"
-              + ("" if kv["kv_cache_gb"] is None else f"  ({kv['kv_cache_gb']:.2f} GB per GPU)"))
-    t.add_row("in use", Text.assemble(bar([(usage, "magenta")], 1.0), " ",
-                                      f"{usage * 100:.2f}%  {tokens(kv['used_tokens'])} tokens"))
+              + ("" if kv["kv_cache_gb"] is None else f" · {kv['kv_cache_gb']:.2f} GB/GPU"))
+    t.add_row("in use", Text.assemble(bar([(usage, "magenta")], 1.0, 12), " ",
+                                      f"{usage * 100:.2f}% · {tokens(kv['used_tokens'])}"))
     t.add_row("requests", f"{kv['running'] if kv['running'] is not None else '–'} running · "
               f"{kv['queued'] if kv['queued'] is not None else '–'} queued")
     ref = store.run
-    t.add_row("usage trend", sparkline(_series(store, "server.token_usage")))
+    t.add_row("trend", sparkline(_series(store, "server.token_usage")))
     rows.append(t)
     if ref is not None:
         rows.append(Text(f"placement: {ref.placement}", style="dim"))
@@ -192,23 +192,23 @@ def host_panel(store: RunStore) -> Group:
     t = _grid()
     t.add_column(style="bold", no_wrap=True)
     t.add_column(no_wrap=True)
-    t.add_row("used", Text.assemble(bar([(h["used_bytes"], "blue")], h["total_bytes"]), " ",
-                                    f"{gib(h['used_bytes'])} / {gib(h['total_bytes'], 0)} GiB"))
+    t.add_row("used", Text.assemble(bar([(h["used_bytes"], "blue")], h["total_bytes"], 12), " ",
+                                    f"{gib(h['used_bytes'])} of {gib(h['total_bytes'], 0)} GiB"))
     delta = h["delta_bytes"]
-    t.add_row("since launch", Text("–" if delta is None else f"{delta / GIB:+,.1f} GiB",
-                                   style="bold green" if (delta or 0) > 50 * GIB else ""))
-    t.add_row("shared/pinned", f"{gib(h['shmem_bytes'])} GiB Shmem · "
-              f"huge pages {gib(h['hugepages_bytes'])} GiB")
-    t.add_row("server RSS", f"{gib(h['server_rss_bytes'])} GiB, of which RssShmem "
-              f"{gib(h['server_rss_shmem_bytes'])} GiB")
-    t.add_row("swap used", f"{gib(h['swap_used_bytes'])} GiB")
+    t.add_row("Δ launch", Text("–" if delta is None else f"{delta / GIB:+,.1f} GiB",
+                               style="bold green" if (delta or 0) > 50 * GIB else ""))
+    t.add_row("Shmem", f"{gib(h['shmem_bytes'])} GiB (pinned shows here) · "
+              f"huge {gib(h['hugepages_bytes'])}")
+    t.add_row("server", f"RSS {gib(h['server_rss_bytes'])} GiB · "
+              f"RssShmem {gib(h['server_rss_shmem_bytes'])}")
+    t.add_row("swap", f"{gib(h['swap_used_bytes'])} GiB used")
     rows.append(t)
     run = facts.run_facts(store)
     for table in (run or {}).get("engram_host_tables", []):
         pinned = {True: "pinned", False: "unpinned (ATS)", None: "pinning unknown"}[
             table["pinned"]]
         line = Text(f"Engram {table['label']}: {table['resident_mib'] / 1024:,.1f} GiB "
-                    f"{table['layout']}, {table['huge_pct']:.0f}% huge pages, {pinned}")
+                    f"{table['layout']}, {table['huge_pct']:.0f}% huge, {pinned}")
         if table.get("no_huge_pages_warning"):
             line.stylize("bold yellow")
         rows.append(line)
