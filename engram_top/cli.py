@@ -55,6 +55,29 @@ def build_parser() -> argparse.ArgumentParser:
                       help="give up if not ready by then (default: 3x the expected start-up)")
     snap.add_argument("--out", type=Path, required=True, help="folder for snapshot.json")
 
+    run = sub.add_parser("run", help="the dashboard over a scenario file: start, stop, switch")
+    run.add_argument("scenario_file", type=Path)
+    run.add_argument("--start", metavar="NAME", help="start this scenario right away")
+    run.add_argument("--state-dir", type=Path, default=None,
+                     help="logs, start-up history, the running server (default: per file, "
+                          "under ~/.local/state/engram-top)")
+    run.add_argument("--leave-running", action="store_true",
+                     help="on quit, leave the server running (a later run or switch finds it)")
+    run.add_argument("--no-load", action="store_true", help="start no synthetic load")
+    run.add_argument("--concurrency", type=int, default=8, help="load: streams in flight")
+
+    att = sub.add_parser("attach", help="watch servers someone else started (never stops them)")
+    att.add_argument("urls", nargs="+", metavar="URL")
+    att.add_argument("--api-key", default=None, help="for servers started with --api-key")
+
+    sw = sub.add_parser("switch", help="headless: stop the file's running server, wait for "
+                                       "its HBM to return, start another (left running)")
+    sw.add_argument("scenario_file", type=Path)
+    sw.add_argument("--to", required=True, metavar="NAME")
+    sw.add_argument("--wait-ready", action="store_true",
+                    help="wait until it is ready; exit 1 if it fails")
+    sw.add_argument("--state-dir", type=Path, default=None)
+
     log = sub.add_parser("inspect-log", help="print what the startup-log parser extracts, as JSON")
     log.add_argument("file", type=Path)
     met = sub.add_parser("inspect-metrics",
@@ -79,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         return run_demo(args)
     if args.command == "snapshot":
         return asyncio.run(take_snapshot(args))
+    if args.command == "run":
+        return run_file(args)
+    if args.command == "attach":
+        return run_attach(args)
+    if args.command == "switch":
+        return asyncio.run(switch(args))
     if args.command == "inspect-log":
         return inspect_log(args.file)
     if args.command == "inspect-metrics":
@@ -100,6 +129,80 @@ def run_demo(args: argparse.Namespace) -> int:
     app = EngramTopApp(DemoSession(_options(args)))
     app.run()
     return app.return_code or 0
+
+
+def _session_options(args: argparse.Namespace, **extra):  # type: ignore[no-untyped-def]
+    """Options for a session over a scenario file; a bad file ends here with its message."""
+    from engram_top.session import LoadSpec, SessionOptions, default_state_dir
+    from scenarios import config
+    try:
+        config.load(args.scenario_file)
+    except config.ScenarioError as exc:
+        print(f"engram-top: {exc}", file=sys.stderr)
+        return None
+    state_dir = args.state_dir or default_state_dir(args.scenario_file)
+    load = None if getattr(args, "no_load", True) else LoadSpec(
+        concurrency=max(1, getattr(args, "concurrency", 8)))
+    return SessionOptions(scenario_file=args.scenario_file, state_dir=state_dir, load=load,
+                          **extra)
+
+
+def run_file(args: argparse.Namespace) -> int:
+    from engram_top.app.main import EngramTopApp
+    from engram_top.session import Session
+    options = _session_options(args, start=args.start, leave_running=args.leave_running)
+    if options is None:
+        return 2
+    app = EngramTopApp(Session(options))
+    app.run()
+    return app.return_code or 0
+
+
+def run_attach(args: argparse.Namespace) -> int:
+    from engram_top.app.main import EngramTopApp
+    from engram_top.session import Session, SessionOptions
+    bad = [u for u in args.urls if not u.startswith(("http://", "https://"))]
+    if bad:
+        print(f"engram-top attach: not an http(s) URL: {', '.join(bad)}", file=sys.stderr)
+        return 2
+    app = EngramTopApp(Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
+                                              load=None)))
+    app.run()
+    return app.return_code or 0
+
+
+async def switch(args: argparse.Namespace) -> int:
+    """Stop whatever this file's state folder says is running, then start --to; leave it."""
+    from engram_top.session import Session
+    from scenarios.supervisor import SupervisorError
+    options = _session_options(args, leave_running=True, poll_interval=2.0)
+    if options is None:
+        return 2
+    session = Session(options)
+    code = 0
+    try:
+        await session.start()
+        try:
+            run = await session.switch(args.to)
+        except SupervisorError as exc:
+            print(f"engram-top switch: {exc}", file=sys.stderr)
+            return 1
+        print(f"started {run.scenario.name} (pid {run.pid}) on {run.scenario.url}; "
+              f"log: {run.log_path}")
+        if args.wait_ready:
+            ok = await session.supervisor.wait_ready(run)
+            if ok:
+                print(f"{run.scenario.name} ready after {run.ready_s:.1f} s")
+            else:
+                print(f"engram-top switch: {run.scenario.name} did not become ready: "
+                      f"{run.failure or run.state}; log: {run.log_path}", file=sys.stderr)
+                code = 1
+    except SupervisorError as exc:
+        print(f"engram-top switch: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        await session.close()
+    return code
 
 
 async def take_snapshot(args: argparse.Namespace) -> int:

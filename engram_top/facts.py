@@ -150,3 +150,52 @@ def plain(value: Any) -> Any:
 
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def summary(store: RunStore) -> dict[str, Any]:
+    """The run's headline figures, kept with the run for the scenario list and comparisons."""
+    out: dict[str, Any] = {}
+    run = store.run
+    if run is not None and run.ready_s is not None:
+        out["ready_s"] = round(run.ready_s, 2)
+    gpus = gpu_facts(store)
+    if gpus:
+        out["weights_gb"] = gpus[0]["weights_gb"]
+        out["kv_tokens"] = gpus[0]["kv_tokens"]
+    host = host_facts(store)
+    if host and host["delta_gib"] is not None:
+        out["host_delta_gib"] = host["delta_gib"]
+    lat = latency_facts(store)
+    if lat:
+        for key in ("ttft", "itl"):
+            q = lat[key]
+            if q and q.get("p50") is not None:
+                out[f"{key}_p50_ms"] = round(q["p50"] * 1000, 1)
+        if lat["output_tokens_per_s"] is not None:
+            out["output_tok_s"] = round(lat["output_tokens_per_s"], 1)
+    return out
+
+
+LOG_ERRORS = ("Traceback", "out of memory", "OutOfMemoryError", "Initialization failed",
+              "Error:", "CUDA error", "Health check failed")
+LOG_WARNINGS = ("No huge pages", "WARNING", "deprecated")
+
+
+def classify_log_line(line: str) -> str | None:
+    """'error', 'warning' or 'ready' for lines the log pane highlights."""
+    if any(m in line for m in LOG_ERRORS):
+        return "error"
+    if any(m in line for m in LOG_WARNINGS):
+        return "warning"
+    if "ready to roll" in line:
+        return "ready"
+    return None
+
+
+_OWN_POLLS = ('"GET /health HTTP', '"GET /metrics HTTP', '"GET /server_info HTTP',
+              '"GET /get_server_info HTTP')
+
+
+def is_own_poll(line: str) -> bool:
+    """An access-log line of the dashboard's own polling."""
+    return "INFO:" in line and any(p in line for p in _OWN_POLLS)

@@ -1,11 +1,15 @@
-"""A monitoring session: one launched (or attached) server, its collectors, poll loops, the
-load driver and the run store. No Textual here: the dashboard and the headless snapshot
-both drive a session; the UI never talks to a socket or a process itself.
+"""A monitoring session: a scenario file, the supervisor that runs its servers one at a
+time, the node's collectors and poll loops, the load driver and the run store. Or attached
+servers someone else started. No Textual here: the dashboard and the headless commands
+drive a session; the UI never talks to a socket or a process itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import os
 import shutil
 import socket
 import sys
@@ -13,21 +17,36 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from collectors.host import HostCollector
-from collectors.nvml import GpuCollector
-from collectors.readings import Reading, Status
+from collectors.host import HostCollector, ProcBackend
+from collectors.nvml import GpuCollector, NvmlBackend
+from collectors.readings import Reading
 from collectors.sglang import SglangCollector
-from collectors.startup_log import StartupLogParser
 from engram_top import reference
+from engram_top.facts import summary
 from engram_top.simnode import state
 from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
 from engram_top.store import RunFacts, RunStore
-from scenarios.logtail import LogTail
-from scenarios.process import LaunchSpec, ManagedProcess
+from scenarios import config
+from scenarios.config import Scenario, ScenarioFile
+from scenarios.supervisor import Run, Supervisor, SupervisorError
 from scenarios.workload import ClosedLoopLoad
+
+
+def default_state_dir(scenario_file: Path) -> Path:
+    """Per scenario file: its logs, start-up history and the server it left running."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    resolved = scenario_file.resolve()
+    digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
+    return base / "engram-top" / f"{resolved.stem}-{digest}"
+
+
+def demo_file() -> Path:
+    """scenarios/demo.toml, installed with the package."""
+    return Path(str(resources.files("scenarios").joinpath("demo.toml")))
 
 
 @dataclass(frozen=True)
@@ -40,16 +59,19 @@ class LoadSpec:
 
 
 @dataclass(frozen=True)
-class DemoOptions:
-    placement: str = "device"
-    time_scale: float = 0.1
-    serve_scale: float = 1.0
-    port: int | None = None
-    node_dir: Path | None = None
-    run_dir: Path | None = None
+class SessionOptions:
+    scenario_file: Path | None = None
+    start: str | None = None
+    attach: tuple[str, ...] = ()
+    api_key: str | None = None  # for attached servers
+    state_dir: Path | None = None  # logs and start-up history; default: a temporary folder
+    node_dir: Path | None = None  # the simulated node's folder (simulated scenarios)
     poll_interval: float = 1.0
     load: LoadSpec | None = LoadSpec()
-    stop_grace: float = 10.0
+    leave_running: bool = False
+    free_ports: bool = False  # give every scenario a free port (the embedded demo)
+    time_scale: float | None = None  # overrides for simulated scenarios
+    serve_scale: float | None = None
 
 
 def free_port() -> int:
@@ -67,172 +89,277 @@ async def poll_loop(poll: Callable[[], Awaitable[Reading[Any]]], interval: float
         await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
-class DemoSession:
-    """The embedded default: a simulated 4x B200 node serving DeepSeek-V4.1-Flash."""
-
-    def __init__(self, options: DemoOptions | None = None) -> None:
-        self.options = options or DemoOptions()
+class Session:
+    def __init__(self, options: SessionOptions) -> None:
+        self.options = options
         self.ref = reference.default()
         self.store = RunStore()
-        self._tmp: Path | None = None
-        self.server: ManagedProcess | None = None
+        self.scenarios: ScenarioFile | None = None
+        if options.scenario_file is not None:
+            self.scenarios = self._adjust(config.load(options.scenario_file))
         self.load: ClosedLoopLoad | None = None
-        self.parser = StartupLogParser()
+        self.run: Run | None = None
+        self.sglang: SglangCollector | None = None
+        self._server_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._tmp: Path | None = None
         self._closing = False
+        self._lock = asyncio.Lock()  # one start/stop/switch at a time
+
+    def _adjust(self, sf: ScenarioFile) -> ScenarioFile:
+        o = self.options
+        changed = {}
+        for name, sc in sf.scenarios.items():
+            new = sc
+            if o.free_ports:
+                new = dataclasses.replace(new, port=free_port())
+            if sc.kind == "simulated" and o.time_scale is not None:
+                new = dataclasses.replace(new, time_scale=o.time_scale)
+            if sc.kind == "simulated" and o.serve_scale is not None:
+                new = dataclasses.replace(new, serve_scale=o.serve_scale)
+            changed[name] = new
+        return dataclasses.replace(sf, scenarios=changed)
+
+    @property
+    def simulated(self) -> bool:
+        return self.scenarios is not None and any(
+            s.kind == "simulated" for s in self.scenarios.scenarios.values())
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         o = self.options
-        if o.node_dir is None or o.run_dir is None:
-            self._tmp = Path(tempfile.mkdtemp(prefix="engram-top-demo-"))
-        node_dir = o.node_dir or self._tmp / "node"  # type: ignore[operator]
-        run_dir = o.run_dir or self._tmp / "runs"  # type: ignore[operator]
-        state.ensure_node(node_dir, self.ref)
-        self.gpu = GpuCollector(SimGpuBackend(node_dir))
-        self.host_backend = SimHostBackend(node_dir)
-        self.host = HostCollector(self.host_backend)
-        port = o.port or free_port()
-        url = f"http://127.0.0.1:{port}"
-        self.sglang = SglangCollector(url)
+        if o.state_dir is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="engram-top-"))
+        state_dir = o.state_dir or self._tmp / "state"  # type: ignore[operator]
+        if self.simulated:
+            # Beside the state: a server left running keeps its node for the next session.
+            node_dir = o.node_dir or state_dir / "node"
+            state.ensure_node(node_dir, self.ref)
+            gpu_backend: Any = SimGpuBackend(node_dir)
+            host_backend: Any = SimHostBackend(node_dir)
+            entry = [sys.executable, "-m", "engram_top", "sim", "serve", "--node-dir",
+                     str(node_dir)]
+            self.store.node = f"simulated {self.ref.gpus}x {self.ref.gpu_name}"
+        else:
+            gpu_backend, host_backend, entry = NvmlBackend(), ProcBackend(), None
+            self.store.node = socket.gethostname()
+        self.gpu = GpuCollector(gpu_backend)
+        self.host = HostCollector(host_backend)
 
-        # The pre-launch baseline: what the node holds before our server exists.
-        gpu0, host0 = await self.gpu.poll(), await self.host.poll()
-        self.store.add("gpu", gpu0)
-        self.store.add("host", host0)
-        log_path = run_dir / f"{o.placement}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        run = RunFacts(scenario=f"demo/{o.placement}", placement=o.placement,
-                       node=f"simulated {self.ref.gpus}x {self.ref.gpu_name}",
-                       time_scale=o.time_scale, launched_wall=time.time(),
-                       launched_at=time.monotonic(), log_path=str(log_path), url=url,
-                       expected_ready_s=self.ref.placements[o.placement].ready_s * o.time_scale)
-        if host0.data is not None:
-            run.baseline_host_used = host0.data.used_bytes
-        if gpu0.data is not None:
-            run.baseline_gpu_used = {d.index: d.used_bytes for d in gpu0.data.devices}
-        self.store.run = run
-        argv = [sys.executable, "-m", "engram_top", "sim", "serve", "--placement", o.placement,
-                "--port", str(port), "--time-scale", str(o.time_scale),
-                "--serve-scale", str(o.serve_scale), "--node-dir", str(node_dir)]
-        self.server = ManagedProcess.start(LaunchSpec(argv, log_path))
-        run.pid = self.server.pid
-        run.state = "starting"
-        self.host.root_pid = self.server.pid
-        self.logtail = LogTail(log_path)
-        self.store.event("info", f"launched {run.scenario} (pid {run.pid}) on {url}")
+        def host_used() -> int:
+            from collectors.host import sample
+            return sample(host_backend, None).used_bytes
+
+        self.supervisor = Supervisor(state_dir, gpu_sample=gpu_backend.sample,
+                                     host_used=host_used, simulated_entry=entry,
+                                     on_event=self.store.event)
+        self.store.scenarios = self.scenarios
+        self.store.add("gpu", await self.gpu.poll())
+        self.store.add("host", await self.host.poll())
         i = o.poll_interval
         self._tasks = [
             asyncio.create_task(poll_loop(self.gpu.poll, i, lambda r: self.store.add("gpu", r)),
                                 name="poll gpu"),
             asyncio.create_task(poll_loop(self.host.poll, i, lambda r: self.store.add("host", r)),
                                 name="poll host"),
-            asyncio.create_task(poll_loop(self.sglang.poll, i, self._on_server),
-                                name="poll sglang"),
-            asyncio.create_task(self._watch(min(0.25, i)), name="watch server"),
+            asyncio.create_task(self._watch(), name="watch run"),
         ]
+        adopted = self.supervisor.adopt(self.scenarios.scenarios) if self.scenarios else None
+        if adopted is not None:
+            self._bind(adopted)
+        if o.attach:
+            await self.attach(o.attach[0])
+        elif o.start and adopted is None:
+            await self.start_scenario(o.start)
+        elif o.start and adopted is not None and adopted.scenario.name != o.start:
+            self.store.event("warning", f"not starting {o.start}: {adopted.scenario.name} is "
+                             "running; switch to it instead")
 
     async def close(self) -> None:
-        """Stop the load and the server we started, then the poll loops."""
+        """Stop the load and (unless told to leave it) the server we started, then polls."""
         if self._closing:
             return
         self._closing = True
-        await self.stop_server()
-        for task in self._tasks:
+        await self._stop_load()
+        if hasattr(self, "supervisor"):
+            await self.supervisor.close(self.options.leave_running)
+            self._sync()
+        tasks = [*self._tasks, *([self._server_task] if self._server_task else [])]
+        for task in tasks:
             task.cancel()
-        _, stuck = await asyncio.wait(self._tasks, timeout=5) if self._tasks else ((), ())
+        _, stuck = await asyncio.wait(tasks, timeout=5) if tasks else ((), ())
         for task in stuck:  # say so rather than hang the quit
             self.store.event("error", f"{task.get_name()} did not stop within 5 s")
-        await self.sglang.close()
-        await self.gpu.close()
+        if self.sglang is not None:
+            await self.sglang.close()
+        if hasattr(self, "gpu"):
+            await self.gpu.close()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
-    async def stop_server(self) -> None:
-        if self.load is not None:
-            await self.load.stop()
-            self.load = None
-        if self.server is not None and self.server.alive():
-            run = self.store.run
-            if run is not None:
-                run.state = "stopping"
-            result = await self.server.stop(self.options.stop_grace)
-            if result.survivors:
-                self.store.event("error", f"processes still alive after stop: {result.survivors}")
-            if run is not None:
-                run.state, run.exit_code = "stopped", result.returncode
-                run.ended_at = time.monotonic()
-            self.store.bump("run")
+    # ------------------------------------------------------------------ control
+    def scenario(self, name: str) -> Scenario:
+        if self.scenarios is None:
+            raise SupervisorError("no scenario file: this session only watches attached servers")
+        return self.scenarios.get(name)
+
+    async def start_scenario(self, name: str) -> Run:
+        async with self._lock:
+            sc = self.scenario(name)
+            await self._stop_load()
+            run = await self.supervisor.start(sc)
+            self._bind(run)
+            return run
+
+    async def stop_scenario(self) -> None:
+        async with self._lock:
+            await self._stop_load()
+            await self.supervisor.stop()
+            self._sync()
+
+    async def switch(self, name: str) -> Run:
+        """Stop the running server, wait for its HBM to return, start ``name``."""
+        async with self._lock:
+            sc = self.scenario(name)
+            await self._stop_load()
+            old = self.supervisor.current
+            try:
+                run = await self.supervisor.switch(sc)
+            finally:
+                if old is not None:
+                    self._sync(old)
+            self._bind(run)
+            return run
+
+    async def attach(self, url: str) -> None:
+        """Watch a server someone else started: no process of ours, no lifetime to own."""
+        facts = RunFacts(scenario=f"attached {url}", placement="?", node=self.store.node,
+                         time_scale=1.0, launched_wall=time.time(), launched_at=time.monotonic(),
+                         state="attached", url=url, owned=False)
+        self.store.set_run(facts)
+        self._watch_server(SglangCollector(url, api_key=self.options.api_key))
+
+    def _bind(self, run: Run) -> None:
+        """Point the store and the server collector at a run that was just launched."""
+        self.run = run
+        sc = run.scenario
+        estimate = run.estimate_s
+        if estimate is None and sc.kind == "simulated" and sc.placement in self.ref.placements:
+            estimate = self.ref.placements[sc.placement].ready_s * sc.time_scale
+        facts = RunFacts(scenario=sc.name, placement=sc.placement or "?", node=self.store.node,
+                         time_scale=sc.time_scale if sc.kind == "simulated" else 1.0,
+                         launched_wall=run.launched_wall, launched_at=run.launched_at,
+                         state=run.state, pid=run.pid, log_path=str(run.log_path), url=sc.url,
+                         expected_ready_s=estimate, baseline_host_used=run.baseline_host_used,
+                         baseline_gpu_used=dict(run.baseline_gpu), title=sc.title)
+        facts.log_lines = run.lines
+        self.store.set_run(facts)
+        self.host.root_pid = run.pid
+        self._watch_server(SglangCollector(sc.url, api_key=sc.api_key))
+
+    def _watch_server(self, collector: SglangCollector) -> None:
+        if self._server_task is not None:
+            self._server_task.cancel()
+        old = self.sglang
+        if old is not None:
+            asyncio.create_task(old.close())
+        self.sglang = collector
+        self._server_task = asyncio.create_task(
+            poll_loop(collector.poll, self.options.poll_interval,
+                      lambda r: self.store.add("server", r)), name="poll sglang")
 
     # ------------------------------------------------------------------ loops
-    def _on_server(self, reading: Reading[Any]) -> None:
-        self.store.add("server", reading)
+    def _sync(self, run: Run | None = None) -> None:
+        """Copy the supervisor's view of a run into the store's facts."""
+        run = run or self.run
+        facts = self.store.facts_for(run.scenario.name) if run else None
+        if run is None or facts is None or facts.launched_at != run.launched_at:
+            return
+        before = (facts.state, facts.phase, run.lines_seen)
+        facts.state, facts.phase = run.state, run.phase
+        facts.ready_at, facts.ended_at = run.ready_at, run.ended_at
+        facts.exit_code, facts.failure = run.exit_code, run.failure
+        if run.lines_seen != facts.lines_seen:
+            facts.lines_seen = run.lines_seen
+            parsed = run.parser.facts()
+            facts.phase_durations = parsed.phase_durations()
+            facts.startup = parsed.to_dict()
+        if (facts.state, facts.phase, facts.lines_seen) != before:
+            self.store.bump("run")
 
-    async def _watch(self, interval: float) -> None:
-        """Tail the server log into the parser; follow the process; start the load."""
+    async def _watch(self) -> None:
+        last_summary = 0.0
         while True:
-            self._read_log()
-            run = self.store.run
-            assert run is not None and self.server is not None
-            if run.state in ("starting", "ready") and not self.server.alive():
-                self._read_log()
-                run.exit_code = self.server.returncode
-                run.ended_at = time.monotonic()
-                run.state = "exited" if run.state == "ready" else "failed"
-                self.store.event("error", f"server exited with code {run.exit_code}")
-                if self.load is not None:
-                    await self.load.stop()
-                    self.load = None
-                self.store.bump("run")
-            server = self.store.latest.get("server")
-            if (run.state == "starting" and server is not None and server.status is Status.OK
-                    and server.data is not None and server.data.healthy):
-                run.state = "ready"
-                run.ready_at = run.ready_at or time.monotonic()
-                self.store.event("info", f"server ready after {run.ready_s:.1f} s")
-                self.store.bump("run")
-                await self._start_load()
+            self._sync()
+            run = self.run
+            facts_now = self.store.run
+            if facts_now is not None and time.monotonic() - last_summary > 1.0:
+                last_summary = time.monotonic()
+                if facts_now.state in ("ready", "attached", "starting"):
+                    facts_now.results.update(summary(self.store))
+            if run is not None and run.state == "ready" and self.load is None \
+                    and self.options.load is not None and not self._lock.locked():
+                await self._start_load(run.scenario)
+            if run is not None and run.state not in ("ready",) and self.load is not None:
+                await self._stop_load()
             if self.load is not None:
                 s = self.load.stats
                 self.store.load = {"concurrency": self.load.concurrency, "sent": s.sent,
                                    "completed": s.completed, "failed": s.failed,
                                    "output_tokens": s.output_tokens, "last_error": s.last_error}
-            # Tail fast while starting: the ready line's arrival time is the ready time.
-            await asyncio.sleep(0.05 if run.state == "starting" else interval)
+            starting = run is not None and run.state == "starting"
+            await asyncio.sleep(0.05 if starting else 0.25)
 
-    def _read_log(self) -> None:
-        run = self.store.run
-        lines = self.logtail.read_new()
-        if not lines or run is None:
-            return
-        for at, line in lines:
-            events = self.parser.feed(line, at)
-            if "ready" in events and run.ready_at is None:
-                run.ready_at = at
-        run.phase = self.parser.current_phase()
-        run.phase_durations = self.parser.phase_durations()
-        run.startup = self.parser.facts().to_dict()
-        self.store.bump("run")
-
-    async def _start_load(self) -> None:
+    async def _start_load(self, sc: Scenario) -> None:
         spec = self.options.load
-        run = self.store.run
-        if spec is None or run is None or run.url is None:
+        if spec is None:
             return
-        self.load = ClosedLoopLoad(run.url, concurrency=spec.concurrency,
-                                   input_len=spec.input_len, output_len=spec.output_len,
-                                   range_ratio=spec.range_ratio, seed=spec.seed)
+        self.load = ClosedLoopLoad(sc.url, concurrency=spec.concurrency, input_len=spec.input_len,
+                                   output_len=spec.output_len, range_ratio=spec.range_ratio,
+                                   seed=spec.seed, api_key=sc.api_key)
         await self.load.start()
         self.store.event("info", f"load started: {spec.concurrency} streams, closed loop")
 
-    # ------------------------------------------------------------------ conveniences
+    async def _stop_load(self) -> None:
+        if self.load is not None:
+            load, self.load = self.load, None
+            await load.stop()
+
     async def wait_ready(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            run = self.store.run
+            run = self.run
             if run is not None and run.state == "ready":
+                self._sync()
                 return True
-            if run is not None and run.state in ("failed", "exited"):
+            if run is not None and run.state in ("failed", "exited", "stopped"):
+                self._sync()
                 return False
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
         return False
+
+
+# --------------------------------------------------------------------------- the demo
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    placement: str = "device"
+    time_scale: float = 0.1
+    serve_scale: float = 1.0
+    node_dir: Path | None = None
+    run_dir: Path | None = None
+    poll_interval: float = 1.0
+    load: LoadSpec | None = LoadSpec()
+
+
+class DemoSession(Session):
+    """The embedded default: scenarios/demo.toml on a simulated node, on free ports."""
+
+    def __init__(self, options: DemoOptions | None = None) -> None:
+        o = options or DemoOptions()
+        super().__init__(SessionOptions(
+            scenario_file=demo_file(), start=o.placement, state_dir=o.run_dir,
+            node_dir=o.node_dir, poll_interval=o.poll_interval, load=o.load, free_ports=True,
+            time_scale=o.time_scale, serve_scale=o.serve_scale))
 

@@ -75,6 +75,13 @@ class RunFacts:
     phase: str = "launching"
     phase_durations: dict[str, float] = field(default_factory=dict)
     expected_ready_s: float | None = None  # what start-up should take (for progress)
+    title: str = ""
+    owned: bool = True  # False for a server someone else started (attach)
+    failure: str | None = None
+    lines_seen: int = 0
+    # The supervisor's recent log lines (a bounded deque it appends to): the log pane's source.
+    log_lines: Any = None
+    results: dict[str, Any] = field(default_factory=dict)  # headline figures (facts.summary)
 
     @property
     def ready_s(self) -> float | None:
@@ -88,8 +95,27 @@ class RunStore:
         self.versions: dict[str, int] = {}
         self.series: dict[str, Series] = {}
         self.run: RunFacts | None = None
+        self.history: dict[str, RunFacts] = {}  # the latest run of each scenario
         self.events: deque[Event] = deque(maxlen=500)
         self.load: dict[str, Any] = {}
+        self.node = ""
+        self.scenarios: Any = None  # the session's ScenarioFile, for the scenario list
+
+    def set_run(self, facts: RunFacts) -> None:
+        """A new run becomes the one shown; the previous server's readings go with it."""
+        self.run = facts
+        self.history[facts.scenario] = facts
+        for kind in ("server",):
+            self.latest.pop(kind, None)
+            self.last_ok.pop(kind, None)
+            self.bump(kind)
+        for name in [n for n in self.series if n.startswith("server.")]:
+            del self.series[name]
+        self.load = {}
+        self.bump("run")
+
+    def facts_for(self, scenario: str) -> RunFacts | None:
+        return self.history.get(scenario)
 
     # ------------------------------------------------------------------ writing
     def bump(self, key: str) -> None:

@@ -34,12 +34,17 @@ class StopResult:
 
 
 class ManagedProcess:
-    def __init__(self, spec: LaunchSpec, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(self, spec: LaunchSpec, popen: subprocess.Popen[bytes] | None,
+                 pid: int | None = None, create_time: float | None = None) -> None:
         self.spec = spec
         self.popen = popen
-        self.pid = popen.pid
-        self.pgid = popen.pid  # start_new_session makes the child its group's leader
+        self.pid = popen.pid if popen is not None else int(pid or 0)
+        self.pgid = self.pid  # start_new_session makes the child its group's leader
         self.started_at = time.monotonic()
+        if create_time is None:
+            with contextlib.suppress(psutil.Error):
+                create_time = psutil.Process(self.pid).create_time()
+        self.create_time = create_time
 
     @classmethod
     def start(cls, spec: LaunchSpec) -> ManagedProcess:
@@ -56,12 +61,32 @@ class ManagedProcess:
             log.close()
         return cls(spec, popen)
 
+    @classmethod
+    def adopt(cls, spec: LaunchSpec, pid: int, create_time: float) -> ManagedProcess | None:
+        """A server an earlier engram-top launched (its group leader), if it still runs."""
+        try:
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - create_time) > 1.0 or os.getpgid(pid) != pid:
+                return None  # the pid was reused by something else
+        except (psutil.Error, ProcessLookupError):
+            return None
+        return cls(spec, None, pid, create_time)
+
     @property
     def returncode(self) -> int | None:
-        return self.popen.poll()
+        if self.popen is not None:
+            return self.popen.poll()
+        return None  # not our child: its exit status is its parent's to read
 
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        if self.popen is not None:
+            return self.popen.poll() is None
+        try:
+            proc = psutil.Process(self.pid)
+            return (self.create_time is None or abs(proc.create_time() - self.create_time) <= 1.0) \
+                and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
 
     def group_members(self) -> list[int]:
         """Live (non-zombie) processes still in the launch's process group."""
@@ -82,14 +107,19 @@ class ManagedProcess:
         self._signal_group(signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            self.popen.poll()  # reap the leader so it does not linger as a zombie
+            self._reap()
             if not self.group_members():
-                return StopResult(self.popen.poll(), False, ())
+                return StopResult(self.returncode, False, ())
             await asyncio.sleep(0.05)
         self._signal_group(signal.SIGKILL)
         for _ in range(100):
-            self.popen.poll()
+            self._reap()
             if not self.group_members():
                 break
             await asyncio.sleep(0.05)
-        return StopResult(self.popen.poll(), True, tuple(self.group_members()))
+        return StopResult(self.returncode, True, tuple(self.group_members()))
+
+    def _reap(self) -> None:
+        """Reap the leader (if it is our child) so it does not linger as a zombie."""
+        if self.popen is not None:
+            self.popen.poll()

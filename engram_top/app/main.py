@@ -11,12 +11,13 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid
+from textual.containers import Grid, Horizontal
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import DataTable, Footer, RichLog, Static
 
+from engram_top import facts
 from engram_top.app import panels
-from engram_top.store import RunStore
+from engram_top.store import RunFacts, RunStore
 
 REFRESH_S = 0.5  # at most 2 Hz
 
@@ -47,6 +48,24 @@ class Panel(Static):
         self.update(self.render_fn(store))
 
 
+class ConfirmScreen(ModalScreen[bool]):
+    """Asks before stopping a server that is serving requests."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text.assemble((self.question, "bold"), "\n\n",
+                                   ("y", "bold cyan"), " yes   ", ("n", "bold cyan"), " no"),
+                     id="confirm")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
 
@@ -70,6 +89,8 @@ class EngramTopApp(App[int]):
     TITLE = "engram-top"
     BINDINGS = [
         Binding("q", "quit", "Quit", id="quit"),
+        Binding("enter", "start_selected", "Start/switch", id="start", priority=True),
+        Binding("x", "stop", "Stop", id="stop"),
         Binding("question_mark", "help", "Keys", key_display="?", id="help"),
     ]
 
@@ -87,10 +108,23 @@ class EngramTopApp(App[int]):
             yield Panel("KV pool", panels.kv_panel, ("server",), id="kv")
             yield Panel("Host RAM", panels.host_panel, ("host", "run"), id="host")
             yield Panel("Latency", panels.latency_panel, ("server",), id="latency")
+        with Horizontal(id="bottom"):
+            yield DataTable(id="scenarios", cursor_type="row", zebra_stripes=True)
+            yield RichLog(id="log", max_lines=500, wrap=False, markup=False)
         yield Static(id="events")
         yield Footer()
 
     def on_mount(self) -> None:
+        table = self.query_one("#scenarios", DataTable)
+        for label, width in (("scenario", 16), ("state", 14), ("ready", 8), ("KV tokens", 9),
+                             ("weights GB", 10), ("host Δ", 11)):
+            table.add_column(label, width=width)
+        table.border_title = "Scenarios"
+        self.query_one("#log", RichLog).border_title = "Server log"
+        self._rows: tuple[tuple[str, ...], ...] = ()
+        self._log_source: object = None
+        self._log_seen = 0
+        table.focus()
         self.start_session()
         self.set_interval(REFRESH_S, self.refresh_panels)
         self.refresh_panels()
@@ -111,11 +145,123 @@ class EngramTopApp(App[int]):
             self.query_one("#header", Static).update(panels.header(store, self.clock()))
             for panel in self.query(Panel):
                 panel.refresh_from(store)
+            self._refresh_scenarios(store)
+            self._refresh_log(store.run)
             self.query_one("#events", Static).update(self._events(store))
+
+    # ------------------------------------------------------------------ scenario list
+    def _scenario_names(self) -> list[str]:
+        store = self.session.store
+        names = list(store.scenarios.scenarios) if store.scenarios is not None else []
+        return names + [n for n in store.history if n not in names]
+
+    def _refresh_scenarios(self, store: RunStore) -> None:
+        rows = []
+        for name in self._scenario_names():
+            f: RunFacts | None = store.history.get(name)
+            r = f.results if f else {}
+            current = store.run is not None and f is store.run
+            state = "–" if f is None else (f.state if f.state != "starting"
+                                           else f"▸ {panels.PHASE_LABELS.get(f.phase, f.phase)}")
+            rows.append((("▶ " if current else "  ") + name, state,
+                         "–" if "ready_s" not in r else f"{r['ready_s']:.1f} s",
+                         panels.tokens(r.get("kv_tokens")),
+                         "–" if r.get("weights_gb") is None else f"{r['weights_gb']:.3f}",
+                         "–" if r.get("host_delta_gib") is None
+                         else f"{r['host_delta_gib']:+.1f} GiB"))
+        if tuple(rows) == self._rows:
+            return
+        table = self.query_one("#scenarios", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        for row in rows:
+            table.add_row(*row)
+        self._rows = tuple(rows)
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1))
+
+    def _selected(self) -> str | None:
+        names = self._scenario_names()
+        row = self.query_one("#scenarios", DataTable).cursor_row
+        return names[row] if 0 <= row < len(names) else None
+
+    # ------------------------------------------------------------------ log pane
+    def _refresh_log(self, run: RunFacts | None) -> None:
+        log = self.query_one("#log", RichLog)
+        lines = run.log_lines if run is not None else None
+        if lines is not self._log_source:
+            self._log_source, self._log_seen = lines, 0
+            log.clear()
+            if run is not None and run.log_path:
+                log.write(Text(f"── {run.scenario}: {run.log_path}", style="dim"))
+        if lines is None or run is None:
+            return
+        new = run.lines_seen - self._log_seen
+        if new <= 0:
+            return
+        self._log_seen = run.lines_seen
+        styles = {"error": "bold red", "warning": "yellow", "ready": "bold green"}
+        for _, line in list(lines)[-min(new, len(lines)):]:
+            if facts.is_own_poll(line):
+                continue  # our own /health and /metrics polls: noise here, kept in the file
+            log.write(Text(line, style=styles.get(facts.classify_log_line(line) or "", "")))
+
+    # ------------------------------------------------------------------ control
+    def _serving(self) -> str | None:
+        """Why stopping now would cut off users: requests in flight, if any."""
+        kv = facts.kv_facts(self.session.store)
+        busy = 0 if kv is None else (kv["running"] or 0) + (kv["queued"] or 0)
+        return f"{busy} requests are running or queued" if busy else None
+
+    def action_start_selected(self) -> None:
+        name = self._selected()
+        store = self.session.store
+        if name is None or store.scenarios is None or name not in store.scenarios.scenarios:
+            self.notify("nothing to start here", severity="warning")
+            return
+        run = store.run
+        running = run is not None and run.owned and run.state in ("starting", "ready")
+        if running and run.scenario == name:
+            self.notify(f"{name} is already {run.state}")
+            return
+        verb = "switch" if running else "start"
+        reason = self._serving() if running else None
+        if reason:
+            self.push_screen(ConfirmScreen(f"Stop {run.scenario} ({reason}) and start {name}?"),
+                             lambda yes: self.control(verb, name) if yes else None)
+        else:
+            self.control(verb, name)
+
+    def action_stop(self) -> None:
+        run = self.session.store.run
+        if run is None or not run.owned or run.state not in ("starting", "ready"):
+            self.notify("no server of ours is running", severity="warning")
+            return
+        reason = self._serving()
+        if reason:
+            self.push_screen(ConfirmScreen(f"Stop {run.scenario}? {reason}."),
+                             lambda yes: self.control("stop", None) if yes else None)
+        else:
+            self.control("stop", None)
+
+    @work(exclusive=True, group="control", exit_on_error=False)
+    async def control(self, verb: str, name: str | None) -> None:
+        session: Any = self.session
+        try:
+            if verb == "start":
+                await session.start_scenario(name)
+            elif verb == "switch":
+                self.notify(f"switching to {name}: stopping the current server first")
+                await session.switch(name)
+            else:
+                await session.stop_scenario()
+        except Exception as exc:  # a refused start says why; the app stays up
+            self.session.store.event("error", f"{verb} failed: {exc}")
+            self.notify(str(exc), title=f"{verb} failed", severity="error", timeout=15)
 
     def _events(self, store: RunStore) -> Text:
         text = Text()
-        for e in list(store.events)[-3:]:
+        for e in list(store.events)[-2:]:
             style = {"error": "red", "warning": "yellow"}.get(e.level, "")
             text.append(time.strftime("%H:%M:%S ", time.localtime(e.wall)), style="dim")
             text.append(e.text[:160] + "\n", style=style)

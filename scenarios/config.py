@@ -1,0 +1,343 @@
+"""Scenario files: TOML, one table per scenario under [scenarios.NAME], defaults in [defaults].
+
+Validated on load. Every problem is reported at once, each as FILE:LINE: KEY: what is wrong,
+so a typo in a file an engineer edited by hand is found without reading a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+KINDS = ("sglang", "simulated")
+PLACEMENTS = ("device", "host", "host-prefetch")
+INTERFACES = ("env", "config", "none")
+
+# The Engram switches of SGLang's DeepSeek-V4.1 code (shared/notes/sglang-interfaces.md §4).
+ENGRAM_ENV: dict[str, dict[str, str]] = {
+    "device": {"SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "0"},
+    "host": {"SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "1",
+             "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT": "shared",
+             "SGLANG_DSV41_ENGRAM_HOST_TABLE_PIN": "1"},
+    "host-prefetch": {"SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "1",
+                      "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT": "shared",
+                      "SGLANG_DSV41_ENGRAM_HOST_TABLE_PIN": "1",
+                      "SGLANG_ENABLE_DSV41_ENGRAM_KV_PREFETCH": "1"},
+}
+# The --engram-config JSON of later builds. Its documented keys cover placement only; a
+# prefetch switch is not documented there, so host-prefetch keeps the env switch as well.
+ENGRAM_CONFIG: dict[str, dict[str, str]] = {
+    "device": {"placement": "gpu"},
+    "host": {"placement": "cpu", "replication": "per_node"},
+    "host-prefetch": {"placement": "cpu", "replication": "per_node"},
+}
+
+# key -> (accepted types, description for messages)
+FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "title": ((str,), "a string"),
+    "kind": ((str,), f"one of {', '.join(KINDS)}"),
+    "placement": ((str,), f"one of {', '.join(PLACEMENTS)}, or a label of your own"),
+    "python": ((str,), "the interpreter of the SGLang environment (a path)"),
+    "model_path": ((str,), "a path or model id"),
+    "host": ((str,), "an address to bind, e.g. 127.0.0.1"),
+    "port": ((int,), "an integer 1-65535"),
+    "tp": ((int,), "an integer >= 1"),
+    "args": ((list,), "a list of strings (extra launch_server arguments)"),
+    "env": ((dict,), "a table of string values"),
+    "engram_interface": ((str,), f"one of {', '.join(INTERFACES)}"),
+    "api_key": ((str,), "a string"),
+    "time_scale": ((int, float), "a number > 0"),
+    "serve_scale": ((int, float), "a number > 0"),
+    "readiness_timeout_s": ((int, float), "a number of seconds > 0"),
+    "stop_grace_s": ((int, float), "a number of seconds >= 0"),
+    "hbm_release_timeout_s": ((int, float), "a number of seconds >= 0"),
+    "hbm_release_slack_gib": ((int, float), "a number of GiB >= 0"),
+}
+DEFAULTS: dict[str, Any] = {
+    "kind": "sglang", "host": "127.0.0.1", "tp": 1, "args": [], "env": {},
+    "engram_interface": "none", "time_scale": 1.0, "serve_scale": 1.0,
+    "readiness_timeout_s": 600.0, "stop_grace_s": 30.0, "hbm_release_timeout_s": 120.0,
+    "hbm_release_slack_gib": 2.0,
+}
+TOP_LEVEL = {"plan", "defaults", "scenarios"}
+PLAN_KEYS = {"name", "description"}
+
+
+class ScenarioError(ValueError):
+    """All the problems of one scenario file; str() lists them, one per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    kind: str
+    placement: str | None
+    host: str
+    port: int
+    python: str | None
+    model_path: str | None
+    tp: int
+    args: tuple[str, ...]
+    env: dict[str, str]
+    engram_interface: str
+    api_key: str | None
+    time_scale: float
+    serve_scale: float
+    readiness_timeout_s: float
+    stop_grace_s: float
+    hbm_release_timeout_s: float
+    hbm_release_slack_gib: float
+    source: str = ""  # FILE:LINE of its table, for messages
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def launch_env(self) -> dict[str, str]:
+        """The environment the server gets on top of ours: Engram switches, then the file's."""
+        env: dict[str, str] = {}
+        if self.engram_interface == "env" and self.placement in ENGRAM_ENV:
+            env.update(ENGRAM_ENV[self.placement])
+        if (self.engram_interface == "config" and self.placement == "host-prefetch"):
+            env["SGLANG_ENABLE_DSV41_ENGRAM_KV_PREFETCH"] = "1"
+        env.update(self.env)
+        return env
+
+    def argv(self, simulated_entry: list[str] | None = None) -> list[str]:
+        """The launch argv: never a shell string."""
+        if self.kind == "simulated":
+            assert simulated_entry, "a simulated scenario needs the simulator's entry point"
+            argv = [*simulated_entry, "--placement", self.placement or "device",
+                    "--host", self.host, "--port", str(self.port),
+                    "--time-scale", repr(self.time_scale),
+                    "--serve-scale", repr(self.serve_scale)]
+            if self.api_key:
+                argv += ["--api-key", self.api_key]
+            return [*argv, *self.args]
+        assert self.python and self.model_path
+        argv = [self.python, "-m", "sglang.launch_server", "--model-path", self.model_path,
+                "--host", self.host, "--port", str(self.port), "--tp-size", str(self.tp)]
+        if "--enable-metrics" not in self.args:
+            argv.append("--enable-metrics")  # the dashboard reads /metrics: always on
+        if self.engram_interface == "config" and self.placement in ENGRAM_CONFIG:
+            argv += ["--engram-config", json.dumps(ENGRAM_CONFIG[self.placement])]
+        if self.api_key:
+            argv += ["--api-key", self.api_key]
+        return [*argv, *self.args]
+
+
+@dataclass(frozen=True)
+class ScenarioFile:
+    path: Path
+    name: str
+    description: str
+    scenarios: dict[str, Scenario] = field(default_factory=dict)
+
+    def get(self, name: str) -> Scenario:
+        try:
+            return self.scenarios[name]
+        except KeyError:
+            known = ", ".join(self.scenarios) or "none"
+            raise ScenarioError([f"{self.path}: no scenario named '{name}' (known: {known})"]) \
+                from None
+
+
+# --------------------------------------------------------------------------- line numbers
+
+_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=")
+
+
+def _locate(text: str) -> dict[tuple[str, ...], int]:
+    """Line numbers (1-based) of table headers and their keys, keyed by dotted path."""
+    where: dict[tuple[str, ...], int] = {}
+    section: tuple[str, ...] = ()
+    for n, line in enumerate(text.splitlines(), 1):
+        m = _HEADER.match(line)
+        if m:
+            section = tuple(p.strip().strip('"') for p in m.group(1).split("."))
+            where.setdefault(section, n)
+            continue
+        m = _KEY.match(line)
+        if m:
+            where.setdefault((*section, m.group(1).strip('"')), n)
+    return where
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load(path: Path) -> ScenarioFile:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError([f"{path}: not valid TOML: {exc}"]) from exc
+    where = _locate(text)
+    problems: list[str] = []
+
+    def at(*keys: str) -> str:
+        for i in range(len(keys), 0, -1):
+            line = where.get(tuple(keys[:i]))
+            if line is not None:
+                return f"{path}:{line}"
+        return str(path)
+
+    for key in raw:
+        if key not in TOP_LEVEL:
+            problems.append(f"{at(key)}: unknown top-level key '{key}' "
+                            f"(expected {', '.join(sorted(TOP_LEVEL))})")
+    plan = raw.get("plan", {})
+    if not isinstance(plan, dict):
+        problems.append(f"{at('plan')}: 'plan' must be a table")
+        plan = {}
+    for key in plan:
+        if key not in PLAN_KEYS:
+            problems.append(f"{at('plan', key)}: plan.{key}: unknown key")
+    defaults = raw.get("defaults", {})
+    if not isinstance(defaults, dict):
+        problems.append(f"{at('defaults')}: 'defaults' must be a table")
+        defaults = {}
+    problems += _check_fields(defaults, ("defaults",), at)
+    tables = raw.get("scenarios")
+    if not isinstance(tables, dict) or not tables:
+        problems.append(f"{at('scenarios')}: no scenarios: add at least one [scenarios.NAME]")
+        tables = {}
+    scenarios: dict[str, Scenario] = {}
+    ports: dict[int, str] = {}
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            problems.append(f"{at('scenarios', name)}: scenarios.{name} must be a table")
+            continue
+        found = _check_fields(table, ("scenarios", name), at)
+        problems += found
+        merged = {**DEFAULTS, **defaults, **table}
+        envs = (defaults.get("env", {}), table.get("env", {}))
+        merged["env"] = {**envs[0], **envs[1]} if all(isinstance(e, dict) for e in envs) else {}
+        if found:
+            continue
+        for key in ("python", "model_path"):
+            if isinstance(merged.get(key), str):
+                merged[key] = _resolve(merged[key], path.parent)
+        scenario, more = _build(name, merged, at)
+        problems += more
+        if scenario is None:
+            continue
+        if scenario.port in ports:
+            problems.append(f"{at('scenarios', name, 'port')}: scenarios.{name}.port: "
+                            f"{scenario.port} is also the port of '{ports[scenario.port]}': "
+                            "give each scenario its own port")
+        ports.setdefault(scenario.port, name)
+        scenarios[name] = scenario
+    if problems:
+        raise ScenarioError(problems)
+    return ScenarioFile(path, str(plan.get("name", path.stem)), str(plan.get("description", "")),
+                        scenarios)
+
+
+def _check_fields(table: dict[str, Any], where: tuple[str, ...], at) -> list[str]:  # type: ignore[no-untyped-def]
+    problems = []
+    dotted = ".".join(where)
+    for key, value in table.items():
+        if key not in FIELDS:
+            close = [k for k in FIELDS if _similar(k, key)]
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            problems.append(f"{at(*where, key)}: {dotted}.{key}: unknown key{hint}")
+            continue
+        types, what = FIELDS[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            problems.append(f"{at(*where, key)}: {dotted}.{key}: should be {what}, "
+                            f"got {type(value).__name__} {value!r}")
+            continue
+        if key == "args" and not all(isinstance(a, str) for a in value):
+            problems.append(f"{at(*where, key)}: {dotted}.args: every argument must be a string")
+        if key == "env":
+            for k, v in value.items():
+                if not isinstance(v, str):
+                    problems.append(f"{at(*where, key)}: {dotted}.env.{k}: should be a string, "
+                                    f"got {type(v).__name__} {v!r} (quote it)")
+    return problems
+
+
+def _build(name: str, m: dict[str, Any], at) -> tuple[Scenario | None, list[str]]:  # type: ignore[no-untyped-def]
+    problems = []
+    here = ("scenarios", name)
+
+    def bad(key: str, text: str) -> None:
+        problems.append(f"{at(*here, key)}: scenarios.{name}.{key}: {text}")
+
+    if m["kind"] not in KINDS:
+        bad("kind", f"'{m['kind']}' is not one of {', '.join(KINDS)}")
+    if "port" not in m:
+        bad("port", "missing: every scenario needs a port")
+    elif not 1 <= m["port"] <= 65535:
+        bad("port", f"{m['port']} is out of range 1-65535")
+    if m["engram_interface"] not in INTERFACES:
+        bad("engram_interface", f"'{m['engram_interface']}' is not one of {', '.join(INTERFACES)}")
+    if m["kind"] == "sglang":
+        for key in ("python", "model_path"):
+            if not m.get(key):
+                bad(key, f"missing: an SGLang scenario needs '{key}'")
+    if m["kind"] == "simulated" and m.get("placement") not in PLACEMENTS:
+        bad("placement", f"a simulated scenario needs one of {', '.join(PLACEMENTS)}")
+    if m["engram_interface"] != "none" and m.get("placement") not in PLACEMENTS:
+        bad("placement", f"engram_interface '{m['engram_interface']}' needs a placement of "
+            f"{', '.join(PLACEMENTS)}")
+    if m["tp"] < 1:
+        bad("tp", "must be >= 1")
+    for key in ("time_scale", "serve_scale", "readiness_timeout_s"):
+        if m[key] <= 0:
+            bad(key, "must be > 0")
+    for key in ("stop_grace_s", "hbm_release_timeout_s", "hbm_release_slack_gib"):
+        if m[key] < 0:
+            bad(key, "must be >= 0")
+    if problems:
+        return None, problems
+    return Scenario(
+        name=name, title=m.get("title", name), kind=m["kind"], placement=m.get("placement"),
+        host=m["host"], port=m["port"], python=m.get("python"), model_path=m.get("model_path"),
+        tp=m["tp"], args=tuple(m["args"]), env=dict(m["env"]),
+        engram_interface=m["engram_interface"], api_key=m.get("api_key"),
+        time_scale=float(m["time_scale"]), serve_scale=float(m["serve_scale"]),
+        readiness_timeout_s=float(m["readiness_timeout_s"]),
+        stop_grace_s=float(m["stop_grace_s"]),
+        hbm_release_timeout_s=float(m["hbm_release_timeout_s"]),
+        hbm_release_slack_gib=float(m["hbm_release_slack_gib"]),
+        source=at(*here),
+    ), []
+
+
+def _resolve(value: str, base: Path) -> str:
+    """$VARS and ~ expanded; ./ and ../ taken from the scenario file's folder. Other values
+    (absolute paths, model ids such as deepseek-ai/DeepSeek-V4.1-Flash) are kept as they are."""
+    value = os.path.expanduser(os.path.expandvars(value))
+    if value.startswith(("./", "../")):
+        return str((base / value).resolve())
+    return value
+
+
+def _similar(a: str, b: str) -> bool:
+    """A cheap 'did you mean': same letters give or take one edit."""
+    if abs(len(a) - len(b)) > 2:
+        return False
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1] <= 2

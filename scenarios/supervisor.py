@@ -1,0 +1,432 @@
+"""The supervisor: start, follow, stop and switch SGLang servers, one at a time.
+
+Only one DeepSeek server fits on a node, so the supervisor owns at most one running server.
+It launches from an argv list with the scenario's environment, keeps one log per run,
+takes a baseline of HBM and host memory before launch, follows readiness through the
+start-up log's phases and /health, stops by process group (SIGTERM, grace, SIGKILL, then a
+check that nothing survived), and before the next start waits until the GPUs are back near
+the baseline. No Textual, no product code: the session composes it with collectors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from collectors.readings import GpuData
+from collectors.startup_log import StartupLogParser
+from scenarios.config import Scenario
+from scenarios.logtail import LogTail
+from scenarios.process import LaunchSpec, ManagedProcess, StopResult
+
+GIB = 1024**3
+FOLLOW_S = 0.1  # log tail and liveness cadence while a server starts
+HEALTH_S = 0.5  # /health probe cadence once the log shows the HTTP server is up
+LOG_KEEP = 400  # recent log lines kept for the log pane
+ERROR_MARKERS = ("Traceback", "out of memory", "OutOfMemoryError", "No huge pages",
+                 "Initialization failed", "Error:", "CUDA error")
+
+
+class SupervisorError(Exception):
+    """A start, stop or switch that cannot go ahead; the message says why and what to do."""
+
+
+@dataclass
+class Run:
+    """One launched server from launch to stop."""
+
+    scenario: Scenario
+    proc: ManagedProcess
+    log_path: Path
+    launched_at: float
+    launched_wall: float
+    baseline_gpu: dict[int, int] = field(default_factory=dict)
+    baseline_host_used: int | None = None
+    estimate_s: float | None = None  # from earlier runs of the same scenario
+    state: str = "starting"  # starting, ready, failed, exited, stopping, stopped
+    phase: str = "launching"
+    ready_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    failure: str | None = None
+    stop_result: StopResult | None = None
+    parser: StartupLogParser = field(default_factory=StartupLogParser)
+    lines: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=LOG_KEEP))
+    lines_seen: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def ready_s(self) -> float | None:
+        return None if self.ready_at is None else self.ready_at - self.launched_at
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.alive()
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    released: bool
+    waited_s: float
+    holders: tuple[str, ...] = ()  # "GPU 0: pid 123 (python) holds 40.0 GiB", ...
+    note: str = ""
+
+
+def port_in_use(host: str, port: int) -> bool:
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((target, port)) == 0
+
+
+def who_listens(port: int) -> str:
+    """'pid 123 (python)' for a local listener, where the OS lets us see it."""
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="tcp"):
+            listening = conn.status == psutil.CONN_LISTEN and conn.laddr
+            if listening and conn.laddr.port == port and conn.pid:
+                with contextlib.suppress(psutil.Error):
+                    return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+                return f"pid {conn.pid}"
+    return "another process"
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~"))
+
+
+class Supervisor:
+    def __init__(self, state_dir: Path, *, gpu_sample: Callable[[], GpuData] | None = None,
+                 host_used: Callable[[], int] | None = None,
+                 simulated_entry: list[str] | None = None,
+                 on_event: Callable[[str, str], None] = lambda level, text: None) -> None:
+        self.state_dir = state_dir
+        self.gpu_sample = gpu_sample
+        self.host_used = host_used
+        self.simulated_entry = simulated_entry
+        self.on_event = on_event
+        self.current: Run | None = None
+        self._follow_task: asyncio.Task[None] | None = None
+        self._client = httpx.AsyncClient(timeout=2.0)
+        self.history_path = state_dir / "history.json"
+        (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------ history
+    def _history(self) -> dict[str, list[float]]:
+        try:
+            data = json.loads(self.history_path.read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def estimate(self, scenario: Scenario) -> float | None:
+        """Median time to ready of the last runs of this scenario, if any."""
+        past = self._history().get(self._key(scenario), [])[-5:]
+        return statistics.median(past) if past else None
+
+    def _remember(self, run: Run) -> None:
+        if run.ready_s is None:
+            return
+        data = self._history()
+        key = self._key(run.scenario)
+        data[key] = [*data.get(key, [])[-19:], round(run.ready_s, 3)]
+        tmp = self.history_path.with_suffix(".tmp")
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps(data, indent=1))
+            os.replace(tmp, self.history_path)
+
+    @staticmethod
+    def _key(s: Scenario) -> str:
+        return s.name  # the state folder is per scenario file already
+
+    # ------------------------------------------------------------------ the running server
+    # current.json names the server this state folder's supervisor launched, so a later
+    # engram-top (a headless `switch`, a new dashboard) finds it, and never starts a second.
+    def _save_current(self, run: Run) -> None:
+        data = {"scenario": run.scenario.name, "pid": run.pid,
+                "create_time": run.proc.create_time, "log_path": str(run.log_path),
+                "launched_wall": run.launched_wall,
+                "baseline_gpu": {str(k): v for k, v in run.baseline_gpu.items()},
+                "baseline_host_used": run.baseline_host_used}
+        path = self.state_dir / "current.json"
+        with contextlib.suppress(OSError):
+            path.with_suffix(".tmp").write_text(json.dumps(data, indent=1))
+            os.replace(path.with_suffix(".tmp"), path)
+
+    def _forget_current(self) -> None:
+        with contextlib.suppress(OSError):
+            (self.state_dir / "current.json").unlink()
+
+    def adopt(self, scenarios: dict[str, Scenario]) -> Run | None:
+        """Take over the server an earlier engram-top left running from this state folder."""
+        try:
+            data = json.loads((self.state_dir / "current.json").read_text())
+            sc = scenarios[data["scenario"]]
+            log_path = Path(data["log_path"])
+            proc = ManagedProcess.adopt(LaunchSpec([], log_path), int(data["pid"]),
+                                        float(data["create_time"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if proc is None:
+            self._forget_current()
+            return None
+        age = max(0.0, time.time() - float(data.get("launched_wall", time.time())))
+        run = Run(sc, proc, log_path, time.monotonic() - age, float(data["launched_wall"]),
+                  {int(k): int(v) for k, v in (data.get("baseline_gpu") or {}).items()},
+                  data.get("baseline_host_used"), self.estimate(sc))
+        self.current = run
+        self.on_event("info", f"found {sc.name} still running (pid {run.pid}), launched "
+                      f"{age:.0f} s ago by an earlier engram-top")
+        self._follow_task = asyncio.create_task(self._follow(run), name=f"follow {sc.name}")
+        return run
+
+    # ------------------------------------------------------------------ start
+    def preflight(self, scenario: Scenario) -> None:
+        """Everything that would make a launch fail at once, said before launching."""
+        cur = self.current
+        if cur is not None and cur.alive:
+            raise SupervisorError(f"'{cur.scenario.name}' (pid {cur.pid}) is still running: "
+                                  "stop it first, or switch")
+        if cur is not None and cur.proc.group_members():
+            raise SupervisorError(f"processes of '{cur.scenario.name}' are still alive "
+                                  f"(pids {cur.proc.group_members()}): they may hold the GPUs")
+        if port_in_use(scenario.host, scenario.port):
+            raise SupervisorError(f"port {scenario.port} is in use by "
+                                  f"{who_listens(scenario.port)}: stop it or give scenario "
+                                  f"'{scenario.name}' another port")
+        if scenario.kind == "sglang":
+            assert scenario.python and scenario.model_path
+            if not Path(scenario.python).exists():
+                raise SupervisorError(f"{scenario.source}: python '{scenario.python}' does not "
+                                      "exist: set it to your SGLang environment's interpreter")
+            if _looks_local(scenario.model_path) and not Path(scenario.model_path).exists():
+                raise SupervisorError(f"{scenario.source}: model_path '{scenario.model_path}' "
+                                      "does not exist")
+
+    def baseline(self) -> tuple[dict[int, int], int | None]:
+        gpu: dict[int, int] = {}
+        if self.gpu_sample is not None:
+            with contextlib.suppress(Exception):  # no NVML: no HBM baseline, said by the guard
+                gpu = {d.index: d.used_bytes for d in self.gpu_sample().devices}
+        host = None
+        if self.host_used is not None:
+            with contextlib.suppress(Exception):
+                host = self.host_used()
+        return gpu, host
+
+    async def start(self, scenario: Scenario) -> Run:
+        self.preflight(scenario)
+        gpu, host = await asyncio.to_thread(self.baseline)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        log_path = self.state_dir / "logs" / f"{scenario.name}-{stamp}-{os.getpid()}.log"
+        argv = scenario.argv(self.simulated_entry)
+        try:
+            proc = ManagedProcess.start(LaunchSpec(argv, log_path, scenario.launch_env()))
+        except OSError as exc:
+            raise SupervisorError(f"cannot launch '{scenario.name}': {argv[0]}: "
+                                  f"{exc.strerror or exc}") from exc
+        run = Run(scenario, proc, log_path, time.monotonic(), time.time(), gpu, host,
+                  self.estimate(scenario))
+        self.current = run
+        self._save_current(run)
+        self.on_event("info", f"launched {scenario.name} (pid {proc.pid}) on {scenario.url}")
+        self._follow_task = asyncio.create_task(self._follow(run), name=f"follow {scenario.name}")
+        return run
+
+    # ------------------------------------------------------------------ follow
+    async def _follow(self, run: Run) -> None:
+        tail = LogTail(run.log_path)
+        last_health = 0.0
+        while run.state in ("starting", "ready"):
+            self._read(run, tail)
+            now = time.monotonic()
+            if not run.alive:
+                self._read(run, tail)
+                run.exit_code = run.proc.returncode
+                run.ended_at = now
+                if run.proc.group_members():  # its children must not outlive it
+                    run.stop_result = await run.proc.stop(min(5.0, run.scenario.stop_grace_s))
+                if not run.proc.group_members():
+                    self._forget_current()
+                if run.state == "ready":
+                    run.state = "exited"
+                    self.on_event("error", f"{run.scenario.name} exited (code {run.exit_code})")
+                else:
+                    run.state = "failed"
+                    run.failure = (f"exited with code {run.exit_code} during {run.phase}"
+                                   + self._last_error(run))
+                    self.on_event("error", f"{run.scenario.name}: {run.failure}")
+                return
+            if run.state == "starting":
+                http_up = run.parser.facts().uvicorn_url is not None or run.phase in (
+                    "http", "warmup", "ready")
+                if (http_up or now - run.launched_at > 5) and now - last_health > HEALTH_S:
+                    last_health = now
+                    if await self._healthy(run):
+                        self._mark_ready(run, time.monotonic())
+                late = now - run.launched_at > run.scenario.readiness_timeout_s
+                if run.state == "starting" and late:
+                    run.failure = (f"not ready after {run.scenario.readiness_timeout_s:.0f} s "
+                                   f"(last phase: {run.phase})" + self._last_error(run))
+                    self.on_event("error", f"{run.scenario.name}: {run.failure}; stopping it")
+                    await self._stop(run)
+                    run.state = "failed"  # after _stop, which marks it stopped
+                    return
+            await asyncio.sleep(FOLLOW_S if run.state == "starting" else 1.0)
+
+    def _read(self, run: Run, tail: LogTail) -> None:
+        for at, line in tail.read_new():
+            run.lines.append((at, line))
+            run.lines_seen += 1
+            events = run.parser.feed(line, at)
+            if "ready" in events and run.state == "starting":
+                self._mark_ready(run, at)
+        run.phase = run.parser.current_phase()
+
+    def _mark_ready(self, run: Run, at: float) -> None:
+        run.state = "ready"
+        run.ready_at = at if run.ready_at is None else min(run.ready_at, at)
+        self._remember(run)
+        self.on_event("info", f"{run.scenario.name} ready after {run.ready_s:.1f} s")
+
+    async def _healthy(self, run: Run) -> bool:
+        headers = ({"Authorization": f"Bearer {run.scenario.api_key}"}
+                   if run.scenario.api_key else {})
+        try:
+            resp = await self._client.get(f"{run.scenario.url}/health", headers=headers)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
+    @staticmethod
+    def _last_error(run: Run) -> str:
+        for _, line in reversed(run.lines):
+            if any(m in line for m in ERROR_MARKERS):
+                return f"; last error in the log: {line.strip()[:200]}"
+        return ""
+
+    async def wait_ready(self, run: Run, timeout: float | None = None) -> bool:
+        deadline = time.monotonic() + (timeout or run.scenario.readiness_timeout_s + 5)
+        while time.monotonic() < deadline:
+            if run.state == "ready":
+                return True
+            if run.state in ("failed", "exited", "stopped"):
+                return False
+            await asyncio.sleep(0.05)
+        return run.state == "ready"
+
+    # ------------------------------------------------------------------ stop
+    async def stop(self) -> StopResult | None:
+        run = self.current
+        if run is None or run.state in ("stopped",):
+            return None
+        return await self._stop(run)
+
+    async def _stop(self, run: Run) -> StopResult:
+        previous = run.state
+        run.state = "stopping"
+        result = await run.proc.stop(run.scenario.stop_grace_s)
+        run.stop_result = result
+        run.exit_code = result.returncode
+        if not result.survivors:
+            self._forget_current()
+        run.ended_at = run.ended_at or time.monotonic()
+        run.state = "stopped" if previous in ("starting", "ready", "stopping") else previous
+        if result.killed:
+            self.on_event("warning", f"{run.scenario.name} ignored SIGTERM for "
+                          f"{run.scenario.stop_grace_s:g} s and was killed")
+        if result.survivors:
+            self.on_event("error", f"{run.scenario.name}: processes survived the stop: "
+                          f"{list(result.survivors)}")
+        else:
+            self.on_event("info", f"stopped {run.scenario.name}")
+        if self._follow_task is not None and self._follow_task is not asyncio.current_task():
+            self._follow_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._follow_task
+        return result
+
+    # ------------------------------------------------------------------ HBM-release guard
+    async def release_guard(self, run: Run) -> GuardResult:
+        """Wait until every GPU is back near the run's pre-launch baseline."""
+        if self.gpu_sample is None or not run.baseline_gpu:
+            return GuardResult(True, 0.0, note="no GPU readings here: HBM release not checked")
+        slack = run.scenario.hbm_release_slack_gib * GIB
+        started = time.monotonic()
+        deadline = started + run.scenario.hbm_release_timeout_s
+        data: GpuData | None = None
+        while True:
+            try:
+                data = await asyncio.to_thread(self.gpu_sample)
+            except Exception as exc:  # a failing NVML is said, not hidden
+                return GuardResult(False, time.monotonic() - started,
+                                   note=f"cannot read the GPUs: {type(exc).__name__}: {exc}")
+            high = [d for d in data.devices
+                    if d.used_bytes > run.baseline_gpu.get(d.index, 0) + slack]
+            if not high:
+                return GuardResult(True, time.monotonic() - started)
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.2)
+        holders = []
+        for d in high:
+            for p in d.processes:
+                name = p.name
+                with contextlib.suppress(psutil.Error):
+                    name = name or psutil.Process(p.pid).name()
+                size = "?" if p.used_bytes is None else f"{p.used_bytes / GIB:.1f} GiB"
+                holders.append(f"GPU {d.index}: pid {p.pid} ({name or 'unknown'}) holds {size}")
+            if not d.processes:
+                holders.append(f"GPU {d.index}: {d.used_bytes / GIB:.1f} GiB used, no process "
+                               "listed (another container or namespace?)")
+        return GuardResult(False, time.monotonic() - started, tuple(holders))
+
+    # ------------------------------------------------------------------ switch
+    async def switch(self, to: Scenario) -> Run:
+        """Stop the current server, wait for its HBM to return, start ``to``."""
+        run = self.current
+        if run is not None and run.state != "stopped":
+            await self._stop(run)
+        if run is not None:
+            if run.stop_result is not None and run.stop_result.survivors:
+                raise SupervisorError(f"not starting '{to.name}': processes of "
+                                      f"'{run.scenario.name}' survived the stop: "
+                                      f"{list(run.stop_result.survivors)}")
+            guard = await self.release_guard(run)
+            if guard.note:
+                self.on_event("info", guard.note)
+            if not guard.released:
+                detail = "; ".join(guard.holders) or guard.note
+                raise SupervisorError(f"not starting '{to.name}': HBM did not return to the "
+                                      f"baseline within {run.scenario.hbm_release_timeout_s:g} s"
+                                      f" ({detail})")
+            if guard.waited_s > 0.5:
+                self.on_event("info", f"HBM released after {guard.waited_s:.1f} s")
+        return await self.start(to)
+
+    async def close(self, leave_running: bool = False) -> None:
+        run = self.current
+        if run is not None and run.alive and not leave_running:
+            await self._stop(run)
+        elif run is not None and leave_running and run.alive:
+            self.on_event("info", f"left {run.scenario.name} running (pid {run.pid})")
+        if self._follow_task is not None:
+            self._follow_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._follow_task
+        await self._client.aclose()

@@ -1,0 +1,253 @@
+"""The supervisor on real processes: simulated SGLang servers (real HTTP on loopback), and a
+stand-in `sglang` package for servers that die, hang or ignore SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engram_top import reference
+from engram_top.simnode import state
+from engram_top.simnode.backends import SimGpuBackend
+from scenarios import config
+from scenarios.config import Scenario
+from scenarios.supervisor import Supervisor, SupervisorError, port_in_use
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = ROOT / "tests" / "data" / "fake_sglang"
+GIB = 1024**3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sim_scenario(name: str, placement: str, **changes: object) -> Scenario:
+    demo = config.load(ROOT / "scenarios" / "demo.toml").get(placement)
+    base: dict[str, object] = {"name": name, "port": free_port(), "time_scale": 0.01,
+                               "hbm_release_timeout_s": 10.0}
+    return dataclasses.replace(demo, **{**base, **changes})
+
+
+def fake_scenario(tmp_path: Path, **env: str) -> Scenario:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    text = f"""
+[scenarios.fake]
+kind = "sglang"
+python = "{sys.executable}"
+model_path = "{model}"
+port = {free_port()}
+readiness_timeout_s = 60
+stop_grace_s = 1
+env = {{ PYTHONPATH = "{FAKE}" }}
+"""
+    path = tmp_path / "fake.toml"
+    path.write_text(text)
+    sc = config.load(path).get("fake")
+    return dataclasses.replace(sc, env={**sc.env, **env})
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Path:
+    node_dir = tmp_path / "node"
+    state.ensure_node(node_dir, reference.default())
+    return node_dir
+
+
+def make_supervisor(tmp_path: Path, node: Path, events: list[str]) -> Supervisor:
+    gpu = SimGpuBackend(node)
+    entry = [sys.executable, "-m", "engram_top", "sim", "serve", "--node-dir", str(node)]
+    return Supervisor(tmp_path / "state", gpu_sample=gpu.sample, simulated_entry=entry,
+                      on_event=lambda level, text: events.append(f"{level}: {text}"))
+
+
+def group_alive(pgid: int) -> list[int]:
+    import os
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (psutil.Error, ProcessLookupError):
+            pass
+    return out
+
+
+async def test_start_follows_phases_to_ready_and_stop_leaves_nothing(tmp_path, node) -> None:
+    events: list[str] = []
+    sup = make_supervisor(tmp_path, node, events)
+    sc = sim_scenario("dev", "device")
+    run = await sup.start(sc)
+    phases = set()
+    while run.state == "starting":
+        phases.add(run.phase)
+        await asyncio.sleep(0.02)
+    assert run.state == "ready", run.failure
+    assert {"weights", "graphs"} <= phases | {run.phase}
+    assert run.ready_s is not None and 0 < run.ready_s < 30
+    facts = run.parser.facts()
+    assert facts.max_total_num_tokens == 11_840_000
+    assert run.baseline_gpu == {0: 0, 1: 0, 2: 0, 3: 0}
+    used = [d.used_bytes for d in SimGpuBackend(node).sample().devices]
+    assert all(u > 140 * GIB for u in used)
+    # A second start while this one runs is refused, naming the running server.
+    with pytest.raises(SupervisorError, match="still running"):
+        await sup.start(sim_scenario("other", "host"))
+    result = await sup.stop()
+    assert result is not None and not result.survivors and not result.killed
+    assert run.state == "stopped"
+    assert not group_alive(run.proc.pgid)
+    assert not port_in_use("127.0.0.1", sc.port)
+    assert all(d.used_bytes == 0 for d in SimGpuBackend(node).sample().devices)
+    assert sup.estimate(sc) == pytest.approx(run.ready_s, abs=0.01)  # remembered
+    await sup.close()
+
+
+async def test_back_to_back_switches_leave_no_process_or_port(tmp_path, node) -> None:
+    events: list[str] = []
+    sup = make_supervisor(tmp_path, node, events)
+    scenarios = [sim_scenario("a", "device"), sim_scenario("b", "host-prefetch")]
+    runs = []
+    for i in range(6):
+        run = await sup.switch(scenarios[i % 2])
+        runs.append(run)
+        assert await sup.wait_ready(run, 60), run.failure
+        # The guard let this start only once the previous run's HBM was back at baseline.
+        assert all(v == 0 for v in run.baseline_gpu.values())
+    await sup.stop()
+    for run in runs:
+        assert run.state == "stopped"
+        assert not group_alive(run.proc.pgid)
+    for sc in scenarios:
+        assert not port_in_use("127.0.0.1", sc.port)
+    assert not list((node / "procs").glob("*.json"))
+    assert sum("HBM released" in e or "stopped" in e for e in events) >= 5
+    await sup.close()
+
+
+async def test_busy_port_is_refused(tmp_path, node) -> None:
+    sup = make_supervisor(tmp_path, node, [])
+    sc = sim_scenario("dev", "device")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", sc.port))
+        s.listen()
+        with pytest.raises(SupervisorError, match=f"port {sc.port} is in use"):
+            await sup.start(sc)
+    assert sup.current is None
+    await sup.close()
+
+
+async def test_a_server_that_dies_during_start_up(tmp_path, node) -> None:
+    events: list[str] = []
+    sup = make_supervisor(tmp_path, node, events)
+    sc = sim_scenario("dies", "device", args=("--fail-at", "weights"))
+    run = await sup.start(sc)
+    assert not await sup.wait_ready(run, 30)
+    assert run.state == "failed"
+    assert "during weights" in run.failure
+    assert "simulated failure during weights" in run.failure  # the last error line of the log
+    assert not group_alive(run.proc.pgid)
+    assert any("Traceback" in line for _, line in run.lines)  # the log tail is kept
+    await sup.close()
+
+
+async def test_a_server_that_never_becomes_ready_is_timed_out_and_stopped(tmp_path,
+                                                                          node) -> None:
+    sup = make_supervisor(tmp_path, node, [])
+    sc = dataclasses.replace(fake_scenario(tmp_path), readiness_timeout_s=2.0)
+    run = await sup.start(sc)
+    assert not await sup.wait_ready(run, 20)
+    assert run.state == "failed"
+    assert run.failure.startswith("not ready after 2 s (last phase: weights)")
+    assert not group_alive(run.proc.pgid)
+    assert any("Load weight begin" in line for _, line in run.lines)
+    await sup.close()
+
+
+async def test_a_server_that_ignores_sigterm_is_killed_with_its_children(tmp_path,
+                                                                         node) -> None:
+    events: list[str] = []
+    sup = make_supervisor(tmp_path, node, events)
+    sc = fake_scenario(tmp_path, FAKE_IGNORE_TERM="1", FAKE_CHILD="1")
+    run = await sup.start(sc)
+    deadline = time.monotonic() + 10
+    while len(group_alive(run.proc.pgid)) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert len(group_alive(run.proc.pgid)) == 2
+    started = time.monotonic()
+    result = await sup.stop()
+    assert result is not None and result.killed and not result.survivors
+    assert time.monotonic() - started >= sc.stop_grace_s
+    assert not group_alive(run.proc.pgid)
+    assert any("ignored SIGTERM" in e for e in events)
+    await sup.close()
+
+
+async def test_hbm_release_guard_names_the_process_still_holding_memory(tmp_path,
+                                                                        node) -> None:
+    sup = make_supervisor(tmp_path, node, [])
+    first = sim_scenario("first", "device", hbm_release_timeout_s=1.0)
+    run = await sup.start(first)
+    assert await sup.wait_ready(run, 30)
+    # Something outside the server's process group holds 40 GiB of GPU 2, as a leaked
+    # worker would on a real node.
+    leak = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        proc = psutil.Process(leak.pid)
+        state.write_proc(node, state.ProcState(pid=leak.pid, create_time=proc.create_time(),
+                                               name="leaked-worker",
+                                               gpu_bytes={2: 40 * GIB}))
+        with pytest.raises(SupervisorError) as err:
+            await sup.switch(sim_scenario("second", "host"))
+        text = str(err.value)
+        assert "HBM did not return" in text
+        assert f"GPU 2: pid {leak.pid} (leaked-worker) holds 40.0 GiB" in text
+        assert sup.current is run and run.state == "stopped"  # nothing new was launched
+    finally:
+        leak.kill()
+        leak.wait()
+    await sup.close()
+
+
+async def test_a_later_supervisor_adopts_the_server_left_running(tmp_path, node) -> None:
+    first = make_supervisor(tmp_path, node, [])
+    sc = sim_scenario("dev", "device")
+    run = await first.start(sc)
+    assert await first.wait_ready(run, 30)
+    await first.close(leave_running=True)
+    assert run.alive
+
+    events: list[str] = []
+    second = make_supervisor(tmp_path, node, events)
+    adopted = second.adopt({"dev": sc})
+    assert adopted is not None and adopted.pid == run.pid
+    assert any("still running" in e for e in events)
+    with pytest.raises(SupervisorError, match="still running"):
+        await second.start(dataclasses.replace(sc, port=free_port()))
+    result = await second.stop()
+    assert result is not None and not result.survivors
+    assert not group_alive(run.proc.pgid)
+    assert not (tmp_path / "state" / "current.json").exists()
+    assert make_supervisor(tmp_path, node, []).adopt({"dev": sc}) is None
+    await second.close()
+
+
+async def test_preflight_names_a_missing_interpreter_and_model(tmp_path, node) -> None:
+    sup = make_supervisor(tmp_path, node, [])
+    sc = fake_scenario(tmp_path)
+    with pytest.raises(SupervisorError, match="python '/nonexistent/python' does not exist"):
+        await sup.start(dataclasses.replace(sc, python="/nonexistent/python"))
+    with pytest.raises(SupervisorError, match="model_path '/nonexistent/model' does not exist"):
+        await sup.start(dataclasses.replace(sc, model_path="/nonexistent/model"))
+    await sup.close()
