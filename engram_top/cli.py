@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="wait until it is ready; exit 1 if it fails")
     sw.add_argument("--state-dir", type=Path, default=None)
 
+    stop = sub.add_parser("stop", help="headless: stop the server a scenario file's run or "
+                                       "switch left running")
+    stop.add_argument("scenario_file", type=Path)
+    stop.add_argument("--state-dir", type=Path, default=None)
+
     log = sub.add_parser("inspect-log", help="print what the startup-log parser extracts, as JSON")
     log.add_argument("file", type=Path)
     met = sub.add_parser("inspect-metrics",
@@ -108,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_attach(args)
     if args.command == "switch":
         return asyncio.run(switch(args))
+    if args.command == "stop":
+        return asyncio.run(stop(args))
     if args.command == "inspect-log":
         return inspect_log(args.file)
     if args.command == "inspect-metrics":
@@ -203,6 +210,31 @@ async def switch(args: argparse.Namespace) -> int:
     finally:
         await session.close()
     return code
+
+
+async def stop(args: argparse.Namespace) -> int:
+    from engram_top.session import Session
+    options = _session_options(args, poll_interval=2.0)
+    if options is None:
+        return 2
+    session = Session(options)
+    try:
+        await session.start()  # finds the server left running, if any
+        run = session.run
+        if run is None or not run.alive:
+            print("nothing of this scenario file is running")
+            return 0
+        await session.stop_scenario()
+        result = run.stop_result
+        if result is not None and result.survivors:
+            print(f"engram-top stop: processes survived: {list(result.survivors)}",
+                  file=sys.stderr)
+            return 1
+        print(f"stopped {run.scenario.name} (pid {run.pid})"
+              + (" after SIGKILL" if result is not None and result.killed else ""))
+        return 0
+    finally:
+        await session.close()
 
 
 async def take_snapshot(args: argparse.Namespace) -> int:
