@@ -1,0 +1,116 @@
+"""A real SGLang server on this CPU (scenarios/tiny-cpu.toml): launched, followed through its
+start-up phases, measured, and switched to the variant with the larger KV pool.
+
+Needs the environment scripts/setup-sglang-cpu.sh builds (the README's test command runs
+it). Outside CI a missing environment skips these tests, saying why; in CI it fails them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engram_top.session import LoadSpec, Session, SessionOptions
+from scenarios.supervisor import port_in_use
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / ".venv-sglang"
+READY = (VENV / "bin" / "python").exists() and (VENV / "tiny-llama" / "config.json").exists()
+if not READY and not os.environ.get("CI"):
+    pytest.skip("no SGLang CPU environment: run scripts/setup-sglang-cpu.sh",
+                allow_module_level=True)
+
+
+async def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def tree(pid: int) -> list[int]:
+    try:
+        return [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def alive(pids: list[int]) -> list[int]:
+    out = []
+    for p in pids:
+        try:
+            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.mark.timeout(400)
+async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
+    assert READY, "the SGLang CPU environment is missing: run scripts/setup-sglang-cpu.sh"
+    session = Session(SessionOptions(
+        scenario_file=ROOT / "scenarios" / "tiny-cpu.toml", start="tiny-8k",
+        state_dir=tmp_path / "state", free_ports=True, poll_interval=0.5,
+        load=LoadSpec(concurrency=2, input_len=24, output_len=16)))
+    await session.start()
+    try:
+        run = session.run
+        assert run is not None
+        phases: set[str] = set()
+        while run.state == "starting":
+            phases.add(run.phase)
+            await asyncio.sleep(0.05)
+        assert run.state == "ready", f"{run.failure}\n" + "\n".join(l for _, l in run.lines)
+        # Through its phases, from the real log: weights and the KV pool before ready.
+        facts = run.parser.facts()
+        assert facts.ranks[0].weights_type == "LlamaForCausalLM"
+        assert facts.ranks[0].kv_tokens == 8192
+        assert facts.max_total_num_tokens == 8192
+        assert facts.ready and facts.uvicorn_url is not None
+        timeline = [span.phase for span in facts.timeline]
+        assert timeline.index("weights") < timeline.index("kv_pool") < timeline.index("ready")
+        assert 0 < run.ready_s < 300
+        # Measured through the collectors: KV capacity, and a real load served.
+        store = session.store
+        await wait_until(lambda: store.data("server") is not None
+                         and store.data("server").healthy
+                         and store.data("server").max_total_num_tokens == 8192, 30,
+                         "the server's KV capacity in a healthy reading")
+        await wait_until(lambda: store.load.get("completed", 0) >= 4, 60,
+                         "requests served by the real server")
+        server = store.data("server")
+        assert server.healthy and server.ranks[0]["max_total_num_tokens"] == 8192
+        host = store.data("host")
+        assert host.server_tree is not None and host.server_tree.rss_bytes > 500 * 1024**2
+        first_pids = tree(run.pid)
+        assert len(first_pids) >= 3  # launcher, scheduler, detokenizer
+        first_port = run.scenario.port
+
+        # Switch to the variant with twice the KV pool.
+        new = await session.switch("tiny-16k")
+        assert not alive(first_pids), "processes of the first server survived the switch"
+        assert not port_in_use("127.0.0.1", first_port)
+        assert await session.supervisor.wait_ready(new, 300), new.failure
+        await wait_until(lambda: store.data("server") is not None
+                         and store.data("server").healthy
+                         and store.data("server").max_total_num_tokens == 16384, 30,
+                         "the new KV capacity in a healthy reading")
+        assert store.history["tiny-8k"].state == "stopped"
+        assert store.history["tiny-16k"].state == "ready"
+        assert new.parser.facts().ranks[0].kv_tokens == 16384
+        second_pids = tree(new.pid)
+        # A real SGLang drains on SIGTERM to its launcher: no crash path, no SIGKILL needed.
+        assert run.stop_result is not None and not run.stop_result.killed
+        first_log = run.log_path.read_text()
+        assert "SIGTERM received" in first_log and "crashed" not in first_log
+    finally:
+        await session.close()
+    assert not alive(second_pids), "processes of the second server survived the close"
