@@ -168,7 +168,8 @@ class Session:
         if adopted is not None:
             self._bind(adopted)
         if o.attach:
-            await self.attach(o.attach[0])
+            for url in reversed(o.attach):  # listed in order; the first is watched
+                await self.attach(url)
         elif o.start and adopted is None:
             await self.start_scenario(o.start)
         elif o.start and adopted is not None and adopted.scenario.name != o.start:
@@ -232,10 +233,12 @@ class Session:
             return run
 
     async def attach(self, url: str) -> None:
-        """Watch a server someone else started: no process of ours, no lifetime to own."""
-        facts = RunFacts(scenario=f"attached {url}", placement="?", node=self.store.node,
-                         time_scale=1.0, launched_wall=time.time(), launched_at=time.monotonic(),
-                         state="attached", url=url, owned=False)
+        """Watch a server someone else started: no process of ours, no lifetime to own.
+        One attached server is watched at a time; the others wait in the list."""
+        facts = self.store.facts_for(url) or RunFacts(
+            scenario=url, placement="?", node=self.store.node, time_scale=1.0,
+            launched_wall=time.time(), launched_at=time.monotonic(), state="attached", url=url,
+            owned=False, title="attached: its lifetime is not ours")
         self.store.set_run(facts)
         self._watch_server(SglangCollector(url, api_key=self.options.api_key))
 

@@ -91,6 +91,8 @@ class EngramTopApp(App[int]):
         Binding("q", "quit", "Quit", id="quit"),
         Binding("enter", "start_selected", "Start/switch", id="start", priority=True),
         Binding("x", "stop", "Stop", id="stop"),
+        *[Binding(str(n), f"scenario({n})", f"Scenario {n}", show=False, id=f"scenario-{n}")
+          for n in range(1, 10)],
         Binding("question_mark", "help", "Keys", key_display="?", id="help"),
     ]
 
@@ -213,9 +215,22 @@ class EngramTopApp(App[int]):
         busy = 0 if kv is None else (kv["running"] or 0) + (kv["queued"] or 0)
         return f"{busy} requests are running or queued" if busy else None
 
+    def action_scenario(self, number: int) -> None:
+        """One key: start, or switch to, the scenario in that row of the list."""
+        if not 1 <= number <= len(self._scenario_names()):
+            self.notify(f"no scenario {number}", severity="warning")
+            return
+        self.query_one("#scenarios", DataTable).move_cursor(row=number - 1)
+        self.action_start_selected()
+
     def action_start_selected(self) -> None:
         name = self._selected()
         store = self.session.store
+        attached = store.history.get(name) if name else None
+        if attached is not None and not attached.owned:
+            if attached is not store.run:
+                self.control("watch", name)
+            return
         if name is None or store.scenarios is None or name not in store.scenarios.scenarios:
             self.notify("nothing to start here", severity="warning")
             return
@@ -250,6 +265,8 @@ class EngramTopApp(App[int]):
         try:
             if verb == "start":
                 await session.start_scenario(name)
+            elif verb == "watch":
+                await session.attach(name)
             elif verb == "switch":
                 self.notify(f"switching to {name}: stopping the current server first")
                 await session.switch(name)
@@ -268,7 +285,10 @@ class EngramTopApp(App[int]):
         return text
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen([b for b in self.BINDINGS if isinstance(b, Binding)]))
+        keys = [b for b in self.BINDINGS if isinstance(b, Binding) and b.show]
+        keys.append(Binding("1-9", "", "start or switch to scenario 1-9 of the list"))
+        keys.append(Binding("↑/↓", "", "select a scenario"))
+        self.push_screen(HelpScreen(keys))
 
     async def action_quit(self) -> None:
         """Stop what we started (load, server, polls), then leave."""
