@@ -4,6 +4,7 @@ do in SGLang's Grafana board)."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -100,19 +101,7 @@ class SglangCollector:
         info = resp.json()
         if not isinstance(info, dict):
             raise ValueError("/server_info is not a JSON object")
-        states = info.get("internal_states") or [{}]
-        usage = (states[0] or {}).get("memory_usage") or {}
-        return {
-            "version": info.get("version"),
-            "model_path": info.get("model_path"),
-            "tp_size": info.get("tp_size"),
-            "max_total_num_tokens": info.get("max_total_num_tokens"),
-            "weight_gb": usage.get("weight"),
-            "kv_cache_gb": usage.get("kvcache"),
-            "graph_gb": usage.get("graph"),
-            # Only what a dashboard needs; /server_info also echoes api keys, never kept.
-            "extra": {"simulated": info["simulated"]} if "simulated" in info else {},
-        }
+        return server_info_fields(info)
 
     async def _metrics(self, now: float) -> dict[str, Any]:
         resp = await self.client.get("/metrics")
@@ -126,8 +115,8 @@ class SglangCollector:
                           ("kv_cache_gb", "sglang:kv_cache_memory_usage_gb"),
                           ("max_total_num_tokens", "sglang:max_total_num_tokens")):
             value = promtext.gauge(fams, name)
-            if value is not None:
-                out[key] = int(value) if key == "max_total_num_tokens" else value
+            if value is not None and math.isfinite(value):
+                out[key] = int(value) if key == "max_total_num_tokens" else memory_gb(value)
         out["ranks"] = rank_constants(fams)
         for key, name in HISTOGRAMS.items():
             fam = fams.get(name)
@@ -143,6 +132,68 @@ class SglangCollector:
         out["requests_per_s"] = self._req_rate.rate(now)
         out["window_s"] = self.window_s
         return out
+
+
+def memory_gb(value: object) -> float | None:
+    """A memory figure in GB as a float, or None when it is not one.
+
+    Negative values are clamped to 0.0: on the CPU SGLang measures weights as the drop in free
+    host RAM, which other allocations can make slightly negative (-0.0023 GB). A dict (the
+    per-phase ``graph`` object of 0.5.x ``/server_info``) is the SUM of its numeric values:
+    the memory of all captured graphs, as the per-phase ``sglang:graph_memory_usage_gb``
+    series add up to; non-numeric entries are ignored, an empty or all-non-numeric dict is
+    None. Booleans, strings, None and non-finite numbers are None.
+    """
+    if isinstance(value, dict):
+        parts = [memory_gb(v) for v in value.values() if not isinstance(v, dict)]
+        known = [v for v in parts if v is not None]
+        return memory_gb(sum(known)) if known else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    if not math.isfinite(number):
+        return None
+    return max(0.0, number) + 0.0  # + 0.0: never -0.0
+
+
+def _count(value: object) -> int | None:
+    """An integer field (tp_size, max_total_num_tokens): ints and integral floats only."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def server_info_fields(info: dict[str, Any]) -> dict[str, Any]:
+    """The ServerData fields taken from a ``/server_info`` (or ``/get_server_info``) body.
+
+    Pure, for tests on saved bodies. Every field is None when absent or of the wrong type:
+    a float field never receives a non-number (see :func:`memory_gb` for the memory figures,
+    read from ``internal_states[0].memory_usage``: weight, kvcache, graph).
+    """
+    states = info.get("internal_states")
+    first = states[0] if isinstance(states, list) and states else None
+    usage = first.get("memory_usage") if isinstance(first, dict) else None
+    if not isinstance(usage, dict):
+        usage = {}
+    return {
+        "version": _text(info.get("version")),
+        "model_path": _text(info.get("model_path")),
+        "tp_size": _count(info.get("tp_size")),
+        "max_total_num_tokens": _count(info.get("max_total_num_tokens")),
+        "weight_gb": memory_gb(usage.get("weight")),
+        "kv_cache_gb": memory_gb(usage.get("kvcache")),
+        "graph_gb": memory_gb(usage.get("graph")),
+        # Only what a dashboard needs; /server_info also echoes api keys, never kept.
+        "extra": {"simulated": info["simulated"]} if "simulated" in info else {},
+    }
 
 
 def merged_histogram(family: promtext.Family) -> promtext.Histogram:
@@ -167,7 +218,8 @@ RANK_GAUGES = {"weight_gb": "sglang:weight_memory_usage_gb",
 
 
 def rank_constants(fams: dict[str, promtext.Family]) -> dict[int, dict[str, float]]:
-    """Per-TP-rank memory constants, from the scheduler gauges' tp_rank label."""
+    """Per-TP-rank memory constants, from the scheduler gauges' tp_rank label (memory figures
+    clamped at 0.0 as in :func:`memory_gb`; non-finite values left out)."""
     ranks: dict[int, dict[str, float]] = {}
     for key, name in RANK_GAUGES.items():
         fam = fams.get(name)
@@ -175,6 +227,9 @@ def rank_constants(fams: dict[str, promtext.Family]) -> dict[int, dict[str, floa
             continue
         for sample in fam.samples:
             rank = dict(sample.labels).get("tp_rank")
-            if rank is not None and rank.isdigit():
-                ranks.setdefault(int(rank), {})[key] = sample.value
+            if rank is None or not rank.isdigit():
+                continue
+            value = sample.value if key == "max_total_num_tokens" else memory_gb(sample.value)
+            if value is not None and math.isfinite(value):
+                ranks.setdefault(int(rank), {})[key] = value
     return ranks

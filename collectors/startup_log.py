@@ -6,7 +6,10 @@ common line (uvicorn access lines, ``Decode batch`` lines) with a few substring 
 any regex runs. :meth:`StartupLogParser.facts` returns an immutable :class:`StartupFacts`.
 
 Format strings and their variants are those collected in the project notes
-(``sglang-interfaces.md`` sections 3 and 4.4). Lines are matched on their message text, never
+(``sglang-interfaces.md`` sections 3 and 4.4), checked against a real SGLang 0.5.23 log
+(``tests/data/sglang-cpu/``: ``Init parallel begin/ends``, the KV line with its dtype inline,
+``available_cpu_mem=``, ``Engine startup timings``, the shutdown lines). Lines are matched on
+their message text, never
 on the prefix, because the prefix changes between builds and processes:
 ``[ts] msg``, ``[ts TP0] msg``, ``[ts DP0 TP0 EP0] msg``, ``[ts] INFO file.py:123: msg``,
 ``[gpu_id=0] msg`` (2024 builds), bare ``msg`` and uvicorn's ``INFO:     msg``.
@@ -18,11 +21,25 @@ as SGLang means it (the Engram host-table lines print MiB = 1024**2). Use
 Times: a line's time is the caller's ``at`` (monotonic arrival time) when given, else the
 prefix timestamp (second resolution, read as UTC so that only differences matter), else the
 time of the previous timed line. Give ``at`` for every line or for none: the two clocks are
-not comparable.
+not comparable. ``launch_at`` is the time of the first line that has one: a real log starts
+with Python warnings that carry no timestamp, so without ``at`` it is the first line with a
+``[ts]`` prefix.
+
+Python warnings (``path.py:71: UserWarning: ..`` and their indented continuation lines) are
+skipped: they are neither errors nor facts. A line where another process's output ends and an
+SGLang line starts without a newline (``...refleaks.html[2026-11-29 19:50:11] msg``) is read
+from the glued ``[ts]`` prefix on.
+
+Shutdown: ``SIGTERM received``, ``Gracefully exiting``, uvicorn's ``Shutting down`` and
+``Waiting for application shutdown``/``Application shutdown complete`` set ``stopping_at``
+and the phase STOPPING; uvicorn's ``Finished server process [pid]`` sets ``stopped_at`` and
+STOPPED. A stop never hides a failure: after FAILED the phase stays FAILED (the times are
+still recorded), and errors seen while stopping are recorded but not fatal.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -37,13 +54,18 @@ PHASES: tuple[str, ...] = (
     "launching", "distributed_init", "weights", "kv_pool", "graphs", "http", "warmup", "ready",
 )
 FAILED = "failed"
+# After the startup phases (and after "ready"): the server was asked to stop / has stopped.
+STOPPING = "stopping"
+STOPPED = "stopped"
 _ORDER = {name: i for i, name in enumerate(PHASES)}
+_FINAL = frozenset({FAILED, "ready", STOPPING, STOPPED})  # _advance never leaves these
 
 # Event names feed() can return. "phase:<name>" is added whenever current_phase() changes.
 EVENTS: tuple[str, ...] = (
     "launch", "distributed_init_begin", "distributed_init_end", "weights_begin", "weights_end",
     "kv_allocated", "kv_pool_end", "graphs_begin", "graphs_end", "scheduler_summary",
     "http_started", "http_running", "ready", "engram_table", "engram_config", "error", "failed",
+    "memory_baseline", "startup_timings", "stopping", "stopped",
 )
 
 # Errors kept (oldest dropped first) and the longest text kept per error: a crash loop must
@@ -96,7 +118,8 @@ class KvPool:
     kv_size_gb: float | None = None
     extra_gb: float | None = None  # "Landmark size" (DSA pools) or a bare "Cache size"
     total_gb: float | None = None  # K + V (or KV) + extra
-    dtype: str | None = None  # from the "Using KV cache dtype" line before it
+    # Inline "dtype: .." (0.5.x), else the "Using KV cache dtype" line before it (older).
+    dtype: str | None = None
     at: float | None = None
 
 
@@ -121,6 +144,7 @@ class RankFacts:
     rank: int
     dist_init_elapsed_s: float | None = None
     dist_init_mem_usage_gb: float | None = None
+    memory_baseline_gb: float | None = None  # "Memory baseline taken. mem usage=.. GB" (0.5.x)
     weights_begin_avail_gb: float | None = None
     weights_elapsed_s: float | None = None
     weights_type: str | None = None
@@ -129,7 +153,7 @@ class RankFacts:
     weights_avail_gb: float | None = None  # avail mem after the main load
     weights_gb: float | None = None  # "mem usage" of the main load
     all_weights_gb: float | None = None  # main + draft loads
-    kv_dtype: str | None = None
+    kv_dtype: str | None = None  # the main pool's dtype (else the latest "Using KV cache dtype")
     kv_tokens: int | None = None
     k_size_gb: float | None = None
     v_size_gb: float | None = None
@@ -232,7 +256,8 @@ class PhaseSpan:
 class StartupFacts:
     """Everything known so far. ``*_gb`` are GiB (SGLang's "GB"), ``*_mib`` MiB, times are
     the clock of the fed lines (``at`` or prefix timestamps). ``launch_at`` is the first line
-    fed, so attach the parser at the start of the log for a meaningful "launching" phase."""
+    fed that has a time, so attach the parser at the start of the log for a meaningful
+    "launching" phase. ``phase`` is one of PHASES, FAILED, STOPPING or STOPPED."""
 
     ranks: dict[int, RankFacts] = field(default_factory=dict)  # TP rank -> facts
     # Scheduler summary line (TP rank 0).
@@ -241,8 +266,14 @@ class StartupFacts:
     max_prefill_tokens: int | None = None
     max_running_requests: int | None = None
     context_len: int | None = None
-    available_gpu_mem_gb: float | None = None
+    # "available_<device>_mem=.. GB": device "gpu" on GPUs, "cpu" on CPU builds (host RAM).
+    available_mem_gb: float | None = None
+    available_mem_device: str | None = None
+    available_gpu_mem_gb: float | None = None  # available_mem_gb when the device is "gpu"
     scheduler_extra: dict[str, str] = field(default_factory=dict)  # keys this parser does not know
+    # "Engine startup timings (s): load_weight=.., cuda_graph={prefill=.., ..}, ..": seconds
+    # by key, in printed order; nested groups flattened with a dot ("cuda_graph.decode").
+    startup_timings_s: dict[str, float] = field(default_factory=dict)
     # Engram.
     engram_tables: tuple[EngramTable, ...] = ()
     engram_config_text: str | None = None  # raw "DeepSeek-V4.1 Engram tables: ..." message
@@ -257,6 +288,9 @@ class StartupFacts:
     failed_at: float | None = None
     failed_in: str | None = None  # the phase current when the fatal error came
     errors: tuple[LogError, ...] = ()
+    # Shutdown (see the module docstring): the first stop line, uvicorn's "Finished server".
+    stopping_at: float | None = None
+    stopped_at: float | None = None
     # Timeline.
     launch_at: float | None = None
     last_line_at: float | None = None
@@ -314,6 +348,11 @@ _KV_FIELD = re.compile(
     r"(?<![\w])(#tokens|KV size|K size|V size|Landmark size|Cache size)\s*:\s*" + _NUM
 )
 _KV_DTYPE = re.compile(r"Using KV cache dtype:\s*(\S+)")
+_KV_INLINE_DTYPE = re.compile(r"(?<![\w#])dtype\s*[:=]\s*([\w.]+)")
+_DIST = re.compile(r"Init (?:torch distributed|parallel)\s+(begin|end)", re.IGNORECASE)
+_AVAILABLE = re.compile(r"available_(\w+?)_mem")
+# "/path/x.py:71: UserWarning: msg" (after an optional "[ts]" prefix): Python's warnings.
+_PY_WARNING = re.compile(r"^(?:\[[^\]]*\]\s*)?\S+:\d+: (?:[\w.]+\.)?\w*Warning: ")
 _GRAPH = re.compile(r"Capture\s+(.*?)\s*cuda graph\s+(begin|end)\b", re.IGNORECASE)
 _PAIR = re.compile(r"(\w+)=([^,\s]+)")
 _PID = re.compile(r"Started server process \[(\d+)\]")
@@ -340,11 +379,16 @@ _SUMMARY_INT = (
 )
 
 
+def _nz(value: float) -> float:
+    """``-0.00`` printed by SGLang (a memory delta that rounds to zero) is 0.0, not -0.0."""
+    return 0.0 if value == 0 else value
+
+
 def _float(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        return float(text.split()[0].rstrip(".,"))
+        return _nz(float(text.split()[0].rstrip(".,")))
     except (ValueError, IndexError):
         return None
 
@@ -363,7 +407,44 @@ def _bool(text: str | None) -> bool | None:
 
 def _group_float(rx: re.Pattern[str], text: str) -> float | None:
     m = rx.search(text)
-    return float(m.group(1)) if m else None
+    return _nz(float(m.group(1))) if m else None
+
+
+def _top_level_parts(text: str) -> list[str]:
+    """``a=1, b={c=2, d=3}, e=4`` -> ``["a=1", "b={c=2, d=3}", "e=4"]`` (commas in braces kept)."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(text):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _timings(text: str, prefix: str = "", out: dict[str, float] | None = None,
+             depth: int = 0) -> dict[str, float]:
+    """``key=seconds`` pairs; ``key={k=v, ..}`` groups flattened to ``key.k``. Values that are
+    not finite numbers are left out."""
+    out = {} if out is None else out
+    for part in _top_level_parts(text):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            continue
+        if value.startswith("{"):
+            if depth < 4:
+                _timings(value[1:].rstrip("}"), f"{prefix}{key}.", out, depth + 1)
+            continue
+        number = _float(value)
+        if number is not None and math.isfinite(number):
+            out[prefix + key] = number
+    return out
 
 
 def _mib(text: str) -> float:
@@ -377,7 +458,8 @@ class _Rank:
     """Mutable per-rank state; frozen into RankFacts by facts()."""
 
     __slots__ = (
-        "rank", "dist_begins", "dist_ends", "dist_elapsed_s", "dist_mem_gb", "loads",
+        "rank", "dist_begins", "dist_ends", "dist_elapsed_s", "dist_mem_gb", "baseline_gb",
+        "loads",
         "open_load", "pools", "pool_ends", "pool_end_avail_gb", "kv_dtype", "graphs",
         "open_graphs",
     )
@@ -388,6 +470,7 @@ class _Rank:
         self.dist_ends = 0
         self.dist_elapsed_s: float | None = None
         self.dist_mem_gb: float | None = None
+        self.baseline_gb: float | None = None
         self.loads: list[WeightLoad] = []
         self.open_load: int | None = None
         self.pools: list[KvPool] = []
@@ -404,6 +487,7 @@ class _Rank:
             rank=self.rank,
             dist_init_elapsed_s=self.dist_elapsed_s,
             dist_init_mem_usage_gb=self.dist_mem_gb,
+            memory_baseline_gb=self.baseline_gb,
             weights_begin_avail_gb=main.begin_avail_gb,
             weights_elapsed_s=main.elapsed_s,
             weights_type=main.model_type,
@@ -412,7 +496,7 @@ class _Rank:
             weights_avail_gb=main.avail_gb,
             weights_gb=main.mem_usage_gb,
             all_weights_gb=_sum(w.mem_usage_gb for w in self.loads),
-            kv_dtype=self.kv_dtype,
+            kv_dtype=pool.dtype if pool.dtype is not None else self.kv_dtype,
             kv_tokens=pool.tokens,
             k_size_gb=pool.k_size_gb,
             v_size_gb=pool.v_size_gb,
@@ -486,6 +570,11 @@ class StartupLogParser:
         self._ready = False
         self._failed_at: float | None = None
         self._failed_in: str | None = None
+        self._stopping_at: float | None = None
+        self._stopped_at: float | None = None
+        self._stopping = False
+        self._timings: dict[str, float] = {}
+        self._in_warning = False  # inside a Python warning (header + indented lines)
         self._errors: deque[_Err] = deque(maxlen=MAX_ERRORS)
         self._tb: _Err | None = None  # a traceback whose closing exception line is pending
         self._decode: DecodeStats | None = None
@@ -496,6 +585,8 @@ class StartupLogParser:
             ("Decode batch", self._on_decode),
             ("Prefill batch", self._on_prefill),
             ("Init torch distributed", self._on_dist),
+            ("Init parallel", self._on_dist),
+            ("Memory baseline taken", self._on_baseline),
             ("Load weight ", self._on_weights),
             ("KV Cache is allocated", self._on_kv),
             ("Using KV cache dtype", self._on_kv_dtype),
@@ -505,6 +596,12 @@ class StartupLogParser:
             ("Started server process", self._on_http_started),
             ("Uvicorn running on", self._on_http_running),
             ("fired up and ready to roll", self._on_ready),
+            ("Engine startup timings", self._on_timings),
+            ("SIGTERM received", self._on_stopping),
+            ("Gracefully exiting", self._on_stopping),
+            ("Shutting down", self._on_stopping),
+            ("pplication shutdown", self._on_stopping),
+            ("Finished server process", self._on_stopped),
             ("ngram host table", self._on_engram_table),
             ("Engram tables:", self._on_engram_config),
             ("[engram_offload]", self._on_engram_message),
@@ -539,6 +636,12 @@ class StartupLogParser:
 
     def facts(self) -> StartupFacts:
         s = self._summary
+        device, available = None, None
+        for key in s:
+            m = _AVAILABLE.fullmatch(key)
+            if m:
+                device, available = m.group(1), _float(s[key])
+                break
         return StartupFacts(
             ranks={r: st.freeze() for r, st in sorted(self._ranks.items())},
             max_total_num_tokens=_int(s.get("max_total_num_tokens")),
@@ -546,11 +649,14 @@ class StartupLogParser:
             max_prefill_tokens=_int(s.get("max_prefill_tokens")),
             max_running_requests=_int(s.get("max_running_requests")),
             context_len=_int(s.get("context_len")),
-            available_gpu_mem_gb=_float(s.get("available_gpu_mem")),
+            available_mem_gb=available,
+            available_mem_device=device,
+            available_gpu_mem_gb=available if device == "gpu" else None,
             scheduler_extra={
                 k: v for k, v in s.items()
-                if k not in _SUMMARY_INT and k != "available_gpu_mem"
+                if k not in _SUMMARY_INT and not _AVAILABLE.fullmatch(k)
             },
+            startup_timings_s=dict(self._timings),
             engram_tables=tuple(self._engram_tables),
             engram_config_text=self._engram_config_text,
             engram_config=dict(self._engram_config),
@@ -564,6 +670,8 @@ class StartupLogParser:
             errors=tuple(
                 LogError(e.at, e.kind, e.text, e.rank, e.exception, e.fatal) for e in self._errors
             ),
+            stopping_at=self._stopping_at,
+            stopped_at=self._stopped_at,
             launch_at=self._launch_at,
             last_line_at=self._last_t,
             lines_seen=self._lines,
@@ -584,13 +692,23 @@ class StartupLogParser:
             line = line.rsplit("\r", 1)[1]
         self._lines += 1
         if self._lines == 1:
-            t = at if at is not None else self._prefix_time(line)
+            self._open("launching", 0, None)  # its start is launch_at (see _timeline)
+            events.append("launch")
+        if self._launch_at is None:
+            # The first line with a time: `at` when given, else its "[ts]" prefix (a real log
+            # opens with un-stamped Python warnings). The clock stays the one of that line.
+            t = at if at is not None else self._prefix_time(line.lstrip())
             if t is not None:
                 self._last_t = t
-            self._launch_at = t
-            self._open("launching", 0, t)
-            events.append("launch")
+                self._launch_at = t
         if self._tb is not None and self._traceback_continues(line):
+            return events
+        if self._in_warning:
+            if line[:1] in (" ", "\t"):  # the warning's source line or message continuation
+                return events
+            self._in_warning = False
+        if "Warning: " in line and _PY_WARNING.match(line.lstrip()):
+            self._in_warning = True
             return events
         for needle, handler in self._dispatch:
             if needle in line:
@@ -625,6 +743,13 @@ class StartupLogParser:
         rank: int | None = None
         msg = line.lstrip()
         m = _PREFIX.match(msg)
+        if m is None and "[" in msg:
+            # Another process's output glued in front of an SGLang line (two writers, one
+            # file, no newline between): read from the glued prefix on.
+            m = _PREFIX.search(msg)
+            if m is not None:
+                msg = msg[m.start():]
+                m = _PREFIX.match(msg)
         if m:
             if t is None:
                 t = self._parse_ts(m.group(1), m.group(2))
@@ -679,7 +804,7 @@ class StartupLogParser:
             span[1] = t
 
     def _advance(self, phase: str, force: bool) -> None:
-        if self._phase in (FAILED, "ready"):
+        if self._phase in _FINAL:
             return
         # Never move back because a slower rank starts a phase the others have left.
         if force or _ORDER[phase] >= _ORDER[self._phase]:
@@ -706,12 +831,17 @@ class StartupLogParser:
     # ------------------------------------------------------------------ handlers
 
     def _on_dist(self, ln: _Line, events: list[str]) -> None:
+        # "Init torch distributed begin." / "... ends. elapsed=.. s, mem usage=.. GB" (older
+        # builds: "end", no elapsed=); 0.5.x: "Init parallel begin." / "... ends. elapsed=..".
+        m = _DIST.search(ln.msg)
+        if m is None:
+            return
         st = self._rank(ln.rank)
-        if "distributed begin" in ln.msg:
+        if m.group(1).lower() == "begin":
             self._open("distributed_init", st.dist_begins, ln.t)
             st.dist_begins += 1
             events.append("distributed_init_begin")
-        elif "distributed end" in ln.msg:  # "ends." (older builds: "end", no elapsed=)
+        else:
             st.dist_elapsed_s = _group_float(_ELAPSED, ln.msg)
             st.dist_mem_gb = _group_float(_MEM_USAGE, ln.msg)
             self._close("distributed_init", st.dist_ends, ln.t)
@@ -758,6 +888,38 @@ class StartupLogParser:
         self._close("weights", idx, ln.t)
         events.append("weights_end")
 
+    def _on_baseline(self, ln: _Line, events: list[str]) -> None:
+        # "Memory baseline taken. mem usage=0.00 GB" (0.5.x, after the distributed init).
+        self._rank(ln.rank).baseline_gb = _group_float(_MEM_USAGE, ln.msg)
+        events.append("memory_baseline")
+
+    def _on_timings(self, ln: _Line, events: list[str]) -> None:
+        pos = ln.msg.find(":", ln.msg.find("Engine startup timings"))
+        if pos < 0:
+            return
+        self._timings.update(_timings(ln.msg[pos + 1:]))
+        events.append("startup_timings")
+
+    def _on_stopping(self, ln: _Line, events: list[str]) -> None:
+        if self._stopped_at is not None:
+            return
+        if self._stopping_at is None and ln.t is not None:
+            self._stopping_at = ln.t
+        if not self._stopping:
+            self._stopping = True
+            events.append("stopping")
+            if self._phase != FAILED:
+                self._phase = STOPPING
+
+    def _on_stopped(self, ln: _Line, events: list[str]) -> None:
+        if self._stopped_at is not None:
+            return
+        self._on_stopping(ln, events)  # a stop whose first line was this one
+        self._stopped_at = ln.t if ln.t is not None else self._last_t
+        if self._phase != FAILED:
+            self._phase = STOPPED
+        events.append("stopped")
+
     def _on_kv_dtype(self, ln: _Line, events: list[str]) -> None:
         m = _KV_DTYPE.search(ln.msg)
         if m:
@@ -767,13 +929,16 @@ class StartupLogParser:
         st = self._rank(ln.rank)
         sizes: dict[str, float] = {}
         for key, value in _KV_FIELD.findall(ln.msg):
-            sizes.setdefault(key, float(value))
+            sizes.setdefault(key, _nz(float(value)))
         k, v, kv = sizes.get("K size"), sizes.get("V size"), sizes.get("KV size")
         extra = sizes.get("Landmark size")
         if extra is None and k is None and v is None and kv is None:
             extra = sizes.get("Cache size")
         total = _sum((k, v, kv, extra))
         tokens = sizes.get("#tokens")
+        inline = _KV_INLINE_DTYPE.search(ln.msg)  # 0.5.x: "allocated. dtype: torch.bfloat16, .."
+        if inline is not None:
+            st.kv_dtype = inline.group(1)
         idx = len(st.pools)
         st.pools.append(KvPool(
             tokens=None if tokens is None else int(tokens), k_size_gb=k, v_size_gb=v,
@@ -827,7 +992,7 @@ class StartupLogParser:
         events.append("graphs_end")
 
     def _on_summary(self, ln: _Line, events: list[str]) -> None:
-        if "ServerArgs" in ln.msg:  # the server-args dump, not the summary
+        if "ServerArgs" in ln.msg or "server_args=" in ln.msg:  # the args dump, not the summary
             return
         self._summary.update(_PAIR.findall(ln.msg))
         events.append("scheduler_summary")
@@ -851,7 +1016,7 @@ class StartupLogParser:
         events.append("http_running")
 
     def _on_ready(self, ln: _Line, events: list[str]) -> None:
-        if self._ready:
+        if self._ready or self._stopping:
             return
         self._ready = True
         self._ready_at = ln.t
@@ -922,7 +1087,8 @@ class StartupLogParser:
             self._tb = err
 
     def _record_error(self, ln: _Line, kind: str, events: list[str]) -> _Err:
-        fatal = kind in _FATAL_KINDS and not self._ready
+        # Nothing is fatal once ready, nor while stopping (a stop interrupts whatever runs).
+        fatal = kind in _FATAL_KINDS and not self._ready and not self._stopping
         err = _Err(ln.t, kind, ln.msg.strip()[:MAX_ERROR_TEXT], ln.rank, fatal)
         self._errors.append(err)
         events.append("error")

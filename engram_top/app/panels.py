@@ -267,7 +267,8 @@ def _series(store: RunStore, name: str) -> list[float]:
 PHASE_LABELS = {"launching": "launching", "distributed_init": "distributed init",
                 "weights": "loading weights", "kv_pool": "allocating KV pool",
                 "graphs": "capturing CUDA graphs", "http": "starting HTTP",
-                "warmup": "warming up", "ready": "ready", "failed": "failed"}
+                "warmup": "warming up", "ready": "ready", "failed": "failed",
+                "stopping": "stopping", "stopped": "stopped"}
 STATE_STYLES = {"ready": "bold green", "starting": "bold yellow", "launching": "bold yellow",
                 "stopping": "bold yellow", "stopped": "bold", "exited": "bold red",
                 "failed": "bold red"}
