@@ -1,10 +1,15 @@
-"""A steady synthetic load: an async httpx streaming client against /v1/completions.
+"""The workload driver: an async httpx streaming client for SGLang's /v1/completions and
+/generate, with sglang.bench_serving's definitions.
 
-Closed loop: ``concurrency`` requests in flight at all times. Per request it measures TTFT,
-inter-token gaps, TPOT and end-to-end latency with sglang.bench_serving's definitions
-(TTFT = first non-empty chunk; TPOT = (latency - TTFT) / (output tokens - 1)). Failures are
-counted and kept, never dropped silently. Prompts are words: the simulated node and a real
-server with a word-level tokenizer both count one word as one token.
+Per request: TTFT = time to the first non-empty chunk; inter-token latencies = the gaps
+between chunks; TPOT = (latency - TTFT) / (output tokens - 1); end-to-end latency. Output
+and request throughput are taken over the measured duration. Failures are counted and kept
+with their message, never dropped. Prompts are words: the simulated node and the tiny CPU
+model's word-level tokenizer both count one word as one token.
+
+- ClosedLoopLoad: a steady load for the dashboard (runs until stopped).
+- run_workload(): a measured run for benchmarks: closed loop (fixed concurrency) or open
+  loop (Poisson arrivals at a rate), per level, with excluded warm-up requests and a seed.
 """
 
 from __future__ import annotations
@@ -23,18 +28,89 @@ PROMPT_WORDS = ("engram", "rows", "live", "in", "host", "memory", "and", "the", 
 
 @dataclass(frozen=True)
 class RequestRecord:
-    started: float  # monotonic
+    started: float  # monotonic, when the request was sent
     input_len: int
     output_len: int
     ttft: float
     e2e: float
     itls: tuple[float, ...]
+    rid: str = ""  # the server's request id, when its chunks carry one
+    level: int = 0  # which level of a run_workload() it belongs to
 
     @property
     def tpot(self) -> float | None:
         if self.output_len <= 1:
             return None
         return (self.e2e - self.ttft) / (self.output_len - 1)
+
+
+def prompt(words: int) -> str:
+    return " ".join(PROMPT_WORDS[i % len(PROMPT_WORDS)] for i in range(words))
+
+
+async def stream_request(client: httpx.AsyncClient, input_len: int, output_len: int, *,
+                         endpoint: str = "/v1/completions", model: str | None = None,
+                         level: int = 0) -> RequestRecord:
+    """One streaming request; raises with the server's message when it fails."""
+    if endpoint == "/generate":
+        body: dict[str, object] = {"text": prompt(input_len), "stream": True, "sampling_params": {
+            "max_new_tokens": output_len, "ignore_eos": True}}
+    else:
+        body = {"prompt": prompt(input_len), "max_tokens": output_len, "stream": True,
+                "ignore_eos": True, "stream_options": {"include_usage": True}}
+        if model:
+            body["model"] = model
+    sent = time.perf_counter()
+    sent_mono = time.monotonic()
+    first: float | None = None
+    last = sent
+    itls: list[float] = []
+    tokens = 0
+    rid = ""
+    async with client.stream("POST", endpoint, json=body) as resp:
+        if resp.status_code != 200:
+            text = (await resp.aread()).decode("utf-8", "replace")[:200]
+            raise RuntimeError(f"HTTP {resp.status_code}: {text}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            payload = line[6:]
+            if payload == "[DONE]":
+                break
+            chunk = json.loads(payload)
+            if "error" in chunk:
+                raise RuntimeError(f"stream error: {chunk['error']}")
+            now = time.perf_counter()
+            if endpoint == "/generate":
+                meta = chunk.get("meta_info") or {}
+                rid = rid or str(meta.get("id", ""))
+                count = int(meta.get("completion_tokens", tokens))
+                if count <= tokens:
+                    continue
+                tokens = count
+            else:
+                rid = rid or str(chunk.get("id", ""))
+                usage = chunk.get("usage")
+                if usage and not chunk.get("choices"):
+                    tokens = int(usage.get("completion_tokens", tokens))
+                    continue
+                choices = chunk.get("choices") or [{}]
+                if not choices[0].get("text"):
+                    continue
+                tokens = max(tokens, len(itls) + 1)
+            if first is None:
+                first = now
+            else:
+                itls.append(now - last)
+            last = now
+    if first is None:
+        raise RuntimeError("the stream ended without a token")
+    end = time.perf_counter()
+    return RequestRecord(sent_mono, input_len, tokens, first - sent, end - sent, tuple(itls),
+                         rid, level)
+
+
+# --------------------------------------------------------------------------- steady load
 
 
 @dataclass
@@ -48,6 +124,8 @@ class LoadStats:
 
 
 class ClosedLoopLoad:
+    """``concurrency`` requests in flight at all times, until stopped."""
+
     def __init__(self, base_url: str, *, concurrency: int = 8, input_len: int = 512,
                  output_len: int = 128, range_ratio: float = 0.5, seed: int = 1,
                  model: str | None = None, api_key: str | None = None,
@@ -104,80 +182,124 @@ class ClosedLoopLoad:
 
     async def one(self, input_len: int, output_len: int) -> RequestRecord:
         assert self._client is not None, "start() first"
-        prompt = " ".join(PROMPT_WORDS[i % len(PROMPT_WORDS)] for i in range(input_len))
-        body = {"prompt": prompt, "max_tokens": output_len, "stream": True, "ignore_eos": True,
-                "stream_options": {"include_usage": True}}
-        if self.model:
-            body["model"] = self.model
-        started = time.perf_counter()
-        first: float | None = None
-        last = started
-        itls: list[float] = []
-        tokens = 0
-        async with self._client.stream("POST", "/v1/completions", json=body) as resp:
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode("utf-8", "replace")[:200]
-                raise RuntimeError(f"HTTP {resp.status_code}: {text}")
-            async for line in resp.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                payload = line[6:]
-                if payload == "[DONE]":
-                    break
-                chunk = json.loads(payload)
-                if "error" in chunk:
-                    raise RuntimeError(f"stream error: {chunk['error']}")
-                usage = chunk.get("usage")
-                if usage and not chunk.get("choices"):
-                    tokens = int(usage.get("completion_tokens", tokens))
-                    continue
-                choices = chunk.get("choices") or [{}]
-                if not choices[0].get("text"):
-                    continue
-                now = time.perf_counter()
-                if first is None:
-                    first = now
-                else:
-                    itls.append(now - last)
-                last = now
-                tokens = max(tokens, len(itls) + 1)
-        if first is None:
-            raise RuntimeError("the stream ended without a token")
-        end = time.perf_counter()
-        return RequestRecord(time.monotonic() - (end - started), input_len, tokens,
-                             first - started, end - started, tuple(itls))
+        return await stream_request(self._client, input_len, output_len, model=self.model)
+
+
+# --------------------------------------------------------------------------- measured runs
+
+
+@dataclass(frozen=True)
+class Level:
+    requests: int
+    concurrency: int | None = None  # closed loop
+    rate: float | None = None  # open loop: requests per second, Poisson arrivals
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    levels: tuple[Level, ...]
+    input_len: int = 1024
+    output_len: int = 192
+    range_ratio: float = 1.0  # lengths drawn from [len * ratio, len], as bench_serving
+    seed: int = 1
+    warmup_requests: int = 1
+    endpoint: str = "/v1/completions"
+    model: str | None = None
+
+    def lengths(self, count: int, rng: random.Random) -> list[tuple[int, int]]:
+        def draw(full: int) -> int:
+            return rng.randint(max(1, int(full * self.range_ratio)), full)
+        return [(draw(self.input_len), draw(self.output_len)) for _ in range(count)]
+
+
+@dataclass
+class DriverResult:
+    records: list[RequestRecord]
+    failed: int
+    errors: list[str]
+    duration_s: float  # summed over levels, first send to last completion
+    driver_cpu_s: float  # the driver's own CPU time: it must not be the bottleneck
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_len for r in self.records)
+
+    def mean(self, attr: str) -> float | None:
+        values = [v for v in (getattr(r, attr) for r in self.records) if v is not None]
+        return sum(values) / len(values) if values else None
+
+    def quantile(self, attr: str, q: float) -> float | None:
+        values = sorted(v for v in (getattr(r, attr) for r in self.records) if v is not None)
+        if not values:
+            return None
+        return values[min(len(values) - 1, int(q * len(values)))]
+
+    @property
+    def output_tok_s(self) -> float | None:
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else None
+
+    @property
+    def request_per_s(self) -> float | None:
+        return len(self.records) / self.duration_s if self.duration_s > 0 else None
+
+
+async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None = None,
+                       timeout: float = 600.0,
+                       lengths: list[list[tuple[int, int]]] | None = None) -> DriverResult:
+    """Warm up (excluded), then each level in turn. Lengths are drawn from ``spec.seed``
+    unless given per level."""
+    rng = random.Random(spec.seed)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    biggest = max((lv.concurrency or 64) for lv in spec.levels)
+    limits = httpx.Limits(max_connections=biggest + 4)
+    cpu0 = time.process_time()
+    result = DriverResult([], 0, [], 0.0, 0.0)
+    async with httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers,
+                                 timeout=timeout, limits=limits) as client:
+
+        async def send(n_in: int, n_out: int, level: int) -> None:
+            try:
+                result.records.append(await stream_request(
+                    client, n_in, n_out, endpoint=spec.endpoint, model=spec.model, level=level))
+            except Exception as exc:  # counted and kept, never dropped
+                result.failed += 1
+                if len(result.errors) < 50:
+                    result.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+
+        for n_in, n_out in spec.lengths(spec.warmup_requests, random.Random(spec.seed + 1)):
+            try:  # warm-up: measured nowhere, but a failure is still said
+                await stream_request(client, n_in, n_out, endpoint=spec.endpoint,
+                                     model=spec.model)
+            except Exception as exc:
+                result.errors.append(f"warm-up: {type(exc).__name__}: {exc}"[:300])
+        for index, level in enumerate(spec.levels):
+            todo = deque(lengths[index] if lengths else spec.lengths(level.requests, rng))
+            started = time.perf_counter()
+            if level.rate is not None:
+                tasks = []
+                arrivals = random.Random(spec.seed * 1000 + index)
+                while todo:
+                    n_in, n_out = todo.popleft()
+                    tasks.append(asyncio.create_task(send(n_in, n_out, index)))
+                    if todo:
+                        await asyncio.sleep(arrivals.expovariate(level.rate))
+                await asyncio.gather(*tasks)
+            else:
+                async def worker(queue: deque[tuple[int, int]], level_index: int) -> None:
+                    while queue:
+                        n_in, n_out = queue.popleft()
+                        await send(n_in, n_out, level_index)
+                await asyncio.gather(*(worker(todo, index)
+                                       for _ in range(level.concurrency or 1)))
+            result.duration_s += time.perf_counter() - started
+    result.driver_cpu_s = time.process_time() - cpu0
+    return result
 
 
 async def run_requests(base_url: str, lengths: list[tuple[int, int]], concurrency: int,
                        *, api_key: str | None = None) -> tuple[list[RequestRecord], float, int]:
-    """Send a fixed list of (input, output) requests, ``concurrency`` at a time (closed loop).
-
-    Returns the records, the duration from the first send to the last completion, and the
-    number of failed requests.
-    """
-    load = ClosedLoopLoad(base_url, concurrency=concurrency, api_key=api_key)
-    queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
-    for item in lengths:
-        queue.put_nowait(item)
-    records: list[RequestRecord] = []
-    failed = 0
-
-    async def worker() -> None:
-        nonlocal failed
-        while not queue.empty():
-            n_in, n_out = queue.get_nowait()
-            try:
-                records.append(await load.one(n_in, n_out))
-            except Exception as exc:  # counted and kept, never dropped
-                failed += 1
-                load.stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
-
-    limits = httpx.Limits(max_connections=concurrency + 2)
-    async with httpx.AsyncClient(base_url=load.base_url, headers=load.headers,
-                                 timeout=load.timeout, limits=limits) as client:
-        load._client = client
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        duration = time.perf_counter() - started
-        load._client = None
-    return records, duration, failed
+    """A fixed list of (input, output) requests, ``concurrency`` at a time, no warm-up."""
+    spec = WorkloadSpec(levels=(Level(len(lengths), concurrency=concurrency),),
+                        warmup_requests=0)
+    res = await run_workload(base_url, spec, api_key=api_key, lengths=[lengths])
+    return res.records, res.duration_s, res.failed

@@ -10,6 +10,7 @@ import itertools
 import json
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -63,6 +64,7 @@ class ServerCore:
         self.decode_steps = 0
         self.last_gen_throughput = 0.0
         self.ids = itertools.count(1)
+        self.done: deque[dict[str, Any]] = deque(maxlen=10000)
         self._init_metrics()
 
     # ------------------------------------------------------------------ metrics
@@ -212,10 +214,14 @@ class ServerCore:
                     r.push()  # a dead rank is the supervisor's news, not ours
 
     # ------------------------------------------------------------------ requests
-    async def generate(self, input_len: int, max_new: int) -> AsyncIterator[tuple[int, float]]:
-        """Yields (tokens generated so far, time) per token; aborts the request if cancelled."""
-        arrived = time.monotonic()
-        req = Request(f"{next(self.ids)}", input_len, max_new, arrived)
+    async def generate(self, input_len: int, max_new: int, rid: str | None = None,
+                       arrived: float | None = None) -> AsyncIterator[tuple[int, float]]:
+        """Yields (tokens generated so far, time) per token; aborts the request if cancelled.
+
+        ``arrived``: when the HTTP request reached the server (the generator itself only
+        starts running once the response starts streaming)."""
+        arrived = time.monotonic() if arrived is None else arrived
+        req = Request(rid or f"{next(self.ids)}", input_len, max_new, arrived)
         self.sched.submit(req)
         queue: asyncio.Queue[float | None] = asyncio.Queue()
         self.streams[req] = queue
@@ -224,6 +230,7 @@ class ServerCore:
         last = arrived
         finished = False
         n = 0
+        first_sent = None
         try:
             while n < max_new:
                 t = await queue.get()
@@ -242,8 +249,17 @@ class ServerCore:
                     itl.observe_interval(t - last, 1)
                 last = t
                 self.counters["sglang:generation_tokens_total"] += 1
+                if n == 1:
+                    first_sent = time.monotonic()
                 yield n, t
             finished = True
+            # Ground truth for testing clients: when the request arrived, when its first and
+            # last tokens left, on the machine's monotonic clock (shared by its processes);
+            # the model's planned times beside them.
+            self.done.append({"id": req.rid, "arrival": arrived, "first_token": first_sent,
+                              "finished": time.monotonic(), "planned_first_token":
+                              req.first_token_at, "planned_finished": req.finished_at,
+                              "input_len": input_len, "output_len": n})
             e2e = self.histograms["sglang:e2e_request_latency_seconds"]
             e2e.observe(time.monotonic() - arrived)
             self.counters["sglang:num_requests_total"] += 1
@@ -360,6 +376,9 @@ def build_app(core: ServerCore) -> Starlette:
             "id": core.ref.model, "object": "model", "created": int(time.time()),
             "owned_by": "sglang", "root": core.ref.model, "max_model_len": CONTEXT_LEN}]})
 
+    async def sim_requests(request: HttpRequest) -> Response:
+        return JSONResponse({"clock": "monotonic", "requests": list(core.done)})
+
     async def metrics(request: HttpRequest) -> Response:
         return PlainTextResponse(core.render_metrics(),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -378,6 +397,7 @@ def build_app(core: ServerCore) -> Starlette:
                                        "code": status}}, status_code=status)
 
     async def generate(request: HttpRequest) -> Response:
+        arrived = time.monotonic()
         try:
             body = await read_body(request)
             n_in = _input_len(body, "text")
@@ -386,10 +406,10 @@ def build_app(core: ServerCore) -> Starlette:
             if max_new < 1:
                 raise ValueError("max_new_tokens must be >= 1")
             _check_length(n_in, max_new)
-            gen = core.generate(n_in, max_new)
+            rid = uuid.uuid4().hex
+            gen = core.generate(n_in, max_new, rid, arrived)
         except (ValueError, TypeError) as exc:
             return error(400, str(exc))
-        rid = uuid.uuid4().hex
         started = time.monotonic()
 
         def chunk(n: int, done: bool) -> dict[str, Any]:
@@ -421,6 +441,7 @@ def build_app(core: ServerCore) -> Starlette:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     async def completions(request: HttpRequest) -> Response:
+        arrived = time.monotonic()
         try:
             body = await read_body(request)
             n_in = _input_len(body, "prompt")
@@ -428,10 +449,10 @@ def build_app(core: ServerCore) -> Starlette:
             if max_new < 1:
                 raise ValueError("max_tokens must be >= 1")
             _check_length(n_in, max_new)
-            gen = core.generate(n_in, max_new)
+            cid = f"cmpl-{uuid.uuid4().hex}"
+            gen = core.generate(n_in, max_new, cid, arrived)
         except (ValueError, TypeError) as exc:
             return error(400, str(exc))
-        cid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         model = body.get("model") or core.ref.model
 
@@ -479,6 +500,8 @@ def build_app(core: ServerCore) -> Starlette:
         Route("/get_server_info", guarded(server_info)),
         Route("/model_info", guarded(model_info)), Route("/get_model_info", guarded(model_info)),
         Route("/v1/models", guarded(models)), Route("/metrics", metrics),
+        # Not SGLang: the simulated server's own per-request times, for testing clients.
+        Route("/sim/requests", guarded(sim_requests)),
         Route("/generate", guarded(generate), methods=["POST", "PUT"]),
         Route("/v1/completions", guarded(completions), methods=["POST"]),
     ]

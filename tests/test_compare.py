@@ -1,0 +1,305 @@
+"""engram_top.compare: deltas and intervals computed by hand, None handling, the seed column."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from engram_top import reference
+from engram_top.compare import (
+    Comparison,
+    RunResult,
+    compare,
+    t95,
+    to_json,
+    to_markdown,
+)
+
+_EMPTY: dict[str, Any] = dict(
+    gpus=None, weights_gb=None, kv_tokens=None, host_delta_gib=None, ready_s=None,
+    ttft_mean_s=None, tpot_mean_s=None, itl_mean_s=None, e2e_mean_s=None, ttft_p99_s=None,
+    tpot_p99_s=None, output_tok_s=None, request_per_s=None,
+)
+
+
+def run(scenario: str, trial: int, placement: str | None = None, **kw: Any) -> RunResult:
+    return RunResult(scenario=scenario, placement=placement, source="bench", trial=trial,
+                     **{**_EMPTY, **kw})
+
+
+def series(scenario: str, key: str, values: list[float | None], **kw: Any) -> list[RunResult]:
+    return [run(scenario, i, **{key: v, **kw}) for i, v in enumerate(values)]
+
+
+def md_row(markdown: str, label: str) -> list[str]:
+    """The cells of the Markdown row whose first cell is `label`."""
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == label:
+            return cells
+    raise AssertionError(f"no row {label!r} in\n{markdown}")
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def test_t_table() -> None:
+    assert t95(1) == 12.7062
+    assert t95(2) == 4.3027
+    assert t95(30) == 2.0423
+    assert t95(31) == 1.96
+    with pytest.raises(ValueError):
+        t95(0)
+
+
+def test_paired_delta_and_interval_by_hand() -> None:
+    # TTFT 100/200/400 ms against 110/230/440 ms: per-pair deltas 0.10, 0.15, 0.10.
+    results = (series("device", "ttft_mean_s", [0.100, 0.200, 0.400])
+               + series("prefetch", "ttft_mean_s", [0.110, 0.230, 0.440]))
+    cell = compare(results, "device").row("ttft_mean_ms").cells["prefetch"]
+    assert cell.n == 3
+    assert cell.mean == pytest.approx(260.0)  # ms
+    # The point delta is the change of the means, as the seed reports it: 260 / 233.33 - 1.
+    assert cell.delta == pytest.approx(260.0 / (700.0 / 3) - 1)  # 0.114286
+    # Pairs: mean 0.116667, sd sqrt(1/1200), se 1/60, t(2 df) = 4.3027.
+    assert cell.interval is not None
+    assert cell.interval.method == "paired"
+    assert cell.interval.df == 2
+    assert cell.interval.lo == pytest.approx(0.1166667 - 4.3027 / 60, abs=1e-6)  # 0.044955
+    assert cell.interval.hi == pytest.approx(0.1166667 + 4.3027 / 60, abs=1e-6)  # 0.188378
+    assert cell.spans_zero is False
+    base = compare(results, "device").row("ttft_mean_ms").cells["device"]
+    assert (base.n, base.delta, base.interval, base.spans_zero) == (3, None, None, None)
+    assert base.mean == pytest.approx(233.3333, abs=1e-3)
+
+
+def test_welch_when_trial_counts_differ() -> None:
+    # Baseline 10, 12 (mean 11, var 2); other 15, 17, 19 (mean 17, var 4).
+    # se^2 = 4/3 + 2/2 = 7/3; Welch df = (7/3)^2 / ((4/3)^2/2 + 1^2/1) = 49/17 = 2.88 -> 2.
+    results = (series("base", "output_tok_s", [10.0, 12.0])
+               + series("other", "output_tok_s", [15.0, 17.0, 19.0]))
+    cell = compare(results, "base").row("output_tok_s").cells["other"]
+    assert cell.delta == pytest.approx(17 / 11 - 1)
+    assert cell.interval is not None
+    assert cell.interval.method == "welch"
+    assert cell.interval.df == pytest.approx(49 / 17)
+    half = 4.3027 * (7 / 3) ** 0.5  # 6.5725
+    assert cell.interval.lo == pytest.approx((6 - half) / 11)  # -0.0520
+    assert cell.interval.hi == pytest.approx((6 + half) / 11)  # +1.1430
+    assert cell.spans_zero is True  # two baseline trials leave a wide interval
+
+
+def test_equal_counts_but_other_trials_use_welch() -> None:
+    # Same number of trials but not the same ones: nothing to pair.
+    results = [run("a", 0, output_tok_s=10.0), run("a", 1, output_tok_s=12.0),
+               run("b", 1, output_tok_s=15.0), run("b", 2, output_tok_s=17.0)]
+    cell = compare(results, "a").row("output_tok_s").cells["b"]
+    assert cell.interval is not None and cell.interval.method == "welch"
+
+
+def test_noisy_data_spans_zero() -> None:
+    # Per-pair deltas +30%, -20%, +5%: the mean moves +5% but the noise is larger.
+    results = (series("device", "output_tok_s", [1000.0, 1000.0, 1000.0])
+               + series("host", "output_tok_s", [1300.0, 800.0, 1050.0]))
+    c = compare(results, "device")
+    cell = c.row("output_tok_s").cells["host"]
+    assert cell.delta == pytest.approx(0.05)
+    assert cell.interval is not None and cell.interval.lo < 0 < cell.interval.hi
+    assert cell.spans_zero is True
+    md = to_markdown(c)
+    assert md_row(md, "output throughput")[4].endswith(" ~")
+    assert "~ the 95% interval spans zero" in md
+
+
+def test_no_interval_with_one_trial() -> None:
+    results = [run("a", 0, output_tok_s=100.0), run("b", 0, output_tok_s=90.0)]
+    cell = compare(results, "a").row("output_tok_s").cells["b"]
+    assert cell.delta == pytest.approx(-0.1)
+    assert cell.interval is None and cell.spans_zero is None
+    assert "[" not in md_row(to_markdown(compare(results, "a")), "output throughput")[4]
+
+
+# ----------------------------------------------------------------------------- None handling
+
+def test_missing_values_stay_none() -> None:
+    results = (series("device", "ttft_mean_s", [0.1, 0.2])
+               + series("bench", "ttft_mean_s", [None, None]))
+    c = compare(results, "device")
+    cell = c.row("ttft_mean_ms").cells["bench"]
+    assert (cell.n, cell.mean, cell.delta, cell.interval) == (0, None, None, None)
+    # Nothing measured memory at all: None, never 0.
+    for key in ("weights_gb", "kv_tokens", "kv_ratio", "host_delta_gib", "ready_s"):
+        for s in ("device", "bench"):
+            assert c.row(key).cells[s].mean is None
+    assert md_row(to_markdown(c), "mean TTFT")[4] == "n/a"
+    assert to_json(c)["rows"][0]["cells"]["device"]["mean"] is None
+
+
+def test_missing_baseline_gives_no_delta() -> None:
+    results = series("device", "ttft_mean_s", [None, None]) + series("x", "ttft_mean_s", [0.1, 0.2])
+    cell = compare(results, "device").row("ttft_mean_ms").cells["x"]
+    assert cell.mean == pytest.approx(150.0)
+    assert cell.delta is None and cell.interval is None
+
+
+def test_partly_missing_trial_falls_back_to_welch_and_shows_n() -> None:
+    results = (series("a", "output_tok_s", [100.0, 110.0, 120.0])
+               + series("b", "output_tok_s", [90.0, None, 100.0]))
+    c = compare(results, "a")
+    cell = c.row("output_tok_s").cells["b"]
+    assert cell.n == 2 and cell.mean == pytest.approx(95.0)
+    assert cell.interval is not None and cell.interval.method == "welch"
+    assert "(n=2)" in md_row(to_markdown(c), "output throughput")[4]
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="no results"):
+        compare([], "device")
+    with pytest.raises(ValueError, match="'host' is not among"):
+        compare([run("device", 0)], "host")
+    with pytest.raises(ValueError, match="negative"):
+        compare([run("device", 0)], "device", price_per_gpu_hour=-1.0)
+
+
+# ----------------------------------------------------------------------------- rows
+
+def test_columns_in_first_seen_order() -> None:
+    results = [run("host-prefetch", 0), run("device", 0), run("host", 0), run("device", 1)]
+    c = compare(results, "device")
+    assert c.scenarios == ("host-prefetch", "device", "host")
+    assert c.trials == {"host-prefetch": 1, "device": 2, "host": 1}
+    head = to_markdown(c).splitlines()[2]
+    assert head.index("host-prefetch") < head.index("device (baseline)") < head.index("| host |")
+
+
+def test_kv_ratio_row() -> None:
+    results = [run("device", 0, kv_tokens=11_840_000), run("host", 0, kv_tokens=42_700_000)]
+    c = compare(results, "device")
+    assert c.row("kv_ratio").cells["host"].mean == pytest.approx(42.70 / 11.84)  # 3.606
+    assert c.row("kv_ratio").cells["device"].mean == pytest.approx(1.0)
+    assert c.row("kv_tokens").cells["host"].delta == pytest.approx(42.70 / 11.84 - 1)
+    md = to_markdown(c)
+    assert md_row(md, "KV capacity vs baseline")[3:5] == ["1.000x", "3.606x"]
+    assert md_row(md, "KV capacity")[3] == "11.84M"
+
+
+def test_cost_row() -> None:
+    # 6.0 per GPU-hour x 4 GPUs / 3600 s / 2000 tok/s * 1e6 = 3.3333 per million tokens.
+    results = [run("device", 0, gpus=4, output_tok_s=2000.0),
+               run("host", 0, gpus=4, output_tok_s=1600.0),
+               run("bench", 0, gpus=None, output_tok_s=1600.0)]
+    c = compare(results, "device", price_per_gpu_hour=6.0)
+    row = c.row("cost_per_mtok")
+    assert row.metric.unit == "$/Mtok" and row.metric.better == "lower"
+    assert row.cells["device"].mean == pytest.approx(6.0 * 4 / 3600 / 2000 * 1e6)
+    assert row.cells["host"].mean == pytest.approx(6.0 * 4 / 3600 / 1600 * 1e6)  # 4.1667
+    assert row.cells["host"].delta == pytest.approx(0.25)
+    assert row.cells["bench"].mean is None  # no GPU count, no cost
+    assert md_row(to_markdown(c), "cost per million output tokens")[3] == "3.3333"
+    with pytest.raises(KeyError):
+        compare(results, "device").row("cost_per_mtok")  # no price, no row
+
+
+def test_row_metadata() -> None:
+    c = compare([run("device", 0)], "device")
+    meta = [(r.metric.key, r.metric.unit, r.metric.better) for r in c.rows]
+    assert meta == [
+        ("weights_gb", "GB", "lower"), ("kv_tokens", "tokens", "higher"),
+        ("kv_ratio", "x", "higher"), ("host_delta_gib", "GiB", "lower"),
+        ("ready_s", "s", "lower"), ("ttft_mean_ms", "ms", "lower"),
+        ("tpot_mean_ms", "ms", "lower"), ("output_tok_s", "tok/s", "higher"),
+    ]
+
+
+# ----------------------------------------------------------------------------- seed column
+
+def _seed_like() -> list[RunResult]:
+    out = []
+    for i, (t, p, o) in enumerate([(0.410, 0.0218, 2410.0), (0.425, 0.0220, 2390.0),
+                                   (0.440, 0.0222, 2400.0)]):
+        out.append(run("device", i, "device", gpus=4, weights_gb=119.043, kv_tokens=11_840_000,
+                       host_delta_gib=6.1, ready_s=125.0 + i, ttft_mean_s=t, tpot_mean_s=p,
+                       output_tok_s=o))
+        out.append(run("host-prefetch", i, "host-prefetch", gpus=4, weights_gb=72.201,
+                       kv_tokens=42_700_000, host_delta_gib=201.0, ready_s=273.0 + i,
+                       ttft_mean_s=t * 1.1557, tpot_mean_s=p * 1.1091, output_tok_s=o * 0.8564))
+    return out
+
+
+def test_reference_column_from_seeds() -> None:
+    ref = reference.default()
+    c = compare(_seed_like(), "device", reference=ref)
+    md = to_markdown(c)
+    assert md.splitlines()[2].endswith("| seed reference |")
+    assert md_row(md, "mean TTFT")[-1] == "host-prefetch +15.57% vs device"
+    assert md_row(md, "mean TPOT")[-1] == "host-prefetch +10.91% vs device"
+    assert md_row(md, "output throughput")[-1] == "host-prefetch -14.36% vs device"
+    assert md_row(md, "KV capacity vs baseline")[-1] == "host-prefetch 3.606x vs device"
+    assert md_row(md, "weights per GPU")[-1] == "device 119.043 · host-prefetch 72.201"
+    # Assumptions are marked: the host deltas, and the split of the ready-time range.
+    assert md_row(md, "host memory delta")[-1] == "device 6.5† · host-prefetch 201.6†"
+    assert md_row(md, "time to ready")[-1] == "device 125.04 · host-prefetch 273.07†"
+    assert "† assumption" in md
+    # The measured side reproduces the seed's deltas.
+    assert md_row(md, "mean TTFT")[4].startswith("491.17 (Δ +15.57% [")
+    ready = {f.placement: f for f in c.row("ready_s").reference}
+    assert not ready["device"].assumed and ready["host-prefetch"].assumed
+    assert ready["host-prefetch"].note  # the seeds file's why
+
+
+def test_reference_covers_all_placements_when_runs_name_none() -> None:
+    results = [run("a", 0, kv_tokens=1), run("b", 0, kv_tokens=2)]
+    c = compare(results, "a", reference=reference.default())
+    assert [f.placement for f in c.row("weights_gb").reference] == [
+        "device", "host", "host-prefetch"]
+    assert md_row(to_markdown(c), "KV capacity vs baseline")[-1] == (
+        "host 3.606x vs device · host-prefetch 3.606x vs device")
+
+
+def test_markdown_header_and_no_reference() -> None:
+    c = compare(_seed_like(), "device")
+    md = to_markdown(c)
+    assert md.startswith("Baseline: device; 3 trial(s) per scenario.")
+    assert "seed reference" not in md and "†" not in md
+    assert "~ the 95% interval" not in md  # the seed-like runs are far outside the noise
+
+
+# ----------------------------------------------------------------------------- JSON
+
+def test_run_result_json_round_trip() -> None:
+    r = run("host", 2, "host", gpus=4, weights_gb=72.201, kv_tokens=42_700_000,
+            ttft_mean_s=0.5, completed=64, failed=1, duration_s=59.5, notes=("line=3", "x=1"))
+    back = RunResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert back == r
+    assert isinstance(back.notes, tuple)
+    # Measurements left out read as None.
+    assert RunResult.from_dict({"scenario": "s", "source": "bench", "trial": 0}) == run("s", 0)
+
+
+def test_run_result_from_dict_refuses_bad_input() -> None:
+    with pytest.raises(ValueError, match="unknown keys"):
+        RunResult.from_dict({"scenario": "s", "source": "x", "trial": 0, "ttft_mean": 1.0})
+    with pytest.raises(ValueError, match="missing keys"):
+        RunResult.from_dict({"scenario": "s"})
+    with pytest.raises(ValueError, match="kv_tokens"):
+        RunResult.from_dict({"scenario": "s", "source": "x", "trial": 0, "kv_tokens": "many"})
+
+
+def test_comparison_to_json() -> None:
+    c: Comparison = compare(_seed_like(), "device", price_per_gpu_hour=6.0,
+                            reference=reference.default())
+    data = json.loads(json.dumps(to_json(c), allow_nan=False))
+    assert data["baseline"] == "device"
+    assert data["scenarios"] == ["device", "host-prefetch"]
+    rows = {r["key"]: r for r in data["rows"]}
+    assert set(rows) >= {"weights_gb", "kv_ratio", "cost_per_mtok"}
+    ttft = rows["ttft_mean_ms"]
+    assert ttft["cells"]["host-prefetch"]["delta"] == pytest.approx(0.1557)
+    assert ttft["cells"]["host-prefetch"]["interval"]["method"] == "paired"
+    assert ttft["cells"]["host-prefetch"]["spans_zero"] is False
+    assert ttft["reference"] == [{"placement": "host-prefetch", "value": 0.1557,
+                                  "source": "seed", "note": "", "is_delta": True,
+                                  "assumed": False}]
+    host = rows["host_delta_gib"]["reference"]
+    assert [f["assumed"] for f in host] == [True, True]
