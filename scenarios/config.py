@@ -167,7 +167,8 @@ def _locate(text: str) -> dict[tuple[str, ...], int]:
         m = _HEADER.match(line)
         if m:
             section = tuple(p.strip().strip('"') for p in m.group(1).split("."))
-            where.setdefault(section, n)
+            for i in range(1, len(section) + 1):  # [a.b] also places a table a
+                where.setdefault(section[:i], n)
             continue
         m = _KEY.match(line)
         if m:
@@ -213,6 +214,9 @@ def load(path: Path) -> ScenarioFile:
         problems.append(f"{at('defaults')}: 'defaults' must be a table")
         defaults = {}
     problems += _check_fields(defaults, ("defaults",), at)
+    # Known defaults of the wrong type, reported once above: a scenario that inherits one is
+    # not built (its checks would compare a string with a number).
+    bad_defaults = {k for k, v in defaults.items() if k in FIELDS and _check_fields({k: v}, (), at)}
     tables = raw.get("scenarios")
     if not isinstance(tables, dict) or not tables:
         problems.append(f"{at('scenarios')}: no scenarios: add at least one [scenarios.NAME]")
@@ -228,7 +232,7 @@ def load(path: Path) -> ScenarioFile:
         merged = {**DEFAULTS, **defaults, **table}
         envs = (defaults.get("env", {}), table.get("env", {}))
         merged["env"] = {**envs[0], **envs[1]} if all(isinstance(e, dict) for e in envs) else {}
-        if found:
+        if found or bad_defaults - table.keys():
             continue
         for key in ("python", "model_path"):
             if isinstance(merged.get(key), str):
@@ -326,7 +330,9 @@ def _resolve(value: str, base: Path) -> str:
     (absolute paths, model ids such as deepseek-ai/DeepSeek-V4.1-Flash) are kept as they are."""
     value = os.path.expanduser(os.path.expandvars(value))
     if value.startswith(("./", "../")):
-        return str((base / value).resolve())
+        # abspath, not resolve(): a venv's bin/python is a symlink to the base interpreter,
+        # and following it would launch outside the venv.
+        return os.path.abspath(base / value)
     return value
 
 

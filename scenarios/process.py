@@ -33,6 +33,18 @@ class StopResult:
     survivors: tuple[int, ...]  # pids of the group still alive afterwards (should be empty)
 
 
+def _exited(proc: psutil.Process) -> bool:
+    """Gone but for its exit status. A process whose main thread has exited while other
+    threads of it still run (an interpreter finishing its native threads) also reads as a
+    zombie, yet it is alive, holds its memory and cannot be reaped: that one counts."""
+    if proc.status() != psutil.STATUS_ZOMBIE:
+        return False
+    try:
+        return len(os.listdir(f"/proc/{proc.pid}/task")) <= 1
+    except OSError:  # no /proc (or already reaped): a zombie as psutil says
+        return True
+
+
 class ManagedProcess:
     def __init__(self, spec: LaunchSpec, popen: subprocess.Popen[bytes] | None,
                  pid: int | None = None, create_time: float | None = None) -> None:
@@ -84,7 +96,7 @@ class ManagedProcess:
         try:
             proc = psutil.Process(self.pid)
             return (self.create_time is None or abs(proc.create_time() - self.create_time) <= 1.0) \
-                and proc.status() != psutil.STATUS_ZOMBIE
+                and not _exited(proc)
         except psutil.Error:
             return False
 
@@ -93,7 +105,7 @@ class ManagedProcess:
         out = []
         for proc in psutil.process_iter(["pid"]):
             try:
-                if os.getpgid(proc.pid) == self.pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                if os.getpgid(proc.pid) == self.pgid and not _exited(proc):
                     out.append(proc.pid)
             except (ProcessLookupError, PermissionError, psutil.Error):
                 continue

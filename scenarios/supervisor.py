@@ -34,6 +34,7 @@ from scenarios.process import LaunchSpec, ManagedProcess, StopResult
 GIB = 1024**3
 FOLLOW_S = 0.1  # log tail and liveness cadence while a server starts
 HEALTH_S = 0.5  # /health probe cadence once the log shows the HTTP server is up
+HEALTH_ONLY_AFTER_S = 15.0  # /health 200 this long without the log's ready line: ready
 LOG_KEEP = 400  # recent log lines kept for the log pane
 ERROR_MARKERS = ("Traceback", "out of memory", "OutOfMemoryError", "No huge pages",
                  "Initialization failed", "Error:", "CUDA error")
@@ -205,7 +206,11 @@ class Supervisor:
         if cur is not None and cur.proc.group_members():
             raise SupervisorError(f"processes of '{cur.scenario.name}' are still alive "
                                   f"(pids {cur.proc.group_members()}): they may hold the GPUs")
-        if port_in_use(scenario.host, scenario.port):
+        self.check_target(scenario)
+
+    def check_target(self, scenario: Scenario, port: bool = True) -> None:
+        """What would refuse this scenario whatever runs now: its port, its paths."""
+        if port and port_in_use(scenario.host, scenario.port):
             raise SupervisorError(f"port {scenario.port} is in use by "
                                   f"{who_listens(scenario.port)}: stop it or give scenario "
                                   f"'{scenario.name}' another port")
@@ -252,6 +257,7 @@ class Supervisor:
     async def _follow(self, run: Run) -> None:
         tail = LogTail(run.log_path)
         last_health = 0.0
+        health_ok_since: float | None = None
         while run.state in ("starting", "ready"):
             self._read(run, tail)
             now = time.monotonic()
@@ -277,7 +283,15 @@ class Supervisor:
                     "http", "warmup", "ready")
                 if (http_up or now - run.launched_at > 5) and now - last_health > HEALTH_S:
                     last_health = now
-                    if await self._healthy(run):
+                    if not await self._healthy(run):
+                        health_ok_since = None
+                    elif health_ok_since is None:
+                        health_ok_since = now
+                    # SGLang 0.5.23 answers /health 200 during its warm-up, before "ready to
+                    # roll": when the log shows its HTTP lines, its ready line decides, and
+                    # /health alone only after a while (a log without info lines).
+                    if health_ok_since is not None and (
+                            not http_up or now - health_ok_since > HEALTH_ONLY_AFTER_S):
                         self._mark_ready(run, time.monotonic())
                 late = now - run.launched_at > run.scenario.readiness_timeout_s
                 if run.state == "starting" and late:
@@ -400,6 +414,8 @@ class Supervisor:
     async def switch(self, to: Scenario) -> Run:
         """Stop the current server, wait for its HBM to return, start ``to``."""
         run = self.current
+        # A start that would be refused is refused before the running server is stopped.
+        self.check_target(to, port=run is None or run.scenario.port != to.port)
         if run is not None and run.state != "stopped":
             await self._stop(run)
         if run is not None:

@@ -68,7 +68,7 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
         while run.state == "starting":
             phases.add(run.phase)
             await asyncio.sleep(0.05)
-        assert run.state == "ready", f"{run.failure}\n" + "\n".join(l for _, l in run.lines)
+        assert run.state == "ready", f"{run.failure}\n" + "\n".join(line for _, line in run.lines)
         # Through its phases, from the real log: weights and the KV pool before ready.
         facts = run.parser.facts()
         assert facts.ranks[0].weights_type == "LlamaForCausalLM"
