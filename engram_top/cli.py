@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="wait until it is ready; exit 1 if it fails")
     sw.add_argument("--state-dir", type=Path, default=None)
 
+    bench = sub.add_parser("bench", help="headless: the controlled benchmark of a plan file; "
+                                         "writes report.md, report.json, requests.csv")
+    bench.add_argument("plan", type=Path)
+    bench.add_argument("--out", type=Path, required=True, help="folder for the reports")
+
     stop = sub.add_parser("stop", help="headless: stop the server a scenario file's run or "
                                        "switch left running")
     stop.add_argument("scenario_file", type=Path)
@@ -115,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(switch(args))
     if args.command == "stop":
         return asyncio.run(stop(args))
+    if args.command == "bench":
+        return asyncio.run(bench(args))
     if args.command == "inspect-log":
         return inspect_log(args.file)
     if args.command == "inspect-metrics":
@@ -210,6 +217,26 @@ async def switch(args: argparse.Namespace) -> int:
     finally:
         await session.close()
     return code
+
+
+async def bench(args: argparse.Namespace) -> int:
+    from engram_top import bench as runner
+    from engram_top import snapshot
+    from scenarios.supervisor import SupervisorError
+    try:
+        plan = runner.load_plan(args.plan)
+        snapshot.check_writable(args.out)
+    except (runner.PlanError, snapshot.SnapshotError) as exc:
+        print(f"engram-top bench: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = await runner.run_bench(plan, args.out)
+    except SupervisorError as exc:
+        print(f"engram-top bench: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out / 'report.md'}, report.json, requests.csv")
+    failed = [r for r in report["results"] if not r.get("completed")]
+    return 1 if failed else 0
 
 
 async def stop(args: argparse.Namespace) -> int:

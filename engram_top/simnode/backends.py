@@ -65,17 +65,17 @@ class SimHostBackend(ProcBackend):
         self._procs: dict[int, state.ProcState] = {}
         self._procs_at = 0.0
 
-    def _live(self) -> dict[int, state.ProcState]:
-        # One scan per poll: meminfo and every process_memory() call share it.
-        now = time.monotonic()
-        if now - self._procs_at > 0.2:
+    def _live(self, fresh: bool = False) -> dict[int, state.ProcState]:
+        # One scan per poll: meminfo() (the first call of every sample) rescans, and the
+        # process_memory() calls of the same poll share its result.
+        if fresh or not self._procs_at:
             self._procs = {p.pid: p for p in state.live_procs(self.node_dir)}
-            self._procs_at = now
+            self._procs_at = time.monotonic()
         return self._procs
 
     def meminfo(self) -> dict[str, int]:
         spec = state.read_spec(self.node_dir)
-        procs = self._live().values()
+        procs = self._live(fresh=True).values()
         anon = sum(p.host_anon_bytes for p in procs)
         shmem = sum(p.host_shmem_bytes for p in procs)
         huge = sum(p.host_hugepage_bytes for p in procs)

@@ -1,0 +1,236 @@
+"""`engram-top bench PLAN.toml --out DIR`: the seed's controlled benchmark, headless.
+
+For each trial, for each scenario of the plan in turn: start it (switching stops the previous
+server and waits for its HBM to return), wait until ready, warm up, run the measured
+workload, read memory and start-up facts; at the end stop. Then write DIR/report.md (the
+comparison in the seed's terms), DIR/report.json and DIR/requests.csv (one row per request).
+
+On the simulated node, times are converted back to node time: start-up divided by the
+time scale, latencies divided by the serve scale, throughput multiplied by it. The report
+says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import os
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engram_top import facts, reference
+from engram_top.compare import RunResult, compare, to_json, to_markdown
+from engram_top.session import Session, SessionOptions
+from scenarios import config
+from scenarios.workload import Level, WorkloadSpec, run_workload
+
+BENCH_KEYS = {"scenarios_file", "scenarios", "baseline", "trials", "price_per_gpu_hour",
+              "gpus", "time_scale", "serve_scale"}
+WORKLOAD_KEYS = {"levels", "input_len", "output_len", "range_ratio", "seed",
+                 "warmup_requests", "endpoint", "model"}
+
+
+class PlanError(ValueError):
+    """A plan file that cannot run; names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    path: Path
+    scenarios_file: Path
+    scenarios: tuple[str, ...]
+    baseline: str
+    trials: int
+    workload: WorkloadSpec
+    price_per_gpu_hour: float | None
+    gpus: int | None
+    time_scale: float | None
+    serve_scale: float | None
+
+
+def load_plan(path: Path) -> Plan:
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError(f"{path}: not valid TOML: {exc}") from exc
+    bench, wl = raw.get("bench", {}), raw.get("workload", {})
+    problems = [f"{path}: unknown top-level key '{k}'" for k in raw
+                if k not in ("bench", "workload")]
+    problems += [f"{path}: bench.{k}: unknown key" for k in bench if k not in BENCH_KEYS]
+    problems += [f"{path}: workload.{k}: unknown key" for k in wl if k not in WORKLOAD_KEYS]
+    for key in ("scenarios_file", "scenarios", "baseline"):
+        if key not in bench:
+            problems.append(f"{path}: bench.{key}: missing")
+    levels = wl.get("levels")
+    if not isinstance(levels, list) or not levels:
+        problems.append(f"{path}: workload.levels: a list of {{concurrency = N, requests = M}} "
+                        "or {rate = R, requests = M} tables")
+        levels = []
+    parsed = []
+    for i, lv in enumerate(levels):
+        where = f"{path}: workload.levels[{i}]"
+        if not isinstance(lv, dict) or not isinstance(lv.get("requests"), int) or \
+                lv["requests"] < 1 or (("concurrency" in lv) == ("rate" in lv)):
+            problems.append(f"{where}: needs requests >= 1 and exactly one of concurrency, rate")
+            continue
+        parsed.append(Level(lv["requests"], concurrency=lv.get("concurrency"),
+                            rate=float(lv["rate"]) if "rate" in lv else None))
+    if problems:
+        raise PlanError("\n".join(problems))
+    scen_file = (path.parent / bench["scenarios_file"]).resolve()
+    try:
+        sf = config.load(scen_file)
+    except config.ScenarioError as exc:
+        raise PlanError(f"{path}: bench.scenarios_file: {exc}") from exc
+    names = tuple(bench["scenarios"])
+    unknown = [n for n in (*names, bench["baseline"]) if n not in sf.scenarios]
+    if unknown:
+        raise PlanError(f"{path}: bench.scenarios: not in {scen_file.name}: {', '.join(unknown)}")
+    if bench["baseline"] not in names:
+        raise PlanError(f"{path}: bench.baseline: '{bench['baseline']}' is not benchmarked")
+    spec = WorkloadSpec(levels=tuple(parsed), input_len=int(wl.get("input_len", 1024)),
+                        output_len=int(wl.get("output_len", 192)),
+                        range_ratio=float(wl.get("range_ratio", 1.0)),
+                        seed=int(wl.get("seed", 1)),
+                        warmup_requests=int(wl.get("warmup_requests", 1)),
+                        endpoint=str(wl.get("endpoint", "/v1/completions")),
+                        model=wl.get("model"))
+    return Plan(path, scen_file, names, bench["baseline"], int(bench.get("trials", 1)), spec,
+                bench.get("price_per_gpu_hour"), bench.get("gpus"), bench.get("time_scale"),
+                bench.get("serve_scale"))
+
+
+async def run_bench(plan: Plan, out: Path,
+                    say: Callable[[str], None] = print) -> dict[str, Any]:
+    session = Session(SessionOptions(
+        scenario_file=plan.scenarios_file, state_dir=out / "state", load=None,
+        free_ports=True, poll_interval=0.5, time_scale=plan.time_scale,
+        serve_scale=plan.serve_scale))
+    results: list[RunResult] = []
+    requests: list[dict[str, Any]] = []
+    await session.start()
+    try:
+        for trial in range(plan.trials):
+            for name in plan.scenarios:
+                results.append(await _one(session, plan, name, trial, requests, say))
+        await session.stop_scenario()
+    finally:
+        await session.close()
+    comparison = compare(results, plan.baseline, price_per_gpu_hour=plan.price_per_gpu_hour,
+                         reference=reference.default())
+    report = {"plan": str(plan.path), "scenarios_file": str(plan.scenarios_file),
+              "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "results": [r.to_dict() for r in results], "comparison": to_json(comparison)}
+    _write(out / "report.json", json.dumps(report, indent=2, default=str) + "\n")
+    _write(out / "report.md", _markdown(plan, results, to_markdown(comparison)))
+    _write(out / "requests.csv", _csv(requests))
+    return report
+
+
+async def _one(session: Session, plan: Plan, name: str, trial: int,
+               requests: list[dict[str, Any]], say: Callable[[str], None]) -> RunResult:
+    sc = session.scenario(name)
+    time_scale = sc.time_scale if sc.kind == "simulated" else 1.0
+    serve = sc.serve_scale if sc.kind == "simulated" else 1.0
+    say(f"trial {trial + 1}/{plan.trials}: {name}: starting")
+    run = await session.switch(name)
+    if not await session.supervisor.wait_ready(run):
+        say(f"  {name} did not become ready: {run.failure or run.state}")
+        return RunResult(scenario=name, placement=sc.placement, source="bench", trial=trial,
+                         gpus=plan.gpus, weights_gb=None, kv_tokens=None, host_delta_gib=None,
+                         ready_s=None, ttft_mean_s=None, tpot_mean_s=None, itl_mean_s=None,
+                         e2e_mean_s=None, ttft_p99_s=None, tpot_p99_s=None, output_tok_s=None,
+                         request_per_s=None, notes=(f"not ready: {run.failure or run.state}",))
+    say(f"  ready after {run.ready_s:.1f} s; measuring")
+    await asyncio.sleep(1.5)  # a fresh poll of every source after ready
+    result = await run_workload(sc.url, plan.workload, api_key=sc.api_key)
+    store = session.store
+    gpus = facts.gpu_facts(store)
+    host = facts.host_facts(store)
+    for r in result.records:
+        requests.append({"scenario": name, "trial": trial, "level": r.level,
+                         "input_len": r.input_len, "output_len": r.output_len,
+                         "ttft_ms": r.ttft * 1e3 / serve, "e2e_ms": r.e2e * 1e3 / serve,
+                         "tpot_ms": None if r.tpot is None else r.tpot * 1e3 / serve,
+                         "itl_mean_ms": (sum(r.itls) / len(r.itls) * 1e3 / serve)
+                         if r.itls else None})
+
+    def node_time(value: float | None) -> float | None:
+        return None if value is None else value / serve
+
+    say(f"  {len(result.records)} requests, {result.failed} failed, "
+        f"{(result.output_tok_s or 0) * serve:.1f} tok/s")
+    notes = [f"driver CPU {result.driver_cpu_s:.2f} s over {result.duration_s:.1f} s"]
+    if time_scale != 1 or serve != 1:
+        notes.append(f"simulated: start-up x{time_scale:g}, service x{serve:g}; figures "
+                     "converted to node time")
+    notes += result.errors[:5]
+    return RunResult(
+        scenario=name, placement=sc.placement, source="bench", trial=trial,
+        gpus=plan.gpus or (len(gpus) or None),
+        weights_gb=gpus[0]["weights_gb"] if gpus else None,
+        kv_tokens=gpus[0]["kv_tokens"] if gpus else None,
+        host_delta_gib=host["delta_gib"] if host else None,
+        ready_s=None if run.ready_s is None else run.ready_s / time_scale,
+        ttft_mean_s=node_time(result.mean("ttft")), tpot_mean_s=node_time(result.mean("tpot")),
+        itl_mean_s=node_time(_mean([i for r in result.records for i in r.itls])),
+        e2e_mean_s=node_time(result.mean("e2e")),
+        ttft_p99_s=node_time(result.quantile("ttft", 0.99)),
+        tpot_p99_s=node_time(result.quantile("tpot", 0.99)),
+        output_tok_s=None if result.output_tok_s is None else result.output_tok_s * serve,
+        request_per_s=None if result.request_per_s is None else result.request_per_s * serve,
+        completed=len(result.records), failed=result.failed,
+        duration_s=result.duration_s * serve, notes=tuple(notes))
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _markdown(plan: Plan, results: list[RunResult], table: str) -> str:
+    wl = plan.workload
+    levels = ", ".join(f"{lv.requests} requests at concurrency {lv.concurrency}"
+                       if lv.concurrency else f"{lv.requests} requests at {lv.rate:g} req/s"
+                       for lv in wl.levels)
+    lines = [f"# engram-top bench: {plan.path.name}", "",
+             f"Scenarios from `{plan.scenarios_file.name}`, {plan.trials} trial(s) each, "
+             f"baseline `{plan.baseline}`.",
+             f"Workload: {levels}; input {wl.input_len} and output {wl.output_len} tokens "
+             f"(range ratio {wl.range_ratio:g}), seed {wl.seed}, {wl.warmup_requests} warm-up "
+             f"request(s) excluded, streaming {wl.endpoint}.",
+             "Measured: TTFT, TPOT (bench_serving's definitions) and output throughput by the "
+             "client; weights and KV capacity from SGLang's /metrics; host memory as used "
+             "(MemTotal - MemAvailable) minus the pre-launch baseline; time to ready from "
+             "launch to the ready line.", ""]
+    failed = [r for r in results if r.completed == 0]
+    for r in failed:
+        lines.append(f"- {r.scenario} trial {r.trial + 1}: no measurement ({'; '.join(r.notes)})")
+    notes = sorted({n for r in results for n in r.notes if n.startswith("simulated")})
+    lines += [f"- {n}" for n in notes]
+    return "\n".join([*lines, "", table, ""])
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    fields = ["scenario", "trial", "level", "input_len", "output_len", "ttft_ms", "tpot_ms",
+              "itl_mean_ms", "e2e_ms"]
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

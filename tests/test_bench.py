@@ -1,0 +1,94 @@
+"""`engram-top bench` on the simulated node, and plan files that cannot run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engram_top.bench import PlanError, load_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGRAM_TOP = Path(sys.executable).with_name("engram-top")
+
+PLAN = """
+[bench]
+scenarios_file = "{demo}"
+scenarios = ["device", "host", "host-prefetch"]
+baseline = "device"
+trials = 2
+gpus = 4
+price_per_gpu_hour = 6.0
+time_scale = 0.02
+
+[workload]
+levels = [{{ concurrency = 2, requests = 4 }}, {{ rate = 20.0, requests = 4 }}]
+input_len = 128
+output_len = 24
+range_ratio = 0.5
+warmup_requests = 1
+"""
+
+
+@pytest.mark.timeout(240)
+def test_bench_on_the_simulated_node_reproduces_the_seeds_memory_figures(tmp_path) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN.format(demo=ROOT / "scenarios" / "demo.toml"))
+    out = tmp_path / "out"
+    res = subprocess.run([str(ENGRAM_TOP), "bench", str(plan), "--out", str(out)],
+                         capture_output=True, text=True, timeout=230)
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads((out / "report.json").read_text())
+    results = report["results"]
+    assert len(results) == 6 and all(r["completed"] == 8 and r["failed"] == 0 for r in results)
+    by = {(r["scenario"], r["trial"]): r for r in results}
+    for trial in (0, 1):
+        dev, host, pre = (by[(s, trial)] for s in ("device", "host", "host-prefetch"))
+        assert dev["weights_gb"] == 119.043 and pre["weights_gb"] == 72.201
+        assert dev["kv_tokens"] == 11_840_000 and pre["kv_tokens"] == 42_700_288
+        assert pre["kv_tokens"] / dev["kv_tokens"] == pytest.approx(3.606, rel=0.01)
+        assert dev["host_delta_gib"] == pytest.approx(6.5, abs=0.01)
+        assert host["host_delta_gib"] == pytest.approx(195.4, abs=0.01)
+        assert pre["host_delta_gib"] == pytest.approx(201.6, abs=0.01)
+        # Start-up in node time, ordered as in the seed: device < host < host-prefetch.
+        assert dev["ready_s"] < host["ready_s"] < pre["ready_s"]
+        assert dev["ready_s"] == pytest.approx(125.04, rel=0.15)
+    rows = {r["key"]: r for r in report["comparison"]["rows"]}
+    assert rows["kv_ratio"]["cells"]["host-prefetch"]["mean"] == pytest.approx(3.606, rel=0.01)
+    md = (out / "report.md").read_text()
+    assert "host-prefetch +15.57% vs device" in md and "| KV capacity vs baseline" in md
+    with open(out / "requests.csv") as f:
+        reqs = list(csv.DictReader(f))
+    assert len(reqs) == 48 and {r["scenario"] for r in reqs} == {"device", "host",
+                                                                 "host-prefetch"}
+    assert all(float(r["ttft_ms"]) > 0 for r in reqs)
+
+
+def test_plan_files_that_cannot_run_say_why(tmp_path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[bench]\nscenarios_file = "nowhere.toml"\nscenarios = ["x"]\n'
+                   'baseline = "x"\ntrail = 2\n[workload]\nlevels = [{ requests = 3 }]\n')
+    with pytest.raises(PlanError) as err:
+        load_plan(bad)
+    text = str(err.value)
+    assert f"{bad}: bench.trail: unknown key" in text
+    assert "workload.levels[0]: needs requests >= 1 and exactly one of concurrency, rate" in text
+    ok_levels = bad.read_text().replace("trail = 2", "trials = 2").replace(
+        "{ requests = 3 }", "{ requests = 3, concurrency = 1 }")
+    bad.write_text(ok_levels)
+    with pytest.raises(PlanError, match="bench.scenarios_file: .*cannot read"):
+        load_plan(bad)
+    res = subprocess.run([str(ENGRAM_TOP), "bench", str(bad), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "bench.scenarios_file" in res.stderr
+
+
+def test_shipped_plans_load() -> None:
+    for name in ("demo-bench.toml", "dsv41-flash-4xb200-bench.toml", "tiny-cpu-bench.toml"):
+        plan = load_plan(ROOT / "scenarios" / name)
+        assert plan.baseline in plan.scenarios
