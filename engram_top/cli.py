@@ -83,6 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("plan", type=Path)
     bench.add_argument("--out", type=Path, required=True, help="folder for the reports")
 
+    cmp_ = sub.add_parser("compare", help="the seed-style comparison of runs from bench reports "
+                                          "(report.json) and sglang.bench_serving files (.jsonl)")
+    cmp_.add_argument("files", type=Path, nargs="+")
+    cmp_.add_argument("--baseline", required=True, help="the scenario the others are compared to")
+    cmp_.add_argument("--price-per-gpu-hour", type=float, default=None)
+    cmp_.add_argument("--gpus", type=int, default=None,
+                      help="GPUs of the imported bench_serving runs (for the cost row)")
+    cmp_.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+
     stop = sub.add_parser("stop", help="headless: stop the server a scenario file's run or "
                                        "switch left running")
     stop.add_argument("scenario_file", type=Path)
@@ -122,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(stop(args))
     if args.command == "bench":
         return asyncio.run(bench(args))
+    if args.command == "compare":
+        return compare_files(args)
     if args.command == "inspect-log":
         return inspect_log(args.file)
     if args.command == "inspect-metrics":
@@ -237,6 +248,38 @@ async def bench(args: argparse.Namespace) -> int:
     print(f"wrote {args.out / 'report.md'}, report.json, requests.csv")
     failed = [r for r in report["results"] if not r.get("completed")]
     return 1 if failed else 0
+
+
+def compare_files(args: argparse.Namespace) -> int:
+    from engram_top.compare import RunResult, compare, to_json, to_markdown
+    from engram_top.importers import BenchFileError, load_bench_serving
+    results: list[RunResult] = []
+    try:
+        for path in args.files:
+            if path.suffix == ".jsonl":
+                results += load_bench_serving(path, gpus=args.gpus)
+                continue
+            try:
+                data = json.loads(path.read_text())
+                results += [RunResult.from_dict(r) for r in data["results"]]
+            except (OSError, KeyError, TypeError, ValueError) as exc:
+                raise BenchFileError(f"{path}: not an engram-top bench report: {exc}") from exc
+    except BenchFileError as exc:
+        print(f"engram-top compare: {exc}", file=sys.stderr)
+        return 2
+    if args.baseline not in {r.scenario for r in results}:
+        known = ", ".join(sorted({r.scenario for r in results}))
+        print(f"engram-top compare: no runs of '{args.baseline}' (runs: {known})",
+              file=sys.stderr)
+        return 2
+    c = compare(results, args.baseline, price_per_gpu_hour=args.price_per_gpu_hour,
+                reference=reference.default())
+    if args.json:
+        json.dump(to_json(c), sys.stdout, indent=2, default=str)
+        print()
+    else:
+        print(to_markdown(c))
+    return 0
 
 
 async def stop(args: argparse.Namespace) -> int:

@@ -92,3 +92,16 @@ def test_shipped_plans_load() -> None:
     for name in ("demo-bench.toml", "dsv41-flash-4xb200-bench.toml", "tiny-cpu-bench.toml"):
         plan = load_plan(ROOT / "scenarios" / name)
         assert plan.baseline in plan.scenarios
+
+
+def test_compare_joins_bench_serving_files_and_names_a_broken_line() -> None:
+    data = ROOT / "tests" / "data" / "bench_serving"
+    res = subprocess.run([str(ENGRAM_TOP), "compare", str(data / "device.jsonl"),
+                          str(data / "host-prefetch.jsonl"), "--baseline", "device"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "| mean TTFT | ms | lower |" in res.stdout and "host-prefetch" in res.stdout
+    res = subprocess.run([str(ENGRAM_TOP), "compare", str(data / "broken.jsonl"),
+                          "--baseline", "device"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and f"{data / 'broken.jsonl'}:3:" in res.stderr
+    assert "Traceback" not in res.stderr
