@@ -301,7 +301,7 @@ class Supervisor:
                     await self._stop(run)
                     run.state = "failed"  # after _stop, which marks it stopped
                     return
-            await asyncio.sleep(FOLLOW_S if run.state == "starting" else 1.0)
+            await asyncio.sleep(FOLLOW_S if run.state == "starting" else 0.25)
 
     def _read(self, run: Run, tail: LogTail) -> None:
         for at, line in tail.read_new():

@@ -76,7 +76,7 @@ async def test_live_demo_kill_and_quit(tmp_path) -> None:
         await wait_for(pilot, lambda: "0.0/179" in screen_text(app), 3, "the HBM panel")
         await wait_for(pilot, lambda: "connection refused" in screen_text(app), 3,
                        "the dead server to be shown")
-        assert "EXITED" in screen_text(app)
+        await wait_for(pilot, lambda: "EXITED" in screen_text(app), 3, "the header to say so")
         assert app.is_running
 
         await pilot.press("q")
