@@ -45,11 +45,11 @@ async def test_driver_matches_the_servers_ground_truth(server: str, endpoint: st
         e2e_err.append(rec.e2e - (t["finished"] - t["arrival"]))
         # bench_serving's TPOT: the decode time over the tokens after the first.
         assert rec.tpot == pytest.approx((rec.e2e - rec.ttft) / (rec.output_len - 1))
-    # The client sees the server's times plus one loopback HTTP round trip (about 1.2 ms on
-    # this 2-core machine) and SSE parsing: never less, and only a few ms more.
-    assert min(ttft_err) > -0.0005
-    assert statistics.median(ttft_err) < 0.006
-    assert statistics.median(e2e_err) < 0.008
+    # The client sees the server's times plus a loopback round trip and SSE parsing: never
+    # less. How much more is a figure, not a pass/fail line: benchmarks/driver_accuracy.py.
+    assert min(ttft_err) > -0.0005 and min(e2e_err) > -0.0005
+    assert statistics.median(ttft_err) < statistics.median(
+        [r.ttft for r in result.records])  # the error is small next to what is measured
     assert result.output_tok_s and result.output_tok_s > 0
     assert result.driver_cpu_s > 0
 
