@@ -105,6 +105,7 @@ class Session:
         self._tmp: Path | None = None
         self._closing = False
         self._lock = asyncio.Lock()  # one start/stop/switch at a time
+        self._closers: set[asyncio.Task[None]] = set()
 
     def _adjust(self, sf: ScenarioFile) -> ScenarioFile:
         o = self.options
@@ -265,7 +266,10 @@ class Session:
             self._server_task.cancel()
         old = self.sglang
         if old is not None:
-            asyncio.create_task(old.close())
+            # Keep a reference: the loop holds tasks only weakly, and close() must finish.
+            closing = asyncio.create_task(old.close())
+            self._closers.add(closing)
+            closing.add_done_callback(self._closers.discard)
         self.sglang = collector
         self._server_task = asyncio.create_task(
             poll_loop(collector.poll, self.options.poll_interval,
