@@ -155,6 +155,10 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
     store = session.store
     gpus = facts.gpu_facts(store)
     host = facts.host_facts(store)
+    server = store.data("server")
+    # Without GPU readings (a CPU server, no NVML) SGLang's own figures still say it.
+    weights = gpus[0]["weights_gb"] if gpus else getattr(server, "weight_gb", None)
+    kv_tokens = gpus[0]["kv_tokens"] if gpus else getattr(server, "max_total_num_tokens", None)
     for r in result.records:
         requests.append({"scenario": name, "trial": trial, "level": r.level,
                          "input_len": r.input_len, "output_len": r.output_len,
@@ -176,8 +180,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
     return RunResult(
         scenario=name, placement=sc.placement, source="bench", trial=trial,
         gpus=plan.gpus or (len(gpus) or None),
-        weights_gb=gpus[0]["weights_gb"] if gpus else None,
-        kv_tokens=gpus[0]["kv_tokens"] if gpus else None,
+        weights_gb=weights, kv_tokens=kv_tokens,
         host_delta_gib=host["delta_gib"] if host else None,
         ready_s=None if run.ready_s is None else run.ready_s / time_scale,
         ttft_mean_s=node_time(result.mean("ttft")), tpot_mean_s=node_time(result.mean("tpot")),

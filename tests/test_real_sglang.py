@@ -114,3 +114,21 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
     finally:
         await session.close()
     assert not alive(second_pids), "processes of the second server survived the close"
+
+
+@pytest.mark.timeout(400)
+async def test_bench_runs_on_the_real_cpu_server(tmp_path: Path) -> None:
+    assert READY, "the SGLang CPU environment is missing: run scripts/setup-sglang-cpu.sh"
+    from engram_top.bench import load_plan, run_bench
+    plan = load_plan(ROOT / "scenarios" / "tiny-cpu-bench.toml")
+    report = await run_bench(plan, tmp_path / "out", say=lambda text: None)
+    results = {r["scenario"]: r for r in report["results"]}
+    assert results["tiny-8k"]["kv_tokens"] == 8192 and results["tiny-16k"]["kv_tokens"] == 16384
+    for r in results.values():
+        assert r["completed"] == 16 and r["failed"] == 0
+        assert r["ttft_mean_s"] > 0 and r["tpot_mean_s"] > 0 and r["output_tok_s"] > 0
+        assert 0 < r["ready_s"] < 300
+    rows = {row["key"]: row for row in report["comparison"]["rows"]}
+    assert rows["kv_ratio"]["cells"]["tiny-16k"]["mean"] == pytest.approx(2.0)
+    assert (tmp_path / "out" / "report.md").read_text().count("tiny-16k") >= 1
+    assert len((tmp_path / "out" / "requests.csv").read_text().splitlines()) == 33
