@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import re
 import os
 import signal
 import time
@@ -22,7 +23,8 @@ GIB = 1024**3
 
 def screen_text(app: EngramTopApp) -> str:
     """What the terminal shows, as text (the SVG screenshot, unescaped)."""
-    return html.unescape(app.export_screenshot()).replace("\xa0", " ")
+    svg = re.sub(r"<[^>]+>", "", app.export_screenshot())  # the text, in screen order
+    return html.unescape(svg).replace("\xa0", " ")
 
 
 async def wait_for(pilot, predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -147,3 +149,36 @@ async def test_failing_sources_are_shown_with_their_age() -> None:
         await pilot.press("q")
         await pilot.pause(0.2)
     assert session.closed
+
+
+async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline() -> None:
+    store = RunStore()
+    now = time.monotonic()
+    for name, results in (
+            ("device", {"weights_gb": 119.043, "kv_tokens": 11_840_000, "host_delta_gib": 6.5,
+                        "ready_s": 125.0, "ttft_p50_ms": 350.0, "itl_p50_ms": 26.0,
+                        "output_tok_s": 224.0}),
+            ("host-prefetch", {"weights_gb": 72.201, "kv_tokens": 42_700_288,
+                               "host_delta_gib": 201.6, "ready_s": 273.0,
+                               "ttft_p50_ms": 404.5, "itl_p50_ms": 28.84,
+                               "output_tok_s": 191.8})):
+        facts = RunFacts(scenario=name, placement=name, node="n", time_scale=1.0,
+                         launched_wall=time.time(), launched_at=now, state="stopped")
+        facts.results.update(results)
+        store.set_run(facts)
+    app = EngramTopApp(StaticSession(store))
+    async with app.run_test(size=(150, 45)) as pilot:
+        await pilot.press("c")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "device (baseline)" in text
+        assert "42.70M +260.6%" in text  # KV capacity gained, against device
+        assert "72.201 -39.3%" in text and "191.8 -14.4%" in text
+        assert "▶ host-prefetch" in text  # the live (latest) run is marked
+        await pilot.press("b")  # host-prefetch becomes the baseline
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "host-prefetch (baseline)" in text and "11.84M -72.3%" in text
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert "baseline" not in screen_text(app)

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, RichLog, Static
 
 from engram_top import facts
 from engram_top.app import panels
+from engram_top.app.compare_screen import CompareScreen
 from engram_top.store import RunFacts, RunStore
 
 REFRESH_S = 0.5  # at most 2 Hz
@@ -91,6 +92,7 @@ class EngramTopApp(App[int]):
         Binding("q", "quit", "Quit", id="quit"),
         Binding("enter", "start_selected", "Start/switch", id="start", priority=True),
         Binding("x", "stop", "Stop", id="stop"),
+        Binding("c", "compare", "Compare", id="compare"),
         *[Binding(str(n), f"scenario({n})", f"Scenario {n}", show=False, id=f"scenario-{n}")
           for n in range(1, 10)],
         Binding("question_mark", "help", "Keys", key_display="?", id="help"),
@@ -283,6 +285,9 @@ class EngramTopApp(App[int]):
             text.append(time.strftime("%H:%M:%S ", time.localtime(e.wall)), style="dim")
             text.append(e.text[:160] + "\n", style=style)
         return text
+
+    def action_compare(self) -> None:
+        self.push_screen(CompareScreen(self.session.store))
 
     def action_help(self) -> None:
         keys = [b for b in self.BINDINGS if isinstance(b, Binding) and b.show]
