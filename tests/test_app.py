@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import html
-import re
 import os
+import re
 import signal
 import time
 
