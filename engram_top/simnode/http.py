@@ -249,9 +249,9 @@ class ServerCore:
                     itl.observe_interval(t - last, 1)
                 last = t
                 self.counters["sglang:generation_tokens_total"] += 1
-                if n == 1:
-                    first_sent = time.monotonic()
                 yield n, t
+                if n == 1:  # resumed once the chunk was handed to the socket: sent
+                    first_sent = time.monotonic()
             finished = True
             # Ground truth for testing clients: when the request arrived, when its first and
             # last tokens left, on the machine's monotonic clock (shared by its processes);
