@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.host import HostCollector, ProcBackend
+from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
 from collectors.readings import Reading
 from collectors.sglang import SglangCollector
@@ -148,8 +149,7 @@ class Session:
         self.host = HostCollector(host_backend)
 
         def host_used() -> int:
-            from collectors.host import sample
-            return sample(host_backend, None).used_bytes
+            return host_sample(host_backend, None).used_bytes
 
         self.supervisor = Supervisor(state_dir, gpu_sample=gpu_backend.sample,
                                      host_used=host_used, simulated_entry=entry,
