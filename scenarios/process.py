@@ -52,7 +52,6 @@ class ManagedProcess:
         self.popen = popen
         self.pid = popen.pid if popen is not None else int(pid or 0)
         self.pgid = self.pid  # start_new_session makes the child its group's leader
-        self.started_at = time.monotonic()
         if create_time is None:
             with contextlib.suppress(psutil.Error):
                 create_time = psutil.Process(self.pid).create_time()

@@ -76,6 +76,16 @@ def source_line(store: RunStore, kind: str, label: str) -> Text | None:
     return Text(f"{label}: {st['message']} ({stale})", style=style)
 
 
+def _warnings(store: RunStore, kind: str, label: str) -> list[Any]:
+    """A panel's first rows: its source's failure, if it is failing."""
+    warn = source_line(store, kind, label)
+    return [warn] if warn else []
+
+
+def _waiting(rows: list[Any], text: str) -> Group:
+    return Group(*rows, Text(text, style="dim"))
+
+
 def _grid() -> Table:
     t = Table.grid(padding=(0, 1))
     return t
@@ -85,14 +95,10 @@ def _grid() -> Table:
 
 
 def hbm_panel(store: RunStore) -> Group:
-    rows: list[Any] = []
-    warn = source_line(store, "gpu", "GPU")
-    if warn:
-        rows.append(warn)
+    rows = _warnings(store, "gpu", "GPU")
     gpus = facts.gpu_facts(store)
     if not gpus:
-        rows.append(Text("waiting for the first GPU reading…", style="dim"))
-        return Group(*rows)
+        return _waiting(rows, "waiting for the first GPU reading…")
     t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
     t.add_column("GPU", no_wrap=True)
     t.add_column("GiB used", justify="right", no_wrap=True)
@@ -150,15 +156,10 @@ def _server_hbm(gpu: dict[str, Any], store: RunStore) -> Any:
 
 
 def kv_panel(store: RunStore) -> Group:
-    rows: list[Any] = []
-    warn = source_line(store, "server", "SGLang")
-    if warn:
-        rows.append(warn)
+    rows = _warnings(store, "server", "SGLang")
     kv = facts.kv_facts(store)
     if kv is None or kv["capacity_tokens"] is None:
-        rows.append(Text("KV pool not allocated yet (the server reports it once ready)",
-                         style="dim"))
-        return Group(*rows)
+        return _waiting(rows, "KV pool not allocated yet (the server reports it once ready)")
     t = _grid()
     t.add_column(style="bold", no_wrap=True)
     t.add_column(no_wrap=True)
@@ -169,11 +170,10 @@ def kv_panel(store: RunStore) -> Group:
                                       f"{usage * 100:.2f}% · {tokens(kv['used_tokens'])}"))
     t.add_row("requests", f"{kv['running'] if kv['running'] is not None else '–'} running · "
               f"{kv['queued'] if kv['queued'] is not None else '–'} queued")
-    ref = store.run
     t.add_row("trend", sparkline(_series(store, "server.token_usage")))
     rows.append(t)
-    if ref is not None:
-        rows.append(Text(f"placement: {ref.placement}", style="dim"))
+    if store.run is not None:
+        rows.append(Text(f"placement: {store.run.placement}", style="dim"))
     return Group(*rows)
 
 
@@ -181,14 +181,10 @@ def kv_panel(store: RunStore) -> Group:
 
 
 def host_panel(store: RunStore) -> Group:
-    rows: list[Any] = []
-    warn = source_line(store, "host", "host")
-    if warn:
-        rows.append(warn)
+    rows = _warnings(store, "host", "host")
     h = facts.host_facts(store)
     if h is None:
-        rows.append(Text("waiting for the first host reading…", style="dim"))
-        return Group(*rows)
+        return _waiting(rows, "waiting for the first host reading…")
     t = _grid()
     t.add_column(style="bold", no_wrap=True)
     t.add_column(no_wrap=True)
@@ -219,14 +215,10 @@ def host_panel(store: RunStore) -> Group:
 
 
 def latency_panel(store: RunStore) -> Group:
-    rows: list[Any] = []
-    warn = source_line(store, "server", "SGLang")
-    if warn:
-        rows.append(warn)
+    rows = _warnings(store, "server", "SGLang")
     lat = facts.latency_facts(store)
     if lat is None:
-        rows.append(Text("no latency yet (the server reports once it serves)", style="dim"))
-        return Group(*rows)
+        return _waiting(rows, "no latency yet (the server reports once it serves)")
     t = Table(box=None, padding=(0, 1), show_edge=False)
     t.add_column("", style="bold", no_wrap=True)
     t.add_column("p50", justify="right", no_wrap=True)
