@@ -66,6 +66,7 @@ class Run:
     parser: StartupLogParser = field(default_factory=StartupLogParser)
     lines: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=LOG_KEEP))
     lines_seen: int = 0
+    http_up: bool = False  # the log said uvicorn is running (cheaper than parser.facts())
 
     @property
     def pid(self) -> int:
@@ -279,8 +280,7 @@ class Supervisor:
                     self.on_event("error", f"{run.scenario.name}: {run.failure}")
                 return
             if run.state == "starting":
-                http_up = run.parser.facts().uvicorn_url is not None or run.phase in (
-                    "http", "warmup", "ready")
+                http_up = run.http_up or run.phase in ("http", "warmup", "ready")
                 if (http_up or now - run.launched_at > 5) and now - last_health > HEALTH_S:
                     last_health = now
                     if not await self._healthy(run):
@@ -308,6 +308,7 @@ class Supervisor:
             run.lines.append((at, line))
             run.lines_seen += 1
             events = run.parser.feed(line, at)
+            run.http_up = run.http_up or "http_running" in events
             if "ready" in events and run.state == "starting":
                 self._mark_ready(run, at)
         run.phase = run.parser.current_phase()
