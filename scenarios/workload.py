@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+_WIRE_EVENTS = ("connection.connect_tcp.started", "http11.send_request_headers.started")
+
 PROMPT_WORDS = ("engram", "rows", "live", "in", "host", "memory", "and", "the", "gpu", "reads")
 
 
@@ -60,14 +62,22 @@ async def stream_request(client: httpx.AsyncClient, input_len: int, output_len: 
                 "ignore_eos": True, "stream_options": {"include_usage": True}}
         if model:
             body["model"] = model
-    sent = time.perf_counter()
-    sent_mono = time.monotonic()
+    # "Sent" is when the request starts onto the wire (its connection opening, or its
+    # headers going out on a pooled one): httpx's own request building before that is
+    # client overhead, not latency, and would add to every TTFT.
+    wire: list[float] = []
+
+    async def trace(name: str, info: dict[str, object]) -> None:
+        if not wire and name in _WIRE_EVENTS:
+            wire.append(time.perf_counter())
+
+    called = time.perf_counter()
     first: float | None = None
-    last = sent
+    last = end = called
     itls: list[float] = []
     tokens = 0
     rid = ""
-    async with client.stream("POST", endpoint, json=body) as resp:
+    async with client.stream("POST", endpoint, json=body, extensions={"trace": trace}) as resp:
         if resp.status_code != 200:
             text = (await resp.aread()).decode("utf-8", "replace")[:200]
             raise RuntimeError(f"HTTP {resp.status_code}: {text}")
@@ -75,12 +85,14 @@ async def stream_request(client: httpx.AsyncClient, input_len: int, output_len: 
             if not line.startswith("data: "):
                 continue
             payload = line[6:]
+            # Latency ends at the last event, [DONE] included (bench_serving's definition);
+            # the stream is still read to its end so the connection goes back to the pool.
+            now = end = time.perf_counter()
             if payload == "[DONE]":
-                break
+                continue
             chunk = json.loads(payload)
             if "error" in chunk:
                 raise RuntimeError(f"stream error: {chunk['error']}")
-            now = time.perf_counter()
             if endpoint == "/generate":
                 meta = chunk.get("meta_info") or {}
                 rid = rid or str(meta.get("id", ""))
@@ -105,8 +117,11 @@ async def stream_request(client: httpx.AsyncClient, input_len: int, output_len: 
             last = now
     if first is None:
         raise RuntimeError("the stream ended without a token")
-    end = time.perf_counter()
-    return RequestRecord(sent_mono, input_len, tokens, first - sent, end - sent, tuple(itls),
+    sent = wire[0] if wire else called
+    # started is on the monotonic clock, the one the simulated server's ground truth and
+    # the supervisor use; durations stay on perf_counter.
+    started = time.monotonic() - (time.perf_counter() - sent)
+    return RequestRecord(started, input_len, tokens, first - sent, end - sent, tuple(itls),
                          rid, level)
 
 

@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engram_top.reference import GIB, Placement, Reference
 from engram_top.simnode.memory import PAGE_SIZE, MemoryPlan
@@ -335,7 +336,7 @@ def _check_length(input_len: int, max_new: int) -> None:
             f"within the limit.")
 
 
-def build_app(core: ServerCore) -> Starlette:
+def build_app(core: ServerCore) -> ASGIApp:
     api_key = core.args.api_key
 
     def authorised(request: HttpRequest) -> bool:
@@ -397,7 +398,7 @@ def build_app(core: ServerCore) -> Starlette:
                                        "code": status}}, status_code=status)
 
     async def generate(request: HttpRequest) -> Response:
-        arrived = time.monotonic()
+        arrived = request.scope["arrived"]
         try:
             body = await read_body(request)
             n_in = _input_len(body, "text")
@@ -441,7 +442,7 @@ def build_app(core: ServerCore) -> Starlette:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     async def completions(request: HttpRequest) -> Response:
-        arrived = time.monotonic()
+        arrived = request.scope["arrived"]
         try:
             body = await read_body(request)
             n_in = _input_len(body, "prompt")
@@ -505,4 +506,11 @@ def build_app(core: ServerCore) -> Starlette:
         Route("/generate", guarded(generate), methods=["POST", "PUT"]),
         Route("/v1/completions", guarded(completions), methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+
+    async def stamped(scope: Scope, receive: Receive, send: Send) -> None:
+        # A request's ground-truth arrival is the first moment the application sees it,
+        # before routing and middleware: those are the server's time, not the network's.
+        scope["arrived"] = time.monotonic()
+        await app(scope, receive, send)
+    return stamped
