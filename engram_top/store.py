@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,14 @@ class RunStore:
         self.load: dict[str, Any] = {}
         self.node = ""
         self.scenarios: Any = None  # the session's ScenarioFile, for the scenario list
+        # Called as listener(what, payload) for ("reading", (kind, Reading)), ("event", Event)
+        # and ("run", RunFacts) after the store has taken them in: how a recorder follows
+        # the store without the session knowing about it. A listener must not raise.
+        self.listeners: list[Callable[[str, Any], None]] = []
+
+    def _tell(self, what: str, payload: Any) -> None:
+        for listener in self.listeners:
+            listener(what, payload)
 
     def set_run(self, facts: RunFacts) -> None:
         """A new run becomes the one shown; the previous server's readings go with it."""
@@ -113,6 +122,7 @@ class RunStore:
             del self.series[name]
         self.load = {}
         self.bump("run")
+        self._tell("run", facts)
 
     def facts_for(self, scenario: str) -> RunFacts | None:
         return self.history.get(scenario)
@@ -122,8 +132,10 @@ class RunStore:
         self.versions[key] = self.versions.get(key, 0) + 1
 
     def event(self, level: str, text: str) -> None:
-        self.events.append(Event(time.time(), level, text))
+        event = Event(time.time(), level, text)
+        self.events.append(event)
         self.bump("events")
+        self._tell("event", event)
 
     def add(self, kind: str, reading: Reading[Any]) -> None:
         """Store a reading under its kind ("gpu", "host", "server")."""
@@ -137,6 +149,7 @@ class RunStore:
             text = reading.message or reading.status.value
             self.event(level, f"{kind}: {text}")
         self.bump(kind)
+        self._tell("reading", (kind, reading))
 
     def _record_series(self, kind: str, reading: Reading[Any]) -> None:
         t = reading.at
@@ -148,6 +161,8 @@ class RunStore:
                     self._point(f"gpu{dev.index}.util", t, dev.util_gpu_pct)
                 if dev.pcie_rx_bytes_per_s is not None:
                     self._point(f"gpu{dev.index}.pcie_rx", t, dev.pcie_rx_bytes_per_s)
+                if dev.pcie_tx_bytes_per_s is not None:
+                    self._point(f"gpu{dev.index}.pcie_tx", t, dev.pcie_tx_bytes_per_s)
         elif isinstance(data, HostData):
             self._point("host.used", t, data.used_bytes)
         elif isinstance(data, ServerData):
