@@ -11,7 +11,8 @@ from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from collectors.readings import GpuData, HostData, Reading, ServerData
-from engram_top.store import RunStore
+from engram_top.compare import RunResult
+from engram_top.store import RunFacts, RunStore
 
 GIB = 1024**3
 
@@ -160,6 +161,7 @@ def summary(store: RunStore) -> dict[str, Any]:
         out["ready_s"] = round(run.ready_s, 2)
     gpus = gpu_facts(store)
     if gpus:
+        out["gpus"] = len(gpus)
         out["weights_gb"] = gpus[0]["weights_gb"]
         out["kv_tokens"] = gpus[0]["kv_tokens"]
     host = host_facts(store)
@@ -171,8 +173,43 @@ def summary(store: RunStore) -> dict[str, Any]:
             q = lat[key]
             if q and q.get("p50") is not None:
                 out[f"{key}_p50_ms"] = round(q["p50"] * 1000, 1)
+            if q and q.get("mean") is not None:
+                out[f"{key}_mean_ms"] = round(q["mean"] * 1000, 2)
         if lat["output_tokens_per_s"] is not None:
             out["output_tok_s"] = round(lat["output_tokens_per_s"], 1)
+    return out
+
+
+def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
+    """A dashboard run's headline figures as one trial for engram_top.compare.
+
+    Latencies are the run's last 30 s window (SGLang's histograms); SGLang's inter-token
+    latency stands in for TPOT, as it does in SGLang's own metrics."""
+    r = run.results
+
+    def seconds(key: str) -> float | None:
+        return None if r.get(key) is None else r[key] / 1000.0
+
+    return RunResult(
+        scenario=run.scenario, placement=run.placement, source=source, trial=trial,
+        gpus=r.get("gpus"), weights_gb=r.get("weights_gb"), kv_tokens=r.get("kv_tokens"),
+        host_delta_gib=r.get("host_delta_gib"), ready_s=r.get("ready_s"),
+        ttft_mean_s=seconds("ttft_mean_ms"), tpot_mean_s=seconds("itl_mean_ms"),
+        itl_mean_s=seconds("itl_mean_ms"), e2e_mean_s=None, ttft_p99_s=None, tpot_p99_s=None,
+        output_tok_s=r.get("output_tok_s"), request_per_s=None,
+        notes=("live: last 30 s window of the server's histograms",))
+
+
+def run_results(runs: list[RunFacts], source: str = "live") -> list[RunResult]:
+    """Every run with figures, each numbered as a trial of its scenario (0, 1, ...)."""
+    counts: dict[str, int] = {}
+    out = []
+    for run in runs:
+        if not run.results:
+            continue
+        trial = counts.get(run.scenario, 0)
+        counts[run.scenario] = trial + 1
+        out.append(run_result(run, trial, source))
     return out
 
 

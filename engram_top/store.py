@@ -97,7 +97,9 @@ class RunStore:
         self.series: dict[str, Series] = {}
         self.run: RunFacts | None = None
         self.history: dict[str, RunFacts] = {}  # the latest run of each scenario
+        self.runs: list[RunFacts] = []  # every run, oldest first: repeated runs are trials
         self.events: deque[Event] = deque(maxlen=500)
+        self.alerts: dict[str, Any] = {}  # active alerts by id (engram_top.alerts.Alert)
         self.load: dict[str, Any] = {}
         self.node = ""
         self.scenarios: Any = None  # the session's ScenarioFile, for the scenario list
@@ -114,6 +116,8 @@ class RunStore:
         """A new run becomes the one shown; the previous server's readings go with it."""
         self.run = facts
         self.history[facts.scenario] = facts
+        if not any(r is facts for r in self.runs):
+            self.runs.append(facts)
         for kind in ("server",):
             self.latest.pop(kind, None)
             self.last_ok.pop(kind, None)
@@ -165,6 +169,7 @@ class RunStore:
                     self._point(f"gpu{dev.index}.pcie_tx", t, dev.pcie_tx_bytes_per_s)
         elif isinstance(data, HostData):
             self._point("host.used", t, data.used_bytes)
+            self._point("host.swap_in", t, data.swap_in_bytes)  # cumulative: alerts take rates
         elif isinstance(data, ServerData):
             for key in ("token_usage", "num_running_reqs", "num_queue_reqs",
                         "output_tokens_per_s"):

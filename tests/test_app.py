@@ -15,6 +15,7 @@ import pytest
 
 from collectors.readings import GpuData, GpuDevice, Reading, ServerData, Status
 from engram_top.app.main import EngramTopApp, HelpScreen
+from engram_top.compare import RunResult
 from engram_top.session import DemoOptions, DemoSession, LoadSpec
 from engram_top.store import RunFacts, RunStore
 
@@ -155,12 +156,12 @@ async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline()
     store = RunStore()
     now = time.monotonic()
     for name, results in (
-            ("device", {"weights_gb": 119.043, "kv_tokens": 11_840_000, "host_delta_gib": 6.5,
-                        "ready_s": 125.0, "ttft_p50_ms": 350.0, "itl_p50_ms": 26.0,
-                        "output_tok_s": 224.0}),
-            ("host-prefetch", {"weights_gb": 72.201, "kv_tokens": 42_700_288,
+            ("device", {"gpus": 4, "weights_gb": 119.043, "kv_tokens": 11_840_000,
+                        "host_delta_gib": 6.5, "ready_s": 125.0, "ttft_mean_ms": 350.0,
+                        "itl_mean_ms": 26.0, "output_tok_s": 224.0}),
+            ("host-prefetch", {"gpus": 4, "weights_gb": 72.201, "kv_tokens": 42_700_288,
                                "host_delta_gib": 201.6, "ready_s": 273.0,
-                               "ttft_p50_ms": 404.5, "itl_p50_ms": 28.84,
+                               "ttft_mean_ms": 404.5, "itl_mean_ms": 28.84,
                                "output_tok_s": 191.8})):
         facts = RunFacts(scenario=name, placement=name, node="n", time_scale=1.0,
                          launched_wall=time.time(), launched_at=now, state="stopped")
@@ -182,3 +183,36 @@ async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline()
         await pilot.press("escape")
         await pilot.pause(0.2)
         assert "baseline" not in screen_text(app)
+
+
+async def test_compare_screen_treats_repeated_runs_as_trials_with_intervals() -> None:
+    """Three runs of each placement: means, a 95% interval of each change, and ~ where
+    the interval holds zero; runs loaded from a file join as another column."""
+    store = RunStore()
+    now = time.monotonic()
+    ttft = {"device": (350.0, 352.0, 348.0), "host-prefetch": (404.0, 405.0, 403.0)}
+    tpot = {"device": (26.0, 28.0, 24.0), "host-prefetch": (27.0, 24.0, 26.5)}
+    for trial in range(3):
+        for name in ("device", "host-prefetch"):
+            facts = RunFacts(scenario=name, placement=name, node="n", time_scale=1.0,
+                             launched_wall=time.time(), launched_at=now, state="stopped")
+            facts.results.update({"gpus": 4, "ttft_mean_ms": ttft[name][trial],
+                                  "itl_mean_ms": tpot[name][trial], "output_tok_s": 200.0})
+            store.set_run(facts)
+    imported = RunResult(
+        scenario="bench_serving", placement=None, source="bench_serving:x.jsonl", trial=0,
+        gpus=4, weights_gb=None, kv_tokens=None, host_delta_gib=None, ready_s=None,
+        ttft_mean_s=0.7, tpot_mean_s=0.026, itl_mean_s=None, e2e_mean_s=None, ttft_p99_s=None,
+        tpot_p99_s=None, output_tok_s=100.0, request_per_s=None)
+    app = EngramTopApp(StaticSession(store), compare_with=[imported], price_per_gpu_hour=2.0)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("c")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "n=3" in text and "bench_serving" in text
+        # TTFT: mean 404.0 vs 350.0 = +15.4%, paired interval tight around it.
+        assert "404.0 +15.4%" in text and "[+14.5, +16.4]" in text
+        # TPOT: 25.83 vs 26.0; the interval holds zero, so it is marked.
+        assert "25.8 -0.6%" in text and "[-31.8, +31.8] ~" in text
+        assert "700.0 +100.0%" in text  # the imported run, one trial: no interval
+        assert "11.1111" in text  # 2 per GPU-hour x 4 GPUs at 200 tok/s, per Mtok

@@ -4,7 +4,7 @@ panels whose sources changed; the session does all I/O."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rich.text import Text
@@ -15,9 +15,10 @@ from textual.containers import Grid, Horizontal
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, RichLog, Static
 
-from engram_top import facts
+from engram_top import facts, reference
 from engram_top.app import panels
 from engram_top.app.compare_screen import CompareScreen
+from engram_top.compare import RunResult
 from engram_top.store import RunFacts, RunStore
 
 REFRESH_S = 0.5  # at most 2 Hz
@@ -98,10 +99,14 @@ class EngramTopApp(App[int]):
         Binding("question_mark", "help", "Keys", key_display="?", id="help"),
     ]
 
-    def __init__(self, session: Session, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, session: Session, *, clock: Callable[[], float] = time.monotonic,
+                 compare_with: Sequence[RunResult] = (),
+                 price_per_gpu_hour: float | None = None) -> None:
         super().__init__()
         self.session = session
         self.clock = clock
+        self.compare_with = list(compare_with)  # runs loaded from files, for the comparison
+        self.price_per_gpu_hour = price_per_gpu_hour
         self._closed = False
 
     def compose(self) -> ComposeResult:
@@ -287,7 +292,9 @@ class EngramTopApp(App[int]):
         return text
 
     def action_compare(self) -> None:
-        self.push_screen(CompareScreen(self.session.store))
+        self.push_screen(CompareScreen(self.session.store, extra=self.compare_with,
+                                       reference=reference.default(),
+                                       price_per_gpu_hour=self.price_per_gpu_hour))
 
     def action_help(self) -> None:
         keys = [b for b in self.BINDINGS if isinstance(b, Binding) and b.show]
