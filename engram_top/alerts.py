@@ -1,0 +1,215 @@
+"""Alerts: thresholds over what the store holds, raised and cleared as the readings move.
+
+Pure logic over a RunStore (no I/O, no Textual): the app calls AlertMonitor.evaluate twice a
+second and toasts what it raises; a snapshot can call it once. Active alerts live on
+``store.alerts`` (id -> Alert) so panels and exports read the same thing; each start and
+clear is also a store event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from engram_top.config import Thresholds
+from engram_top.facts import gpu_facts, host_facts, kv_facts
+from engram_top.store import RunFacts, RunStore
+
+MIB = 1024**2
+GIB = 1024**3
+# Alerts about a fact of the run rather than a measured value: nothing hovers there, so they
+# clear as soon as the fact goes (a new run, a restarted server).
+IMMEDIATE_CLEAR = ("server-died", "no-huge-pages")
+LIVE = ("launching", "starting", "ready", "attached")
+ENDED = ("stopped", "exited", "failed")
+
+
+@dataclass
+class Alert:
+    id: str  # "hbm:gpu2", "kv", "host-available", "swap-in", ... (name before any ':')
+    severity: str  # "warning" or "error"
+    message: str  # with the figure and the threshold: "GPU 2 HBM 96.3% used (> 95%)"
+    since: float  # wall-clock time it started
+    started_at: float  # monotonic
+
+    @property
+    def name(self) -> str:
+        return self.id.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class AlertChange:
+    change: str  # "raised" or "cleared"
+    alert: Alert
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A condition seen now. ``firing`` False: inside the hysteresis band, which keeps an
+    active alert alive but starts none."""
+
+    id: str
+    severity: str
+    message: str
+    firing: bool = True
+
+
+class AlertMonitor:
+    def __init__(self, thresholds: Thresholds | None = None) -> None:
+        self.t = thresholds or Thresholds()
+        self._clear_since: dict[str, float] = {}  # id -> monotonic time it was first seen clear
+
+    def evaluate(self, store: RunStore, now: float | None = None) -> list[AlertChange]:
+        """Raise and clear alerts on ``store.alerts``; return what started or ended."""
+        now = time.monotonic() if now is None else now
+        found = {f.id: f for f in self.findings(store, now)}
+        active: dict[str, Alert] = store.alerts
+        changes: list[AlertChange] = []
+        touched = False
+        for f in found.values():
+            self._clear_since.pop(f.id, None)
+            alert = active.get(f.id)
+            if alert is not None:
+                # Inside the band the old message stays: its figure is the one that crossed.
+                if f.firing and (alert.message, alert.severity) != (f.message, f.severity):
+                    alert.message, alert.severity = f.message, f.severity
+                    touched = True
+            elif f.firing:
+                wall = time.time() - (time.monotonic() - now)
+                alert = Alert(f.id, f.severity, f.message, since=wall, started_at=now)
+                active[f.id] = alert
+                store.event(f.severity, f.message)
+                changes.append(AlertChange("raised", alert))
+        for alert_id in [i for i in active if i not in found]:
+            alert = active[alert_id]
+            hold = 0.0 if alert.name in IMMEDIATE_CLEAR else self.t.clear_after_s
+            if now - self._clear_since.setdefault(alert_id, now) >= hold:
+                del active[alert_id]
+                self._clear_since.pop(alert_id, None)
+                store.event("info", f"cleared: {alert.message}")
+                changes.append(AlertChange("cleared", alert))
+        if changes or touched:
+            store.bump("alerts")
+        return changes
+
+    def findings(self, store: RunStore, now: float) -> list[Finding]:
+        """Every condition that holds now, switched-off alerts left out."""
+        checks = (self._hbm, self._kv, self._host, self._swap, self._queue, self._huge_pages,
+                  self._died, self._silent)
+        out = [f for check in checks for f in check(store, now)]
+        return [f for f in out if self.t.on(f.id.split(":", 1)[0])]
+
+    # ------------------------------------------------------------------ the checks
+    def _hbm(self, store: RunStore, now: float) -> Iterator[Finding]:
+        limit = self.t.hbm_used_pct
+        for gpu in gpu_facts(store):
+            if not gpu["total_bytes"]:
+                continue
+            pct = 100.0 * gpu["used_bytes"] / gpu["total_bytes"]
+            if pct > limit - self.t.hysteresis_pct:
+                yield Finding(f"hbm:gpu{gpu['index']}", "warning",
+                              f"GPU {gpu['index']} HBM {pct:.1f}% used (> {limit:g}%)",
+                              firing=pct > limit)
+
+    def _kv(self, store: RunStore, now: float) -> Iterator[Finding]:
+        kv = kv_facts(store) if _live(store.run) else None
+        if kv is None or kv["token_usage"] is None:
+            return
+        pct, limit = 100.0 * kv["token_usage"], self.t.kv_usage_pct
+        if pct > limit - self.t.hysteresis_pct:
+            tokens = ""
+            if kv["used_tokens"] is not None and kv["capacity_tokens"]:
+                tokens = f": {kv['used_tokens']:,} of {kv['capacity_tokens']:,} tokens"
+            yield Finding("kv", "warning", f"KV pool {pct:.1f}% used (> {limit:g}%){tokens}",
+                          firing=pct > limit)
+
+    def _host(self, store: RunStore, now: float) -> Iterator[Finding]:
+        host = host_facts(store)
+        if host is None or not host["total_bytes"]:
+            return
+        pct = 100.0 * host["available_bytes"] / host["total_bytes"]
+        limit = self.t.host_available_pct
+        if pct < limit + self.t.hysteresis_pct:
+            yield Finding("host-available", "warning",
+                          f"host memory {pct:.1f}% available (< {limit:g}%): "
+                          f"{host['available_bytes'] / GIB:.1f} of "
+                          f"{host['total_bytes'] / GIB:.1f} GiB", firing=pct < limit)
+
+    def _swap(self, store: RunStore, now: float) -> Iterator[Finding]:
+        series = store.series.get("host.swap_in")
+        window = self.t.swap_window_s
+        points = [p for p in series.fine if p[0] >= now - window] if series else []
+        if len(points) < 2 or points[-1][0] <= points[0][0]:
+            return
+        (t0, v0), (t1, v1) = points[0], points[-1]
+        # A negative delta is a counter that restarted (a new host), not swap-out.
+        rate = max(0.0, v1 - v0) / (t1 - t0) / MIB
+        if rate > self.t.swap_in_mib_per_s:
+            yield Finding("swap-in", "warning",
+                          f"swap-in {rate:.1f} MiB/s over {t1 - t0:.0f} s "
+                          f"(> {self.t.swap_in_mib_per_s:g} MiB/s)")
+
+    def _queue(self, store: RunStore, now: float) -> Iterator[Finding]:
+        series = store.series.get("server.num_queue_reqs")
+        if series is None or not _live(store.run):
+            return
+        window = self.t.queue_growth_window_s
+        points = series.points()
+        before = [p for p in points if p[0] <= now - window]
+        after = [p for p in points if p[0] > now - window]
+        if not before or not after:  # not watched for a whole window yet
+            return
+        values = [before[-1][1]] + [v for _, v in after]
+        growing = all(b >= a for a, b in zip(values, values[1:], strict=False))
+        if growing and values[-1] > values[0]:
+            yield Finding("queue-growth", "warning",
+                          f"request queue grew from {values[0]:.0f} to {values[-1]:.0f} "
+                          f"over {window:g} s without shrinking")
+
+    def _huge_pages(self, store: RunStore, now: float) -> Iterator[Finding]:
+        run = store.run
+        if run is None or run.state in ENDED:
+            return
+        tables = [t for t in (run.startup or {}).get("engram_tables") or []
+                  if t.get("no_huge_pages_warning")]
+        if not tables:
+            return
+        where = ", ".join(f"{t.get('label')} (TP{t.get('rank', 0)})" for t in tables)
+        noun = "table" if len(tables) == 1 else "tables"
+        yield Finding("no-huge-pages", "warning",
+                      f"Engram host {noun} {where}: {tables[0]['no_huge_pages_warning']}")
+
+    def _died(self, store: RunStore, now: float) -> Iterator[Finding]:
+        run = store.run
+        # "stopped" is a stop we asked for: no alert.
+        if run is None or run.state not in ("exited", "failed"):
+            return
+        text = f"server {run.scenario} {run.state}"
+        if run.failure:
+            text += f": {run.failure}"
+        if run.exit_code is not None and f"code {run.exit_code}" not in text:
+            text += f" (exit code {run.exit_code})"
+        yield Finding("server-died", "error", text)
+
+    def _silent(self, store: RunStore, now: float) -> Iterator[Finding]:
+        run = store.run
+        if run is None or run.state not in ("ready", "attached"):
+            return
+        good = store.last_ok.get("server")
+        since = run.ready_at if run.ready_at is not None else run.launched_at
+        if good is not None:
+            since = max(since, good.at)
+        silent = now - since
+        if silent <= self.t.server_silent_s:
+            return
+        latest = store.latest.get("server")
+        why = f" ({latest.message})" if latest is not None and latest.message else ""
+        yield Finding("server-silent", "error",
+                      f"server {run.scenario} gave no good /metrics answer for {silent:.0f} s "
+                      f"(> {self.t.server_silent_s:g} s){why}")
+
+
+def _live(run: RunFacts | None) -> bool:
+    """Server figures count while a server runs; after it ends they are only its last word."""
+    return run is None or run.state in LIVE

@@ -1,0 +1,272 @@
+"""The user's config file: alert thresholds, key remaps and the theme (TOML).
+
+Looked up at $ENGRAM_TOP_CONFIG, else $XDG_CONFIG_HOME/engram-top/config.toml, else
+~/.config/engram-top/config.toml. A missing file means every default. A broken file is
+refused whole (no half-applied settings): load_config() returns the defaults and the error,
+so the dashboard still starts and can say what is wrong, as FILE:LINE: KEY: what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The scenario loader's line finder and did-you-mean, so both files report problems alike.
+from scenarios.config import _locate, _similar
+
+ALERT_NAMES = ("hbm", "kv", "host-available", "swap-in", "queue-growth", "no-huge-pages",
+               "server-died", "server-silent")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When each alert starts. Percentages are 0-100, times in seconds."""
+
+    enabled: bool = True
+    disabled: tuple[str, ...] = ()  # alert names (ALERT_NAMES) switched off one by one
+    hbm_used_pct: float = 95.0
+    kv_usage_pct: float = 90.0
+    host_available_pct: float = 10.0
+    swap_in_mib_per_s: float = 1.0
+    swap_window_s: float = 5.0
+    queue_growth_window_s: float = 30.0
+    server_silent_s: float = 10.0
+    # A percentage alert clears only this far back on the safe side of its threshold, and
+    # any alert only once it has stayed clear this long: a value hovering at a threshold
+    # gives one alert, not one a second.
+    hysteresis_pct: float = 2.0
+    clear_after_s: float = 5.0
+
+    def on(self, name: str) -> bool:
+        return self.enabled and name not in self.disabled
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    alerts: Thresholds = field(default_factory=Thresholds)
+    keys: dict[str, str] = field(default_factory=dict)  # binding id -> "key[,key]"
+    theme: str | None = None  # a Textual theme name; the app checks it exists
+    path: Path | None = None  # the file it came from, None for built-in defaults
+
+
+class ConfigError(ValueError):
+    """All the problems of one config file; str() lists them, one per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def config_path() -> Path:
+    explicit = os.environ.get("ENGRAM_TOP_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME")
+    root = Path(base).expanduser() if base else Path.home() / ".config"
+    return root / "engram-top" / "config.toml"
+
+
+def load_config(path: Path | None = None) -> tuple[UserConfig, str | None]:
+    """The config and None, or the defaults and the error text when the file is broken."""
+    path = config_path() if path is None else Path(path)
+    try:
+        return parse_config(path), None
+    except ConfigError as exc:
+        return UserConfig(), str(exc)
+
+
+def parse_config(path: Path) -> UserConfig:
+    """The file's config (defaults where it is silent); ConfigError lists every problem."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return UserConfig()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError([f"{path}: cannot read: {why}"]) from exc
+    return parse_config_text(text, path)
+
+
+# --------------------------------------------------------------------------- checking
+
+# [alerts] key -> (kind, description). Kinds: "bool", "pct" (0-100), "pos" (> 0),
+# "nonneg" (>= 0), "names" (a list of ALERT_NAMES).
+ALERT_FIELDS: dict[str, tuple[str, str]] = {
+    "enabled": ("bool", "true or false"),
+    "disabled": ("names", f"a list of alert names ({', '.join(ALERT_NAMES)})"),
+    "hbm_used_pct": ("pct", "a percentage 0-100"),
+    "kv_usage_pct": ("pct", "a percentage 0-100"),
+    "host_available_pct": ("pct", "a percentage 0-100"),
+    "swap_in_mib_per_s": ("nonneg", "a rate in MiB/s >= 0"),
+    "swap_window_s": ("pos", "a number of seconds > 0"),
+    "queue_growth_window_s": ("pos", "a number of seconds > 0"),
+    "server_silent_s": ("pos", "a number of seconds > 0"),
+    "hysteresis_pct": ("pct", "a percentage 0-100"),
+    "clear_after_s": ("nonneg", "a number of seconds >= 0"),
+}
+TOP_LEVEL = ("alerts", "keys", "theme")
+_LINE = re.compile(r"at line (\d+)")
+
+
+def parse_config_text(text: str, path: Path) -> UserConfig:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = _LINE.search(str(exc))
+        where = f"{path}:{m.group(1)}" if m else str(path)
+        raise ConfigError([f"{where}: not valid TOML: {exc}"]) from exc
+    lines = _locate(text)
+    problems: list[str] = []
+
+    def bad(keys: tuple[str, ...], what: str) -> None:
+        line = next((lines[keys[:i]] for i in range(len(keys), 0, -1) if keys[:i] in lines),
+                    None)
+        where = str(path) if line is None else f"{path}:{line}"
+        problems.append(f"{where}: {'.'.join(keys)}: {what}")
+
+    for key in raw:
+        if key not in TOP_LEVEL:
+            bad((key,), "unknown key" + _hint(key, TOP_LEVEL)
+                + f" (known: {', '.join(TOP_LEVEL)})")
+    theme = raw.get("theme")
+    if theme is not None and (not isinstance(theme, str) or not theme.strip()):
+        bad(("theme",), f"should be a theme name (a string), got {_show(theme)}")
+    alerts = _table(raw, "alerts", bad)
+    values: dict[str, Any] = {}
+    for key, value in alerts.items():
+        if key not in ALERT_FIELDS:
+            bad(("alerts", key), "unknown key" + _hint(key, ALERT_FIELDS))
+            continue
+        checked = _check_alert(key, value, lambda what, k=key: bad(("alerts", k), what))
+        if checked is not None:
+            values[key] = checked
+    keys = _table(raw, "keys", bad)
+    remaps: dict[str, str] = {}
+    for action, value in keys.items():
+        found, wrong = _check_keys(value)
+        if wrong:
+            bad(("keys", action), wrong)
+        else:
+            remaps[action] = found
+    if problems:
+        raise ConfigError(problems)
+    return UserConfig(alerts=Thresholds(**values), keys=remaps,
+                      theme=theme.strip() if isinstance(theme, str) else None, path=path)
+
+
+def _table(raw: dict[str, Any], name: str, bad) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        bad((name,), f"should be a table [{name}], got {_show(table)}")
+        return {}
+    return table
+
+
+def _check_alert(key: str, value: Any, bad) -> Any:  # type: ignore[no-untyped-def]
+    """The value as Thresholds keeps it, or None after reporting what is wrong."""
+    kind, what = ALERT_FIELDS[key]
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        bad(f"should be {what}, got {_show(value)}")
+        return None
+    if kind == "names":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            bad(f"should be {what}, got {_show(value)}")
+            return None
+        unknown = [v for v in value if v not in ALERT_NAMES]
+        for name in unknown:
+            bad(f"'{name}' is not an alert name{_hint(name, ALERT_NAMES)} "
+                f"(known: {', '.join(ALERT_NAMES)})")
+        return None if unknown else tuple(value)
+    # TOML's true is a Python int subclass: refuse it as a number.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        bad(f"should be {what}, got {_show(value)}")
+        return None
+    if (kind == "pct" and not 0 <= value <= 100) or (kind == "pos" and value <= 0) \
+            or (kind == "nonneg" and value < 0):
+        bad(f"{value} is out of range: should be {what}")
+        return None
+    return float(value)
+
+
+def _check_keys(value: Any) -> tuple[str, str | None]:
+    """The keys as Textual's keymap takes them ("f1,ctrl+q"), and what is wrong or None."""
+    example = 'e.g. "f1" or "f1,ctrl+q"'
+    if not isinstance(value, str):
+        return "", f"should be a key or keys as a string ({example}), got {_show(value)}"
+    parts = [p.strip() for p in value.split(",")]
+    if not all(parts):
+        return "", f"{value!r} has an empty key: separate keys with commas ({example})"
+    spaced = [p for p in parts if any(c.isspace() for c in p)]
+    if spaced:
+        return "", f"{spaced[0]!r} is not a key name: no spaces ({example}, \"space\")"
+    return ",".join(parts), None
+
+
+def _hint(key: str, known) -> str:  # type: ignore[no-untyped-def]
+    close = [k for k in known if _similar(k, key)]
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _show(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+# --------------------------------------------------------------------------- the default file
+
+
+def default_config_text() -> str:
+    """The documented default file: every setting at its default, explained."""
+    t = Thresholds()
+    return f"""\
+# engram-top's config file. Every value below is the default; delete what you do not change.
+
+# A Textual theme for the dashboard (ctrl+p, then "Theme", lists them), e.g.:
+# theme = "gruvbox"
+
+[alerts]
+# Alerts show in the events pane with their time, as toasts, and in snapshots.
+enabled = {_toml(t.enabled)}
+# Alerts switched off one by one, e.g. disabled = ["swap-in", "queue-growth"]. Names: hbm,
+# kv, host-available, swap-in, queue-growth, no-huge-pages, server-died, server-silent.
+disabled = []
+# Any GPU's HBM used (NVML, reserved memory apart) above this share of its total.
+hbm_used_pct = {_toml(t.hbm_used_pct)}
+# The server's KV pool usage (SGLang's token_usage) above this.
+kv_usage_pct = {_toml(t.kv_usage_pct)}
+# Host memory available (MemAvailable) below this share of the total.
+host_available_pct = {_toml(t.host_available_pct)}
+# Pages swapped in faster than this (MiB/s), measured over swap_window_s seconds.
+swap_in_mib_per_s = {_toml(t.swap_in_mib_per_s)}
+swap_window_s = {_toml(t.swap_window_s)}
+# The server's request queue growing (never shrinking, and longer at the end) for longer
+# than this many seconds.
+queue_growth_window_s = {_toml(t.queue_growth_window_s)}
+# A ready server that gave no good /metrics answer for this many seconds.
+server_silent_s = {_toml(t.server_silent_s)}
+# Against flapping: a percentage alert clears only hysteresis_pct points back on the safe
+# side of its threshold, and any alert only after staying clear for clear_after_s seconds.
+hysteresis_pct = {_toml(t.hysteresis_pct)}
+clear_after_s = {_toml(t.clear_after_s)}
+# With no threshold, on unless disabled: no-huge-pages (SGLang's Engram host table warned
+# "No huge pages" in its start-up log) and server-died (a server exited or failed without
+# being asked to stop).
+
+[keys]
+# Remap the dashboard's keys by binding id: id = "key" or "key,key". Ids: quit, start,
+# stop, compare, help, snapshot, history, scenario-1 ... scenario-9. For example:
+# quit = "q,ctrl+q"
+# help = "f1"
+"""
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(int(value)) if float(value).is_integer() else repr(value)
+

@@ -1,0 +1,291 @@
+"""Alerts over a RunStore fed deterministic readings: each raised with its figure, cleared,
+written as events, held against flapping, and shaped by the config's thresholds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collectors.readings import (
+    GpuData,
+    GpuDevice,
+    HostData,
+    Reading,
+    ServerData,
+    Status,
+)
+from collectors.startup_log import StartupLogParser
+from engram_top.alerts import AlertMonitor
+from engram_top.config import Thresholds, parse_config
+from engram_top.store import RunFacts, RunStore
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+def gpus(store: RunStore, t: float, *used_pct: float) -> None:
+    devices = tuple(GpuDevice(index=i, name="B200", uuid=f"GPU-{i}", total_bytes=100 * GIB,
+                              reserved_bytes=GIB, used_bytes=round(pct * GIB),
+                              free_bytes=round((99 - pct) * GIB))
+                    for i, pct in enumerate(used_pct))
+    store.add("gpu", Reading("nvml", Status.OK, GpuData("580.1", devices), at=t))
+
+
+def host(store: RunStore, t: float, available_gib: float = 50.0, swap_in: int = 0) -> None:
+    total, avail = 100 * GIB, round(available_gib * GIB)
+    data = HostData(total_bytes=total, available_bytes=avail, used_bytes=total - avail,
+                    free_bytes=avail, cached_bytes=0, shmem_bytes=0, hugepages_total=0,
+                    hugepages_free=0, hugepage_size_bytes=2 * MIB, anon_hugepages_bytes=0,
+                    swap_total_bytes=8 * GIB, swap_used_bytes=0, swap_in_bytes=swap_in,
+                    swap_out_bytes=0)
+    store.add("host", Reading("host", Status.OK, data, at=t))
+
+
+def server(store: RunStore, t: float, usage: float = 0.1, queue: float = 0.0) -> None:
+    data = ServerData(url="http://127.0.0.1:30000", healthy=True, max_total_num_tokens=1000,
+                      num_used_tokens=usage * 1000, token_usage=usage, num_queue_reqs=queue,
+                      num_running_reqs=4)
+    store.add("server", Reading("sglang", Status.OK, data, at=t))
+
+
+def server_down(store: RunStore, t: float) -> None:
+    store.add("server", Reading("sglang", Status.ERROR, None, at=t, failing_since=t,
+                                message="no server at http://127.0.0.1:30000 (connection "
+                                        "refused)"))
+
+
+def new_run(store: RunStore, state: str = "ready", t: float = 0.0, **kw: object) -> RunFacts:
+    facts = RunFacts(scenario="device", placement="device", node="sim", time_scale=1.0,
+                     launched_wall=1.7e9, launched_at=t, state=state, ready_at=t, **kw)
+    store.set_run(facts)
+    return facts
+
+
+def texts(store: RunStore) -> list[tuple[str, str]]:
+    """The events the alerts wrote (readings' own status events left out)."""
+    return [(e.level, e.text) for e in store.events if ":" not in e.text.split(" ")[0]
+            or e.text.startswith("cleared:")]
+
+
+def test_hbm_raised_with_its_figure_written_and_cleared() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    gpus(store, 0.0, 50.0, 96.3)
+    (change,) = monitor.evaluate(store, 0.0)
+    assert change.change == "raised"
+    alert = store.alerts["hbm:gpu1"]
+    assert change.alert is alert
+    assert (alert.severity, alert.message) == ("warning", "GPU 1 HBM 96.3% used (> 95%)")
+    assert alert.started_at == 0.0 and alert.since > 1.6e9
+    assert list(store.alerts) == ["hbm:gpu1"]
+    assert texts(store) == [("warning", "GPU 1 HBM 96.3% used (> 95%)")]
+    assert store.version("alerts") == (1,)
+    # Higher still: the same alert, its figure updated, no second event.
+    gpus(store, 1.0, 50.0, 97.0)
+    assert monitor.evaluate(store, 1.0) == []
+    assert store.alerts["hbm:gpu1"].message == "GPU 1 HBM 97.0% used (> 95%)"
+    # Below the threshold and the band, but not for clear_after_s (5 s) yet.
+    gpus(store, 2.0, 50.0, 80.0)
+    assert monitor.evaluate(store, 2.0) == []
+    assert monitor.evaluate(store, 6.5) == []
+    (change,) = monitor.evaluate(store, 7.0)
+    assert change.change == "cleared" and store.alerts == {}
+    assert texts(store)[-1] == ("info", "cleared: GPU 1 HBM 97.0% used (> 95%)")
+
+
+def test_a_value_hovering_at_the_threshold_does_not_flap() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    changes = []
+    for step in range(120):  # a minute at 2 Hz, either side of 95%
+        t = step * 0.5
+        gpus(store, t, 95.4 if step % 2 else 94.6)
+        changes += monitor.evaluate(store, t)
+    assert [c.change for c in changes] == ["raised"]
+    # Dips below the band shorter than clear_after_s do not clear it either.
+    for step in range(30):
+        t = 60.0 + step
+        gpus(store, t, 96.0 if step % 3 == 0 else 90.0)
+        changes += monitor.evaluate(store, t)
+    assert [c.change for c in changes] == ["raised"]
+    assert len([e for e in texts(store) if "HBM" in e[1]]) == 1
+
+
+def test_thresholds_from_the_config_file_are_honoured(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("[alerts]\nhbm_used_pct = 80\nclear_after_s = 0\nhysteresis_pct = 0\n"
+                    "disabled = ['host-available']\n")
+    config = parse_config(path)
+    store = RunStore()
+    gpus(store, 0.0, 85.0)
+    host(store, 0.0, available_gib=2.0)
+    assert AlertMonitor().evaluate(store, 0.0)[0].alert.id == "host-available"
+    store.alerts.clear()
+    monitor = AlertMonitor(config.alerts)
+    (change,) = monitor.evaluate(store, 0.0)
+    assert change.alert.message == "GPU 0 HBM 85.0% used (> 80%)"
+    # No band and no hold: it clears on the first reading under the threshold.
+    gpus(store, 1.0, 79.9)
+    assert [c.change for c in monitor.evaluate(store, 1.0)] == ["cleared"]
+
+
+def test_alerts_switched_off_raise_nothing() -> None:
+    store = RunStore()
+    gpus(store, 0.0, 99.0)
+    new_run(store, state="exited", exit_code=1)
+    assert AlertMonitor(Thresholds(enabled=False)).evaluate(store, 0.0) == []
+    only_died = AlertMonitor(Thresholds(disabled=("hbm",))).evaluate(store, 0.0)
+    assert [c.alert.id for c in only_died] == ["server-died"]
+
+
+def test_kv_usage_and_it_clears_when_the_server_is_gone() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    run = new_run(store)
+    server(store, 0.0, usage=0.89)
+    assert monitor.evaluate(store, 0.0) == []
+    server(store, 1.0, usage=0.935)
+    (change,) = monitor.evaluate(store, 1.0)
+    assert change.alert.id == "kv"
+    assert change.alert.message == "KV pool 93.5% used (> 90%): 935 of 1,000 tokens"
+    # Stopped: its last figures are no longer a live pool.
+    run.state = "stopped"
+    assert monitor.evaluate(store, 2.0) == []
+    assert [c.change for c in monitor.evaluate(store, 7.0)] == ["cleared"]
+
+
+def test_host_available_memory() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    host(store, 0.0, available_gib=11.0)
+    assert monitor.evaluate(store, 0.0) == []
+    host(store, 1.0, available_gib=8.0)
+    (change,) = monitor.evaluate(store, 1.0)
+    assert change.alert.message == "host memory 8.0% available (< 10%): 8.0 of 100.0 GiB"
+    host(store, 2.0, available_gib=11.0)  # inside the 2-point band: still short of memory
+    assert monitor.evaluate(store, 10.0) == []
+    host(store, 11.0, available_gib=40.0)
+    assert monitor.evaluate(store, 11.0) == []
+    assert [c.change for c in monitor.evaluate(store, 16.0)] == ["cleared"]
+
+
+def test_swap_in_rate_from_the_cumulative_counter() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    raised_at = cleared_at = None
+    swapped = 0
+    for t in range(20):
+        if 5 <= t < 10:
+            swapped += 3 * MIB  # 3 MiB/s for five seconds
+        host(store, float(t), swap_in=500 * MIB + swapped)  # a counter that began long ago
+        for c in monitor.evaluate(store, float(t)):
+            if c.change == "raised":
+                raised_at = t
+                assert c.alert.message == "swap-in 1.2 MiB/s over 5 s (> 1 MiB/s)"
+            else:
+                cleared_at = t
+    # The rate is the 5 s window's: 3 MiB/s for 2 of 5 s is past 1 MiB/s at t=6. It falls
+    # under at t=13 (3 MiB in the window) and must stay under for 5 s.
+    assert raised_at == 6
+    assert cleared_at == 18
+    assert [e[0] for e in texts(store)] == ["warning", "info"]
+
+
+def test_a_flat_swap_counter_raises_nothing() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    for t in range(10):
+        host(store, float(t), swap_in=900 * MIB)
+        assert monitor.evaluate(store, float(t)) == []
+
+
+def test_queue_growing_for_longer_than_the_window() -> None:
+    store, monitor = RunStore(), AlertMonitor(Thresholds(queue_growth_window_s=30))
+    new_run(store)
+    raised = []
+    for t in range(40):
+        server(store, float(t), queue=float(t // 3))  # grows, with flat steps
+        raised += [(t, c.alert.id, c.alert.message) for c in monitor.evaluate(store, float(t))]
+    # Not before a whole window was watched.
+    assert raised == [(30, "queue-growth",
+                       "request queue grew from 0 to 10 over 30 s without shrinking")]
+    # The active alert follows the figure as it goes on growing.
+    assert store.alerts["queue-growth"].message == (
+        "request queue grew from 3 to 13 over 30 s without shrinking")
+    server(store, 40.0, queue=2.0)  # drained
+    assert monitor.evaluate(store, 40.0) == []
+    assert [c.change for c in monitor.evaluate(store, 45.0)] == ["cleared"]
+
+
+def test_a_queue_that_is_long_but_not_growing_raises_nothing() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    new_run(store)
+    for t in range(60):
+        server(store, float(t), queue=20.0 + (t % 2))  # long, but it shrinks every other second
+        assert monitor.evaluate(store, float(t)) == []
+    store2, monitor2 = RunStore(), AlertMonitor()
+    new_run(store2)
+    for t in range(60):
+        server(store2, float(t), queue=20.0)  # long and flat
+        assert monitor2.evaluate(store2, float(t)) == []
+
+
+def test_no_huge_pages_from_the_start_up_log() -> None:
+    parser = StartupLogParser()
+    parser.feed_text(
+        "[2026-03-01 09:02:04 TP0] engram host table L1: layout=private, 48384 MiB resident, "
+        "48384 MiB in huge pages (100%), pinned\n"
+        "[2026-03-01 09:02:04 TP2] WARNING engram.py:412: engram host table L14: "
+        "layout=shared, 193536 MiB resident, 0 MiB in huge pages (0%), pinned. No huge pages: "
+        "expect ~10x slower lookups (one TLB miss per row); transparent_hugepage/shmem_enabled "
+        "is 'never'\n")
+    store, monitor = RunStore(), AlertMonitor()
+    new_run(store, state="starting", startup=parser.facts().to_dict())
+    (change,) = monitor.evaluate(store, 0.0)
+    assert (change.alert.id, change.alert.severity) == ("no-huge-pages", "warning")
+    assert change.alert.message == (
+        "Engram host table L14 (TP2): No huge pages: expect ~10x slower lookups (one TLB miss "
+        "per row); transparent_hugepage/shmem_enabled is 'never'")
+    # The next run has huge pages: the alert goes at once.
+    new_run(store, state="starting", t=1.0)
+    assert [c.change for c in monitor.evaluate(store, 1.0)] == ["cleared"]
+
+
+def test_server_died_but_not_when_we_stopped_it() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    run = new_run(store)
+    server(store, 0.0)
+    assert monitor.evaluate(store, 0.0) == []
+    run.state, run.exit_code = "exited", -9
+    (change,) = monitor.evaluate(store, 1.0)
+    assert (change.alert.severity, change.alert.message) == (
+        "error", "server device exited (exit code -9)")
+    assert ("error", "server device exited (exit code -9)") in texts(store)
+    run = new_run(store, state="starting", t=2.0)  # restarted: cleared at once
+    assert [c.change for c in monitor.evaluate(store, 2.0)] == ["cleared"]
+    run.state, run.exit_code = "failed", 1
+    run.failure = "exited with code 1 during weights: torch.OutOfMemoryError"
+    (change,) = monitor.evaluate(store, 3.0)
+    assert change.alert.message == (
+        "server device failed: exited with code 1 during weights: torch.OutOfMemoryError")
+    run = new_run(store, t=4.0)
+    run.state, run.exit_code = "stopped", -15  # a stop we asked for
+    assert [c.change for c in monitor.evaluate(store, 4.0)] == ["cleared"]
+    assert monitor.evaluate(store, 5.0) == [] and store.alerts == {}
+
+
+def test_a_ready_server_that_stops_answering() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    new_run(store, t=0.0)
+    server(store, 1.0)
+    server_down(store, 2.0)
+    assert monitor.evaluate(store, 11.0) == []  # 10 s since the last good answer: not yet
+    server_down(store, 12.0)
+    (change,) = monitor.evaluate(store, 12.0)
+    assert (change.alert.id, change.alert.severity) == ("server-silent", "error")
+    assert change.alert.message == (
+        "server device gave no good /metrics answer for 11 s (> 10 s) "
+        "(no server at http://127.0.0.1:30000 (connection refused))")
+    server(store, 13.0)
+    assert monitor.evaluate(store, 13.0) == []
+    assert [c.change for c in monitor.evaluate(store, 18.0)] == ["cleared"]
+
+
+def test_a_starting_server_is_never_silent() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    new_run(store, state="starting", t=0.0)
+    server_down(store, 100.0)
+    assert monitor.evaluate(store, 100.0) == []
