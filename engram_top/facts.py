@@ -6,7 +6,6 @@ Pure functions over a RunStore; no Textual, no I/O. Memory stays in bytes here; 
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
@@ -19,7 +18,7 @@ GIB = 1024**3
 
 def source_status(store: RunStore, kind: str, now: float | None = None) -> dict[str, Any]:
     """Status of a source: its latest state, message, and the age of its last good value."""
-    now = time.monotonic() if now is None else now
+    now = store.clock() if now is None else now
     latest: Reading[Any] | None = store.latest.get(kind)
     good = store.last_ok.get(kind)
     out: dict[str, Any] = {"status": latest.status.value if latest else "none",

@@ -98,6 +98,8 @@ class RunStore:
         self.run: RunFacts | None = None
         self.history: dict[str, RunFacts] = {}  # the latest run of each scenario
         self.runs: list[RunFacts] = []  # every run, oldest first: repeated runs are trials
+        # "Now" for ages on screen: a replay or a test sets its own clock here.
+        self.clock: Callable[[], float] = time.monotonic
         self.events: deque[Event] = deque(maxlen=500)
         self.alerts: dict[str, Any] = {}  # active alerts by id (engram_top.alerts.Alert)
         self.load: dict[str, Any] = {}

@@ -4,24 +4,35 @@ panels whose sources changed; the session does all I/O."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, RichLog, Static
 
 from engram_top import facts, reference
+from engram_top.alerts import AlertMonitor
 from engram_top.app import panels
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.compare import RunResult
+from engram_top.config import UserConfig
 from engram_top.store import RunFacts, RunStore
 
 REFRESH_S = 0.5  # at most 2 Hz
+# Textual's own palette entries cover quitting; the rest of our keys get one each.
+_NOT_IN_PALETTE = {"quit"}
+_PALETTE_HELP = {
+    "start_selected": "start the highlighted scenario, or switch to it",
+    "stop": "stop the server this dashboard started",
+    "compare": "every scenario's runs side by side against a baseline",
+    "help": "the keys, generated from the bindings in force",
+}
 
 
 class Session(Protocol):
@@ -69,18 +80,20 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close", id="help-close")]
 
-    def __init__(self, bindings: list[Binding]) -> None:
+    def __init__(self, keys: list[tuple[str, str]]) -> None:
         super().__init__()
-        self.keys = bindings
+        self.keys = keys  # (key as shown, what it does)
 
     def compose(self) -> ComposeResult:
         text = Text("Keys\n\n", style="bold")
-        for b in self.keys:
-            text.append(f"{b.key_display or b.key:>8}  ", style="bold cyan")
-            text.append(f"{b.description}\n")
-        text.append("\nHBM per GPU comes from NVML; KV pool and latency from SGLang's "
+        for key, description in self.keys:
+            text.append(f"{key:>10}  ", style="bold cyan")
+            text.append(f"{description}\n")
+        text.append("\nEvery action is also in the command palette (ctrl+p), and keys can be "
+                    "remapped in the config file (README: Configuration).\n\n", style="dim")
+        text.append("HBM per GPU comes from NVML; KV pool and latency from SGLang's "
                     "/metrics; host RAM from /proc/meminfo (used = total − MemAvailable). "
                     "Memory is in GiB; SGLang's \"GB\" are GiB too.", style="dim")
         yield Static(text, id="help")
@@ -89,6 +102,9 @@ class HelpScreen(ModalScreen[None]):
 class EngramTopApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "engram-top"
+    # Classes the stylesheet lays out by: 100x30 is the smallest supported terminal.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (45, "-tall")]
     BINDINGS = [
         Binding("q", "quit", "Quit", id="quit"),
         Binding("enter", "start_selected", "Start/switch", id="start", priority=True),
@@ -99,12 +115,18 @@ class EngramTopApp(App[int]):
         Binding("question_mark", "help", "Keys", key_display="?", id="help"),
     ]
 
-    def __init__(self, session: Session, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, session: Session, *, clock: Callable[[], float] | None = None,
                  compare_with: Sequence[RunResult] = (),
-                 price_per_gpu_hour: float | None = None) -> None:
+                 price_per_gpu_hour: float | None = None,
+                 config: UserConfig | None = None, config_error: str | None = None) -> None:
         super().__init__()
+        self.config = config or UserConfig()
+        self.config_error = config_error
+        self.alerts = AlertMonitor(self.config.alerts)
         self.session = session
-        self.clock = clock
+        if clock is not None:  # one "now" for the header and the panels' ages
+            session.store.clock = clock
+        self.clock = session.store.clock
         self.compare_with = list(compare_with)  # runs loaded from files, for the comparison
         self.price_per_gpu_hour = price_per_gpu_hour
         self._closed = False
@@ -134,9 +156,36 @@ class EngramTopApp(App[int]):
         self._log_source: object = None
         self._log_seen = 0
         table.focus()
+        self._apply_config()
         self.start_session()
         self.set_interval(REFRESH_S, self.refresh_panels)
         self.refresh_panels()
+
+    def _apply_config(self) -> None:
+        """Theme and key remaps from the user's config; a bad entry is reported and skipped,
+        never fatal."""
+        problems = [self.config_error] if self.config_error else []
+        where = str(self.config.path or "config")
+        theme = self.config.theme
+        if theme is not None:
+            if theme in self.available_themes:
+                self.theme = theme
+            else:
+                problems.append(f"{where}: theme: unknown theme {theme!r} (known: "
+                                f"{', '.join(sorted(self.available_themes))})")
+        ids = {b.id for b in self.BINDINGS if isinstance(b, Binding) and b.id}
+        keymap = {}
+        for binding_id, keys in self.config.keys.items():
+            if binding_id in ids:
+                keymap[binding_id] = keys
+            else:
+                problems.append(f"{where}: keys.{binding_id}: no such action (known: "
+                                f"{', '.join(sorted(ids))})")
+        if keymap:
+            self.set_keymap(keymap)
+        for problem in problems:
+            self.session.store.event("error", f"config: {problem}")
+            self.notify(problem, title="config", severity="error", timeout=20)
 
     @work(exclusive=True, group="session", exit_on_error=False)
     async def start_session(self) -> None:
@@ -156,7 +205,15 @@ class EngramTopApp(App[int]):
                 panel.refresh_from(store)
             self._refresh_scenarios(store)
             self._refresh_log(store.run)
+            self._check_alerts(store)
             self.query_one("#events", Static).update(self._events(store))
+
+    def _check_alerts(self, store: RunStore) -> None:
+        for change in self.alerts.evaluate(store, self.clock()):
+            if change.change == "raised":
+                self.notify(change.alert.message, title="alert",
+                            severity="error" if change.alert.severity == "error" else "warning",
+                            timeout=10)
 
     # ------------------------------------------------------------------ scenario list
     def _scenario_names(self) -> list[str]:
@@ -284,8 +341,15 @@ class EngramTopApp(App[int]):
             self.notify(str(exc), title=f"{verb} failed", severity="error", timeout=15)
 
     def _events(self, store: RunStore) -> Text:
+        """Active alerts first, then the latest events, each with its time."""
         text = Text()
-        for e in list(store.events)[-2:]:
+        alerts = sorted(store.alerts.values(), key=lambda a: a.since)
+        for alert in alerts:
+            text.append(time.strftime("%H:%M:%S ", time.localtime(alert.since)), style="dim")
+            style = "bold red" if alert.severity == "error" else "bold yellow"
+            text.append(f"⚠ {alert.message}\n", style=style)
+        events = list(store.events)[-(2 - len(alerts)):] if len(alerts) < 2 else []
+        for e in events:
             style = {"error": "red", "warning": "yellow"}.get(e.level, "")
             text.append(time.strftime("%H:%M:%S ", time.localtime(e.wall)), style="dim")
             text.append(e.text[:160] + "\n", style=style)
@@ -297,10 +361,47 @@ class EngramTopApp(App[int]):
                                        price_per_gpu_hour=self.price_per_gpu_hour))
 
     def action_help(self) -> None:
-        keys = [b for b in self.BINDINGS if isinstance(b, Binding) and b.show]
-        keys.append(Binding("1-9", "", "start or switch to scenario 1-9 of the list"))
-        keys.append(Binding("↑/↓", "", "select a scenario"))
+        """The keys in force (remaps included), the app's and the screen's; a widget's own
+        cursor keys are left to the widget."""
+        by_action: dict[str, tuple[list[str], str]] = {}
+        for active in self.screen.active_bindings.values():
+            b = active.binding
+            if not b.description or b.action.startswith("scenario(") or not (
+                    active.node is self or isinstance(active.node, Screen)):
+                continue
+            keys, _ = by_action.setdefault(b.action, ([], b.description))
+            if (shown := self.get_key_display(b)) not in keys:
+                keys.append(shown)
+        keys = [(", ".join(k), d) for k, d in by_action.values()]
+        keys.append(("1-9", "start or switch to scenario 1-9 of the list"))
+        keys.append(("↑/↓, click", "select a scenario (click it again, or ⏎, to start it)"))
         self.push_screen(HelpScreen(keys))
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Every action of ours in the palette, beside Textual's own (themes, keys, quit)."""
+        yield from super().get_system_commands(screen)
+        if isinstance(screen, ModalScreen):
+            return  # a dialog's own keys are its commands
+        for b in self.BINDINGS:
+            if isinstance(b, Binding) and b.description and b.id not in _NOT_IN_PALETTE \
+                    and not b.action.startswith("scenario("):
+                yield SystemCommand(b.description, _PALETTE_HELP.get(b.action, b.description),
+                                    partial(self.run_action, b.action))
+        for name in self._scenario_names():
+            yield SystemCommand(f"Start or switch to {name}", f"stop the running server "
+                                f"if any, then start {name}",
+                                partial(self._start_named, name))
+
+    def _start_named(self, name: str) -> None:
+        names = self._scenario_names()
+        if name in names:
+            self.query_one("#scenarios", DataTable).move_cursor(row=names.index(name))
+            self.action_start_selected()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """A click on the highlighted row (the mouse's enter) starts or switches to it."""
+        if event.data_table.id == "scenarios":
+            self.action_start_selected()
 
     async def action_quit(self) -> None:
         """Stop what we started (load, server, polls), then leave."""

@@ -35,7 +35,10 @@ def tokens(value: float | None) -> str:
 
 
 def ms(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{seconds * 1000:,.1f} ms"
+    if seconds is None:
+        return "–"
+    # Seconds past ten thousand milliseconds: an end-to-end latency stays readable.
+    return f"{seconds:,.2f} s" if seconds >= 10 else f"{seconds * 1000:,.1f} ms"
 
 
 def rate(value: float | None, unit: str) -> str:
@@ -99,13 +102,14 @@ def hbm_panel(store: RunStore) -> Group:
     gpus = facts.gpu_facts(store)
     if not gpus:
         return _waiting(rows, "waiting for the first GPU reading…")
-    t = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
+    # One space between columns: the panel must fit half of a 100-column terminal.
+    t = Table(box=None, padding=(0, 1, 0, 0), show_edge=False, pad_edge=False)
     t.add_column("GPU", no_wrap=True)
     t.add_column("GiB used", justify="right", no_wrap=True)
     t.add_column("", no_wrap=True)
     t.add_column("srv", justify="right", no_wrap=True)
     t.add_column("util", justify="right", no_wrap=True)
-    t.add_column("rx MB/s", justify="right", no_wrap=True)
+    t.add_column("rx GB/s", justify="right", no_wrap=True)
     for g in gpus:
         server = g["server_bytes"]
         other = max(0, g["used_bytes"] - server)
@@ -117,7 +121,7 @@ def hbm_panel(store: RunStore) -> Group:
             gib(server),
             "–" if g["util_gpu_pct"] is None else f"{g['util_gpu_pct']}%",
             "–" if g["pcie_rx_bytes_per_s"] is None
-            else f"{g['pcie_rx_bytes_per_s'] / 1e6:,.1f}",
+            else f"{g['pcie_rx_bytes_per_s'] / 1e9:,.2f}",
         )
     rows.append(t)
     rows.append(Text.assemble(("■", "grey50"), f" reserved {gib(gpus[0]['reserved_bytes'])}  ",
@@ -191,7 +195,7 @@ def host_panel(store: RunStore) -> Group:
     t.add_row("used", Text.assemble(bar([(h["used_bytes"], "blue")], h["total_bytes"], 12), " ",
                                     f"{gib(h['used_bytes'])} of {gib(h['total_bytes'], 0)} GiB"))
     delta = h["delta_bytes"]
-    t.add_row("Δ launch", Text("–" if delta is None else f"{delta / GIB:+,.1f} GiB",
+    t.add_row("Δ", Text("–" if delta is None else f"{delta / GIB:+,.1f} GiB since launch",
                                style="bold green" if (delta or 0) > 50 * GIB else ""))
     t.add_row("Shmem", f"{gib(h['shmem_bytes'])} GiB (pinned shows here) · "
               f"huge {gib(h['hugepages_bytes'])}")
@@ -219,7 +223,7 @@ def latency_panel(store: RunStore) -> Group:
     lat = facts.latency_facts(store)
     if lat is None:
         return _waiting(rows, "no latency yet (the server reports once it serves)")
-    t = Table(box=None, padding=(0, 1), show_edge=False)
+    t = Table(box=None, padding=(0, 1, 0, 0), show_edge=False)
     t.add_column("", style="bold", no_wrap=True)
     t.add_column("p50", justify="right", no_wrap=True)
     t.add_column("p99", justify="right", no_wrap=True)

@@ -1,0 +1,127 @@
+"""A fixed, fully filled store for screen snapshots: the demo node after a switch from the
+device placement to host-prefetch, with a frozen clock. Figures follow the seed (device:
+119.043 GB weights, 11.84M KV tokens; host-prefetch: 72.201 GB, 42.70M tokens, +201.6 GiB
+host) so the pictures tell the product's story; everything else is plain made-up steadiness.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from collectors.readings import (
+    GpuData,
+    GpuDevice,
+    GpuProcess,
+    HostData,
+    ProcessTreeMemory,
+    Quantiles,
+    Reading,
+    ServerData,
+    Status,
+)
+from engram_top.store import Event, RunFacts, RunStore
+from scenarios import config
+
+GIB = 1024**3
+NOW = 10_000.0  # the frozen monotonic clock
+WALL = 1_795_000_000.0  # 2026-11-18 08:53:20 UTC, the frozen wall clock
+DEMO = Path(__file__).resolve().parents[1] / "scenarios" / "demo.toml"
+SERVER_PID = 4242
+
+
+def _gpu(index: int, used_gib: float, server_gib: float, util: int, rx: float) -> GpuDevice:
+    total = 179 * GIB
+    used = round(used_gib * GIB)
+    reserved = GIB // 2
+    return GpuDevice(
+        index=index, name="NVIDIA B200", uuid=f"GPU-{index:04d}", total_bytes=total,
+        reserved_bytes=reserved, used_bytes=used, free_bytes=total - reserved - used,
+        util_gpu_pct=util, power_w=640.0 + index, power_limit_w=1000.0,
+        pcie_tx_bytes_per_s=rx / 40, pcie_rx_bytes_per_s=rx,
+        processes=(GpuProcess(SERVER_PID + 1 + index, round(server_gib * GIB), "sglang::scheduler"),
+                   GpuProcess(999, None if index % 2 else 512 * 1024**2, "python")))
+
+
+def _host(used_gib: float) -> HostData:
+    total = 2048 * GIB
+    return HostData(
+        total_bytes=total, available_bytes=total - round(used_gib * GIB),
+        used_bytes=round(used_gib * GIB), free_bytes=total - round((used_gib + 50) * GIB),
+        cached_bytes=50 * GIB, shmem_bytes=round(196 * GIB), hugepages_total=0,
+        hugepages_free=0, hugepage_size_bytes=2 * 1024**2, anon_hugepages_bytes=0,
+        swap_total_bytes=0, swap_used_bytes=0, swap_in_bytes=0, swap_out_bytes=0,
+        server_tree=ProcessTreeMemory(SERVER_PID, (SERVER_PID, 4243, 4244, 4245, 4246),
+                                      rss_bytes=round(204 * GIB), rss_anon_bytes=round(6 * GIB),
+                                      rss_file_bytes=2 * GIB, rss_shmem_bytes=round(196 * GIB)),
+        backend="simulated")
+
+
+def _server(t: float) -> ServerData:
+    q = Quantiles
+    return ServerData(
+        url="http://127.0.0.1:30103", healthy=True, version="0.5.23",
+        model_path="deepseek-ai/DeepSeek-V4.1-Flash", tp_size=4,
+        max_total_num_tokens=42_700_288, weight_gb=72.201, kv_cache_gb=59.47, graph_gb=1.2,
+        num_running_reqs=8, num_queue_reqs=0, num_used_tokens=9_800, token_usage=0.23,
+        gen_throughput=191.8, ttft=q(0.3995 + 0.004 * math.sin(t / 7), 0.71, 0.4045, 310),
+        itl=q(0.0288, 0.041, 0.02884, 9_400), e2e=q(5.9, 7.2, 5.91, 300),
+        output_tokens_per_s=191.8, requests_per_s=1.0, window_s=30.0,
+        ranks={r: {"weight_gb": 72.201, "kv_cache_gb": 59.47,
+                   "max_total_num_tokens": 42_700_288} for r in range(4)})
+
+
+def _run(name: str, launched: float, ready_s: float, state: str, results: dict) -> RunFacts:
+    run = RunFacts(scenario=name, placement=name, node="simulated 4x NVIDIA B200",
+                   time_scale=0.1, launched_wall=WALL - (NOW - launched), launched_at=launched,
+                   state=state, pid=SERVER_PID, url="http://127.0.0.1:30103",
+                   ready_at=launched + ready_s, baseline_host_used=40 * GIB,
+                   baseline_gpu_used={i: 0 for i in range(4)}, phase="ready",
+                   title=name, log_path=f"/var/log/engram-top/{name}.log")
+    run.results.update(results)
+    return run
+
+
+def scene_store() -> RunStore:
+    store = RunStore()
+    store.clock = lambda: NOW
+    store.node = "simulated 4x NVIDIA B200"
+    store.scenarios = config.load(DEMO)
+    device = _run("device", NOW - 400, 12.5, "stopped", {
+        "gpus": 4, "ready_s": 12.5, "weights_gb": 119.043, "kv_tokens": 11_840_000,
+        "host_delta_gib": 6.5, "ttft_p50_ms": 345.0, "ttft_mean_ms": 350.4,
+        "itl_p50_ms": 26.0, "itl_mean_ms": 26.0, "output_tok_s": 224.0})
+    store.set_run(device)
+    prefetch = _run("host-prefetch", NOW - 180, 27.3, "ready", {
+        "gpus": 4, "ready_s": 27.3, "weights_gb": 72.201, "kv_tokens": 42_700_288,
+        "host_delta_gib": 201.6, "ttft_p50_ms": 399.5, "ttft_mean_ms": 404.5,
+        "itl_p50_ms": 28.8, "itl_mean_ms": 28.84, "output_tok_s": 191.8})
+    store.set_run(prefetch)
+    # Two minutes of history at 1 Hz, the last point now.
+    for k in range(120, -1, -1):
+        t = NOW - k
+        wall = WALL - k
+        gpus = tuple(_gpu(i, 140.5 + 0.2 * i + 0.3 * math.sin((t + i) / 9), 140.0 + 0.2 * i,
+                          90 + i, 2.0e9 + 3e8 * math.sin(t / 5 + i)) for i in range(4))
+        store.add("gpu", Reading("nvml", Status.OK, GpuData("570.00", gpus, "simulated"),
+                                 at=t, wall=wall))
+        store.add("host", Reading("host", Status.OK, _host(241.6 + 0.05 * math.sin(t / 11)),
+                                  at=t, wall=wall))
+        store.add("server", Reading("sglang", Status.OK, _server(t), at=t, wall=wall))
+    store.load = {"concurrency": 8, "sent": 412, "completed": 404, "failed": 0}
+    store.events.clear()
+    for ago, level, text in ((400, "info", "started device"),
+                             (190, "info", "switching to host-prefetch: device stopped, "
+                                           "HBM returned in 0.6 s"),
+                             (153, "info", "host-prefetch ready in 27.3 s (273 s node time)"),
+                             (60, "warning", "host available memory 88.2% used (> 90%)")):
+        store.events.append(Event(WALL - ago, level, text))
+    return store
+
+
+def frozen_time_zone() -> None:
+    """Event times print in UTC, whatever the machine's zone."""
+    import os
+    os.environ["TZ"] = "UTC"
+    time.tzset()
