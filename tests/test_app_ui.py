@@ -1,0 +1,138 @@
+"""The dashboard as a user drives it beyond the panels: the config's key remaps and theme,
+the command palette, alerts as toasts and in the events pane, the generated help, the mouse.
+A fixed store (tests/scene.py) and a frozen clock; no processes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from scene import GIB, NOW, WALL, frozen_time_zone, scene_store
+from test_app import screen_text
+
+from collectors.readings import GpuData, Reading, Status
+from engram_top.app.compare_screen import CompareScreen
+from engram_top.app.main import EngramTopApp, HelpScreen
+from engram_top.config import UserConfig, parse_config_text
+
+
+class RecordingSession:
+    """Takes the app's start/switch/stop calls and records them."""
+
+    def __init__(self) -> None:
+        self.store = scene_store()
+        self.calls: list[tuple[str, str | None]] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def start_scenario(self, name: str) -> None:
+        self.calls.append(("start", name))
+
+    async def switch(self, name: str) -> None:
+        self.calls.append(("switch", name))
+
+    async def stop_scenario(self) -> None:
+        self.calls.append(("stop", None))
+
+
+async def test_keys_and_theme_come_from_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    config = parse_config_text('theme = "nord"\n[keys]\ncompare = "k"\nhelp = "f1"\n', path)
+    app = EngramTopApp(RecordingSession(), config=config)
+    async with app.run_test(size=(120, 36)) as pilot:
+        assert app.theme == "nord"
+        await pilot.press("c")  # remapped away: nothing opens
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, CompareScreen)
+        await pilot.press("k")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, CompareScreen)
+        await pilot.press("escape")
+        await pilot.press("f1")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        text = screen_text(app)
+        assert "k  Compare" in text and "f1  Keys" in text  # the help shows the remaps
+
+
+async def test_a_bad_config_entry_is_reported_by_name_and_the_rest_applies(tmp_path) -> None:
+    path = tmp_path / "config.toml"
+    config = parse_config_text('theme = "no-such-theme"\n[keys]\ncompare = "k"\n'
+                               'comapre = "j"\n', path)
+    session = RecordingSession()
+    app = EngramTopApp(session, config=config)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.2)
+        events = [e.text for e in session.store.events]
+        assert any(f"{path}: theme: unknown theme 'no-such-theme'" in e for e in events)
+        assert any(f"{path}: keys.comapre: no such action" in e for e in events)
+        await pilot.press("k")  # the good remap still applies
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, CompareScreen)
+
+
+async def test_a_broken_config_file_leaves_the_defaults_and_says_why(tmp_path) -> None:
+    session = RecordingSession()
+    app = EngramTopApp(session, config=UserConfig(),
+                       config_error=f"{tmp_path}/config.toml:3: alerts.hbm_used_pct: must be 0-100")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.2)
+        assert any("config.toml:3: alerts.hbm_used_pct" in e.text for e in session.store.events)
+        await pilot.press("c")  # default keys work
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, CompareScreen)
+
+
+async def test_every_action_is_in_the_palette() -> None:
+    session = RecordingSession()
+    session.store.run.state = "stopped"  # nothing running: starting asks no question
+    app = EngramTopApp(session)
+    async with app.run_test(size=(120, 36)) as pilot:
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for title in ("Start/switch", "Stop", "Compare", "Keys", "Start or switch to host",
+                      "Start or switch to device", "Theme"):
+            assert any(t.startswith(title) for t in titles), (title, titles)
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.3)
+        await pilot.press(*"switch to device")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause(0.5)
+    assert session.calls == [("start", "device")]
+
+
+async def test_an_alert_is_toasted_and_listed_with_its_time() -> None:
+    frozen_time_zone()
+    session = RecordingSession()
+    store = session.store
+    gpu = store.latest["gpu"].data
+    hot = dataclasses.replace(gpu.devices[2], used_bytes=172 * GIB,
+                              free_bytes=gpu.devices[2].total_bytes - 172 * GIB - GIB // 2)
+    data = GpuData(gpu.driver_version, (*gpu.devices[:2], hot, *gpu.devices[3:]), gpu.backend)
+    store.add("gpu", Reading("nvml", Status.OK, data, at=NOW, wall=WALL))
+    app = EngramTopApp(session, clock=lambda: NOW)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.6)
+        assert "hbm:gpu2" in store.alerts
+        text = screen_text(app)
+        assert "⚠ GPU 2 HBM 96.1% used (> 95%)" in text
+        toasts = [n.message for n in app._notifications]
+        assert any("GPU 2 HBM 96.1%" in m for m in toasts)
+
+
+async def test_clicking_the_highlighted_scenario_starts_it() -> None:
+    session = RecordingSession()
+    session.store.run.state = "stopped"  # nothing running: a click starts, no question
+    app = EngramTopApp(session)
+    async with app.run_test(size=(120, 36)) as pilot:
+        table = app.query_one("#scenarios")
+        await pilot.click(table, offset=(4, 3))  # the second data row: "host"
+        await pilot.pause(0.2)
+        assert session.calls == []  # the first click only highlights
+        await pilot.click(table, offset=(4, 3))
+        await pilot.pause(0.3)
+    assert session.calls == [("start", "host")]
