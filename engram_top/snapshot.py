@@ -1,19 +1,45 @@
-"""snapshot.json: every current reading and the run's facts, written without a terminal."""
+"""Snapshot folders: what the dashboard saw, for a colleague who was not there.
+
+write_folder() builds screen.svg, snapshot.json, timeseries.parquet/.csv and summary.md in a
+temporary sibling folder and renames it into place, so a full disk or an unwritable folder
+leaves nothing half-written. Everything goes through engram_top.redact: structured data by
+key, then every file's text by the secret values seen in it.
+
+build()/write() (snapshot.json alone) and check_writable() remain for their callers.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import json
 import os
+import shutil
 import time
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from engram_top import facts
+from engram_top.compare import Comparison, compare, to_json, to_markdown
+from engram_top.redact import REDACTED, redact, redact_text
 from engram_top.reference import Reference
-from engram_top.store import RunStore
+from engram_top.store import RunFacts, RunStore
 
 SNAPSHOT_VERSION = 1
+GIB = 1024**3
+# Unit of each series, by the last part of its name (store._record_series names them).
+UNITS = {"used": "bytes", "util": "%", "pcie_rx": "bytes/s", "pcie_tx": "bytes/s",
+         "token_usage": "fraction", "num_running_reqs": "requests",
+         "num_queue_reqs": "requests", "output_tokens_per_s": "tokens/s", "p50": "s",
+         "swap_in": "bytes (cumulative)"}
+# What replaces a secret in each file's text: valid XML in the SVG, and no HTML-like tag for a
+# Markdown viewer to swallow.
+PLACEHOLDERS = {".svg": "&lt;redacted&gt;", ".md": "[redacted]"}
+TIMESERIES_COLUMNS = ["series", "source", "gpu", "metric", "unit", "tier", "t_s", "wall_utc",
+                      "value"]
 
 
 class SnapshotError(Exception):
@@ -21,7 +47,7 @@ class SnapshotError(Exception):
 
 
 def build(store: RunStore, ref: Reference) -> dict[str, Any]:
-    now = time.monotonic()
+    now = store.clock()  # a replay's clock when the store is a replay's
     run = store.run
     readings = {}
     for kind in store.latest:
@@ -57,7 +83,7 @@ def check_writable(out_dir: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise SnapshotError(f"cannot write into {out_dir}: {exc.strerror or exc}") from exc
+        raise SnapshotError(f"cannot write into {out_dir}: {_reason(exc)}") from exc
 
 
 def write(out_dir: Path, snapshot: dict[str, Any]) -> Path:
@@ -66,14 +92,299 @@ def write(out_dir: Path, snapshot: dict[str, Any]) -> Path:
     tmp = out_dir / f".snapshot.json.{os.getpid()}.tmp"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(snapshot, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
+        found: set[str] = set()
+        text = _json(redact(snapshot, found))
+        _put(tmp, redact_text(text, found).encode())
         os.replace(tmp, target)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise SnapshotError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        raise SnapshotError(f"cannot write {target}: {_reason(exc)}") from exc
     return target
+
+
+# ----------------------------------------------------------------------------- the folder
+
+def write_folder(parent: Path, store: RunStore, ref: Reference, *, svg: str | None,
+                 comparison_md: str | None = None, extra: dict[str, Any] | None = None,
+                 name: str | None = None, secrets: Iterable[str] = ()) -> Path:
+    """Write a snapshot folder under `parent` and return its path.
+
+    `svg` is the screen as rendered (None: no screen.svg). `comparison_md` replaces the
+    comparison built from the store's runs in summary.md. `extra` keys are added to
+    snapshot.json's top level. `secrets` are values known to be secret that the structured
+    data may not show (an attach --api-key); they are scrubbed from every file too.
+    """
+    base = name or f"engram-top-{time.strftime('%Y%m%d-%H%M%S')}"
+    if "/" in base or base.startswith(".") or not base.strip():
+        raise SnapshotError(f"snapshot name {base!r}: a plain folder name is needed")
+    found = {s for s in secrets if s}
+    comparison = _comparison(store, ref)
+    data = redact(snapshot_data(store, ref, comparison, extra), found)
+    summary = summary_markdown(store, data, comparison_md if comparison_md is not None
+                               else _comparison_md(comparison))
+    frame = timeseries_frame(store)
+    frame["series"] = frame["series"].map(lambda s: redact_text(s, found))
+    texts = {"snapshot.json": _json(data), "summary.md": summary,
+             "timeseries.csv": frame.to_csv(index=False)}
+    if svg is not None:
+        texts["screen.svg"] = svg
+
+    _make_parent(parent)
+    tmp = parent / f".{base}.tmp-{os.getpid()}"
+    try:
+        if tmp.exists():  # left by a crashed writer of the same pid
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        for file, text in texts.items():
+            placeholder = PLACEHOLDERS.get(Path(file).suffix, REDACTED)
+            _put(tmp / file, redact_text(text, found, placeholder).encode())
+        _write_parquet(tmp / "timeseries.parquet", frame)
+        _fsync_dir(tmp)
+        final = _rename_free(tmp, parent, base)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise SnapshotError(f"cannot write a snapshot into {parent}: {_reason(exc)}{where}") \
+            from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    with contextlib.suppress(OSError):  # the folder is complete; this only hastens durability
+        _fsync_dir(parent)
+    return final
+
+
+def snapshot_data(store: RunStore, ref: Reference, comparison: Comparison | None,
+                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """snapshot.json before redaction: build() plus runs, scenarios, comparison, alerts."""
+    data = build(store, ref)
+    data["runs"] = [run_plain(r) for r in _runs(store)]
+    data["scenarios"] = scenario_definitions(store.scenarios)
+    data["comparison"] = None if comparison is None else to_json(comparison)
+    alerts = getattr(store, "alerts", None)  # the alerts engine may not exist yet
+    if alerts is not None:
+        data["alerts"] = facts.plain(list(alerts.values()) if isinstance(alerts, dict)
+                                     else list(alerts))
+    data.update(extra or {})
+    return data
+
+
+def run_plain(run: RunFacts) -> dict[str, Any]:
+    """A run's facts as JSON data; the log lines stay in the run's log file."""
+    out = {f.name: facts.plain(getattr(run, f.name)) for f in dataclasses.fields(run)
+           if f.name != "log_lines"}
+    out["ready_s"] = run.ready_s
+    return out
+
+
+def scenario_definitions(scenario_file: Any) -> dict[str, Any] | None:
+    """The scenario file as loaded, with each scenario's full launch environment."""
+    if scenario_file is None:
+        return None
+    out = facts.plain(scenario_file)
+    for name, sc in scenario_file.scenarios.items():
+        out["scenarios"][name]["launch_env"] = sc.launch_env()
+    return out
+
+
+def _runs(store: RunStore) -> list[RunFacts]:
+    """Every run the store keeps; the live one with its figures as of now (the session
+    refreshes them once a second, so they may lag the readings this snapshot shows)."""
+    runs = getattr(store, "runs", None) or list(store.history.values())
+    live = store.run
+    if live is None or live.state not in ("ready", "attached"):
+        return list(runs)
+    fresh = {k: v for k, v in facts.summary(store).items() if v is not None}
+    now = dataclasses.replace(live, results={**live.results, **fresh})
+    return [now if r is live else r for r in runs]
+
+
+def _comparison(store: RunStore, ref: Reference) -> Comparison | None:
+    results = facts.run_results(_runs(store))
+    if not results:
+        return None
+    scenarios = [r.scenario for r in results]
+    # The seed compares against the device placement; without one, the first run.
+    device = [r.scenario for r in results if r.placement == "device"]
+    return compare(results, (device or scenarios)[0], reference=ref)
+
+
+def _comparison_md(comparison: Comparison | None) -> str:
+    if comparison is None:
+        return "No finished runs yet: no run has reached ready and reported figures.\n"
+    return to_markdown(comparison)
+
+
+# ----------------------------------------------------------------------------- time series
+
+def timeseries_frame(store: RunStore):  # type: ignore[no-untyped-def]
+    """Every stored series in long format: one row per point. t_s is seconds since the run's
+    launch (negative: before it), or since the first point when there is no run; tier says
+    whether a point is a raw sample ("fine") or an average of older ones ("coarse")."""
+    import pandas as pd  # a second's import; only exports need it
+
+    now_mono, now_wall = time.monotonic(), time.time()
+    firsts = [s.points()[0][0] for s in store.series.values() if s.points()]
+    origin = store.run.launched_at if store.run else min(firsts, default=now_mono)
+    rows = []
+    for name in sorted(store.series):
+        series = store.series[name]
+        fine_start = series.fine[0][0] if series.fine else float("inf")
+        source, _, metric = name.partition(".")
+        gpu = int(source[3:]) if source.startswith("gpu") and source[3:].isdigit() else None
+        for t, value in series.points():
+            rows.append((name, "gpu" if gpu is not None else source, gpu, metric,
+                         UNITS.get(metric.rpartition(".")[2], ""),
+                         "coarse" if t < fine_start else "fine",
+                         t - origin, now_wall - (now_mono - t), value))
+    frame = pd.DataFrame(rows, columns=TIMESERIES_COLUMNS)
+    frame["gpu"] = frame["gpu"].astype("Int64")
+    frame["t_s"] = frame["t_s"].astype("float64")
+    # Naive UTC: fastparquet writes tz-aware columns through an API pandas 3 deprecates.
+    frame["wall_utc"] = pd.to_datetime(frame["wall_utc"].astype("float64"), unit="s")
+    frame["value"] = frame["value"].astype("float64")
+    return frame
+
+
+def _write_parquet(path: Path, frame: Any) -> None:
+    # fastparquet's own writer: pandas 3 deprecates its fastparquet engine, and pyarrow is a
+    # 55 MB wheel for one file.
+    with warnings.catch_warnings():  # its import asks pandas 3 about a deprecated option
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import fastparquet
+
+    fastparquet.write(str(path), frame, compression="SNAPPY", write_index=False)
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+# ----------------------------------------------------------------------------- summary.md
+
+def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) -> str:
+    """The comparison in the seed's terms, then the headline readings at snapshot time."""
+    run = data.get("run")
+    title = f"{run['scenario']} ({run['placement']})" if run else "no run"
+    lines = [f"# engram-top snapshot: {title}", "",
+             f"Taken {data['taken_at']} on {store.node or 'an unnamed node'}."]
+    if run:
+        ready = run.get("ready_s")
+        lines.append(f"Run: {run['scenario']}, state {run['state']}"
+                     + ("" if ready is None else f", ready after {ready:.1f} s "
+                        f"(node-equivalent {run['ready_s_node']:.1f} s)") + ".")
+    lines += ["", "## Comparison", "", comparison_md.rstrip(), "", "## Readings now", ""]
+    lines += _readings(data)
+    alerts = data.get("alerts")
+    if alerts:
+        lines += ["", "## Alerts", ""]
+        lines += [f"- {a.get('severity', 'alert')}: {a.get('message') or a.get('id')}"
+                  if isinstance(a, dict) else f"- {a}" for a in alerts]
+    lines += ["", "## Files", "",
+              "- screen.svg: the dashboard as rendered (absent when taken without a screen)",
+              "- snapshot.json: every reading, the runs, scenario definitions, the comparison",
+              "- timeseries.parquet, timeseries.csv: the series, one row per point",
+              "", "Secrets (API keys, tokens) are replaced by `<redacted>` (`[redacted]` in this "
+              "file) in every file.", ""]
+    return "\n".join(lines)
+
+
+def _readings(data: dict[str, Any]) -> list[str]:
+    out = []
+    for g in data.get("gpus") or []:
+        share = g.get("server_bytes")
+        out.append(f"- GPU {g['index']} ({g['name']}): HBM {_gib(g['used_bytes'])} of "
+                   f"{_gib(g['total_bytes'])} GiB used, server {_gib(share)} GiB; "
+                   f"weights {_num(g.get('weights_gb'), '.3f')} GB, "
+                   f"KV {_num(g.get('kv_tokens'), ',')} tokens")
+    kv = data.get("kv")
+    if kv:
+        usage = kv.get("token_usage")
+        out.append(f"- KV pool: {_num(kv.get('capacity_tokens'), ',')} tokens, "
+                   f"usage {'n/a' if usage is None else f'{usage * 100:.1f}%'}, "
+                   f"{_num(kv.get('running'), 'd')} running, {_num(kv.get('queued'), 'd')} "
+                   "queued")
+    host = data.get("host")
+    if host:
+        delta = host.get("delta_gib")
+        out.append(f"- Host RAM: {_gib(host['used_bytes'])} of {_gib(host['total_bytes'])} "
+                   f"GiB used (MemTotal - MemAvailable), "
+                   f"{'n/a' if delta is None else f'{delta:+.1f}'} GiB since launch, "
+                   f"Shmem {_gib(host.get('shmem_bytes'))} GiB")
+    lat = data.get("latency")
+    if lat:
+        window = lat.get("window_s")
+        out.append(f"- Latency ({'n/a' if window is None else f'{window:.0f}'} s window): "
+                   f"TTFT {_quantiles(lat.get('ttft'))}, TPOT {_quantiles(lat.get('itl'))}, "
+                   f"end-to-end {_quantiles(lat.get('e2e'))}; output "
+                   f"{_num(lat.get('output_tokens_per_s'), '.1f')} tok/s")
+    stale = [f"{kind} {r['status']} ({r['message']})"
+             for kind, r in (data.get("readings") or {}).items() if r["status"] != "ok"]
+    if stale:
+        out.append(f"- Sources not OK: {'; '.join(stale)}")
+    return out or ["- no reading yet"]
+
+
+def _quantiles(q: dict[str, Any] | None) -> str:
+    if not q or q.get("p50") is None:
+        return "n/a"
+    p99 = q.get("p99")
+    return f"p50 {q['p50'] * 1000:.1f} ms, p99 " + \
+        ("n/a" if p99 is None else f"{p99 * 1000:.1f} ms")
+
+
+def _gib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / GIB:.1f}"
+
+
+def _num(value: Any, spec: str) -> str:
+    return "n/a" if value is None else format(int(value) if spec in (",", "d") else value, spec)
+
+
+# ----------------------------------------------------------------------------- files
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def _put(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_parent(parent: Path) -> None:
+    if parent.exists() and not parent.is_dir():
+        raise SnapshotError(f"cannot write into {parent}: not a folder")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SnapshotError(f"cannot write into {parent}: {_reason(exc)}") from exc
+
+
+def _rename_free(tmp: Path, parent: Path, base: str) -> Path:
+    """Rename into the first free name: base, base-2, base-3... never over a snapshot."""
+    for n in range(1, 1000):
+        final = parent / (base if n == 1 else f"{base}-{n}")
+        if final.exists() or final.is_symlink():
+            continue
+        try:
+            os.rename(tmp, final)  # an existing non-empty folder refuses: ENOTEMPTY/EEXIST
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                continue
+            raise
+        return final
+    raise OSError(errno.EEXIST, "no free snapshot name", str(parent / base))
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)

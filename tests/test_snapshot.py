@@ -1,0 +1,352 @@
+"""Snapshot folders: their contents and values, atomic writes, and no secret in any file.
+
+Most tests fill a store by hand (fixed values, no processes); one runs a simulated server
+started with an API key, from a scenario file whose environment holds a token.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import time
+import warnings
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pandas as pd
+import pytest
+
+from collectors.readings import (
+    GpuData,
+    GpuDevice,
+    HostData,
+    Quantiles,
+    Reading,
+    ServerData,
+    Status,
+)
+from engram_top import reference, snapshot
+from engram_top.alerts import Alert
+from engram_top.redact import REDACTED, redact, redact_text
+from engram_top.snapshot import SnapshotError, write_folder
+from engram_top.store import RunFacts, RunStore
+
+GIB = 1024**3
+FOLDER = re.compile(r"^engram-top-\d{8}-\d{6}(-\d+)?$")
+HF_TOKEN = "hf_secret123"
+API_KEY = "sk-engram-top-snapshot-secret-42"
+
+
+def _host(used: int) -> HostData:
+    return HostData(total_bytes=2048 * GIB, available_bytes=2048 * GIB - used, used_bytes=used,
+                    free_bytes=0, cached_bytes=0, shmem_bytes=3 * GIB, hugepages_total=0,
+                    hugepages_free=0, hugepage_size_bytes=2 << 20, anon_hugepages_bytes=0,
+                    swap_total_bytes=0, swap_used_bytes=0, swap_in_bytes=0, swap_out_bytes=0)
+
+
+def filled_store() -> RunStore:
+    """Two finished-looking runs (device, host-prefetch, the latter live) and a few points."""
+    store = RunStore()
+    store.node = "test node"
+    now = time.monotonic()
+    for name, results in (
+            ("device", {"gpus": 4, "weights_gb": 119.043, "kv_tokens": 11_840_000,
+                        "host_delta_gib": 6.5, "ready_s": 125.0, "ttft_mean_ms": 350.0,
+                        "itl_mean_ms": 26.0, "output_tok_s": 224.0}),
+            ("host-prefetch", {"gpus": 4, "weights_gb": 72.201, "kv_tokens": 42_700_288,
+                               "host_delta_gib": 201.6, "ready_s": 273.0,
+                               "ttft_mean_ms": 404.5, "itl_mean_ms": 28.84,
+                               "output_tok_s": 191.8})):
+        run = RunFacts(scenario=name, placement=name, node="test node", time_scale=1.0,
+                       launched_wall=time.time() - 100, launched_at=now - 100, state="ready",
+                       ready_at=now - 90, baseline_host_used=40 * GIB,
+                       log_lines=[(1, "a log line that stays in the log file")])
+        run.results.update(results)
+        store.set_run(run)
+    for i in range(3):
+        t = now - 30 + 10 * i
+        dev = GpuDevice(index=0, name="NVIDIA B200", uuid="GPU-x", total_bytes=179 * GIB,
+                        reserved_bytes=GIB // 2, used_bytes=(100 + i) * GIB,
+                        free_bytes=(78 - i) * GIB, util_gpu_pct=90 + i)
+        store.add("gpu", Reading("gpu", Status.OK, GpuData("t", (dev,)), at=t))
+        store.add("host", Reading("host", Status.OK, _host((240 + i) * GIB), at=t))
+        store.add("server", Reading("sglang", Status.OK, ServerData(
+            url="http://127.0.0.1:1", healthy=True, max_total_num_tokens=42_700_288,
+            token_usage=0.25 + i / 100, num_running_reqs=8, num_queue_reqs=3,
+            ttft=Quantiles(0.4, 0.9, 0.41, 10), itl=Quantiles(0.028, 0.05, 0.029, 100),
+            output_tokens_per_s=190.0 + i, window_s=30.0), at=t))
+    return store
+
+
+def read_files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_folder_holds_the_whole_story(tmp_path: Path) -> None:
+    store = filled_store()
+    store.alerts = {"hbm:gpu0": Alert(id="hbm:gpu0", severity="warning",
+                                      message="GPU 0 HBM 96.3% used (> 95%)",
+                                      since=time.time(), started_at=time.monotonic())}
+    out = write_folder(tmp_path / "snaps", store, reference.default(),
+                       svg="<svg><text>HBM per GPU</text></svg>", extra={"source": "test"})
+    assert out.parent == tmp_path / "snaps" and FOLDER.match(out.name)
+    assert sorted(read_files(out)) == ["screen.svg", "snapshot.json", "summary.md",
+                                       "timeseries.csv", "timeseries.parquet"]
+    assert list((tmp_path / "snaps").iterdir()) == [out]  # no temporary folder left
+
+    data = json.loads((out / "snapshot.json").read_text())
+    assert data["source"] == "test"
+    assert data["run"]["scenario"] == "host-prefetch"
+    assert [r["scenario"] for r in data["runs"]] == ["device", "host-prefetch"]
+    assert all("log_lines" not in r for r in data["runs"])
+    assert data["runs"][0]["results"]["kv_tokens"] == 11_840_000
+    assert data["runs"][0]["ready_s"] == pytest.approx(10.0)
+    assert data["kv"]["capacity_tokens"] == 42_700_288
+    assert data["host"]["delta_gib"] == pytest.approx(202.0)
+    comparison = data["comparison"]
+    assert comparison["baseline"] == "device"
+    kv = next(r for r in comparison["rows"] if r["key"] == "kv_tokens")
+    assert kv["cells"]["host-prefetch"]["mean"] == 42_700_288
+    assert kv["cells"]["host-prefetch"]["delta"] == pytest.approx(42_700_288 / 11_840_000 - 1)
+
+    summary = (out / "summary.md").read_text()
+    assert "# engram-top snapshot: host-prefetch (host-prefetch)" in summary
+    assert "| KV capacity | tokens | higher | 11.84M | 42.70M (Δ +260.64%) |" in summary
+    assert "| weights per GPU | GB | lower | 119.043 | 72.201 (Δ -39.35%) |" in summary
+    # The live run's figures as of the snapshot: TTFT mean 0.41 s in the last reading.
+    assert "| mean TTFT | ms | lower | 350.00 | 410.00 (Δ +17.14%) |" in summary
+    assert "seed reference" in summary
+    assert "- KV pool: 42,700,288 tokens, usage 27.0%, 8 running, 3 queued" in summary
+    assert "TTFT p50 400.0 ms, p99 900.0 ms" in summary
+    assert "- Host RAM: 242.0 of 2048.0 GiB used" in summary
+    assert "## Alerts\n\n- warning: GPU 0 HBM 96.3% used (> 95%)" in summary
+    assert data["alerts"][0]["id"] == "hbm:gpu0"
+    assert (out / "screen.svg").read_text() == "<svg><text>HBM per GPU</text></svg>"
+
+
+def test_timeseries_parquet_equals_csv_and_the_store(tmp_path: Path) -> None:
+    store = filled_store()
+    out = write_folder(tmp_path, store, reference.default(), svg=None)
+    assert not (out / "screen.svg").exists()
+    with warnings.catch_warnings():  # pandas 3 deprecates its fastparquet engine for reading
+        warnings.simplefilter("ignore")
+        parquet = pd.read_parquet(out / "timeseries.parquet")
+    csv = pd.read_csv(out / "timeseries.csv", parse_dates=["wall_utc"],
+                      dtype={"gpu": "Int64"}, keep_default_na=False, na_values={"gpu": [""]})
+    assert list(parquet.columns) == snapshot.TIMESERIES_COLUMNS
+    pd.testing.assert_frame_equal(parquet, csv, check_dtype=False)
+
+    origin = store.run.launched_at
+    for name, series in store.series.items():
+        rows = parquet[parquet["series"] == name]
+        assert list(rows["value"]) == [v for _, v in series.points()]
+        assert list(rows["t_s"]) == pytest.approx([t - origin for t, _ in series.points()])
+    used = parquet[parquet["series"] == "gpu0.used"]
+    assert list(used["gpu"]) == [0, 0, 0] and set(used["unit"]) == {"bytes"}
+    assert list(used["value"]) == [100 * GIB, 101 * GIB, 102 * GIB]
+    assert list(used["t_s"]) == pytest.approx([70.0, 80.0, 90.0])
+    host = parquet[parquet["series"] == "host.used"]
+    assert host["gpu"].isna().all() and set(host["source"]) == {"host"}
+    # Wall time follows the monotonic spacing of the points.
+    assert list(used["wall_utc"].diff().dt.total_seconds().dropna()) == \
+        pytest.approx([10.0, 10.0], abs=1e-3)
+    assert abs(used["wall_utc"].iloc[-1] - pd.Timestamp.now("UTC").tz_localize(None)) < \
+        pd.Timedelta(seconds=60)
+
+
+def test_no_runs_yet_and_names_never_overwrite(tmp_path: Path) -> None:
+    store = RunStore()
+    first = write_folder(tmp_path, store, reference.default(), svg=None, name="snap")
+    second = write_folder(tmp_path, store, reference.default(), svg=None, name="snap")
+    assert (first.name, second.name) == ("snap", "snap-2")
+    summary = (first / "summary.md").read_text()
+    assert "No finished runs yet" in summary and "- no reading yet" in summary
+    data = json.loads((first / "snapshot.json").read_text())
+    assert data["comparison"] is None and data["runs"] == [] and data["scenarios"] is None
+    assert pd.read_csv(first / "timeseries.csv").empty
+    with pytest.raises(SnapshotError, match="plain folder name"):
+        write_folder(tmp_path, store, reference.default(), svg=None, name="../escape")
+
+
+# ----------------------------------------------------------------------------- failures
+
+def test_parent_that_is_a_file_fails_cleanly(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    with pytest.raises(SnapshotError, match=f"cannot write into {blocker}: not a folder"):
+        write_folder(blocker, filled_store(), reference.default(), svg=None)
+    with pytest.raises(SnapshotError, match=f"cannot write into {blocker / 'sub'}: "
+                                            "Not a directory"):
+        write_folder(blocker / "sub", filled_store(), reference.default(), svg=None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through chmod 0o555")
+def test_read_only_folder_fails_cleanly(tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(SnapshotError, match=f"into {ro}: Permission denied"):
+            write_folder(ro, filled_store(), reference.default(), svg=None)
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o755)
+
+
+def test_full_disk_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_put = snapshot._put
+    calls: list[str] = []
+
+    def put(path: Path, data: bytes) -> None:
+        calls.append(path.name)
+        if len(calls) == 3:  # two files are already down when the disk fills
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real_put(path, data)
+
+    monkeypatch.setattr(snapshot, "_put", put)
+    with pytest.raises(SnapshotError) as caught:
+        write_folder(tmp_path / "snaps", filled_store(), reference.default(), svg="<svg/>")
+    message = str(caught.value)
+    assert f"cannot write a snapshot into {tmp_path / 'snaps'}: No space left on device" \
+        in message
+    assert calls[-1] in message  # the file it was writing
+    assert list((tmp_path / "snaps").iterdir()) == []  # no folder, no temporary folder
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES, errno.EROFS])
+def test_failing_parquet_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              code: int) -> None:
+    """The same as root, where chmod cannot make a folder unwritable: the Parquet writer
+    fails half-way through its file."""
+    def half_written(path: Path, frame: object) -> None:
+        path.write_bytes(b"PAR1")
+        raise OSError(code, os.strerror(code), str(path))
+
+    monkeypatch.setattr(snapshot, "_write_parquet", half_written)
+    with pytest.raises(SnapshotError, match=f"{os.strerror(code)} .*timeseries.parquet"):
+        write_folder(tmp_path, filled_store(), reference.default(), svg=None)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- redaction
+
+def test_redact_structures() -> None:
+    found: set[str] = set()
+    data = {
+        "env": {"HF_TOKEN": HF_TOKEN, "OPENAI_API_KEY": "sk-openai-123456",
+                "SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "1"},
+        "api_key": API_KEY, "admin_api_key": None, "x-api-key": "xk-998877",
+        "Authorization": "Bearer bearer-abcdef", "db_password": "hunter22",
+        "args": ["--tp-size", "4", "--api-key", "sk-args-654321", "--hf-token=hf_inline987"],
+        "command": "python -m sglang.launch_server --api-key sk-cmd-777777 --port 30000",
+        # Not secrets: SGLang's counts and metrics, the tokenizer's path.
+        "max_total_num_tokens": 11_840_000, "token_usage": 0.25, "tokenizer_path": "/m",
+    }
+    out = redact(data, found)
+    assert out["env"] == {"HF_TOKEN": REDACTED, "OPENAI_API_KEY": REDACTED,
+                          "SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "1"}
+    assert out["api_key"] == REDACTED and out["admin_api_key"] is None
+    assert out["x-api-key"] == REDACTED and out["Authorization"] == REDACTED
+    assert out["db_password"] == REDACTED
+    assert out["args"] == ["--tp-size", "4", "--api-key", REDACTED, f"--hf-token={REDACTED}"]
+    assert out["command"] == f"python -m sglang.launch_server --api-key {REDACTED} --port 30000"
+    assert (out["max_total_num_tokens"], out["token_usage"], out["tokenizer_path"]) == \
+        (11_840_000, 0.25, "/m")
+    assert data["api_key"] == API_KEY  # a copy: the original is untouched
+    assert found == {HF_TOKEN, "sk-openai-123456", API_KEY, "xk-998877", "Bearer bearer-abcdef",
+                     "bearer-abcdef", "hunter22", "sk-args-654321", "hf_inline987",
+                     "sk-cmd-777777"}
+
+
+def test_redact_text() -> None:
+    line = ("server_args=ServerArgs(api_key='sk-unseen-1', admin_api_key=None, "
+            "token_usage=0.5) GET /v1 Authorization: Bearer tok-unseen-2 "
+            f"echo {HF_TOKEN} inter-token latency --api-key sk-unseen-3")
+    out = redact_text(line, {HF_TOKEN, "1"})
+    assert out == ("server_args=ServerArgs(api_key='<redacted>', admin_api_key=None, "
+                   "token_usage=0.5) GET /v1 Authorization: Bearer <redacted> "
+                   "echo <redacted> inter-token latency --api-key <redacted>")
+    # Short values are not scrubbed from free text (a "1" would wipe every digit).
+    assert redact_text("gpu 1 of 4", {"1"}) == "gpu 1 of 4"
+    assert redact_text("a b&c", {"a b&c"}, "&lt;redacted&gt;") == "a b&c"  # too short
+    # In an SVG: spaces as &#160;, quotes as &#x27;; a number after "token:" is a count.
+    svg = ("<text>#cached-token:&#160;0,&#160;api_key=&#x27;sk-unseen-4&#x27;</text>"
+           "<text>--api-key&#160;sk-unseen-5</text>")
+    assert redact_text(svg, (), "&lt;redacted&gt;") == (
+        "<text>#cached-token:&#160;0,&#160;api_key=&#x27;&lt;redacted&gt;&#x27;</text>"
+        "<text>--api-key&#160;&lt;redacted&gt;</text>")
+    svg = "<text>key&#160;is&#160;s3cr3t&amp;more</text>"
+    assert redact_text(svg, {"key is s3cr3t&more"}, "&lt;redacted&gt;") == \
+        "<text>&lt;redacted&gt;</text>"
+
+
+def _scenario_file(tmp_path: Path) -> Path:
+    path = tmp_path / "secret.toml"
+    path.write_text(f"""
+[defaults]
+kind = "simulated"
+host = "127.0.0.1"
+time_scale = 0.02
+readiness_timeout_s = 60
+stop_grace_s = 5
+
+[scenarios.device]
+placement = "device"
+port = 30999
+api_key = "{API_KEY}"
+env = {{ HF_TOKEN = "{HF_TOKEN}" }}
+""")
+    return path
+
+
+@pytest.mark.timeout(120)
+async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
+    from engram_top.app.export import render_svg
+    from engram_top.session import Session, SessionOptions
+
+    session = Session(SessionOptions(
+        scenario_file=_scenario_file(tmp_path), start="device", state_dir=tmp_path / "state",
+        node_dir=tmp_path / "node", poll_interval=0.3, load=None, free_ports=True))
+    try:
+        await session.start()
+        assert await session.wait_ready(60), session.store.run
+        deadline = time.monotonic() + 20
+        while session.store.data("server") is None or \
+                session.store.data("server").max_total_num_tokens is None:
+            assert time.monotonic() < deadline, "no /server_info reading"
+            await _sleep(0.2)
+        # A key echoed where the structured data cannot see it: the events bar on screen.
+        session.store.event("warning", f"echo {HF_TOKEN} {API_KEY}")
+        svg = await render_svg(session, size=(150, 42))
+        assert HF_TOKEN in svg and API_KEY in svg  # the screen shows them before the export
+        assert session.run is not None and session.run.alive  # rendering kept the server
+        out = write_folder(tmp_path / "snaps", session.store, session.ref, svg=svg)
+    finally:
+        await session.close()
+
+    files = read_files(out)
+    assert sorted(files) == ["screen.svg", "snapshot.json", "summary.md", "timeseries.csv",
+                             "timeseries.parquet"]
+    for name, data in files.items():
+        for secret in (HF_TOKEN, API_KEY):
+            assert secret.encode() not in data, f"{secret} in {name}"
+    snap = json.loads(files["snapshot.json"])
+    device = snap["scenarios"]["scenarios"]["device"]
+    assert device["env"] == {"HF_TOKEN": REDACTED}
+    assert device["launch_env"]["HF_TOKEN"] == REDACTED
+    assert device["api_key"] == REDACTED
+    assert f"echo {REDACTED} {REDACTED}" in [e["text"] for e in snap["events"]]
+    assert snap["run"]["state"] == "ready" and snap["kv"]["capacity_tokens"] == 11_840_000
+    screen = files["screen.svg"].decode()
+    assert screen.lstrip().startswith("<svg") and "&lt;redacted&gt;" in screen
+    ElementTree.fromstring(screen)  # still well-formed after the scrub
+    text = re.sub(r"<[^>]+>", "", screen).replace("&#160;", " ")
+    assert "HBM per GPU" in text and "KV pool" in text and "11.84M" in text
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio
+    await asyncio.sleep(seconds)
