@@ -182,17 +182,20 @@ def summary(store: RunStore) -> dict[str, Any]:
 def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
     """A dashboard run's headline figures as one trial for engram_top.compare.
 
-    Latencies are the run's last 30 s window (SGLang's histograms); SGLang's inter-token
+    Time to ready is in node time (divided by the run's time scale). Latencies are the run's last 30 s window (SGLang's histograms); SGLang's inter-token
     latency stands in for TPOT, as it does in SGLang's own metrics."""
     r = run.results
 
     def seconds(key: str) -> float | None:
         return None if r.get(key) is None else r[key] / 1000.0
 
+    # Start-up in node time: a simulated node started x time_scale faster than the node
+    # (and the seed) would; a real node's time_scale is 1.
+    ready = None if r.get("ready_s") is None else r["ready_s"] / run.time_scale
     return RunResult(
         scenario=run.scenario, placement=run.placement, source=source, trial=trial,
         gpus=r.get("gpus"), weights_gb=r.get("weights_gb"), kv_tokens=r.get("kv_tokens"),
-        host_delta_gib=r.get("host_delta_gib"), ready_s=r.get("ready_s"),
+        host_delta_gib=r.get("host_delta_gib"), ready_s=ready,
         ttft_mean_s=seconds("ttft_mean_ms"), tpot_mean_s=seconds("itl_mean_ms"),
         itl_mean_s=seconds("itl_mean_ms"), e2e_mean_s=None, ttft_p99_s=None, tpot_p99_s=None,
         output_tok_s=r.get("output_tok_s"), request_per_s=None,

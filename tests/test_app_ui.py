@@ -5,6 +5,7 @@ A fixed store (tests/scene.py) and a frozen clock; no processes."""
 from __future__ import annotations
 
 import dataclasses
+import html
 from pathlib import Path
 
 from scene import GIB, NOW, WALL, frozen_time_zone, scene_store
@@ -136,3 +137,30 @@ async def test_clicking_the_highlighted_scenario_starts_it() -> None:
         await pilot.click(table, offset=(4, 3))
         await pilot.pause(0.3)
     assert session.calls == [("start", "host")]
+
+
+async def test_s_writes_a_snapshot_folder_and_a_bad_folder_is_reported(tmp_path) -> None:
+    session = RecordingSession()
+    app = EngramTopApp(session, snapshot_dir=tmp_path / "snaps")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("s")
+        await pilot.pause(0.3)
+        (folder,) = (tmp_path / "snaps").iterdir()
+        assert sorted(p.name for p in folder.iterdir()) == [
+            "screen.svg", "snapshot.json", "summary.md", "timeseries.csv", "timeseries.parquet"]
+        svg = html.unescape((folder / "screen.svg").read_text()).replace("\xa0", " ")
+        assert "HBM per GPU" in svg and "42.70M" in svg
+        summary = (folder / "summary.md").read_text()
+        assert "host-prefetch" in summary and "+15.57%" in summary  # the seed's column
+        assert any(f"snapshot written: {folder}" in e.text for e in session.store.events)
+        # A file where the folder should be: refused, said, nothing left behind.
+        blocked = tmp_path / "blocked"
+        blocked.write_text("not a folder")
+        app.snapshot_dir = blocked
+        await pilot.press("s")
+        await pilot.pause(0.3)
+        assert any(e.level == "error" and "snapshot" in e.text and str(blocked) in e.text
+                   for e in session.store.events)
+        assert blocked.read_text() == "not a folder"
+        assert app.is_running

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any, Protocol
 
 from rich.text import Text
@@ -16,11 +17,11 @@ from textual.containers import Grid, Horizontal
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, RichLog, Static
 
-from engram_top import facts, reference
+from engram_top import facts, reference, snapshot
 from engram_top.alerts import AlertMonitor
-from engram_top.app import panels
+from engram_top.app import compare_screen, panels
 from engram_top.app.compare_screen import CompareScreen
-from engram_top.compare import RunResult
+from engram_top.compare import RunResult, to_markdown
 from engram_top.config import UserConfig
 from engram_top.store import RunFacts, RunStore
 
@@ -32,6 +33,8 @@ _PALETTE_HELP = {
     "stop": "stop the server this dashboard started",
     "compare": "every scenario's runs side by side against a baseline",
     "help": "the keys, generated from the bindings in force",
+    "snapshot": "write the screen, readings, series and comparison to a folder under "
+                "snapshots/ (secrets redacted)",
 }
 
 
@@ -110,6 +113,7 @@ class EngramTopApp(App[int]):
         Binding("enter", "start_selected", "Start/switch", id="start", priority=True),
         Binding("x", "stop", "Stop", id="stop"),
         Binding("c", "compare", "Compare", id="compare"),
+        Binding("s", "snapshot", "Snapshot", id="snapshot"),
         *[Binding(str(n), f"scenario({n})", f"Scenario {n}", show=False, id=f"scenario-{n}")
           for n in range(1, 10)],
         Binding("question_mark", "help", "Keys", key_display="?", id="help"),
@@ -118,9 +122,12 @@ class EngramTopApp(App[int]):
     def __init__(self, session: Session, *, clock: Callable[[], float] | None = None,
                  compare_with: Sequence[RunResult] = (),
                  price_per_gpu_hour: float | None = None,
-                 config: UserConfig | None = None, config_error: str | None = None) -> None:
+                 config: UserConfig | None = None, config_error: str | None = None,
+                 snapshot_dir: Path = Path("snapshots")) -> None:
         super().__init__()
+        self.snapshot_dir = snapshot_dir
         self.config = config or UserConfig()
+        self.reference = reference.default()  # the seed: the comparison's reference column
         self.config_error = config_error
         self.alerts = AlertMonitor(self.config.alerts)
         self.session = session
@@ -355,9 +362,29 @@ class EngramTopApp(App[int]):
             text.append(e.text[:160] + "\n", style=style)
         return text
 
+    def action_snapshot(self) -> None:
+        """The screen as it is now, with everything behind it, in a new folder."""
+        store = self.session.store
+        comparison = compare_screen.comparison(
+            store, None, extra=self.compare_with, reference=self.reference,
+            price_per_gpu_hour=self.price_per_gpu_hour)
+        options = getattr(self.session, "options", None)
+        secrets = [getattr(options, "api_key", None) or ""]
+        try:
+            path = snapshot.write_folder(
+                self.snapshot_dir, store, self.reference, svg=self.export_screenshot(),
+                comparison_md=None if comparison is None else to_markdown(comparison),
+                secrets=secrets)
+        except snapshot.SnapshotError as exc:  # nothing half-written; the app goes on
+            store.event("error", f"snapshot: {exc}")
+            self.notify(str(exc), title="snapshot failed", severity="error", timeout=15)
+            return
+        store.event("info", f"snapshot written: {path}")
+        self.notify(str(path), title="snapshot written")
+
     def action_compare(self) -> None:
         self.push_screen(CompareScreen(self.session.store, extra=self.compare_with,
-                                       reference=reference.default(),
+                                       reference=self.reference,
                                        price_per_gpu_hour=self.price_per_gpu_hour))
 
     def action_help(self) -> None:
