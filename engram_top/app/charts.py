@@ -1,0 +1,243 @@
+"""Line charts as Rich Text, drawn with braille dots (2x4 per cell), for the history screen.
+
+Pure functions: no Textual, no store. A chart is a title line with a legend, the plot with
+labelled y ticks (top, middle, bottom), and an x axis in seconds before ``now``. Time runs
+left to right over a fixed window; a pause in the data longer than the line's ``gap_s`` is
+left blank rather than bridged, so a source that stopped answering reads as missing data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+
+Point = tuple[float, float]
+
+# Braille dot bits by (sub-column, dot row from the top of the cell).
+_DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+_BRAILLE = 0x2800
+NO_DATA = "no data in this window"
+PALETTE = ("cyan", "magenta", "yellow", "green", "bright_blue", "red", "white", "orange1")
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    points: Sequence[Point]  # (monotonic time, value), oldest first
+    colour: str = "cyan"
+    # Two points further apart than this are not joined. None: 3x the median spacing.
+    gap_s: float | None = None
+
+
+def tick(value: float) -> str:
+    """A y tick label: three significant digits, thousands grouped."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def nice_max(value: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 x 10^k at or above value (1 when there is nothing)."""
+    if not value > 0 or math.isinf(value):
+        return 1.0
+    base = 10.0 ** math.floor(math.log10(value))
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
+        if m * base >= value * (1 - 1e-9):
+            return m * base
+    return 10.0 * base
+
+
+def rate_unit(bytes_per_s: float) -> tuple[float, str]:
+    """Divisor and label for a byte rate. Decimal units: PCIe bandwidth is quoted in GB/s,
+    and the dashboard's HBM panel shows PCIe receive in MB/s."""
+    for divisor, unit in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
+        if bytes_per_s >= divisor:
+            return divisor, unit
+    return 1.0, "B/s"
+
+
+def ago(seconds: float, window: float) -> str:
+    """An x label, in the unit the window reads best in: -300s, -15m, -2h."""
+    if window >= 7200:
+        return f"-{seconds / 3600:g}h"
+    if window >= 600:
+        return f"-{seconds / 60:g}m"
+    return f"-{seconds:g}s"
+
+
+def split_gaps(points: Sequence[Point], gap_s: float | None) -> list[list[Point]]:
+    """Runs of points whose neighbours are at most gap_s apart."""
+    if not points:
+        return []
+    if gap_s is None:
+        steps = sorted(b[0] - a[0] for a, b in zip(points, points[1:], strict=False))
+        gap_s = 3 * steps[len(steps) // 2] if steps else math.inf
+    runs: list[list[Point]] = [[points[0]]]
+    for prev, point in zip(points, points[1:], strict=False):
+        if point[0] - prev[0] > gap_s:
+            runs.append([])
+        runs[-1].append(point)
+    return runs
+
+
+def _visible(points: Sequence[Point], start: float, now: float) -> list[float]:
+    return [v for t, v in points if start <= t <= now]
+
+
+def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, now: float,
+          y_min: float = 0.0, y_max: float | None = None,
+          fmt: Callable[[float], str] = tick, title: str = "") -> Text:
+    """Draw lines over the last t_window seconds before now into width x height cells.
+
+    y_max None: an axis from y_min to a nice maximum of what is visible. Values outside
+    the axis are drawn at its edge. Too small a box gives the title alone.
+    """
+    start = now - t_window
+    seen = [v for line in lines for v in _visible(line.points, start, now)]
+    if y_max is None:
+        y_max = nice_max(max(seen, default=0.0) - y_min) + y_min
+    if y_max <= y_min:
+        y_max = y_min + 1.0
+    rows = height - 2
+    dots_y = rows * 4
+    span = y_max - y_min
+    # Each labelled row holds the dot its value is drawn at: the top and bottom rows hold
+    # y_max and y_min, and the middle label goes on the row where the half-way value lands.
+    mid_row = rows - 1 - _round(0.5 * (dots_y - 1)) // 4
+    labels = {0: fmt(y_max), rows - 1: fmt(y_min)}
+    if rows >= 3:
+        labels[mid_row] = fmt(y_min + span / 2)
+    label_w = max(len(s) for s in labels.values())
+    cols = width - label_w - 1
+    out = Text(no_wrap=True, overflow="crop")
+    out.append_text(_title_line(lines, title, width, start, now, fmt))
+    if rows < 1 or cols < 2 or t_window <= 0:
+        return out
+
+    cells = [[0] * cols for _ in range(rows)]
+    colours: list[list[str]] = [[""] * cols for _ in range(rows)]
+    dots_x = cols * 2
+
+    def plot(x: int, y: float, colour: str) -> None:
+        if not 0 <= x < dots_x:
+            return
+        b = _round(min(max(y, 0.0), dots_y - 1))  # dot row from the bottom
+        row, col = rows - 1 - b // 4, x // 2
+        cells[row][col] |= _DOTS[x % 2][3 - b % 4]
+        colours[row][col] = colour
+
+    def to_dots(p: Point) -> tuple[float, float]:
+        return ((p[0] - start) / t_window * (dots_x - 1),
+                (p[1] - y_min) / span * (dots_y - 1))
+
+    for line in lines:
+        for run in split_gaps(line.points, line.gap_s):
+            _draw_run([to_dots(p) for p in run if p[0] <= now], line.colour, plot)
+
+    chars = [[chr(_BRAILLE + bits) if bits else " " for bits in row] for row in cells]
+    if not seen and cols >= len(NO_DATA):
+        c0 = (cols - len(NO_DATA)) // 2
+        chars[mid_row][c0:c0 + len(NO_DATA)] = NO_DATA
+    for r in range(rows):
+        out.append("\n")
+        out.append(labels.get(r, "").rjust(label_w), style="dim")
+        out.append("┤" if r in labels else "│", style="dim")
+        c = 0
+        while c < cols:  # one span per run of cells of one colour
+            end = c + 1
+            while end < cols and colours[r][end] == colours[r][c]:
+                end += 1
+            out.append("".join(chars[r][c:end]), style=colours[r][c] or ("dim" if not seen
+                                                                         else ""))
+            c = end
+    out.append("\n")
+    out.append(" " * (label_w + 1) + _x_axis(cols, t_window), style="dim")
+    return out
+
+
+def _round(value: float) -> int:
+    return math.floor(value + 0.5)
+
+
+def _draw_run(pts: list[tuple[float, float]], colour: str,
+              plot: Callable[[int, float, str], None]) -> None:
+    """Join consecutive points of one run (in dot coordinates); a lone point is one dot."""
+    cols = _columns(pts)
+    for x, _, lo, hi, _ in cols:
+        for y in range(_round(lo), _round(hi) + 1):
+            plot(x, y, colour)
+    for (a, _, _, _, y0), (b, y1, _, _, _) in zip(cols, cols[1:], strict=False):
+        _join(a, y0, b, y1, colour, plot)
+
+
+def _columns(pts: list[tuple[float, float]]) -> list[tuple[int, float, float, float, float]]:
+    """The run per dot column: (x, first y, lowest, highest, last y). However many points
+    a column holds, drawing costs one column, so a long window stays cheap to redraw."""
+    out: list[tuple[int, float, float, float, float]] = []
+    prev: tuple[float, float] | None = None
+    for x, y in pts:
+        if x < 0:
+            prev = (x, y)
+            continue  # before the window
+        if prev is not None and prev[0] < 0:  # enter at the left edge, at the line's height
+            px, py = prev
+            out.append((0, *([py + (y - py) * (0 - px) / (x - px)] * 4)))
+        prev = (x, y)
+        xi = _round(x)
+        if out and out[-1][0] == xi:
+            c = out[-1]
+            out[-1] = (xi, c[1], min(c[2], y), max(c[3], y), y)
+        else:
+            out.append((xi, y, y, y, y))
+    return out
+
+
+def _join(a: int, y0: float, b: int, y1: float, colour: str,
+          plot: Callable[[int, float, str], None]) -> None:
+    """A line from column a to column b (a < b). Each column covers the line's heights from
+    half a column before to half after, so a steep rise reads as a line, not two dots."""
+    def y_at(x: float) -> float:
+        x = min(max(x, a), b)
+        return y0 + (y1 - y0) * (x - a) / (b - a)
+
+    for x in range(a, b + 1):
+        lo, hi = sorted((y_at(x - 0.5), y_at(x + 0.5)))
+        for y in range(_round(lo), _round(hi) + 1):
+            plot(x, y, colour)
+
+
+def _title_line(lines: Sequence[Line], title: str, width: int, start: float, now: float,
+                fmt: Callable[[float], str]) -> Text:
+    """The title, then each line's colour key, label and latest value while they fit."""
+    def legend(with_values: bool) -> Text:
+        text = Text()
+        for line in lines:
+            values = _visible(line.points, start, now)
+            text.append("  ■ ", style=line.colour)
+            text.append(line.label)
+            if with_values and values:
+                text.append(f" {fmt(values[-1])}", style="bold")
+        return text
+
+    head = Text(title, style="bold")
+    for with_values in (True, False):
+        candidate = head + legend(with_values)
+        if candidate.cell_len <= width:
+            return candidate
+    candidate.truncate(width, overflow="ellipsis")
+    return candidate
+
+
+def _x_axis(cols: int, window: float) -> str:
+    """Seconds ago under the plot: left edge, middle and now, as space allows."""
+    left, mid, right = ago(window, window), ago(window / 2, window), "now"
+    if cols < len(left) + len(right) + 1:
+        return right.rjust(cols)[:cols]
+    axis = [" "] * cols
+    axis[: len(left)] = left
+    axis[cols - len(right):] = right
+    m0 = cols // 2 - len(mid) // 2
+    if m0 > len(left) and m0 + len(mid) < cols - len(right):
+        axis[m0: m0 + len(mid)] = mid
+    return "".join(axis)

@@ -1,0 +1,284 @@
+"""History: how HBM, the KV pool, host RAM, latency and PCIe traffic moved over the last
+minutes, and which processes hold each GPU's memory now.
+
+Memory axes are fixed (0 to the GPU's or the host's total), so a placement's footprint
+reads the same on any run; latency and PCIe axes scale to what is visible. Everything is
+read from the store's series; a source that stopped answering leaves a gap.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Vertical
+from textual.events import Resize
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from engram_top import facts
+from engram_top.app.charts import PALETTE, Line, chart, rate_unit
+from engram_top.store import RunStore, Series
+
+GIB = 1024**3
+REFRESH_S = 0.5  # at most 2 Hz, as the dashboard
+WINDOWS_S = (60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0)
+# One chart each, drawn by _lines_<name>; the per-process table takes what is left of the
+# grid's last row.
+CHARTS = ("hbm", "kv", "host", "ttft", "tpot", "rx", "tx")
+CELL_MIN_WIDTH = 60  # columns a chart wants before the grid adds another column
+_GPU_SERIES = re.compile(r"gpu(\d+)\.(\w+)$")
+
+Draw = Callable[[int, int], Text]
+
+
+def window_points(series: Series | None, start: float, now: float,
+                  scale: float = 1.0) -> tuple[list[tuple[float, float]], float | None]:
+    """The points of a series from just before start to now, scaled, and the spacing
+    beyond which two of them count as a gap: 3x the usual step of the tier in view
+    (the coarse tier's steps are coarse_every times longer and are not gaps)."""
+    if series is None or not series.fine:
+        return [], None
+    everything = series.points()
+    coarse_in_view = everything[0][0] < series.fine[0][0] and series.fine[0][0] > start
+    step = _median_step(list(series.coarse) if coarse_in_view else list(series.fine))
+    for i, (t, _) in enumerate(everything):
+        if t >= start:
+            first = max(0, i - 1)  # one point before the window, so the line enters it
+            break
+    else:
+        first = len(everything) - 1
+    points = [(t, v * scale) for t, v in everything[first:] if t <= now]
+    return points, None if step is None else 3 * step
+
+
+def _median_step(points: list[tuple[float, float]]) -> float | None:
+    steps = sorted(b[0] - a[0] for a, b in zip(points, points[1:], strict=False))
+    return steps[len(steps) // 2] if steps else None
+
+
+def gpu_indices(store: RunStore, what: str) -> list[int]:
+    found = (_GPU_SERIES.match(name) for name in store.series)
+    return sorted(int(m.group(1)) for m in found if m and m.group(2) == what)
+
+
+def process_rows(gpu_data: Any) -> list[tuple[str, str, str, str, str]]:
+    """GPU, pid, name, used GiB, share of that GPU's total: by GPU, then most memory first;
+    NVML's None (it cannot say, e.g. in some containers) is 'not reported', listed last."""
+    if gpu_data is None:
+        return []
+    rows = []
+    for dev in gpu_data.devices:
+        procs = sorted(dev.processes, key=lambda p: (p.used_bytes is None, -(p.used_bytes or 0),
+                                                     p.pid))
+        for p in procs:
+            if p.used_bytes is None:
+                used, share = "not reported", "–"
+            else:
+                used = f"{p.used_bytes / GIB:,.2f}"
+                share = "–" if dev.total_bytes <= 0 else \
+                    f"{p.used_bytes / dev.total_bytes * 100:.1f}%"
+            rows.append((str(dev.index), str(p.pid), p.name or "–", used, share))
+    return rows
+
+
+def window_label(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
+class ChartView(Widget):
+    """One chart, drawn at whatever size its grid cell has now (so a resize redraws it)."""
+
+    def __init__(self, draw: Draw, *, id: str) -> None:
+        super().__init__(id=id, classes="history-chart")
+        self.draw = draw
+
+    def render(self) -> Text:
+        size = self.content_size
+        return self.draw(size.width, size.height)
+
+
+class HistoryScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape,h", "close", "Close"),
+        Binding("left_square_bracket,minus", "zoom(-1)", "Shorter window", key_display="["),
+        Binding("right_square_bracket,plus,equals_sign", "zoom(1)", "Longer window",
+                key_display="]"),
+    ]
+
+    def __init__(self, store: RunStore, clock: Callable[[], float],
+                 window_s: float = 300.0) -> None:
+        super().__init__()
+        self.store = store
+        self.clock = clock
+        self.windows = tuple(sorted(set(WINDOWS_S) | {float(window_s)}))
+        self.window_s = float(window_s)
+        self._table_key: tuple[Any, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="history-bar")
+        with Grid(id="history-grid"):
+            for key in CHARTS:
+                yield ChartView(self._drawer(key), id=f"chart-{key}")
+            with Vertical(id="history-procs"):
+                yield Static(id="procs-title")
+                yield DataTable(id="procs-table", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        self._arrange(self.app.size.width)
+        self.set_interval(REFRESH_S, self.redraw)
+        self.call_after_refresh(self.redraw)  # once the cells have their sizes
+
+    def on_resize(self, event: Resize) -> None:
+        self._arrange(event.size.width)
+        self.call_after_refresh(self.redraw)  # process names are cut to the new width
+
+    def _arrange(self, width: int) -> None:
+        """More columns of charts as the terminal widens; rows share the height."""
+        cols = max(2, min(4, width // CELL_MIN_WIDTH))
+        grid = self.query_one("#history-grid", Grid)
+        grid.styles.grid_size_columns = cols
+        rows = math.ceil((len(CHARTS) + 1) / cols)
+        grid.styles.grid_size_rows = rows
+        # The table takes whatever the charts leave of the last row.
+        self.query_one("#history-procs").styles.column_span = rows * cols - len(CHARTS)
+
+    # ------------------------------------------------------------------ drawing
+    def redraw(self) -> None:
+        with self.app.batch_update():
+            self.query_one("#history-bar", Static).update(self._bar())
+            for view in self.query(ChartView):
+                view.refresh()
+            self._refresh_table()
+
+    def _bar(self) -> Text:
+        # Keys first, so a narrow terminal cuts the run's name rather than them.
+        text = Text.assemble(("History", "bold"), f" · last {window_label(self.window_s)}",
+                             ("  [ ] window · esc close", "dim"))
+        run = self.store.run
+        if run is not None:
+            text.append(" · run ")
+            text.append(run.scenario, style="bold cyan")
+            text.append(": KV and latency since its launch", style="dim")
+        return text
+
+    def _drawer(self, key: str) -> Draw:
+        def draw(width: int, height: int) -> Text:
+            now = self.clock()
+            start = now - self.window_s
+            lines, y_max, title = getattr(self, f"_lines_{key}")(start, now, width)
+            return chart(lines, width=width, height=height, t_window=self.window_s, now=now,
+                         y_max=y_max, title=title)
+        return draw
+
+    def _line(self, name: str, label: str, colour: str, start: float, now: float,
+              width: int, scale: float = 1.0) -> Line:
+        points, gap = window_points(self.store.series.get(name), start, now, scale)
+        # A pause shorter than a dot column or two is not worth breaking the line for.
+        column_s = self.window_s / max(1, 2 * width)
+        return Line(label, points, colour, None if gap is None else max(gap, 2 * column_s))
+
+    def _per_gpu(self, what: str, start: float, now: float, width: int,
+                 scale: float) -> list[Line]:
+        return [self._line(f"gpu{i}.{what}", f"GPU{i}", PALETTE[n % len(PALETTE)], start,
+                           now, width, scale)
+                for n, i in enumerate(gpu_indices(self.store, what))]
+
+    def _lines_hbm(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
+        gpu = self.store.data("gpu")
+        total = max((d.total_bytes for d in gpu.devices), default=0) if gpu else 0
+        y_max = total / GIB if total else None
+        title = "HBM used (GiB)" if not total else f"HBM used (GiB of {total / GIB:,.0f})"
+        return self._per_gpu("used", start, now, width, 1 / GIB), y_max, title
+
+    def _lines_kv(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
+        return [self._line("server.token_usage", "KV", "magenta", start, now, width, 100.0)], \
+            100.0, "KV cache usage (%)"
+
+    def _lines_host(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
+        host = self.store.data("host")
+        y_max = host.total_bytes / GIB if host and host.total_bytes else None
+        title = "Host RAM used (GiB)" if y_max is None else \
+            f"Host RAM used (GiB of {y_max:,.0f})"
+        return [self._line("host.used", "used", "bright_blue", start, now, width, 1 / GIB)], \
+            y_max, title
+
+    def _lines_ttft(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
+        return [self._line("server.ttft.p50", "p50", "yellow", start, now, width, 1000.0)], \
+            None, "TTFT p50 (ms)"
+
+    def _lines_tpot(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
+        return [self._line("server.itl.p50", "p50", "green", start, now, width, 1000.0)], \
+            None, "TPOT p50 (ms)"
+
+    def _pcie(self, what: str, label: str, start: float, now: float,
+              width: int) -> tuple[list[Line], Any, str]:
+        raw = self._per_gpu(what, start, now, width, 1.0)
+        peak = max((v for line in raw for t, v in line.points if start <= t <= now),
+                   default=0.0)
+        divisor, unit = rate_unit(peak)
+        lines = [Line(ln.label, [(t, v / divisor) for t, v in ln.points], ln.colour, ln.gap_s)
+                 for ln in raw]
+        return lines, None, f"PCIe {label} ({unit})"
+
+    def _lines_rx(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
+        return self._pcie("pcie_rx", "receive", start, now, width)
+
+    def _lines_tx(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
+        return self._pcie("pcie_tx", "transmit", start, now, width)
+
+    # ------------------------------------------------------------------ process table
+    def _refresh_table(self) -> None:
+        table = self.query_one("#procs-table", DataTable)
+        # Room left for the name once the other columns (and cell padding) are laid out.
+        name_w = max(8, self.query_one("#history-procs").size.width - 38)
+        rows = process_rows(self.store.data("gpu"))
+        self.query_one("#procs-title", Static).update(self._table_title(rows))
+        key = (tuple(rows), name_w)
+        if key == self._table_key:
+            return  # unchanged: keep the user's cursor and scroll position
+        cursor = table.cursor_row
+        # Columns only ever widen as rows come in, so a narrower screen starts them afresh.
+        table.clear(columns=self._table_key is None or self._table_key[1] != name_w)
+        self._table_key = key
+        if not table.columns:
+            for label in ("GPU", "pid", "process", "used GiB", "share"):
+                table.add_column(label, key=label)
+        for gpu, pid, name, used, share in rows:
+            if len(name) > name_w:
+                name = name[: name_w - 1] + "…"
+            table.add_row(gpu, pid, name, Text(used, justify="right"),
+                          Text(share, justify="right"))
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1))
+
+    def _table_title(self, rows: list[Any]) -> Text:
+        text = Text("GPU memory by process", style="bold")
+        st = facts.source_status(self.store, "gpu", now=self.clock())
+        if self.store.data("gpu") is None:
+            text.append(" · no GPU reading yet", style="dim")
+        elif not rows:
+            text.append(" · no process holds GPU memory", style="dim")
+        if st["status"] not in ("ok", "starting", "none"):
+            age = st["last_good_age_s"]
+            text.append(f" · {st['message']}"
+                        + ("" if age is None else f" (as of {age:.0f} s ago)"),
+                        style="yellow")
+        return text
+
+    # ------------------------------------------------------------------ keys
+    def action_zoom(self, step: int) -> None:
+        i = self.windows.index(self.window_s) + step
+        self.window_s = self.windows[max(0, min(len(self.windows) - 1, i))]
+        self.redraw()
+
+    def action_close(self) -> None:
+        self.dismiss()
