@@ -106,78 +106,22 @@ class ChartView(Widget):
         return self.draw(size.width, size.height)
 
 
-class HistoryScreen(Screen[None]):
-    BINDINGS = [
-        Binding("escape,h", "close", "Close"),
-        Binding("left_square_bracket,minus", "zoom(-1)", "Shorter window", key_display="["),
-        Binding("right_square_bracket,plus,equals_sign", "zoom(1)", "Longer window",
-                key_display="]"),
-    ]
+class Charts:
+    """The history charts over a store: one per CHARTS key, over the last window_s seconds.
+    Shared by the history screen and the dashboard's trend strip on large terminals."""
 
-    def __init__(self, store: RunStore, clock: Callable[[], float],
-                 window_s: float = 300.0) -> None:
-        super().__init__()
+    def __init__(self, store: RunStore, clock: Callable[[], float], window_s: float) -> None:
         self.store = store
         self.clock = clock
-        self.windows = tuple(sorted(set(WINDOWS_S) | {float(window_s)}))
-        self.window_s = float(window_s)
-        self._table_key: tuple[Any, ...] | None = None
+        self.window_s = window_s
 
-    def compose(self) -> ComposeResult:
-        yield Static(id="history-bar")
-        with Grid(id="history-grid"):
-            for key in CHARTS:
-                yield ChartView(self._drawer(key), id=f"chart-{key}")
-            with Vertical(id="history-procs"):
-                yield Static(id="procs-title")
-                yield DataTable(id="procs-table", cursor_type="row", zebra_stripes=True)
-
-    def on_mount(self) -> None:
-        self._arrange(self.app.size.width)
-        self.set_interval(REFRESH_S, self.redraw)
-        self.call_after_refresh(self.redraw)  # once the cells have their sizes
-
-    def on_resize(self, event: Resize) -> None:
-        self._arrange(event.size.width)
-        self.call_after_refresh(self.redraw)  # process names are cut to the new width
-
-    def _arrange(self, width: int) -> None:
-        """More columns of charts as the terminal widens; rows share the height."""
-        cols = max(2, min(4, width // CELL_MIN_WIDTH))
-        grid = self.query_one("#history-grid", Grid)
-        grid.styles.grid_size_columns = cols
-        rows = math.ceil((len(CHARTS) + 1) / cols)
-        grid.styles.grid_size_rows = rows
-        # The table takes whatever the charts leave of the last row.
-        self.query_one("#history-procs").styles.column_span = rows * cols - len(CHARTS)
-
-    # ------------------------------------------------------------------ drawing
-    def redraw(self) -> None:
-        with self.app.batch_update():
-            self.query_one("#history-bar", Static).update(self._bar())
-            for view in self.query(ChartView):
-                view.refresh()
-            self._refresh_table()
-
-    def _bar(self) -> Text:
-        # Keys first, so a narrow terminal cuts the run's name rather than them.
-        text = Text.assemble(("History", "bold"), f" · last {window_label(self.window_s)}",
-                             ("  [ ] window · esc close", "dim"))
-        run = self.store.run
-        if run is not None:
-            text.append(" · run ")
-            text.append(run.scenario, style="bold cyan")
-            text.append(": KV and latency since its launch", style="dim")
-        return text
-
-    def _drawer(self, key: str) -> Draw:
-        def draw(width: int, height: int) -> Text:
-            now = self.clock()
-            start = now - self.window_s
-            lines, y_max, title = getattr(self, f"_lines_{key}")(start, now, width)
-            return chart(lines, width=width, height=height, t_window=self.window_s, now=now,
-                         y_max=y_max, title=title)
-        return draw
+    def draw(self, key: str, width: int, height: int) -> Text:
+        """The chart `key` (one of CHARTS) at this size, over the window up to now."""
+        now = self.clock()
+        start = now - self.window_s
+        lines, y_max, title = getattr(self, f"_lines_{key}")(start, now, width)
+        return chart(lines, width=width, height=height, t_window=self.window_s, now=now,
+                     y_max=y_max, title=title)
 
     def _line(self, name: str, label: str, colour: str, start: float, now: float,
               width: int, scale: float = 1.0) -> Line:
@@ -235,6 +179,77 @@ class HistoryScreen(Screen[None]):
     def _lines_tx(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
         return self._pcie("pcie_tx", "transmit", start, now, width)
 
+
+
+class HistoryScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape,h", "close", "Close"),
+        Binding("left_square_bracket,minus", "zoom(-1)", "Shorter window", key_display="["),
+        Binding("right_square_bracket,plus,equals_sign", "zoom(1)", "Longer window",
+                key_display="]"),
+    ]
+
+    def __init__(self, store: RunStore, clock: Callable[[], float],
+                 window_s: float = 300.0) -> None:
+        super().__init__()
+        self.store = store
+        self.clock = clock
+        self.windows = tuple(sorted(set(WINDOWS_S) | {float(window_s)}))
+        self.charts = Charts(store, clock, float(window_s))
+        self._table_key: tuple[Any, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="history-bar")
+        with Grid(id="history-grid"):
+            for key in CHARTS:
+                yield ChartView(self._drawer(key), id=f"chart-{key}")
+            with Vertical(id="history-procs"):
+                yield Static(id="procs-title")
+                yield DataTable(id="procs-table", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        self._arrange(self.app.size.width)
+        self.set_interval(REFRESH_S, self.redraw)
+        self.call_after_refresh(self.redraw)  # once the cells have their sizes
+
+    def on_resize(self, event: Resize) -> None:
+        self._arrange(event.size.width)
+        self.call_after_refresh(self.redraw)  # process names are cut to the new width
+
+    def _arrange(self, width: int) -> None:
+        """More columns of charts as the terminal widens; rows share the height."""
+        cols = max(2, min(4, width // CELL_MIN_WIDTH))
+        grid = self.query_one("#history-grid", Grid)
+        grid.styles.grid_size_columns = cols
+        rows = math.ceil((len(CHARTS) + 1) / cols)
+        grid.styles.grid_size_rows = rows
+        # The table takes whatever the charts leave of the last row.
+        self.query_one("#history-procs").styles.column_span = rows * cols - len(CHARTS)
+
+    # ------------------------------------------------------------------ drawing
+    def redraw(self) -> None:
+        with self.app.batch_update():
+            self.query_one("#history-bar", Static).update(self._bar())
+            for view in self.query(ChartView):
+                view.refresh()
+            self._refresh_table()
+
+    def _bar(self) -> Text:
+        # Keys first, so a narrow terminal cuts the run's name rather than them.
+        text = Text.assemble(("History", "bold"), f" · last {window_label(self.window_s)}",
+                             ("  [ ] window · esc close", "dim"))
+        run = self.store.run
+        if run is not None:
+            text.append(" · run ")
+            text.append(run.scenario, style="bold cyan")
+            text.append(": KV and latency since its launch", style="dim")
+        return text
+
+    def _drawer(self, key: str) -> Draw:
+        def draw(width: int, height: int) -> Text:
+            return self.charts.draw(key, width, height)
+        return draw
+
     # ------------------------------------------------------------------ process table
     def _refresh_table(self) -> None:
         table = self.query_one("#procs-table", DataTable)
@@ -275,9 +290,13 @@ class HistoryScreen(Screen[None]):
         return text
 
     # ------------------------------------------------------------------ keys
+    @property
+    def window_s(self) -> float:
+        return self.charts.window_s
+
     def action_zoom(self, step: int) -> None:
         i = self.windows.index(self.window_s) + step
-        self.window_s = self.windows[max(0, min(len(self.windows) - 1, i))]
+        self.charts.window_s = self.windows[max(0, min(len(self.windows) - 1, i))]
         self.redraw()
 
     def action_close(self) -> None:

@@ -21,11 +21,14 @@ from engram_top import facts, reference, snapshot
 from engram_top.alerts import AlertMonitor
 from engram_top.app import compare_screen, panels
 from engram_top.app.compare_screen import CompareScreen
+from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
 from engram_top.compare import RunResult, to_markdown
 from engram_top.config import UserConfig
 from engram_top.store import RunFacts, RunStore
 
 REFRESH_S = 0.5  # at most 2 Hz
+TREND_CHARTS = ("hbm", "kv", "ttft", "rx")
+TREND_WINDOW_S = 120.0
 # Textual's own palette entries cover quitting; the rest of our keys get one each.
 _NOT_IN_PALETTE = {"quit"}
 _PALETTE_HELP = {
@@ -33,6 +36,7 @@ _PALETTE_HELP = {
     "stop": "stop the server this dashboard started",
     "compare": "every scenario's runs side by side against a baseline",
     "help": "the keys, generated from the bindings in force",
+    "history": "plots of HBM, KV, host RAM, latency and PCIe per GPU; GPU memory by process",
     "snapshot": "write the screen, readings, series and comparison to a folder under "
                 "snapshots/ (secrets redacted)",
 }
@@ -113,6 +117,7 @@ class EngramTopApp(App[int]):
         Binding("enter", "start_selected", "Start/switch", id="start", priority=True),
         Binding("x", "stop", "Stop", id="stop"),
         Binding("c", "compare", "Compare", id="compare"),
+        Binding("h", "history", "History", id="history"),
         Binding("s", "snapshot", "Snapshot", id="snapshot"),
         *[Binding(str(n), f"scenario({n})", f"Scenario {n}", show=False, id=f"scenario-{n}")
           for n in range(1, 10)],
@@ -146,6 +151,11 @@ class EngramTopApp(App[int]):
             yield Panel("KV pool", panels.kv_panel, ("server",), id="kv")
             yield Panel("Host RAM", panels.host_panel, ("host", "run"), id="host")
             yield Panel("Latency", panels.latency_panel, ("server",), id="latency")
+        # Shown only on a large terminal (app.tcss): the last two minutes at a glance.
+        trends = Charts(self.session.store, self.clock, TREND_WINDOW_S)
+        with Horizontal(id="trends"):
+            for key in TREND_CHARTS:
+                yield ChartView(partial(trends.draw, key), id=f"trend-{key}")
         with Horizontal(id="bottom"):
             yield DataTable(id="scenarios", cursor_type="row", zebra_stripes=True)
             yield RichLog(id="log", max_lines=500, wrap=False, markup=False)
@@ -213,6 +223,9 @@ class EngramTopApp(App[int]):
             self._refresh_scenarios(store)
             self._refresh_log(store.run)
             self._check_alerts(store)
+            if self.query_one("#trends").display:
+                for view in self.query(ChartView):
+                    view.refresh()
             self.query_one("#events", Static).update(self._events(store))
 
     def _check_alerts(self, store: RunStore) -> None:
@@ -381,6 +394,9 @@ class EngramTopApp(App[int]):
             return
         store.event("info", f"snapshot written: {path}")
         self.notify(str(path), title="snapshot written")
+
+    def action_history(self) -> None:
+        self.push_screen(HistoryScreen(self.session.store, self.clock))
 
     def action_compare(self) -> None:
         self.push_screen(CompareScreen(self.session.store, extra=self.compare_with,
