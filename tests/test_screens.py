@@ -1,0 +1,61 @@
+"""SVG snapshots of the main screens at fixed sizes: a fixed store (tests/scene.py), a
+frozen clock, UTC. A change in what the dashboard draws fails here until the new picture
+is looked at and accepted:
+
+    .venv/bin/pytest tests/test_screens.py --snapshot-update
+
+(pytest-textual-snapshot writes tests/__snapshots__/test_screens/*.svg and, on a failure,
+an HTML report that shows the old and the new picture side by side.) Textual and Rich are
+pinned in the test extra so the pictures do not move with their releases.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engram_top.app.main import EngramTopApp
+from scene import NOW, frozen_time_zone, scene_store
+from test_app import StaticSession
+
+
+@pytest.fixture(autouse=True)
+def _utc() -> None:
+    frozen_time_zone()
+
+
+def dashboard() -> EngramTopApp:
+    return EngramTopApp(StaticSession(scene_store()), clock=lambda: NOW)
+
+
+async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+    await pilot.pause(0.2)
+    pilot.app.refresh_panels()
+    await pilot.pause(0.2)
+
+
+def test_dashboard_at_the_smallest_supported_size(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(dashboard(), terminal_size=(100, 30), run_before=settle)
+
+
+def test_dashboard_on_a_large_terminal_shows_the_trend_strip(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(dashboard(), terminal_size=(180, 50), run_before=settle)
+
+
+def test_compare_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(dashboard(), terminal_size=(140, 40), press=["c", "_"],
+                        run_before=settle)
+
+
+def test_history_screen_small(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(dashboard(), terminal_size=(100, 30), press=["h", "_", "_"],
+                        run_before=settle)
+
+
+def test_history_screen_large(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(dashboard(), terminal_size=(200, 60), press=["h", "_", "_"],
+                        run_before=settle)
+
+
+def test_help_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(dashboard(), terminal_size=(100, 30), press=["question_mark", "_"],
+                        run_before=settle)
