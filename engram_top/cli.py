@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from engram_top import reference
@@ -44,16 +43,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     demo = sub.add_parser("demo", help="live dashboard of the simulated node (the default)")
     _demo_arguments(demo)
+    _record_arguments(demo)
 
-    snap = sub.add_parser("snapshot", help="write DIR/snapshot.json without a terminal")
-    snap.add_argument("--demo", action="store_true", required=True,
-                      help="take it from the simulated node (the only source so far)")
+    snap = sub.add_parser("snapshot", help="write a snapshot folder without a terminal: "
+                                           "screen.svg, snapshot.json, timeseries, summary.md")
+    # Where the readings come from; --attach URL and --recording PATH join this group.
+    source = snap.add_mutually_exclusive_group(required=True)
+    source.add_argument("--demo", action="store_true",
+                        help="take it from the simulated node")
     _demo_arguments(snap)
     snap.add_argument("--after", type=float, default=5.0,
                       help="seconds to keep watching after the server is ready (default 5)")
     snap.add_argument("--ready-timeout", type=float, default=None,
                       help="give up if not ready by then (default: 3x the expected start-up)")
-    snap.add_argument("--out", type=Path, required=True, help="folder for snapshot.json")
+    snap.add_argument("--out", type=Path, default=Path("snapshots"),
+                      help="the snapshot folder is made under this one (default: ./snapshots)")
 
     run = sub.add_parser("run", help="the dashboard over a scenario file: start, stop, switch")
     run.add_argument("scenario_file", type=Path)
@@ -65,10 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="on quit, leave the server running (a later run or switch finds it)")
     run.add_argument("--no-load", action="store_true", help="start no synthetic load")
     run.add_argument("--concurrency", type=int, default=8, help="load: streams in flight")
+    _record_arguments(run)
 
     att = sub.add_parser("attach", help="watch servers someone else started (never stops them)")
     att.add_argument("urls", nargs="+", metavar="URL")
     att.add_argument("--api-key", default=None, help="for servers started with --api-key")
+    _record_arguments(att)
+
+    rp = sub.add_parser("replay", help="play a recording in the dashboard (play, pause, seek, "
+                                       "speed); no node needed")
+    rp.add_argument("path", type=Path, metavar="PATH")
+    rp.add_argument("--speed", type=_speed, default=1.0, help="0.25 to 16 (default 1)")
+    rp.add_argument("--paused", action="store_true", help="open paused at the start")
 
     sw = sub.add_parser("switch", help="headless: stop the file's running server, wait for "
                                        "its HBM to return, start another (left running)")
@@ -137,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         return inspect_log(args.file)
     if args.command == "inspect-metrics":
         return inspect_metrics(args.source)
+    if args.command == "replay":
+        return run_replay(args)
     parser.print_help()
     return 2
 
@@ -152,6 +166,57 @@ def run_demo(args: argparse.Namespace) -> int:
     from engram_top.app.main import EngramTopApp
     from engram_top.session import DemoSession
     app = EngramTopApp(DemoSession(_options(args)))
+    return _run_recorded(app, args, None)
+
+
+# --------------------------------------------------------------------------- recording, replay
+
+
+def _speed(text: str) -> float:
+    value = _positive(text)
+    if not 0.25 <= value <= 16:
+        raise argparse.ArgumentTypeError(f"must be 0.25 to 16, got {text}")
+    return value
+
+
+def _record_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--record", type=Path, default=None, metavar="PATH",
+                   help="record readings and events to this JSON-lines file (default: "
+                        "STATE_DIR/recordings/TIME.jsonl)")
+    p.add_argument("--no-record", action="store_true", help="record nothing")
+
+
+def _run_recorded(app, args: argparse.Namespace,  # type: ignore[no-untyped-def]
+                  state_dir: Path | None) -> int:
+    """Run the dashboard; its session is recorded (issue 5) unless --no-record."""
+    from engram_top import recording
+    recorder = None
+    if not args.no_record:
+        path = args.record or recording.default_path(state_dir)
+        recorder = recording.Recorder(app.session.store, path).start()
+        if recorder.active:
+            app.session.store.event("info", f"recording to {path}")
+    try:
+        app.run()
+    finally:
+        if recorder is not None:
+            recorder.close()
+            print(f"engram-top: recording stopped: {recorder.path}: {recorder.error}"
+                  if recorder.error else f"engram-top: recorded to {recorder.path}",
+                  file=sys.stderr)
+    return app.return_code or 0
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from engram_top.app.main import EngramTopApp
+    from engram_top.recording_format import RecordingError
+    from engram_top.replay import ReplaySession
+    try:
+        session = ReplaySession(args.path, speed=args.speed, paused=args.paused)
+    except RecordingError as exc:
+        print(f"engram-top replay: {exc}", file=sys.stderr)
+        return 2
+    app = EngramTopApp(session, clock=session.clock)
     app.run()
     return app.return_code or 0
 
@@ -179,8 +244,7 @@ def run_file(args: argparse.Namespace) -> int:
     if options is None:
         return 2
     app = EngramTopApp(Session(options))
-    app.run()
-    return app.return_code or 0
+    return _run_recorded(app, args, options.state_dir)
 
 
 def run_attach(args: argparse.Namespace) -> int:
@@ -192,8 +256,7 @@ def run_attach(args: argparse.Namespace) -> int:
         return 2
     app = EngramTopApp(Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
                                               load=None)))
-    app.run()
-    return app.return_code or 0
+    return _run_recorded(app, args, None)
 
 
 async def switch(args: argparse.Namespace) -> int:
@@ -251,11 +314,15 @@ async def bench(args: argparse.Namespace) -> int:
 
 
 def compare_files(args: argparse.Namespace) -> int:
+    from engram_top import recording
     from engram_top.compare import RunResult, compare, to_json, to_markdown
     from engram_top.importers import BenchFileError, load_bench_serving
     results: list[RunResult] = []
     try:
         for path in args.files:
+            if recording.is_recording(path):  # an engram-top recording: its finished runs
+                results += recording.runs_from_recording(path)
+                continue
             if path.suffix == ".jsonl":
                 results += load_bench_serving(path, gpus=args.gpus)
                 continue
@@ -264,7 +331,7 @@ def compare_files(args: argparse.Namespace) -> int:
                 results += [RunResult.from_dict(r) for r in data["results"]]
             except (OSError, KeyError, TypeError, ValueError) as exc:
                 raise BenchFileError(f"{path}: not an engram-top bench report: {exc}") from exc
-    except BenchFileError as exc:
+    except (BenchFileError, recording.RecordingError) as exc:
         print(f"engram-top compare: {exc}", file=sys.stderr)
         return 2
     if args.baseline not in {r.scenario for r in results}:
@@ -309,16 +376,13 @@ async def stop(args: argparse.Namespace) -> int:
 
 async def take_snapshot(args: argparse.Namespace) -> int:
     from engram_top import snapshot
-    from engram_top.session import DemoSession
+    from engram_top.app.export import render_svg
     try:
         snapshot.check_writable(args.out)  # fail now, not after a whole start-up
     except snapshot.SnapshotError as exc:
         print(f"engram-top snapshot: {exc}", file=sys.stderr)
         return 1
-    ref = reference.default()
-    expected = ref.placements[args.placement].ready_s * args.time_scale
-    timeout = args.ready_timeout or max(30.0, 3 * expected)
-    session = DemoSession(replace(_options(args)))
+    session, timeout, describe = _snapshot_source(args)
     try:
         await session.start()
         ready = await session.wait_ready(timeout)
@@ -328,16 +392,35 @@ async def take_snapshot(args: argparse.Namespace) -> int:
             print(f"engram-top snapshot: the server did not become ready within {timeout:.0f} s "
                   f"(state: {state}); writing what was seen", file=sys.stderr)
         await asyncio.sleep(args.after if ready else 0)
-        data = snapshot.build(session.store, ref)
-    finally:
-        await session.close()
-    try:
-        path = snapshot.write(args.out, data)
+        try:
+            svg: str | None = await render_svg(session)
+        except Exception as exc:  # the readings are still worth writing without the screen
+            print(f"engram-top snapshot: no screen.svg: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            svg = None
+        # Written before close: closing stops the server, and the run would read "stopped".
+        path = snapshot.write_folder(
+            args.out, session.store, session.ref, svg=svg, extra={"source": describe},
+            secrets=[getattr(getattr(session, "options", None), "api_key", None) or ""])
     except snapshot.SnapshotError as exc:
         print(f"engram-top snapshot: {exc}", file=sys.stderr)
         return 1
+    finally:
+        await session.close()
     print(path)
     return 0 if ready else 1
+
+
+def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The session a snapshot watches, how long to wait for its server, and a description
+    for snapshot.json. A source is a session object (start, wait_ready, close, store, ref):
+    --attach URL and --recording PATH plug in here."""
+    from engram_top.session import DemoSession
+    expected = reference.default().placements[args.placement].ready_s * args.time_scale
+    timeout = args.ready_timeout or max(30.0, 3 * expected)
+    describe = {"kind": "demo", "placement": args.placement, "time_scale": args.time_scale,
+                "serve_scale": args.serve_scale, "after_s": args.after}
+    return DemoSession(_options(args)), timeout, describe
 
 
 def inspect_log(path: Path) -> int:

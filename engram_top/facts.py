@@ -182,8 +182,9 @@ def summary(store: RunStore) -> dict[str, Any]:
 def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
     """A dashboard run's headline figures as one trial for engram_top.compare.
 
-    Time to ready is in node time (divided by the run's time scale). Latencies are the run's last 30 s window (SGLang's histograms); SGLang's inter-token
-    latency stands in for TPOT, as it does in SGLang's own metrics."""
+    Time to ready is in node time (divided by the run's time scale). Latencies are the
+    run's last 30 s window (SGLang's histograms); SGLang's inter-token latency stands in for
+    TPOT, as it does in SGLang's own metrics."""
     r = run.results
 
     def seconds(key: str) -> float | None:

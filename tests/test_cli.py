@@ -45,10 +45,17 @@ class SnapshotRun:
     def returncode(self) -> int | None:
         return self.proc.returncode
 
-    def snapshot(self) -> dict:
+    @property
+    def folder(self) -> Path:
+        """The snapshot folder the command printed: a new one under --out."""
         self.wait()
         assert self.returncode == 0, self.stderr
-        return json.loads((self.out / "snapshot.json").read_text())
+        folder = Path(self.stdout.strip())
+        assert folder.parent == self.out
+        return folder
+
+    def snapshot(self) -> dict:
+        return json.loads((self.folder / "snapshot.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +92,9 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory,
 def test_snapshot_device(snapshots: dict[str, SnapshotRun]) -> None:
     run = snapshots["device"]
     snap = run.snapshot()
-    assert run.stdout.strip() == str(run.out / "snapshot.json")
+    assert sorted(p.name for p in run.folder.iterdir()) == [
+        "screen.svg", "snapshot.json", "summary.md", "timeseries.csv", "timeseries.parquet"]
+    assert "11.84M" in (run.folder / "screen.svg").read_text()
     assert snap["run"]["state"] == "ready"
     assert snap["run"]["placement"] == "device"
     assert snap["run"]["engram_host_tables"] == []
@@ -126,10 +135,10 @@ def test_snapshot_into_an_unwritable_path_fails_cleanly(snapshots: dict[str, Sna
     assert run.stdout == ""
 
 
-def test_snapshot_needs_out_and_demo() -> None:
-    res = engram_top("snapshot", "--demo")
+def test_snapshot_needs_a_source() -> None:
+    res = engram_top("snapshot", "--out", "somewhere")
     assert res.returncode == 2
-    assert "--out" in res.stderr
+    assert "--demo" in res.stderr
 
 
 def test_help() -> None:

@@ -12,10 +12,10 @@ pinned in the test extra so the pictures do not move with their releases.
 from __future__ import annotations
 
 import pytest
-
-from engram_top.app.main import EngramTopApp
 from scene import NOW, frozen_time_zone, scene_store
 from test_app import StaticSession
+
+from engram_top.app.main import EngramTopApp
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,418 @@
+"""Recording: every reading, event, run-facts change, load figure and server log line of a
+session appended to a JSON-lines file as it arrives (engram_top.recording_format says what
+the lines hold), and reading such a file back: runs for the comparison, records for a replay.
+"""
+
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from collectors.readings import Reading
+from engram_top import facts as facts_mod
+from engram_top.compare import RunResult
+from engram_top.recording_format import (
+    DATA_TYPES,
+    FLUSH_S,
+    FORMAT,
+    PATCH_FIELDS,
+    TICK_S,
+    Patch,
+    RecordingError,
+    decode_facts_fields,
+    decode_fields,
+    decode_reading,
+    encode_facts,
+    encode_reading,
+    engram_top_version,
+    loose,
+    patch_of,
+    scenarios_plain,
+    unloose,
+    update_facts,
+)
+from engram_top.store import Event, RunFacts, RunStore
+
+# --------------------------------------------------------------------------- recording
+
+
+def default_path(state_dir: Path | None = None) -> Path:
+    """<state_dir>/recordings/<local time>.jsonl; without a state folder, the per-user one."""
+    if state_dir is None:
+        base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        state_dir = base / "engram-top"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return state_dir / "recordings" / f"{stamp}-{os.getpid()}.jsonl"
+
+
+class Recorder:
+    """Follows a RunStore (store.listeners) and appends what it takes in to a JSON-lines file.
+
+    start() opens the file (and its folder) and attaches; close() samples a last time, writes
+    an "end" record and closes. Records are flushed to the OS at least every FLUSH_S + TICK_S
+    seconds, by a tick task on the running event loop (started with the first record) and on
+    every write that finds a flush due. On any write failure (disk full, unwritable path) the
+    recorder stops, says so once in the store's events, and the session goes on.
+    """
+
+    def __init__(self, store: RunStore, path: Path | str, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.path = Path(path)
+        self.clock = clock
+        self.origin = clock()
+        self.wall0 = time.time()
+        self.records = 0  # lines written, header included
+        self.last_t: float | None = None  # "t" of the last record written
+        self.error: str | None = None
+        self.left_out: set[str] = set()  # reading data types it cannot write
+        self._file: Any = None
+        self._closed = False
+        self._header = False
+        self._last_flush = clock()
+        self._dirty = False
+        self._tick: asyncio.Task[None] | None = None
+        self._run_ids: dict[int, str] = {}  # id(RunFacts) -> "r1", ...
+        self._run_refs: list[RunFacts] = []  # keeps the ids above from being reused
+        self._written: dict[str, dict[str, Any]] = {}  # run id -> its facts as last written
+        self._last_line: dict[str, Any] = {}  # run id -> the last log entry written (identity)
+        self._run_version = -1
+        self._load: Any = {}  # as a fresh store (and a replay) starts
+
+    @property
+    def active(self) -> bool:
+        return self._file is not None and not self._closed
+
+    def start(self) -> Recorder:
+        try:
+            if not self.path.parent.exists():  # a file in its place: open says "Not a directory"
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8", newline="\n")  # noqa: SIM115
+        except OSError as exc:
+            self._fail(exc)
+            return self
+        self.store.listeners.append(self._on_store)
+        if self.store.run is not None or self.store.latest:
+            self._guard(self._catch_up)  # attached late: what the store holds already
+        return self
+
+    def close(self) -> None:
+        """Sample once more, mark the end, flush and close. Safe to call twice."""
+        if self._closed:
+            return
+        if self._file is not None:
+            self._guard(self._finish)
+        self._stop()
+
+    def sample(self) -> None:
+        """Write run facts, log lines and load that changed since the last sample."""
+        self._guard(lambda: self._sample(force=True))
+
+    # ------------------------------------------------------------------ internals
+    def _on_store(self, what: str, payload: Any) -> None:
+        self._guard(lambda: self._take(what, payload))
+
+    def _take(self, what: str, payload: Any) -> None:
+        self._start_tick()
+        if what == "run":
+            self._write_run(payload, set_run=True)
+        elif what == "event":
+            self._write({"type": "event", "wall": payload.wall, "level": payload.level,
+                         "text": payload.text})
+        elif what == "reading":
+            self._write_reading(*payload)
+        self._sample(force=False)
+        self._flush_if_due()
+
+    def _write_reading(self, kind: str, reading: Reading[Any]) -> None:
+        name = type(reading.data).__name__
+        if reading.data is None or name in DATA_TYPES:
+            self._write({"type": "reading", "kind": kind,
+                         "reading": encode_reading(reading, self.origin)})
+        elif name not in self.left_out:
+            # A source this recorder cannot write yet: left out, said once, the rest goes on.
+            self.left_out.add(name)
+            self.store.event("warning", f"recording: {name} readings are left out "
+                                        "(no recording format for them)")
+
+    def _guard(self, fn: Callable[[], None]) -> None:
+        """A listener must not raise: a failure stops the recording, the session goes on."""
+        if self._closed or self._file is None:
+            return
+        try:
+            fn()
+        except Exception as exc:  # disk full, a closed file, data it cannot encode
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        self.error = f"{type(exc).__name__}: {reason}" if not isinstance(exc, OSError) else reason
+        self._stop()
+        self.store.event("error", f"recording stopped: {self.path}: {self.error}")
+
+    def _stop(self) -> None:
+        self._closed = True
+        # A new list, not remove(): the store may be iterating the old one right now.
+        self.store.listeners = [f for f in self.store.listeners if f != self._on_store]
+        if self._tick is not None and not self._tick.done():
+            with contextlib.suppress(RuntimeError):  # its loop is already closed
+                self._tick.cancel()
+        if self._file is not None:
+            # A close that fails to flush: that data is lost either way.
+            with contextlib.suppress(OSError):
+                self._file.close()
+
+    def _finish(self) -> None:
+        self._sample(force=True)
+        self._write({"type": "end"})
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def _start_tick(self) -> None:
+        if self._tick is not None and not self._tick.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop: writes still flush when due
+        self._tick = loop.create_task(self._ticker(), name="recorder tick")
+
+    async def _ticker(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(TICK_S)
+            self._guard(self._on_tick)
+
+    def _on_tick(self) -> None:
+        self._sample(force=True)
+        self._flush_if_due()
+
+    def _flush_if_due(self) -> None:
+        now = self.clock()
+        if self._dirty and now - self._last_flush >= FLUSH_S:
+            self._file.flush()
+            self._dirty = False
+            self._last_flush = now
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if not self._header:
+            self._header = True
+            self._write_line({"type": "header", "format": FORMAT,
+                              "engram_top": engram_top_version(), "node": self.store.node,
+                              "wall": self.wall0, "monotonic": self.origin,
+                              "scenarios": scenarios_plain(self.store.scenarios)})
+        t = self.clock() - self.origin
+        self._write_line({"type": record["type"], "t": t,
+                          **{k: v for k, v in record.items() if k != "type"}})
+        self.last_t = t
+
+    def _write_line(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.records += 1
+        self._dirty = True
+
+    def _run_id(self, facts: RunFacts) -> str:
+        rid = self._run_ids.get(id(facts))
+        if rid is None:
+            rid = self._run_ids[id(facts)] = f"r{len(self._run_ids) + 1}"
+            self._run_refs.append(facts)
+        return rid
+
+    def _write_run(self, facts: RunFacts, set_run: bool = False) -> None:
+        rid = self._run_id(facts)
+        now = encode_facts(facts, self.origin)
+        before = self._written.get(rid, {})
+        changed = {k: v for k, v in now.items() if k not in before or before[k] != v}
+        for name in PATCH_FIELDS:
+            patch = patch_of(before.get(name), changed.get(name)) if name in changed else None
+            if patch is not None:
+                changed[name] = patch
+        if changed or set_run:
+            self._write({"type": "run", "run": rid, "set": set_run, "facts": changed})
+            self._written[rid] = now
+        self._write_log(rid, facts)
+
+    def _write_log(self, rid: str, facts: RunFacts) -> None:
+        lines = facts.log_lines
+        if not lines:
+            return
+        last = self._last_line.get(rid)
+        if last is not None and lines[-1] is last:
+            return
+        new = []
+        for entry in reversed(lines):  # the entries after the last one written
+            if entry is last:
+                break
+            new.append(entry)
+        new.reverse()
+        self._last_line[rid] = lines[-1]
+        self._write({"type": "log", "run": rid,
+                     "lines": [[at - self.origin, text] for at, text in new]})
+
+    def _sample(self, force: bool) -> None:
+        version = self.store.versions.get("run", 0)
+        if not force and version == self._run_version:
+            return
+        self._run_version = version
+        for facts in self.store.runs or list(self.store.history.values()):
+            self._write_run(facts)
+        load = loose(self.store.load)
+        if load != self._load:
+            self._load = load
+            self._write({"type": "load", "load": load})
+
+    def _catch_up(self) -> None:
+        for facts in self.store.runs:  # each set, so the replay's history and runs hold it
+            if facts is not self.store.run:
+                self._write_run(facts, set_run=True)
+        if self.store.run is not None:  # set last: set_run drops the server's readings
+            self._write_run(self.store.run, set_run=True)
+        for e in self.store.events:
+            self._write({"type": "event", "wall": e.wall, "level": e.level, "text": e.text})
+        for kind, reading in self.store.latest.items():
+            good = self.store.last_ok.get(kind)
+            if good is not None and good is not reading:
+                self._write_reading(kind, good)
+            self._write_reading(kind, reading)
+        self._flush_if_due()
+
+
+# --------------------------------------------------------------------------- reading a file
+
+
+@dataclasses.dataclass
+class Recording:
+    """A parsed recording: monotonic times already on the replay's clock (``origin`` + t)."""
+
+    path: Path
+    header: dict[str, Any]
+    records: list[tuple[float, str, Any]]  # (t, type, payload), in time order
+    first_runs: dict[str, dict[str, Any]]  # run id -> the fields of its first record
+    skipped: int = 0  # a truncated last line
+
+    @property
+    def duration(self) -> float:
+        return self.records[-1][0] if self.records else 0.0
+
+
+def read_recording(path: Path | str, origin: float = 0.0) -> Recording:
+    """Parse a recording; RecordingError names PATH:LINE on anything it cannot read."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    truncated_ok = not text.endswith("\n")  # a last line without newline may be half a line
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise RecordingError(f"{path}: empty: not an engram-top recording")
+    rec = Recording(path, {}, [], {})
+    for number, line in enumerate(lines, start=1):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and truncated_ok and number > 1:
+                rec.skipped += 1
+                break
+            raise RecordingError(f"{path}:{number}: not JSON ({exc.msg} at column "
+                                 f"{exc.colno})") from None
+        try:
+            if number == 1:
+                rec.header = _check_header(obj)
+            else:
+                _take_record(rec, obj, origin)
+        except ValueError as exc:
+            raise RecordingError(f"{path}:{number}: {exc}") from None
+    rec.records.sort(key=lambda r: r[0])  # stable: same-time records keep their order
+    return rec
+
+
+def is_recording(path: Path | str) -> bool:
+    """Whether the file starts with a recording's header line (an unreadable file: False)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(65536)
+        obj = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and obj.get("type") == "header" and "format" in obj
+
+
+def _check_header(obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, dict) or obj.get("type") != "header":
+        raise ValueError("not an engram-top recording (no header line)")
+    if obj.get("format") != FORMAT:
+        raise ValueError(f"recording format {obj.get('format')!r}; this engram-top reads "
+                         f"format {FORMAT}")
+    return obj
+
+
+def _take_record(rec: Recording, obj: Any, origin: float) -> None:
+    if not isinstance(obj, dict):
+        raise ValueError("expected a JSON object")
+    kind = obj.get("type")
+    t = obj.get("t")
+    if not isinstance(t, int | float) or isinstance(t, bool):
+        raise ValueError(f"{kind or 'record'}: 't' missing or not a number")
+    if kind == "reading":
+        if not isinstance(obj.get("kind"), str):
+            raise ValueError("reading: 'kind' missing")
+        payload: Any = (obj["kind"], decode_reading(obj.get("reading"), origin, "reading"))
+    elif kind == "event":
+        ev = {k: obj.get(k) for k in ("wall", "level", "text")}
+        payload = decode_fields(Event, ev, "event")
+    elif kind == "run":
+        rid = obj.get("run")
+        if not isinstance(rid, str):
+            raise ValueError("run: 'run' missing")
+        fields = decode_facts_fields(obj.get("facts"), origin, "run.facts")
+        if rid not in rec.first_runs:
+            if any(isinstance(v, Patch) for v in fields.values()):
+                raise ValueError(f"run {rid}: its first record patches what it never set")
+            RunFacts(**fields)  # the first record of a run must hold all it needs
+            rec.first_runs[rid] = fields
+        payload = (rid, bool(obj.get("set")), fields)
+    elif kind == "log":
+        lines = obj.get("lines")
+        if not isinstance(obj.get("run"), str) or not isinstance(lines, list) or not all(
+                isinstance(x, list) and len(x) == 2 and isinstance(x[1], str) for x in lines):
+            raise ValueError("log: expected 'run' and 'lines' as [[t, text], ...]")
+        payload = (obj["run"], [(float(a) + origin, s) for a, s in lines])
+    elif kind == "load":
+        if not isinstance(obj.get("load"), dict):
+            raise ValueError("load: expected an object")
+        payload = unloose(obj["load"])
+    elif kind == "end":
+        payload = None
+    else:
+        raise ValueError(f"unknown record type {kind!r}")
+    rec.records.append((float(t), kind, payload))
+
+
+def runs_from_recording(path: Path | str) -> list[RunResult]:
+    """Every run of a recording that became ready and has figures, as RunResults for the
+    comparison (source "recording:<file name>", trials numbered per scenario from 0). A run
+    still serving when the recording ended counts with the figures it had then."""
+    rec = read_recording(path)
+    runs: dict[str, RunFacts] = {}
+    for _, kind, payload in rec.records:
+        if kind == "run":
+            rid, _, fields = payload
+            if rid not in runs:
+                runs[rid] = RunFacts(**fields)
+            else:
+                update_facts(runs[rid], fields)
+    done = [r for r in runs.values() if r.ready_at is not None]
+    return facts_mod.run_results(done, source=f"recording:{rec.path.name}")
+
+

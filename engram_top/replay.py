@@ -1,0 +1,255 @@
+"""Replay: a recording played into a fresh store in recording time, so the same dashboard
+shows it on any machine, with play, pause, seek and speed."""
+
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from collectors.readings import Reading
+from engram_top.recording import read_recording
+from engram_top.recording_format import (
+    LOG_KEEP,
+    MAX_SPEED,
+    MIN_SPEED,
+    copied_fields,
+    update_facts,
+)
+from engram_top.store import Event, RunFacts, RunStore
+
+# --------------------------------------------------------------------------- replay
+
+
+class ScenarioList:
+    """What the app's scenario list needs of a ScenarioFile: ``.scenarios`` by name (plain
+    data here: a replay starts nothing)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.name = data.get("name", "")
+        self.scenarios: dict[str, Any] = dict(data.get("scenarios") or {})
+
+
+class ReplayStore(RunStore):
+    """A RunStore fed from a recording: readings go in without the status-change events the
+    store would make of them, since the recording holds those events already."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._quiet = False
+
+    def event(self, level: str, text: str) -> None:
+        if not self._quiet:
+            super().event(level, text)
+
+    def add_recorded(self, kind: str, reading: Reading[Any]) -> None:
+        self._quiet = True
+        try:
+            self.add(kind, reading)
+        finally:
+            self._quiet = False
+
+    def put_event(self, event: Event) -> None:
+        self.events.append(event)
+        self.bump("events")
+        self._tell("event", event)
+
+    def reset(self) -> None:
+        """Empty, as new, but versions only go up: a panel redraws whatever it saw before."""
+        keep = {k: getattr(self, k) for k in ("versions", "listeners", "node", "scenarios")}
+        self.__dict__.update(RunStore().__dict__)
+        self.__dict__.update(keep)
+        self._quiet = False
+        for key in {*self.versions, "gpu", "host", "server", "run", "events"}:
+            self.bump(key)
+
+
+class ReplaySession:
+    """A recording played into a fresh store in recording time, with the surface the app
+    uses (store, start, close) and a clock for its ages. Controls: play, pause, toggle,
+    seek(seconds), seek_by(delta), set_speed(x); position, duration, playing, speed.
+
+    The replay clock is ``origin + position``, origin being the real monotonic time when the
+    session was made; readings' monotonic times are rebased on it, so "12 s old" means twelve
+    seconds of recording time.
+    """
+
+    def __init__(self, path: Path | str, *, speed: float = 1.0, paused: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._now = clock
+        self.origin = clock()
+        self.recording = read_recording(path, self.origin)
+        self.path = self.recording.path
+        self.store = ReplayStore()
+        header = self.recording.header
+        self.store.node = str(header.get("node") or "")
+        if isinstance(header.get("scenarios"), dict):
+            self.store.scenarios = ScenarioList(header["scenarios"])
+        self._speed = _clamp_speed(speed)
+        self._start_playing = not paused
+        self._playing = False
+        self._anchor_pos = 0.0  # position at _anchor_real
+        self._anchor_real = clock()
+        self._index = 0  # the next record to apply
+        self._runs: dict[str, RunFacts] = {}
+        self._task: asyncio.Task[None] | None = None
+        if self.recording.skipped:  # said first, and again after every rebuild
+            note = Event(time.time(), "warning", f"{self.path.name}: skipped a truncated last "
+                                                 "line (was the recording process killed?)")
+            self.recording.records.insert(0, (0.0, "event", note))
+        self._apply_until(0.0)
+
+    # ------------------------------------------------------------------ the app's surface
+    def clock(self) -> float:
+        return self.origin + self.position
+
+    async def start(self) -> None:
+        if self._start_playing:
+            self.play()
+        self._task = asyncio.create_task(self._run(), name="replay")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    # A replay starts and stops nothing; the app's keys get a clear answer.
+    async def start_scenario(self, name: str) -> None:
+        raise RuntimeError("this is a replay: it cannot start servers")
+
+    async def switch(self, name: str) -> None:
+        raise RuntimeError("this is a replay: it cannot switch servers")
+
+    async def stop_scenario(self) -> None:
+        raise RuntimeError("this is a replay: it cannot stop servers")
+
+    async def attach(self, name: str) -> None:
+        raise RuntimeError("this is a replay: it cannot attach to servers")
+
+    # ------------------------------------------------------------------ controls
+    @property
+    def duration(self) -> float:
+        return self.recording.duration
+
+    @property
+    def position(self) -> float:
+        if not self._playing:
+            return self._anchor_pos
+        pos = self._anchor_pos + (self._now() - self._anchor_real) * self._speed
+        return min(pos, self.duration)
+
+    @property
+    def playing(self) -> bool:
+        return self._playing
+
+    @property
+    def speed(self) -> float:
+        return self._speed
+
+    def play(self) -> None:
+        if self.position >= self.duration:
+            self.seek(0.0)  # at the end: from the start again, as players do
+        self._anchor(self.position)
+        self._playing = True
+
+    def pause(self) -> None:
+        pos = self.position
+        self._playing = False
+        self._anchor(pos)
+        self._apply_until(pos)
+
+    def toggle(self) -> bool:
+        """Play if paused, pause if playing; returns whether it plays now."""
+        if self._playing:
+            self.pause()
+        else:
+            self.play()
+        return self._playing
+
+    def set_speed(self, x: float) -> float:
+        """Speed, clamped to 0.25x..16x; returns the speed now in force."""
+        self._anchor(self.position)
+        self._speed = _clamp_speed(x)
+        return self._speed
+
+    def seek(self, seconds: float) -> float:
+        """To ``seconds`` of recording time (clamped to the recording); returns the position.
+        Backwards rebuilds the store from the start."""
+        target = min(max(0.0, float(seconds)), self.duration)
+        records = self.recording.records
+        if self._index > 0 and records[self._index - 1][0] > target:
+            self._rebuild()
+        self._anchor(target)
+        self._apply_until(target)
+        return target
+
+    def seek_by(self, delta: float) -> float:
+        return self.seek(self.position + delta)
+
+    # ------------------------------------------------------------------ internals
+    def _anchor(self, pos: float) -> None:
+        self._anchor_pos = pos
+        self._anchor_real = self._now()
+
+    async def _run(self) -> None:
+        records = self.recording.records
+        while True:
+            pos = self.position
+            self._apply_until(pos)
+            if self._playing and pos >= self.duration:
+                self._playing = False  # the end: stay on the last moment
+                self._anchor(self.duration)
+            delay = 0.1
+            if self._playing and self._index < len(records):
+                delay = min(delay, max(0.005, (records[self._index][0] - pos) / self._speed))
+            await asyncio.sleep(delay)
+
+    def _rebuild(self) -> None:
+        self.store.reset()
+        self._runs = {}
+        self._index = 0
+
+    def _apply_until(self, pos: float) -> None:
+        records = self.recording.records
+        while self._index < len(records) and records[self._index][0] <= pos:
+            _, kind, payload = records[self._index]
+            self._index += 1
+            self._apply(kind, payload)
+
+    def _apply(self, kind: str, payload: Any) -> None:
+        store = self.store
+        if kind == "reading":
+            store.add_recorded(*payload)
+        elif kind == "event":
+            store.put_event(payload)
+        elif kind == "run":
+            rid, set_run, fields = payload
+            facts = self._runs.get(rid)
+            if facts is None:
+                # A fresh object each rebuild: a replayed run is mutated as it plays.
+                facts = self._runs[rid] = RunFacts(**copied_fields(self.recording.first_runs[rid]))
+                facts.log_lines = deque(maxlen=LOG_KEEP)
+            update_facts(facts, fields)
+            if set_run:
+                store.set_run(facts)
+            else:
+                store.bump("run")
+        elif kind == "log":
+            rid, lines = payload
+            facts = self._runs.get(rid)
+            if facts is not None:
+                facts.log_lines.extend(lines)
+                facts.lines_seen += len(lines)
+                store.bump("run")
+        elif kind == "load":
+            store.load = dict(payload)
+
+
+def _clamp_speed(x: float) -> float:
+    return min(MAX_SPEED, max(MIN_SPEED, float(x)))

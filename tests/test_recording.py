@@ -1,0 +1,648 @@
+"""Recording and replay (issue 5): a real demo session recorded while it switches from the
+device placement to host-prefetch, then replayed with no simulated node running, into the
+store and into the dashboard. Plus the file's failure modes: a truncated last line, a garbled
+middle line, an unwritable path, a full disk, and a recorder killed mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import html
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from textual.widgets import DataTable
+
+from collectors.readings import (
+    GpuData,
+    GpuDevice,
+    GpuProcess,
+    HostData,
+    ProcessTreeMemory,
+    Quantiles,
+    Reading,
+    ServerData,
+    Status,
+)
+from engram_top import cli, facts
+from engram_top.app.main import ConfirmScreen, EngramTopApp
+from engram_top.recording import Recorder, read_recording, runs_from_recording
+from engram_top.recording_format import (
+    RecordingError,
+    decode_facts_fields,
+    decode_reading,
+    encode_facts,
+    encode_reading,
+)
+from engram_top.replay import ReplaySession
+from engram_top.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
+from engram_top.store import RunFacts, RunStore
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_FILE = ROOT / "scenarios" / "demo.toml"
+GIB = 1024**3
+
+
+# --------------------------------------------------------------------------- the recorded demo
+
+
+@dataclasses.dataclass
+class Demo:
+    path: Path
+    captures: list[tuple[float, dict[str, Any]]]  # (recording time, what facts showed then)
+    pids: set[int]  # every process of both servers
+    history: dict[str, tuple[str, dict[str, Any]]]  # scenario -> (state, results) at the end
+    events: list[tuple[float, str, str]]
+    log_lines: dict[str, list[str]]  # scenario -> its log pane's lines at the end
+    node: str
+
+
+def shown(store: RunStore) -> dict[str, Any]:
+    """What the panels compute from the store, as engram_top.facts gives it."""
+    return {"gpu": facts.gpu_facts(store), "kv": facts.kv_facts(store),
+            "host": facts.host_facts(store), "latency": facts.latency_facts(store),
+            "run": facts.run_facts(store)}
+
+
+async def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def tree(pid: int) -> set[int]:
+    return {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+
+
+async def record_demo(base: Path) -> Demo:
+    session = DemoSession(DemoOptions(
+        placement="device", time_scale=0.02, node_dir=base / "node", run_dir=base / "runs",
+        poll_interval=0.25, load=LoadSpec(concurrency=2, input_len=64, output_len=24)))
+    path = base / "demo.jsonl"
+    recorder = Recorder(session.store, path).start()
+    captures: list[tuple[float, dict[str, Any]]] = []
+
+    def capture(what: str, payload: Any) -> None:
+        # After the recorder's listener: the file holds everything the store shows now.
+        if what == "reading" and recorder.last_t is not None:
+            captures.append((recorder.last_t, shown(session.store)))
+
+    session.store.listeners.append(capture)
+    pids: set[int] = set()
+    with_figures = lambda: "ttft_mean_ms" in session.store.run.results  # noqa: E731
+    try:
+        await session.start()
+        assert await session.wait_ready(60), "the device server never became ready"
+        pids |= tree(session.run.pid)
+        await until(with_figures, 30, "device latency figures")
+        await session.switch("host-prefetch")
+        assert await session.wait_ready(60), "host-prefetch never became ready"
+        pids |= tree(session.run.pid)
+        await until(with_figures, 30, "host-prefetch latency figures")
+    finally:
+        await session.close()
+        recorder.close()
+    store = session.store
+    assert recorder.error is None
+    return Demo(path, captures, pids,
+                {n: (f.state, dict(f.results)) for n, f in store.history.items()},
+                [(e.wall, e.level, e.text) for e in store.events],
+                {n: [line for _, line in f.log_lines] for n, f in store.history.items()},
+                store.node)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    return asyncio.run(record_demo(tmp_path_factory.mktemp("rec")))
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def store_state(store: RunStore) -> dict[str, Any]:
+    """Everything a reader of the store can see, comparable with ==."""
+    def run(f: RunFacts | None) -> Any:
+        if f is None:
+            return None
+        fields = {k: v for k, v in dataclasses.asdict(
+            dataclasses.replace(f, log_lines=None)).items()}
+        return fields, list(f.log_lines or ())
+    return {
+        "latest": dict(store.latest), "last_ok": dict(store.last_ok),
+        "series": {k: s.points() for k, s in store.series.items()},
+        "run": run(store.run), "history": {k: run(f) for k, f in store.history.items()},
+        "runs": [run(f) for f in store.runs],
+        "events": [(e.wall, e.level, e.text) for e in store.events],
+        "load": store.load, "node": store.node,
+    }
+
+
+# --------------------------------------------------------------------------- replay
+
+
+async def test_replay_restores_the_demo_without_a_node(demo: Demo) -> None:
+    assert demo.pids and not [p for p in demo.pids if alive(p)], "sim processes left"
+    assert set(demo.history) == {"device", "host-prefetch"}
+
+    session = ReplaySession(demo.path, paused=True)
+    await session.start()
+    try:
+        store = session.store
+        assert store.run is None and not session.playing  # paused at the very start
+        session.seek(session.duration)
+        assert store.node == demo.node == "simulated 4x NVIDIA B200"
+        assert list(store.scenarios.scenarios) == ["device", "host", "host-prefetch"]
+        assert {n: (f.state, f.results) for n, f in store.history.items()} == demo.history
+        assert [f.scenario for f in store.runs] == ["device", "host-prefetch"]
+        assert store.run is store.history["host-prefetch"]
+        results = demo.history
+        assert results["device"][1]["kv_tokens"] == 11_840_000
+        assert results["host-prefetch"][1]["kv_tokens"] == 42_700_288
+        assert [(e.wall, e.level, e.text) for e in store.events] == demo.events
+        assert any("switch" in text or "stopp" in text for _, _, text in demo.events)
+        for name, lines in demo.log_lines.items():
+            assert [line for _, line in store.history[name].log_lines] == lines
+            assert len(lines) > 10
+
+        # What facts showed at each moment of the live run is what it shows there in replay:
+        # every 4th moment, forwards, then some of them again backwards.
+        picks = demo.captures[::4]
+        assert len(picks) > 10
+        for t, expected in picks:
+            session.seek(t)
+            assert shown(store) == expected, f"at t={t:.3f}"
+        for t, expected in reversed(picks[::3]):
+            session.seek(t)
+            assert shown(store) == expected, f"back at t={t:.3f}"
+        device_moment = next(c for _, c in picks if c["run"] and c["run"]["state"] == "ready"
+                             and c["run"]["scenario"] == "device" and c["kv"])
+        assert device_moment["kv"]["capacity_tokens"] == 11_840_000
+        assert device_moment["gpu"][0]["weights_gb"] == pytest.approx(119.043, abs=5e-4)
+    finally:
+        await session.close()
+
+
+async def test_seeking_gives_the_store_that_playing_straight_gives(demo: Demo) -> None:
+    clock = FakeClock()
+    jumper = ReplaySession(demo.path, paused=True, clock=clock)
+    stepper = ReplaySession(demo.path, paused=True, clock=clock)
+    player = ReplaySession(demo.path, paused=True, clock=clock)
+    await player.start()
+    try:
+        middle = jumper.duration * 0.55
+        jumper.seek(jumper.duration)
+        jumper.seek(middle)  # backwards: rebuilt from the start
+        t = 0.0
+        while t < middle:
+            t = min(middle, t + 0.2)
+            stepper.seek(t)
+        assert jumper.position == stepper.position == middle
+        assert store_state(jumper.store) == store_state(stepper.store)
+        assert jumper.store.run is not None and jumper.store.series
+
+        jumper.seek_by(-3.0)
+        jumper.seek_by(+3.0)
+        assert store_state(jumper.store) == store_state(stepper.store)
+
+        # Playing: at 16x, the clock moving past the end, the play task feeds everything.
+        assert player.set_speed(100) == 16.0 and player.set_speed(0.1) == 0.25
+        player.set_speed(16)
+        player.play()
+        assert player.playing
+        clock.now += player.duration / 16 + 1
+        await until(lambda: not player.playing, 5, "the player to reach the end")
+        jumper.seek(jumper.duration)
+        assert player.position == player.duration
+        assert store_state(player.store) == store_state(jumper.store)
+        assert player.clock() == clock.now - (player.duration / 16 + 1) + player.duration
+
+        assert player.toggle() is True  # at the end, play starts over
+        assert player.position == 0.0 and player.store.run is None
+        assert player.toggle() is False
+    finally:
+        await player.close()
+
+
+def test_runs_from_recording_feed_the_comparison(demo: Demo, capsys) -> None:  # type: ignore[no-untyped-def]
+    runs = runs_from_recording(demo.path)
+    assert [(r.scenario, r.trial, r.source) for r in runs] == [
+        ("device", 0, "recording:demo.jsonl"), ("host-prefetch", 0, "recording:demo.jsonl")]
+    for r in runs:
+        expected = demo.history[r.scenario][1]
+        assert r.kv_tokens == expected["kv_tokens"]
+        assert r.weights_gb == expected["weights_gb"]
+        assert r.host_delta_gib == expected["host_delta_gib"]
+        assert r.ready_s == pytest.approx(expected["ready_s"] / 0.02)  # in node time
+        assert r.ttft_mean_s == pytest.approx(expected["ttft_mean_ms"] / 1000)
+    assert runs[1].kv_tokens > 3 * runs[0].kv_tokens  # host placement: a far larger KV pool
+
+    assert cli.main(["compare", str(demo.path), "--baseline", "device", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["baseline"] == "device"
+    assert "host-prefetch" in json.dumps(out)
+
+
+def screen_text(app: EngramTopApp) -> str:
+    svg = re.sub(r"<[^>]+>", "", app.export_screenshot())
+    return html.unescape(svg).replace("\xa0", " ")
+
+
+async def test_dashboard_shows_the_replay(demo: Demo) -> None:
+    session = ReplaySession(demo.path, paused=True)
+    app = EngramTopApp(session, clock=session.clock)
+    # The first moment each server was ready with its figures on screen, live.
+    ready_at = {name: next(t for t, c in demo.captures if c["run"] and c["kv"]
+                           and c["run"]["scenario"] == name and c["run"]["state"] == "ready"
+                           and c["gpu"] and c["gpu"][0]["weights_gb"] is not None)
+                for name in ("device", "host-prefetch")}
+    async with app.run_test(size=(200, 70)) as pilot:
+        await pilot.pause(0.3)
+        assert "preparing the node" in screen_text(app)
+        session.seek(ready_at["device"])
+        await pilot.pause(0.7)
+        text = screen_text(app)
+        assert "device" in text and "READY" in text
+        assert "11.84M" in text  # the device placement's KV capacity
+        assert "119.043" in text  # its weights per GPU
+        session.seek(session.duration)
+        await pilot.pause(0.7)
+        text = screen_text(app)
+        assert "host-prefetch" in text and "STOPPED" in text  # the session closed it
+        assert "42.70M" in text and "72.201" in text
+        table = app.query_one("#scenarios", DataTable)
+        rows = {str(table.get_row_at(i)[0]).strip(" ▶"): [str(c) for c in table.get_row_at(i)]
+                for i in range(table.row_count)}
+        assert rows["host-prefetch"][1] == "stopped"
+        assert rows["host-prefetch"][3:] == ["42.70M", "72.201", "+201.6 GiB"]
+        assert rows["device"][3:] == ["11.84M", "119.043", "+6.5 GiB"]
+        log = [s.text for s in app.query_one("#log").lines]
+        shown_live = [line for line in demo.log_lines["host-prefetch"]
+                      if not facts.is_own_poll(line)]
+        assert log[0].startswith("── host-prefetch: ")
+        assert log[1:] == shown_live[-(len(log) - 1):] and len(log) > 20
+        assert any("ready to roll" in line for line in log)
+        session.seek(ready_at["host-prefetch"])
+        await pilot.pause(0.7)
+        text = screen_text(app)
+        assert "host-prefetch" in text and "READY" in text and "+201.6 GiB" in text
+        # Going back re-draws the earlier run: the panels follow the rebuilt store.
+        session.seek(ready_at["device"])
+        await pilot.pause(0.7)
+        assert "11.84M" in screen_text(app)
+        await pilot.press("3")  # a replay switches nothing; it says so and stays up
+        await pilot.pause(0.3)
+        if isinstance(app.screen, ConfirmScreen):  # requests were in flight at that moment
+            await pilot.press("y")
+            await pilot.pause(0.3)
+        assert any("replay" in str(n.message) for n in app._notifications)
+        await pilot.press("q")
+        await pilot.pause(0.3)
+    assert session._task is None  # closed by the app
+
+
+# --------------------------------------------------------------------------- the file format
+
+
+def sample_readings(at: float) -> list[tuple[str, Reading[Any]]]:
+    dev = GpuDevice(index=1, name="NVIDIA B200", uuid="GPU-1", total_bytes=179 * GIB,
+                    reserved_bytes=GIB // 2, used_bytes=140 * GIB + 7, free_bytes=38 * GIB,
+                    util_gpu_pct=97, power_w=612.25, pcie_rx_bytes_per_s=2.5e9,
+                    processes=(GpuProcess(41, 70 * GIB, "sglang::scheduler"),
+                               GpuProcess(42, None)),
+                    unsupported=(("power_limit_w", "NotSupported"),))
+    host = HostData(total_bytes=2000 * GIB, available_bytes=1700 * GIB, used_bytes=300 * GIB,
+                    free_bytes=1600 * GIB, cached_bytes=5, shmem_bytes=190 * GIB,
+                    hugepages_total=0, hugepages_free=0, hugepage_size_bytes=2 << 20,
+                    anon_hugepages_bytes=3, swap_total_bytes=0, swap_used_bytes=0,
+                    swap_in_bytes=0, swap_out_bytes=0,
+                    server_tree=ProcessTreeMemory(40, (40, 41, 42), 9, 8, 1, 190 * GIB),
+                    backend="simulated")
+    server = ServerData(url="http://127.0.0.1:30101", healthy=True, max_total_num_tokens=42,
+                        weight_gb=72.201, num_running_reqs=8, token_usage=0.25,
+                        ttft=Quantiles(0.05, 0.2, 0.031, 120.0), itl=None,
+                        ranks={0: {"weight_gb": 72.2}, 3: {"max_total_num_tokens": 42.0}},
+                        extra={"simulated": True, "pair": (1, "a"), "by_rank": {2: [1.5]}})
+    return [("gpu", Reading("gpu", Status.OK, GpuData("580.1", (dev,), "simulated"), at=at)),
+            ("host", Reading("host", Status.STARTING, host, "warming", at=at, wall=12.5)),
+            ("server", Reading("sglang", Status.OK, server, at=at)),
+            ("server", Reading("sglang", Status.ERROR, None, "connection refused", at=at,
+                               failing_since=at - 3.25))]
+
+
+def test_readings_round_trip_exactly() -> None:
+    for _, reading in sample_readings(500.125):
+        data = json.loads(json.dumps(encode_reading(reading, 400.0)))
+        assert data["at"] == pytest.approx(100.125)
+        back = decode_reading(data, 400.0)
+        assert back == reading
+        assert type(back.status) is Status
+    server = Reading("sglang", Status.OK, ServerData(
+        "u", True, ranks={3: {"weight_gb": 1.5}}, extra={"t": (1, 2), "k": {7: "x"}}), at=9.5)
+    back = decode_reading(json.loads(json.dumps(encode_reading(server))))
+    assert back == server and list(back.data.ranks) == [3] and back.data.extra["t"] == (1, 2)
+    assert back.data.extra["k"] == {7: "x"}
+
+    facts_in = RunFacts("device", "device", "n", 0.02, 1.7e9, 1000.5, state="ready",
+                        ready_at=1003.0, baseline_gpu_used={0: 5, 3: 9},
+                        startup={"ranks": {0: {"weights_gb": 1.0}}, "engram_tables": []},
+                        results={"kv_tokens": 42})
+    data = json.loads(json.dumps(encode_facts(facts_in, 1000.0)))
+    assert data["launched_at"] == 0.5 and "log_lines" not in data
+    out = RunFacts(**decode_facts_fields(data, 1000.0, "run"))
+    assert out == facts_in and out.startup["ranks"][0] == {"weights_gb": 1.0}
+
+
+def write_lines(path: Path, records: list[Any]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_bad_recordings_are_named_by_path_and_line(demo: Demo, tmp_path: Path) -> None:
+    lines = demo.path.read_text().splitlines(keepends=True)
+    assert json.loads(lines[0])["type"] == "header" and json.loads(lines[-1])["type"] == "end"
+
+    garbled = tmp_path / "garbled.jsonl"
+    garbled.write_text("".join(lines[:4]) + '{"type": "reading", "t": 1.0, "ki\n'
+                       + "".join(lines[5:]))
+    with pytest.raises(RecordingError, match=rf"^{re.escape(str(garbled))}:5: not JSON"):
+        read_recording(garbled)
+    assert cli.main(["replay", str(garbled)]) == 2
+
+    reading = next(i for i, line in enumerate(lines) if '"type":"reading","t"' in line
+                   and '"kind":"gpu"' in line)
+    record = json.loads(lines[reading])
+    record["reading"]["data"]["devices"][0]["used_bytes"] = "lots"
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text("".join(lines[:reading]) + json.dumps(record) + "\n"
+                     + "".join(lines[reading + 1:]))
+    with pytest.raises(RecordingError, match=rf":{reading + 1}: reading.data.devices\[0\]"
+                                             r".used_bytes: expected int, got str"):
+        read_recording(wrong)
+
+    headless = tmp_path / "headless.jsonl"
+    headless.write_text("".join(lines[1:]))
+    with pytest.raises(RecordingError, match=r"headless.jsonl:1: not an engram-top recording"):
+        read_recording(headless)
+    unknown = tmp_path / "unknown.jsonl"
+    write_lines(unknown, [json.loads(lines[0]), {"type": "snapshot", "t": 1}])
+    with pytest.raises(RecordingError, match=r"unknown.jsonl:2: unknown record type 'snapshot'"):
+        read_recording(unknown)
+
+
+async def test_a_truncated_last_line_is_skipped_and_counted(demo: Demo, tmp_path: Path) -> None:
+    text = demo.path.read_text()
+    body = text[:text.rindex('{"type":"end"')]  # as if killed: no clean end
+    cut = body.rstrip("\n")
+    half = tmp_path / "half.jsonl"
+    half.write_text(cut[:len(cut) - 40])  # the last line loses its tail and newline
+    rec = read_recording(half)
+    assert rec.skipped == 1
+    complete = read_recording(demo.path)
+    assert len(rec.records) == len(complete.records) - 2  # the cut line and the end record
+
+    session = ReplaySession(half, paused=True)
+    await session.start()
+    try:
+        session.seek(session.duration)
+        assert "skipped a truncated last line" in session.store.events[0].text
+        assert set(session.store.history) == {"device", "host-prefetch"}
+        session.seek(1.0)  # backwards: rebuilt, and still said
+        assert "skipped a truncated last line" in session.store.events[0].text
+    finally:
+        await session.close()
+
+    # A garbled last line that does end with its newline is not a kill's half line.
+    whole = tmp_path / "whole.jsonl"
+    whole.write_text(cut[:len(cut) - 40] + "\n")
+    with pytest.raises(RecordingError, match="not JSON"):
+        read_recording(whole)
+
+
+# --------------------------------------------------------------------------- writing failures
+
+
+def watching_session(tmp_path: Path) -> Session:
+    """The simulated node's GPU and host polls, no server: cheap, and it keeps going."""
+    return Session(SessionOptions(scenario_file=DEMO_FILE, start=None,
+                                  state_dir=tmp_path / "state", free_ports=True,
+                                  poll_interval=0.1, load=None))
+
+
+@pytest.mark.parametrize("where", ["not-a-directory", "disk-full"])
+async def test_an_unwritable_recording_stops_and_the_session_goes_on(tmp_path: Path,
+                                                                     where: str) -> None:
+    if where == "not-a-directory":
+        (tmp_path / "file").write_text("x")
+        path = tmp_path / "file" / "rec.jsonl"
+        reason = "Not a directory"
+    else:
+        if not os.path.exists("/dev/full"):
+            pytest.skip("no /dev/full here")
+        path = Path("/dev/full")
+        reason = "No space left on device"
+    session = watching_session(tmp_path)
+    recorder = Recorder(session.store, path).start()
+    await session.start()
+    try:
+        await until(lambda: recorder.error is not None, 5, "the recorder to fail")
+        seen = session.store.versions["gpu"]
+        await until(lambda: session.store.versions["gpu"] > seen + 3, 5, "more GPU readings")
+        errors = [e.text for e in session.store.events if e.text.startswith("recording")]
+        assert errors == [f"recording stopped: {path}: {reason}"]
+        assert recorder.error == reason and not recorder.active
+        assert recorder._on_store not in session.store.listeners
+    finally:
+        await session.close()
+        recorder.close()
+
+
+KILLED = textwrap.dedent("""
+    import asyncio, sys, time
+    from collectors.readings import HostData, Reading, Status
+    from engram_top.recording import Recorder
+    from engram_top.store import RunStore
+
+    async def main(path, interval):
+        store = RunStore()
+        Recorder(store, path).start()
+        n = 0
+        while True:
+            n += 1
+            store.add("host", Reading("host", Status.OK, HostData(
+                n, 0, n, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)))
+            print(n, time.monotonic(), flush=True)
+            await asyncio.sleep(interval)
+
+    asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+""")
+
+
+@pytest.mark.parametrize(("interval", "wait_for", "then"), [(0.02, 1, 2.0), (2.5, 1, 1.3)])
+def test_a_killed_recorder_leaves_a_readable_file(tmp_path: Path, interval: float,
+                                                  wait_for: int, then: float) -> None:
+    """Killed with SIGKILL: every reading taken in more than a second before is on disk,
+    whether readings come fast (the buffer) or seldom (the flush tick)."""
+    path = tmp_path / "killed.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(path), str(interval)],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        first = [proc.stdout.readline() for _ in range(wait_for)]
+        assert all(first), "the recording process died"
+        time.sleep(then)
+        killed_at = time.monotonic()
+        os.kill(proc.pid, signal.SIGKILL)
+        added = [line.split() for line in first + proc.stdout.read().splitlines()]
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    rec = read_recording(path)
+    assert rec.skipped in (0, 1)
+    on_disk = [p[1].data.total_bytes for _, kind, p in rec.records if kind == "reading"]
+    assert on_disk == list(range(1, len(on_disk) + 1))
+    due = [int(n) for n, t in added if float(t) <= killed_at - 1.0]
+    assert due and set(due) <= set(on_disk), f"lost readings {sorted(set(due) - set(on_disk))}"
+    assert rec.header["monotonic"] <= killed_at  # the same clock as ours: same machine
+
+
+# --------------------------------------------------------------------------- long recordings
+
+
+def test_an_hour_at_1hz_seeks_back_exactly(tmp_path: Path) -> None:
+    """A recording fed with a fake clock: an hour of 1 Hz polls of three sources."""
+    clock = FakeClock(5000.0)
+    store = RunStore()
+    path = tmp_path / "hour.jsonl"
+    recorder = Recorder(store, path, clock=clock).start()
+    store.set_run(RunFacts("host-prefetch", "host-prefetch", "n", 1.0, 1.7e9, clock.now,
+                           state="ready", ready_at=clock.now + 1))
+    for second in range(3600):
+        clock.now += 1.0
+        for kind, reading in sample_readings(clock.now):
+            if kind == "server" and reading.ok:  # the server answers now and then
+                if second % 600 != 300:
+                    continue
+                reading = dataclasses.replace(reading, data=dataclasses.replace(
+                    reading.data, num_running_reqs=second))
+            store.add(kind, reading)
+    recorder.close()
+    replay = ReplaySession(path, paused=True, clock=FakeClock())
+    straight = ReplaySession(path, paused=True, clock=FakeClock())
+    assert replay.duration == pytest.approx(3600.0)
+    replay.seek(3600)
+    replay.seek(1799.5)
+    straight.seek(1799.5)
+    assert store_state(replay.store) == store_state(straight.store)
+    assert replay.store.data("server").num_running_reqs == 1500
+    assert len(replay.store.series["gpu1.used"].points()) > 600  # fine and coarse tiers
+
+
+def test_a_recorder_started_late_catches_up(tmp_path: Path) -> None:
+    """Attached to a store already in use: its runs, events and latest readings go first;
+    a source it has no format for is left out, said once, and the rest is recorded."""
+    clock = FakeClock(100.0)
+    store = RunStore()
+    old = RunFacts("device", "device", "n", 1.0, 1.7e9, 90.0, state="stopped", ready_at=95.0,
+                   results={"kv_tokens": 11_840_000})
+    store.set_run(old)
+    store.set_run(RunFacts("host", "host", "n", 1.0, 1.7e9, 98.0, state="starting"))
+    for kind, reading in sample_readings(99.0):
+        store.add(kind, reading)
+    path = tmp_path / "late.jsonl"
+    recorder = Recorder(store, path, clock=clock).start()
+    clock.now += 2
+    store.add("prom", Reading("prom", Status.OK, {"up": 1}))
+    store.add("prom", Reading("prom", Status.OK, {"up": 1}))
+    store.history["host"].state = "ready"
+    store.history["host"].ready_at = 101.5
+    store.bump("run")
+    recorder.close()
+    assert recorder.error is None and recorder.left_out == {"dict"}
+
+    replay = ReplaySession(path, paused=True, clock=FakeClock(100.0))
+    replay.seek(replay.duration)
+    r = replay.store
+    assert [f.scenario for f in r.runs] == ["device", "host"] and r.run.scenario == "host"
+    assert r.history["device"].results == {"kv_tokens": 11_840_000}
+    assert r.history["device"].ready_s == pytest.approx(5.0)
+    assert r.run.state == "ready" and r.run.ready_s == pytest.approx(3.5)
+    assert r.latest["server"] == store.latest["server"]  # same clocks: nothing to rebase
+    assert r.last_ok["server"] == store.last_ok["server"]
+    assert r.latest["gpu"] == store.latest["gpu"] and "prom" not in r.latest
+    texts = [e.text for e in r.events]
+    assert texts.count("recording: dict readings are left out (no recording format for them)") \
+        == 1
+    assert texts[:len(store.events) - 1] == [e.text for e in store.events][:-1]
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+class FakeApp:
+    """What cli._run_recorded needs of the dashboard: a session's store and run()."""
+
+    def __init__(self) -> None:
+        self.session = StaticSession()
+        self.return_code = 0
+
+    def run(self) -> None:
+        for kind, reading in sample_readings(time.monotonic())[:2]:
+            self.session.store.add(kind, reading)
+
+
+class StaticSession:
+    def __init__(self) -> None:
+        self.store = RunStore()
+
+
+def test_cli_records_by_default_and_replays(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    args = cli.build_parser().parse_args(["attach", "http://127.0.0.1:1"])
+    assert args.record is None and not args.no_record
+    assert cli._run_recorded(FakeApp(), args, tmp_path / "state") == 0
+    [path] = (tmp_path / "state" / "recordings").glob("*.jsonl")
+    assert f"recorded to {path}" in capsys.readouterr().err
+    rec = read_recording(path)
+    # A status change is an event, told before its reading.
+    assert [kind for _, kind, _ in rec.records] == ["event", "event", "reading", "event",
+                                                     "reading", "end"]
+    assert rec.records[0][2].text == f"recording to {path}"
+
+    chosen = tmp_path / "mine.jsonl"
+    args = cli.build_parser().parse_args(["run", str(DEMO_FILE), "--record", str(chosen)])
+    cli._run_recorded(FakeApp(), args, tmp_path / "other")
+    assert chosen.exists() and not (tmp_path / "other").exists()
+    args = cli.build_parser().parse_args(["demo", "--no-record"])
+    cli._run_recorded(FakeApp(), args, tmp_path / "none")
+    assert not (tmp_path / "none").exists()
+
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["replay", str(chosen), "--speed", "32"])
+    assert "must be 0.25 to 16" in capsys.readouterr().err
+    args = cli.build_parser().parse_args(["replay", str(chosen), "--speed", "4", "--paused"])
+    assert (args.path, args.speed, args.paused) == (chosen, 4.0, True)
+    assert cli.main(["replay", str(tmp_path / "missing.jsonl")]) == 2
+    assert "missing.jsonl: cannot read" in capsys.readouterr().err
