@@ -55,9 +55,21 @@ class Finding:
     firing: bool = True
 
 
+def _wall_at(store: RunStore, now: float) -> float:
+    """The wall-clock time of monotonic `now`, by the newest reading's pair of clocks: right
+    for a replay (its clock runs in recording time) as for a live session."""
+    readings = [r for r in store.latest.values() if r is not None]
+    if readings:
+        newest = max(readings, key=lambda r: r.at)
+        return newest.wall + (now - newest.at)
+    return time.time() - (time.monotonic() - now)
+
+
 class AlertMonitor:
-    def __init__(self, thresholds: Thresholds | None = None) -> None:
+    def __init__(self, thresholds: Thresholds | None = None, *, announce: bool = True) -> None:
         self.t = thresholds or Thresholds()
+        # False for a replay: the recording already holds the events the live run wrote.
+        self.announce = announce
         self._clear_since: dict[str, float] = {}  # id -> monotonic time it was first seen clear
 
     def evaluate(self, store: RunStore, now: float | None = None) -> list[AlertChange]:
@@ -76,10 +88,11 @@ class AlertMonitor:
                     alert.message, alert.severity = f.message, f.severity
                     touched = True
             elif f.firing:
-                wall = time.time() - (time.monotonic() - now)
-                alert = Alert(f.id, f.severity, f.message, since=wall, started_at=now)
+                alert = Alert(f.id, f.severity, f.message, since=_wall_at(store, now),
+                              started_at=now)
                 active[f.id] = alert
-                store.event(f.severity, f.message)
+                if self.announce:
+                    store.event(f.severity, f.message)
                 changes.append(AlertChange("raised", alert))
         for alert_id in [i for i in active if i not in found]:
             alert = active[alert_id]
@@ -87,7 +100,8 @@ class AlertMonitor:
             if now - self._clear_since.setdefault(alert_id, now) >= hold:
                 del active[alert_id]
                 self._clear_since.pop(alert_id, None)
-                store.event("info", f"cleared: {alert.message}")
+                if self.announce:
+                    store.event("info", f"cleared: {alert.message}")
                 changes.append(AlertChange("cleared", alert))
         if changes or touched:
             store.bump("alerts")

@@ -314,12 +314,26 @@ async def test_dashboard_shows_the_replay(demo: Demo) -> None:
         session.seek(ready_at["device"])
         await pilot.pause(0.7)
         assert "11.84M" in screen_text(app)
-        await pilot.press("3")  # a replay switches nothing; it says so and stays up
+        await pilot.press("3")  # a replay starts and stops nothing: the keys are off
         await pilot.pause(0.3)
-        if isinstance(app.screen, ConfirmScreen):  # requests were in flight at that moment
-            await pilot.press("y")
-            await pilot.pause(0.3)
-        assert any("replay" in str(n.message) for n in app._notifications)
+        assert not isinstance(app.screen, ConfirmScreen), "3"
+        await pilot.press("x")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, ConfirmScreen), "x"
+        assert "REPLAY ⏸" in screen_text(app) and "×1" in screen_text(app)
+        position = session.position
+        await pilot.press("full_stop")  # +10 s
+        assert session.position == pytest.approx(min(position + 10, session.duration))
+        await pilot.press("comma", "comma")  # -20 s
+        assert session.position == pytest.approx(max(0.0, min(position + 10,
+                                                                session.duration) - 20))
+        await pilot.press("plus", "plus", "minus")  # x2 x2 /2
+        assert session.speed == 2.0
+        await pilot.press("space")
+        await pilot.pause(0.3)
+        assert session.playing and "REPLAY ▶" in screen_text(app) and "×2" in screen_text(app)
+        await pilot.press("0")
+        assert session.position < 1.0
         await pilot.press("q")
         await pilot.pause(0.3)
     assert session._task is None  # closed by the app

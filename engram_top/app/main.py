@@ -24,6 +24,7 @@ from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
 from engram_top.compare import RunResult, to_markdown
 from engram_top.config import UserConfig
+from engram_top.replay import ReplaySession
 from engram_top.store import RunFacts, RunStore
 
 REFRESH_S = 0.5  # at most 2 Hz
@@ -106,12 +107,23 @@ class HelpScreen(ModalScreen[None]):
         yield Static(text, id="help")
 
 
+def _replay_line(replay: ReplaySession) -> Text:
+    def clock(seconds: float) -> str:
+        return f"{int(seconds // 60):02d}:{int(seconds % 60):02d}"
+
+    state = "▶" if replay.playing else "⏸"
+    return Text.assemble((f" REPLAY {state} ", "bold reverse"),
+                         f" {clock(replay.position)}/{clock(replay.duration)} ×{replay.speed:g}",
+                         (f" {replay.path.name}", "dim"))
+
+
 class EngramTopApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "engram-top"
     # Classes the stylesheet lays out by: 100x30 is the smallest supported terminal.
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (45, "-tall")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (160, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (48, "-tall")]
+    replay: ReplaySession | None = None  # check_action runs before __init__ ends
     BINDINGS = [
         Binding("q", "quit", "Quit", id="quit"),
         Binding("enter", "start_selected", "Start/switch", id="start", priority=True),
@@ -122,6 +134,19 @@ class EngramTopApp(App[int]):
         *[Binding(str(n), f"scenario({n})", f"Scenario {n}", show=False, id=f"scenario-{n}")
           for n in range(1, 10)],
         Binding("question_mark", "help", "Keys", key_display="?", id="help"),
+        # A replay's controls; check_action hides them (and the server keys) by session kind.
+        Binding("space", "replay_toggle", "Play/pause", id="replay-toggle"),
+        # Not the arrows: the scenario list and the palette's input need those.
+        Binding("comma", "replay_seek(-10)", "-10 s", key_display=",", id="replay-back"),
+        Binding("full_stop", "replay_seek(10)", "+10 s", key_display=".", id="replay-forward"),
+        Binding("less_than_sign", "replay_seek(-60)", "-1 min", key_display="<", show=False,
+                id="replay-back-more"),
+        Binding("greater_than_sign", "replay_seek(60)", "+1 min", key_display=">", show=False,
+                id="replay-forward-more"),
+        Binding("0", "replay_to(0)", "To the start", show=False, id="replay-start"),
+        Binding("minus", "replay_speed(0.5)", "Slower", key_display="-", id="replay-slower"),
+        Binding("plus,equals_sign", "replay_speed(2)", "Faster", key_display="+",
+                id="replay-faster"),
     ]
 
     def __init__(self, session: Session, *, clock: Callable[[], float] | None = None,
@@ -134,7 +159,8 @@ class EngramTopApp(App[int]):
         self.config = config or UserConfig()
         self.reference = reference.default()  # the seed: the comparison's reference column
         self.config_error = config_error
-        self.alerts = AlertMonitor(self.config.alerts)
+        self.replay = session if isinstance(session, ReplaySession) else None
+        self.alerts = AlertMonitor(self.config.alerts, announce=self.replay is None)
         self.session = session
         if clock is not None:  # one "now" for the header and the panels' ages
             session.store.clock = clock
@@ -217,7 +243,10 @@ class EngramTopApp(App[int]):
             return  # quitting: the widgets may already be gone
         store = self.session.store
         with self.batch_update():
-            self.query_one("#header", Static).update(panels.header(store, self.clock()))
+            head = panels.header(store, self.clock())
+            if self.replay is not None:
+                head = Text.assemble(_replay_line(self.replay), "  ", head)
+            self.query_one("#header", Static).update(head)
             for panel in self.query(Panel):
                 panel.refresh_from(store)
             self._refresh_scenarios(store)
@@ -394,6 +423,33 @@ class EngramTopApp(App[int]):
             return
         store.event("info", f"snapshot written: {path}")
         self.notify(str(path), title="snapshot written")
+
+    # ------------------------------------------------------------------ replay
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action.startswith("replay_"):
+            return self.replay is not None
+        # A replay starts and stops nothing.
+        return not (action in ("start_selected", "stop", "scenario") and self.replay is not None)
+
+    def action_replay_toggle(self) -> None:
+        if self.replay is not None:
+            self.replay.toggle()
+            self.refresh_panels()
+
+    def action_replay_seek(self, seconds: float) -> None:
+        if self.replay is not None:
+            self.replay.seek_by(seconds)
+            self.refresh_panels()
+
+    def action_replay_to(self, position: float) -> None:
+        if self.replay is not None:
+            self.replay.seek(position)
+            self.refresh_panels()
+
+    def action_replay_speed(self, factor: float) -> None:
+        if self.replay is not None:
+            self.replay.set_speed(self.replay.speed * factor)
+            self.refresh_panels()
 
     def action_history(self) -> None:
         self.push_screen(HistoryScreen(self.session.store, self.clock))
