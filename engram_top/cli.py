@@ -44,13 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="live dashboard of the simulated node (the default)")
     _demo_arguments(demo)
     _record_arguments(demo)
+    _dashboard_arguments(demo)
 
     snap = sub.add_parser("snapshot", help="write a snapshot folder without a terminal: "
                                            "screen.svg, snapshot.json, timeseries, summary.md")
-    # Where the readings come from; --attach URL and --recording PATH join this group.
+    # Where the readings come from: one of the three.
     source = snap.add_mutually_exclusive_group(required=True)
     source.add_argument("--demo", action="store_true",
                         help="take it from the simulated node")
+    source.add_argument("--attach", metavar="URL", default=None,
+                        help="take it from a running SGLang server (never stopped)")
+    source.add_argument("--recording", type=Path, metavar="PATH", default=None,
+                        help="take it from a recording, at --at seconds (default: its end)")
+    snap.add_argument("--at", type=float, default=None, metavar="S",
+                      help="with --recording: the moment, in seconds from its start")
+    snap.add_argument("--api-key", default=None, help="with --attach: the server's key")
     _demo_arguments(snap)
     snap.add_argument("--after", type=float, default=5.0,
                       help="seconds to keep watching after the server is ready (default 5)")
@@ -70,17 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-load", action="store_true", help="start no synthetic load")
     run.add_argument("--concurrency", type=int, default=8, help="load: streams in flight")
     _record_arguments(run)
+    _dashboard_arguments(run)
 
     att = sub.add_parser("attach", help="watch servers someone else started (never stops them)")
     att.add_argument("urls", nargs="+", metavar="URL")
     att.add_argument("--api-key", default=None, help="for servers started with --api-key")
     _record_arguments(att)
+    _dashboard_arguments(att)
 
     rp = sub.add_parser("replay", help="play a recording in the dashboard (play, pause, seek, "
                                        "speed); no node needed")
     rp.add_argument("path", type=Path, metavar="PATH")
     rp.add_argument("--speed", type=_speed, default=1.0, help="0.25 to 16 (default 1)")
     rp.add_argument("--paused", action="store_true", help="open paused at the start")
+    _dashboard_arguments(rp)
 
     sw = sub.add_parser("switch", help="headless: stop the file's running server, wait for "
                                        "its HBM to return, start another (left running)")
@@ -163,10 +174,9 @@ def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from engram_top.app.main import EngramTopApp
     from engram_top.session import DemoSession
-    app = EngramTopApp(DemoSession(_options(args)))
-    return _run_recorded(app, args, None)
+    app = _app(DemoSession(_options(args)), args)
+    return 2 if app is None else _run_recorded(app, args, None)
 
 
 # --------------------------------------------------------------------------- recording, replay
@@ -177,6 +187,39 @@ def _speed(text: str) -> float:
     if not 0.25 <= value <= 16:
         raise argparse.ArgumentTypeError(f"must be 0.25 to 16, got {text}")
     return value
+
+
+def _dashboard_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compare-with", type=Path, nargs="+", default=[], metavar="FILE",
+                   help="runs for the comparison screen from recordings, bench reports "
+                        "(report.json) or sglang.bench_serving files (.jsonl)")
+    p.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="P",
+                   help="adds cost per million output tokens to the comparison")
+    p.add_argument("--config", type=Path, default=None, metavar="PATH",
+                   help="the config file (default: $ENGRAM_TOP_CONFIG, else "
+                        "~/.config/engram-top/config.toml)")
+    p.add_argument("--snapshot-dir", type=Path, default=Path("snapshots"), metavar="DIR",
+                   help="where the s key writes snapshot folders (default: ./snapshots)")
+
+
+def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-def]
+    """The dashboard over a session, with the options every dashboard command takes; None
+    (and the reason on stderr) when a --compare-with file cannot be read."""
+    from engram_top.app.main import EngramTopApp
+    from engram_top.config import load_config
+    from engram_top.importers import BenchFileError, load_runs
+    if args.price_per_gpu_hour is not None and args.price_per_gpu_hour < 0:
+        print("engram-top: --price-per-gpu-hour must not be negative", file=sys.stderr)
+        return None
+    try:
+        runs = [r for path in args.compare_with for r in load_runs(path)]
+    except BenchFileError as exc:
+        print(f"engram-top: --compare-with: {exc}", file=sys.stderr)
+        return None
+    config, error = load_config(args.config)
+    return EngramTopApp(session, compare_with=runs, price_per_gpu_hour=args.price_per_gpu_hour,
+                        config=config, config_error=error, snapshot_dir=args.snapshot_dir,
+                        **kw)
 
 
 def _record_arguments(p: argparse.ArgumentParser) -> None:
@@ -208,7 +251,6 @@ def _run_recorded(app, args: argparse.Namespace,  # type: ignore[no-untyped-def]
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from engram_top.app.main import EngramTopApp
     from engram_top.recording_format import RecordingError
     from engram_top.replay import ReplaySession
     try:
@@ -216,7 +258,9 @@ def run_replay(args: argparse.Namespace) -> int:
     except RecordingError as exc:
         print(f"engram-top replay: {exc}", file=sys.stderr)
         return 2
-    app = EngramTopApp(session, clock=session.clock)
+    app = _app(session, args, clock=session.clock)
+    if app is None:
+        return 2
     app.run()
     return app.return_code or 0
 
@@ -238,25 +282,23 @@ def _session_options(args: argparse.Namespace, **extra):  # type: ignore[no-unty
 
 
 def run_file(args: argparse.Namespace) -> int:
-    from engram_top.app.main import EngramTopApp
     from engram_top.session import Session
     options = _session_options(args, start=args.start, leave_running=args.leave_running)
     if options is None:
         return 2
-    app = EngramTopApp(Session(options))
-    return _run_recorded(app, args, options.state_dir)
+    app = _app(Session(options), args)
+    return 2 if app is None else _run_recorded(app, args, options.state_dir)
 
 
 def run_attach(args: argparse.Namespace) -> int:
-    from engram_top.app.main import EngramTopApp
     from engram_top.session import Session, SessionOptions
     bad = [u for u in args.urls if not u.startswith(("http://", "https://"))]
     if bad:
         print(f"engram-top attach: not an http(s) URL: {', '.join(bad)}", file=sys.stderr)
         return 2
-    app = EngramTopApp(Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
-                                              load=None)))
-    return _run_recorded(app, args, None)
+    app = _app(Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
+                                      load=None)), args)
+    return 2 if app is None else _run_recorded(app, args, None)
 
 
 async def switch(args: argparse.Namespace) -> int:
@@ -314,24 +356,11 @@ async def bench(args: argparse.Namespace) -> int:
 
 
 def compare_files(args: argparse.Namespace) -> int:
-    from engram_top import recording
-    from engram_top.compare import RunResult, compare, to_json, to_markdown
-    from engram_top.importers import BenchFileError, load_bench_serving
-    results: list[RunResult] = []
+    from engram_top.compare import compare, to_json, to_markdown
+    from engram_top.importers import BenchFileError, load_runs
     try:
-        for path in args.files:
-            if recording.is_recording(path):  # an engram-top recording: its finished runs
-                results += recording.runs_from_recording(path)
-                continue
-            if path.suffix == ".jsonl":
-                results += load_bench_serving(path, gpus=args.gpus)
-                continue
-            try:
-                data = json.loads(path.read_text())
-                results += [RunResult.from_dict(r) for r in data["results"]]
-            except (OSError, KeyError, TypeError, ValueError) as exc:
-                raise BenchFileError(f"{path}: not an engram-top bench report: {exc}") from exc
-    except (BenchFileError, recording.RecordingError) as exc:
+        results = [r for path in args.files for r in load_runs(path, gpus=args.gpus)]
+    except BenchFileError as exc:
         print(f"engram-top compare: {exc}", file=sys.stderr)
         return 2
     if args.baseline not in {r.scenario for r in results}:
@@ -382,7 +411,15 @@ async def take_snapshot(args: argparse.Namespace) -> int:
     except snapshot.SnapshotError as exc:
         print(f"engram-top snapshot: {exc}", file=sys.stderr)
         return 1
-    session, timeout, describe = _snapshot_source(args)
+    from engram_top.recording_format import RecordingError
+    if args.attach and not args.attach.startswith(("http://", "https://")):
+        print(f"engram-top snapshot: not an http(s) URL: {args.attach}", file=sys.stderr)
+        return 2
+    try:
+        session, timeout, describe = _snapshot_source(args)
+    except RecordingError as exc:
+        print(f"engram-top snapshot: {exc}", file=sys.stderr)
+        return 2
     try:
         await session.start()
         ready = await session.wait_ready(timeout)
@@ -391,7 +428,7 @@ async def take_snapshot(args: argparse.Namespace) -> int:
             state = run.state if run else "unknown"
             print(f"engram-top snapshot: the server did not become ready within {timeout:.0f} s "
                   f"(state: {state}); writing what was seen", file=sys.stderr)
-        await asyncio.sleep(args.after if ready else 0)
+        await asyncio.sleep(args.after if ready and not args.recording else 0)
         try:
             svg: str | None = await render_svg(session)
         except Exception as exc:  # the readings are still worth writing without the screen
@@ -413,14 +450,42 @@ async def take_snapshot(args: argparse.Namespace) -> int:
 
 def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The session a snapshot watches, how long to wait for its server, and a description
-    for snapshot.json. A source is a session object (start, wait_ready, close, store, ref):
-    --attach URL and --recording PATH plug in here."""
-    from engram_top.session import DemoSession
+    for snapshot.json. A source is a session object (start, wait_ready, close, store, ref)."""
+    from engram_top.session import DemoSession, Session, SessionOptions
+    if args.attach:
+        describe = {"kind": "attach", "url": args.attach, "after_s": args.after}
+        session = Session(SessionOptions(attach=(args.attach,), api_key=args.api_key,
+                                         load=None))
+        return session, args.ready_timeout or 30.0, describe
+    if args.recording:
+        describe = {"kind": "recording", "path": str(args.recording), "at_s": args.at}
+        return _RecordingSource(args.recording, args.at), 0.0, describe
     expected = reference.default().placements[args.placement].ready_s * args.time_scale
     timeout = args.ready_timeout or max(30.0, 3 * expected)
     describe = {"kind": "demo", "placement": args.placement, "time_scale": args.time_scale,
                 "serve_scale": args.serve_scale, "after_s": args.after}
     return DemoSession(_options(args)), timeout, describe
+
+
+class _RecordingSource:
+    """A recording as a snapshot source: paused at --at seconds (default: its end)."""
+
+    def __init__(self, path: Path, at: float | None) -> None:
+        from engram_top.replay import ReplaySession
+        self.replay = ReplaySession(path, paused=True)  # RecordingError: the caller says it
+        self.store = self.replay.store
+        self.store.clock = self.replay.clock
+        self.ref = reference.default()
+        self.at = at
+
+    async def start(self) -> None:
+        self.replay.seek(self.replay.duration if self.at is None else self.at)
+
+    async def wait_ready(self, timeout: float) -> bool:
+        return True
+
+    async def close(self) -> None:
+        await self.replay.close()
 
 
 def inspect_log(path: Path) -> int:

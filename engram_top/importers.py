@@ -1,4 +1,5 @@
-"""Read benchmark outputs from other tools into RunResult records for engram_top.compare.
+"""Read benchmark outputs from other tools into RunResult records for engram_top.compare
+(load_runs takes engram-top's own recordings and bench reports too).
 
 sglang.bench_serving appends one JSON object per run to its --output-file; each line is one
 trial here. Two spellings exist (see the SGLang notes, section 5): the older bench_serving.py
@@ -18,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engram_top import recording
 from engram_top.compare import RunResult
+from engram_top.recording_format import RecordingError
 from engram_top.reference import PLACEMENTS
 
 # The four means every bench_serving version writes; a line without them is not a result.
@@ -186,3 +189,21 @@ def _spelling(record: dict[str, Any]) -> str:
     if refactored:
         return "refactored"
     return "older" if older else "unknown"
+
+
+def load_runs(path: Path, *, gpus: int | None = None) -> list[RunResult]:
+    """Runs from any file a comparison takes: an engram-top recording (its finished runs),
+    a bench_serving JSONL file, or an `engram-top bench` report.json. BenchFileError names
+    the file (and line) that cannot be read."""
+    try:
+        if recording.is_recording(path):
+            return recording.runs_from_recording(path)
+    except RecordingError as exc:
+        raise BenchFileError(str(exc)) from exc
+    if path.suffix == ".jsonl":
+        return load_bench_serving(path, gpus=gpus)
+    try:
+        data = json.loads(_read(path))
+        return [RunResult.from_dict(r) for r in data["results"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BenchFileError(f"{path}: not an engram-top bench report: {exc}") from exc

@@ -339,6 +339,12 @@ class Session:
             if run is not None and run.state == "ready":
                 self._sync()
                 return True
+            attached = self.store.run
+            if attached is not None and not attached.owned:
+                # Someone else's server: ready is when it answers with its figures.
+                server = self.store.latest.get("server")
+                if server is not None and server.ok and server.data.max_total_num_tokens:
+                    return True
             if run is not None and run.state in ("failed", "exited", "stopped"):
                 self._sync()
                 return False

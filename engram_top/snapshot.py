@@ -11,6 +11,7 @@ build()/write() (snapshot.json alone) and check_writable() remain for their call
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import errno
 import json
@@ -182,6 +183,8 @@ def scenario_definitions(scenario_file: Any) -> dict[str, Any] | None:
     """The scenario file as loaded, with each scenario's full launch environment."""
     if scenario_file is None:
         return None
+    if isinstance(getattr(scenario_file, "data", None), dict):
+        return copy.deepcopy(scenario_file.data)  # a replay's: plain data, as recorded
     out = facts.plain(scenario_file)
     for name, sc in scenario_file.scenarios.items():
         out["scenarios"][name]["launch_env"] = sc.launch_env()

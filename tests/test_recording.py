@@ -660,3 +660,30 @@ def test_cli_records_by_default_and_replays(tmp_path: Path, capsys) -> None:  # 
     assert (args.path, args.speed, args.paused) == (chosen, 4.0, True)
     assert cli.main(["replay", str(tmp_path / "missing.jsonl")]) == 2
     assert "missing.jsonl: cannot read" in capsys.readouterr().err
+
+
+def test_snapshot_of_a_recording_and_the_dashboard_comparing_with_it(demo: Demo,
+                                                                     tmp_path: Path) -> None:
+    """`engram-top snapshot --recording PATH` needs no node; `--compare-with PATH` puts the
+    recording's runs into the dashboard's comparison."""
+    assert cli.main(["snapshot", "--recording", str(demo.path), "--out",
+                     str(tmp_path / "snaps")]) == 0
+    (folder,) = (tmp_path / "snaps").iterdir()
+    snap = json.loads((folder / "snapshot.json").read_text())
+    assert snap["source"]["kind"] == "recording"
+    assert snap["run"]["scenario"] == "host-prefetch"
+    assert snap["kv"]["capacity_tokens"] == 42_700_288
+    svg = html.unescape((folder / "screen.svg").read_text()).replace("\xa0", " ")
+    assert "REPLAY" not in svg and "host-prefetch" in svg and "42.70M" in svg
+    summary = (folder / "summary.md").read_text()
+    assert "device (baseline)" in summary and "host-prefetch" in summary
+
+    args = cli.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
+                                          str(demo.path), "--price-per-gpu-hour", "6"])
+    app = cli._app(ReplaySession(demo.path, paused=True), args)
+    assert {r.scenario for r in app.compare_with} == {"device", "host-prefetch"}
+    assert all(r.source == f"recording:{demo.path.name}" for r in app.compare_with)
+    assert app.price_per_gpu_hour == 6.0
+    bad = cli.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
+                                         str(tmp_path / "missing.json")])
+    assert cli._app(ReplaySession(demo.path, paused=True), bad) is None

@@ -324,8 +324,23 @@ async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
         assert HF_TOKEN in svg and API_KEY in svg  # the screen shows them before the export
         assert session.run is not None and session.run.alive  # rendering kept the server
         out = write_folder(tmp_path / "snaps", session.store, session.ref, svg=svg)
+        # The same server through `engram-top snapshot --attach URL --api-key KEY`.
+        from engram_top import cli
+        args = cli.build_parser().parse_args([
+            "snapshot", "--attach", session.store.run.url, "--api-key", API_KEY,
+            "--after", "0", "--out", str(tmp_path / "attached")])
+        assert await cli.take_snapshot(args) == 0
+        assert session.run.alive  # attaching never stops a server
     finally:
         await session.close()
+
+    (attached,) = (tmp_path / "attached").iterdir()
+    attached_files = read_files(attached)
+    for name, data in attached_files.items():
+        assert API_KEY.encode() not in data, f"the key in {name} (attach)"
+    snap = json.loads(attached_files["snapshot.json"])
+    assert snap["source"] == {"kind": "attach", "url": session.store.run.url, "after_s": 0.0}
+    assert snap["kv"]["capacity_tokens"] == 11_840_000
 
     files = read_files(out)
     assert sorted(files) == ["screen.svg", "snapshot.json", "summary.md", "timeseries.csv",
