@@ -61,7 +61,8 @@ class ReplayStore(RunStore):
 
     def reset(self) -> None:
         """Empty, as new, but versions only go up: a panel redraws whatever it saw before."""
-        keep = {k: getattr(self, k) for k in ("versions", "listeners", "node", "scenarios")}
+        keep = {k: getattr(self, k)
+                for k in ("versions", "listeners", "node", "scenarios", "clock")}
         self.__dict__.update(RunStore().__dict__)
         self.__dict__.update(keep)
         self._quiet = False
@@ -86,6 +87,7 @@ class ReplaySession:
         self.recording = read_recording(path, self.origin)
         self.path = self.recording.path
         self.store = ReplayStore()
+        self.store.clock = self.clock  # ages on screen run in recording time
         header = self.recording.header
         self.store.node = str(header.get("node") or "")
         if isinstance(header.get("scenarios"), dict):

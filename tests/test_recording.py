@@ -687,3 +687,11 @@ def test_snapshot_of_a_recording_and_the_dashboard_comparing_with_it(demo: Demo,
     bad = cli.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
                                          str(tmp_path / "missing.json")])
     assert cli._app(ReplaySession(demo.path, paused=True), bad) is None
+
+
+def test_a_replay_keeps_its_clock_through_a_backward_seek(demo: Demo) -> None:
+    session = ReplaySession(demo.path, paused=True)
+    session.seek(session.duration)
+    session.seek(1.0)  # backwards: the store is rebuilt
+    assert session.store.clock() == pytest.approx(session.clock())
+    assert abs(session.store.clock() - (session.origin + 1.0)) < 0.01
