@@ -164,3 +164,24 @@ async def test_s_writes_a_snapshot_folder_and_a_bad_folder_is_reported(tmp_path)
                    for e in session.store.events)
         assert blocked.read_text() == "not a folder"
         assert app.is_running
+
+
+async def test_the_log_pane_shows_every_line_however_far_the_counters_lag() -> None:
+    """The supervisor appends to the run's log deque on its own schedule; the facts' line
+    count catches up later. The pane must still show every line, once, in order."""
+    from collections import deque
+    session = RecordingSession()
+    run = session.store.run
+    run.log_lines = deque(maxlen=400)
+    run.lines_seen = 0
+    for i in range(10):
+        run.log_lines.append((float(i), f"line {i}"))
+    app = EngramTopApp(session)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.6)
+        run.lines_seen = 3  # lagging behind the deque
+        for i in range(10, 15):
+            run.log_lines.append((float(i), f"line {i}"))
+        await pilot.pause(0.6)
+        pane = [strip.text for strip in app.query_one("#log").lines]
+    assert pane[1:] == [f"line {i}" for i in range(15)]

@@ -197,7 +197,7 @@ class EngramTopApp(App[int]):
         self.query_one("#log", RichLog).border_title = "Server log"
         self._rows: tuple[tuple[str, ...], ...] = ()
         self._log_source: object = None
-        self._log_seen = 0
+        self._log_last: object = None  # the last log entry written to the pane
         table.focus()
         self._apply_config()
         self.start_session()
@@ -305,18 +305,26 @@ class EngramTopApp(App[int]):
         log = self.query_one("#log", RichLog)
         lines = run.log_lines if run is not None else None
         if lines is not self._log_source:
-            self._log_source, self._log_seen = lines, 0
+            self._log_source, self._log_last = lines, None
             log.clear()
             if run is not None and run.log_path:
                 log.write(Text(f"── {run.scenario}: {run.log_path}", style="dim"))
-        if lines is None or run is None:
+        if not lines:
             return
-        new = run.lines_seen - self._log_seen
-        if new <= 0:
+        # What came after the last entry written, found by identity from the end: the
+        # supervisor appends to this bounded deque on its own schedule, so no counter kept
+        # beside it (RunFacts.lines_seen lags it) can say where the new lines start.
+        recent = list(lines)
+        start = 0
+        for i in range(len(recent) - 1, -1, -1):
+            if recent[i] is self._log_last:
+                start = i + 1
+                break
+        if start == len(recent):
             return
-        self._log_seen = run.lines_seen
+        self._log_last = recent[-1]
         styles = {"error": "bold red", "warning": "yellow", "ready": "bold green"}
-        for _, line in list(lines)[-min(new, len(lines)):]:
+        for _, line in recent[start:]:
             if facts.is_own_poll(line):
                 continue  # our own /health and /metrics polls: noise here, kept in the file
             log.write(Text(line, style=styles.get(facts.classify_log_line(line) or "", "")))
