@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from engram_top.config import Thresholds
-from engram_top.facts import gpu_facts, host_facts, kv_facts
+from engram_top.facts import gpu_facts, host_facts, kv_facts, wall_at
 from engram_top.store import RunFacts, RunStore
 
 MIB = 1024**2
@@ -55,16 +55,6 @@ class Finding:
     firing: bool = True
 
 
-def _wall_at(store: RunStore, now: float) -> float:
-    """The wall-clock time of monotonic `now`, by the newest reading's pair of clocks: right
-    for a replay (its clock runs in recording time) as for a live session."""
-    readings = [r for r in store.latest.values() if r is not None]
-    if readings:
-        newest = max(readings, key=lambda r: r.at)
-        return newest.wall + (now - newest.at)
-    return time.time() - (time.monotonic() - now)
-
-
 class AlertMonitor:
     def __init__(self, thresholds: Thresholds | None = None, *, announce: bool = True) -> None:
         self.t = thresholds or Thresholds()
@@ -88,7 +78,7 @@ class AlertMonitor:
                     alert.message, alert.severity = f.message, f.severity
                     touched = True
             elif f.firing:
-                alert = Alert(f.id, f.severity, f.message, since=_wall_at(store, now),
+                alert = Alert(f.id, f.severity, f.message, since=wall_at(store, now),
                               started_at=now)
                 active[f.id] = alert
                 if self.announce:

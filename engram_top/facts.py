@@ -6,6 +6,7 @@ Pure functions over a RunStore; no Textual, no I/O. Memory stays in bytes here; 
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
@@ -27,6 +28,16 @@ def source_status(store: RunStore, kind: str, now: float | None = None) -> dict[
     if latest is not None and latest.failing_since is not None:
         out["failing_for_s"] = round(now - latest.failing_since, 3)
     return out
+
+
+def wall_at(store: RunStore, now: float) -> float:
+    """The wall-clock time of monotonic `now`, by the newest reading's pair of clocks: right
+    for a replay (its clock runs in recording time) as for a live session."""
+    readings = [r for r in store.latest.values() if r is not None]
+    if readings:
+        newest = max(readings, key=lambda r: r.at)
+        return newest.wall + (now - newest.at)
+    return time.time() - (time.monotonic() - now)
 
 
 def server_pids(store: RunStore) -> set[int]:

@@ -1,0 +1,78 @@
+"""What recording, replay and snapshots cost, on an hour of a 4-GPU node at 1 Hz.
+
+Feeds a store the way a session does (gpu, host and server readings once a second for an
+hour, a recorder attached) and prints: the recorder's CPU time per second of session and the
+file's size; reading the recording back and seeking a replay to its end and to its middle;
+and writing one snapshot folder (screen.svg left out: that is Textual's export) with the
+size of each file. Figures, not pass/fail: the machine is shared and noisy.
+
+    python benchmarks/bench_export.py [--seconds 3600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from collectors.readings import GpuData, Reading, Status  # noqa: E402
+from engram_top import reference, snapshot  # noqa: E402
+from engram_top.recording import Recorder, read_recording  # noqa: E402
+from engram_top.replay import ReplaySession  # noqa: E402
+from engram_top.store import RunStore  # noqa: E402
+from scene import _gpu, _host, _server  # noqa: E402  (the SVG tests' fixed node)
+
+
+async def main(seconds: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "hour.jsonl"
+        store = RunStore()
+        recorder = Recorder(store, path).start()
+        cpu0 = time.process_time()
+        t0 = time.monotonic()
+        for k in range(seconds):
+            t = t0 + k
+            gpus = tuple(_gpu(i, 140.0 + 0.01 * (k % 50), 140.0, 90, 2e9 + k) for i in range(4))
+            store.add("gpu", Reading("nvml", Status.OK, GpuData("570", gpus), at=t))
+            store.add("host", Reading("host", Status.OK, _host(240.0 + 0.001 * k), at=t))
+            store.add("server", Reading("sglang", Status.OK, _server(t), at=t))
+            if k % 250 == 0:
+                await asyncio.sleep(0)  # let the recorder's flush tick run
+        recorder.close()
+        cpu = time.process_time() - cpu0
+        size = path.stat().st_size
+        print(f"recorder: {seconds} s of readings (3 sources/s), {cpu / seconds * 1e3:.3f} ms "
+              f"CPU per session second (store included), file {size / 1e6:.1f} MB "
+              f"({size / seconds / 1e3:.1f} kB/s)")
+
+        t = time.perf_counter()
+        rec = read_recording(path)
+        print(f"read_recording: {time.perf_counter() - t:.2f} s for {len(rec.records)} records")
+        t = time.perf_counter()
+        replay = ReplaySession(path, paused=True)
+        print(f"ReplaySession(): {time.perf_counter() - t:.2f} s")
+        for label, where in (("to the end", replay.duration), ("to the middle",
+                                                               replay.duration / 2)):
+            t = time.perf_counter()
+            replay.seek(where)
+            print(f"seek {label}: {(time.perf_counter() - t) * 1e3:.0f} ms")
+
+        ref = reference.default()
+        t = time.perf_counter()
+        out = snapshot.write_folder(Path(tmp) / "snaps", store, ref, svg=None)
+        took = time.perf_counter() - t
+        sizes = ", ".join(f"{p.name} {p.stat().st_size / 1e3:.0f} kB"
+                          for p in sorted(out.iterdir()))
+        print(f"snapshot folder: {took:.2f} s ({sizes})")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=int, default=3600)
+    asyncio.run(main(p.parse_args().seconds))
