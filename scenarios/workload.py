@@ -266,7 +266,9 @@ async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None
     rng = random.Random(spec.seed)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     biggest = max((lv.concurrency or 64) for lv in spec.levels)
-    limits = httpx.Limits(max_connections=biggest + 4)
+    # Keep every connection a level opened (httpx keeps 20 by default): a level above 20
+    # streams would otherwise reconnect on each request past the twentieth.
+    limits = httpx.Limits(max_connections=biggest + 4, max_keepalive_connections=biggest + 4)
     cpu0 = time.process_time()
     result = DriverResult([], 0, [], 0.0, 0.0)
     async with httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers,

@@ -38,6 +38,7 @@ WORDS = ("the", "engram", "table", "sits", "in", "host", "memory", "while", "kv"
 ENGRAM_BYTES_PER_TOKEN = 2 * 16 * 272  # assumption: 2 layers x 16 rows x 272 B (fp8 row + scales)
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
 MAX_LAG_S = 0.05  # how far behind plan the serving loop may run before it stops catching up
+BURST_MAX_S = 0.25  # the longest an idle server waits for a burst of arrivals to end
 CONTEXT_LEN = 1048576  # as the start-up log's scheduler summary prints it
 
 
@@ -159,7 +160,7 @@ class ServerCore:
             if step is None:
                 self.wake.clear()
                 await self.wake.wait()
-                await asyncio.sleep(BATCH_WINDOW_S * scale)
+                await self._gather_burst(scale)
                 clock = None
                 continue
             # Steps follow their planned ends, so event-loop lateness does not add up into
@@ -185,6 +186,17 @@ class ServerCore:
                     f"#running-req: {running_before}, "
                     f"#queue-req: {len(self.sched.waiting)}, input throughput (token/s): "
                     f"{step.tokens / max(1e-9, step.duration * scale):.2f}, cuda graph: False", 0)
+
+    async def _gather_burst(self, scale: float) -> None:
+        """After idling, wait until arrivals pause for a batch window (at most BURST_MAX_S):
+        a burst sent together is prefilled together, as the model has it, however long the
+        client takes to put it on the wire (model.BATCH_WINDOW_S says how long that is)."""
+        deadline = time.monotonic() + BURST_MAX_S * scale
+        while True:
+            seen = len(self.sched.waiting)
+            await asyncio.sleep(BATCH_WINDOW_S * scale)
+            if len(self.sched.waiting) == seen or time.monotonic() >= deadline:
+                return
 
     def _log_decode(self, batch: int) -> None:
         self.decode_steps += 1

@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from engram_top.reference import ServiceModel, Workload
 
 PREFILL_TOKEN_BUDGET = 16384  # SGLang's max_prefill_tokens default
-# After waking from idle the scheduler waits this long (node seconds) before forming a batch,
-# so a burst of requests sent together is prefilled together however their arrival jitters.
-BATCH_WINDOW_S = 0.005
+# After waking from idle the scheduler forms its first batch once arrivals have paused this
+# long (node seconds), so a burst of requests sent together is prefilled together however a
+# client spreads it: a Python client puts a 16-request burst on the wire over ~30 ms, a
+# couple of milliseconds apart, with the odd 20 ms hiccup on a busy machine. The offline
+# model's bursts are simultaneous, so there it is a plain wait after the first arrival.
+BATCH_WINDOW_S = 0.02
 # The offline closed loop's client turnaround: a finished request's successor arrives this
 # long after it (node seconds), i.e. just after the next step has begun, as over real HTTP.
 CLIENT_GAP_S = 0.002
