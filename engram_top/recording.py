@@ -39,6 +39,7 @@ from engram_top.recording_format import (
     unloose,
     update_facts,
 )
+from engram_top.redact import redact, redact_text
 from engram_top.store import Event, RunFacts, RunStore
 
 # --------------------------------------------------------------------------- recording
@@ -86,6 +87,9 @@ class Recorder:
         self._last_line: dict[str, Any] = {}  # run id -> the last log entry written (identity)
         self._run_version = -1
         self._load: Any = {}  # as a fresh store (and a replay) starts
+        # Secret values seen in the scenario definitions (API keys, tokens): scrubbed from
+        # events and log lines too (SGLang logs its whole ServerArgs, api_key included).
+        self.secrets: set[str] = set()
 
     @property
     def active(self) -> bool:
@@ -99,6 +103,7 @@ class Recorder:
         except OSError as exc:
             self._fail(exc)
             return self
+        scenarios_plain(self.store.scenarios, self.secrets)  # learn the secrets first
         self.store.listeners.append(self._on_store)
         if self.store.run is not None or self.store.latest:
             self._guard(self._catch_up)  # attached late: what the store holds already
@@ -126,7 +131,7 @@ class Recorder:
             self._write_run(payload, set_run=True)
         elif what == "event":
             self._write({"type": "event", "wall": payload.wall, "level": payload.level,
-                         "text": payload.text})
+                         "text": redact_text(payload.text, self.secrets)})
         elif what == "reading":
             self._write_reading(*payload)
         self._sample(force=False)
@@ -207,7 +212,8 @@ class Recorder:
             self._write_line({"type": "header", "format": FORMAT,
                               "engram_top": engram_top_version(), "node": self.store.node,
                               "wall": self.wall0, "monotonic": self.origin,
-                              "scenarios": scenarios_plain(self.store.scenarios)})
+                              "scenarios": scenarios_plain(self.store.scenarios,
+                                                           self.secrets)})
         t = self.clock() - self.origin
         self._write_line({"type": record["type"], "t": t,
                           **{k: v for k, v in record.items() if k != "type"}})
@@ -227,7 +233,7 @@ class Recorder:
 
     def _write_run(self, facts: RunFacts, set_run: bool = False) -> None:
         rid = self._run_id(facts)
-        now = encode_facts(facts, self.origin)
+        now = redact(encode_facts(facts, self.origin), self.secrets)
         before = self._written.get(rid, {})
         changed = {k: v for k, v in now.items() if k not in before or before[k] != v}
         for name in PATCH_FIELDS:
@@ -254,7 +260,8 @@ class Recorder:
         new.reverse()
         self._last_line[rid] = lines[-1]
         self._write({"type": "log", "run": rid,
-                     "lines": [[at - self.origin, text] for at, text in new]})
+                     "lines": [[at - self.origin, redact_text(text, self.secrets)]
+                               for at, text in new]})
 
     def _sample(self, force: bool) -> None:
         version = self.store.versions.get("run", 0)
@@ -275,7 +282,8 @@ class Recorder:
         if self.store.run is not None:  # set last: set_run drops the server's readings
             self._write_run(self.store.run, set_run=True)
         for e in self.store.events:
-            self._write({"type": "event", "wall": e.wall, "level": e.level, "text": e.text})
+            self._write({"type": "event", "wall": e.wall, "level": e.level,
+                         "text": redact_text(e.text, self.secrets)})
         for kind, reading in self.store.latest.items():
             good = self.store.last_ok.get(kind)
             if good is not None and good is not reading:

@@ -36,6 +36,7 @@ from pathlib import PurePath
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from collectors.readings import GpuData, HostData, Reading, ServerData
+from engram_top.redact import redact
 from engram_top.store import RunFacts
 
 FORMAT = 1
@@ -310,15 +311,12 @@ def decode_facts_fields(data: Any, origin: float, where: str) -> dict[str, Any]:
     return out
 
 
-def scenarios_plain(scenario_file: Any) -> dict[str, Any] | None:
-    """The scenario definitions as plain data, API keys left out (a recording travels)."""
+def scenarios_plain(scenario_file: Any, found: set[str] | None = None) -> dict[str, Any] | None:
+    """The scenario definitions as plain data, secrets (API keys, tokens in the environment)
+    redacted: a recording travels. The secret values removed go into `found`."""
     if scenario_file is None or not hasattr(scenario_file, "scenarios"):
         return None
-    out = unloose(loose(scenario_file))
-    for sc in out.get("scenarios", {}).values():
-        if isinstance(sc, dict) and sc.get("api_key"):
-            sc["api_key"] = "<redacted>"
-    return out
+    return redact(unloose(loose(scenario_file)), found)
 
 
 def engram_top_version() -> str | None:

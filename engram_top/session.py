@@ -98,6 +98,10 @@ class Session:
         self.scenarios: ScenarioFile | None = None
         if options.scenario_file is not None:
             self.scenarios = self._adjust(config.load(options.scenario_file))
+        # Known before start: a recorder's header (written at the first record) carries them.
+        self.store.scenarios = self.scenarios
+        self.store.node = (f"simulated {self.ref.gpus}x {self.ref.gpu_name}" if self.simulated
+                           else socket.gethostname())
         self.load: ClosedLoopLoad | None = None
         self.run: Run | None = None
         self.sglang: SglangCollector | None = None
@@ -141,10 +145,8 @@ class Session:
             host_backend: Any = SimHostBackend(node_dir)
             entry = [sys.executable, "-m", "engram_top", "sim", "serve", "--node-dir",
                      str(node_dir)]
-            self.store.node = f"simulated {self.ref.gpus}x {self.ref.gpu_name}"
         else:
             gpu_backend, host_backend, entry = NvmlBackend(), ProcBackend(), None
-            self.store.node = socket.gethostname()
         self.gpu = GpuCollector(gpu_backend)
         self.host = HostCollector(host_backend)
 
@@ -154,7 +156,6 @@ class Session:
         self.supervisor = Supervisor(state_dir, gpu_sample=gpu_backend.sample,
                                      host_used=host_used, simulated_entry=entry,
                                      on_event=self.store.event)
-        self.store.scenarios = self.scenarios
         self.store.add("gpu", await self.gpu.poll())
         self.store.add("host", await self.host.poll())
         i = o.poll_interval

@@ -695,3 +695,34 @@ def test_a_replay_keeps_its_clock_through_a_backward_seek(demo: Demo) -> None:
     session.seek(1.0)  # backwards: the store is rebuilt
     assert session.store.clock() == pytest.approx(session.clock())
     assert abs(session.store.clock() - (session.origin + 1.0)) < 0.01
+
+
+def test_no_secret_goes_into_a_recording(tmp_path: Path) -> None:
+    """A recording travels: the scenario's API key and the tokens in its environment are
+    redacted from the header, and scrubbed from events, log lines and run facts."""
+    from collections import deque
+
+    from scenarios import config
+    key, token = "sk-recorded-secret-9", "hf_recorded_token_9"
+    scenario_file = tmp_path / "secret.toml"
+    scenario_file.write_text(f'[defaults]\nkind = "simulated"\nhost = "127.0.0.1"\n\n'
+                             f'[scenarios.device]\nplacement = "device"\nport = 30998\n'
+                             f'api_key = "{key}"\nenv = {{ HF_TOKEN = "{token}" }}\n')
+    store = RunStore()
+    store.scenarios = config.load(scenario_file)
+    path = tmp_path / "rec.jsonl"
+    recorder = Recorder(store, path).start()
+    store.event("info", f"started with --api-key {key}")  # the first record: before the header
+    run = RunFacts(scenario="device", placement="device", node="n", time_scale=1.0,
+                   launched_wall=time.time(), launched_at=time.monotonic())
+    run.log_lines = deque([(time.monotonic(), f"server_args=ServerArgs(api_key='{key}', "
+                                              f"hf_token='{token}')")])
+    run.startup = {"server_args": {"api_key": key}}
+    store.set_run(run)
+    recorder.close()
+    text = path.read_text()
+    assert key not in text and token not in text
+    assert "<redacted>" in text and "started with --api-key" in text
+    replay = ReplaySession(path, paused=True)
+    replay.seek(replay.duration)
+    assert replay.store.scenarios.scenarios["device"]["env"] == {"HF_TOKEN": "<redacted>"}
