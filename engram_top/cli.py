@@ -236,6 +236,8 @@ def _run_recorded(app, args: argparse.Namespace,  # type: ignore[no-untyped-def]
     recorder = None
     if not args.no_record:
         path = args.record or recording.default_path(state_dir)
+        if args.record is None:
+            recording.prune(path.parent, recording.KEEP_RECORDINGS - 1)
         recorder = recording.Recorder(app.session.store, path).start()
         if recorder.active:
             app.session.store.event("info", f"recording to {path}")

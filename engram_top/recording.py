@@ -54,6 +54,25 @@ def default_path(state_dir: Path | None = None) -> Path:
     return state_dir / "recordings" / f"{stamp}-{os.getpid()}.jsonl"
 
 
+KEEP_RECORDINGS = 50  # default-folder recordings kept; older ones go as a new one starts
+
+
+def prune(folder: Path, keep: int = KEEP_RECORDINGS) -> list[Path]:
+    """Delete all but the newest `keep` recordings in a default recordings folder, so a
+    dashboard left to record by default does not fill the disk over months; what a user
+    asked for with --record is never touched. Returns what it deleted."""
+    try:
+        found = sorted(folder.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return []
+    gone = []
+    for old in found[:max(0, len(found) - keep)]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+            gone.append(old)
+    return gone
+
+
 class Recorder:
     """Follows a RunStore (store.listeners) and appends what it takes in to a JSON-lines file.
 

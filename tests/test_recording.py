@@ -726,3 +726,18 @@ def test_no_secret_goes_into_a_recording(tmp_path: Path) -> None:
     replay = ReplaySession(path, paused=True)
     replay.seek(replay.duration)
     assert replay.store.scenarios.scenarios["device"]["env"] == {"HF_TOKEN": "<redacted>"}
+
+
+def test_the_default_folder_keeps_the_newest_recordings(tmp_path: Path) -> None:
+    import os
+
+    from engram_top import recording
+    for i in range(5):
+        p = tmp_path / f"2026112{i}-000000-1.jsonl"
+        p.write_text("{}\n")
+        os.utime(p, (1_000_000 + i, 1_000_000 + i))
+    (tmp_path / "notes.txt").write_text("not a recording")
+    gone = recording.prune(tmp_path, keep=2)
+    assert sorted(p.name for p in gone) == [f"2026112{i}-000000-1.jsonl" for i in range(3)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "20261123-000000-1.jsonl", "20261124-000000-1.jsonl", "notes.txt"]
