@@ -21,12 +21,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from scene import gpu_device, host_data, server_data  # noqa: E402  (the SVG tests' fixed node)
+
 from collectors.readings import GpuData, Reading, Status  # noqa: E402
 from engram_top import reference, snapshot  # noqa: E402
 from engram_top.recording import Recorder, read_recording  # noqa: E402
 from engram_top.replay import ReplaySession  # noqa: E402
 from engram_top.store import RunStore  # noqa: E402
-from scene import _gpu, _host, _server  # noqa: E402  (the SVG tests' fixed node)
 
 
 async def main(seconds: int) -> None:
@@ -38,10 +39,11 @@ async def main(seconds: int) -> None:
         t0 = time.monotonic()
         for k in range(seconds):
             t = t0 + k
-            gpus = tuple(_gpu(i, 140.0 + 0.01 * (k % 50), 140.0, 90, 2e9 + k) for i in range(4))
+            used = 140.0 + 0.01 * (k % 50)
+            gpus = tuple(gpu_device(i, used, 140.0, 90, 2e9 + k) for i in range(4))
             store.add("gpu", Reading("nvml", Status.OK, GpuData("570", gpus), at=t))
-            store.add("host", Reading("host", Status.OK, _host(240.0 + 0.001 * k), at=t))
-            store.add("server", Reading("sglang", Status.OK, _server(t), at=t))
+            store.add("host", Reading("host", Status.OK, host_data(240.0 + 0.001 * k), at=t))
+            store.add("server", Reading("sglang", Status.OK, server_data(t), at=t))
             if k % 250 == 0:
                 await asyncio.sleep(0)  # let the recorder's flush tick run
         recorder.close()

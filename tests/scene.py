@@ -31,7 +31,7 @@ DEMO = Path(__file__).resolve().parents[1] / "scenarios" / "demo.toml"
 SERVER_PID = 4242
 
 
-def _gpu(index: int, used_gib: float, server_gib: float, util: int, rx: float) -> GpuDevice:
+def gpu_device(index: int, used_gib: float, server_gib: float, util: int, rx: float) -> GpuDevice:
     total = 179 * GIB
     used = round(used_gib * GIB)
     reserved = GIB // 2
@@ -44,7 +44,7 @@ def _gpu(index: int, used_gib: float, server_gib: float, util: int, rx: float) -
                    GpuProcess(999, None if index % 2 else 512 * 1024**2, "python")))
 
 
-def _host(used_gib: float) -> HostData:
+def host_data(used_gib: float) -> HostData:
     total = 2048 * GIB
     return HostData(
         total_bytes=total, available_bytes=total - round(used_gib * GIB),
@@ -58,7 +58,7 @@ def _host(used_gib: float) -> HostData:
         backend="simulated")
 
 
-def _server(t: float) -> ServerData:
+def server_data(t: float) -> ServerData:
     q = Quantiles
     return ServerData(
         url="http://127.0.0.1:30103", healthy=True, version="0.5.23",
@@ -102,13 +102,13 @@ def scene_store() -> RunStore:
     for k in range(120, -1, -1):
         t = NOW - k
         wall = WALL - k
-        gpus = tuple(_gpu(i, 140.5 + 0.2 * i + 0.3 * math.sin((t + i) / 9), 140.0 + 0.2 * i,
+        gpus = tuple(gpu_device(i, 140.5 + 0.2 * i + 0.3 * math.sin((t + i) / 9), 140.0 + 0.2 * i,
                           90 + i, 2.0e9 + 3e8 * math.sin(t / 5 + i)) for i in range(4))
         store.add("gpu", Reading("nvml", Status.OK, GpuData("570.00", gpus, "simulated"),
                                  at=t, wall=wall))
-        store.add("host", Reading("host", Status.OK, _host(241.6 + 0.05 * math.sin(t / 11)),
+        store.add("host", Reading("host", Status.OK, host_data(241.6 + 0.05 * math.sin(t / 11)),
                                   at=t, wall=wall))
-        store.add("server", Reading("sglang", Status.OK, _server(t), at=t, wall=wall))
+        store.add("server", Reading("sglang", Status.OK, server_data(t), at=t, wall=wall))
     store.load = {"concurrency": 8, "sent": 412, "completed": 404, "failed": 0}
     store.events.clear()
     for ago, level, text in ((400, "info", "started device"),
