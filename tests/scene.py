@@ -29,6 +29,15 @@ NOW = 10_000.0  # the frozen monotonic clock
 WALL = 1_795_000_000.0  # 2026-11-18 08:53:20 UTC, the frozen wall clock
 DEMO = Path(__file__).resolve().parents[1] / "scenarios" / "demo.toml"
 SERVER_PID = 4242
+# The seed's headline figures as a run's results (facts.summary keys), per placement.
+SEED_RESULTS = {
+    "device": {"gpus": 4, "weights_gb": 119.043, "kv_tokens": 11_840_000,
+               "host_delta_gib": 6.5, "ready_s": 125.0, "ttft_mean_ms": 350.0,
+               "itl_mean_ms": 26.0, "output_tok_s": 224.0},
+    "host-prefetch": {"gpus": 4, "weights_gb": 72.201, "kv_tokens": 42_700_288,
+                      "host_delta_gib": 201.6, "ready_s": 273.0, "ttft_mean_ms": 404.5,
+                      "itl_mean_ms": 28.84, "output_tok_s": 191.8},
+}
 
 
 def gpu_device(index: int, used_gib: float, server_gib: float, util: int, rx: float) -> GpuDevice:

@@ -12,6 +12,7 @@ import time
 
 import psutil
 import pytest
+from scene import SEED_RESULTS
 
 from collectors.readings import GpuData, GpuDevice, Reading, ServerData, Status
 from engram_top.app.main import EngramTopApp, HelpScreen
@@ -155,14 +156,7 @@ async def test_failing_sources_are_shown_with_their_age() -> None:
 async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline() -> None:
     store = RunStore()
     now = time.monotonic()
-    for name, results in (
-            ("device", {"gpus": 4, "weights_gb": 119.043, "kv_tokens": 11_840_000,
-                        "host_delta_gib": 6.5, "ready_s": 125.0, "ttft_mean_ms": 350.0,
-                        "itl_mean_ms": 26.0, "output_tok_s": 224.0}),
-            ("host-prefetch", {"gpus": 4, "weights_gb": 72.201, "kv_tokens": 42_700_288,
-                               "host_delta_gib": 201.6, "ready_s": 273.0,
-                               "ttft_mean_ms": 404.5, "itl_mean_ms": 28.84,
-                               "output_tok_s": 191.8})):
+    for name, results in SEED_RESULTS.items():
         facts = RunFacts(scenario=name, placement=name, node="n", time_scale=1.0,
                          launched_wall=time.time(), launched_at=now, state="stopped")
         facts.results.update(results)

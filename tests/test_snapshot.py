@@ -17,6 +17,7 @@ from xml.etree import ElementTree
 
 import pandas as pd
 import pytest
+from scene import SEED_RESULTS
 
 from collectors.readings import (
     GpuData,
@@ -51,14 +52,7 @@ def filled_store() -> RunStore:
     store = RunStore()
     store.node = "test node"
     now = time.monotonic()
-    for name, results in (
-            ("device", {"gpus": 4, "weights_gb": 119.043, "kv_tokens": 11_840_000,
-                        "host_delta_gib": 6.5, "ready_s": 125.0, "ttft_mean_ms": 350.0,
-                        "itl_mean_ms": 26.0, "output_tok_s": 224.0}),
-            ("host-prefetch", {"gpus": 4, "weights_gb": 72.201, "kv_tokens": 42_700_288,
-                               "host_delta_gib": 201.6, "ready_s": 273.0,
-                               "ttft_mean_ms": 404.5, "itl_mean_ms": 28.84,
-                               "output_tok_s": 191.8})):
+    for name, results in SEED_RESULTS.items():
         run = RunFacts(scenario=name, placement=name, node="test node", time_scale=1.0,
                        launched_wall=time.time() - 100, launched_at=now - 100, state="ready",
                        ready_at=now - 90, baseline_host_used=40 * GIB,
