@@ -98,7 +98,9 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
         new = await session.switch("tiny-16k")
         assert not alive(first_pids), "processes of the first server survived the switch"
         assert not port_in_use("127.0.0.1", first_port)
-        assert await session.supervisor.wait_ready(new, 300), new.failure
+        # The session's wait, not the supervisor's: it copies the run's state into the store's
+        # facts, which the assertions below read (the watch loop would, 50 ms later).
+        assert await session.wait_ready(300), new.failure
         await wait_until(lambda: store.data("server") is not None
                          and store.data("server").healthy
                          and store.data("server").max_total_num_tokens == 16384, 30,
