@@ -10,6 +10,9 @@ import errno
 import json
 import os
 import re
+import shutil
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -30,6 +33,7 @@ from collectors.readings import (
 )
 from engram_top import reference, snapshot
 from engram_top.alerts import Alert
+from engram_top.recording import Recorder
 from engram_top.redact import REDACTED, redact, redact_text
 from engram_top.snapshot import SnapshotError, write_folder
 from engram_top.store import RunFacts, RunStore
@@ -177,14 +181,28 @@ def test_parent_that_is_a_file_fails_cleanly(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through chmod 0o555")
 def test_read_only_folder_fails_cleanly(tmp_path: Path) -> None:
+    """`engram-top snapshot --out RO` into a folder it may not write: a clear message, exit 1,
+    nothing left. Root writes through chmod 0o555 by its capability CAP_DAC_OVERRIDE, so as
+    root (as in CI) the command runs with that capability dropped (setpriv, util-linux)."""
+    recording = tmp_path / "run.jsonl"
+    Recorder(filled_store(), recording).start().close()
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)
+    command = [sys.executable, "-m", "engram_top", "snapshot", "--recording", str(recording),
+               "--out", str(ro)]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "root needs setpriv (util-linux) to drop CAP_DAC_OVERRIDE"
+        command = [setpriv, "--inh-caps=-dac_override,-dac_read_search",
+                   "--bounding-set=-dac_override,-dac_read_search", *command]
     try:
-        with pytest.raises(SnapshotError, match=f"into {ro}: Permission denied"):
-            write_folder(ro, filled_store(), reference.default(), svg=None)
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "HOME": str(tmp_path)})
+        assert done.returncode == 1, done.stderr
+        assert f"into {ro}: Permission denied" in done.stderr
+        assert "Traceback" not in done.stderr
         assert list(ro.iterdir()) == []
     finally:
         ro.chmod(0o755)
