@@ -2,8 +2,9 @@
 
 write_folder() builds screen.svg, snapshot.json, timeseries.parquet/.csv and summary.md in a
 temporary sibling folder and renames it into place, so a full disk or an unwritable folder
-leaves nothing half-written. Everything goes through engram_top.redact: structured data by
-key, then every file's text by the secret values seen in it.
+leaves nothing half-written (prepare() takes what it needs from the store; Prepared.write()
+writes it, on a worker thread in the dashboard). Everything goes through engram_top.redact:
+structured data by key, then every file's text by the secret values seen in it.
 
 build()/write() (snapshot.json alone) and check_writable() remain for their callers.
 """
@@ -17,6 +18,7 @@ import errno
 import json
 import os
 import shutil
+import tempfile
 import time
 import warnings
 from collections.abc import Iterable
@@ -109,7 +111,15 @@ def write(out_dir: Path, snapshot: dict[str, Any]) -> Path:
 def write_folder(parent: Path, store: RunStore, ref: Reference, *, svg: str | None,
                  comparison_md: str | None = None, extra: dict[str, Any] | None = None,
                  name: str | None = None, secrets: Iterable[str] = ()) -> Path:
-    """Write a snapshot folder under `parent` and return its path.
+    """Write a snapshot folder under `parent` and return its path: prepare(...).write()."""
+    return prepare(parent, store, ref, svg=svg, comparison_md=comparison_md, extra=extra,
+                   name=name, secrets=secrets).write()
+
+
+def prepare(parent: Path, store: RunStore, ref: Reference, *, svg: str | None,
+            comparison_md: str | None = None, extra: dict[str, Any] | None = None,
+            name: str | None = None, secrets: Iterable[str] = ()) -> Prepared:
+    """Take everything a snapshot needs from the store, as of now; write nothing.
 
     `svg` is the screen as rendered (None: no screen.svg). `comparison_md` replaces the
     comparison built from the store's runs in summary.md. `extra` keys are added to
@@ -124,39 +134,68 @@ def write_folder(parent: Path, store: RunStore, ref: Reference, *, svg: str | No
     data = redact(snapshot_data(store, ref, comparison, extra), found)
     summary = summary_markdown(store, data, comparison_md if comparison_md is not None
                                else _comparison_md(comparison))
-    frame = timeseries_frame(store)
-    # The series' only free text is their names: scrubbed once each, the frame needs no
-    # scan of its own (a megabyte of numbers through every pattern took a third of a second).
-    names = {n: redact_text(n, found) for n in frame["series"].unique()}
-    frame["series"] = frame["series"].map(names)
     texts = {"snapshot.json": _json(data), "summary.md": summary}
     if svg is not None:
         texts["screen.svg"] = svg
+    return Prepared(parent, base, texts, _series_points(store), found)
 
-    _make_parent(parent)
-    tmp = parent / f".{base}.tmp-{os.getpid()}"
-    try:
-        if tmp.exists():  # left by a crashed writer of the same pid
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-        for file, text in texts.items():
-            placeholder = PLACEHOLDERS.get(Path(file).suffix, REDACTED)
-            _put(tmp / file, redact_text(text, found, placeholder).encode())
-        _put(tmp / "timeseries.csv", frame.to_csv(index=False).encode())
-        _write_parquet(tmp / "timeseries.parquet", frame)
-        _fsync_dir(tmp)
-        final = _rename_free(tmp, parent, base)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise SnapshotError(f"cannot write a snapshot into {parent}: {_reason(exc)}{where}") \
-            from exc
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    with contextlib.suppress(OSError):  # the folder is complete; this only hastens durability
-        _fsync_dir(parent)
-    return final
+
+@dataclasses.dataclass
+class Prepared:
+    """A snapshot as taken: its texts and copies of the series' points. write() reads nothing
+    else, so it can run on a worker thread while the store goes on changing (the dashboard
+    stays live through the pandas, Parquet and fsync work)."""
+
+    parent: Path
+    base: str
+    texts: dict[str, str]
+    series: SeriesPoints
+    secrets: set[str]
+
+    def write(self) -> Path:
+        """Write the folder atomically and return its path; SnapshotError if it cannot."""
+        frame = _frame(self.series)
+        # The series' only free text is their names: scrubbed once each, the frame needs no
+        # scan of its own (a megabyte of numbers through every pattern took a third of a
+        # second).
+        names = {n: redact_text(n, self.secrets) for n in frame["series"].unique()}
+        frame["series"] = frame["series"].map(names)
+        parent = self.parent
+        _make_parent(parent)
+        tmp: Path | None = None
+        try:
+            # A name of its own: two snapshots of the same second may be written at once.
+            tmp = Path(tempfile.mkdtemp(prefix=f".{self.base}.tmp-", dir=parent))
+            for file, text in self.texts.items():
+                placeholder = PLACEHOLDERS.get(Path(file).suffix, REDACTED)
+                _put(tmp / file, redact_text(text, self.secrets, placeholder).encode())
+            _put(tmp / "timeseries.csv", frame.to_csv(index=False).encode())
+            _write_parquet(tmp / "timeseries.parquet", frame)
+            _fsync_dir(tmp)
+            final = _rename_free(tmp, parent, self.base)
+        except OSError as exc:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise SnapshotError(f"cannot write a snapshot into {parent}: {_reason(exc)}"
+                                f"{self._where(exc, tmp)}") from exc
+        except BaseException:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        with contextlib.suppress(OSError):  # the folder is complete; this only hastens durability
+            _fsync_dir(parent)
+        return final
+
+    def _where(self, exc: OSError, tmp: Path | None) -> str:
+        """The file that failed, by its name; nothing for the folders the message names."""
+        if not exc.filename:
+            return ""
+        failed = Path(exc.filename)
+        if tmp is not None and failed.parent == tmp:
+            return f" ({failed.name})"
+        if failed.parent == self.parent and failed.name.startswith(f".{self.base}.tmp-"):
+            return ""  # the temporary folder itself: a name the user never sees
+        return "" if failed == self.parent else f" ({failed})"
 
 
 def snapshot_data(store: RunStore, ref: Reference, comparison: Comparison | None,
@@ -224,27 +263,45 @@ def _comparison_md(comparison: Comparison | None) -> str:
 
 # ----------------------------------------------------------------------------- time series
 
+@dataclasses.dataclass
+class SeriesPoints:
+    """Every stored series' points, copied, with the times that place them."""
+
+    points: dict[str, tuple[float, list[tuple[float, float]]]]  # name -> (fine start, points)
+    origin: float  # monotonic time of t_s = 0
+    now_mono: float
+    now_wall: float
+
+
+def _series_points(store: RunStore) -> SeriesPoints:
+    now_mono = store.clock()  # a replay's clock for a replayed store
+    points = {name: (s.fine[0][0] if s.fine else float("inf"), s.points())
+              for name, s in store.series.items()}
+    firsts = [p[0][0] for _, p in points.values() if p]
+    origin = store.run.launched_at if store.run else min(firsts, default=now_mono)
+    return SeriesPoints(points, origin, now_mono, facts.wall_at(store, now_mono))
+
+
 def timeseries_frame(store: RunStore):  # type: ignore[no-untyped-def]
     """Every stored series in long format: one row per point. t_s is seconds since the run's
     launch (negative: before it), or since the first point when there is no run; tier says
     whether a point is a raw sample ("fine") or an average of older ones ("coarse")."""
+    return _frame(_series_points(store))
+
+
+def _frame(taken: SeriesPoints):  # type: ignore[no-untyped-def]
     import pandas as pd  # a second's import; only exports need it
 
-    now_mono = store.clock()  # a replay's clock for a replayed store
-    now_wall = facts.wall_at(store, now_mono)
-    firsts = [s.points()[0][0] for s in store.series.values() if s.points()]
-    origin = store.run.launched_at if store.run else min(firsts, default=now_mono)
     rows = []
-    for name in sorted(store.series):
-        series = store.series[name]
-        fine_start = series.fine[0][0] if series.fine else float("inf")
+    for name in sorted(taken.points):
+        fine_start, points = taken.points[name]
         source, _, metric = name.partition(".")
         gpu = int(source[3:]) if source.startswith("gpu") and source[3:].isdigit() else None
-        for t, value in series.points():
-            rows.append((name, "gpu" if gpu is not None else source, gpu, metric,
-                         UNITS.get(metric.rpartition(".")[2], ""),
-                         "coarse" if t < fine_start else "fine",
-                         t - origin, now_wall - (now_mono - t), value))
+        unit = UNITS.get(metric.rpartition(".")[2], "")
+        for t, value in points:
+            rows.append((name, "gpu" if gpu is not None else source, gpu, metric, unit,
+                         "coarse" if t < fine_start else "fine", t - taken.origin,
+                         taken.now_wall - (taken.now_mono - t), value))
     frame = pd.DataFrame(rows, columns=TIMESERIES_COLUMNS)
     frame["gpu"] = frame["gpu"].astype("Int64")
     frame["t_s"] = frame["t_s"].astype("float64")

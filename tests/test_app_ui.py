@@ -9,7 +9,7 @@ import html
 from pathlib import Path
 
 from scene import GIB, NOW, WALL, frozen_time_zone, scene_store
-from test_app import screen_text
+from test_app import screen_text, wait_for
 
 from collectors.readings import GpuData, Reading, Status
 from engram_top.app.compare_screen import CompareScreen
@@ -142,27 +142,38 @@ async def test_clicking_the_highlighted_scenario_starts_it() -> None:
 async def test_s_writes_a_snapshot_folder_and_a_bad_folder_is_reported(tmp_path) -> None:
     session = RecordingSession()
     app = EngramTopApp(session, snapshot_dir=tmp_path / "snaps")
+
+    def said(level: str, text: str) -> list[str]:
+        return [e.text for e in session.store.events if e.level == level and text in e.text]
+
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause(0.3)
-        await pilot.press("s")
-        await pilot.pause(0.3)
-        (folder,) = (tmp_path / "snaps").iterdir()
-        assert sorted(p.name for p in folder.iterdir()) == [
-            "screen.svg", "snapshot.json", "summary.md", "timeseries.csv", "timeseries.parquet"]
+        # Twice at once: two folders (the files are written on a thread while the dashboard
+        # goes on).
+        await pilot.press("s", "s")
+        await wait_for(pilot, lambda: len(said("info", "snapshot written")) == 2, 20,
+                       "two snapshots written")
+        folders = sorted((tmp_path / "snaps").iterdir())
+        assert len(folders) == 2
+        for folder in folders:
+            assert sorted(p.name for p in folder.iterdir()) == [
+                "screen.svg", "snapshot.json", "summary.md", "timeseries.csv",
+                "timeseries.parquet"]
         svg = html.unescape((folder / "screen.svg").read_text()).replace("\xa0", " ")
         assert "HBM per GPU" in svg and "42.70M" in svg
         summary = (folder / "summary.md").read_text()
         assert "host-prefetch" in summary and "+15.57%" in summary  # the seed's column
-        assert any(f"snapshot written: {folder}" in e.text for e in session.store.events)
+        assert {f"snapshot written: {f}" for f in folders} == set(said("info", "snapshot"))
         # A file where the folder should be: refused, said, nothing left behind.
         blocked = tmp_path / "blocked"
         blocked.write_text("not a folder")
         app.snapshot_dir = blocked
         await pilot.press("s")
-        await pilot.pause(0.3)
-        assert any(e.level == "error" and "snapshot" in e.text and str(blocked) in e.text
-                   for e in session.store.events)
+        await wait_for(pilot, lambda: said("error", "snapshot"), 20, "the refusal")
+        assert said("error", "snapshot") == [
+            f"snapshot: cannot write into {blocked}: not a folder"]
         assert blocked.read_text() == "not a folder"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["blocked", "snaps"]
         assert app.is_running
 
 

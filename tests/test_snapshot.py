@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -206,6 +207,20 @@ def test_read_only_folder_fails_cleanly(tmp_path: Path) -> None:
         assert list(ro.iterdir()) == []
     finally:
         ro.chmod(0o755)
+
+
+def test_snapshots_of_the_same_name_written_at_once_both_land(tmp_path: Path) -> None:
+    """The dashboard writes on a thread, so two `s` presses in one second write at once."""
+    store = filled_store()
+    taken = [snapshot.prepare(tmp_path, store, reference.default(), svg=None, name="same")
+             for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        paths = sorted(pool.map(lambda p: p.write(), taken))
+    assert [p.name for p in paths] == ["same", "same-2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same", "same-2"]
+    first, second = read_files(paths[0]), read_files(paths[1])
+    assert first.keys() == second.keys() and len(first) == 4  # no screen.svg: svg=None
+    assert first["timeseries.csv"] == second["timeseries.csv"]  # taken from the same store
 
 
 def test_full_disk_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

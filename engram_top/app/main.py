@@ -3,6 +3,7 @@ panels whose sources changed; the session does all I/O."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -413,7 +414,9 @@ class EngramTopApp(App[int]):
         return text
 
     def action_snapshot(self) -> None:
-        """The screen as it is now, with everything behind it, in a new folder."""
+        """The screen as it is now, with everything behind it, in a new folder. What the
+        store holds is taken here, on the UI loop; the files are written on a thread, so the
+        dashboard stays live through pandas, Parquet and fsync (about half a second)."""
         store = self.session.store
         comparison = compare_screen.comparison(
             store, None, extra=self.compare_with, reference=self.reference,
@@ -421,15 +424,34 @@ class EngramTopApp(App[int]):
         options = getattr(self.session, "options", None)
         secrets = [getattr(options, "api_key", None) or ""]
         try:
-            path = snapshot.write_folder(
+            taken = snapshot.prepare(
                 self.snapshot_dir, store, self.reference, svg=self.export_screenshot(),
                 comparison_md=None if comparison is None else to_markdown(comparison),
                 secrets=secrets)
-        except snapshot.SnapshotError as exc:  # nothing half-written; the app goes on
-            store.event("error", f"snapshot: {exc}")
-            self.notify(str(exc), title="snapshot failed", severity="error", timeout=15)
+        except snapshot.SnapshotError as exc:
+            self._snapshot_failed(exc)
             return
-        store.event("info", f"snapshot written: {path}")
+        self._write_snapshot(taken)
+
+    @work(group="snapshot", exit_on_error=False)
+    async def _write_snapshot(self, taken: snapshot.Prepared) -> None:
+        # A thread for the files; the result is told here, on the loop. Quitting meanwhile
+        # cancels this worker, not the write: Python waits for the thread before it exits.
+        try:
+            path = await asyncio.to_thread(taken.write)
+        except snapshot.SnapshotError as exc:  # nothing half-written; the app goes on
+            self._snapshot_failed(exc)
+        except Exception as exc:  # a bug must still be seen, not lost with the worker
+            self._snapshot_failed(RuntimeError(f"{type(exc).__name__}: {exc}"))
+        else:
+            self._snapshot_written(path)
+
+    def _snapshot_failed(self, exc: Exception) -> None:
+        self.session.store.event("error", f"snapshot: {exc}")
+        self.notify(str(exc), title="snapshot failed", severity="error", timeout=15)
+
+    def _snapshot_written(self, path: Path) -> None:
+        self.session.store.event("info", f"snapshot written: {path}")
         self.notify(str(path), title="snapshot written")
 
     # ------------------------------------------------------------------ replay
