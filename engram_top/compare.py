@@ -111,12 +111,16 @@ class Metric:
     label: str
     unit: str
     better: str  # "lower" or "higher"
+    # "relative": Δ = mean / baseline - 1. "absolute": Δ = mean - baseline, in `unit`, for a
+    # figure that is itself a difference (host memory since launch: the baseline's few GiB
+    # would make any host placement thousands of percent).
+    delta: str = "relative"
 
 
 WEIGHTS = Metric("weights_gb", "weights per GPU", "GB", "lower")
 KV = Metric("kv_tokens", "KV capacity", "tokens", "higher")
 KV_RATIO = Metric("kv_ratio", "KV capacity vs baseline", "x", "higher")
-HOST = Metric("host_delta_gib", "host memory delta", "GiB", "lower")
+HOST = Metric("host_delta_gib", "host memory delta", "GiB", "lower", delta="absolute")
 READY = Metric("ready_s", "time to ready", "s", "lower")
 TTFT = Metric("ttft_mean_ms", "mean TTFT", "ms", "lower")
 TPOT = Metric("tpot_mean_ms", "mean TPOT", "ms", "lower")
@@ -144,7 +148,7 @@ _EXTRACT: dict[str, Callable[[RunResult], float | None]] = {
 
 @dataclass(frozen=True)
 class Interval:
-    """95% interval of the relative delta (a fraction, like the delta itself)."""
+    """95% interval of the delta, in the delta's terms (a fraction, or the metric's unit)."""
 
     lo: float
     hi: float
@@ -156,7 +160,7 @@ class Interval:
 class Cell:
     n: int  # trials that measured this metric
     mean: float | None
-    delta: float | None = None  # mean / baseline mean - 1; None in the baseline column
+    delta: float | None = None  # see Metric.delta; None in the baseline column
     interval: Interval | None = None
     spans_zero: bool | None = None  # the interval holds 0: smaller than the noise
 
@@ -216,7 +220,8 @@ def compare(results: list[RunResult], baseline: str, *,
         if metric is KV_RATIO:
             cells = _ratio_cells(rows[-1], baseline)
         else:
-            cells = _cells(by_scenario, baseline, _EXTRACT[metric.key])
+            cells = _cells(by_scenario, baseline, _EXTRACT[metric.key],
+                           absolute=metric.delta == "absolute")
         rows.append(Row(metric, cells, _seed_figures(metric, reference, placements)))
     if price_per_gpu_hour is not None:
         price = price_per_gpu_hour
@@ -244,7 +249,8 @@ def _cost(r: RunResult, price_per_gpu_hour: float) -> float | None:
 
 
 def _cells(by_scenario: dict[str, list[RunResult]], baseline: str,
-           extract: Callable[[RunResult], float | None]) -> dict[str, Cell]:
+           extract: Callable[[RunResult], float | None], *,
+           absolute: bool = False) -> dict[str, Cell]:
     samples = {s: _samples(rs, extract) for s, rs in by_scenario.items()}
     base = samples[baseline]
     out = {}
@@ -252,7 +258,7 @@ def _cells(by_scenario: dict[str, list[RunResult]], baseline: str,
         if scenario == baseline:
             out[scenario] = Cell(len(sample), _mean(list(sample.values())))
         else:
-            out[scenario] = _delta_cell(sample, base)
+            out[scenario] = _delta_cell(sample, base, absolute)
     return out
 
 
@@ -271,47 +277,53 @@ def _values(sample: dict[int, float] | list[float]) -> list[float]:
 
 
 def _delta_cell(sample: dict[int, float] | list[float],
-                base: dict[int, float] | list[float]) -> Cell:
+                base: dict[int, float] | list[float], absolute: bool = False) -> Cell:
     xs, bs = _values(sample), _values(base)
     mean, base_mean = _mean(xs), _mean(bs)
-    if mean is None or base_mean is None or base_mean == 0:
+    if mean is None or base_mean is None or (base_mean == 0 and not absolute):
         return Cell(len(xs), mean)
-    delta = mean / base_mean - 1.0
+    delta = mean - base_mean if absolute else mean / base_mean - 1.0
     interval = None
     if len(xs) >= 2 and len(bs) >= 2:
         if isinstance(sample, dict) and isinstance(base, dict) and sample.keys() == base.keys():
-            interval = _paired(sample, base)
+            interval = _paired(sample, base, absolute)
         else:
-            interval = _welch(xs, bs)
+            interval = _welch(xs, bs, absolute)
     spans = None if interval is None else interval.lo <= 0.0 <= interval.hi
     return Cell(len(xs), mean, delta, interval, spans)
 
 
-def _paired(sample: dict[int, float], base: dict[int, float]) -> Interval | None:
-    """Same trials on both sides: the relative delta of each pair, then a t-interval.
-    Pairing removes what the two runs of one trial share (the node's state, the prompts)."""
-    if any(base[t] == 0 for t in base):
+def _paired(sample: dict[int, float], base: dict[int, float],
+            absolute: bool = False) -> Interval | None:
+    """Same trials on both sides: the delta of each pair, then a t-interval. Pairing
+    removes what the two runs of one trial share (the node's state, the prompts)."""
+    if absolute:
+        rel = [sample[t] - base[t] for t in sorted(base)]
+    elif any(base[t] == 0 for t in base):
         return None
-    rel = [sample[t] / base[t] - 1.0 for t in sorted(base)]
+    else:
+        rel = [sample[t] / base[t] - 1.0 for t in sorted(base)]
     n = len(rel)
     m = sum(rel) / n
     half = t95(n - 1) * math.sqrt(_var(rel) / n)
     return Interval(m - half, m + half, "paired", float(n - 1))
 
 
-def _welch(xs: list[float], bs: list[float]) -> Interval:
+def _welch(xs: list[float], bs: list[float], absolute: bool = False) -> Interval:
     """Unequal trial sets: Welch's interval on the difference of means, divided by the
-    baseline mean so it reads as a relative delta like the point estimate."""
+    baseline mean so it reads as a relative delta like the point estimate (not divided for
+    an absolute delta)."""
     mx, mb = sum(xs) / len(xs), sum(bs) / len(bs)
+    scale = 1.0 if absolute else mb
     vx, vb = _var(xs) / len(xs), _var(bs) / len(bs)
     se = math.sqrt(vx + vb)
     diff = mx - mb
     if se == 0:
-        return Interval(diff / mb, diff / mb, "welch", None)
+        return Interval(diff / scale, diff / scale, "welch", None)
     # Welch-Satterthwaite; the t table is by whole df, so round down (the wider interval).
     df = (vx + vb) ** 2 / (vx**2 / (len(xs) - 1) + vb**2 / (len(bs) - 1))
     half = t95(max(1, math.floor(df))) * se
-    lo, hi = (diff - half) / mb, (diff + half) / mb
+    lo, hi = (diff - half) / scale, (diff + half) / scale
     return Interval(min(lo, hi), max(lo, hi), "welch", df)
 
 
@@ -464,7 +476,8 @@ def _header_line(c: Comparison) -> str:
     else:
         trials = "trials " + ", ".join(f"{s} {n}" for s, n in c.trials.items())
     return (f"Baseline: {c.baseline}; {trials}. Cells: mean over trials "
-            f"(Δ relative change of the mean vs {c.baseline} [95% interval]).")
+            f"(Δ relative change of the mean vs {c.baseline} [95% interval]; host memory "
+            f"delta: Δ in GiB).")
 
 
 def _md_row(cells: list[str]) -> str:
@@ -476,9 +489,10 @@ def _fmt_cell(metric: Metric, cell: Cell, trials: int) -> str:
         return "n/a"
     text = _fmt_value(metric, cell.mean)
     if cell.delta is not None:
-        delta = f"Δ {_pct(cell.delta)}"
+        show = (lambda v: f"{v:+.1f} {metric.unit}") if metric.delta == "absolute" else _pct
+        delta = f"Δ {show(cell.delta)}"
         if cell.interval is not None:
-            delta += f" [{_pct(cell.interval.lo)}, {_pct(cell.interval.hi)}]"
+            delta += f" [{show(cell.interval.lo)}, {show(cell.interval.hi)}]"
         text += f" ({delta})"
         if cell.spans_zero:
             # A trailing " ~" with spaces round it never opens Markdown strikethrough.

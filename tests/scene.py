@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from pathlib import Path
 
 from collectors.readings import (
@@ -26,7 +27,7 @@ from scenarios import config
 
 GIB = 1024**3
 NOW = 10_000.0  # the frozen monotonic clock
-WALL = 1_795_000_000.0  # 2026-11-18 08:53:20 UTC, the frozen wall clock
+WALL = 1_795_000_000.0  # 2026-11-18 11:06:40 UTC, the frozen wall clock
 DEMO = Path(__file__).resolve().parents[1] / "scenarios" / "demo.toml"
 SERVER_PID = 4242
 # The seed's headline figures as a run's results (facts.summary keys), per placement.
@@ -92,6 +93,12 @@ def _run(name: str, launched: float, ready_s: float, state: str, results: dict) 
     return run
 
 
+def _log_line(ago: float, text: str, rank: int | None) -> str:
+    """A line as the simulated server writes it (UTC, whatever the machine's zone)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(WALL - ago))
+    return f"[{stamp}{'' if rank is None else f' TP{rank}'}] {text}"
+
+
 def scene_store() -> RunStore:
     store = RunStore()
     store.clock = lambda: NOW
@@ -106,6 +113,21 @@ def scene_store() -> RunStore:
         "gpus": 4, "ready_s": 27.3, "weights_gb": 72.201, "kv_tokens": 42_700_288,
         "host_delta_gib": 201.6, "ttft_p50_ms": 399.5, "ttft_mean_ms": 404.5,
         "itl_p50_ms": 28.8, "itl_mean_ms": 28.84, "output_tok_s": 191.8})
+    lines = (
+        (178, "Init torch distributed ends. elapsed=0.80 s, mem usage=0.50 GB", 0),
+        (176, "Load weight begin. avail mem=178.50 GB", 0),
+        (168, "engram host table L1: layout=shared, 100352 MiB resident, 100352 MiB in huge "
+              "pages (100%), pinned", 0),
+        (165, "Load weight end. elapsed=10.52 s, type=DeepseekV4ForCausalLM, quant=fp8, "
+              "avail mem=106.30 GB, mem usage=72.20 GB.", 0),
+        (163, "KV Cache is allocated. #tokens: 42700288, KV size: 59.47 GB", 0),
+        (162, "Capture cuda graph begin. This can take up to several minutes. "
+              "avail mem=46.83 GB", 0),
+        (155, "Capture cuda graph end. Time elapsed: 6.91 s. mem usage=1.20 GB. "
+              "avail mem=45.63 GB.", 0),
+        (153, "The server is fired up and ready to roll!", None))
+    prefetch.log_lines = deque([(WALL - ago, _log_line(ago, text, rank))
+                                for ago, text, rank in lines], maxlen=400)
     store.set_run(prefetch)
     # Two minutes of history at 1 Hz, the last point now.
     for k in range(120, -1, -1):
@@ -124,7 +146,7 @@ def scene_store() -> RunStore:
                              (190, "info", "switching to host-prefetch: device stopped, "
                                            "HBM returned in 0.6 s"),
                              (153, "info", "host-prefetch ready in 27.3 s (273 s node time)"),
-                             (60, "warning", "host available memory 88.2% used (> 90%)")):
+                             (150, "info", "load started: 8 streams, closed loop")):
         store.events.append(Event(WALL - ago, level, text))
     return store
 

@@ -177,6 +177,30 @@ async def test_s_writes_a_snapshot_folder_and_a_bad_folder_is_reported(tmp_path)
         assert app.is_running
 
 
+async def test_the_log_pane_shortens_sglang_prefixes_and_keeps_the_rest() -> None:
+    """"[2026-11-29 11:03:58 TP0] " takes a third of a narrow pane: the pane shows the time
+    and the ranks; lines of any other shape are shown whole."""
+    from collections import deque
+    session = RecordingSession()
+    run = session.store.run
+    run.log_lines = deque([
+        (0.0, "[2026-11-29 11:03:58 TP0] Load weight begin. avail mem=178.50 GB"),
+        (1.0, "[2026-11-29 11:03:59 DP1 TP3] KV Cache is allocated. #tokens: 42700288"),
+        (2.0, "[2026-11-29 11:04:07] The server is fired up and ready to roll!"),
+        (3.0, "Traceback (most recent call last):"),
+        (4.0, "[2026-11-29] not SGLang's prefix"),
+    ], maxlen=400)
+    app = EngramTopApp(session)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.6)
+        pane = [strip.text for strip in app.query_one("#log").lines]
+    assert pane[1:] == ["11:03:58 TP0 Load weight begin. avail mem=178.50 GB",
+                        "11:03:59 DP1 TP3 KV Cache is allocated. #tokens: 42700288",
+                        "11:04:07 The server is fired up and ready to roll!",
+                        "Traceback (most recent call last):",
+                        "[2026-11-29] not SGLang's prefix"]
+
+
 async def test_the_log_pane_shows_every_line_however_far_the_counters_lag() -> None:
     """The supervisor appends to the run's log deque on its own schedule; the facts' line
     count catches up later. The pane must still show every line, once, in order."""

@@ -90,6 +90,34 @@ def test_welch_when_trial_counts_differ() -> None:
     assert cell.spans_zero is True  # two baseline trials leave a wide interval
 
 
+def test_host_memory_delta_is_absolute_in_gib() -> None:
+    """Host memory since launch is already a difference: against a device baseline of a few
+    GiB any host placement would be thousands of percent. Its Δ is in GiB, paired by hand:
+    pairs 195, 196, 194 GiB; mean 195, sd 1, se 1/sqrt(3), t(2 df) = 4.3027."""
+    results = (series("device", "host_delta_gib", [6.0, 6.5, 7.0])
+               + series("host", "host_delta_gib", [201.0, 202.5, 201.0]))
+    c = compare(results, "device")
+    cell = c.row("host_delta_gib").cells["host"]
+    assert c.row("host_delta_gib").metric.delta == "absolute"
+    assert cell.delta == pytest.approx(195.0)
+    assert cell.interval is not None and cell.interval.method == "paired"
+    half = 4.3027 / 3 ** 0.5
+    assert (cell.interval.lo, cell.interval.hi) == (pytest.approx(195 - half),
+                                                    pytest.approx(195 + half))
+    assert md_row(to_markdown(c), "host memory delta")[4] == (
+        "201.5 (Δ +195.0 GiB [+192.5 GiB, +197.5 GiB])")
+    # Welch, unequal trials: the difference of means, not divided by the baseline.
+    welch = compare(series("device", "host_delta_gib", [6.0, 7.0])
+                    + series("host", "host_delta_gib", [200.0, 202.0, 204.0]), "device")
+    w = welch.row("host_delta_gib").cells["host"]
+    assert w.delta == pytest.approx(195.5) and w.interval is not None
+    assert w.interval.method == "welch"
+    assert (w.interval.lo + w.interval.hi) / 2 == pytest.approx(195.5)
+    # A baseline of zero GiB still gives a delta (a relative one would divide by it).
+    zero = compare([run("a", 0, host_delta_gib=0.0), run("b", 0, host_delta_gib=3.0)], "a")
+    assert zero.row("host_delta_gib").cells["b"].delta == pytest.approx(3.0)
+
+
 def test_equal_counts_but_other_trials_use_welch() -> None:
     # Same number of trials but not the same ones: nothing to pair.
     results = [run("a", 0, output_tok_s=10.0), run("a", 1, output_tok_s=12.0),

@@ -36,6 +36,7 @@ from collectors.readings import (
     Status,
 )
 from engram_top import cli, facts
+from engram_top.app import panels
 from engram_top.app.main import ConfirmScreen, EngramTopApp
 from engram_top.recording import Recorder, read_recording, runs_from_recording
 from engram_top.recording_format import (
@@ -301,7 +302,7 @@ async def test_dashboard_shows_the_replay(demo: Demo) -> None:
         assert rows["host-prefetch"][3:] == ["42.70M", "72.201", "+201.6 GiB"]
         assert rows["device"][3:] == ["11.84M", "119.043", "+6.5 GiB"]
         log = [s.text for s in app.query_one("#log").lines]
-        shown_live = [line for line in demo.log_lines["host-prefetch"]
+        shown_live = [panels.log_line(line).plain for line in demo.log_lines["host-prefetch"]
                       if not facts.is_own_poll(line)]
         assert log[0].startswith("── host-prefetch: ")
         assert log[1:] == shown_live[-(len(log) - 1):] and len(log) > 20

@@ -81,11 +81,14 @@ def _cell(metric: Metric, cell: Cell) -> Text:
     if cell.delta is None:
         return text
     good = cell.delta < 0 if metric.better == "lower" else cell.delta > 0
-    style = "dim" if cell.spans_zero or abs(cell.delta) < 0.005 else (
-        "green" if good else "red")
-    text.append(f" {cell.delta * 100:+.1f}%", style=style)
+    if metric.delta == "absolute":  # in the metric's unit: host GiB since launch
+        small, unit, scale = abs(cell.delta) < 0.05, f" {metric.unit}", 1.0
+    else:
+        small, unit, scale = abs(cell.delta) < 0.005, "%", 100.0
+    style = "dim" if cell.spans_zero or small else ("green" if good else "red")
+    text.append(f" {cell.delta * scale:+.1f}{unit}", style=style)
     if cell.interval is not None:
-        text.append(f"\n[{cell.interval.lo * 100:+.1f}, {cell.interval.hi * 100:+.1f}]",
+        text.append(f"\n[{cell.interval.lo * scale:+.1f}, {cell.interval.hi * scale:+.1f}]",
                     style="dim")
     if cell.spans_zero:
         text.append(" ~", style="bold yellow")

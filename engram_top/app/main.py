@@ -184,15 +184,18 @@ class EngramTopApp(App[int]):
             for key in TREND_CHARTS:
                 yield ChartView(partial(trends.draw, key), id=f"trend-{key}")
         with Horizontal(id="bottom"):
-            yield DataTable(id="scenarios", cursor_type="row", zebra_stripes=True)
+            # No cell padding: each column's width leaves its own gap, and the six columns
+            # fit in 72 cells, so a 100-column terminal shows them all without scrolling.
+            yield DataTable(id="scenarios", cursor_type="row", zebra_stripes=True,
+                            cell_padding=0)
             yield RichLog(id="log", max_lines=500, wrap=False, markup=False)
         yield Static(id="events")
         yield Footer()
 
     def on_mount(self) -> None:
         table = self.query_one("#scenarios", DataTable)
-        for label, width in (("scenario", 16), ("state", 14), ("ready", 8), ("KV tokens", 9),
-                             ("weights GB", 10), ("host Δ", 11)):
+        for label, width in (("scenario", 17), ("state", 13), ("ready", 8), ("KV tokens", 10),
+                             ("weights GB", 11), ("host Δ", 11)):
             table.add_column(label, width=width)
         table.border_title = "Scenarios"
         self.query_one("#log", RichLog).border_title = "Server log"
@@ -328,7 +331,7 @@ class EngramTopApp(App[int]):
         for _, line in recent[start:]:
             if facts.is_own_poll(line):
                 continue  # our own /health and /metrics polls: noise here, kept in the file
-            log.write(Text(line, style=styles.get(facts.classify_log_line(line) or "", "")))
+            log.write(panels.log_line(line, styles.get(facts.classify_log_line(line) or "", "")))
 
     # ------------------------------------------------------------------ control
     def _serving(self) -> str | None:

@@ -6,6 +6,7 @@ are. Every panel says when its source is failing and how old its values are.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Group
@@ -301,3 +302,19 @@ def header(store: RunStore, now: float) -> Text:
     if run.exit_code is not None and run.state in ("exited", "failed"):
         text.append(f"  exit code {run.exit_code}", style="red")
     return text
+
+
+# SGLang's prefix, "[2026-11-29 11:03:58 TP0] " (ranks: TP, DP, PP, EP, ...): 26 columns of a
+# narrow pane before the message starts. The pane shows the time and ranks; the file keeps it.
+LOG_PREFIX = re.compile(r"^\[\d{4}-\d{2}-\d{2} (\d{2}:\d{2}:\d{2})((?: [A-Z]{2}\d+)*)\] ")
+
+
+def log_line(line: str, style: str = "") -> Text:
+    """A server log line for the log pane: a short, dim time and rank, then the message."""
+    m = LOG_PREFIX.match(line)
+    if m is None:
+        return Text(line, style=style)
+    text = Text(f"{m.group(1)}{m.group(2)} ", style="dim")
+    text.append(line[m.end():], style=style)
+    return text
+
