@@ -153,9 +153,12 @@ class Session:
         def host_used() -> int:
             return host_sample(host_backend, None).used_bytes
 
+        def host_shmem() -> int:
+            return host_sample(host_backend, None).shmem_bytes
+
         self.supervisor = Supervisor(state_dir, gpu_sample=gpu_backend.sample,
-                                     host_used=host_used, simulated_entry=entry,
-                                     on_event=self.store.event)
+                                     host_used=host_used, host_shmem=host_shmem,
+                                     simulated_entry=entry, on_event=self.store.event)
         self.store.add("gpu", await self.gpu.poll())
         self.store.add("host", await self.host.poll())
         i = o.poll_interval

@@ -36,6 +36,7 @@ FOLLOW_S = 0.1  # log tail and liveness cadence while a server starts
 HEALTH_S = 0.5  # /health probe cadence once the log shows the HTTP server is up
 HEALTH_ONLY_AFTER_S = 15.0  # /health 200 this long without the log's ready line: ready
 LOG_KEEP = 400  # recent log lines kept for the log pane
+HOST_RELEASE_S = 10.0  # how long a switch waits for host shared memory to come back
 ERROR_MARKERS = ("Traceback", "out of memory", "OutOfMemoryError", "No huge pages",
                  "Initialization failed", "Error:", "CUDA error")
 
@@ -67,6 +68,9 @@ class Run:
     lines: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=LOG_KEEP))
     lines_seen: int = 0
     http_up: bool = False  # the log said uvicorn is running (cheaper than parser.facts())
+    # Host shared memory (Shmem) before launch: where pinned host tables show, for the check
+    # that they went with the server.
+    baseline_host_shmem: int | None = None
 
     @property
     def pid(self) -> int:
@@ -115,11 +119,13 @@ def _looks_local(path: str) -> bool:
 class Supervisor:
     def __init__(self, state_dir: Path, *, gpu_sample: Callable[[], GpuData] | None = None,
                  host_used: Callable[[], int] | None = None,
+                 host_shmem: Callable[[], int] | None = None,
                  simulated_entry: list[str] | None = None,
                  on_event: Callable[[str, str], None] = lambda level, text: None) -> None:
         self.state_dir = state_dir
         self.gpu_sample = gpu_sample
         self.host_used = host_used
+        self.host_shmem = host_shmem
         self.simulated_entry = simulated_entry
         self.on_event = on_event
         self.current: Run | None = None
@@ -164,7 +170,8 @@ class Supervisor:
                 "create_time": run.proc.create_time, "log_path": str(run.log_path),
                 "launched_wall": run.launched_wall,
                 "baseline_gpu": {str(k): v for k, v in run.baseline_gpu.items()},
-                "baseline_host_used": run.baseline_host_used}
+                "baseline_host_used": run.baseline_host_used,
+                "baseline_host_shmem": run.baseline_host_shmem}
         path = self.state_dir / "current.json"
         with contextlib.suppress(OSError):
             path.with_suffix(".tmp").write_text(json.dumps(data, indent=1))
@@ -191,6 +198,7 @@ class Supervisor:
         run = Run(sc, proc, log_path, time.monotonic() - age, float(data["launched_wall"]),
                   {int(k): int(v) for k, v in (data.get("baseline_gpu") or {}).items()},
                   data.get("baseline_host_used"), self.estimate(sc))
+        run.baseline_host_shmem = data.get("baseline_host_shmem")
         self.current = run
         self.on_event("info", f"found {sc.name} still running (pid {run.pid}), launched "
                       f"{age:.0f} s ago by an earlier engram-top")
@@ -224,20 +232,25 @@ class Supervisor:
                 raise SupervisorError(f"{scenario.source}: model_path '{scenario.model_path}' "
                                       "does not exist")
 
-    def baseline(self) -> tuple[dict[int, int], int | None]:
+    def baseline(self) -> tuple[dict[int, int], int | None, int | None]:
         gpu: dict[int, int] = {}
         if self.gpu_sample is not None:
             with contextlib.suppress(Exception):  # no NVML: no HBM baseline, said by the guard
                 gpu = {d.index: d.used_bytes for d in self.gpu_sample().devices}
-        host = None
-        if self.host_used is not None:
-            with contextlib.suppress(Exception):
-                host = self.host_used()
-        return gpu, host
+        return gpu, self._host(self.host_used), self._host(self.host_shmem)
+
+    @staticmethod
+    def _host(sample: Callable[[], int] | None) -> int | None:
+        if sample is None:
+            return None
+        try:
+            return sample()
+        except Exception:  # no host figure: no host baseline, nothing checked against it
+            return None
 
     async def start(self, scenario: Scenario) -> Run:
         self.preflight(scenario)
-        gpu, host = await asyncio.to_thread(self.baseline)
+        gpu, host, shmem = await asyncio.to_thread(self.baseline)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log_path = self.state_dir / "logs" / f"{scenario.name}-{stamp}-{os.getpid()}.log"
         argv = scenario.argv(self.simulated_entry)
@@ -248,6 +261,7 @@ class Supervisor:
                                   f"{exc.strerror or exc}") from exc
         run = Run(scenario, proc, log_path, time.monotonic(), time.time(), gpu, host,
                   self.estimate(scenario))
+        run.baseline_host_shmem = shmem
         self.current = run
         self._save_current(run)
         self.on_event("info", f"launched {scenario.name} (pid {proc.pid}) on {scenario.url}")
@@ -411,6 +425,36 @@ class Supervisor:
                                "listed (another container or namespace?)")
         return GuardResult(False, time.monotonic() - started, tuple(holders))
 
+    async def host_guard(self, run: Run, timeout_s: float | None = None) -> GuardResult:
+        """Wait briefly for host shared memory to return to its level before the run.
+
+        Pinned Engram host tables show in Shmem, and a kernel frees them with the last
+        process that maps them, so this is quick; what stays is held by someone else:
+        segments left in /dev/shm by a crash, or a process outside the server's tree. The
+        next run starts anyway (host memory is not the GPU's to wait for), with a warning:
+        its host delta counts from a baseline that holds this memory."""
+        if self.host_shmem is None or run.baseline_host_shmem is None:
+            return GuardResult(True, 0.0)
+        timeout_s = HOST_RELEASE_S if timeout_s is None else timeout_s
+        slack = run.scenario.hbm_release_slack_gib * GIB
+        started = time.monotonic()
+        while True:
+            now = self._host(self.host_shmem)
+            if now is None:
+                return GuardResult(True, time.monotonic() - started,
+                                   note="cannot read host memory: its release not checked")
+            over = now - run.baseline_host_shmem
+            if over <= slack:
+                return GuardResult(True, time.monotonic() - started)
+            waited = time.monotonic() - started
+            if waited >= timeout_s:
+                return GuardResult(False, waited, note=(
+                    f"host shared memory is still {over / GIB:.1f} GiB above its level before "
+                    f"'{run.scenario.name}' launched ({waited:.1f} s after the HBM came back; "
+                    "segments left in /dev/shm? Shmem in /proc/meminfo): the next run's host "
+                    "delta counts from here"))
+            await asyncio.sleep(0.2)
+
     # ------------------------------------------------------------------ switch
     async def switch(self, to: Scenario) -> Run:
         """Stop the current server, wait for its HBM to return, start ``to``."""
@@ -434,6 +478,9 @@ class Supervisor:
                                       f" ({detail})")
             if guard.waited_s > 0.5:
                 self.on_event("info", f"HBM released after {guard.waited_s:.1f} s")
+            host = await self.host_guard(run)
+            if host.note:
+                self.on_event("info" if host.released else "warning", host.note)
         return await self.start(to)
 
     async def close(self, leave_running: bool = False) -> None:

@@ -14,10 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from collectors.host import sample as host_sample
 from engram_top import reference
 from engram_top.simnode import state
-from engram_top.simnode.backends import SimGpuBackend
-from scenarios import config
+from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
+from scenarios import config, supervisor
 from scenarios.config import Scenario
 from scenarios.supervisor import Supervisor, SupervisorError, port_in_use
 
@@ -66,9 +67,11 @@ def node(tmp_path: Path) -> Path:
 
 
 def make_supervisor(tmp_path: Path, node: Path, events: list[str]) -> Supervisor:
-    gpu = SimGpuBackend(node)
+    gpu, host = SimGpuBackend(node), SimHostBackend(node)
     entry = [sys.executable, "-m", "engram_top", "sim", "serve", "--node-dir", str(node)]
-    return Supervisor(tmp_path / "state", gpu_sample=gpu.sample, simulated_entry=entry,
+    return Supervisor(tmp_path / "state", gpu_sample=gpu.sample,
+                      host_shmem=lambda: host_sample(host, None).shmem_bytes,
+                      simulated_entry=entry,
                       on_event=lambda level, text: events.append(f"{level}: {text}"))
 
 
@@ -133,6 +136,9 @@ async def test_back_to_back_switches_leave_no_process_or_port(tmp_path, node) ->
         assert not port_in_use("127.0.0.1", sc.port)
     assert not list((node / "procs").glob("*.json"))
     assert sum("HBM released" in e or "stopped" in e for e in events) >= 5
+    # host-prefetch pins ~196 GiB of shared memory; it went with its server every time.
+    assert runs[1].baseline_host_shmem is not None
+    assert not [e for e in events if "host shared memory" in e]
     await sup.close()
 
 
@@ -214,6 +220,38 @@ async def test_hbm_release_guard_names_the_process_still_holding_memory(tmp_path
         assert "HBM did not return" in text
         assert f"GPU 2: pid {leak.pid} (leaked-worker) holds 40.0 GiB" in text
         assert sup.current is run and run.state == "stopped"  # nothing new was launched
+    finally:
+        leak.kill()
+        leak.wait()
+    await sup.close()
+
+
+async def test_host_memory_left_behind_is_warned_of_and_the_switch_goes_on(
+        tmp_path, node, monkeypatch) -> None:
+    """Shared memory that outlives the server (segments left in /dev/shm, a process outside
+    its tree) is not the GPU's to wait for: the next run starts, with a warning saying its
+    host delta counts from a baseline that holds it."""
+    monkeypatch.setattr(supervisor, "HOST_RELEASE_S", 0.5)
+    events: list[str] = []
+    sup = make_supervisor(tmp_path, node, events)
+    run = await sup.start(sim_scenario("first", "device"))
+    assert await sup.wait_ready(run, 30)
+    leak = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        proc = psutil.Process(leak.pid)
+        state.write_proc(node, state.ProcState(pid=leak.pid, create_time=proc.create_time(),
+                                               name="leftover", host_shmem_bytes=50 * GIB))
+        second = await sup.switch(sim_scenario("second", "device"))
+        warned = [e for e in events if e.startswith("warning: host shared memory")]
+        assert len(warned) == 1
+        assert warned[0].startswith("warning: host shared memory is still 50.0 GiB above its "
+                                    "level before 'first' launched (0.")
+        assert warned[0].endswith("s after the HBM came back; segments left in /dev/shm? "
+                                  "Shmem in /proc/meminfo): the next run's host delta counts "
+                                  "from here")
+        assert sup.current is second
+        assert second.baseline_host_shmem == run.baseline_host_shmem + 50 * GIB
+        assert await sup.wait_ready(second, 30), second.failure
     finally:
         leak.kill()
         leak.wait()
