@@ -21,6 +21,10 @@ GIB = 1024**3
 # Alerts about a fact of the run rather than a measured value: nothing hovers there, so they
 # clear as soon as the fact goes (a new run, a restarted server).
 IMMEDIATE_CLEAR = ("server-died", "no-huge-pages")
+# Alerts whose start the events already hold in the words of whoever saw it: the supervisor
+# writes "device exited (code -9)" as it happens. They toast and stay on screen while
+# active, but add no second events line, raised or cleared.
+TOLD_ELSEWHERE = ("server-died",)
 LIVE = ("launching", "starting", "ready", "attached")
 ENDED = ("stopped", "exited", "failed")
 
@@ -81,7 +85,7 @@ class AlertMonitor:
                 alert = Alert(f.id, f.severity, f.message, since=wall_at(store, now),
                               started_at=now)
                 active[f.id] = alert
-                if self.announce:
+                if self.announce and alert.name not in TOLD_ELSEWHERE:
                     store.event(f.severity, f.message)
                 changes.append(AlertChange("raised", alert))
         for alert_id in [i for i in active if i not in found]:
@@ -90,7 +94,7 @@ class AlertMonitor:
             if now - self._clear_since.setdefault(alert_id, now) >= hold:
                 del active[alert_id]
                 self._clear_since.pop(alert_id, None)
-                if self.announce:
+                if self.announce and alert.name not in TOLD_ELSEWHERE:
                     store.event("info", f"cleared: {alert.message}")
                 changes.append(AlertChange("cleared", alert))
         if changes or touched:

@@ -81,6 +81,11 @@ async def test_live_demo_kill_and_quit(tmp_path) -> None:
         await wait_for(pilot, lambda: "connection refused" in screen_text(app), 3,
                        "the dead server to be shown")
         await wait_for(pilot, lambda: "EXITED" in screen_text(app), 3, "the header to say so")
+        # Said once in the events (the supervisor's line); the alert stays on screen.
+        await wait_for(pilot, lambda: "⚠ server device exited" in screen_text(app), 5,
+                       "the server-died alert")
+        assert [e.text for e in session.store.events if "exited" in e.text] == [
+            "device exited (code -9)"]
         assert app.is_running
 
         await pilot.press("q")
