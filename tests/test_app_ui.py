@@ -8,6 +8,7 @@ import dataclasses
 import html
 from pathlib import Path
 
+import pytest
 from scene import GIB, NOW, WALL, frozen_time_zone, scene_store
 from test_app import screen_text, wait_for
 
@@ -86,6 +87,26 @@ async def test_a_broken_config_file_leaves_the_defaults_and_says_why(tmp_path) -
         await pilot.press("c")  # default keys work
         await pilot.pause(0.2)
         assert isinstance(app.screen, CompareScreen)
+
+
+async def test_a_refresh_during_teardown_is_quiet_and_a_missing_widget_is_not() -> None:
+    """The refresh timer can fire while Textual tears the screen down (leaving run_test, a
+    signal): no widgets, nothing to do. A widget missing while the dashboard is still there
+    is a bug and must surface."""
+    from textual.css.query import NoMatches
+    app = EngramTopApp(RecordingSession())
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.2)
+
+        def broken() -> None:
+            raise NoMatches("No nodes match '#events'")
+
+        real, app._refresh_panels = app._refresh_panels, broken
+        with pytest.raises(NoMatches):
+            app.refresh_panels()  # the header is there: not a teardown
+        app._refresh_panels = real
+        await app.screen.query("*").remove()
+        app.refresh_panels()  # torn down: quiet
 
 
 async def test_every_action_is_in_the_palette() -> None:

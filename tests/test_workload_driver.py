@@ -36,18 +36,21 @@ async def test_driver_matches_the_servers_ground_truth(server: str, endpoint: st
     assert [sum(r.level == i for r in result.records) for i in range(3)] == [6, 16, 10]
     truth = {r["id"]: r for r in httpx.get(f"{server}/sim/requests").json()["requests"]}
     assert len(truth) >= 34  # warm-up included on the server's side (and its own warm-up)
-    ttft_err, e2e_err = [], []
+    ttft_err, ttft_floor, e2e_err = [], [], []
     for rec in result.records:
         t = truth[rec.rid]
         assert rec.output_len == t["output_len"]
         assert 16 <= rec.output_len <= 32 and 64 <= rec.input_len <= 128
         ttft_err.append(rec.ttft - (t["first_token"] - t["arrival"]))
+        ttft_floor.append(rec.ttft - (t["first_token_ready"] - t["arrival"]))
         e2e_err.append(rec.e2e - (t["finished"] - t["arrival"]))
         # bench_serving's TPOT: the decode time over the tokens after the first.
         assert rec.tpot == pytest.approx((rec.e2e - rec.ttft) / (rec.output_len - 1))
-    # The client sees the server's times plus a loopback round trip and SSE parsing: never
-    # less. How much more is a figure, not a pass/fail line: benchmarks/driver_accuracy.py.
-    assert min(ttft_err) > -0.0005 and min(e2e_err) > -0.0005
+    # The client sent before the server saw the request, and read the first token after the
+    # server began writing it: its TTFT is never less than that span. (Against the stamp
+    # taken once the write returned it may be, by however late a busy machine resumed the
+    # server.) How much more is a figure, not a pass/fail line: benchmarks/driver_accuracy.py.
+    assert min(ttft_floor) > -0.0005 and min(e2e_err) > -0.0005
     assert statistics.median(ttft_err) < statistics.median(
         [r.ttft for r in result.records])  # the error is small next to what is measured
     assert result.output_tok_s and result.output_tok_s > 0

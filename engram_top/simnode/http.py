@@ -243,7 +243,7 @@ class ServerCore:
         last = arrived
         finished = False
         n = 0
-        first_sent = None
+        first_sent = first_ready = None
         try:
             while n < max_new:
                 t = await queue.get()
@@ -262,14 +262,19 @@ class ServerCore:
                     itl.observe_interval(t - last, 1)
                 last = t
                 self.counters["sglang:generation_tokens_total"] += 1
+                if n == 1:  # about to be written: no client can have it before this
+                    first_ready = time.monotonic()
                 yield n, t
                 if n == 1:  # resumed once the chunk was handed to the socket: sent
                     first_sent = time.monotonic()
             finished = True
             # Ground truth for testing clients: when the request arrived, when its first and
             # last tokens left, on the machine's monotonic clock (shared by its processes);
-            # the model's planned times beside them.
+            # the model's planned times beside them. The first token's write lies between
+            # first_token_ready and first_token (a busy machine may resume this coroutine
+            # late after it, while the client has already read it).
             self.done.append({"id": req.rid, "arrival": arrived, "first_token": first_sent,
+                              "first_token_ready": first_ready,
                               "finished": time.monotonic(), "planned_first_token":
                               req.first_token_at, "planned_finished": req.finished_at,
                               "input_len": input_len, "output_len": n})
