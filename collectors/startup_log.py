@@ -14,9 +14,7 @@ on the prefix, because the prefix changes between builds and processes:
 ``[ts] msg``, ``[ts TP0] msg``, ``[ts DP0 TP0 EP0] msg``, ``[ts] INFO file.py:123: msg``,
 ``[gpu_id=0] msg`` (2024 builds), bare ``msg`` and uvicorn's ``INFO:     msg``.
 
-Units: SGLang prints "GB" but divides by 1024**3, so every ``*_gb`` field here is GiB exactly
-as SGLang means it (the Engram host-table lines print MiB = 1024**2). Use
-:func:`gib_to_bytes` / :func:`mib_to_bytes` (or the ``*_bytes`` properties) for bytes.
+The facts and their units (SGLang's "GB" is GiB) are in :mod:`collectors.startup_facts`.
 
 Times: a line's time is the caller's ``at`` (monotonic arrival time) when given, else the
 prefix timestamp (second resolution, read as UTC so that only differences matter), else the
@@ -43,20 +41,26 @@ import math
 import re
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
-GIB = 1024**3
-MIB = 1024**2
-
-# Phases in startup order; current_phase() returns one of these or FAILED.
-PHASES: tuple[str, ...] = (
-    "launching", "distributed_init", "weights", "kv_pool", "graphs", "http", "warmup", "ready",
+from collectors.startup_facts import (
+    FAILED,
+    PHASES,
+    STOPPED,
+    STOPPING,
+    DecodeStats,
+    EngramTable,
+    GraphCapture,
+    KvPool,
+    LogError,
+    PhaseSpan,
+    PrefillStats,
+    RankFacts,
+    StartupFacts,
+    WeightLoad,
 )
-FAILED = "failed"
-# After the startup phases (and after "ready"): the server was asked to stop / has stopped.
-STOPPING = "stopping"
-STOPPED = "stopped"
+
 _ORDER = {name: i for i, name in enumerate(PHASES)}
 _FINAL = frozenset({FAILED, "ready", STOPPING, STOPPED})  # _advance never leaves these
 
@@ -79,257 +83,6 @@ MAX_ENGRAM_MESSAGES = 64
 # "retract" (runtime KV retraction) are recorded but are not fatal.
 _FATAL_KINDS = frozenset({"traceback", "oom", "warmup_failed", "engram"})
 _OOM_WORDS = ("out of memory", "OutOfMemory", "Not enough memory")
-
-
-def gib_to_bytes(gb: float | None) -> int | None:
-    """SGLang's "GB" figure (really GiB) as bytes."""
-    return None if gb is None else round(gb * GIB)
-
-
-def mib_to_bytes(mib: float | None) -> int | None:
-    return None if mib is None else round(mib * MIB)
-
-
-# --------------------------------------------------------------------------- facts
-
-
-@dataclass(frozen=True, slots=True)
-class WeightLoad:
-    """One ``Load weight begin``/``end`` pair; a speculative draft model adds a second one."""
-
-    begin_avail_gb: float | None = None
-    elapsed_s: float | None = None
-    model_type: str | None = None  # the "type=" key: model class, or Main/Draft on spec paths
-    dtype: str | None = None
-    quant: str | None = None
-    avail_gb: float | None = None
-    mem_usage_gb: float | None = None  # free before minus free after: the weights' HBM
-    begin_at: float | None = None
-    end_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class KvPool:
-    """One ``KV Cache is allocated`` line (MHA: K + V sizes; MLA: one KV size)."""
-
-    tokens: int | None = None  # None on the early-2025 text that printed no #tokens
-    k_size_gb: float | None = None
-    v_size_gb: float | None = None
-    kv_size_gb: float | None = None
-    extra_gb: float | None = None  # "Landmark size" (DSA pools) or a bare "Cache size"
-    total_gb: float | None = None  # K + V (or KV) + extra
-    # Inline "dtype: .." (0.5.x), else the "Using KV cache dtype" line before it (older).
-    dtype: str | None = None
-    at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GraphCapture:
-    """One CUDA-graph capture (plain, piecewise, target decode/verify, draft decode...)."""
-
-    kind: str  # text between "Capture" and "cuda graph", lower case; "default" when empty
-    begin_avail_gb: float | None = None
-    elapsed_s: float | None = None
-    mem_usage_gb: float | None = None
-    avail_gb: float | None = None
-    begin_at: float | None = None
-    end_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RankFacts:
-    """What one TP rank printed. Headline fields describe the first (main-model) load, pool
-    and all captures; the tuples keep every occurrence (draft models add more)."""
-
-    rank: int
-    dist_init_elapsed_s: float | None = None
-    dist_init_mem_usage_gb: float | None = None
-    memory_baseline_gb: float | None = None  # "Memory baseline taken. mem usage=.. GB" (0.5.x)
-    weights_begin_avail_gb: float | None = None
-    weights_elapsed_s: float | None = None
-    weights_type: str | None = None
-    weights_dtype: str | None = None
-    weights_quant: str | None = None
-    weights_avail_gb: float | None = None  # avail mem after the main load
-    weights_gb: float | None = None  # "mem usage" of the main load
-    all_weights_gb: float | None = None  # main + draft loads
-    kv_dtype: str | None = None  # the main pool's dtype (else the latest "Using KV cache dtype")
-    kv_tokens: int | None = None
-    k_size_gb: float | None = None
-    v_size_gb: float | None = None
-    kv_size_gb: float | None = None  # MLA pools print one figure
-    kv_total_gb: float | None = None  # main pool
-    all_kv_gb: float | None = None  # main + draft pools
-    pool_end_avail_gb: float | None = None  # latest "Memory pool end"
-    graph_begin_avail_gb: float | None = None  # first capture's begin
-    graph_mem_usage_gb: float | None = None  # sum over captures that reported it
-    graph_elapsed_s: float | None = None  # sum over captures that reported it
-    graph_avail_gb: float | None = None  # latest capture end
-    weight_loads: tuple[WeightLoad, ...] = ()
-    kv_pools: tuple[KvPool, ...] = ()
-    graph_captures: tuple[GraphCapture, ...] = ()
-
-    @property
-    def weights_bytes(self) -> int | None:
-        return gib_to_bytes(self.weights_gb)
-
-    @property
-    def kv_total_bytes(self) -> int | None:
-        return gib_to_bytes(self.kv_total_gb)
-
-    @property
-    def graph_bytes(self) -> int | None:
-        return gib_to_bytes(self.graph_mem_usage_gb)
-
-
-@dataclass(frozen=True, slots=True)
-class EngramTable:
-    """``engram host table {label}: layout=.., N MiB resident, M MiB in huge pages (P%), ..``"""
-
-    label: str
-    layout: str
-    resident_mib: float
-    huge_mib: float
-    huge_pct: float
-    pinned: bool | None  # "pinned" -> True, "unpinned (ATS)" -> False, neither -> None
-    no_huge_pages_warning: str | None = None  # "No huge pages: expect ~10x slower ..." text
-    rank: int = 0
-    at: float | None = None
-
-    @property
-    def resident_bytes(self) -> int:
-        return round(self.resident_mib * MIB)
-
-    @property
-    def huge_bytes(self) -> int:
-        return round(self.huge_mib * MIB)
-
-
-@dataclass(frozen=True, slots=True)
-class LogError:
-    at: float | None
-    kind: str  # traceback, oom, warmup_failed, health_check, engram, retract
-    text: str
-    rank: int = 0
-    exception: str | None = None  # the closing "SomeError: ..." line of a traceback
-    fatal: bool = False  # seen before "ready" with a fatal kind
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeStats:
-    at: float | None
-    rank: int
-    running_reqs: int | None = None
-    num_tokens: int | None = None
-    token_usage: float | None = None  # "full token usage" on hybrid (SWA/Mamba) models
-    gen_throughput: float | None = None  # tokens/s
-    queue_reqs: int | None = None
-    accept_len: float | None = None
-    graph: bool | None = None  # cuda/cpu/npu graph
-
-
-@dataclass(frozen=True, slots=True)
-class PrefillStats:
-    at: float | None
-    rank: int
-    new_seqs: int | None = None
-    new_tokens: int | None = None
-    cached_tokens: int | None = None
-    token_usage: float | None = None
-    running_reqs: int | None = None
-    queue_reqs: int | None = None
-    input_throughput: float | None = None
-    graph: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseSpan:
-    """One pass through a phase. A phase entered again (a draft model's weights, a second
-    graph capture) gets another span; start/end are None where the line was not seen."""
-
-    phase: str
-    start: float | None
-    end: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class StartupFacts:
-    """Everything known so far. ``*_gb`` are GiB (SGLang's "GB"), ``*_mib`` MiB, times are
-    the clock of the fed lines (``at`` or prefix timestamps). ``launch_at`` is the first line
-    fed that has a time, so attach the parser at the start of the log for a meaningful
-    "launching" phase. ``phase`` is one of PHASES, FAILED, STOPPING or STOPPED."""
-
-    ranks: dict[int, RankFacts] = field(default_factory=dict)  # TP rank -> facts
-    # Scheduler summary line (TP rank 0).
-    max_total_num_tokens: int | None = None
-    chunked_prefill_size: int | None = None
-    max_prefill_tokens: int | None = None
-    max_running_requests: int | None = None
-    context_len: int | None = None
-    # "available_<device>_mem=.. GB": device "gpu" on GPUs, "cpu" on CPU builds (host RAM).
-    available_mem_gb: float | None = None
-    available_mem_device: str | None = None
-    available_gpu_mem_gb: float | None = None  # available_mem_gb when the device is "gpu"
-    scheduler_extra: dict[str, str] = field(default_factory=dict)  # keys this parser does not know
-    # "Engine startup timings (s): load_weight=.., cuda_graph={prefill=.., ..}, ..": seconds
-    # by key, in printed order; nested groups flattened with a dot ("cuda_graph.decode").
-    startup_timings_s: dict[str, float] = field(default_factory=dict)
-    # Engram.
-    engram_tables: tuple[EngramTable, ...] = ()
-    engram_config_text: str | None = None  # raw "DeepSeek-V4.1 Engram tables: ..." message
-    engram_config: dict[str, str] = field(default_factory=dict)  # placement/replication/lookup
-    engram_messages: tuple[str, ...] = ()  # page-cache drops, MADV_COLLAPSE errno, NPU offload
-    # HTTP.
-    uvicorn_pid: int | None = None
-    uvicorn_url: str | None = None
-    # Outcome.
-    ready: bool = False
-    ready_at: float | None = None
-    failed_at: float | None = None
-    failed_in: str | None = None  # the phase current when the fatal error came
-    errors: tuple[LogError, ...] = ()
-    # Shutdown (see the module docstring): the first stop line, uvicorn's "Finished server".
-    stopping_at: float | None = None
-    stopped_at: float | None = None
-    # Timeline.
-    launch_at: float | None = None
-    last_line_at: float | None = None
-    lines_seen: int = 0
-    phase: str = "launching"
-    timeline: tuple[PhaseSpan, ...] = ()
-    # Runtime (latest only).
-    decode: DecodeStats | None = None
-    prefill: PrefillStats | None = None
-
-    def current_phase(self) -> str:
-        return self.phase
-
-    def phase_durations(self, now: float | None = None) -> dict[str, float]:
-        """Seconds per phase, summed over its spans; "total" is launch -> ready.
-
-        Open spans count only when ``now`` is given (same clock as the fed times).
-        """
-        out: dict[str, float] = {}
-        for span in self.timeline:
-            if span.phase == "ready":
-                continue
-            end = span.end if span.end is not None else now
-            if span.start is None or end is None:
-                continue
-            out[span.phase] = out.get(span.phase, 0.0) + max(0.0, end - span.start)
-        if self.launch_at is not None:
-            if self.ready_at is not None:
-                out["total"] = max(0.0, self.ready_at - self.launch_at)
-            elif now is not None:
-                out["total"] = max(0.0, now - self.launch_at)
-        return out
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain data for json.dumps (rank keys stay ints; json writes them as strings)."""
-        out = asdict(self)
-        out["current_phase"] = self.phase
-        out["phase_durations"] = self.phase_durations()
-        return out
 
 
 # --------------------------------------------------------------------------- regexes

@@ -20,7 +20,8 @@ from collectors.sglang import (
     rank_constants,
     server_info_fields,
 )
-from collectors.startup_log import STOPPED, StartupFacts, StartupLogParser
+from collectors.startup_facts import STOPPED, StartupFacts
+from collectors.startup_log import StartupLogParser
 
 DATA = Path(__file__).parent / "data" / "sglang-cpu"
 

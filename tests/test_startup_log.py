@@ -12,19 +12,21 @@ import time
 
 import pytest
 
-from collectors.startup_log import (
-    EVENTS,
+from collectors.startup_facts import (
     FAILED,
     GIB,
-    MAX_ERRORS,
     MIB,
     PHASES,
     STOPPED,
     STOPPING,
     PhaseSpan,
-    StartupLogParser,
     gib_to_bytes,
     mib_to_bytes,
+)
+from collectors.startup_log import (
+    EVENTS,
+    MAX_ERRORS,
+    StartupLogParser,
     parse_startup_log,
 )
 
