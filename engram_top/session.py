@@ -286,7 +286,7 @@ class Session:
         facts = self.store.facts_for(run.scenario.name) if run else None
         if run is None or facts is None or facts.launched_at != run.launched_at:
             return
-        before = (facts.state, facts.phase, run.lines_seen)
+        before = (facts.state, facts.phase, facts.lines_seen)
         facts.state, facts.phase = run.state, run.phase
         facts.ready_at, facts.ended_at = run.ready_at, run.ended_at
         facts.exit_code, facts.failure = run.exit_code, run.failure
