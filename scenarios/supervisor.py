@@ -197,8 +197,8 @@ class Supervisor:
         age = max(0.0, time.time() - float(data.get("launched_wall", time.time())))
         run = Run(sc, proc, log_path, time.monotonic() - age, float(data["launched_wall"]),
                   {int(k): int(v) for k, v in (data.get("baseline_gpu") or {}).items()},
-                  data.get("baseline_host_used"), self.estimate(sc))
-        run.baseline_host_shmem = data.get("baseline_host_shmem")
+                  data.get("baseline_host_used"), self.estimate(sc),
+                  baseline_host_shmem=data.get("baseline_host_shmem"))
         self.current = run
         self.on_event("info", f"found {sc.name} still running (pid {run.pid}), launched "
                       f"{age:.0f} s ago by an earlier engram-top")
@@ -260,8 +260,7 @@ class Supervisor:
             raise SupervisorError(f"cannot launch '{scenario.name}': {argv[0]}: "
                                   f"{exc.strerror or exc}") from exc
         run = Run(scenario, proc, log_path, time.monotonic(), time.time(), gpu, host,
-                  self.estimate(scenario))
-        run.baseline_host_shmem = shmem
+                  self.estimate(scenario), baseline_host_shmem=shmem)
         self.current = run
         self._save_current(run)
         self.on_event("info", f"launched {scenario.name} (pid {proc.pid}) on {scenario.url}")
