@@ -152,3 +152,6 @@ class ServerData:
     # --enable-metrics-for-all-schedulers): weight_gb, kv_cache_gb, max_total_num_tokens.
     ranks: dict[int, dict[str, float]] = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
+    # Figures the server sent but that are not numbers to show (NaN, +Inf): field -> why,
+    # "n/a: NaN from rank 0". The field itself is None.
+    unavailable: dict[str, str] = field(default_factory=dict)

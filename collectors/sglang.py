@@ -4,6 +4,8 @@ do in SGLang's Grafana board)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import math
 import time
 from typing import Any
@@ -12,7 +14,7 @@ import httpx
 
 from collectors import promtext
 from collectors.base import FailureTracker, describe
-from collectors.readings import Reading, ServerData, Status
+from collectors.readings import Quantiles, Reading, ServerData, Status
 from collectors.windowed import WindowedHistogram, WindowedRate
 
 HISTOGRAMS = {
@@ -31,16 +33,21 @@ GAUGES = {
 
 class SglangCollector:
     def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 2.0,
-                 window_s: float = 30.0, info_every_s: float = 15.0,
-                 source: str | None = None, client: httpx.AsyncClient | None = None) -> None:
+                 deadline_s: float = 5.0, window_s: float = 30.0, info_every_s: float = 15.0,
+                 source: str | None = None, client: httpx.AsyncClient | None = None,
+                 auth: tuple[str, str] | None = None) -> None:
         self.url = url.rstrip("/")
         self.window_s = window_s
         self.info_every_s = info_every_s
+        # httpx's timeout is per read: a page that drips a byte a second never trips it.
+        # Each request gets this long in all, so a poll always ends and the next one goes.
+        self.deadline_s = deadline_s
         self.tracker = FailureTracker(source or f"sglang {self.url}")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # Loopback or a node's own network only; never follow redirects to elsewhere.
         self.client = client or httpx.AsyncClient(base_url=self.url, timeout=timeout,
-                                                  headers=headers, follow_redirects=False)
+                                                  headers=headers, follow_redirects=False,
+                                                  auth=auth)
         self._own_client = client is None
         self._windows = {k: WindowedHistogram(window_s) for k in HISTOGRAMS}
         self._out_rate = WindowedRate(window_s)
@@ -58,13 +65,19 @@ class SglangCollector:
         except Exception as exc:  # a collector never lets a failure escape
             return self.tracker.fail(Status.ERROR, describe(exc))
 
+    async def _get(self, path: str) -> httpx.Response:
+        """GET within the deadline; TimeoutError (the builtin) past it."""
+        async with asyncio.timeout(self.deadline_s):
+            return await self.client.get(path)
+
     async def _poll(self) -> Reading[ServerData]:
         try:
-            health = await self.client.get("/health")
+            health = await self._get("/health")
         except httpx.ConnectError:
             return self.tracker.fail(Status.ERROR, f"no server at {self.url} (connection refused)")
-        except httpx.TimeoutException:
-            return self.tracker.fail(Status.ERROR, f"{self.url}/health did not answer in time")
+        except (httpx.TimeoutException, TimeoutError):
+            return self.tracker.fail(Status.ERROR, f"{self.url}/health gave no whole answer "
+                                                   f"within {self.deadline_s:g} s")
         healthy = health.status_code == 200
         if health.status_code not in (200, 503):
             return self.tracker.fail(Status.ERROR,
@@ -76,6 +89,8 @@ class SglangCollector:
             try:
                 self._info = await self._server_info()
                 self._info_at = now
+            except TimeoutError:
+                problems.append(f"server_info: no whole answer within {self.deadline_s:g} s")
             except (httpx.HTTPError, ValueError) as exc:
                 problems.append(f"server_info: {describe(exc)}")
         if self._info is not None:
@@ -84,9 +99,11 @@ class SglangCollector:
             fields.update(await self._metrics(now))
         except promtext.PromTextError as exc:
             problems.append(f"metrics page: {exc}")
+        except TimeoutError:
+            problems.append(f"/metrics: no whole page within {self.deadline_s:g} s")
         except (httpx.HTTPError, ValueError) as exc:
             problems.append(f"metrics: {describe(exc)}")
-        data = ServerData(**fields)
+        data = finite(ServerData(**fields))
         if problems:
             return self.tracker.fail(Status.ERROR, "; ".join(problems), data)
         if not healthy:
@@ -94,9 +111,9 @@ class SglangCollector:
         return self.tracker.ok(data)
 
     async def _server_info(self) -> dict[str, Any]:
-        resp = await self.client.get("/server_info")
+        resp = await self._get("/server_info")
         if resp.status_code == 404:  # builds before the rename
-            resp = await self.client.get("/get_server_info")
+            resp = await self._get("/get_server_info")
         resp.raise_for_status()
         info = resp.json()
         if not isinstance(info, dict):
@@ -104,12 +121,18 @@ class SglangCollector:
         return server_info_fields(info)
 
     async def _metrics(self, now: float) -> dict[str, Any]:
-        resp = await self.client.get("/metrics")
+        resp = await self._get("/metrics")
         if resp.status_code == 404:
             raise ValueError("/metrics is 404: start SGLang with --enable-metrics")
         resp.raise_for_status()
         fams = promtext.parse(resp.text)
-        out: dict[str, Any] = {k: promtext.gauge(fams, name) for k, name in GAUGES.items()}
+        out: dict[str, Any] = {}
+        unavailable: dict[str, str] = {}
+        for key, name in GAUGES.items():
+            out[key], why = finite_gauge(fams, name)
+            if why:
+                unavailable[key] = why
+        out["unavailable"] = unavailable
         # Newer SGLang builds export these constants; prefer them to /server_info's rounding.
         for key, name in (("weight_gb", "sglang:weight_memory_usage_gb"),
                           ("kv_cache_gb", "sglang:kv_cache_memory_usage_gb"),
@@ -126,12 +149,72 @@ class SglangCollector:
         for rate, name in ((self._out_rate, "sglang:generation_tokens_total"),
                            (self._req_rate, "sglang:num_requests_total")):
             total = promtext.counter_total(fams, name)
-            if total is not None:
+            if total is not None and math.isfinite(total):  # a NaN would poison the window
                 rate.add(now, total)
         out["output_tokens_per_s"] = self._out_rate.rate(now)
         out["requests_per_s"] = self._req_rate.rate(now)
         out["window_s"] = self.window_s
         return out
+
+
+def finite_gauge(fams: dict[str, promtext.Family], name: str) -> tuple[float | None, str | None]:
+    """A gauge's first finite sample, or None and why ("n/a: NaN from rank 0") when every
+    sample is NaN or infinite: a broken exporter is a reading with a reason, not a number."""
+    fam = fams.get(name)
+    if fam is None:
+        return None, None
+    bad: promtext.Sample | None = None
+    for sample in fam.samples:
+        if sample.name != name:
+            continue
+        if math.isfinite(sample.value):
+            return sample.value, None
+        bad = bad or sample
+    if bad is None:
+        return None, None
+    rank = dict(bad.labels).get("tp_rank")
+    return None, f"n/a: {_spell(bad.value)} from {'rank ' + rank if rank else 'the server'}"
+
+
+def _spell(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+
+
+def finite(data: ServerData) -> ServerData:
+    """The same data with every NaN or infinite figure made None, and why kept in
+    ``unavailable``: whatever reads a ServerData (panels, int() in the facts, JSON exports)
+    meets numbers or None only. Also applied to recordings made before this check."""
+    changes: dict[str, Any] = {}
+    why = dict(data.unavailable)
+    for f in dataclasses.fields(data):
+        value = getattr(data, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            changes[f.name] = None
+            why.setdefault(f.name, f"n/a: {_spell(value)}")
+        elif isinstance(value, Quantiles):
+            q = _finite_quantiles(value)
+            if q is not value:
+                changes[f.name] = q
+                why.setdefault(f.name, "n/a: NaN or Inf in the histogram")
+    ranks = {r: {k: v for k, v in figures.items() if _is_finite(v)}
+             for r, figures in data.ranks.items()}
+    if ranks != data.ranks:
+        changes["ranks"] = ranks
+    if not changes:
+        return data
+    return dataclasses.replace(data, **changes, unavailable=why)
+
+
+def _is_finite(value: object) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def _finite_quantiles(q: Quantiles) -> Quantiles:
+    parts = {k: getattr(q, k) for k in ("p50", "p99", "mean")}
+    if all(_is_finite(v) for v in parts.values()) and math.isfinite(q.count):
+        return q
+    clean = {k: v if _is_finite(v) else None for k, v in parts.items()}
+    return Quantiles(**clean, count=q.count if math.isfinite(q.count) else 0.0)
 
 
 def memory_gb(value: object) -> float | None:

@@ -384,6 +384,11 @@ class StartupLogParser:
     def current_phase(self) -> str:
         return self._phase
 
+    @property
+    def failed_in(self) -> str | None:
+        """The phase a fatal error came in (current_phase() then says "failed")."""
+        return self._failed_in
+
     def phase_durations(self, now: float | None = None) -> dict[str, float]:
         return self.facts().phase_durations(now)
 
@@ -562,6 +567,17 @@ class StartupLogParser:
         # Never move back because a slower rank starts a phase the others have left.
         if force or _ORDER[phase] >= _ORDER[self._phase]:
             self._phase = phase
+
+    def _under_way(self) -> str:
+        """The phase work is in: the current one, or the next once the current one has
+        ended ("Load weight end", then an error while the KV pool is set up: a KV failure,
+        not a weights one)."""
+        spans = self._spans.get(self._phase)
+        order = _ORDER.get(self._phase)
+        if spans and spans[-1][1] is not None and order is not None \
+                and order + 1 < len(PHASES) - 1:  # never "ready"
+            return PHASES[order + 1]
+        return self._phase
 
     def _timeline(self) -> tuple[PhaseSpan, ...]:
         spans: list[PhaseSpan] = []
@@ -847,7 +863,7 @@ class StartupLogParser:
         events.append("error")
         if fatal and self._failed_at is None:
             self._failed_at = ln.t if ln.t is not None else self._last_t
-            self._failed_in = self._phase
+            self._failed_in = self._under_way()
             self._phase = FAILED
             events.append("failed")
         return err

@@ -20,11 +20,11 @@ MIB = 1024**2
 GIB = 1024**3
 # Alerts about a fact of the run rather than a measured value: nothing hovers there, so they
 # clear as soon as the fact goes (a new run, a restarted server).
-IMMEDIATE_CLEAR = ("server-died", "no-huge-pages")
+IMMEDIATE_CLEAR = ("server-died", "rank-died", "no-huge-pages", "recording")
 # Alerts whose start the events already hold in the words of whoever saw it: the supervisor
-# writes "device exited (code -9)" as it happens. They toast and stay on screen while
-# active, but add no second events line, raised or cleared.
-TOLD_ELSEWHERE = ("server-died",)
+# writes "device exited (code -9)" as it happens, the recorder why it stopped. They toast
+# and stay on screen while active, but add no second events line, raised or cleared.
+TOLD_ELSEWHERE = ("server-died", "rank-died", "recording")
 LIVE = ("launching", "starting", "ready", "attached")
 ENDED = ("stopped", "exited", "failed")
 
@@ -104,7 +104,7 @@ class AlertMonitor:
     def findings(self, store: RunStore, now: float) -> list[Finding]:
         """Every condition that holds now, switched-off alerts left out."""
         checks = (self._hbm, self._kv, self._host, self._swap, self._queue, self._huge_pages,
-                  self._died, self._silent)
+                  self._died, self._rank_died, self._silent, self._conditions)
         out = [f for check in checks for f in check(store, now)]
         return [f for f in out if self.t.on(f.id.split(":", 1)[0])]
 
@@ -199,6 +199,17 @@ class AlertMonitor:
         if run.exit_code is not None and f"code {run.exit_code}" not in text:
             text += f" (exit code {run.exit_code})"
         yield Finding("server-died", "error", text)
+
+    def _rank_died(self, store: RunStore, now: float) -> Iterator[Finding]:
+        run = store.run
+        if run is not None and run.degraded and run.state in LIVE:
+            yield Finding("rank-died", "error", f"server {run.scenario} degraded: {run.degraded}")
+
+    def _conditions(self, store: RunStore, now: float) -> Iterator[Finding]:
+        """What a part of the session reports as standing (the recorder that could not
+        write): an alert for as long as it stands, not one events line soon scrolled off."""
+        for name, (severity, message) in store.conditions.items():
+            yield Finding(name, severity, message)
 
     def _silent(self, store: RunStore, now: float) -> Iterator[Finding]:
         run = store.run

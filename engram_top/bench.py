@@ -16,6 +16,7 @@ import asyncio
 import csv
 import io
 import json
+import math
 import os
 import time
 import tomllib
@@ -26,14 +27,27 @@ from typing import Any
 
 from engram_top import facts, reference
 from engram_top.compare import RunResult, compare, to_json, to_markdown
-from engram_top.session import Session, SessionOptions
+from engram_top.session import Session, SessionOptions, default_state_dir
+from engram_top.store import node_time as startup_in_node_time
 from scenarios import config
 from scenarios.workload import Level, WorkloadSpec, run_workload
 
-BENCH_KEYS = {"scenarios_file", "scenarios", "baseline", "trials", "price_per_gpu_hour",
-              "gpus", "time_scale", "serve_scale"}
-WORKLOAD_KEYS = {"levels", "input_len", "output_len", "range_ratio", "seed",
-                 "warmup_requests", "endpoint", "model"}
+# key -> (kind, default). Kinds: "count" (int >= 1), "int", "pos" (finite > 0),
+# "nonneg" (finite >= 0), "ratio" (finite, 0 < x <= 1), "str", "names" (a list of strings).
+BENCH_KEYS: dict[str, tuple[str, Any]] = {
+    "scenarios_file": ("str", None), "scenarios": ("names", None), "baseline": ("str", None),
+    "trials": ("count", 1), "price_per_gpu_hour": ("nonneg", None), "gpus": ("count", None),
+    "time_scale": ("pos", None), "serve_scale": ("pos", None)}
+WORKLOAD_KEYS: dict[str, tuple[str, Any]] = {
+    "levels": ("levels", None), "input_len": ("count", 1024), "output_len": ("count", 192),
+    "range_ratio": ("ratio", 1.0), "seed": ("int", 1), "warmup_requests": ("int", 1),
+    "endpoint": ("str", "/v1/completions"), "model": ("str", None),
+    # A request that has not finished by then failed ("no answer within N s"): a stream that
+    # stalls must not hold a level for the 10 minutes of a read timeout.
+    "request_timeout_s": ("pos", 300.0)}
+_KINDS = {"count": "an integer >= 1", "int": "an integer >= 0", "pos": "a number > 0",
+          "nonneg": "a number >= 0", "ratio": "a number in (0, 1]", "str": "a string",
+          "names": "a list of scenario names"}
 
 
 class PlanError(ValueError):
@@ -54,35 +68,80 @@ class Plan:
     serve_scale: float | None
 
 
-def load_plan(path: Path) -> Plan:
-    try:
-        raw = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise PlanError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise PlanError(f"{path}: not valid TOML: {exc}") from exc
-    bench, wl = raw.get("bench", {}), raw.get("workload", {})
-    problems = [f"{path}: unknown top-level key '{k}'" for k in raw
-                if k not in ("bench", "workload")]
-    problems += [f"{path}: bench.{k}: unknown key" for k in bench if k not in BENCH_KEYS]
-    problems += [f"{path}: workload.{k}: unknown key" for k in wl if k not in WORKLOAD_KEYS]
-    for key in ("scenarios_file", "scenarios", "baseline"):
-        if key not in bench:
-            problems.append(f"{path}: bench.{key}: missing")
-    levels = wl.get("levels")
+def _check(kind: str, value: Any) -> bool:
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "names":
+        return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if kind in ("count", "int"):
+        return isinstance(value, int) and value >= (1 if kind == "count" else 0)
+    if not math.isfinite(value):  # TOML has inf and nan
+        return False
+    return {"pos": value > 0, "nonneg": value >= 0, "ratio": 0 < value <= 1}[kind]
+
+
+def _table(path: Path, raw: dict[str, Any], name: str, keys: dict[str, tuple[str, Any]],
+           problems: list[str]) -> dict[str, Any]:
+    """The table's values (defaults filled in); what is wrong goes to ``problems``."""
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        problems.append(f"{path}: {name}: should be a table [{name}]")
+        return {k: d for k, (_, d) in keys.items()}
+    out = {}
+    for key, value in table.items():
+        if key not in keys:
+            problems.append(f"{path}: {name}.{key}: unknown key")
+        elif keys[key][0] != "levels" and not _check(keys[key][0], value):
+            problems.append(f"{path}: {name}.{key}: should be {_KINDS[keys[key][0]]}, "
+                            f"got {value!r}")
+        else:
+            out[key] = value
+    return {**{k: d for k, (_, d) in keys.items()}, **out}
+
+
+def _levels(path: Path, levels: Any, problems: list[str]) -> list[Level]:
     if not isinstance(levels, list) or not levels:
         problems.append(f"{path}: workload.levels: a list of {{concurrency = N, requests = M}} "
                         "or {rate = R, requests = M} tables")
-        levels = []
+        return []
     parsed = []
     for i, lv in enumerate(levels):
         where = f"{path}: workload.levels[{i}]"
-        if not isinstance(lv, dict) or not isinstance(lv.get("requests"), int) or \
-                lv["requests"] < 1 or (("concurrency" in lv) == ("rate" in lv)):
-            problems.append(f"{where}: needs requests >= 1 and exactly one of concurrency, rate")
+        ok = isinstance(lv, dict) and set(lv) <= {"requests", "concurrency", "rate"} \
+            and _check("count", lv.get("requests")) \
+            and (("concurrency" in lv) != ("rate" in lv)) \
+            and (_check("count", lv["concurrency"]) if "concurrency" in lv
+                 else _check("pos", lv.get("rate")))
+        if not ok:
+            problems.append(f"{where}: needs requests >= 1 and exactly one of concurrency, "
+                            "rate (requests and concurrency integers, rate a number > 0)")
             continue
         parsed.append(Level(lv["requests"], concurrency=lv.get("concurrency"),
                             rate=float(lv["rate"]) if "rate" in lv else None))
+    return parsed
+
+
+def load_plan(path: Path) -> Plan:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise PlanError(f"{path}: not a plan (nested too deeply to read)") from None
+    problems = [f"{path}: unknown top-level key '{k}'" for k in raw
+                if k not in ("bench", "workload")]
+    bench = _table(path, raw, "bench", BENCH_KEYS, problems)
+    wl = _table(path, raw, "workload", WORKLOAD_KEYS, problems)
+    for key in ("scenarios_file", "scenarios", "baseline"):
+        if bench[key] is None:
+            problems.append(f"{path}: bench.{key}: missing")
+    parsed = _levels(path, wl["levels"], problems)
     if problems:
         raise PlanError("\n".join(problems))
     scen_file = (path.parent / bench["scenarios_file"]).resolve()
@@ -96,28 +155,31 @@ def load_plan(path: Path) -> Plan:
         raise PlanError(f"{path}: bench.scenarios: not in {scen_file.name}: {', '.join(unknown)}")
     if bench["baseline"] not in names:
         raise PlanError(f"{path}: bench.baseline: '{bench['baseline']}' is not benchmarked")
-    spec = WorkloadSpec(levels=tuple(parsed), input_len=int(wl.get("input_len", 1024)),
-                        output_len=int(wl.get("output_len", 192)),
-                        range_ratio=float(wl.get("range_ratio", 1.0)),
-                        seed=int(wl.get("seed", 1)),
-                        warmup_requests=int(wl.get("warmup_requests", 1)),
-                        endpoint=str(wl.get("endpoint", "/v1/completions")),
-                        model=wl.get("model"))
-    return Plan(path, scen_file, names, bench["baseline"], int(bench.get("trials", 1)), spec,
-                bench.get("price_per_gpu_hour"), bench.get("gpus"), bench.get("time_scale"),
-                bench.get("serve_scale"))
+    spec = WorkloadSpec(levels=tuple(parsed), input_len=wl["input_len"],
+                        output_len=wl["output_len"], range_ratio=float(wl["range_ratio"]),
+                        seed=wl["seed"], warmup_requests=wl["warmup_requests"],
+                        endpoint=wl["endpoint"], model=wl["model"],
+                        request_timeout_s=float(wl["request_timeout_s"]))
+    return Plan(path, scen_file, names, bench["baseline"], bench["trials"], spec,
+                bench["price_per_gpu_hour"], bench["gpus"], bench["time_scale"],
+                bench["serve_scale"])
 
 
-async def run_bench(plan: Plan, out: Path,
-                    say: Callable[[str], None] = print) -> dict[str, Any]:
+async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *,
+                    state_dir: Path | None = None, lock_wait_s: float = 0.0) -> dict[str, Any]:
+    """Run the plan and write its reports under ``out``. The servers it starts are those of
+    the plan's scenario file, in its state folder (by default the one run, switch and stop
+    use): `engram-top stop` finds whatever a killed bench left, and no second command starts
+    a server of that file meanwhile."""
     session = Session(SessionOptions(
-        scenario_file=plan.scenarios_file, state_dir=out / "state", load=None,
+        scenario_file=plan.scenarios_file,
+        state_dir=state_dir or default_state_dir(plan.scenarios_file), load=None,
         free_ports=True, poll_interval=0.5, time_scale=plan.time_scale,
-        serve_scale=plan.serve_scale))
+        serve_scale=plan.serve_scale, command="bench", lock_wait_s=lock_wait_s))
     results: list[RunResult] = []
     requests: list[dict[str, Any]] = []
-    await session.start()
     try:
+        await session.start()
         for trial in range(plan.trials):
             for name in plan.scenarios:
                 results.append(await _one(session, plan, name, trial, requests, say))
@@ -129,7 +191,8 @@ async def run_bench(plan: Plan, out: Path,
     report = {"plan": str(plan.path), "scenarios_file": str(plan.scenarios_file),
               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "results": [r.to_dict() for r in results], "comparison": to_json(comparison)}
-    _write(out / "report.json", json.dumps(report, indent=2, default=str) + "\n")
+    _write(out / "report.json", json.dumps(facts.finite_json(report), indent=2, default=str,
+                                           allow_nan=False) + "\n")
     _write(out / "report.md", _markdown(plan, results, to_markdown(comparison)))
     _write(out / "requests.csv", _csv(requests))
     return report
@@ -153,6 +216,8 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
     await asyncio.sleep(1.5)  # a fresh poll of every source after ready
     result = await run_workload(sc.url, plan.workload, api_key=sc.api_key)
     store = session.store
+    bound = store.facts_for(name)  # the session's facts of this run: its modelled start-up
+    planned = bound.planned_ready_s if bound is not None else None
     gpus = facts.gpu_facts(store)
     host = facts.host_facts(store)
     server = store.data("server")
@@ -160,19 +225,29 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
     weights = gpus[0]["weights_gb"] if gpus else getattr(server, "weight_gb", None)
     kv_tokens = gpus[0]["kv_tokens"] if gpus else getattr(server, "max_total_num_tokens", None)
     for r in result.records:
-        requests.append({"scenario": name, "trial": trial, "level": r.level,
+        requests.append({"scenario": name, "trial": trial, "level": r.level, "status": "ok",
                          "input_len": r.input_len, "output_len": r.output_len,
                          "ttft_ms": r.ttft * 1e3 / serve, "e2e_ms": r.e2e * 1e3 / serve,
                          "tpot_ms": None if r.tpot is None else r.tpot * 1e3 / serve,
                          "itl_mean_ms": (sum(r.itls) / len(r.itls) * 1e3 / serve)
                          if r.itls else None})
+    for f in result.failures:  # kept, with why; no latency: they are in no figure
+        requests.append({"scenario": name, "trial": trial, "level": f.level,
+                         "status": f.kind, "input_len": f.input_len, "output_len": f.received,
+                         "asked_len": f.output_len, "error": f.reason})
 
     def node_time(value: float | None) -> float | None:
         return None if value is None else value / serve
 
-    say(f"  {len(result.records)} requests, {result.failed} failed, "
+    incomplete = f" ({result.incomplete} of them incomplete)" if result.incomplete else ""
+    say(f"  {len(result.records)} requests, {result.failed} failed{incomplete}, "
         f"{(result.output_tok_s or 0) * serve:.1f} tok/s")
+    if result.failures:
+        say(f"  first failure: {result.failures[0].reason}")
     notes = [f"driver CPU {result.driver_cpu_s:.2f} s over {result.duration_s:.1f} s"]
+    if result.failed:
+        notes.append(f"{result.failed} requests failed{incomplete}: left out of latency and "
+                     "throughput (requests.csv says why)")
     if time_scale != 1 or serve != 1:
         notes.append(f"simulated: start-up x{time_scale:g}, service x{serve:g}; figures "
                      "converted to node time")
@@ -182,7 +257,8 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
         gpus=plan.gpus or (len(gpus) or None),
         weights_gb=weights, kv_tokens=kv_tokens,
         host_delta_gib=host["delta_gib"] if host else None,
-        ready_s=None if run.ready_s is None else run.ready_s / time_scale,
+        ready_s=None if run.ready_s is None
+        else startup_in_node_time(run.ready_s, time_scale, planned),
         ttft_mean_s=node_time(result.mean("ttft")), tpot_mean_s=node_time(result.mean("tpot")),
         itl_mean_s=node_time(_mean([i for r in result.records for i in r.itls])),
         e2e_mean_s=node_time(result.mean("e2e")),
@@ -223,8 +299,10 @@ def _markdown(plan: Plan, results: list[RunResult], table: str) -> str:
 
 def _csv(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
-    fields = ["scenario", "trial", "level", "input_len", "output_len", "ttft_ms", "tpot_ms",
-              "itl_mean_ms", "e2e_ms"]
+    # status: ok, failed or incomplete; output_len is what came, asked_len what was asked
+    # (failed and incomplete rows only, with their error).
+    fields = ["scenario", "trial", "level", "status", "input_len", "output_len", "ttft_ms",
+              "tpot_ms", "itl_mean_ms", "e2e_ms", "asked_len", "error"]
     writer = csv.DictWriter(buf, fieldnames=fields)
     writer.writeheader()
     for row in rows:

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import math
+import os
+import signal
 import sys
 from pathlib import Path
 
 from engram_top import reference
+from engram_top.lifetime import run_dashboard, run_until_signal, say
 
 DEFAULT_TIME_SCALE = 0.1  # the device placement is ready in 12.5 s instead of 125 s
 
@@ -19,8 +24,19 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if not 0 < value < math.inf:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    """Seconds or a price: finite and >= 0 (an --after of inf would be a wait without end)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
 
 
@@ -56,13 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="take it from a running SGLang server (never stopped)")
     source.add_argument("--recording", type=Path, metavar="PATH", default=None,
                         help="take it from a recording, at --at seconds (default: its end)")
-    snap.add_argument("--at", type=float, default=None, metavar="S",
+    snap.add_argument("--at", type=_non_negative, default=None, metavar="S",
                       help="with --recording: the moment, in seconds from its start")
-    snap.add_argument("--api-key", default=None, help="with --attach: the server's key")
+    snap.add_argument("--session", type=int, default=None, metavar="N",
+                      help="with --recording: which session of the file (default: the last)")
+    snap.add_argument("--api-key", default=os.environ.get("ENGRAM_TOP_API_KEY"),
+                      help="with --attach: the server's key (default: $ENGRAM_TOP_API_KEY)")
     _demo_arguments(snap)
-    snap.add_argument("--after", type=float, default=5.0,
+    snap.add_argument("--after", type=_non_negative, default=5.0,
                       help="seconds to keep watching after the server is ready (default 5)")
-    snap.add_argument("--ready-timeout", type=float, default=None,
+    snap.add_argument("--ready-timeout", type=_positive, default=None,
                       help="give up if not ready by then (default: 3x the expected start-up)")
     snap.add_argument("--out", type=Path, default=Path("snapshots"),
                       help="the snapshot folder is made under this one (default: ./snapshots)")
@@ -82,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     att = sub.add_parser("attach", help="watch servers someone else started (never stops them)")
     att.add_argument("urls", nargs="+", metavar="URL")
-    att.add_argument("--api-key", default=None, help="for servers started with --api-key")
+    att.add_argument("--api-key", default=os.environ.get("ENGRAM_TOP_API_KEY"),
+                     help="for servers started with --api-key (default: $ENGRAM_TOP_API_KEY, "
+                          "which, unlike this option, `ps` does not show)")
     _record_arguments(att)
     _dashboard_arguments(att)
 
@@ -91,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("path", type=Path, metavar="PATH")
     rp.add_argument("--speed", type=_speed, default=1.0, help="0.25 to 16 (default 1)")
     rp.add_argument("--paused", action="store_true", help="open paused at the start")
+    rp.add_argument("--session", type=int, default=None, metavar="N",
+                    help="for a file that holds several sessions: play the Nth "
+                         "(default: the last)")
     _dashboard_arguments(rp)
 
     sw = sub.add_parser("switch", help="headless: stop the file's running server, wait for "
@@ -105,12 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
                                          "writes report.md, report.json, requests.csv")
     bench.add_argument("plan", type=Path)
     bench.add_argument("--out", type=Path, required=True, help="folder for the reports")
+    bench.add_argument("--state-dir", type=Path, default=None,
+                       help="logs and the running server (default: the scenario file's, as "
+                            "for run, switch and stop)")
 
     cmp_ = sub.add_parser("compare", help="the seed-style comparison of runs from bench reports "
                                           "(report.json) and sglang.bench_serving files (.jsonl)")
     cmp_.add_argument("files", type=Path, nargs="+")
     cmp_.add_argument("--baseline", required=True, help="the scenario the others are compared to")
-    cmp_.add_argument("--price-per-gpu-hour", type=float, default=None)
+    cmp_.add_argument("--price-per-gpu-hour", type=_non_negative, default=None)
     cmp_.add_argument("--gpus", type=int, default=None,
                       help="GPUs of the imported bench_serving runs (for the cost row)")
     cmp_.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
@@ -134,7 +161,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:  # before or after a command's own handling: no traceback
+        say("engram-top: interrupted")
+        return 130
+    except BrokenPipeError:
+        # Whoever read our output has gone (`| head`): nothing left to say to anyone. The
+        # descriptor goes to /dev/null, or Python's exit would try to flush it again.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv or ["demo"])
     if args.command == "sim":
@@ -143,17 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         return run_demo(args)
     if args.command == "snapshot":
-        return asyncio.run(take_snapshot(args))
+        return run_until_signal(lambda: take_snapshot(args), "snapshot")
     if args.command == "run":
         return run_file(args)
     if args.command == "attach":
         return run_attach(args)
     if args.command == "switch":
-        return asyncio.run(switch(args))
+        return run_until_signal(lambda: switch(args), "switch")
     if args.command == "stop":
-        return asyncio.run(stop(args))
+        return run_until_signal(lambda: stop(args), "stop")
     if args.command == "bench":
-        return asyncio.run(bench(args))
+        return run_until_signal(lambda: bench(args), "bench")
     if args.command == "compare":
         return compare_files(args)
     if args.command == "inspect-log":
@@ -179,6 +219,11 @@ def run_demo(args: argparse.Namespace) -> int:
     return 2 if app is None else _run_recorded(app, args, None)
 
 
+def _state_base() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") \
+        / "engram-top"
+
+
 # --------------------------------------------------------------------------- recording, replay
 
 
@@ -193,7 +238,7 @@ def _dashboard_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare-with", type=Path, nargs="+", default=[], metavar="FILE",
                    help="runs for the comparison screen from recordings, bench reports "
                         "(report.json) or sglang.bench_serving files (.jsonl)")
-    p.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="P",
+    p.add_argument("--price-per-gpu-hour", type=_non_negative, default=None, metavar="P",
                    help="adds cost per million output tokens to the comparison")
     p.add_argument("--config", type=Path, default=None, metavar="PATH",
                    help="the config file (default: $ENGRAM_TOP_CONFIG, else "
@@ -208,9 +253,6 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
     from engram_top.app.main import EngramTopApp
     from engram_top.config import load_config
     from engram_top.importers import BenchFileError, load_runs
-    if args.price_per_gpu_hour is not None and args.price_per_gpu_hour < 0:
-        print("engram-top: --price-per-gpu-hour must not be negative", file=sys.stderr)
-        return None
     try:
         runs = [r for path in args.compare_with for r in load_runs(path)]
     except BenchFileError as exc:
@@ -219,7 +261,7 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
     config, error = load_config(args.config)
     return EngramTopApp(session, compare_with=runs, price_per_gpu_hour=args.price_per_gpu_hour,
                         config=config, config_error=error, snapshot_dir=args.snapshot_dir,
-                        **kw)
+                        own_process=True, **kw)
 
 
 def _record_arguments(p: argparse.ArgumentParser) -> None:
@@ -238,49 +280,70 @@ def _run_recorded(app, args: argparse.Namespace,  # type: ignore[no-untyped-def]
         path = args.record or recording.default_path(state_dir)
         if args.record is None:
             recording.prune(path.parent, recording.KEEP_RECORDINGS - 1)
+        else:
+            path = recording.fresh_path(path)  # one session per file, never appended
         recorder = recording.Recorder(app.session.store, path).start()
         if recorder.active:
-            app.session.store.event("info", f"recording to {path}")
+            moved = "" if path == args.record or args.record is None else \
+                f" ({args.record} already holds a recording)"
+            app.session.store.event("info", f"recording to {path}{moved}")
     try:
-        app.run()
+        return run_dashboard(app, state_dir or _state_base())
     finally:
         if recorder is not None:
             recorder.close()
-            print(f"engram-top: recording stopped: {recorder.path}: {recorder.error}"
-                  if recorder.error else f"engram-top: recorded to {recorder.path}",
-                  file=sys.stderr)
-    return app.return_code or 0
+            say(f"engram-top: recording stopped: {recorder.path}: {recorder.error}"
+                if recorder.error else f"engram-top: recorded to {recorder.path}")
 
 
 def run_replay(args: argparse.Namespace) -> int:
     from engram_top.recording_format import RecordingError
     from engram_top.replay import ReplaySession
     try:
-        session = ReplaySession(args.path, speed=args.speed, paused=args.paused)
+        session = ReplaySession(args.path, speed=args.speed, paused=args.paused,
+                                session=args.session)
     except RecordingError as exc:
         print(f"engram-top replay: {exc}", file=sys.stderr)
         return 2
     app = _app(session, args, clock=session.clock)
     if app is None:
         return 2
-    app.run()
-    return app.return_code or 0
+    return run_dashboard(app, _state_base())
 
 
-def _session_options(args: argparse.Namespace, **extra):  # type: ignore[no-untyped-def]
-    """Options for a session over a scenario file; a bad file ends here with its message."""
+def _session_options(args: argparse.Namespace, *, headless: bool = False,
+                     **extra):  # type: ignore[no-untyped-def]
+    """Options for a session over a scenario file; a bad file ends here with its message.
+    A bench plan stands for its scenario file (`stop PLAN` stops what its bench left)."""
     from engram_top.session import LoadSpec, SessionOptions, default_state_dir
     from scenarios import config
+    path = _scenario_file_of(args.scenario_file)
     try:
-        config.load(args.scenario_file)
+        sf = config.load(path)
     except config.ScenarioError as exc:
         print(f"engram-top: {exc}", file=sys.stderr)
         return None
-    state_dir = args.state_dir or default_state_dir(args.scenario_file)
+    if headless:  # a dashboard shows them as events instead
+        for warning in sf.warnings:
+            say(f"engram-top: warning: {warning}")
+    state_dir = args.state_dir or default_state_dir(path)
     load = None if getattr(args, "no_load", True) else LoadSpec(
         concurrency=max(1, getattr(args, "concurrency", 8)))
-    return SessionOptions(scenario_file=args.scenario_file, state_dir=state_dir, load=load,
-                          **extra)
+    return SessionOptions(scenario_file=path, state_dir=state_dir, load=load, **extra)
+
+
+def _scenario_file_of(path: Path) -> Path:
+    """A bench plan's scenarios_file; any other file as it is (the loader judges it)."""
+    import tomllib
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        return path
+    bench = raw.get("bench")
+    if isinstance(bench, dict) and isinstance(bench.get("scenarios_file"), str) \
+            and "scenarios" in bench and "workload" in raw:
+        return (path.parent / bench["scenarios_file"]).resolve()
+    return path
 
 
 def run_file(args: argparse.Namespace) -> int:
@@ -288,8 +351,21 @@ def run_file(args: argparse.Namespace) -> int:
     options = _session_options(args, start=args.start, leave_running=args.leave_running)
     if options is None:
         return 2
-    app = _app(Session(options), args)
-    return 2 if app is None else _run_recorded(app, args, options.state_dir)
+    session = Session(options)
+    if args.start is not None and args.start not in session.scenarios.scenarios:
+        known = ", ".join(session.scenarios.scenarios)
+        print(f"engram-top: --start: no scenario '{args.start}' in {options.scenario_file} "
+              f"(known: {known})", file=sys.stderr)
+        return 2
+    lock = session.state_lock
+    if lock is not None and not lock.try_acquire():  # said now, not inside the dashboard
+        print(f"engram-top: {lock.busy_error()}", file=sys.stderr)
+        return 2
+    app = _app(session, args)
+    if app is None:
+        session.close_now()
+        return 2
+    return _run_recorded(app, args, options.state_dir)
 
 
 def run_attach(args: argparse.Namespace) -> int:
@@ -303,24 +379,32 @@ def run_attach(args: argparse.Namespace) -> int:
     return 2 if app is None else _run_recorded(app, args, None)
 
 
+LOCK_WAIT_S = 600.0  # how long a headless command waits for another one on the same file
+
+
 async def switch(args: argparse.Namespace) -> int:
-    """Stop whatever this file's state folder says is running, then start --to; leave it."""
+    """Stop whatever this file's state folder says is running, then start --to; leave it.
+    Interrupted before it is done (a signal), it stops what it started instead."""
     from engram_top.session import Session
+    from scenarios.statelock import StateBusy
     from scenarios.supervisor import SupervisorError
-    options = _session_options(args, leave_running=True, poll_interval=2.0)
+    options = _session_options(args, headless=True, leave_running=True, poll_interval=2.0,
+                               command="switch", lock_wait_s=LOCK_WAIT_S)
     if options is None:
         return 2
     session = Session(options)
+    if args.to not in session.scenarios.scenarios:
+        known = ", ".join(session.scenarios.scenarios)
+        print(f"engram-top switch: --to: no scenario '{args.to}' in {options.scenario_file} "
+              f"(known: {known})", file=sys.stderr)
+        return 2
     code = 0
+    leave = True
     try:
         await session.start()
-        try:
-            run = await session.switch(args.to)
-        except SupervisorError as exc:
-            print(f"engram-top switch: {exc}", file=sys.stderr)
-            return 1
+        run = await session.switch(args.to)
         print(f"started {run.scenario.name} (pid {run.pid}) on {run.scenario.url}; "
-              f"log: {run.log_path}")
+              f"log: {run.log_path}", flush=True)
         if args.wait_ready:
             ok = await session.supervisor.wait_ready(run)
             if ok:
@@ -329,17 +413,21 @@ async def switch(args: argparse.Namespace) -> int:
                 print(f"engram-top switch: {run.scenario.name} did not become ready: "
                       f"{run.failure or run.state}; log: {run.log_path}", file=sys.stderr)
                 code = 1
-    except SupervisorError as exc:
+    except (SupervisorError, StateBusy) as exc:
         print(f"engram-top switch: {exc}", file=sys.stderr)
         code = 1
+    except asyncio.CancelledError:
+        leave = False  # a signal: take back what this switch started
+        raise
     finally:
-        await session.close()
+        await session.close(leave_running=leave)
     return code
 
 
 async def bench(args: argparse.Namespace) -> int:
     from engram_top import bench as runner
     from engram_top import snapshot
+    from scenarios.statelock import StateBusy
     from scenarios.supervisor import SupervisorError
     try:
         plan = runner.load_plan(args.plan)
@@ -348,8 +436,9 @@ async def bench(args: argparse.Namespace) -> int:
         print(f"engram-top bench: {exc}", file=sys.stderr)
         return 2
     try:
-        report = await runner.run_bench(plan, args.out)
-    except SupervisorError as exc:
+        report = await runner.run_bench(plan, args.out, state_dir=args.state_dir,
+                                        lock_wait_s=LOCK_WAIT_S)
+    except (SupervisorError, StateBusy) as exc:
         print(f"engram-top bench: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {args.out / 'report.md'}, report.json, requests.csv")
@@ -373,8 +462,7 @@ def compare_files(args: argparse.Namespace) -> int:
     c = compare(results, args.baseline, price_per_gpu_hour=args.price_per_gpu_hour,
                 reference=reference.default())
     if args.json:
-        json.dump(to_json(c), sys.stdout, indent=2, default=str)
-        print()
+        _print_json(to_json(c))
     else:
         print(to_markdown(c))
     return 0
@@ -382,12 +470,18 @@ def compare_files(args: argparse.Namespace) -> int:
 
 async def stop(args: argparse.Namespace) -> int:
     from engram_top.session import Session
-    options = _session_options(args, poll_interval=2.0)
+    from scenarios.statelock import StateBusy
+    options = _session_options(args, headless=True, poll_interval=2.0, command="stop",
+                               lock_wait_s=LOCK_WAIT_S)
     if options is None:
         return 2
     session = Session(options)
     try:
-        await session.start()  # finds the server left running, if any
+        try:
+            await session.start()  # finds the server left running, if any
+        except StateBusy as exc:
+            print(f"engram-top stop: {exc}", file=sys.stderr)
+            return 1
         run = session.run
         if run is None or not run.alive:
             print("nothing of this scenario file is running")
@@ -461,7 +555,7 @@ def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         return session, args.ready_timeout or 30.0, describe
     if args.recording:
         describe = {"kind": "recording", "path": str(args.recording), "at_s": args.at}
-        return _RecordingSource(args.recording, args.at), 0.0, describe
+        return _RecordingSource(args.recording, args.at, args.session), 0.0, describe
     expected = reference.default().placements[args.placement].ready_s * args.time_scale
     timeout = args.ready_timeout or max(30.0, 3 * expected)
     describe = {"kind": "demo", "placement": args.placement, "time_scale": args.time_scale,
@@ -472,9 +566,10 @@ def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 class _RecordingSource:
     """A recording as a snapshot source: paused at --at seconds (default: its end)."""
 
-    def __init__(self, path: Path, at: float | None) -> None:
+    def __init__(self, path: Path, at: float | None, session: int | None = None) -> None:
         from engram_top.replay import ReplaySession
-        self.replay = ReplaySession(path, paused=True)  # RecordingError: the caller says it
+        # RecordingError: the caller says it.
+        self.replay = ReplaySession(path, paused=True, session=session)
         self.store = self.replay.store
         self.store.clock = self.replay.clock
         self.ref = reference.default()
@@ -499,23 +594,30 @@ def inspect_log(path: Path) -> int:
         return 1
     parser = StartupLogParser()
     parser.feed_text(text)
-    json.dump(parser.facts().to_dict(), sys.stdout, indent=2, default=str)
-    print()
+    _print_json(parser.facts().to_dict())
     return 0
 
 
 def inspect_metrics(source: str) -> int:
     from collectors import promtext
-    from collectors.sglang import GAUGES, HISTOGRAMS, merged_histogram, rank_constants
+    from collectors.sglang import (
+        GAUGES,
+        HISTOGRAMS,
+        finite_gauge,
+        merged_histogram,
+        rank_constants,
+    )
     from collectors.windowed import histogram_quantile
     try:
         if source.startswith(("http://", "https://")):
-            import httpx
             base = source.rstrip("/")
-            url = base if base.endswith("/metrics") else base + "/metrics"
-            text = httpx.get(url, timeout=5.0).raise_for_status().text
+            text = asyncio.run(_fetch(base if base.endswith("/metrics") else base + "/metrics"))
         else:
             text = Path(source).read_text(errors="replace")
+    except TimeoutError:
+        print(f"engram-top inspect-metrics: {source}: no whole page within {FETCH_DEADLINE_S:g} "
+              "s", file=sys.stderr)
+        return 1
     except (OSError, ValueError) as exc:
         print(f"engram-top inspect-metrics: cannot read {source}: {exc}", file=sys.stderr)
         return 1
@@ -531,7 +633,9 @@ def inspect_metrics(source: str) -> int:
     out: dict[str, object] = {
         "families": len(fams),
         "sglang_families": sorted(n for n in fams if n.startswith("sglang:")),
-        "gauges": {k: promtext.gauge(fams, name) for k, name in GAUGES.items()},
+        "gauges": {k: finite_gauge(fams, name)[0] for k, name in GAUGES.items()},
+        "unavailable": {k: why for k, name in GAUGES.items()
+                        if (why := finite_gauge(fams, name)[1])},
         "ranks": rank_constants(fams),
         "counters": {name: promtext.counter_total(fams, name) for name in
                      ("sglang:prompt_tokens_total", "sglang:generation_tokens_total",
@@ -548,6 +652,23 @@ def inspect_metrics(source: str) -> int:
             "count": h.count, "sum": h.sum,
             "mean": h.sum / h.count if h.count else None,
             "p50": histogram_quantile(0.5, h.buckets), "p99": histogram_quantile(0.99, h.buckets)}
-    json.dump(out, sys.stdout, indent=2, default=str)
-    print()
+    _print_json(out)
     return 0
+
+
+FETCH_DEADLINE_S = 5.0
+
+
+async def _fetch(url: str) -> str:
+    """A page, whole within FETCH_DEADLINE_S (httpx's timeout is per read: a server that
+    drips a byte a second would keep it reading for ever)."""
+    import httpx
+    async with httpx.AsyncClient(timeout=5.0) as client, asyncio.timeout(FETCH_DEADLINE_S):
+        resp = await client.get(url)
+        return resp.raise_for_status().text
+
+
+def _print_json(data: object) -> None:
+    """Standard JSON on stdout: NaN and infinities as null."""
+    from engram_top.facts import finite_json
+    print(json.dumps(finite_json(data), indent=2, default=str, allow_nan=False))

@@ -76,6 +76,8 @@ class RunResult:
         values["notes"] = tuple(data.get("notes", ()))
         for name, value in values.items():
             _check_type(name, value)
+            if isinstance(value, float) and not math.isfinite(value):
+                values[name] = None  # a NaN mean (no samples) is a figure not measured
         return cls(**values)
 
 
@@ -256,7 +258,7 @@ def _cells(by_scenario: dict[str, list[RunResult]], baseline: str,
     out = {}
     for scenario, sample in samples.items():
         if scenario == baseline:
-            out[scenario] = Cell(len(sample), _mean(list(sample.values())))
+            out[scenario] = Cell(len(sample), _mean(_values(sample)))
         else:
             out[scenario] = _delta_cell(sample, base, absolute)
     return out

@@ -8,6 +8,7 @@ so the dashboard still starts and can say what is wrong, as FILE:LINE: KEY: what
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -19,7 +20,7 @@ from typing import Any
 from scenarios.config import _locate, _similar
 
 ALERT_NAMES = ("hbm", "kv", "host-available", "swap-in", "queue-growth", "no-huge-pages",
-               "server-died", "server-silent")
+               "server-died", "rank-died", "server-silent", "recording")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,8 @@ def parse_config_text(text: str, path: Path) -> UserConfig:
         m = _LINE.search(str(exc))
         where = f"{path}:{m.group(1)}" if m else str(path)
         raise ConfigError([f"{where}: not valid TOML: {exc}"]) from exc
+    except RecursionError:
+        raise ConfigError([f"{path}: not a config file (nested too deeply to read)"]) from None
     lines = _locate(text)
     problems: list[str] = []
 
@@ -187,6 +190,9 @@ def _check_alert(key: str, value: Any, bad) -> Any:  # type: ignore[no-untyped-d
     if isinstance(value, bool) or not isinstance(value, int | float):
         bad(f"should be {what}, got {_show(value)}")
         return None
+    if not math.isfinite(value):  # TOML has inf and nan; neither is a threshold
+        bad(f"should be {what}, got {value}")
+        return None
     if (kind == "pct" and not 0 <= value <= 100) or (kind == "pos" and value <= 0) \
             or (kind == "nonneg" and value < 0):
         bad(f"{value} is out of range: should be {what}")
@@ -233,7 +239,8 @@ def default_config_text() -> str:
 # Alerts show in the events pane with their time, as toasts, and in snapshots.
 enabled = {_toml(t.enabled)}
 # Alerts switched off one by one, e.g. disabled = ["swap-in", "queue-growth"]. Names: hbm,
-# kv, host-available, swap-in, queue-growth, no-huge-pages, server-died, server-silent.
+# kv, host-available, swap-in, queue-growth, no-huge-pages, server-died, rank-died,
+# server-silent, recording.
 disabled = []
 # Any GPU's HBM used (NVML, reserved memory apart) above this share of its total.
 hbm_used_pct = {_toml(t.hbm_used_pct)}
@@ -254,8 +261,9 @@ server_silent_s = {_toml(t.server_silent_s)}
 hysteresis_pct = {_toml(t.hysteresis_pct)}
 clear_after_s = {_toml(t.clear_after_s)}
 # With no threshold, on unless disabled: no-huge-pages (SGLang's Engram host table warned
-# "No huge pages" in its start-up log) and server-died (a server exited or failed without
-# being asked to stop).
+# "No huge pages" in its start-up log), server-died (a server exited or failed without
+# being asked to stop), rank-died (a process of a running server died while the server
+# still answers: degraded) and recording (the recording cannot be written).
 
 [keys]
 # Remap the dashboard's keys by binding id: id = "key" or "key,key". Ids: quit, start,

@@ -6,6 +6,7 @@ Pure functions over a RunStore; no Textual, no I/O. Memory stays in bytes here; 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, is_dataclass
 from typing import Any
@@ -108,7 +109,23 @@ def kv_facts(store: RunStore) -> dict[str, Any] | None:
         return None
     return {"capacity_tokens": s.max_total_num_tokens, "used_tokens": _int(s.num_used_tokens),
             "token_usage": s.token_usage, "running": _int(s.num_running_reqs),
-            "queued": _int(s.num_queue_reqs), "kv_cache_gb": s.kv_cache_gb}
+            "queued": _int(s.num_queue_reqs), "kv_cache_gb": s.kv_cache_gb,
+            "unavailable": _why(s, KV_FIELDS)}
+
+
+# ServerData fields behind each panel, by the names its unavailable reasons use.
+KV_FIELDS = {"max_total_num_tokens": "capacity", "num_used_tokens": "used tokens",
+             "token_usage": "usage", "num_running_reqs": "running",
+             "num_queue_reqs": "queued", "kv_cache_gb": "KV GB"}
+LATENCY_FIELDS = {"ttft": "TTFT", "itl": "TPOT", "e2e": "end to end",
+                  "output_tokens_per_s": "output", "requests_per_s": "requests",
+                  "gen_throughput": "gen throughput"}
+
+
+def _why(s: ServerData, names: dict[str, str]) -> dict[str, str]:
+    """What the server sent for these fields that is not a number, by label: the panels
+    say "running n/a: NaN from rank 0" rather than show nothing, or crash."""
+    return {label: s.unavailable[key] for key, label in names.items() if key in s.unavailable}
 
 
 def latency_facts(store: RunStore) -> dict[str, Any] | None:
@@ -116,7 +133,8 @@ def latency_facts(store: RunStore) -> dict[str, Any] | None:
     if s is None:
         return None
     out: dict[str, Any] = {"window_s": s.window_s, "output_tokens_per_s": s.output_tokens_per_s,
-                           "requests_per_s": s.requests_per_s, "gen_throughput": s.gen_throughput}
+                           "requests_per_s": s.requests_per_s, "gen_throughput": s.gen_throughput,
+                           "unavailable": _why(s, LATENCY_FIELDS)}
     for key in ("ttft", "itl", "e2e"):
         q = getattr(s, key)
         out[key] = None if q is None else asdict(q)
@@ -137,7 +155,7 @@ def run_facts(store: RunStore) -> dict[str, Any] | None:
         "launched_wall": run.launched_wall, "exit_code": run.exit_code,
         "ready_s": None if ready_s is None else round(ready_s, 3),
         # Node-equivalent: what the same start-up takes at time scale 1.
-        "ready_s_node": None if ready_s is None else round(ready_s / run.time_scale, 2),
+        "ready_s_node": None if ready_s is None else round(run.node_seconds(ready_s), 2),
         "phase_durations_s": {k: round(v, 3) for k, v in run.phase_durations.items()},
         "max_total_num_tokens_log": startup.get("max_total_num_tokens"),
         "engram_host_tables": [{k: t.get(k) for k in ("label", "layout", "resident_mib",
@@ -159,8 +177,23 @@ def plain(value: Any) -> Any:
     return value
 
 
+def finite_json(value: Any) -> Any:
+    """JSON data with NaN and infinities as null: Python's json writes them as bare NaN and
+    Infinity, which no other JSON reader takes."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value
+
+
 def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
+    """A count as an int; None when absent or not a finite number (a NaN gauge says n/a)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return int(value)
 
 
 def summary(store: RunStore) -> dict[str, Any]:
@@ -203,7 +236,7 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
 
     # Start-up in node time: a simulated node started x time_scale faster than the node
     # (and the seed) would; a real node's time_scale is 1.
-    ready = None if r.get("ready_s") is None else r["ready_s"] / run.time_scale
+    ready = run.node_seconds(r.get("ready_s"))
     return RunResult(
         scenario=run.scenario, placement=run.placement, source=source, trial=trial,
         gpus=r.get("gpus"), weights_gb=r.get("weights_gb"), kv_tokens=r.get("kv_tokens"),

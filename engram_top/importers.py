@@ -71,6 +71,9 @@ def _parse(line: str, where: str) -> dict[str, Any]:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise BenchFileError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from exc
+    except RecursionError:
+        raise BenchFileError(f"{where}: not a bench_serving result (nested too deeply to "
+                             "read)") from None
     if not isinstance(record, dict):
         raise BenchFileError(f"{where}: expected a JSON object, got {type(record).__name__}")
     missing = [k for k in LATENCY_KEYS if k not in record]
@@ -205,5 +208,8 @@ def load_runs(path: Path, *, gpus: int | None = None) -> list[RunResult]:
     try:
         data = json.loads(_read(path))
         return [RunResult.from_dict(r) for r in data["results"]]
+    except RecursionError:
+        raise BenchFileError(f"{path}: not an engram-top bench report (nested too deeply to "
+                             "read)") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise BenchFileError(f"{path}: not an engram-top bench report: {exc}") from exc

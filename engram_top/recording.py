@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -23,10 +24,12 @@ from engram_top.recording_format import (
     DATA_TYPES,
     FLUSH_S,
     FORMAT,
+    MAX_T,
     PATCH_FIELDS,
     TICK_S,
     Patch,
     RecordingError,
+    check_time,
     decode_facts_fields,
     decode_fields,
     decode_reading,
@@ -41,6 +44,7 @@ from engram_top.recording_format import (
 )
 from engram_top.redact import redact, redact_text
 from engram_top.store import Event, RunFacts, RunStore
+from scenarios.private import open_private
 
 # --------------------------------------------------------------------------- recording
 
@@ -52,6 +56,18 @@ def default_path(state_dir: Path | None = None) -> Path:
         state_dir = base / "engram-top"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return state_dir / "recordings" / f"{stamp}-{os.getpid()}.jsonl"
+
+
+def fresh_path(path: Path) -> Path:
+    """``path``, or the first free ``STEM-N.jsonl`` beside it when it already holds
+    something: one file, one session (appending a second would make both unreadable as
+    one)."""
+    n = 2
+    candidate = path
+    while candidate.is_file() and candidate.stat().st_size > 0:
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+        n += 1
+    return candidate
 
 
 KEEP_RECORDINGS = 50  # default-folder recordings kept; older ones go as a new one starts
@@ -117,8 +133,9 @@ class Recorder:
     def start(self) -> Recorder:
         try:
             if not self.path.parent.exists():  # a file in its place: open says "Not a directory"
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8", newline="\n")  # noqa: SIM115
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # 0600: a recording holds the servers' log lines (scrubbed, but still theirs).
+            self._file = open_private(self.path, "a")
         except OSError as exc:
             self._fail(exc)
             return self
@@ -180,7 +197,10 @@ class Recorder:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         self.error = f"{type(exc).__name__}: {reason}" if not isinstance(exc, OSError) else reason
         self._stop()
-        self.store.event("error", f"recording stopped: {self.path}: {self.error}")
+        message = f"recording stopped: {self.path}: {self.error}"
+        self.store.event("error", message)
+        # Standing, so it shows until quit (the events line scrolls off in a second).
+        self.store.conditions["recording"] = ("error", message)
 
     def _stop(self) -> None:
         self._closed = True
@@ -239,7 +259,11 @@ class Recorder:
         self.last_t = t
 
     def _write_line(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        try:
+            line = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # a NaN somewhere: null, so any JSON reader takes the file
+            line = json.dumps(facts_mod.finite_json(record), separators=(",", ":"))
+        self._file.write(line + "\n")
         self.records += 1
         self._dirty = True
 
@@ -316,21 +340,28 @@ class Recorder:
 
 @dataclasses.dataclass
 class Recording:
-    """A parsed recording: monotonic times already on the replay's clock (``origin`` + t)."""
+    """A parsed recording: monotonic times already on the replay's clock (``origin`` + t).
+
+    One session of a file: a file that two sessions wrote to (an old --record path used
+    twice) holds two, each from its header line on; ``session`` says which of ``sessions``
+    this is (1-based)."""
 
     path: Path
     header: dict[str, Any]
     records: list[tuple[float, str, Any]]  # (t, type, payload), in time order
     first_runs: dict[str, dict[str, Any]]  # run id -> the fields of its first record
     skipped: int = 0  # a truncated last line
+    session: int = 1
+    sessions: int = 1
 
     @property
     def duration(self) -> float:
         return self.records[-1][0] if self.records else 0.0
 
 
-def read_recording(path: Path | str, origin: float = 0.0) -> Recording:
-    """Parse a recording; RecordingError names PATH:LINE on anything it cannot read."""
+def read_sessions(path: Path | str, origin: float = 0.0) -> list[Recording]:
+    """Every session of a recording file, in file order; RecordingError names PATH:LINE on
+    anything it cannot read."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -343,25 +374,43 @@ def read_recording(path: Path | str, origin: float = 0.0) -> Recording:
         lines.pop()
     if not lines:
         raise RecordingError(f"{path}: empty: not an engram-top recording")
-    rec = Recording(path, {}, [], {})
+    sessions: list[Recording] = []
     for number, line in enumerate(lines, start=1):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             if number == len(lines) and truncated_ok and number > 1:
-                rec.skipped += 1
+                sessions[-1].skipped += 1
                 break
             raise RecordingError(f"{path}:{number}: not JSON ({exc.msg} at column "
                                  f"{exc.colno})") from None
+        except RecursionError:
+            raise RecordingError(f"{path}:{number}: not a record (nested too deeply to "
+                                 "read)") from None
         try:
-            if number == 1:
-                rec.header = _check_header(obj)
+            if isinstance(obj, dict) and obj.get("type") == "header":
+                sessions.append(Recording(path, _check_header(obj), [], {},
+                                          session=len(sessions) + 1))
+            elif not sessions:
+                raise ValueError("not an engram-top recording (no header line)")
             else:
-                _take_record(rec, obj, origin)
+                _take_record(sessions[-1], obj, origin)
         except ValueError as exc:
             raise RecordingError(f"{path}:{number}: {exc}") from None
-    rec.records.sort(key=lambda r: r[0])  # stable: same-time records keep their order
-    return rec
+    for rec in sessions:
+        rec.sessions = len(sessions)
+        rec.records.sort(key=lambda r: r[0])  # stable: same-time records keep their order
+    return sessions
+
+
+def read_recording(path: Path | str, origin: float = 0.0,
+                   session: int | None = None) -> Recording:
+    """One session of a recording: ``session`` (1-based), by default the last one."""
+    sessions = read_sessions(path, origin)
+    index = len(sessions) if session is None else session
+    if not 1 <= index <= len(sessions):
+        raise RecordingError(f"{path}: no session {session}: it holds {len(sessions)}")
+    return sessions[index - 1]
 
 
 def is_recording(path: Path | str) -> bool:
@@ -370,7 +419,7 @@ def is_recording(path: Path | str) -> bool:
         with open(path, "rb") as f:
             first = f.readline(65536)
         obj = json.loads(first)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(obj, dict) and obj.get("type") == "header" and "format" in obj
 
@@ -391,12 +440,16 @@ def _take_record(rec: Recording, obj: Any, origin: float) -> None:
     t = obj.get("t")
     if not isinstance(t, int | float) or isinstance(t, bool):
         raise ValueError(f"{kind or 'record'}: 't' missing or not a number")
+    if not 0 <= t <= MAX_T:  # also NaN
+        raise ValueError(f"{kind}: 't' is {t}: not a time within a recording "
+                         f"(0 to {MAX_T / 86400:.0f} days from its start)")
     if kind == "reading":
         if not isinstance(obj.get("kind"), str):
             raise ValueError("reading: 'kind' missing")
         payload: Any = (obj["kind"], decode_reading(obj.get("reading"), origin, "reading"))
     elif kind == "event":
         ev = {k: obj.get(k) for k in ("wall", "level", "text")}
+        check_time(ev["wall"], "event.wall")
         payload = decode_fields(Event, ev, "event")
     elif kind == "run":
         rid = obj.get("run")
@@ -412,7 +465,8 @@ def _take_record(rec: Recording, obj: Any, origin: float) -> None:
     elif kind == "log":
         lines = obj.get("lines")
         if not isinstance(obj.get("run"), str) or not isinstance(lines, list) or not all(
-                isinstance(x, list) and len(x) == 2 and isinstance(x[1], str) for x in lines):
+                isinstance(x, list) and len(x) == 2 and isinstance(x[1], str)
+                and isinstance(x[0], int | float) and math.isfinite(x[0]) for x in lines):
             raise ValueError("log: expected 'run' and 'lines' as [[t, text], ...]")
         payload = (obj["run"], [(float(a) + origin, s) for a, s in lines])
     elif kind == "load":
@@ -430,16 +484,18 @@ def runs_from_recording(path: Path | str) -> list[RunResult]:
     """Every run of a recording that became ready and has figures, as RunResults for the
     comparison (source "recording:<file name>", trials numbered per scenario from 0). A run
     still serving when the recording ended counts with the figures it had then."""
-    rec = read_recording(path)
-    runs: dict[str, RunFacts] = {}
-    for _, kind, payload in rec.records:
-        if kind == "run":
-            rid, _, fields = payload
-            if rid not in runs:
-                runs[rid] = RunFacts(**fields)
-            else:
-                update_facts(runs[rid], fields)
-    done = [r for r in runs.values() if r.ready_at is not None]
-    return facts_mod.run_results(done, source=f"recording:{rec.path.name}")
+    sessions = read_sessions(path)
+    done: list[RunFacts] = []
+    for rec in sessions:  # every session of the file: run ids are per session
+        runs: dict[str, RunFacts] = {}
+        for _, kind, payload in rec.records:
+            if kind == "run":
+                rid, _, fields = payload
+                if rid not in runs:
+                    runs[rid] = RunFacts(**fields)
+                else:
+                    update_facts(runs[rid], fields)
+        done += [r for r in runs.values() if r.ready_at is not None]
+    return facts_mod.run_results(done, source=f"recording:{Path(path).name}")
 
 

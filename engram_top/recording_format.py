@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 from collections import deque
 from enum import Enum
@@ -36,6 +37,7 @@ from pathlib import PurePath
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from collectors.readings import GpuData, HostData, Reading, ServerData
+from collectors.sglang import finite
 from engram_top.redact import redact
 from engram_top.store import RunFacts
 
@@ -49,6 +51,8 @@ DATA_TYPES: dict[str, type] = {c.__name__: c for c in (GpuData, HostData, Server
 MONO_FIELDS = ("launched_at", "ready_at", "ended_at")
 # Not recorded: the log deque goes as "log" records, and a replay counts the lines it feeds.
 SKIP_FIELDS = ("log_lines", "lines_seen")
+# A record later than this after the recording's start is damage, not a long session.
+MAX_T = 366 * 24 * 3600.0
 # Dict fields written as a patch of their changed keys: the start-up facts change with every
 # log line (last line time, decode stats) and are a few KB whole.
 PATCH_FIELDS = ("startup", "results", "phase_durations")
@@ -238,10 +242,14 @@ def decode_reading(obj: Any, origin: float = 0.0, where: str = "reading") -> Rea
                              f"(known: {', '.join(DATA_TYPES)})")
         fields = {k: v for k, v in data.items() if k != "type"}
         value = decode_fields(DATA_TYPES[data["type"]], fields, f"{where}.data")
+    if isinstance(value, ServerData):
+        value = finite(value)  # NaN gauges of a recording made before they were checked
     rest = {k: v for k, v in obj.items() if k != "data"}
     missing = [k for k in ("at", "wall") if k not in rest]  # defaults would make up a time
     if missing:
         raise ValueError(f"{where}: missing fields {missing}")
+    for key in ("at", "wall", "failing_since"):
+        check_time(rest.get(key), f"{where}.{key}")
     reading = decode_fields(Reading, rest, where)
     return dataclasses.replace(
         reading, data=value, at=reading.at + origin,
@@ -305,10 +313,20 @@ def decode_facts_fields(data: Any, origin: float, where: str) -> dict[str, Any]:
             out[k] = Patch(values, tuple(str(d) for d in drop))
         else:
             out[k] = decode(v, hints[k], f"{where}.{k}")
+    for name in (*MONO_FIELDS, "launched_wall"):
+        check_time(out.get(name), f"{where}.{name}")
     for name in MONO_FIELDS:
         if out.get(name) is not None:
             out[name] += origin
     return out
+
+
+def check_time(value: Any, where: str) -> None:
+    """A time (seconds) must be a finite number: a wall of 1e999 reads as infinity, and
+    would reach the screen's clock and snapshot.json."""
+    if isinstance(value, int | float) and not isinstance(value, bool) \
+            and not math.isfinite(value):
+        raise ValueError(f"{where}: {value} is not a time (not a finite number)")
 
 
 def scenarios_plain(scenario_file: Any, found: set[str] | None = None) -> dict[str, Any] | None:

@@ -17,8 +17,9 @@ from typing import Any
 REDACTED = "<redacted>"
 
 # Key names that hold secrets. "token" must not catch SGLang's counts and metrics
-# (max_total_num_tokens, token_usage is numeric and so never redacted) nor tokenizer_path.
-_SECRET_NAME = (r"api[_-]?key|token(?!s|iz)|secret|passw(?:or)?d|authorization"
+# (max_total_num_tokens, token_usage, swa_token_usage: their values are figures, or why a
+# figure is missing, "n/a: NaN from rank 0") nor tokenizer_path.
+_SECRET_NAME = (r"api[_-]?key|token(?!s|iz|_usage|_ratio)|secret|passw(?:or)?d|authorization"
                 r"|private[_-]?key|credential")
 SECRET_KEY = re.compile(_SECRET_NAME, re.IGNORECASE)
 # A command-line flag naming a secret: --api-key, --admin-api-key, --hf-token.
@@ -37,6 +38,8 @@ _ASSIGN_IN_TEXT = re.compile(
     rf"(\b[\w-]*(?:{_SECRET_NAME})[\w-]*(?:[\"']|&\#x27;|&\#39;|&quot;)?{_SP}*[=:]{_SP}*)"
     rf"{_QUOTE}{_VALUE}", re.IGNORECASE)
 _BEARER = re.compile(rf"(\b(?:Bearer|Basic){_SP}+){_VALUE}", re.IGNORECASE)
+# The userinfo of a URL (http://user:PASSWORD@host/): the whole of it goes.
+_URL_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^/\s@<>\"']+)@")
 _SCHEMES = {"bearer", "basic"}  # "Authorization: Bearer KEY": _BEARER takes the KEY
 _NUMBER_OR_EMPTY = re.compile(
     r"^(?:[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?|None|null|true|false|True|False)?$")
@@ -102,6 +105,8 @@ def _redact_args(items: list[Any], found: set[str]) -> list[Any]:
 
 
 def _redact_command_line(text: str, found: set[str]) -> str:
+    if "://" in text and "@" in text:
+        text = _redact_userinfo(text, found)
     if "-" not in text:
         return text
 
@@ -112,6 +117,19 @@ def _redact_command_line(text: str, found: set[str]) -> str:
         return f"{m.group(1)}{m.group(2)}{REDACTED}"
 
     return _FLAG_IN_TEXT.sub(sub, text)
+
+
+def _redact_userinfo(text: str, found: set[str], placeholder: str = REDACTED) -> str:
+    def sub(m: re.Match[str]) -> str:
+        userinfo = m.group(2)
+        if userinfo in (REDACTED, placeholder):
+            return m.group(0)
+        found.add(userinfo)
+        _, _, password = userinfo.partition(":")
+        if password:
+            found.add(password)
+        return f"{m.group(1)}{placeholder}@"
+    return _URL_USERINFO.sub(sub, text)
 
 
 def text_variants(secret: str) -> set[str]:
@@ -144,6 +162,8 @@ def redact_text(text: str, secrets: Iterable[str] = (), placeholder: str = REDAC
     def flag(m: re.Match[str]) -> str:
         return m.group(0) if keep(m.group(5)) else f"{m.group(1)}{m.group(2)}{placeholder}"
 
+    if "://" in text:
+        text = _redact_userinfo(text, set(), placeholder)
     text = _ASSIGN_IN_TEXT.sub(assign, text)
     text = _FLAG_IN_TEXT.sub(flag, text)
     return _BEARER.sub(lambda m: m.group(0) if keep(m.group(2)) else m.group(1) + placeholder,

@@ -81,10 +81,11 @@ class ReplaySession:
     """
 
     def __init__(self, path: Path | str, *, speed: float = 1.0, paused: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 session: int | None = None) -> None:
         self._now = clock
         self.origin = clock()
-        self.recording = read_recording(path, self.origin)
+        self.recording = read_recording(path, self.origin, session)
         self.path = self.recording.path
         self.store = ReplayStore()
         self.store.clock = self.clock  # ages on screen run in recording time
@@ -104,6 +105,12 @@ class ReplaySession:
             note = Event(time.time(), "warning", f"{self.path.name}: skipped a truncated last "
                                                  "line (was the recording process killed?)")
             self.recording.records.insert(0, (0.0, "event", note))
+        rec = self.recording
+        if rec.sessions > 1:
+            note = Event(time.time(), "info", f"{self.path.name} holds {rec.sessions} sessions "
+                                              f"(a --record file used twice): this is session "
+                                              f"{rec.session} (--session N for another)")
+            rec.records.insert(0, (0.0, "event", note))
         self._apply_until(0.0)
 
     # ------------------------------------------------------------------ the app's surface
@@ -120,6 +127,9 @@ class ReplaySession:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+
+    def close_now(self) -> None:
+        """A replay starts no process and keeps no folder: nothing to close without a loop."""
 
     # A replay starts and stops nothing; the app's keys get a clear answer.
     async def start_scenario(self, name: str) -> None:

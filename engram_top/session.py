@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
@@ -33,6 +34,7 @@ from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
 from engram_top.store import RunFacts, RunStore
 from scenarios import config
 from scenarios.config import Scenario, ScenarioFile
+from scenarios.statelock import StateLock
 from scenarios.supervisor import Run, Supervisor, SupervisorError
 from scenarios.workload import ClosedLoopLoad
 
@@ -73,6 +75,23 @@ class SessionOptions:
     free_ports: bool = False  # give every scenario a free port (the embedded demo)
     time_scale: float | None = None  # overrides for simulated scenarios
     serve_scale: float | None = None
+    # Who holds the state folder's lock, and how long to wait for a headless holder.
+    command: str = "run"
+    lock_wait_s: float = 0.0
+
+
+def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """The URL without its user:password@, and the pair (None without one)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    netloc = host + (f":{port}" if port else "")
+    shown = urlunsplit(parts._replace(netloc=netloc))
+    return shown, (unquote(parts.username or ""), unquote(parts.password or ""))
 
 
 def free_port() -> int:
@@ -109,8 +128,16 @@ class Session:
         self._tasks: list[asyncio.Task[None]] = []
         self._tmp: Path | None = None
         self._closing = False
+        self._closed = False
         self._lock = asyncio.Lock()  # one start/stop/switch at a time
         self._closers: set[asyncio.Task[None]] = set()
+        # One command at a time starts and stops a scenario file's servers (its state
+        # folder's lock); a demo's own temporary folder needs none.
+        self.state_lock: StateLock | None = None
+        if options.scenario_file is not None and options.state_dir is not None:
+            self.state_lock = StateLock(options.state_dir, options.command)
+        for warning in self.scenarios.warnings if self.scenarios else ():
+            self.store.event("warning", warning)
 
     def _adjust(self, sf: ScenarioFile) -> ScenarioFile:
         o = self.options
@@ -134,6 +161,9 @@ class Session:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         o = self.options
+        if self.state_lock is not None:  # StateBusy: the caller says who holds it
+            await self.state_lock.acquire(o.lock_wait_s, lambda text: self.store.event(
+                "info", text))
         if o.state_dir is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="engram-top-"))
         state_dir = o.state_dir or self._tmp / "state"  # type: ignore[operator]
@@ -181,14 +211,17 @@ class Session:
             self.store.event("warning", f"not starting {o.start}: {adopted.scenario.name} is "
                              "running; switch to it instead")
 
-    async def close(self) -> None:
-        """Stop the load and (unless told to leave it) the server we started, then polls."""
+    async def close(self, leave_running: bool | None = None) -> None:
+        """Stop the load and (unless told to leave it) the server we started, then polls.
+        ``leave_running``: this once, instead of the options' (an interrupted switch takes
+        back what it started)."""
         if self._closing:
             return
         self._closing = True
+        leave = self.options.leave_running if leave_running is None else leave_running
         await self._stop_load()
         if hasattr(self, "supervisor"):
-            await self.supervisor.close(self.options.leave_running)
+            await self.supervisor.close(leave)
             self._sync()
         tasks = [*self._tasks, *([self._server_task] if self._server_task else [])]
         for task in tasks:
@@ -200,6 +233,22 @@ class Session:
             await self.sglang.close()
         if hasattr(self, "gpu"):
             await self.gpu.close()
+        self._release()
+
+    def close_now(self) -> None:
+        """What close() must still do once the event loop is gone (a crash, a signal that
+        ended the dashboard): stop the server we started, unless told to leave it, and
+        remove our temporary folder. Safe after close(), and twice."""
+        if self._closed:
+            return
+        if hasattr(self, "supervisor"):
+            self.supervisor.close_now(self.options.leave_running)
+        self._release()
+
+    def _release(self) -> None:
+        self._closed = True
+        if self.state_lock is not None:
+            self.state_lock.release()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -239,27 +288,34 @@ class Session:
 
     async def attach(self, url: str) -> None:
         """Watch a server someone else started: no process of ours, no lifetime to own.
-        One attached server is watched at a time; the others wait in the list."""
-        facts = self.store.facts_for(url) or RunFacts(
-            scenario=url, placement="?", node=self.store.node, time_scale=1.0,
-            launched_wall=time.time(), launched_at=time.monotonic(), state="attached", url=url,
-            owned=False, title="attached: its lifetime is not ours")
+        One attached server is watched at a time; the others wait in the list.
+
+        A password in the URL (http://user:PASS@host) goes to the collector alone: the
+        store, the screen, recordings and snapshots know the server by its URL without it."""
+        shown, auth = split_credentials(url)
+        facts = self.store.facts_for(shown) or RunFacts(
+            scenario=shown, placement="?", node=self.store.node, time_scale=1.0,
+            launched_wall=time.time(), launched_at=time.monotonic(), state="attached",
+            url=shown, owned=False, title="attached: its lifetime is not ours")
         self.store.set_run(facts)
-        self._watch_server(SglangCollector(url, api_key=self.options.api_key))
+        self._watch_server(SglangCollector(shown, api_key=self.options.api_key, auth=auth))
 
     def _bind(self, run: Run) -> None:
         """Point the store and the server collector at a run that was just launched."""
         self.run = run
         sc = run.scenario
         estimate = run.estimate_s
-        if estimate is None and sc.kind == "simulated" and sc.placement in self.ref.placements:
-            estimate = self.ref.placements[sc.placement].ready_s * sc.time_scale
+        planned = None
+        if sc.kind == "simulated" and sc.placement in self.ref.placements:
+            planned = self.ref.placements[sc.placement].ready_s  # the model the sim runs
+            estimate = estimate if estimate is not None else planned * sc.time_scale
         facts = RunFacts(scenario=sc.name, placement=sc.placement or "?", node=self.store.node,
                          time_scale=sc.time_scale if sc.kind == "simulated" else 1.0,
                          launched_wall=run.launched_wall, launched_at=run.launched_at,
                          state=run.state, pid=run.pid, log_path=str(run.log_path), url=sc.url,
                          expected_ready_s=estimate, baseline_host_used=run.baseline_host_used,
-                         baseline_gpu_used=dict(run.baseline_gpu), title=sc.title)
+                         baseline_gpu_used=dict(run.baseline_gpu), title=sc.title,
+                         planned_ready_s=planned)
         facts.log_lines = run.lines
         self.store.set_run(facts)
         self.host.root_pid = run.pid
@@ -290,6 +346,9 @@ class Session:
         facts.state, facts.phase = run.state, run.phase
         facts.ready_at, facts.ended_at = run.ready_at, run.ended_at
         facts.exit_code, facts.failure = run.exit_code, run.failure
+        if facts.degraded != run.degraded:
+            facts.degraded = run.degraded
+            self.store.bump("run")
         if run.lines_seen != facts.lines_seen:
             facts.lines_seen = run.lines_seen
             parsed = run.parser.facts()

@@ -407,7 +407,7 @@ def _num(value: Any, spec: str) -> str:
 # ----------------------------------------------------------------------------- files
 
 def _json(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, default=str) + "\n"
+    return json.dumps(facts.finite_json(data), indent=2, default=str, allow_nan=False) + "\n"
 
 
 def _put(path: Path, data: bytes) -> None:

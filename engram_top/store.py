@@ -7,6 +7,7 @@ Each source has a version number so a UI can redraw only what changed.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -79,14 +80,35 @@ class RunFacts:
     title: str = ""
     owned: bool = True  # False for a server someone else started (attach)
     failure: str | None = None
+    # Why a ready server is not whole (a TP rank died while it still answers), else None.
+    degraded: str | None = None
     lines_seen: int = 0
     # The supervisor's recent log lines (a bounded deque it appends to): the log pane's source.
     log_lines: Any = None
     results: dict[str, Any] = field(default_factory=dict)  # headline figures (facts.summary)
+    # A simulated server's modelled launch-to-ready (node time, the seed's 125.04 s), which
+    # it runs time_scale times faster; None for a real server.
+    planned_ready_s: float | None = None
 
     @property
     def ready_s(self) -> float | None:
         return None if self.ready_at is None else self.ready_at - self.launched_at
+
+    def node_seconds(self, real_s: float | None) -> float | None:
+        """A start-up time as the node would take it (node_time)."""
+        return None if real_s is None else node_time(real_s, self.time_scale,
+                                                     self.planned_ready_s)
+
+
+def node_time(real_s: float, time_scale: float, planned_s: float | None) -> float:
+    """Start-up seconds as the node would take them. A simulated server runs its modelled
+    start-up (``planned_s``, node time) ``time_scale`` times faster; what this machine
+    adds on top (interpreter start, a busy CPU, the log read at its cadence) is real time
+    that counts once, not 1/time_scale times: at x0.02, half a second of load would
+    otherwise read as 25 s more start-up."""
+    if planned_s is None or time_scale == 1:
+        return real_s / time_scale
+    return planned_s + (real_s - planned_s * time_scale)
 
 
 class RunStore:
@@ -102,6 +124,9 @@ class RunStore:
         self.clock: Callable[[], float] = time.monotonic
         self.events: deque[Event] = deque(maxlen=500)
         self.alerts: dict[str, Any] = {}  # active alerts by id (engram_top.alerts.Alert)
+        # Standing problems a part of the session reports (the recorder cannot write):
+        # alert name -> (severity, message); an alert while it stands.
+        self.conditions: dict[str, tuple[str, str]] = {}
         self.load: dict[str, Any] = {}
         self.node = ""
         self.scenarios: Any = None  # the session's ScenarioFile, for the scenario list
@@ -184,6 +209,8 @@ class RunStore:
                     self._point(f"server.{key}.p50", t, q.p50)
 
     def _point(self, name: str, t: float, value: float) -> None:
+        if not math.isfinite(value):  # a gap, not a NaN that poisons averages and axes
+            return
         series = self.series.get(name)
         if series is None:
             series = self.series[name] = Series()

@@ -7,6 +7,7 @@ so a typo in a file an engineer edited by hand is found without reading a traceb
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tomllib
@@ -64,6 +65,11 @@ DEFAULTS: dict[str, Any] = {
     "readiness_timeout_s": 600.0, "stop_grace_s": 30.0, "hbm_release_timeout_s": 120.0,
     "hbm_release_slack_gib": 2.0,
 }
+# Launch flags whose value is a secret, and what to do instead.
+SECRET_FLAGS = {
+    "--api-key": "set api_key instead (it travels in a 0600 file)",
+    "--admin-api-key": "put it in a --config YAML file of mode 0600 instead",
+}
 TOP_LEVEL = {"plan", "defaults", "scenarios"}
 PLAN_KEYS = {"name", "description"}
 
@@ -114,8 +120,25 @@ class Scenario:
         env.update(self.env)
         return env
 
-    def argv(self, simulated_entry: list[str] | None = None) -> list[str]:
-        """The launch argv: never a shell string."""
+    @property
+    def key_by_file(self) -> bool:
+        """Whether the API key travels in a file (0600) rather than the argv every local
+        user sees in `ps`: SGLang reads it from a --config YAML file (since 0.5), unless the
+        scenario's own args already give one; the simulated server from --api-key-file."""
+        return bool(self.api_key) and (self.kind == "simulated" or "--config" not in self.args)
+
+    def key_file_text(self) -> str | None:
+        """What the key file holds, when the key travels in one."""
+        if not self.key_by_file:
+            return None
+        if self.kind == "simulated":
+            return f"{self.api_key}\n"
+        return f"api-key: {json.dumps(self.api_key)}\n"  # a JSON string is a YAML string
+
+    def argv(self, simulated_entry: list[str] | None = None,
+             key_file: Path | None = None) -> list[str]:
+        """The launch argv: never a shell string. ``key_file``: where the supervisor wrote
+        key_file_text(), when the key travels in a file."""
         if self.kind == "simulated":
             assert simulated_entry, "a simulated scenario needs the simulator's entry point"
             argv = [*simulated_entry, "--placement", self.placement or "device",
@@ -123,7 +146,8 @@ class Scenario:
                     "--time-scale", repr(self.time_scale),
                     "--serve-scale", repr(self.serve_scale)]
             if self.api_key:
-                argv += ["--api-key", self.api_key]
+                argv += (["--api-key-file", str(key_file)] if key_file is not None
+                         else ["--api-key", self.api_key])
             return [*argv, *self.args]
         assert self.python and self.model_path
         argv = [self.python, "-m", "sglang.launch_server", "--model-path", self.model_path,
@@ -133,8 +157,22 @@ class Scenario:
         if self.engram_interface == "config" and self.placement in ENGRAM_CONFIG:
             argv += ["--engram-config", json.dumps(ENGRAM_CONFIG[self.placement])]
         if self.api_key:
-            argv += ["--api-key", self.api_key]
+            argv += (["--config", str(key_file)] if key_file is not None and self.key_by_file
+                     else ["--api-key", self.api_key])
         return [*argv, *self.args]
+
+    def exposed_secrets(self) -> list[str]:
+        """Why this scenario's launch shows a secret to every local user (through `ps`)."""
+        out = []
+        flags = [a.split("=", 1)[0] for a in self.args if a.startswith("--")]
+        for flag in flags:
+            if flag in SECRET_FLAGS:
+                out.append(f"args holds {flag}: its value is visible to every local user "
+                           f"(ps); {SECRET_FLAGS[flag]}")
+        if self.api_key and not self.key_by_file:
+            out.append("api_key: its own --config in args leaves no file for the key, so it "
+                       "goes on the command line, visible to every local user (ps)")
+        return out
 
 
 @dataclass(frozen=True)
@@ -143,6 +181,9 @@ class ScenarioFile:
     name: str
     description: str
     scenarios: dict[str, Scenario] = field(default_factory=dict)
+    # What loads but deserves a word (FILE:LINE: scenarios.NAME: ...): a secret on the
+    # command line. Said once, where the file is loaded.
+    warnings: tuple[str, ...] = ()
 
     def get(self, name: str) -> Scenario:
         try:
@@ -181,13 +222,23 @@ def _locate(text: str) -> dict[tuple[str, ...], int]:
 
 def load(path: Path) -> ScenarioFile:
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise ScenarioError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ScenarioError([f"{path}:{line}: not UTF-8 text (byte {exc.start}: "
+                             f"{data[exc.start:exc.start + 1]!r}): save the file as UTF-8"]) \
+            from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError([f"{path}: not valid TOML: {exc}"]) from exc
+    except RecursionError:
+        raise ScenarioError([f"{path}: not a scenario file (nested too deeply to read)"]) \
+            from None
     where = _locate(text)
     problems: list[str] = []
 
@@ -249,8 +300,10 @@ def load(path: Path) -> ScenarioFile:
         scenarios[name] = scenario
     if problems:
         raise ScenarioError(problems)
+    warnings = tuple(f"{sc.source}: scenarios.{sc.name}: {text}"
+                     for sc in scenarios.values() for text in sc.exposed_secrets())
     return ScenarioFile(path, str(plan.get("name", path.stem)), str(plan.get("description", "")),
-                        scenarios)
+                        scenarios, warnings)
 
 
 def _check_fields(table: dict[str, Any], where: tuple[str, ...], at) -> list[str]:  # type: ignore[no-untyped-def]
@@ -266,6 +319,10 @@ def _check_fields(table: dict[str, Any], where: tuple[str, ...], at) -> list[str
         if isinstance(value, bool) or not isinstance(value, types):
             problems.append(f"{at(*where, key)}: {dotted}.{key}: should be {what}, "
                             f"got {type(value).__name__} {value!r}")
+            continue
+        if isinstance(value, float) and not math.isfinite(value):  # TOML has inf and nan
+            problems.append(f"{at(*where, key)}: {dotted}.{key}: should be {what}, "
+                            f"got {value}")
             continue
         if key == "args" and not all(isinstance(a, str) for a in value):
             problems.append(f"{at(*where, key)}: {dotted}.args: every argument must be a string")

@@ -12,10 +12,13 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from scenarios.private import open_private, private_folder
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,10 @@ class ManagedProcess:
     def start(cls, spec: LaunchSpec) -> ManagedProcess:
         if not spec.argv:
             raise ValueError("empty argv")
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(spec.log_path, "ab")  # noqa: SIM115 - the child keeps it; we close our copy
+        private_folder(spec.log_path.parent)
+        # The server's raw output (SGLang prints its ServerArgs, API keys included): its
+        # owner's alone. The child keeps the descriptor; we close our copy.
+        log = open_private(spec.log_path, "ab")
         try:
             popen = subprocess.Popen(
                 spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -123,6 +128,27 @@ class ManagedProcess:
         its crash path (seen on a real server: +5 s of "crash diagnostics"). Whatever is
         left then gets SIGTERM as a group, and after the whole grace period SIGKILL.
         """
+        steps = self._stopping(grace)
+        while True:
+            try:
+                pause = next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            await asyncio.sleep(pause)
+
+    def stop_now(self, grace: float = 10.0) -> StopResult:
+        """stop() without an event loop: for a process that is exiting because its loop
+        died (a crash, a signal), when nothing else will stop this server."""
+        steps = self._stopping(grace)
+        while True:
+            try:
+                pause = next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            time.sleep(pause)
+
+    def _stopping(self, grace: float) -> Generator[float, None, StopResult]:
+        """The stop as a series of pauses for the caller to take (awaited or slept)."""
         started = time.monotonic()
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGTERM)
@@ -134,13 +160,13 @@ class ManagedProcess:
             if not group_termed and (time.monotonic() - started >= grace / 2 or not self.alive()):
                 self._signal_group(signal.SIGTERM)
                 group_termed = True
-            await asyncio.sleep(0.05)
+            yield 0.05
         self._signal_group(signal.SIGKILL)
         for _ in range(100):
             self._reap()
             if not self.group_members():
                 break
-            await asyncio.sleep(0.05)
+            yield 0.05
         return StopResult(self.returncode, True, tuple(self.group_members()))
 
     def _reap(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -29,6 +30,7 @@ from collectors.readings import GpuData
 from collectors.startup_log import StartupLogParser
 from scenarios.config import Scenario
 from scenarios.logtail import LogTail
+from scenarios.private import private_folder, write_private
 from scenarios.process import LaunchSpec, ManagedProcess, StopResult
 
 GIB = 1024**3
@@ -37,6 +39,7 @@ HEALTH_S = 0.5  # /health probe cadence once the log shows the HTTP server is up
 HEALTH_ONLY_AFTER_S = 15.0  # /health 200 this long without the log's ready line: ready
 LOG_KEEP = 400  # recent log lines kept for the log pane
 HOST_RELEASE_S = 10.0  # how long a switch waits for host shared memory to come back
+HEALTH_DEADLINE_S = 3.0  # a /health probe's whole answer, however slowly it drips
 ERROR_MARKERS = ("Traceback", "out of memory", "OutOfMemoryError", "No huge pages",
                  "Initialization failed", "Error:", "CUDA error")
 
@@ -71,6 +74,11 @@ class Run:
     # Host shared memory (Shmem) before launch: where pinned host tables show, for the check
     # that they went with the server.
     baseline_host_shmem: int | None = None
+    # The server's processes (pid -> (create time, what it is)) once ready: its TP ranks and
+    # helpers. One of them gone while the server still answers is a degraded run.
+    members: dict[int, tuple[float, str]] = field(default_factory=dict)
+    degraded: str | None = None  # why, once a member died
+    key_file: Path | None = None  # the API key, handed over in a 0600 file
 
     @property
     def pid(self) -> int:
@@ -112,6 +120,43 @@ def who_listens(port: int) -> str:
     return "another process"
 
 
+def _drop_key_file(run: Run) -> None:
+    if run.key_file is not None:
+        with contextlib.suppress(OSError):
+            run.key_file.unlink()
+
+
+def server_members(pid: int) -> dict[int, tuple[float, str]]:
+    """The server's process tree below its launcher: pid -> (create time, name)."""
+    out: dict[int, tuple[float, str]] = {}
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                out[child.pid] = (child.create_time(), _describe(child))
+    return out
+
+
+def _describe(proc: psutil.Process) -> str:
+    """A process as a person reads it: its name (SGLang titles its schedulers with their
+    rank, sglang::scheduler_TP2), else its TP rank where its command line says."""
+    name = proc.name()
+    if "TP" in name:
+        return name
+    with contextlib.suppress(psutil.Error):
+        cmd = proc.cmdline()
+        if "--rank" in cmd[:-1]:
+            return f"{name}, TP rank {cmd[cmd.index('--rank') + 1]}"
+    return name
+
+
+def _same_process(pid: int, created: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - created) < 0.5 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _looks_local(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~"))
 
@@ -132,7 +177,8 @@ class Supervisor:
         self._follow_task: asyncio.Task[None] | None = None
         self._client = httpx.AsyncClient(timeout=2.0)
         self.history_path = state_dir / "history.json"
-        (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+        private_folder(state_dir)
+        private_folder(state_dir / "logs")
 
     # ------------------------------------------------------------------ history
     def _history(self) -> dict[str, list[float]]:
@@ -153,10 +199,8 @@ class Supervisor:
         data = self._history()
         key = self._key(run.scenario)
         data[key] = [*data.get(key, [])[-19:], round(run.ready_s, 3)]
-        tmp = self.history_path.with_suffix(".tmp")
         with contextlib.suppress(OSError):
-            tmp.write_text(json.dumps(data, indent=1))
-            os.replace(tmp, self.history_path)
+            write_private(self.history_path, json.dumps(data, indent=1))
 
     @staticmethod
     def _key(s: Scenario) -> str:
@@ -168,24 +212,27 @@ class Supervisor:
     def _save_current(self, run: Run) -> None:
         data = {"scenario": run.scenario.name, "pid": run.pid,
                 "create_time": run.proc.create_time, "log_path": str(run.log_path),
-                "launched_wall": run.launched_wall,
+                "launched_wall": run.launched_wall, "port": run.scenario.port,
+                "key_file": None if run.key_file is None else str(run.key_file),
                 "baseline_gpu": {str(k): v for k, v in run.baseline_gpu.items()},
                 "baseline_host_used": run.baseline_host_used,
                 "baseline_host_shmem": run.baseline_host_shmem}
-        path = self.state_dir / "current.json"
         with contextlib.suppress(OSError):
-            path.with_suffix(".tmp").write_text(json.dumps(data, indent=1))
-            os.replace(path.with_suffix(".tmp"), path)
+            write_private(self.state_dir / "current.json", json.dumps(data, indent=1))
 
-    def _forget_current(self) -> None:
+    def _forget_current(self, run: Run | None = None) -> None:
         with contextlib.suppress(OSError):
             (self.state_dir / "current.json").unlink()
+        if run is not None:
+            _drop_key_file(run)
 
     def adopt(self, scenarios: dict[str, Scenario]) -> Run | None:
         """Take over the server an earlier engram-top left running from this state folder."""
         try:
             data = json.loads((self.state_dir / "current.json").read_text())
             sc = scenarios[data["scenario"]]
+            if isinstance(data.get("port"), int) and data["port"] != sc.port:
+                sc = dataclasses.replace(sc, port=data["port"])  # launched on a free port
             log_path = Path(data["log_path"])
             proc = ManagedProcess.adopt(LaunchSpec([], log_path), int(data["pid"]),
                                         float(data["create_time"]))
@@ -199,6 +246,8 @@ class Supervisor:
                   {int(k): int(v) for k, v in (data.get("baseline_gpu") or {}).items()},
                   data.get("baseline_host_used"), self.estimate(sc),
                   baseline_host_shmem=data.get("baseline_host_shmem"))
+        if isinstance(data.get("key_file"), str):
+            run.key_file = Path(data["key_file"])
         self.current = run
         self.on_event("info", f"found {sc.name} still running (pid {run.pid}), launched "
                       f"{age:.0f} s ago by an earlier engram-top")
@@ -252,20 +301,38 @@ class Supervisor:
         self.preflight(scenario)
         gpu, host, shmem = await asyncio.to_thread(self.baseline)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        log_path = self.state_dir / "logs" / f"{scenario.name}-{stamp}-{os.getpid()}.log"
-        argv = scenario.argv(self.simulated_entry)
+        run_name = f"{scenario.name}-{stamp}-{os.getpid()}"
+        log_path = self.state_dir / "logs" / f"{run_name}.log"
+        key_file = self._key_file(scenario, run_name)
+        argv = scenario.argv(self.simulated_entry, key_file)
         try:
             proc = ManagedProcess.start(LaunchSpec(argv, log_path, scenario.launch_env()))
         except OSError as exc:
+            if key_file is not None:
+                key_file.unlink(missing_ok=True)
             raise SupervisorError(f"cannot launch '{scenario.name}': {argv[0]}: "
                                   f"{exc.strerror or exc}") from exc
         run = Run(scenario, proc, log_path, time.monotonic(), time.time(), gpu, host,
-                  self.estimate(scenario), baseline_host_shmem=shmem)
+                  self.estimate(scenario), baseline_host_shmem=shmem, key_file=key_file)
         self.current = run
         self._save_current(run)
         self.on_event("info", f"launched {scenario.name} (pid {proc.pid}) on {scenario.url}")
         self._follow_task = asyncio.create_task(self._follow(run), name=f"follow {scenario.name}")
         return run
+
+    def _key_file(self, scenario: Scenario, run_name: str) -> Path | None:
+        """The API key in a 0600 file for the server to read, out of the argv that `ps`
+        shows every local user (SGLang: a --config YAML file, hence the suffix)."""
+        text = scenario.key_file_text()
+        if text is None:
+            return None
+        path = private_folder(self.state_dir / "keys") / f"{run_name}.yaml"
+        try:
+            write_private(path, text)
+        except OSError as exc:
+            raise SupervisorError(f"cannot write the API key file {path}: "
+                                  f"{exc.strerror or exc}") from exc
+        return path
 
     # ------------------------------------------------------------------ follow
     async def _follow(self, run: Run) -> None:
@@ -282,16 +349,20 @@ class Supervisor:
                 if run.proc.group_members():  # its children must not outlive it
                     run.stop_result = await run.proc.stop(min(5.0, run.scenario.stop_grace_s))
                 if not run.proc.group_members():
-                    self._forget_current()
+                    self._forget_current(run)
                 if run.state == "ready":
                     run.state = "exited"
                     self.on_event("error", f"{run.scenario.name} exited (code {run.exit_code})")
                 else:
                     run.state = "failed"
-                    run.failure = (f"exited with code {run.exit_code} during {run.phase}"
+                    # The phase it failed in: the parser's phase reads "failed" by now.
+                    phase = run.parser.failed_in or run.phase
+                    run.failure = (f"exited with code {run.exit_code} during {phase}"
                                    + self._last_error(run))
                     self.on_event("error", f"{run.scenario.name}: {run.failure}")
                 return
+            if run.state == "ready":
+                self._check_members(run)
             if run.state == "starting":
                 http_up = run.http_up or run.phase in ("http", "warmup", "ready")
                 if (http_up or now - run.launched_at > 5) and now - last_health > HEALTH_S:
@@ -308,8 +379,9 @@ class Supervisor:
                         self._mark_ready(run, time.monotonic())
                 late = now - run.launched_at > run.scenario.readiness_timeout_s
                 if run.state == "starting" and late:
+                    phase = run.parser.failed_in or run.phase
                     run.failure = (f"not ready after {run.scenario.readiness_timeout_s:.0f} s "
-                                   f"(last phase: {run.phase})" + self._last_error(run))
+                                   f"(last phase: {phase})" + self._last_error(run))
                     self.on_event("error", f"{run.scenario.name}: {run.failure}; stopping it")
                     await self._stop(run)
                     run.state = "failed"  # after _stop, which marks it stopped
@@ -329,15 +401,36 @@ class Supervisor:
     def _mark_ready(self, run: Run, at: float) -> None:
         run.state = "ready"
         run.ready_at = at if run.ready_at is None else min(run.ready_at, at)
+        run.members = server_members(run.pid)
+        _drop_key_file(run)  # read at launch; a ready server needs it no more
         self._remember(run)
         self.on_event("info", f"{run.scenario.name} ready after {run.ready_s:.1f} s")
+
+    def _check_members(self, run: Run) -> None:
+        """A process of the server that died while the server lives on (a TP rank killed by
+        the OOM killer, a crashed scheduler): the server may still answer /health, but a
+        GPU's share of the model is gone. Said once; the run is degraded from then on."""
+        if run.degraded is not None:
+            return
+        gone = [(pid, what) for pid, (created, what) in run.members.items()
+                if not _same_process(pid, created)]
+        if gone:
+            names = ", ".join(f"pid {pid} ({what})" for pid, what in gone)
+            run.degraded = f"{'a process' if len(gone) == 1 else 'processes'} of the " \
+                           f"server died: {names}"
+            self.on_event("error", f"{run.scenario.name}: {run.degraded}; the server still "
+                          "runs, degraded (its GPUs' share of the model is gone)")
 
     async def _healthy(self, run: Run) -> bool:
         headers = ({"Authorization": f"Bearer {run.scenario.api_key}"}
                    if run.scenario.api_key else {})
         try:
-            resp = await self._client.get(f"{run.scenario.url}/health", headers=headers)
-        except httpx.HTTPError:
+            # A whole answer within the deadline: httpx's timeout is per read, and a /health
+            # that drips a byte a second would hold the follow loop (and its readiness
+            # timeout) forever.
+            async with asyncio.timeout(HEALTH_DEADLINE_S):
+                resp = await self._client.get(f"{run.scenario.url}/health", headers=headers)
+        except (httpx.HTTPError, TimeoutError):
             return False
         return resp.status_code == 200
 
@@ -372,7 +465,7 @@ class Supervisor:
         run.stop_result = result
         run.exit_code = result.returncode
         if not result.survivors:
-            self._forget_current()
+            self._forget_current(run)
         run.ended_at = run.ended_at or time.monotonic()
         run.state = "stopped" if previous in ("starting", "ready", "stopping") else previous
         if result.killed:
@@ -481,6 +574,17 @@ class Supervisor:
             if host.note:
                 self.on_event("info" if host.released else "warning", host.note)
         return await self.start(to)
+
+    def close_now(self, leave_running: bool = False) -> None:
+        """close() for a process whose event loop is gone (a crash, a signal): stop the
+        server we started, without a loop."""
+        run = self.current
+        if run is None or leave_running or run.state == "stopped" or not run.alive:
+            return
+        run.stop_result = run.proc.stop_now(run.scenario.stop_grace_s)
+        run.state = "stopped"
+        if not run.stop_result.survivors:
+            self._forget_current(run)
 
     async def close(self, leave_running: bool = False) -> None:
         run = self.current

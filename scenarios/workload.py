@@ -46,14 +46,59 @@ class RequestRecord:
         return (self.e2e - self.ttft) / (self.output_len - 1)
 
 
+class RequestFailed(Exception):
+    """A request that did not complete: ``kind`` "failed" (an error, no answer in time) or
+    "incomplete" (the stream ended, or was cut, before its end); ``received`` tokens came."""
+
+    def __init__(self, reason: str, received: int = 0, kind: str = "failed") -> None:
+        super().__init__(reason)
+        self.received = received
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class FailedRequest:
+    """A request left out of the latency and throughput figures, and why."""
+
+    started: float  # monotonic
+    input_len: int
+    output_len: int  # asked for
+    received: int  # tokens that came before it failed
+    kind: str  # "failed" or "incomplete"
+    reason: str
+    level: int = 0
+
+
 def prompt(words: int) -> str:
     return " ".join(PROMPT_WORDS[i % len(PROMPT_WORDS)] for i in range(words))
 
 
 async def stream_request(client: httpx.AsyncClient, input_len: int, output_len: int, *,
                          endpoint: str = "/v1/completions", model: str | None = None,
-                         level: int = 0) -> RequestRecord:
-    """One streaming request; raises with the server's message when it fails."""
+                         level: int = 0, deadline_s: float | None = None) -> RequestRecord:
+    """One streaming request, done within ``deadline_s`` in all (a per-read timeout never
+    ends a stream that drips); raises RequestFailed saying why when it does not complete."""
+    got = _Progress()
+    try:
+        async with asyncio.timeout(deadline_s):
+            return await _stream(client, input_len, output_len, endpoint, model, level, got)
+    except TimeoutError:
+        raise RequestFailed(f"no complete answer within {deadline_s:g} s "
+                            f"({got.tokens} of {output_len} tokens came)", got.tokens) from None
+    except httpx.HTTPError as exc:  # cut mid-stream, refused, a read timeout
+        text = str(exc).strip() or type(exc).__name__
+        raise RequestFailed(f"{type(exc).__name__}: {text} ({got.tokens} of {output_len} "
+                            "tokens came)", got.tokens,
+                            "incomplete" if got.tokens else "failed") from None
+
+
+@dataclass
+class _Progress:
+    tokens: int = 0
+
+
+async def _stream(client: httpx.AsyncClient, input_len: int, output_len: int, endpoint: str,
+                  model: str | None, level: int, got: _Progress) -> RequestRecord:
     if endpoint == "/generate":
         body: dict[str, object] = {"text": prompt(input_len), "stream": True, "sampling_params": {
             "max_new_tokens": output_len, "ignore_eos": True}}
@@ -77,10 +122,11 @@ async def stream_request(client: httpx.AsyncClient, input_len: int, output_len: 
     itls: list[float] = []
     tokens = 0
     rid = ""
+    done = False
     async with client.stream("POST", endpoint, json=body, extensions={"trace": trace}) as resp:
         if resp.status_code != 200:
             text = (await resp.aread()).decode("utf-8", "replace")[:200]
-            raise RuntimeError(f"HTTP {resp.status_code}: {text}")
+            raise RequestFailed(f"HTTP {resp.status_code}: {text}")
         async for line in resp.aiter_lines():
             if not line.startswith("data: "):
                 continue
@@ -89,10 +135,16 @@ async def stream_request(client: httpx.AsyncClient, input_len: int, output_len: 
             # the stream is still read to its end so the connection goes back to the pool.
             now = end = time.perf_counter()
             if payload == "[DONE]":
+                done = True
                 continue
-            chunk = json.loads(payload)
+            try:
+                chunk = json.loads(payload)
+            except ValueError:
+                raise RequestFailed(f"not JSON in the stream after {tokens} tokens: "
+                                    f"{payload[:80]!r}", tokens, "incomplete") from None
             if "error" in chunk:
-                raise RuntimeError(f"stream error: {chunk['error']}")
+                raise RequestFailed(f"stream error: {chunk['error']}", tokens,
+                                    "incomplete" if tokens else "failed")
             if endpoint == "/generate":
                 meta = chunk.get("meta_info") or {}
                 rid = rid or str(meta.get("id", ""))
@@ -109,14 +161,21 @@ async def stream_request(client: httpx.AsyncClient, input_len: int, output_len: 
                 choices = chunk.get("choices") or [{}]
                 if not choices[0].get("text"):
                     continue
-                tokens = max(tokens, len(itls) + 1)
+                # A chunk is at least one token; the usage chunk, if any, has the count.
+                tokens = max(tokens, len(itls) + 1 + (first is not None))
             if first is None:
                 first = now
             else:
                 itls.append(now - last)
             last = now
+            got.tokens = tokens
+    if not done:
+        # A stream that ends without [DONE] was cut short, however cleanly: counting it would
+        # put a quarter-length request into TPOT and tok/s as if it were whole.
+        raise RequestFailed(f"the stream ended after {tokens} of {output_len} tokens without "
+                            "[DONE]", tokens, "incomplete")
     if first is None:
-        raise RuntimeError("the stream ended without a token")
+        raise RequestFailed("the stream ended without a token")
     sent = wire[0] if wire else called
     # started is on the monotonic clock, the one the simulated server's ground truth and
     # the supervisor use; durations stay on perf_counter.
@@ -144,7 +203,7 @@ class ClosedLoopLoad:
     def __init__(self, base_url: str, *, concurrency: int = 8, input_len: int = 512,
                  output_len: int = 128, range_ratio: float = 0.5, seed: int = 1,
                  model: str | None = None, api_key: str | None = None,
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 60.0, request_timeout_s: float = 300.0) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.base_url = base_url.rstrip("/")
@@ -155,7 +214,8 @@ class ClosedLoopLoad:
         self.rng = random.Random(seed)
         self.model = model
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.timeout = timeout
+        self.timeout = timeout  # per read
+        self.request_timeout_s = request_timeout_s  # per request, in all
         self.stats = LoadStats()
         self._tasks: list[asyncio.Task[None]] = []
         self._client: httpx.AsyncClient | None = None
@@ -188,7 +248,8 @@ class ClosedLoopLoad:
                 raise
             except Exception as exc:  # counted, shown, and the loop goes on
                 self.stats.failed += 1
-                self.stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
+                self.stats.last_error = (str(exc) if isinstance(exc, RequestFailed)
+                                         else f"{type(exc).__name__}: {exc}")[:300]
                 await asyncio.sleep(0.5)  # a dead server must not turn this into a busy loop
                 continue
             self.stats.completed += 1
@@ -197,7 +258,8 @@ class ClosedLoopLoad:
 
     async def one(self, input_len: int, output_len: int) -> RequestRecord:
         assert self._client is not None, "start() first"
-        return await stream_request(self._client, input_len, output_len, model=self.model)
+        return await stream_request(self._client, input_len, output_len, model=self.model,
+                                    deadline_s=self.request_timeout_s)
 
 
 # --------------------------------------------------------------------------- measured runs
@@ -220,6 +282,7 @@ class WorkloadSpec:
     warmup_requests: int = 1
     endpoint: str = "/v1/completions"
     model: str | None = None
+    request_timeout_s: float = 300.0  # each request's total deadline
 
     def lengths(self, count: int, rng: random.Random) -> list[tuple[int, int]]:
         def draw(full: int) -> int:
@@ -234,6 +297,12 @@ class DriverResult:
     errors: list[str]
     duration_s: float  # summed over levels, first send to last completion
     driver_cpu_s: float  # the driver's own CPU time: it must not be the bottleneck
+    # Every request left out of the figures, with why (failed + incomplete = ``failed``).
+    failures: list[FailedRequest] = field(default_factory=list)
+
+    @property
+    def incomplete(self) -> int:
+        return sum(1 for f in self.failures if f.kind == "incomplete")
 
     @property
     def output_tokens(self) -> int:
@@ -275,20 +344,25 @@ async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None
                                  timeout=timeout, limits=limits) as client:
 
         async def send(n_in: int, n_out: int, level: int) -> None:
+            started = time.monotonic()
             try:
                 result.records.append(await stream_request(
-                    client, n_in, n_out, endpoint=spec.endpoint, model=spec.model, level=level))
+                    client, n_in, n_out, endpoint=spec.endpoint, model=spec.model, level=level,
+                    deadline_s=spec.request_timeout_s))
             except Exception as exc:  # counted and kept, never dropped
+                failure = _failure(exc, started, n_in, n_out, level)
+                result.failures.append(failure)
                 result.failed += 1
                 if len(result.errors) < 50:
-                    result.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                    result.errors.append(f"{failure.kind}: {failure.reason}"[:300])
 
         for n_in, n_out in spec.lengths(spec.warmup_requests, random.Random(spec.seed + 1)):
             try:  # warm-up: measured nowhere, but a failure is still said
                 await stream_request(client, n_in, n_out, endpoint=spec.endpoint,
-                                     model=spec.model)
+                                     model=spec.model, deadline_s=spec.request_timeout_s)
             except Exception as exc:
-                result.errors.append(f"warm-up: {type(exc).__name__}: {exc}"[:300])
+                result.errors.append(f"warm-up: {_failure(exc, 0.0, n_in, n_out, 0).reason}"
+                                     [:300])
         for index, level in enumerate(spec.levels):
             todo = deque(lengths[index] if lengths else spec.lengths(level.requests, rng))
             started = time.perf_counter()
@@ -311,6 +385,14 @@ async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None
             result.duration_s += time.perf_counter() - started
     result.driver_cpu_s = time.process_time() - cpu0
     return result
+
+
+def _failure(exc: Exception, started: float, n_in: int, n_out: int,
+             level: int) -> FailedRequest:
+    if isinstance(exc, RequestFailed):
+        return FailedRequest(started, n_in, n_out, exc.received, exc.kind, str(exc), level)
+    return FailedRequest(started, n_in, n_out, 0, "failed", f"{type(exc).__name__}: {exc}",
+                         level)
 
 
 async def run_requests(base_url: str, lengths: list[tuple[int, int]], concurrency: int,

@@ -4,6 +4,10 @@ panels whose sources changed; the session does all I/O."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+import sys
+import termios
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -34,6 +38,8 @@ TREND_CHARTS = ("hbm", "kv", "ttft", "rx")
 TREND_WINDOW_S = 120.0
 # Textual's own palette entries cover quitting; the rest of our keys get one each.
 _NOT_IN_PALETTE = {"quit"}
+# Palette titles where the key's own label would read as one of Textual's commands ("Keys").
+_PALETTE_TITLES = {"help": "Help: keys and panels"}
 _PALETTE_HELP = {
     "start_selected": "start the highlighted scenario, or switch to it",
     "stop": "stop the server this dashboard started",
@@ -50,6 +56,7 @@ class Session(Protocol):
 
     async def start(self) -> None: ...
     async def close(self) -> None: ...
+    def close_now(self) -> None: ...
 
 
 class Panel(Static):
@@ -111,7 +118,10 @@ class HelpScreen(ModalScreen[None]):
 
 def _replay_line(replay: ReplaySession) -> Text:
     def clock(seconds: float) -> str:
-        return f"{int(seconds // 60):02d}:{int(seconds % 60):02d}"
+        minutes, secs = divmod(int(seconds), 60)
+        if minutes < 60:
+            return f"{minutes:02d}:{secs:02d}"
+        return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"  # a long session: H:MM:SS
 
     state = "▶" if replay.playing else "⏸"
     return Text.assemble((f" REPLAY {state} ", "bold reverse"),
@@ -155,8 +165,13 @@ class EngramTopApp(App[int]):
                  compare_with: Sequence[RunResult] = (),
                  price_per_gpu_hour: float | None = None,
                  config: UserConfig | None = None, config_error: str | None = None,
-                 snapshot_dir: Path = Path("snapshots")) -> None:
+                 snapshot_dir: Path = Path("snapshots"), own_process: bool = False) -> None:
         super().__init__()
+        # The dashboard is the process (the CLI): SIGTERM, SIGHUP and SIGINT quit it as `q`
+        # does, and a crash's traceback is the CLI's to file, not the terminal's to show.
+        self.own_process = own_process
+        self.crash: BaseException | None = None
+        self.stopped_by: signal.Signals | None = None
         self.snapshot_dir = snapshot_dir
         self.config = config or UserConfig()
         self.reference = reference.default()  # the seed: the comparison's reference column
@@ -205,6 +220,8 @@ class EngramTopApp(App[int]):
         self._log_last: object = None  # the last log entry written to the pane
         table.focus()
         self._apply_config()
+        if self.own_process:
+            self._handle_signals(True)
         self.start_session()
         self.set_interval(REFRESH_S, self.refresh_panels)
         self.refresh_panels()
@@ -468,11 +485,19 @@ class EngramTopApp(App[int]):
         self.notify(str(path), title="snapshot written")
 
     # ------------------------------------------------------------------ replay
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+    def _applies(self, action: str) -> bool:
+        """Whether an action means anything in this session: replay controls in a replay,
+        and starting or stopping servers anywhere else."""
         if action.startswith("replay_"):
             return self.replay is not None
-        # A replay starts and stops nothing.
         return not (action in ("start_selected", "stop", "scenario") and self.replay is not None)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if not self._applies(action):
+            return False
+        # Enter is a priority binding (the scenario table would take it otherwise); on any
+        # screen above the dashboard (the command palette, a dialog) it is that screen's.
+        return not (action == "start_selected" and len(self.screen_stack) > 1)
 
     def action_replay_toggle(self) -> None:
         if self.replay is not None:
@@ -520,15 +545,27 @@ class EngramTopApp(App[int]):
         self.push_screen(HelpScreen(keys))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        """Every action of ours in the palette, beside Textual's own (themes, keys, quit)."""
-        yield from super().get_system_commands(screen)
+        """Every action of ours that applies here, once each, beside Textual's own (themes,
+        keys, quit): a live dashboard lists no replay controls, a replay nothing that starts
+        or stops a server."""
+        titles: set[str] = set()
+        for command in super().get_system_commands(screen):
+            titles.add(command.title)
+            yield command
         if isinstance(screen, ModalScreen):
             return  # a dialog's own keys are its commands
         for b in self.BINDINGS:
-            if isinstance(b, Binding) and b.description and b.id not in _NOT_IN_PALETTE \
-                    and not b.action.startswith("scenario("):
-                yield SystemCommand(b.description, _PALETTE_HELP.get(b.action, b.description),
-                                    partial(self.run_action, b.action))
+            if not isinstance(b, Binding) or not b.description or b.id in _NOT_IN_PALETTE \
+                    or b.action.startswith("scenario("):
+                continue
+            title = _PALETTE_TITLES.get(b.action, b.description)
+            if title in titles or not self._applies(b.action.split("(")[0]):
+                continue
+            titles.add(title)
+            yield SystemCommand(title, _PALETTE_HELP.get(b.action, b.description),
+                                partial(self.run_action, b.action))
+        if self.replay is not None:
+            return
         for name in self._scenario_names():
             yield SystemCommand(f"Start or switch to {name}", f"stop the running server "
                                 f"if any, then start {name}",
@@ -557,4 +594,56 @@ class EngramTopApp(App[int]):
             await self.session.close()
 
     async def on_unmount(self) -> None:
+        if self.own_process:
+            self._handle_signals(False)
         await self.close_session()
+
+    # ------------------------------------------------------------------ the process's end
+    def _handle_signals(self, on: bool) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                if on:
+                    loop.add_signal_handler(sig, self._on_signal, sig)
+                else:
+                    loop.remove_signal_handler(sig)
+        with contextlib.suppress(ValueError, OSError):  # not the main thread: leave it
+            if on:
+                self._textual_sigcont = signal.signal(signal.SIGCONT, self._on_sigcont)
+            elif self._textual_sigcont is not None:
+                signal.signal(signal.SIGCONT, self._textual_sigcont)
+
+    _textual_sigcont: Any = None
+
+    def _on_sigcont(self, signum: int, frame: Any) -> None:
+        """Textual resumes the terminal on SIGCONT (after Ctrl-Z). A terminal that closes
+        sends SIGHUP and then SIGCONT: resuming a dead terminal starts a writer that dies on
+        its first write, and the quit then waits on it for ever. Only a live terminal is
+        resumed; the SIGHUP quits us."""
+        try:
+            termios.tcgetattr(sys.__stdin__.fileno())  # type: ignore[union-attr]
+        except (termios.error, OSError, ValueError, AttributeError):
+            return
+        handler = self._textual_sigcont
+        if callable(handler):
+            handler(signum, frame)
+            # Textual puts its own handler back as it resumes: keep ours in front of it.
+            self._textual_sigcont = signal.signal(signal.SIGCONT, self._on_sigcont)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        """Quit as `q` does: the servers we started stop, the recording closes. After a
+        SIGHUP the terminal is gone; nothing here waits on it."""
+        if self.stopped_by is None:
+            self.stopped_by = sig
+            # As a key's action runs: on the app's message loop (a worker that calls exit()
+            # leaves the app waiting on itself).
+            self.call_later(self.action_quit)
+
+    def _handle_exception(self, error: Exception) -> None:
+        """A bug: kept for the CLI, which files the traceback and says one line; the
+        session is closed on the way out (engram_top.lifetime)."""
+        if self.crash is None:
+            self.crash = error
+        super()._handle_exception(error)
+        if self.own_process:
+            self._exit_renderables.clear()  # Textual would print the traceback at exit

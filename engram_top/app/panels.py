@@ -168,15 +168,17 @@ def kv_panel(store: RunStore) -> Group:
     t = _grid()
     t.add_column(style="bold", no_wrap=True)
     t.add_column(no_wrap=True)
-    usage = kv["token_usage"] or 0.0
+    usage = kv["token_usage"]
     t.add_row("capacity", f"{tokens(kv['capacity_tokens'])} tokens"
               + ("" if kv["kv_cache_gb"] is None else f" · {kv['kv_cache_gb']:.2f} GB/GPU"))
-    t.add_row("in use", Text.assemble(bar([(usage, "magenta")], 1.0, 12), " ",
-                                      f"{usage * 100:.2f}% · {tokens(kv['used_tokens'])}"))
+    t.add_row("in use", Text.assemble(bar([(usage or 0.0, "magenta")], 1.0, 12), " ",
+                                      "n/a" if usage is None else f"{usage * 100:.2f}%",
+                                      f" · {tokens(kv['used_tokens'])}"))
     t.add_row("requests", f"{kv['running'] if kv['running'] is not None else '–'} running · "
               f"{kv['queued'] if kv['queued'] is not None else '–'} queued")
     t.add_row("trend", sparkline(_series(store, "server.token_usage")))
     rows.append(t)
+    rows += _unavailable(kv["unavailable"])
     if store.run is not None:
         rows.append(Text(f"placement: {store.run.placement}", style="dim"))
     return Group(*rows)
@@ -249,9 +251,15 @@ def latency_panel(store: RunStore) -> Group:
         if load.get("last_error"):
             g.add_row("", Text(load["last_error"][:80], style="red"))
     rows.append(g)
+    rows += _unavailable(lat["unavailable"])
     rows.append(Text(f"window {lat['window_s'] or 0:.0f} s, from SGLang's histograms",
                      style="dim"))
     return Group(*rows)
+
+
+def _unavailable(why: dict[str, str]) -> list[Text]:
+    """Figures the server sent as NaN or Inf: shown as such, with the rank that sent them."""
+    return [Text(f"{label} {reason}", style="yellow") for label, reason in why.items()]
 
 
 def _series(store: RunStore, name: str) -> list[float]:
@@ -284,7 +292,9 @@ def header(store: RunStore, now: float) -> Text:
     state = run.state
     if state == "ready" and down is not None and down.status.value == "error":
         state = "not answering"
-    text.append(state.upper(), style=STATE_STYLES.get(run.state, "bold red"))
+    elif state == "ready" and run.degraded:
+        state = "degraded"  # a TP rank died; the server still answers
+    text.append(state.upper(), style=STATE_STYLES.get(state, "bold red"))
     if run.state in ("starting", "launching"):
         elapsed = now - run.launched_at
         expected = run.expected_ready_s
@@ -297,7 +307,7 @@ def header(store: RunStore, now: float) -> Text:
     elif run.ready_s is not None:
         text.append(f" in {run.ready_s:.1f} s")
         if run.time_scale != 1:
-            text.append(f" (×{run.time_scale:g}: {run.ready_s / run.time_scale:.0f} s node time)",
+            text.append(f" (×{run.time_scale:g}: {run.node_seconds(run.ready_s):.0f} s node time)",
                         style="dim")
     if run.exit_code is not None and run.state in ("exited", "failed"):
         text.append(f"  exit code {run.exit_code}", style="red")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -54,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the simulated node's state folder (default: per user, under /tmp)")
     p.add_argument("--stream-interval", type=int, default=1)
     p.add_argument("--api-key", default=None)
+    p.add_argument("--api-key-file", type=Path, default=None,
+                   help="read the API key from this file (kept out of the argv `ps` shows)")
     p.add_argument("--fail-at", default=None,
                    choices=["distributed_init", "weights", "kv_pool", "graphs", "warmup"],
                    help="die during this start-up phase (for testing supervisors)")
@@ -203,9 +206,17 @@ def _uvicorn_log_config() -> dict:
 
 def main(argv: list[str] | None = None, args: argparse.Namespace | None = None) -> int:
     args = args or parse_args(argv)
-    if args.time_scale <= 0 or args.serve_scale <= 0:
-        print("engram-top sim serve: --time-scale and --serve-scale must be > 0", file=sys.stderr)
+    if not (0 < args.time_scale < math.inf and 0 < args.serve_scale < math.inf):  # NaN too
+        print("engram-top sim serve: --time-scale and --serve-scale must be finite and > 0",
+              file=sys.stderr)
         return 2
+    if args.api_key_file is not None:
+        try:
+            args.api_key = args.api_key_file.read_text().strip() or None
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"engram-top sim serve: --api-key-file {args.api_key_file}: cannot read: "
+                  f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+            return 2
     return asyncio.run(serve(args))
 
 
