@@ -30,6 +30,14 @@ from engram_top.simnode.backends import SimHostBackend
 from scenarios.process import LaunchSpec, ManagedProcess, StopResult
 
 API_KEY = "sk-engram-top-test"
+
+
+@pytest.fixture(autouse=True)
+def _own_state_folder(tmp_path_factory: pytest.TempPathFactory,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test (and every command it runs) keeps its state folders, locks and
+    recordings to itself, never in the user's ~/.local/state."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
 READY_TIMEOUT_S = 60.0
 
 
@@ -87,6 +95,7 @@ class SimServer:
                 *spec.extra]
         self.proc = ManagedProcess.start(LaunchSpec(argv, self.log_path))
         self.probes: list[str] = []
+        self.timeouts = 0  # probes that got no answer in time (not outcomes)
         self.stopped: StopResult | None = None
         self._watcher = threading.Thread(target=self._watch, name=f"probe-{name}", daemon=True)
         self._watcher.start()
@@ -103,6 +112,11 @@ class SimServer:
                     outcome = str(client.get(f"{self.url}/health").status_code)
                 except httpx.ConnectError:
                     outcome = "refused"
+                except httpx.TimeoutException:
+                    # The port took the probe but no answer came within the timeout (a
+                    # loaded machine): no status observed, so nothing to record.
+                    self.timeouts += 1
+                    continue
                 except httpx.TransportError as exc:
                     outcome = type(exc).__name__
                 if not self.probes or self.probes[-1] != outcome:

@@ -12,6 +12,7 @@ import os
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -53,11 +54,24 @@ def alive(pids: list[int]) -> list[int]:
     return out
 
 
+API_KEY = "sk-real-sglang-from-a-file"
+
+
+def keyed_copy(tmp_path: Path) -> Path:
+    """tiny-cpu.toml with an API key on its 16k variant (paths made absolute)."""
+    text = (ROOT / "scenarios" / "tiny-cpu.toml").read_text()
+    text = text.replace('"../.venv-sglang', f'"{VENV}')
+    text = text.replace("[scenarios.tiny-16k]\n", f'[scenarios.tiny-16k]\napi_key = "{API_KEY}"\n')
+    path = tmp_path / "tiny-cpu.toml"
+    path.write_text(text)
+    return path
+
+
 @pytest.mark.timeout(400)
 async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
     assert READY, "the SGLang CPU environment is missing: run scripts/setup-sglang-cpu.sh"
     session = Session(SessionOptions(
-        scenario_file=ROOT / "scenarios" / "tiny-cpu.toml", start="tiny-8k",
+        scenario_file=keyed_copy(tmp_path), start="tiny-8k",
         state_dir=tmp_path / "state", free_ports=True, poll_interval=0.5,
         load=LoadSpec(concurrency=2, input_len=24, output_len=16)))
     await session.start()
@@ -109,6 +123,18 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
         assert store.history["tiny-16k"].state == "ready"
         assert new.parser.facts().ranks[0].kv_tokens == 16384
         second_pids = tree(new.pid)
+        # Its API key went in a --config YAML file, not on any command line `ps` shows; the
+        # real server took it from there (it refuses a request without it), and the file
+        # is gone now that the server is up.
+        for pid in second_pids:
+            assert API_KEY not in " ".join(psutil.Process(pid).cmdline())
+        assert "--config" in psutil.Process(new.pid).cmdline()
+        async with httpx.AsyncClient(base_url=new.scenario.url, timeout=10) as client:
+            assert (await client.get("/server_info")).status_code == 401
+            keyed = await client.get("/server_info",
+                                     headers={"Authorization": f"Bearer {API_KEY}"})
+            assert keyed.status_code == 200
+        assert new.key_file is not None and not new.key_file.exists()
         # A real SGLang drains on SIGTERM to its launcher: no crash path, no SIGKILL needed.
         assert run.stop_result is not None and not run.stop_result.killed
         first_log = run.log_path.read_text()

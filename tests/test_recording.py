@@ -35,7 +35,7 @@ from collectors.readings import (
     ServerData,
     Status,
 )
-from engram_top import cli, facts
+from engram_top import cli, facts, reference
 from engram_top.app import panels
 from engram_top.app.main import ConfirmScreen, EngramTopApp
 from engram_top.recording import Recorder, read_recording, runs_from_recording
@@ -258,7 +258,9 @@ def test_runs_from_recording_feed_the_comparison(demo: Demo, capsys) -> None:  #
         assert r.kv_tokens == expected["kv_tokens"]
         assert r.weights_gb == expected["weights_gb"]
         assert r.host_delta_gib == expected["host_delta_gib"]
-        assert r.ready_s == pytest.approx(expected["ready_s"] / 0.02)  # in node time
+        # In node time: the simulator's modelled start-up, and what this machine added.
+        planned = reference.default().placements[r.placement].ready_s
+        assert r.ready_s == pytest.approx(planned + expected["ready_s"] - planned * 0.02)
         assert r.ttft_mean_s == pytest.approx(expected["ttft_mean_ms"] / 1000)
     assert runs[1].kv_tokens > 3 * runs[0].kv_tokens  # host placement: a far larger KV pool
 
@@ -630,7 +632,8 @@ def test_new_log_lines_alone_bump_the_run_so_the_recorder_writes_them() -> None:
     parser = StartupLogParser()
     run = SimpleNamespace(scenario=SimpleNamespace(name="device"), launched_at=5.0,
                           state="starting", phase="kv_pool", ready_at=None, ended_at=None,
-                          exit_code=None, failure=None, lines_seen=0, parser=parser)
+                          exit_code=None, failure=None, lines_seen=0, parser=parser,
+                          degraded=None)
     facts = RunFacts("device", "device", "n", 1.0, 1.7e9, 5.0, state="starting")
     session.store.set_run(facts)
     session.run = run
@@ -670,6 +673,9 @@ class FakeApp:
 class StaticSession:
     def __init__(self) -> None:
         self.store = RunStore()
+
+    def close_now(self) -> None:
+        pass
 
 
 def test_cli_records_by_default_and_replays(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

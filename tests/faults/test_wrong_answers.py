@@ -1,0 +1,178 @@
+"""Fault classes 9-15: no wrong answer and no lost data. Cut streams are not successes, one
+command at a time starts a file's servers, bad numbers are refused, a recording path is
+never appended to, a recording that cannot be written says so for as long as it cannot,
+a dead TP rank raises an alert, and a failed start names the phase it failed in."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+from drive import SIZE, make_recording, quit_app, screen_text, until
+from faultkit import Cli, bench_with, free_port, no_traceback, sim_scenario_file, wait_until
+
+from engram_top.app.main import EngramTopApp
+from engram_top.config import load_config
+from engram_top.recording import Recorder
+from engram_top.session import Session, SessionOptions
+
+
+def test_fault_09_a_stream_cut_short_is_incomplete_not_a_success(cli: Cli,
+                                                                  tmp_path: Path) -> None:
+    report, rows, _ = bench_with(cli, tmp_path, "stream=truncate:8")
+    results = {r["scenario"]: r for r in report["results"]}
+    assert results["bad"]["completed"] == 0 and results["bad"]["failed"] == 4
+    assert results["bad"]["tpot_mean_s"] is None and results["bad"]["output_tok_s"] == 0
+    assert any("4 requests failed (4 of them incomplete)" in n for n in results["bad"]["notes"])
+    bad = [r for r in rows if r["scenario"] == "bad"]
+    assert [(r["status"], r["output_len"], r["asked_len"]) for r in bad] == \
+        [("incomplete", "8", "32")] * 4
+    assert all("ended after 8 of 32 tokens without [DONE]" in r["error"] for r in bad)
+    ok = [r for r in rows if r["scenario"] == "ok"]
+    assert [(r["status"], r["output_len"]) for r in ok] == [("ok", "32")] * 4
+
+
+def test_fault_10_one_command_at_a_time_starts_a_files_servers(cli: Cli,
+                                                               tmp_path: Path) -> None:
+    scenarios = sim_scenario_file(tmp_path, f"""
+[scenarios.host]
+placement = "host"
+port = {free_port()}
+""")
+    procs = [cli.start("switch", str(scenarios), "--to", name)
+             for name in ("device", "host", "device")]
+    for proc in procs:
+        out, err = proc.communicate(timeout=180)
+        no_traceback(out, err)
+        assert proc.returncode == 0, out + err
+    mains = [p for p in cli.servers() if "sim serve" in " ".join(p.cmdline())]
+    assert len(mains) == 1, [" ".join(p.cmdline()) for p in mains]
+    (current,) = cli.state.glob("engram-top/*/current.json")
+    assert json.loads(current.read_text())["pid"] == mains[0].pid
+
+    # A dashboard holds the file's servers for its whole life: a switch is refused at once.
+    term = cli.terminal("run", str(scenarios), "--no-record")
+    wait_until(lambda: "found device still running" in term.output or "device" in term.output,
+               30, "the dashboard to adopt the running server")
+    wait_until(lambda: (current.parent / "lock").read_text().count('"run"'), 30,
+               "the dashboard's lock")
+    res = cli.run("switch", str(scenarios), "--to", "host")
+    no_traceback(res.stdout, res.stderr)
+    assert res.returncode == 1 and "are run by engram-top run (pid" in res.stderr, res.stderr
+    term.proc.send_signal(signal.SIGTERM)  # the dashboard stops what it ran
+    assert term.wait(60) == 128 + signal.SIGTERM
+    assert not cli.servers()
+
+
+def test_fault_11_non_finite_numbers_are_refused_where_they_are(cli: Cli,
+                                                                tmp_path: Path) -> None:
+    scenarios = sim_scenario_file(tmp_path, "time_scale = inf\nstop_grace_s = nan\n"
+                                            "readiness_timeout_s = nan\n")
+    res = cli.run("switch", str(scenarios), "--to", "device")
+    no_traceback(res.stdout, res.stderr)
+    assert res.returncode == 2
+    lines = scenarios.read_text().splitlines()
+    for key, value in (("time_scale", "inf"), ("stop_grace_s", "nan"),
+                       ("readiness_timeout_s", "nan")):
+        line = lines.index(f"{key} = {value}") + 1
+        assert f"{scenarios}:{line}: scenarios.device.{key}: should be" in res.stderr
+        assert f"got {value}" in res.stderr
+    res = cli.run("demo", "--time-scale", "inf")
+    assert res.returncode == 2 and "must be a finite number > 0" in res.stderr
+
+    config = tmp_path / "config.toml"
+    config.write_text("[alerts]\nserver_silent_s = nan\nclear_after_s = nan\n"
+                      "swap_window_s = inf\n")
+    _, error = load_config(config)
+    assert error is not None
+    for line, key in ((2, "server_silent_s"), (3, "clear_after_s"), (4, "swap_window_s")):
+        assert f"{config}:{line}: alerts.{key}: should be" in error
+
+    plan = tmp_path / "plan.toml"
+    plan.write_text(f'[bench]\nscenarios_file = "{scenarios}"\nscenarios = ["device"]\n'
+                    'baseline = "device"\nprice_per_gpu_hour = nan\n'
+                    '[workload]\nlevels = [{ rate = inf, requests = 3 }]\n')
+    res = cli.run("bench", str(plan), "--out", str(tmp_path / "out"))
+    assert res.returncode == 2 and "bench.price_per_gpu_hour: should be" in res.stderr
+    assert "workload.levels[0]: needs requests" in res.stderr
+
+
+async def test_fault_12_a_record_path_is_never_appended_to(bad_server, cli: Cli,
+                                                           tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    for _ in range(2):
+        term = cli.terminal("attach", bad_server.url, "--record", str(path))
+        wait_until(lambda t=term: "recording to" in t.output and path.stat().st_size > 0, 30,
+                   "the recording to begin")
+        term.press("q")
+        assert term.wait(30) == 0
+    second = tmp_path / "session-2.jsonl"
+    assert second.exists()
+    for file in (path, second):
+        assert file.read_text().count('"type":"header"') == 1
+
+    # A file that two sessions wrote to (an older engram-top appended) reads as two.
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(make_recording(tmp_path / "a.jsonl").read_text()
+                     + make_recording(tmp_path / "b.jsonl").read_text())
+    res = cli.run("compare", str(twice), "--baseline", "device")
+    assert res.returncode == 0 and "2 trial(s) per scenario" in res.stdout, res.stderr
+    for session in ("1", "2"):
+        res = cli.run("snapshot", "--recording", str(twice), "--session", session,
+                      "--out", str(tmp_path / "snaps"))
+        assert res.returncode == 0, res.stderr
+    res = cli.run("snapshot", "--recording", str(twice), "--session", "3",
+                  "--out", str(tmp_path / "snaps"))
+    assert res.returncode == 2 and "no session 3: it holds 2" in res.stderr
+
+
+async def test_fault_13_an_unwritable_recording_is_a_lasting_alert(bad_server,
+                                                                   tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    session = Session(SessionOptions(attach=(bad_server.url,), load=None, poll_interval=0.2))
+    recorder = Recorder(session.store, blocker / "rec.jsonl").start()
+    assert not recorder.active
+    app = EngramTopApp(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "recording stopped" in screen_text(app), 10,
+                    "the recording's failure on screen")
+        assert "Not a directory" in screen_text(app)
+        # Still there after events have come and gone, and after alerts would clear.
+        for i in range(12):
+            session.store.event("info", f"later event {i}")
+        await pilot.pause(app.config.alerts.clear_after_s + 0.5)
+        assert "recording" in session.store.alerts
+        assert "recording stopped" in screen_text(app)
+        await quit_app(app, pilot)
+
+
+async def test_fault_14_a_dead_tp_rank_degrades_the_run(tmp_path: Path) -> None:
+    scenarios = sim_scenario_file(tmp_path)
+    session = Session(SessionOptions(scenario_file=scenarios, start="device",
+                                     state_dir=tmp_path / "state", load=None,
+                                     poll_interval=0.3))
+    app = EngramTopApp(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: session.store.run is not None
+                    and session.store.run.state == "ready", 60, "the server to be ready")
+        run = session.supervisor.current
+        assert run is not None and len(run.members) == 4, run.members
+        rank = next(pid for pid, (_, what) in run.members.items() if "TP2" in what)
+        os.kill(rank, signal.SIGKILL)
+        await until(pilot, lambda: "DEGRADED" in screen_text(app), 10, "the header to say so")
+        assert "rank-died" in session.store.alerts
+        assert f"died: pid {rank} (sglang::TP2)" in session.store.alerts["rank-died"].message
+        await quit_app(app, pilot)
+    assert not run.proc.group_members(), "the server outlived the dashboard"
+
+
+def test_fault_15_a_failed_start_names_its_phase(cli: Cli, tmp_path: Path) -> None:
+    scenarios = sim_scenario_file(tmp_path, 'args = ["--fail-at", "kv_pool"]\n')
+    res = cli.run("switch", str(scenarios), "--to", "device", "--wait-ready", timeout=90)
+    no_traceback(res.stdout, res.stderr)
+    assert res.returncode == 1
+    assert "exited with code 1 during kv_pool" in res.stderr, res.stderr
+    assert "during failed" not in res.stderr
