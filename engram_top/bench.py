@@ -42,7 +42,7 @@ WORKLOAD_KEYS: dict[str, tuple[str, Any]] = {
     "levels": ("levels", None), "input_len": ("count", 1024), "output_len": ("count", 192),
     "range_ratio": ("ratio", 1.0), "seed": ("int", 1), "warmup_requests": ("int", 1),
     "endpoint": ("str", "/v1/completions"), "model": ("str", None),
-    # A request that has not finished by then failed ("no answer within N s"): a stream that
+    # A request not finished by then failed ("no complete answer within N s"): a stream that
     # stalls must not hold a level for the 10 minutes of a read timeout.
     "request_timeout_s": ("pos", 300.0)}
 _KINDS = {"count": "an integer >= 1", "int": "an integer >= 0", "pos": "a number > 0",
@@ -176,6 +176,7 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
         state_dir=state_dir or default_state_dir(plan.scenarios_file), load=None,
         free_ports=True, poll_interval=0.5, time_scale=plan.time_scale,
         serve_scale=plan.serve_scale, command="bench", lock_wait_s=lock_wait_s))
+    session.announce = say
     results: list[RunResult] = []
     requests: list[dict[str, Any]] = []
     try:

@@ -398,6 +398,7 @@ async def switch(args: argparse.Namespace) -> int:
         print(f"engram-top switch: --to: no scenario '{args.to}' in {options.scenario_file} "
               f"(known: {known})", file=sys.stderr)
         return 2
+    session.announce = lambda text: say(f"engram-top switch: {text}")
     code = 0
     leave = True
     try:
@@ -476,6 +477,7 @@ async def stop(args: argparse.Namespace) -> int:
     if options is None:
         return 2
     session = Session(options)
+    session.announce = lambda text: say(f"engram-top stop: {text}")
     try:
         try:
             await session.start()  # finds the server left running, if any

@@ -4,7 +4,9 @@ come back exactly. engram_top.recording writes and reads files; engram_top.repla
 The file. Line 1 is a header {"type": "header", "format": 1, ...}: engram-top's version, the
 node, wall and monotonic clocks at the start, the scenario definitions as plain data. Every
 other line is one record with "t", seconds since the recording started (monotonic, so a
-replay on another machine needs nothing of this one's clock):
+replay on another machine needs nothing of this one's clock). A file holds one session; one
+that an older engram-top appended a second session to holds a second header, and reads as
+two sessions:
 
   reading  {"kind": "gpu"|"host"|"server", "reading": {...}}   a Reading with its typed data
   event    {"wall", "level", "text"}

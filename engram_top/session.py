@@ -138,6 +138,9 @@ class Session:
             self.state_lock = StateLock(options.state_dir, options.command)
         for warning in self.scenarios.warnings if self.scenarios else ():
             self.store.event("warning", warning)
+        # Where a wait of the session's own is said (for the state folder's lock): an event
+        # for a dashboard; a headless command prints it.
+        self.announce: Callable[[str], None] = lambda text: self.store.event("info", text)
 
     def _adjust(self, sf: ScenarioFile) -> ScenarioFile:
         o = self.options
@@ -162,8 +165,7 @@ class Session:
     async def start(self) -> None:
         o = self.options
         if self.state_lock is not None:  # StateBusy: the caller says who holds it
-            await self.state_lock.acquire(o.lock_wait_s, lambda text: self.store.event(
-                "info", text))
+            await self.state_lock.acquire(o.lock_wait_s, self.announce)
         if o.state_dir is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="engram-top-"))
         state_dir = o.state_dir or self._tmp / "state"  # type: ignore[operator]

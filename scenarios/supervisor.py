@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import socket
 import statistics
 import time
@@ -140,7 +141,7 @@ def _describe(proc: psutil.Process) -> str:
     """A process as a person reads it: its name (SGLang titles its schedulers with their
     rank, sglang::scheduler_TP2), else its TP rank where its command line says."""
     name = proc.name()
-    if "TP" in name:
+    if re.search(r"TP\d", name):
         return name
     with contextlib.suppress(psutil.Error):
         cmd = proc.cmdline()
