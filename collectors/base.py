@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import httpx
+
 from collectors.readings import Reading, Status
 
 T = TypeVar("T")
@@ -43,6 +45,31 @@ def describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     name = type(exc).__name__
     return f"{name}: {text}" if text else name
+
+
+MIB = 1 << 20
+
+
+class TooLarge(ValueError):
+    """A response past the size a page of its kind could have: read no further."""
+
+
+async def get_bounded(client: httpx.AsyncClient, url: str, *, deadline_s: float,
+                      limit_bytes: int) -> httpx.Response:
+    """GET whose whole answer comes within ``deadline_s`` (httpx's timeout is per read: a page
+    that drips a byte a second never trips it) and is at most ``limit_bytes`` (a server that
+    streams without end would otherwise fill memory before any deadline). TimeoutError or
+    TooLarge past them; httpx errors as httpx raises them."""
+    async with asyncio.timeout(deadline_s), client.stream("GET", url) as resp:
+        body = bytearray()
+        async for chunk in resp.aiter_bytes():  # decoded: a gzip bomb counts as it unpacks
+            body += chunk
+            if len(body) > limit_bytes:
+                raise TooLarge(f"{url}: more than {limit_bytes / MIB:g} MiB")
+        headers = [(k, v) for k, v in resp.headers.multi_items()
+                   if k.lower() not in ("content-encoding", "content-length")]
+        return httpx.Response(resp.status_code, headers=headers, content=bytes(body),
+                              request=resp.request)
 
 
 async def run_blocking(fn: Callable[[], T], timeout: float) -> T:

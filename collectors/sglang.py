@@ -4,7 +4,6 @@ do in SGLang's Grafana board)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import time
@@ -13,7 +12,7 @@ from typing import Any
 import httpx
 
 from collectors import promtext
-from collectors.base import FailureTracker, describe
+from collectors.base import MIB, FailureTracker, TooLarge, describe, get_bounded
 from collectors.readings import Quantiles, Reading, ServerData, Status
 from collectors.windowed import WindowedHistogram, WindowedRate
 
@@ -22,6 +21,9 @@ HISTOGRAMS = {
     "itl": "sglang:inter_token_latency_seconds",
     "e2e": "sglang:e2e_request_latency_seconds",
 }
+# The most a page of each kind can hold (SGLang's /metrics with every scheduler and DP rank
+# reporting is a few MB): past it, a server that streams without end is cut off.
+PAGE_LIMITS = {"/health": MIB, "/metrics": 64 * MIB}
 GAUGES = {
     "num_running_reqs": "sglang:num_running_reqs",
     "num_queue_reqs": "sglang:num_queue_reqs",
@@ -66,9 +68,10 @@ class SglangCollector:
             return self.tracker.fail(Status.ERROR, describe(exc))
 
     async def _get(self, path: str) -> httpx.Response:
-        """GET within the deadline; TimeoutError (the builtin) past it."""
-        async with asyncio.timeout(self.deadline_s):
-            return await self.client.get(path)
+        """GET within the deadline and the size a page of its kind can have: TimeoutError
+        (the builtin) or TooLarge past them."""
+        return await get_bounded(self.client, path, deadline_s=self.deadline_s,
+                                 limit_bytes=PAGE_LIMITS.get(path, 16 * MIB))
 
     async def _poll(self) -> Reading[ServerData]:
         try:
@@ -78,6 +81,8 @@ class SglangCollector:
         except (httpx.TimeoutException, TimeoutError):
             return self.tracker.fail(Status.ERROR, f"{self.url}/health gave no whole answer "
                                                    f"within {self.deadline_s:g} s")
+        except TooLarge as exc:
+            return self.tracker.fail(Status.ERROR, f"/health: {exc}")
         healthy = health.status_code == 200
         if health.status_code not in (200, 503):
             return self.tracker.fail(Status.ERROR,

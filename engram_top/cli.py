@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from engram_top import reference
-from engram_top.lifetime import run_dashboard, run_until_signal, say
+from engram_top.lifetime import run_dashboard, run_until_signal, say, write_crash_report
 
 DEFAULT_TIME_SCALE = 0.1  # the device placement is ready in 12.5 s instead of 125 s
 
@@ -172,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except Exception as exc:  # a bug, or a fault no message was written for yet
+        where = write_crash_report(None, exc)
+        say(f"engram-top: internal error: {type(exc).__name__}: {exc}"
+            + (f". Details: {where}" if where else ""))
+        return 1
 
 
 def _main(argv: list[str]) -> int:
@@ -358,8 +363,14 @@ def run_file(args: argparse.Namespace) -> int:
               f"(known: {known})", file=sys.stderr)
         return 2
     lock = session.state_lock
-    if lock is not None and not lock.try_acquire():  # said now, not inside the dashboard
-        print(f"engram-top: {lock.busy_error()}", file=sys.stderr)
+    try:
+        acquired = lock is None or lock.try_acquire()
+    except OSError as exc:
+        print(f"engram-top: cannot use the state folder {options.state_dir}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if not acquired:  # said now, not inside the dashboard
+        print(f"engram-top: {lock.busy_error()}", file=sys.stderr)  # type: ignore[union-attr]
         return 2
     app = _app(session, args)
     if app is None:
@@ -472,6 +483,7 @@ def compare_files(args: argparse.Namespace) -> int:
 async def stop(args: argparse.Namespace) -> int:
     from engram_top.session import Session
     from scenarios.statelock import StateBusy
+    from scenarios.supervisor import SupervisorError
     options = _session_options(args, headless=True, poll_interval=2.0, command="stop",
                                lock_wait_s=LOCK_WAIT_S)
     if options is None:
@@ -481,7 +493,7 @@ async def stop(args: argparse.Namespace) -> int:
     try:
         try:
             await session.start()  # finds the server left running, if any
-        except StateBusy as exc:
+        except (StateBusy, SupervisorError) as exc:
             print(f"engram-top stop: {exc}", file=sys.stderr)
             return 1
         run = session.run
@@ -662,11 +674,15 @@ FETCH_DEADLINE_S = 5.0
 
 
 async def _fetch(url: str) -> str:
-    """A page, whole within FETCH_DEADLINE_S (httpx's timeout is per read: a server that
-    drips a byte a second would keep it reading for ever)."""
+    """A page, whole within FETCH_DEADLINE_S and the size a /metrics page can have (a server
+    that drips, or streams without end, is cut off)."""
     import httpx
-    async with httpx.AsyncClient(timeout=5.0) as client, asyncio.timeout(FETCH_DEADLINE_S):
-        resp = await client.get(url)
+
+    from collectors.base import get_bounded
+    from collectors.sglang import PAGE_LIMITS
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        resp = await get_bounded(client, url, deadline_s=FETCH_DEADLINE_S,
+                                 limit_bytes=PAGE_LIMITS["/metrics"])
         return resp.raise_for_status().text
 
 

@@ -163,6 +163,14 @@ class Session:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        try:
+            await self._start()
+        except OSError as exc:  # an unwritable state folder, a full disk: said, with where
+            where = f" {exc.filename}" if exc.filename else ""
+            raise SupervisorError(f"cannot use the state folder{where}: "
+                                  f"{exc.strerror or exc}") from exc
+
+    async def _start(self) -> None:
         o = self.options
         if self.state_lock is not None:  # StateBusy: the caller says who holds it
             await self.state_lock.acquire(o.lock_wait_s, self.announce)

@@ -6,6 +6,9 @@ import time
 from pathlib import Path
 
 MAX_READ = 1 << 20  # a burst bigger than this is read over several polls
+# A line longer than this is given as it stands, its start cut: a server that writes without
+# a newline (a progress bar's carriage returns, a binary dump) must not fill memory.
+MAX_LINE = 64 * 1024
 
 
 class LogTail:
@@ -28,5 +31,14 @@ class LogTail:
         data = self._partial + chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()  # the last piece has no newline yet
+        if len(self._partial) > MAX_LINE:
+            lines.append(self._partial)
+            self._partial = b""
         now = time.monotonic()
-        return [(now, line.decode("utf-8", "replace").rstrip("\r")) for line in lines]
+        return [(now, _text(line)) for line in lines]
+
+
+def _text(line: bytes) -> str:
+    if len(line) > MAX_LINE:
+        line = b"..." + line[-MAX_LINE:]
+    return line.decode("utf-8", "replace").rstrip("\r")

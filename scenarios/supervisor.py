@@ -218,8 +218,12 @@ class Supervisor:
                 "baseline_gpu": {str(k): v for k, v in run.baseline_gpu.items()},
                 "baseline_host_used": run.baseline_host_used,
                 "baseline_host_shmem": run.baseline_host_shmem}
-        with contextlib.suppress(OSError):
+        try:
             write_private(self.state_dir / "current.json", json.dumps(data, indent=1))
+        except OSError as exc:  # the server runs; only a later command will not find it
+            self.on_event("warning", f"could not note {run.scenario.name} (pid {run.pid}) in "
+                          f"{self.state_dir / 'current.json'}: {exc.strerror or exc}: a later "
+                          "stop or switch will not find it")
 
     def _forget_current(self, run: Run | None = None) -> None:
         with contextlib.suppress(OSError):

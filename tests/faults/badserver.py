@@ -17,6 +17,7 @@ Faults (endpoint=mode):
   metrics=drip        the page one byte per DRIP_S seconds
   metrics=stall       headers and half the page, then nothing
   metrics=cut         headers and half the page, then the connection closes
+  metrics=endless     a chunked page that never ends, as fast as it can be read
   health=drip         /health's body one byte per DRIP_S seconds (it never ends in time)
   stream=stall:K      K tokens, then silence on an open connection
   stream=truncate:K   K tokens, then a clean end of the stream without [DONE]
@@ -150,6 +151,8 @@ class BadServer:
         if path in ("/server_info", "/get_server_info"):
             return await self._send(writer, 200, json.dumps(SERVER_INFO).encode(),
                                     "application/json")
+        if path == "/metrics" and self.faults.get("metrics") == "endless":
+            return await self._endless(writer)
         if path == "/metrics":
             mode = self.faults.get("metrics", "")
             return await self._send(writer, 200, metrics_page(mode).encode(),
@@ -178,6 +181,15 @@ class BadServer:
         writer.write(head + body)
         await writer.drain()
         return True
+
+    async def _endless(self, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")
+        line = b"sglang:num_running_reqs{tp_rank=\"0\"} 0.0\n" * 2048
+        chunk = f"{len(line):x}\r\n".encode() + line + b"\r\n"
+        while True:
+            writer.write(chunk)
+            await writer.drain()
 
     async def _stream(self, writer: asyncio.StreamWriter, req: dict[str, object]) -> bool:
         """An OpenAI completions stream, chunked, one token a chunk; a fault may stall it or

@@ -168,6 +168,12 @@ def test_fault_04_bad_files_and_arguments_get_a_message(cli: Cli, tmp_path: Path
     good = sim_scenario_file(tmp_path)
     refused("switch", str(good), "--to", "nope", says="no scenario 'nope'")
     refused("run", str(good), "--start", "nope", says="known: device")
+    # A state folder that cannot be made (a file in its way; root ignores read-only modes).
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    for command, code in ((["switch", "--to", "device"], 1), (["stop"], 1), (["run"], 2)):
+        refused(command[0], str(good), *command[1:], "--state-dir", str(blocker / "state"),
+                says="cannot use the state folder", code=code)
 
     deep = "[" * 100_000 + "]" * 100_000 + "\n"
     for name in ("deep.jsonl", "deep.json"):

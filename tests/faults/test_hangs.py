@@ -13,6 +13,7 @@ from faultkit import PLAN, Cli, bench_with, no_traceback, sim_scenario_file, wai
 
 from engram_top.app.main import EngramTopApp
 from engram_top.session import Session, SessionOptions
+from scenarios.logtail import MAX_LINE, LogTail
 
 # --------------------------------------------------------------------------- 6
 
@@ -35,11 +36,28 @@ async def test_fault_06_a_dripping_page_ends_each_poll_and_the_source_recovers(
         bad_server.faults["health"] = "drip"
         await until(pilot, lambda: "/health gave no whole answer" in screen_text(app), 20,
                     "the dripping /health said on screen")
+        bad_server.faults["health"] = ""
+        bad_server.faults["metrics"] = "endless"  # a firehose, not a drip: cut at a size
+        await until(pilot, lambda: "more than 64 MiB" in screen_text(app), 20,
+                    "the endless page cut off")
         bad_server.faults.clear()  # the server recovers: so must the source
         await until(pilot, lambda: session.store.latest["server"].ok, 20,
                     "a good reading after the server recovered")
         assert bad_server.requests.count("GET /health") > polls + 1
         await quit_app(app, pilot)
+
+
+def test_fault_06_a_log_without_newlines_is_read_in_bounded_lines(tmp_path: Path) -> None:
+    """A server that writes megabytes without a newline (progress bars' carriage returns,
+    a binary dump): the supervisor's tail gives it as a line, its start cut, and goes on."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"x" * (3 * MAX_LINE) + b"\rlast words")
+    tail = LogTail(log)
+    lines = [line for _, line in tail.read_new()]
+    assert len(lines) == 1 and len(lines[0]) <= MAX_LINE + 3 and lines[0].endswith("last words")
+    with open(log, "ab") as f:
+        f.write(b"\nready\n")
+    assert [line for _, line in tail.read_new()] == ["", "ready"]
 
 
 # --------------------------------------------------------------------------- 7
