@@ -27,6 +27,7 @@ from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
 from collectors.readings import Reading
 from collectors.sglang import SglangCollector
+from collectors.shared import SharedSampler
 from engram_top import reference
 from engram_top.facts import summary
 from engram_top.simnode import state
@@ -37,6 +38,9 @@ from scenarios.config import Scenario, ScenarioFile
 from scenarios.statelock import StateLock
 from scenarios.supervisor import Run, Supervisor, SupervisorError
 from scenarios.workload import ClosedLoopLoad
+
+GUARD_MAX_AGE_S = 0.5  # how old a GPU reading the supervisor's baseline and guards take
+GUARD_WAIT_S = 10.0  # how long they wait for a query in flight (a hung driver: then said)
 
 
 def default_state_dir(scenario_file: Path) -> Path:
@@ -187,7 +191,11 @@ class Session:
                      str(node_dir)]
         else:
             gpu_backend, host_backend, entry = NvmlBackend(), ProcBackend(), None
-        self.gpu = GpuCollector(gpu_backend)
+        # The poll loop and the supervisor's guards read the GPUs through one sampler: a
+        # guard that finds a poll's query in flight waits for it and shares its answer,
+        # rather than being refused (or skipping a baseline) because the driver was busy.
+        gpus: SharedSampler[Any] = SharedSampler(gpu_backend)
+        self.gpu = GpuCollector(gpus)
         self.host = HostCollector(host_backend)
 
         def host_used() -> int:
@@ -196,7 +204,10 @@ class Session:
         def host_shmem() -> int:
             return host_sample(host_backend, None).shmem_bytes
 
-        self.supervisor = Supervisor(state_dir, gpu_sample=gpu_backend.sample,
+        def gpu_sample() -> Any:  # a reading of the last half second will do
+            return gpus.sample(max_age=GUARD_MAX_AGE_S, wait_s=GUARD_WAIT_S)
+
+        self.supervisor = Supervisor(state_dir, gpu_sample=gpu_sample,
                                      host_used=host_used, host_shmem=host_shmem,
                                      simulated_entry=entry, on_event=self.store.event)
         self.store.add("gpu", await self.gpu.poll())
@@ -229,6 +240,16 @@ class Session:
             return
         self._closing = True
         leave = self.options.leave_running if leave_running is None else leave_running
+        closing = asyncio.ensure_future(self._close(leave))
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            # A signal while closing (a bench that was just finishing): a stop is not cut in
+            # half. Finish it, within its own deadlines, then give in.
+            await closing
+            raise
+
+    async def _close(self, leave: bool) -> None:
         await self._stop_load()
         if hasattr(self, "supervisor"):
             await self.supervisor.close(leave)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -34,6 +35,15 @@ class StopResult:
     returncode: int | None
     killed: bool  # the grace period ran out and SIGKILL was sent
     survivors: tuple[int, ...]  # pids of the group still alive afterwards (should be empty)
+
+
+def _step(steps: Generator[float, None, StopResult]) -> tuple[bool, Any]:
+    """The next step of a stop: (False, pause) or (True, its result). StopIteration cannot
+    cross a thread's future, so it ends here."""
+    try:
+        return False, next(steps)
+    except StopIteration as done:
+        return True, done.value
 
 
 def _exited(proc: psutil.Process) -> bool:
@@ -130,22 +140,21 @@ class ManagedProcess:
         """
         steps = self._stopping(grace)
         while True:
-            try:
-                pause = next(steps)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            await asyncio.sleep(pause)
+            # Each step scans the process table: on a thread, not the caller's event loop.
+            done, value = await asyncio.to_thread(_step, steps)
+            if done:
+                return value  # type: ignore[no-any-return]
+            await asyncio.sleep(value)
 
     def stop_now(self, grace: float = 10.0) -> StopResult:
         """stop() without an event loop: for a process that is exiting because its loop
         died (a crash, a signal), when nothing else will stop this server."""
         steps = self._stopping(grace)
         while True:
-            try:
-                pause = next(steps)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            time.sleep(pause)
+            done, value = _step(steps)
+            if done:
+                return value  # type: ignore[no-any-return]
+            time.sleep(value)
 
     def _stopping(self, grace: float) -> Generator[float, None, StopResult]:
         """The stop as a series of pauses for the caller to take (awaited or slept)."""

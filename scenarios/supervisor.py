@@ -27,6 +27,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from collectors.base import SourceUnavailable, describe
 from collectors.readings import GpuData
 from collectors.startup_log import StartupLogParser
 from scenarios.config import Scenario
@@ -80,6 +81,7 @@ class Run:
     members: dict[int, tuple[float, str]] = field(default_factory=dict)
     degraded: str | None = None  # why, once a member died
     key_file: Path | None = None  # the API key, handed over in a 0600 file
+    baseline_note: str | None = None  # why there is no HBM baseline, when there is none
 
     @property
     def pid(self) -> int:
@@ -286,12 +288,22 @@ class Supervisor:
                 raise SupervisorError(f"{scenario.source}: model_path '{scenario.model_path}' "
                                       "does not exist")
 
-    def baseline(self) -> tuple[dict[int, int], int | None, int | None]:
+    def baseline(self) -> tuple[dict[int, int], int | None, int | None,
+                                tuple[str, str] | None]:
+        """HBM per GPU, host memory used and Shmem before a launch, and (level, why) the HBM
+        one is missing if it is: never skipped in silence, since the release guard and the
+        run's HBM deltas rest on it."""
         gpu: dict[int, int] = {}
+        note = None
         if self.gpu_sample is not None:
-            with contextlib.suppress(Exception):  # no NVML: no HBM baseline, said by the guard
+            try:
                 gpu = {d.index: d.used_bytes for d in self.gpu_sample().devices}
-        return gpu, self._host(self.host_used), self._host(self.host_shmem)
+            except SourceUnavailable as exc:  # no driver here (a CPU machine): a state
+                note = ("info", f"no HBM baseline: {exc}")
+            except Exception as exc:
+                note = ("warning", f"no HBM baseline: {describe(exc)}: the HBM-release guard "
+                                   "cannot check this run")
+        return gpu, self._host(self.host_used), self._host(self.host_shmem), note
 
     @staticmethod
     def _host(sample: Callable[[], int] | None) -> int | None:
@@ -303,8 +315,8 @@ class Supervisor:
             return None
 
     async def start(self, scenario: Scenario) -> Run:
-        self.preflight(scenario)
-        gpu, host, shmem = await asyncio.to_thread(self.baseline)
+        await asyncio.to_thread(self.preflight, scenario)  # port checks, paths: off the loop
+        gpu, host, shmem, note = await asyncio.to_thread(self.baseline)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_name = f"{scenario.name}-{stamp}-{os.getpid()}"
         log_path = self.state_dir / "logs" / f"{run_name}.log"
@@ -318,10 +330,13 @@ class Supervisor:
             raise SupervisorError(f"cannot launch '{scenario.name}': {argv[0]}: "
                                   f"{exc.strerror or exc}") from exc
         run = Run(scenario, proc, log_path, time.monotonic(), time.time(), gpu, host,
-                  self.estimate(scenario), baseline_host_shmem=shmem, key_file=key_file)
+                  self.estimate(scenario), baseline_host_shmem=shmem, key_file=key_file,
+                  baseline_note=None if note is None else note[1])
         self.current = run
         self._save_current(run)
         self.on_event("info", f"launched {scenario.name} (pid {proc.pid}) on {scenario.url}")
+        if note is not None:
+            self.on_event(*note)
         self._follow_task = asyncio.create_task(self._follow(run), name=f"follow {scenario.name}")
         return run
 
@@ -345,15 +360,15 @@ class Supervisor:
         last_health = 0.0
         health_ok_since: float | None = None
         while run.state in ("starting", "ready"):
-            self._read(run, tail)
+            await self._read(run, tail)
             now = time.monotonic()
             if not run.alive:
-                self._read(run, tail)
+                await self._read(run, tail)
                 run.exit_code = run.proc.returncode
                 run.ended_at = now
-                if run.proc.group_members():  # its children must not outlive it
+                if await asyncio.to_thread(run.proc.group_members):  # no child may outlive it
                     run.stop_result = await run.proc.stop(min(5.0, run.scenario.stop_grace_s))
-                if not run.proc.group_members():
+                if not await asyncio.to_thread(run.proc.group_members):
                     self._forget_current(run)
                 if run.state == "ready":
                     run.state = "exited"
@@ -393,8 +408,10 @@ class Supervisor:
                     return
             await asyncio.sleep(FOLLOW_S if run.state == "starting" else 0.25)
 
-    def _read(self, run: Run, tail: LogTail) -> None:
-        for at, line in tail.read_new():
+    async def _read(self, run: Run, tail: LogTail) -> None:
+        # The file read on a thread (a log on a slow disk must not stall the dashboard);
+        # the parsing here, in order.
+        for at, line in await asyncio.to_thread(tail.read_new):
             run.lines.append((at, line))
             run.lines_seen += 1
             events = run.parser.feed(line, at)
@@ -536,7 +553,7 @@ class Supervisor:
         slack = run.scenario.hbm_release_slack_gib * GIB
         started = time.monotonic()
         while True:
-            now = self._host(self.host_shmem)
+            now = await asyncio.to_thread(self._host, self.host_shmem)  # /proc: off the loop
             if now is None:
                 return GuardResult(True, time.monotonic() - started,
                                    note="cannot read host memory: its release not checked")
@@ -557,7 +574,8 @@ class Supervisor:
         """Stop the current server, wait for its HBM to return, start ``to``."""
         run = self.current
         # A start that would be refused is refused before the running server is stopped.
-        self.check_target(to, port=run is None or run.scenario.port != to.port)
+        await asyncio.to_thread(self.check_target, to,
+                                run is None or run.scenario.port != to.port)
         if run is not None and run.state != "stopped":
             await self._stop(run)
         if run is not None:

@@ -391,3 +391,78 @@ def test_nvml_backend_refuses_to_queue_behind_a_stuck_call() -> None:
     finally:
         backend._lock.release()
     backend.close()  # never initialised: nothing to shut down
+
+
+# --------------------------------------------------------------------------- contention
+
+# Runs in the subprocess: a session over stand-in SGLang servers on a driver that answers
+# slowly (8 GPUs, 25 ms a query: 200 ms a sample), polled every 50 ms, switched back and
+# forth. Each switch takes a baseline and runs the HBM-release guard while polls are in
+# flight.
+_CONTENTION = r"""
+import asyncio, json, sys
+from pathlib import Path
+from engram_top.session import Session, SessionOptions
+from scenarios.supervisor import SupervisorError
+
+async def main(scenario_file, state_dir):
+    session = Session(SessionOptions(scenario_file=Path(scenario_file), load=None,
+                                     state_dir=Path(state_dir), poll_interval=0.05))
+    await session.start()
+    out = {"refused": [], "baselines": [], "notes": []}
+    try:
+        for name in ("a", "b", "a", "b"):
+            try:
+                run = await session.switch(name)
+            except SupervisorError as exc:
+                out["refused"].append(str(exc))
+                continue
+            out["baselines"].append(sorted(run.baseline_gpu))
+            out["notes"].append(run.baseline_note)
+    finally:
+        await session.close()
+    out["events"] = [e.text for e in session.store.events]
+    print(json.dumps(out))
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def test_slow_driver_refuses_no_switch_and_skips_no_baseline(stub_libs: dict[str, Path],
+                                                            tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    scenarios = tmp_path / "two.toml"
+    scenarios.write_text(f"""
+[defaults]
+kind = "sglang"
+python = "{sys.executable}"
+model_path = "{model}"
+stop_grace_s = 2
+hbm_release_timeout_s = 5
+env = {{ PYTHONPATH = "{ROOT / 'tests' / 'data' / 'fake_sglang'}" }}
+[scenarios.a]
+port = {_free_port()}
+[scenarios.b]
+port = {_free_port()}
+""")
+    env = {k: v for k, v in os.environ.items()
+           if k != "LD_LIBRARY_PATH" and not k.startswith("FAKE_NVML_")}
+    env.update(PYTHONPATH=str(ROOT), LD_LIBRARY_PATH=str(stub_libs["current"]),
+               FAKE_NVML_COUNT="8", FAKE_NVML_DELAY_MS="25")
+    proc = subprocess.run([sys.executable, "-c", _CONTENTION, str(scenarios),
+                           str(tmp_path / "state")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["refused"] == [], out["refused"]
+    assert out["baselines"] == [list(range(8))] * 4
+    assert out["notes"] == [None] * 4
+    assert not [e for e in out["events"] if "HBM baseline" in e or "cannot read" in e]
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -15,6 +15,8 @@
  *                        18 LibRmVersionMismatch, ...); 0 or unset = success
  *   FAKE_NVML_COUNT      number of devices (default 2, at most 16)
  *   FAKE_NVML_NO_FIELDS  non-empty and not "0": every field value answers NOT_SUPPORTED
+ *   FAKE_NVML_DELAY_MS   each device handle lookup (one per device per sample) takes this
+ *                        long, as a busy driver or a GPU behind a slow bus does
  *   FAKE_NVML_STATE_FILE path of a state file, re-read on every device call, so a test
  *                        can change values between samples. One setting per line:
  *
@@ -193,6 +195,8 @@ static void apply_line(struct nvmlDevice_st *d, const char *key, const char *a, 
 }
 
 /* Defaults, then the state file on top; cheap enough to do on every call. */
+static int delay_ms;
+
 static void load_state(void) {
     int replaced[MAX_DEVICES] = {0};
     for (unsigned int i = 0; i < device_count; i++) set_defaults(&devices[i], i);
@@ -243,6 +247,8 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     no_fields = nf && nf[0] && strcmp(nf, "0") != 0;
     const char *sf = getenv("FAKE_NVML_STATE_FILE");
     snprintf(state_file, sizeof state_file, "%s", sf ? sf : "");
+    const char *delay = getenv("FAKE_NVML_DELAY_MS");
+    delay_ms = delay ? atoi(delay) : 0;
     epoch_us = now_us();
     initialised = 1;
     load_state();
@@ -290,6 +296,10 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
     if (!initialised) return NVML_ERROR_UNINITIALIZED;
     if (index >= device_count || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    if (delay_ms > 0) {
+        struct timespec pause = {delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L};
+        nanosleep(&pause, NULL);
+    }
     load_state();
     if (devices[index].fail[F_HANDLE]) return devices[index].fail[F_HANDLE];
     *device = &devices[index];
