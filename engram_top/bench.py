@@ -27,7 +27,8 @@ from typing import Any
 
 from engram_top import facts, reference
 from engram_top.compare import RunResult, compare, to_json, to_markdown
-from engram_top.session import Session, SessionOptions, default_state_dir
+from engram_top.paths import default_state_dir
+from engram_top.session import Session, SessionOptions
 from engram_top.store import node_time as startup_in_node_time
 from scenarios import config
 from scenarios.workload import Level, WorkloadSpec, run_workload

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from engram_top import reference
 from engram_top.lifetime import run_dashboard, run_until_signal, say, write_crash_report
+from engram_top.paths import state_base
 
 DEFAULT_TIME_SCALE = 0.1  # the device placement is ready in 12.5 s instead of 125 s
 
@@ -224,11 +225,6 @@ def run_demo(args: argparse.Namespace) -> int:
     return 2 if app is None else _run_recorded(app, args, None)
 
 
-def _state_base() -> Path:
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") \
-        / "engram-top"
-
-
 # --------------------------------------------------------------------------- recording, replay
 
 
@@ -293,7 +289,7 @@ def _run_recorded(app, args: argparse.Namespace,  # type: ignore[no-untyped-def]
                 f" ({args.record} already holds a recording)"
             app.session.store.event("info", f"recording to {path}{moved}")
     try:
-        return run_dashboard(app, state_dir or _state_base())
+        return run_dashboard(app, state_dir or state_base())
     finally:
         if recorder is not None:
             recorder.close()
@@ -313,14 +309,15 @@ def run_replay(args: argparse.Namespace) -> int:
     app = _app(session, args, clock=session.clock)
     if app is None:
         return 2
-    return run_dashboard(app, _state_base())
+    return run_dashboard(app, state_base())
 
 
 def _session_options(args: argparse.Namespace, *, headless: bool = False,
                      **extra):  # type: ignore[no-untyped-def]
     """Options for a session over a scenario file; a bad file ends here with its message.
     A bench plan stands for its scenario file (`stop PLAN` stops what its bench left)."""
-    from engram_top.session import LoadSpec, SessionOptions, default_state_dir
+    from engram_top.paths import default_state_dir
+    from engram_top.session import LoadSpec, SessionOptions
     from scenarios import config
     path = _scenario_file_of(args.scenario_file)
     try:

@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from engram_top.paths import state_base
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -118,8 +120,7 @@ def run_dashboard(app: Any, crash_dir: Path | None) -> int:
 
 def write_crash_report(folder: Path | None, exc: BaseException) -> Path | None:
     """The traceback in a 0600 file for a bug report; None if it cannot be written."""
-    base = folder or Path(os.environ.get("XDG_STATE_HOME")
-                          or Path.home() / ".local" / "state") / "engram-top"
+    base = folder or state_base()
     path = base / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     try:
         base.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -20,6 +20,7 @@ from typing import Any
 from collectors.readings import Reading
 from engram_top import facts as facts_mod
 from engram_top.compare import RunResult
+from engram_top.paths import state_base
 from engram_top.recording_format import (
     DATA_TYPES,
     FLUSH_S,
@@ -52,8 +53,7 @@ from scenarios.private import open_private
 def default_path(state_dir: Path | None = None) -> Path:
     """<state_dir>/recordings/<local time>.jsonl; without a state folder, the per-user one."""
     if state_dir is None:
-        base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-        state_dir = base / "engram-top"
+        state_dir = state_base()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return state_dir / "recordings" / f"{stamp}-{os.getpid()}.jsonl"
 

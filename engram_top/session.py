@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
-import os
 import shutil
 import socket
 import sys
@@ -41,14 +39,6 @@ from scenarios.workload import ClosedLoopLoad
 
 GUARD_MAX_AGE_S = 0.5  # how old a GPU reading the supervisor's baseline and guards take
 GUARD_WAIT_S = 10.0  # how long they wait for a query in flight (a hung driver: then said)
-
-
-def default_state_dir(scenario_file: Path) -> Path:
-    """Per scenario file: its logs, start-up history and the server it left running."""
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    resolved = scenario_file.resolve()
-    digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
-    return base / "engram-top" / f"{resolved.stem}-{digest}"
 
 
 def demo_file() -> Path:
