@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-# SGLang's default bucket lists (shared/notes/sglang-interfaces.md, section 1.4).
+# SGLang's default bucket lists (its metrics collector's defaults).
 TTFT_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400]
 ITL_BUCKETS = [
     0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060,

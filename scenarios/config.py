@@ -19,7 +19,7 @@ KINDS = ("sglang", "simulated")
 PLACEMENTS = ("device", "host", "host-prefetch")
 INTERFACES = ("env", "config", "none")
 
-# The Engram switches of SGLang's DeepSeek-V4.1 code (shared/notes/sglang-interfaces.md §4).
+# The Engram switches of SGLang's DeepSeek-V4.1 code (its environ.py and --engram-config).
 ENGRAM_ENV: dict[str, dict[str, str]] = {
     "device": {"SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "0"},
     "host": {"SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "1",

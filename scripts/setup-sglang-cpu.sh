@@ -3,7 +3,7 @@
 #
 #   scripts/setup-sglang-cpu.sh [VENV_DIR]          (default: .venv-sglang at the repo root)
 #
-# What it installs (recipe: shared/notes/sglang-on-cpu.md):
+# What it installs (the recipe, step by step):
 #   - torch 2.13.0: `pip install torch==2.13.0` takes the CPU build that lies on this kind of
 #     machine's disk (Python 3.11); a constraints file keeps every later install on it;
 #   - sglang 0.5.23, torchvision 0.28.0, xgrammar, compressed-tensors with --no-deps: the

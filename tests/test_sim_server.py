@@ -1,5 +1,5 @@
 """The simulated SGLang server as a real process on 127.0.0.1: how it comes up, its endpoints
-and formats (shared/notes/sglang-interfaces.md sections 1-3), its start-up log, and the
+and formats (SGLang's metrics, endpoints and log lines), its start-up log, and the
 virtual GPU memory its rank processes own (gone when they die, whichever way).
 
 The read-only tests share the session's device server; the destructive ones each get their

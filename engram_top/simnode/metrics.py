@@ -1,5 +1,5 @@
 """SGLang's /metrics page, written by hand: the same names, types, labels and default buckets
-as SGLang's collectors (shared/notes/sglang-interfaces.md section 1), without
+as SGLang's collectors (its metrics module, with its names, labels and buckets), without
 prometheus_client, which the light install does not carry."""
 
 from __future__ import annotations
