@@ -157,7 +157,7 @@ class Scenario:
         if self.engram_interface == "config" and self.placement in ENGRAM_CONFIG:
             argv += ["--engram-config", json.dumps(ENGRAM_CONFIG[self.placement])]
         if self.api_key:
-            argv += (["--config", str(key_file)] if key_file is not None and self.key_by_file
+            argv += (["--config", str(key_file)] if key_file is not None
                      else ["--api-key", self.api_key])
         return [*argv, *self.args]
 

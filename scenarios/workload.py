@@ -123,6 +123,7 @@ async def _stream(client: httpx.AsyncClient, input_len: int, output_len: int, en
     tokens = 0
     rid = ""
     done = False
+    chunks = 0  # chunks with text (completions)
     async with client.stream("POST", endpoint, json=body, extensions={"trace": trace}) as resp:
         if resp.status_code != 200:
             text = (await resp.aread()).decode("utf-8", "replace")[:200]
@@ -162,7 +163,8 @@ async def _stream(client: httpx.AsyncClient, input_len: int, output_len: int, en
                 if not choices[0].get("text"):
                     continue
                 # A chunk is at least one token; the usage chunk, if any, has the count.
-                tokens = max(tokens, len(itls) + 1 + (first is not None))
+                chunks += 1
+                tokens = max(tokens, chunks)
             if first is None:
                 first = now
             else:
