@@ -10,6 +10,7 @@ from typing import TypeVar
 import httpx
 
 from collectors.readings import Reading, Status
+from collectors.units import MIB
 
 T = TypeVar("T")
 
@@ -45,9 +46,6 @@ def describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     name = type(exc).__name__
     return f"{name}: {text}" if text else name
-
-
-MIB = 1 << 20
 
 
 class TooLarge(ValueError):

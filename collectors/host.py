@@ -14,8 +14,8 @@ import psutil
 
 from collectors.base import FailureTracker, describe, run_blocking
 from collectors.readings import HostData, ProcessTreeMemory, Reading, Status
+from collectors.units import KIB
 
-KIB = 1024
 STATUS_KEYS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
 
 

@@ -3,15 +3,15 @@
 collectors.startup_log builds these from the log lines; the supervisor, the store and the
 snapshots read them. Units: SGLang prints "GB" but divides by 1024**3, so every ``*_gb``
 field is GiB exactly as SGLang means it (the Engram host-table lines print MiB = 1024**2).
-Use :func:`gib_to_bytes` / :func:`mib_to_bytes` (or the ``*_bytes`` properties) for bytes.
+Use :mod:`collectors.units`' ``gib_to_bytes`` / ``mib_to_bytes`` (or the ``*_bytes``
+properties) for bytes.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-GIB = 1024**3
-MIB = 1024**2
+from collectors.units import MIB, gib_to_bytes
 
 # Phases in startup order; current_phase() returns one of these or FAILED.
 PHASES: tuple[str, ...] = (
@@ -21,15 +21,6 @@ FAILED = "failed"
 # After the startup phases (and after "ready"): the server was asked to stop / has stopped.
 STOPPING = "stopping"
 STOPPED = "stopped"
-
-
-def gib_to_bytes(gb: float | None) -> int | None:
-    """SGLang's "GB" figure (really GiB) as bytes."""
-    return None if gb is None else round(gb * GIB)
-
-
-def mib_to_bytes(mib: float | None) -> int | None:
-    return None if mib is None else round(mib * MIB)
 
 
 @dataclass(frozen=True, slots=True)

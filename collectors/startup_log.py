@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from collectors.log_markers import NO_HUGE_PAGES
 from collectors.startup_facts import (
     FAILED,
     PHASES,
@@ -816,7 +817,7 @@ class StartupLogParser:
             pinned = False
         elif _PINNED.search(rest):
             pinned = True
-        warn_at = rest.find("No huge pages")
+        warn_at = rest.find(NO_HUGE_PAGES)
         self._engram_tables.append(EngramTable(
             label=m.group("label"),
             layout=m.group("layout"),

@@ -11,36 +11,51 @@ from __future__ import annotations
 import math
 import os
 import re
+import textwrap
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 # The scenario loader's line finder and did-you-mean, so both files report problems alike.
-from scenarios.config import _locate, _similar
+from scenarios.config import locate, similar
 
 ALERT_NAMES = ("hbm", "kv", "host-available", "swap-in", "queue-growth", "no-huge-pages",
                "server-died", "rank-died", "server-silent", "recording")
 
 
+def _setting(default: Any, kind: str, what: str) -> Any:
+    """A Thresholds field with how the file's [alerts] value is checked: kind is "bool",
+    "pct" (0-100), "pos" (> 0), "nonneg" (>= 0) or "names" (a list of ALERT_NAMES); what
+    is how a refusal describes a good value."""
+    return field(default=default, metadata={"kind": kind, "what": what})
+
+
+_PCT = "a percentage 0-100"
+_SECONDS = "a number of seconds > 0"
+
+
 @dataclass(frozen=True)
 class Thresholds:
-    """When each alert starts. Percentages are 0-100, times in seconds."""
+    """When each alert starts. Percentages are 0-100, times in seconds. Each field is one
+    [alerts] key of the config file, with its default and its check, written once here."""
 
-    enabled: bool = True
-    disabled: tuple[str, ...] = ()  # alert names (ALERT_NAMES) switched off one by one
-    hbm_used_pct: float = 95.0
-    kv_usage_pct: float = 90.0
-    host_available_pct: float = 10.0
-    swap_in_mib_per_s: float = 1.0
-    swap_window_s: float = 5.0
-    queue_growth_window_s: float = 30.0
-    server_silent_s: float = 10.0
+    enabled: bool = _setting(True, "bool", "true or false")
+    # Alert names switched off one by one.
+    disabled: tuple[str, ...] = _setting(
+        (), "names", f"a list of alert names ({', '.join(ALERT_NAMES)})")
+    hbm_used_pct: float = _setting(95.0, "pct", _PCT)
+    kv_usage_pct: float = _setting(90.0, "pct", _PCT)
+    host_available_pct: float = _setting(10.0, "pct", _PCT)
+    swap_in_mib_per_s: float = _setting(1.0, "nonneg", "a rate in MiB/s >= 0")
+    swap_window_s: float = _setting(5.0, "pos", _SECONDS)
+    queue_growth_window_s: float = _setting(30.0, "pos", _SECONDS)
+    server_silent_s: float = _setting(10.0, "pos", _SECONDS)
     # A percentage alert clears only this far back on the safe side of its threshold, and
     # any alert only once it has stayed clear this long: a value hovering at a threshold
     # gives one alert, not one a second.
-    hysteresis_pct: float = 2.0
-    clear_after_s: float = 5.0
+    hysteresis_pct: float = _setting(2.0, "pct", _PCT)
+    clear_after_s: float = _setting(5.0, "nonneg", "a number of seconds >= 0")
 
     def on(self, name: str) -> bool:
         return self.enabled and name not in self.disabled
@@ -94,21 +109,9 @@ def parse_config(path: Path) -> UserConfig:
 
 # --------------------------------------------------------------------------- checking
 
-# [alerts] key -> (kind, description). Kinds: "bool", "pct" (0-100), "pos" (> 0),
-# "nonneg" (>= 0), "names" (a list of ALERT_NAMES).
+# [alerts] key -> (kind, description), from Thresholds' fields (_setting says the kinds).
 ALERT_FIELDS: dict[str, tuple[str, str]] = {
-    "enabled": ("bool", "true or false"),
-    "disabled": ("names", f"a list of alert names ({', '.join(ALERT_NAMES)})"),
-    "hbm_used_pct": ("pct", "a percentage 0-100"),
-    "kv_usage_pct": ("pct", "a percentage 0-100"),
-    "host_available_pct": ("pct", "a percentage 0-100"),
-    "swap_in_mib_per_s": ("nonneg", "a rate in MiB/s >= 0"),
-    "swap_window_s": ("pos", "a number of seconds > 0"),
-    "queue_growth_window_s": ("pos", "a number of seconds > 0"),
-    "server_silent_s": ("pos", "a number of seconds > 0"),
-    "hysteresis_pct": ("pct", "a percentage 0-100"),
-    "clear_after_s": ("nonneg", "a number of seconds >= 0"),
-}
+    f.name: (f.metadata["kind"], f.metadata["what"]) for f in fields(Thresholds)}
 TOP_LEVEL = ("alerts", "keys", "theme")
 _LINE = re.compile(r"at line (\d+)")
 
@@ -122,7 +125,7 @@ def parse_config_text(text: str, path: Path) -> UserConfig:
         raise ConfigError([f"{where}: not valid TOML: {exc}"]) from exc
     except RecursionError:
         raise ConfigError([f"{path}: not a config file (nested too deeply to read)"]) from None
-    lines = _locate(text)
+    lines = locate(text)
     problems: list[str] = []
 
     def bad(keys: tuple[str, ...], what: str) -> None:
@@ -215,7 +218,7 @@ def _check_keys(value: Any) -> tuple[str, str | None]:
 
 
 def _hint(key: str, known) -> str:  # type: ignore[no-untyped-def]
-    close = [k for k in known if _similar(k, key)]
+    close = [k for k in known if similar(k, key)]
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
@@ -238,9 +241,8 @@ def default_config_text() -> str:
 [alerts]
 # Alerts show in the events pane with their time, as toasts, and in snapshots.
 enabled = {_toml(t.enabled)}
-# Alerts switched off one by one, e.g. disabled = ["swap-in", "queue-growth"]. Names: hbm,
-# kv, host-available, swap-in, queue-growth, no-huge-pages, server-died, rank-died,
-# server-silent, recording.
+{_comment('Alerts switched off one by one, e.g. disabled = ["swap-in", "queue-growth"]. '
+           f"Names: {', '.join(ALERT_NAMES)}.")}
 disabled = []
 # Any GPU's HBM used (NVML, reserved memory apart) above this share of its total.
 hbm_used_pct = {_toml(t.hbm_used_pct)}
@@ -271,6 +273,12 @@ clear_after_s = {_toml(t.clear_after_s)}
 # quit = "q,ctrl+q"
 # help = "f1"
 """
+
+
+def _comment(text: str) -> str:
+    """TOML comment lines, wrapped as the rest of the file (an alert name is never split)."""
+    return textwrap.fill(text, width=90, initial_indent="# ", subsequent_indent="# ",
+                         break_on_hyphens=False, break_long_words=False)
 
 
 def _toml(value: Any) -> str:

@@ -15,7 +15,6 @@ from typing import Any
 from seeds import SEED_FILE
 
 PLACEMENTS = ("device", "host", "host-prefetch")
-GIB = 1024**3
 SOURCES = {"seed", "derived", "assumption", "fitted"}
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-MAX_READ = 1 << 20  # a burst bigger than this is read over several polls
+from collectors.units import KIB, MIB
+
+MAX_READ = MIB  # a burst bigger than this is read over several polls
 # A line longer than this is given as it stands, its start cut: a server that writes without
 # a newline (a progress bar's carriage returns, a binary dump) must not fill memory.
-MAX_LINE = 64 * 1024
+MAX_LINE = 64 * KIB
 
 
 class LogTail:

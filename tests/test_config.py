@@ -225,3 +225,7 @@ def test_the_readme_shows_the_default_file() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "## Configuration" in readme
     assert f"```toml\n{default_config_text()}```" in readme
+    # The overview names the default thresholds too.
+    t = Thresholds()
+    assert (f"HBM above {t.hbm_used_pct:g}%, KV usage above {t.kv_usage_pct:g}%, host memory "
+            f"available below {t.host_available_pct:g}%") in " ".join(readme.split())

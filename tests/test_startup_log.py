@@ -14,14 +14,10 @@ import pytest
 
 from collectors.startup_facts import (
     FAILED,
-    GIB,
-    MIB,
     PHASES,
     STOPPED,
     STOPPING,
     PhaseSpan,
-    gib_to_bytes,
-    mib_to_bytes,
 )
 from collectors.startup_log import (
     EVENTS,
@@ -29,6 +25,7 @@ from collectors.startup_log import (
     StartupLogParser,
     parse_startup_log,
 )
+from collectors.units import GIB, MIB, gib_to_bytes, mib_to_bytes
 
 # (a) Verbatim from the notes: LOGDOC, Qwen2.5-0.5B, 1 GPU, 2026-02-04 (no prefixes there).
 LOGDOC = """\

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
+from collectors.units import GB, KB, MB
+
 Point = tuple[float, float]
 
 # Braille dot bits by (sub-column, dot row from the top of the cell).
@@ -50,8 +52,8 @@ def nice_max(value: float) -> float:
 
 def rate_unit(bytes_per_s: float) -> tuple[float, str]:
     """Divisor and label for a byte rate. Decimal units: PCIe bandwidth is quoted in GB/s,
-    and the dashboard's HBM panel shows PCIe receive in MB/s."""
-    for divisor, unit in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
+    as the dashboard's HBM panel shows PCIe receive."""
+    for divisor, unit in ((GB, "GB/s"), (MB, "MB/s"), (KB, "kB/s")):
         if bytes_per_s >= divisor:
             return divisor, unit
     return 1.0, "B/s"

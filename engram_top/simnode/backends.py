@@ -9,6 +9,7 @@ from pathlib import Path
 
 from collectors.host import ProcBackend
 from collectors.readings import GpuData, GpuDevice, GpuProcess
+from collectors.units import GIB, MIB
 from engram_top.simnode import state
 
 IDLE_POWER_W = 140.0
@@ -79,16 +80,16 @@ class SimHostBackend(ProcBackend):
         anon = sum(p.host_anon_bytes for p in procs)
         shmem = sum(p.host_shmem_bytes for p in procs)
         huge = sum(p.host_hugepage_bytes for p in procs)
-        baseline_shmem = 2 * 1024**3
+        baseline_shmem = 2 * GIB
         used = spec.host_baseline_used_bytes + anon + shmem
         total = spec.host_total_bytes
-        cached = 64 * 1024**3 + shmem  # Shmem is part of Cached, as on a real kernel
+        cached = 64 * GIB + shmem  # Shmem is part of Cached, as on a real kernel
         return {
             "MemTotal": total, "MemAvailable": total - used,
-            "MemFree": max(0, total - used - 64 * 1024**3), "Buffers": 2 * 1024**3,
+            "MemFree": max(0, total - used - 64 * GIB), "Buffers": 2 * GIB,
             "Cached": cached, "Shmem": baseline_shmem + shmem, "ShmemHugePages": huge,
             "AnonHugePages": 0, "HugePages_Total": 0, "HugePages_Free": 0,
-            "Hugepagesize": 2 * 1024**2, "SwapTotal": 0, "SwapFree": 0,
+            "Hugepagesize": 2 * MIB, "SwapTotal": 0, "SwapFree": 0,
         }
 
     def vmstat(self) -> dict[str, int]:

@@ -20,7 +20,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engram_top.reference import GIB, Placement, Reference
+from collectors.units import GIB
+from engram_top.reference import Placement, Reference
 from engram_top.simnode.memory import PAGE_SIZE, MemoryPlan
 from engram_top.simnode.metrics import (
     E2E_BUCKETS,

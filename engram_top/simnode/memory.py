@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engram_top.reference import GIB, Reference
+from collectors.units import GIB
+from engram_top.reference import Reference
 
 PAGE_SIZE = 256  # SGLang's dsv4 attention backend fixes the page size at 256 tokens
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from engram_top.reference import GIB, Placement, Reference
+from collectors.units import GIB, MIB
+from engram_top.reference import Placement, Reference
 from engram_top.simnode.memory import MemoryPlan
 
-MIB = 1024**2
 TABLES = (("L1", 0.5), ("L14", 0.5))  # the two Engram tables (layers 1 and 14), equal halves
 # Of the server processes' host memory: the tokenizer + HTTP process; the ranks share the rest.
 MAIN_HOST_SHARE = 0.26
