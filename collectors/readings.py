@@ -7,10 +7,12 @@ times are monotonic seconds (``at``) plus wall-clock seconds (``wall``) for expo
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -155,3 +157,54 @@ class ServerData:
     # Figures the server sent but that are not numbers to show (NaN, +Inf): field -> why,
     # "n/a: NaN from rank 0". The field itself is None.
     unavailable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OtherData:
+    """The data of a reading type this program has no format for (a newer source's, read
+    back from a recording): its type's name and its fields as plain values."""
+
+    kind: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def spell(value: float) -> str:
+    """How a figure that is not a number reads on the screen."""
+    return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+
+
+def finite(data: ServerData) -> ServerData:
+    """The same data with every NaN or infinite figure made None, and why kept in
+    ``unavailable``: whatever reads a ServerData (panels, int() in the facts, JSON exports)
+    meets numbers or None only. Also applied to recordings made before this check."""
+    changes: dict[str, Any] = {}
+    why = dict(data.unavailable)
+    for f in dataclasses.fields(data):
+        value = getattr(data, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            changes[f.name] = None
+            why.setdefault(f.name, f"n/a: {spell(value)}")
+        elif isinstance(value, Quantiles):
+            q = _finite_quantiles(value)
+            if q is not value:
+                changes[f.name] = q
+                why.setdefault(f.name, "n/a: NaN or Inf in the histogram")
+    ranks = {r: {k: v for k, v in figures.items() if _is_finite(v)}
+             for r, figures in data.ranks.items()}
+    if ranks != data.ranks:
+        changes["ranks"] = ranks
+    if not changes:
+        return data
+    return dataclasses.replace(data, **changes, unavailable=why)
+
+
+def _is_finite(value: object) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def _finite_quantiles(q: Quantiles) -> Quantiles:
+    parts = {k: getattr(q, k) for k in ("p50", "p99", "mean")}
+    if all(_is_finite(v) for v in parts.values()) and math.isfinite(q.count):
+        return q
+    clean = {k: v if _is_finite(v) else None for k, v in parts.items()}
+    return Quantiles(**clean, count=q.count if math.isfinite(q.count) else 0.0)

@@ -4,7 +4,6 @@ do in SGLang's Grafana board)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from typing import Any
@@ -12,8 +11,9 @@ from typing import Any
 import httpx
 
 from collectors import promtext
-from collectors.base import MIB, FailureTracker, TooLarge, describe, get_bounded
-from collectors.readings import Quantiles, Reading, ServerData, Status
+from collectors.base import FailureTracker, TooLarge, describe, get_bounded
+from collectors.readings import Reading, ServerData, Status, finite, spell
+from collectors.units import MIB
 from collectors.windowed import WindowedHistogram, WindowedRate
 
 HISTOGRAMS = {
@@ -178,48 +178,7 @@ def finite_gauge(fams: dict[str, promtext.Family], name: str) -> tuple[float | N
     if bad is None:
         return None, None
     rank = dict(bad.labels).get("tp_rank")
-    return None, f"n/a: {_spell(bad.value)} from {'rank ' + rank if rank else 'the server'}"
-
-
-def _spell(value: float) -> str:
-    return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
-
-
-def finite(data: ServerData) -> ServerData:
-    """The same data with every NaN or infinite figure made None, and why kept in
-    ``unavailable``: whatever reads a ServerData (panels, int() in the facts, JSON exports)
-    meets numbers or None only. Also applied to recordings made before this check."""
-    changes: dict[str, Any] = {}
-    why = dict(data.unavailable)
-    for f in dataclasses.fields(data):
-        value = getattr(data, f.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            changes[f.name] = None
-            why.setdefault(f.name, f"n/a: {_spell(value)}")
-        elif isinstance(value, Quantiles):
-            q = _finite_quantiles(value)
-            if q is not value:
-                changes[f.name] = q
-                why.setdefault(f.name, "n/a: NaN or Inf in the histogram")
-    ranks = {r: {k: v for k, v in figures.items() if _is_finite(v)}
-             for r, figures in data.ranks.items()}
-    if ranks != data.ranks:
-        changes["ranks"] = ranks
-    if not changes:
-        return data
-    return dataclasses.replace(data, **changes, unavailable=why)
-
-
-def _is_finite(value: object) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)
-
-
-def _finite_quantiles(q: Quantiles) -> Quantiles:
-    parts = {k: getattr(q, k) for k in ("p50", "p99", "mean")}
-    if all(_is_finite(v) for v in parts.values()) and math.isfinite(q.count):
-        return q
-    clean = {k: v if _is_finite(v) else None for k, v in parts.items()}
-    return Quantiles(**clean, count=q.count if math.isfinite(q.count) else 0.0)
+    return None, f"n/a: {spell(bad.value)} from {'rank ' + rank if rank else 'the server'}"
 
 
 def memory_gb(value: object) -> float | None:

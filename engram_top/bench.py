@@ -27,6 +27,7 @@ from typing import Any
 
 from engram_top import facts, reference
 from engram_top.compare import RunResult, compare, to_json, to_markdown
+from engram_top.config import Thresholds
 from engram_top.paths import default_state_dir
 from engram_top.session import Session, SessionOptions
 from engram_top.store import node_time as startup_in_node_time
@@ -167,7 +168,8 @@ def load_plan(path: Path) -> Plan:
 
 
 async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *,
-                    state_dir: Path | None = None, lock_wait_s: float = 0.0) -> dict[str, Any]:
+                    state_dir: Path | None = None, lock_wait_s: float = 0.0,
+                    thresholds: Thresholds | None = None) -> dict[str, Any]:
     """Run the plan and write its reports under ``out``. The servers it starts are those of
     the plan's scenario file, in its state folder (by default the one run, switch and stop
     use): `engram-top stop` finds whatever a killed bench left, and no second command starts
@@ -176,7 +178,8 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
         scenario_file=plan.scenarios_file,
         state_dir=state_dir or default_state_dir(plan.scenarios_file), load=None,
         free_ports=True, poll_interval=0.5, time_scale=plan.time_scale,
-        serve_scale=plan.serve_scale, command="bench", lock_wait_s=lock_wait_s))
+        serve_scale=plan.serve_scale, command="bench", lock_wait_s=lock_wait_s,
+        thresholds=thresholds))
     session.announce = say
     results: list[RunResult] = []
     requests: list[dict[str, Any]] = []
@@ -188,6 +191,13 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
         await session.stop_scenario()
     finally:
         await session.close()
+    return write_report(plan, results, requests, out)
+
+
+def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, Any]],
+                 out: Path) -> dict[str, Any]:
+    """The plan's trials compared against its baseline, at its price: report.json,
+    report.md and requests.csv under ``out``; returns report.json's data."""
     comparison = compare(results, plan.baseline, price_per_gpu_hour=plan.price_per_gpu_hour,
                          reference=reference.default())
     report = {"plan": str(plan.path), "scenarios_file": str(plan.scenarios_file),
@@ -203,17 +213,13 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
 async def _one(session: Session, plan: Plan, name: str, trial: int,
                requests: list[dict[str, Any]], say: Callable[[str], None]) -> RunResult:
     sc = session.scenario(name)
-    time_scale = sc.time_scale if sc.kind == "simulated" else 1.0
-    serve = sc.serve_scale if sc.kind == "simulated" else 1.0
+    time_scale, serve = sc.engine.clock(sc)
     say(f"trial {trial + 1}/{plan.trials}: {name}: starting")
     run = await session.switch(name)
     if not await session.supervisor.wait_ready(run):
         say(f"  {name} did not become ready: {run.failure or run.state}")
         return RunResult(scenario=name, placement=sc.placement, source="bench", trial=trial,
-                         gpus=plan.gpus, weights_gb=None, kv_tokens=None, host_delta_gib=None,
-                         ready_s=None, ttft_mean_s=None, tpot_mean_s=None, itl_mean_s=None,
-                         e2e_mean_s=None, ttft_p99_s=None, tpot_p99_s=None, output_tok_s=None,
-                         request_per_s=None, notes=(f"not ready: {run.failure or run.state}",))
+                         gpus=plan.gpus, notes=(f"not ready: {run.failure or run.state}",))
     say(f"  ready after {run.ready_s:.1f} s; measuring")
     await asyncio.sleep(1.5)  # a fresh poll of every source after ready
     result = await run_workload(sc.url, plan.workload, api_key=sc.api_key)
@@ -224,8 +230,8 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
     host = facts.host_facts(store)
     server = store.data("server")
     # Without GPU readings (a CPU server, no NVML) SGLang's own figures still say it.
-    weights = gpus[0]["weights_gb"] if gpus else getattr(server, "weight_gb", None)
-    kv_tokens = gpus[0]["kv_tokens"] if gpus else getattr(server, "max_total_num_tokens", None)
+    weights = gpus[0].weights_gb if gpus else getattr(server, "weight_gb", None)
+    kv_tokens = gpus[0].kv_tokens if gpus else getattr(server, "max_total_num_tokens", None)
     for r in result.records:
         requests.append({"scenario": name, "trial": trial, "level": r.level, "status": "ok",
                          "input_len": r.input_len, "output_len": r.output_len,
@@ -258,7 +264,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
         scenario=name, placement=sc.placement, source="bench", trial=trial,
         gpus=plan.gpus or (len(gpus) or None),
         weights_gb=weights, kv_tokens=kv_tokens,
-        host_delta_gib=host["delta_gib"] if host else None,
+        host_delta_gib=host.delta_gib if host else None,
         ready_s=None if run.ready_s is None
         else startup_in_node_time(run.ready_s, time_scale, planned),
         ttft_mean_s=node_time(result.mean("ttft")), tpot_mean_s=node_time(result.mean("tpot")),

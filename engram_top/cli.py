@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --recording: which session of the file (default: the last)")
     snap.add_argument("--api-key", default=os.environ.get("ENGRAM_TOP_API_KEY"),
                       help="with --attach: the server's key (default: $ENGRAM_TOP_API_KEY)")
+    _engine_argument(snap, "with --attach: the engine the server runs")
     _demo_arguments(snap)
     snap.add_argument("--after", type=_non_negative, default=5.0,
                       help="seconds to keep watching after the server is ready (default 5)")
@@ -102,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     att = sub.add_parser("attach", help="watch servers someone else started (never stops them)")
     att.add_argument("urls", nargs="+", metavar="URL")
+    _engine_argument(att, "the engine the servers run")
     att.add_argument("--api-key", default=os.environ.get("ENGRAM_TOP_API_KEY"),
                      help="for servers started with --api-key (default: $ENGRAM_TOP_API_KEY, "
                           "which, unlike this option, `ps` does not show)")
@@ -150,9 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     log = sub.add_parser("inspect-log", help="print what the startup-log parser extracts, as JSON")
     log.add_argument("file", type=Path)
+    _engine_argument(log, "the engine whose log it is")
     met = sub.add_parser("inspect-metrics",
                          help="print what the metrics parser extracts from a page or URL, as JSON")
     met.add_argument("source", help="a file with a /metrics page, or an http:// URL")
+    _engine_argument(met, "the engine whose page it is")
 
     sim = sub.add_parser("sim", help="the simulated node")
     simsub = sim.add_subparsers(dest="sim_command", required=True)
@@ -203,9 +208,9 @@ def _main(argv: list[str]) -> int:
     if args.command == "compare":
         return compare_files(args)
     if args.command == "inspect-log":
-        return inspect_log(args.file)
+        return inspect_log(args.file, args.engine)
     if args.command == "inspect-metrics":
-        return inspect_metrics(args.source)
+        return inspect_metrics(args.source, args.engine)
     if args.command == "replay":
         return run_replay(args)
     parser.print_help()
@@ -312,6 +317,16 @@ def run_replay(args: argparse.Namespace) -> int:
     return run_dashboard(app, state_base())
 
 
+def user_thresholds():  # type: ignore[no-untyped-def]
+    """The alert thresholds of the user's config file, for a command without a dashboard
+    (which reads it itself and shows a broken one as an event); a broken file is said."""
+    from engram_top.config import load_config
+    config, error = load_config()
+    if error:
+        say(f"engram-top: warning: alerts use the default thresholds: {error}")
+    return config.alerts
+
+
 def _session_options(args: argparse.Namespace, *, headless: bool = False,
                      **extra):  # type: ignore[no-untyped-def]
     """Options for a session over a scenario file; a bad file ends here with its message.
@@ -325,9 +340,10 @@ def _session_options(args: argparse.Namespace, *, headless: bool = False,
     except config.ScenarioError as exc:
         print(f"engram-top: {exc}", file=sys.stderr)
         return None
-    if headless:  # a dashboard shows them as events instead
+    if headless:  # a dashboard shows them as events instead, and reads its own config
         for warning in sf.warnings:
             say(f"engram-top: warning: {warning}")
+        extra["thresholds"] = user_thresholds()
     state_dir = args.state_dir or default_state_dir(path)
     load = None if getattr(args, "no_load", True) else LoadSpec(
         concurrency=max(1, getattr(args, "concurrency", 8)))
@@ -383,7 +399,7 @@ def run_attach(args: argparse.Namespace) -> int:
         print(f"engram-top attach: not an http(s) URL: {', '.join(bad)}", file=sys.stderr)
         return 2
     app = _app(Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
-                                      load=None)), args)
+                                      engine=args.engine, load=None)), args)
     return 2 if app is None else _run_recorded(app, args, None)
 
 
@@ -446,6 +462,7 @@ async def bench(args: argparse.Namespace) -> int:
         return 2
     try:
         report = await runner.run_bench(plan, args.out, state_dir=args.state_dir,
+                                        thresholds=user_thresholds(),
                                         lock_wait_s=LOCK_WAIT_S)
     except (SupervisorError, StateBusy) as exc:
         print(f"engram-top bench: {exc}", file=sys.stderr)
@@ -562,7 +579,8 @@ def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if args.attach:
         describe = {"kind": "attach", "url": args.attach, "after_s": args.after}
         session = Session(SessionOptions(attach=(args.attach,), api_key=args.api_key,
-                                         load=None))
+                                         engine=args.engine, load=None,
+                                         thresholds=user_thresholds()))
         return session, args.ready_timeout or 30.0, describe
     if args.recording:
         describe = {"kind": "recording", "path": str(args.recording), "at_s": args.at}
@@ -571,7 +589,8 @@ def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     timeout = args.ready_timeout or max(30.0, 3 * expected)
     describe = {"kind": "demo", "placement": args.placement, "time_scale": args.time_scale,
                 "serve_scale": args.serve_scale, "after_s": args.after}
-    return DemoSession(_options(args)), timeout, describe
+    options = dataclasses.replace(_options(args), thresholds=user_thresholds())
+    return DemoSession(options), timeout, describe
 
 
 class _RecordingSource:
@@ -580,8 +599,10 @@ class _RecordingSource:
     def __init__(self, path: Path, at: float | None, session: int | None = None) -> None:
         from engram_top.replay import ReplaySession
         # RecordingError: the caller says it.
-        self.replay = ReplaySession(path, paused=True, session=session)
+        self.replay = ReplaySession(path, paused=True, session=session,
+                                    thresholds=user_thresholds())
         self.store = self.replay.store
+        self.alerts = self.replay.alerts
         self.store.clock = self.replay.clock
         self.ref = reference.default()
         self.at = at
@@ -596,33 +617,34 @@ class _RecordingSource:
         await self.replay.close()
 
 
-def inspect_log(path: Path) -> int:
-    from collectors.startup_log import StartupLogParser
+def _engine_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    from scenarios import engines
+    parser.add_argument("--engine", choices=engines.kinds(), default=engines.DEFAULT,
+                        help=f"{what} (default: {engines.DEFAULT})")
+
+
+def inspect_log(path: Path, kind: str) -> int:
+    from scenarios import engines
     try:
         text = path.read_text(errors="replace")
     except OSError as exc:
         print(f"engram-top inspect-log: cannot read {path}: {exc.strerror}", file=sys.stderr)
         return 1
-    parser = StartupLogParser()
-    parser.feed_text(text)
+    parser = engines.get(kind).parser()
+    for line in text.splitlines():
+        parser.feed(line)
     _print_json(parser.facts().to_dict())
     return 0
 
 
-def inspect_metrics(source: str) -> int:
-    from collectors import promtext
-    from collectors.sglang import (
-        GAUGES,
-        HISTOGRAMS,
-        finite_gauge,
-        merged_histogram,
-        rank_constants,
-    )
-    from collectors.windowed import histogram_quantile
+def inspect_metrics(source: str, kind: str) -> int:
+    from scenarios import engines
+    engine = engines.get(kind)
     try:
         if source.startswith(("http://", "https://")):
             base = source.rstrip("/")
-            text = asyncio.run(_fetch(base if base.endswith("/metrics") else base + "/metrics"))
+            text = asyncio.run(_fetch(base if base.endswith("/metrics") else base + "/metrics",
+                                      engine.page_limit("/metrics")))
         else:
             text = Path(source).read_text(errors="replace")
     except TimeoutError:
@@ -637,32 +659,10 @@ def inspect_metrics(source: str) -> int:
               file=sys.stderr)
         return 1
     try:
-        fams = promtext.parse(text)
-    except promtext.PromTextError as exc:
+        out = engine.inspect_metrics(text)
+    except ValueError as exc:  # a page that is not Prometheus text, line named
         print(f"engram-top inspect-metrics: {source}: {exc}", file=sys.stderr)
         return 1
-    out: dict[str, object] = {
-        "families": len(fams),
-        "sglang_families": sorted(n for n in fams if n.startswith("sglang:")),
-        "gauges": {k: finite_gauge(fams, name)[0] for k, name in GAUGES.items()},
-        "unavailable": {k: why for k, name in GAUGES.items()
-                        if (why := finite_gauge(fams, name)[1])},
-        "ranks": rank_constants(fams),
-        "counters": {name: promtext.counter_total(fams, name) for name in
-                     ("sglang:prompt_tokens_total", "sglang:generation_tokens_total",
-                      "sglang:num_requests_total")},
-        # Since the server started (a single page has no window).
-        "histograms": {},
-    }
-    for key, name in HISTOGRAMS.items():
-        fam = fams.get(name)
-        if fam is None:
-            continue
-        h = merged_histogram(fam)
-        out["histograms"][key] = {  # type: ignore[index]
-            "count": h.count, "sum": h.sum,
-            "mean": h.sum / h.count if h.count else None,
-            "p50": histogram_quantile(0.5, h.buckets), "p99": histogram_quantile(0.99, h.buckets)}
     _print_json(out)
     return 0
 
@@ -670,16 +670,15 @@ def inspect_metrics(source: str) -> int:
 FETCH_DEADLINE_S = 5.0
 
 
-async def _fetch(url: str) -> str:
+async def _fetch(url: str, limit_bytes: int) -> str:
     """A page, whole within FETCH_DEADLINE_S and the size a /metrics page can have (a server
     that drips, or streams without end, is cut off)."""
     import httpx
 
     from collectors.base import get_bounded
-    from collectors.sglang import PAGE_LIMITS
     async with httpx.AsyncClient(timeout=5.0) as client:
         resp = await get_bounded(client, url, deadline_s=FETCH_DEADLINE_S,
-                                 limit_bytes=PAGE_LIMITS["/metrics"])
+                                 limit_bytes=limit_bytes)
         return resp.raise_for_status().text
 
 

@@ -6,7 +6,6 @@ so a typo in a file an engineer edited by hand is found without reading a traceb
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -15,35 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("sglang", "simulated")
-PLACEMENTS = ("device", "host", "host-prefetch")
-INTERFACES = ("env", "config", "none")
+from scenarios import engines
+from scenarios.engines import PLACEMENTS
 
-# The Engram switches of SGLang's DeepSeek-V4.1 code (its environ.py and --engram-config).
-ENGRAM_ENV: dict[str, dict[str, str]] = {
-    "device": {"SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "0"},
-    "host": {"SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "1",
-             "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT": "shared",
-             "SGLANG_DSV41_ENGRAM_HOST_TABLE_PIN": "1"},
-    "host-prefetch": {"SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "1",
-                      "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT": "shared",
-                      "SGLANG_DSV41_ENGRAM_HOST_TABLE_PIN": "1",
-                      "SGLANG_ENABLE_DSV41_ENGRAM_KV_PREFETCH": "1"},
-}
-# The --engram-config JSON of later builds. Its documented keys cover placement only; a
-# prefetch switch is not documented there, so host-prefetch keeps the env switch as well.
-ENGRAM_CONFIG: dict[str, dict[str, str]] = {
-    "device": {"placement": "gpu"},
-    "host": {"placement": "cpu", "replication": "per_node"},
-    "host-prefetch": {"placement": "cpu", "replication": "per_node"},
-}
+INTERFACES = ("env", "config", "none")
 
 # key -> (accepted types, description for messages)
 FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "title": ((str,), "a string"),
-    "kind": ((str,), f"one of {', '.join(KINDS)}"),
+    "kind": ((str,), "an engine's kind (sglang, simulated, ...)"),
     "placement": ((str,), f"one of {', '.join(PLACEMENTS)}, or a label of your own"),
-    "python": ((str,), "the interpreter of the SGLang environment (a path)"),
+    "python": ((str,), "the interpreter of the engine's environment (a path)"),
     "model_path": ((str,), "a path or model id"),
     "host": ((str,), "an address to bind, e.g. 127.0.0.1"),
     "port": ((int,), "an integer 1-65535"),
@@ -60,7 +41,7 @@ FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "hbm_release_slack_gib": ((int, float), "a number of GiB >= 0"),
 }
 DEFAULTS: dict[str, Any] = {
-    "kind": "sglang", "host": "127.0.0.1", "tp": 1, "args": [], "env": {},
+    "kind": engines.DEFAULT, "host": "127.0.0.1", "tp": 1, "args": [], "env": {},
     "engram_interface": "none", "time_scale": 1.0, "serve_scale": 1.0,
     "readiness_timeout_s": 600.0, "stop_grace_s": 30.0, "hbm_release_timeout_s": 120.0,
     "hbm_release_slack_gib": 2.0,
@@ -110,56 +91,30 @@ class Scenario:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
         return f"http://{host}:{self.port}"
 
+    @property
+    def engine(self) -> engines.Engine:
+        return engines.get(self.kind)
+
     def launch_env(self) -> dict[str, str]:
-        """The environment the server gets on top of ours: Engram switches, then the file's."""
-        env: dict[str, str] = {}
-        if self.engram_interface == "env" and self.placement in ENGRAM_ENV:
-            env.update(ENGRAM_ENV[self.placement])
-        if (self.engram_interface == "config" and self.placement == "host-prefetch"):
-            env["SGLANG_ENABLE_DSV41_ENGRAM_KV_PREFETCH"] = "1"
-        env.update(self.env)
-        return env
+        """The environment the server gets on top of ours: its engine's switches for the
+        placement, then the file's."""
+        return self.engine.launch_env(self)
 
     @property
     def key_by_file(self) -> bool:
         """Whether the API key travels in a file (0600) rather than the argv every local
-        user sees in `ps`: SGLang reads it from a --config YAML file (since 0.5), unless the
-        scenario's own args already give one; the simulated server from --api-key-file."""
-        return bool(self.api_key) and (self.kind == "simulated" or "--config" not in self.args)
+        user sees in `ps`."""
+        return self.key_file_text() is not None
 
     def key_file_text(self) -> str | None:
         """What the key file holds, when the key travels in one."""
-        if not self.key_by_file:
-            return None
-        if self.kind == "simulated":
-            return f"{self.api_key}\n"
-        return f"api-key: {json.dumps(self.api_key)}\n"  # a JSON string is a YAML string
+        return self.engine.key_file_text(self) if self.api_key else None
 
-    def argv(self, simulated_entry: list[str] | None = None,
-             key_file: Path | None = None) -> list[str]:
+    def argv(self, key_file: Path | None = None, node_dir: Path | None = None) -> list[str]:
         """The launch argv: never a shell string. ``key_file``: where the supervisor wrote
-        key_file_text(), when the key travels in a file."""
-        if self.kind == "simulated":
-            assert simulated_entry, "a simulated scenario needs the simulator's entry point"
-            argv = [*simulated_entry, "--placement", self.placement or "device",
-                    "--host", self.host, "--port", str(self.port),
-                    "--time-scale", repr(self.time_scale),
-                    "--serve-scale", repr(self.serve_scale)]
-            if self.api_key:
-                argv += (["--api-key-file", str(key_file)] if key_file is not None
-                         else ["--api-key", self.api_key])
-            return [*argv, *self.args]
-        assert self.python and self.model_path
-        argv = [self.python, "-m", "sglang.launch_server", "--model-path", self.model_path,
-                "--host", self.host, "--port", str(self.port), "--tp-size", str(self.tp)]
-        if "--enable-metrics" not in self.args:
-            argv.append("--enable-metrics")  # the dashboard reads /metrics: always on
-        if self.engram_interface == "config" and self.placement in ENGRAM_CONFIG:
-            argv += ["--engram-config", json.dumps(ENGRAM_CONFIG[self.placement])]
-        if self.api_key:
-            argv += (["--config", str(key_file)] if key_file is not None
-                     else ["--api-key", self.api_key])
-        return [*argv, *self.args]
+        key_file_text(), when the key travels in a file; ``node_dir``: the simulated node's
+        folder, for engines whose servers run on it."""
+        return self.engine.argv(self, key_file, node_dir)
 
     def exposed_secrets(self) -> list[str]:
         """Why this scenario's launch shows a secret to every local user (through `ps`)."""
@@ -200,8 +155,10 @@ _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
 _KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=")
 
 
-def _locate(text: str) -> dict[tuple[str, ...], int]:
-    """Line numbers (1-based) of table headers and their keys, keyed by dotted path."""
+def locate(text: str) -> dict[tuple[str, ...], int]:
+    """Line numbers (1-based) of a TOML text's table headers and keys, by dotted path:
+    {("alerts",): 3, ("alerts", "hbm_used_pct"): 4}. tomllib gives no positions, so every
+    TOML file engram-top reads (scenario files, the user's config) reports FILE:LINE by it."""
     where: dict[tuple[str, ...], int] = {}
     section: tuple[str, ...] = ()
     for n, line in enumerate(text.splitlines(), 1):
@@ -239,7 +196,7 @@ def load(path: Path) -> ScenarioFile:
     except RecursionError:
         raise ScenarioError([f"{path}: not a scenario file (nested too deeply to read)"]) \
             from None
-    where = _locate(text)
+    where = locate(text)
     problems: list[str] = []
 
     def at(*keys: str) -> str:
@@ -311,7 +268,7 @@ def _check_fields(table: dict[str, Any], where: tuple[str, ...], at) -> list[str
     dotted = ".".join(where)
     for key, value in table.items():
         if key not in FIELDS:
-            close = [k for k in FIELDS if _similar(k, key)]
+            close = [k for k in FIELDS if similar(k, key)]
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             problems.append(f"{at(*where, key)}: {dotted}.{key}: unknown key{hint}")
             continue
@@ -341,20 +298,22 @@ def _build(name: str, m: dict[str, Any], at) -> tuple[Scenario | None, list[str]
     def bad(key: str, text: str) -> None:
         problems.append(f"{at(*here, key)}: scenarios.{name}.{key}: {text}")
 
-    if m["kind"] not in KINDS:
-        bad("kind", f"'{m['kind']}' is not one of {', '.join(KINDS)}")
+    engine = engines.get(m["kind"]) if m["kind"] in engines.kinds() else None
+    if engine is None:
+        bad("kind", f"'{m['kind']}' is not one of {', '.join(engines.kinds())}"
+            + "".join(f"; {p}" for p in engines.plugin_problems))
     if "port" not in m:
         bad("port", "missing: every scenario needs a port")
     elif not 1 <= m["port"] <= 65535:
         bad("port", f"{m['port']} is out of range 1-65535")
     if m["engram_interface"] not in INTERFACES:
         bad("engram_interface", f"'{m['engram_interface']}' is not one of {', '.join(INTERFACES)}")
-    if m["kind"] == "sglang":
-        for key in ("python", "model_path"):
+    if engine is not None:
+        for key in engine.required:
             if not m.get(key):
-                bad(key, f"missing: an SGLang scenario needs '{key}'")
-    if m["kind"] == "simulated" and m.get("placement") not in PLACEMENTS:
-        bad("placement", f"a simulated scenario needs one of {', '.join(PLACEMENTS)}")
+                bad(key, f"missing: {engine.article} {engine.label} scenario needs '{key}'")
+        for key, text in engine.problems(m):
+            bad(key, text)
     if m["engram_interface"] != "none" and m.get("placement") not in PLACEMENTS:
         bad("placement", f"engram_interface '{m['engram_interface']}' needs a placement of "
             f"{', '.join(PLACEMENTS)}")
@@ -393,8 +352,9 @@ def _resolve(value: str, base: Path) -> str:
     return value
 
 
-def _similar(a: str, b: str) -> bool:
-    """A cheap 'did you mean': same letters give or take one edit."""
+def similar(a: str, b: str) -> bool:
+    """A cheap 'did you mean', for every TOML file engram-top reads: at most two edits
+    (insertions, deletions, substitutions) apart."""
     if abs(len(a) - len(b)) > 2:
         return False
     prev = list(range(len(b) + 1))

@@ -29,21 +29,20 @@ import psutil
 
 from collectors.base import SourceUnavailable, describe
 from collectors.readings import GpuData
-from collectors.startup_log import StartupLogParser
+from collectors.units import GIB
 from scenarios.config import Scenario
+from scenarios.engines import EngineError, LogParser, Signal
+from scenarios.engines.base import LogFollower
 from scenarios.logtail import LogTail
 from scenarios.private import private_folder, write_private
 from scenarios.process import LaunchSpec, ManagedProcess, StopResult
+from scenarios.runstate import ENDED, UNASKED_END, RunState
 
-GIB = 1024**3
 FOLLOW_S = 0.1  # log tail and liveness cadence while a server starts
 HEALTH_S = 0.5  # /health probe cadence once the log shows the HTTP server is up
-HEALTH_ONLY_AFTER_S = 15.0  # /health 200 this long without the log's ready line: ready
 LOG_KEEP = 400  # recent log lines kept for the log pane
 HOST_RELEASE_S = 10.0  # how long a switch waits for host shared memory to come back
 HEALTH_DEADLINE_S = 3.0  # a /health probe's whole answer, however slowly it drips
-ERROR_MARKERS = ("Traceback", "out of memory", "OutOfMemoryError", "No huge pages",
-                 "Initialization failed", "Error:", "CUDA error")
 
 
 class SupervisorError(Exception):
@@ -62,14 +61,15 @@ class Run:
     baseline_gpu: dict[int, int] = field(default_factory=dict)
     baseline_host_used: int | None = None
     estimate_s: float | None = None  # from earlier runs of the same scenario
-    state: str = "starting"  # starting, ready, failed, exited, stopping, stopped
+    state: RunState = RunState.STARTING
     phase: str = "launching"
     ready_at: float | None = None
     ended_at: float | None = None
     exit_code: int | None = None
     failure: str | None = None
     stop_result: StopResult | None = None
-    parser: StartupLogParser = field(default_factory=StartupLogParser)
+    # The engine's start-up log parser, behind typed events (set from the scenario's kind).
+    follower: LogFollower = field(init=False)
     lines: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=LOG_KEEP))
     lines_seen: int = 0
     http_up: bool = False  # the log said uvicorn is running (cheaper than parser.facts())
@@ -82,6 +82,13 @@ class Run:
     degraded: str | None = None  # why, once a member died
     key_file: Path | None = None  # the API key, handed over in a 0600 file
     baseline_note: str | None = None  # why there is no HBM baseline, when there is none
+
+    def __post_init__(self) -> None:
+        self.follower = self.scenario.engine.follower()
+
+    @property
+    def parser(self) -> LogParser:
+        return self.follower.parser
 
     @property
     def pid(self) -> int:
@@ -160,28 +167,35 @@ def _same_process(pid: int, created: float) -> bool:
         return False
 
 
-def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~"))
-
-
 class Supervisor:
     def __init__(self, state_dir: Path, *, gpu_sample: Callable[[], GpuData] | None = None,
                  host_used: Callable[[], int] | None = None,
                  host_shmem: Callable[[], int] | None = None,
-                 simulated_entry: list[str] | None = None,
-                 on_event: Callable[[str, str], None] = lambda level, text: None) -> None:
+                 node_dir: Path | None = None,
+                 on_event: Callable[[str, str], None] = lambda level, text: None,
+                 on_run: Callable[[Run], None] = lambda run: None) -> None:
         self.state_dir = state_dir
         self.gpu_sample = gpu_sample
         self.host_used = host_used
         self.host_shmem = host_shmem
-        self.simulated_entry = simulated_entry
+        self.node_dir = node_dir  # the simulated node's folder, for engines that run on it
         self.on_event = on_event
+        # Told of every change to a run (state, phase, new log lines, a dead member), as it
+        # happens: whoever shows the run subscribes here rather than polling it.
+        self.on_run = on_run
         self.current: Run | None = None
         self._follow_task: asyncio.Task[None] | None = None
         self._client = httpx.AsyncClient(timeout=2.0)
         self.history_path = state_dir / "history.json"
         private_folder(state_dir)
         private_folder(state_dir / "logs")
+
+    def _tell(self, run: Run) -> None:
+        try:
+            self.on_run(run)
+        except Exception as exc:  # a subscriber's fault must not stop following the server
+            self.on_event("error", f"showing {run.scenario.name}'s change failed: "
+                          f"{describe(exc)}")
 
     # ------------------------------------------------------------------ history
     def _history(self) -> dict[str, list[float]]:
@@ -256,6 +270,7 @@ class Supervisor:
         if isinstance(data.get("key_file"), str):
             run.key_file = Path(data["key_file"])
         self.current = run
+        self._tell(run)
         self.on_event("info", f"found {sc.name} still running (pid {run.pid}), launched "
                       f"{age:.0f} s ago by an earlier engram-top")
         self._follow_task = asyncio.create_task(self._follow(run), name=f"follow {sc.name}")
@@ -279,14 +294,10 @@ class Supervisor:
             raise SupervisorError(f"port {scenario.port} is in use by "
                                   f"{who_listens(scenario.port)}: stop it or give scenario "
                                   f"'{scenario.name}' another port")
-        if scenario.kind == "sglang":
-            assert scenario.python and scenario.model_path
-            if not Path(scenario.python).exists():
-                raise SupervisorError(f"{scenario.source}: python '{scenario.python}' does not "
-                                      "exist: set it to your SGLang environment's interpreter")
-            if _looks_local(scenario.model_path) and not Path(scenario.model_path).exists():
-                raise SupervisorError(f"{scenario.source}: model_path '{scenario.model_path}' "
-                                      "does not exist")
+        try:
+            scenario.engine.check(scenario)
+        except EngineError as exc:
+            raise SupervisorError(str(exc)) from None
 
     def baseline(self) -> tuple[dict[int, int], int | None, int | None,
                                 tuple[str, str] | None]:
@@ -321,7 +332,7 @@ class Supervisor:
         run_name = f"{scenario.name}-{stamp}-{os.getpid()}"
         log_path = self.state_dir / "logs" / f"{run_name}.log"
         key_file = self._key_file(scenario, run_name)
-        argv = scenario.argv(self.simulated_entry, key_file)
+        argv = scenario.argv(key_file, self.node_dir)
         try:
             proc = ManagedProcess.start(LaunchSpec(argv, log_path, scenario.launch_env()))
         except OSError as exc:
@@ -333,6 +344,7 @@ class Supervisor:
                   self.estimate(scenario), baseline_host_shmem=shmem, key_file=key_file,
                   baseline_note=None if note is None else note[1])
         self.current = run
+        self._tell(run)
         self._save_current(run)
         self.on_event("info", f"launched {scenario.name} (pid {proc.pid}) on {scenario.url}")
         if note is not None:
@@ -357,9 +369,10 @@ class Supervisor:
     # ------------------------------------------------------------------ follow
     async def _follow(self, run: Run) -> None:
         tail = LogTail(run.log_path)
+        rule = run.scenario.engine.readiness
         last_health = 0.0
         health_ok_since: float | None = None
-        while run.state in ("starting", "ready"):
+        while run.state in (RunState.STARTING, RunState.READY):
             await self._read(run, tail)
             now = time.monotonic()
             if not run.alive:
@@ -370,62 +383,71 @@ class Supervisor:
                     run.stop_result = await run.proc.stop(min(5.0, run.scenario.stop_grace_s))
                 if not await asyncio.to_thread(run.proc.group_members):
                     self._forget_current(run)
-                if run.state == "ready":
-                    run.state = "exited"
+                if run.state == RunState.READY:
+                    run.state = RunState.EXITED
+                    self._tell(run)
                     self.on_event("error", f"{run.scenario.name} exited (code {run.exit_code})")
                 else:
-                    run.state = "failed"
+                    run.state = RunState.FAILED
                     # The phase it failed in: the parser's phase reads "failed" by now.
                     phase = run.parser.failed_in or run.phase
                     run.failure = (f"exited with code {run.exit_code} during {phase}"
                                    + self._last_error(run))
+                    self._tell(run)
                     self.on_event("error", f"{run.scenario.name}: {run.failure}")
                 return
-            if run.state == "ready":
+            if run.state == RunState.READY:
                 self._check_members(run)
-            if run.state == "starting":
-                http_up = run.http_up or run.phase in ("http", "warmup", "ready")
-                if (http_up or now - run.launched_at > 5) and now - last_health > HEALTH_S:
+            if run.state == RunState.STARTING:
+                http_up = run.http_up or run.phase in rule.http_phases
+                probe = http_up or now - run.launched_at > rule.probe_after_s
+                if probe and now - last_health > HEALTH_S:
                     last_health = now
                     if not await self._healthy(run):
                         health_ok_since = None
                     elif health_ok_since is None:
                         health_ok_since = now
-                    # SGLang 0.5.23 answers /health 200 during its warm-up, before "ready to
-                    # roll": when the log shows its HTTP lines, its ready line decides, and
+                    # A server may answer /health during its warm-up (SGLang 0.5.23 does):
+                    # when the log shows its HTTP lines, its ready line decides, and
                     # /health alone only after a while (a log without info lines).
                     if health_ok_since is not None and (
-                            not http_up or now - health_ok_since > HEALTH_ONLY_AFTER_S):
+                            not http_up or now - health_ok_since > rule.health_only_after_s):
                         self._mark_ready(run, time.monotonic())
                 late = now - run.launched_at > run.scenario.readiness_timeout_s
-                if run.state == "starting" and late:
+                if run.state == RunState.STARTING and late:
                     phase = run.parser.failed_in or run.phase
                     run.failure = (f"not ready after {run.scenario.readiness_timeout_s:.0f} s "
                                    f"(last phase: {phase})" + self._last_error(run))
                     self.on_event("error", f"{run.scenario.name}: {run.failure}; stopping it")
                     await self._stop(run)
-                    run.state = "failed"  # after _stop, which marks it stopped
+                    run.state = RunState.FAILED  # after _stop, which marks it stopped
+                    self._tell(run)
                     return
-            await asyncio.sleep(FOLLOW_S if run.state == "starting" else 0.25)
+            await asyncio.sleep(FOLLOW_S if run.state == RunState.STARTING else 0.25)
 
     async def _read(self, run: Run, tail: LogTail) -> None:
         # The file read on a thread (a log on a slow disk must not stall the dashboard);
         # the parsing here, in order.
-        for at, line in await asyncio.to_thread(tail.read_new):
+        new = await asyncio.to_thread(tail.read_new)
+        for at, line in new:
             run.lines.append((at, line))
             run.lines_seen += 1
-            events = run.parser.feed(line, at)
-            run.http_up = run.http_up or "http_running" in events
-            if "ready" in events and run.state == "starting":
-                self._mark_ready(run, at)
-        run.phase = run.parser.current_phase()
+            for event in run.follower.feed(line, at):
+                if event.signal is Signal.HTTP_UP:
+                    run.http_up = True
+                elif event.signal is Signal.READY and run.state == RunState.STARTING:
+                    self._mark_ready(run, at)
+        phase, run.phase = run.phase, run.parser.current_phase()
+        if new or phase != run.phase:
+            self._tell(run)
 
     def _mark_ready(self, run: Run, at: float) -> None:
-        run.state = "ready"
+        run.state = RunState.READY
         run.ready_at = at if run.ready_at is None else min(run.ready_at, at)
         run.members = server_members(run.pid)
         _drop_key_file(run)  # read at launch; a ready server needs it no more
         self._remember(run)
+        self._tell(run)
         self.on_event("info", f"{run.scenario.name} ready after {run.ready_s:.1f} s")
 
     def _check_members(self, run: Run) -> None:
@@ -440,6 +462,7 @@ class Supervisor:
             names = ", ".join(f"pid {pid} ({what})" for pid, what in gone)
             run.degraded = f"{'a process' if len(gone) == 1 else 'processes'} of the " \
                            f"server died: {names}"
+            self._tell(run)
             self.on_event("error", f"{run.scenario.name}: {run.degraded}; the server still "
                           "runs, degraded (its GPUs' share of the model is gone)")
 
@@ -451,45 +474,50 @@ class Supervisor:
             # that drips a byte a second would hold the follow loop (and its readiness
             # timeout) forever.
             async with asyncio.timeout(HEALTH_DEADLINE_S):
-                resp = await self._client.get(f"{run.scenario.url}/health", headers=headers)
+                resp = await self._client.get(run.scenario.url + run.scenario.engine.readiness
+                                              .health_path, headers=headers)
         except (httpx.HTTPError, TimeoutError):
             return False
         return resp.status_code == 200
 
     @staticmethod
     def _last_error(run: Run) -> str:
+        markers = run.scenario.engine.error_markers
         for _, line in reversed(run.lines):
-            if any(m in line for m in ERROR_MARKERS):
+            if any(m in line for m in markers):
                 return f"; last error in the log: {line.strip()[:200]}"
         return ""
 
     async def wait_ready(self, run: Run, timeout: float | None = None) -> bool:
         deadline = time.monotonic() + (timeout or run.scenario.readiness_timeout_s + 5)
         while time.monotonic() < deadline:
-            if run.state == "ready":
+            if run.state == RunState.READY:
                 return True
-            if run.state in ("failed", "exited", "stopped"):
+            if run.state in ENDED:
                 return False
             await asyncio.sleep(0.05)
-        return run.state == "ready"
+        return run.state == RunState.READY
 
     # ------------------------------------------------------------------ stop
     async def stop(self) -> StopResult | None:
         run = self.current
-        if run is None or run.state in ("stopped",):
+        if run is None or run.state == RunState.STOPPED:
             return None
         return await self._stop(run)
 
     async def _stop(self, run: Run) -> StopResult:
         previous = run.state
-        run.state = "stopping"
+        run.state = RunState.STOPPING
+        self._tell(run)
         result = await run.proc.stop(run.scenario.stop_grace_s)
         run.stop_result = result
         run.exit_code = result.returncode
         if not result.survivors:
             self._forget_current(run)
         run.ended_at = run.ended_at or time.monotonic()
-        run.state = "stopped" if previous in ("starting", "ready", "stopping") else previous
+        # An end it had already come to (exited, failed) stays what it was.
+        run.state = previous if previous in UNASKED_END else RunState.STOPPED
+        self._tell(run)
         if result.killed:
             self.on_event("warning", f"{run.scenario.name} ignored SIGTERM for "
                           f"{run.scenario.stop_grace_s:g} s and was killed")
@@ -576,7 +604,7 @@ class Supervisor:
         # A start that would be refused is refused before the running server is stopped.
         await asyncio.to_thread(self.check_target, to,
                                 run is None or run.scenario.port != to.port)
-        if run is not None and run.state != "stopped":
+        if run is not None and run.state != RunState.STOPPED:
             await self._stop(run)
         if run is not None:
             if run.stop_result is not None and run.stop_result.survivors:
@@ -602,10 +630,10 @@ class Supervisor:
         """close() for a process whose event loop is gone (a crash, a signal): stop the
         server we started, without a loop."""
         run = self.current
-        if run is None or leave_running or run.state == "stopped" or not run.alive:
+        if run is None or leave_running or run.state == RunState.STOPPED or not run.alive:
             return
         run.stop_result = run.proc.stop_now(run.scenario.stop_grace_s)
-        run.state = "stopped"
+        run.state = RunState.STOPPED
         if not run.stop_result.survivors:
             self._forget_current(run)
 

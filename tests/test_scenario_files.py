@@ -416,8 +416,8 @@ def test_demo_file() -> None:
         assert s.time_scale == 0.1
         assert s.url == f"http://127.0.0.1:{s.port}"
         assert s.source == f"{SHIPPED / 'demo.toml'}:{line_of(sf.path, f'[scenarios.{name}]')}"
-    entry = [sys.executable, "-m", "engram_top", "sim", "serve"]
-    assert sf.get("host-prefetch").argv(entry) == [
+    entry = [sys.executable, "-m", "engram_top", "sim", "serve", "--node-dir", "/tmp/node"]
+    assert sf.get("host-prefetch").argv(node_dir=Path("/tmp/node")) == [
         *entry, "--placement", "host-prefetch", "--host", "127.0.0.1", "--port", "30103",
         "--time-scale", "0.1", "--serve-scale", "1.0"]
     assert sf.get("host").launch_env() == {}  # the simulator needs no Engram switches

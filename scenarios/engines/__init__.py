@@ -1,0 +1,79 @@
+"""The serving engines engram-top can launch and watch, looked up by a scenario's kind.
+
+Adding an engine: one module beside these (a subclass of base.Engine and an instance of it)
+and one line below that registers it. Nothing else in engram-top names an engine. An engine
+in a package of its own registers through the entry-point group "engram_top.engines"
+(name = "module:INSTANCE"), found the first time a kind is looked up.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+from scenarios.engines import sglang, simulated
+from scenarios.engines.base import (
+    PLACEMENTS,
+    Engine,
+    EngineError,
+    LogEvent,
+    LogParser,
+    Readiness,
+    ServerCollector,
+    Signal,
+)
+
+__all__ = ["DEFAULT", "PLACEMENTS", "Engine", "EngineError", "LogEvent", "LogParser",
+           "Readiness", "ServerCollector", "Signal", "get", "kinds", "register", "unregister"]
+
+_ENGINES: dict[str, Engine] = {}
+PLUGIN_GROUP = "engram_top.engines"
+# Plugins that would not load, said where a kind is missing rather than raised at import.
+plugin_problems: list[str] = []
+_plugins_loaded = False
+
+
+def register(engine: Engine) -> Engine:
+    if not engine.kind:
+        raise ValueError(f"{type(engine).__name__} has no kind")
+    _ENGINES[engine.kind] = engine
+    return engine
+
+
+def unregister(kind: str) -> None:
+    _ENGINES.pop(kind, None)
+
+
+def get(kind: str) -> Engine:
+    if kind not in _ENGINES:
+        _load_plugins()
+    try:
+        return _ENGINES[kind]
+    except KeyError:
+        why = "".join(f"; {p}" for p in plugin_problems)
+        raise EngineError(f"no engine of kind '{kind}' (known: {', '.join(kinds())}){why}") \
+            from None
+
+
+def kinds() -> tuple[str, ...]:
+    _load_plugins()
+    return tuple(_ENGINES)
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            engine = ep.load()
+            register(engine() if isinstance(engine, type) else engine)
+        except Exception as exc:  # a broken plugin is said, and the built-in engines work
+            plugin_problems.append(f"engine plugin '{ep.name}' ({ep.value}) did not load: "
+                                   f"{type(exc).__name__}: {exc}")
+
+
+register(sglang.ENGINE)
+register(simulated.ENGINE)
+# What an attached server or a log read on its own is taken to speak, unless told.
+DEFAULT = sglang.ENGINE.kind

@@ -1,0 +1,177 @@
+"""What engram-top needs from a serving engine, in one place: how to launch it (argv,
+environment, how a secret travels), how to read its start-up log (typed events), how to
+poll it over HTTP, when it is ready, which of its log lines are the dashboard's own polls,
+and what a scenario's placement means to it.
+
+The supervisor, the session, bench, the scenario files and the CLI look an engine up by the
+scenario's kind and ask it; none of them branches on the kind.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from collectors.readings import Reading, ServerData
+from collectors.startup_facts import StartupFacts
+from collectors.units import MIB
+
+if TYPE_CHECKING:  # the scenario type only for hints: scenarios.config imports us
+    from scenarios.config import Scenario
+
+# Where the Engram tables live: the seed's three placements.
+PLACEMENTS = ("device", "host", "host-prefetch")
+
+
+class EngineError(ValueError):
+    """A scenario this engine cannot run as written; the message says what to change."""
+
+
+class LogParser(Protocol):
+    """An engine's start-up log parser: fed one line at a time, asked for facts at will."""
+
+    def feed(self, line: str, at: float | None = None) -> list[str]: ...
+    def current_phase(self) -> str: ...
+    @property
+    def failed_in(self) -> str | None: ...
+    def facts(self) -> StartupFacts: ...
+
+
+class ServerCollector(Protocol):
+    """An engine's HTTP collector: a poll never raises; a failure is a reading too."""
+
+    def poll(self) -> Awaitable[Reading[ServerData]]: ...
+    def close(self) -> Awaitable[None]: ...
+
+
+class Signal(enum.Enum):
+    PHASE = "phase"  # a new start-up phase began (LogEvent.phase names it)
+    HTTP_UP = "http_up"  # the HTTP server is listening: /health is worth asking
+    READY = "ready"  # the server says it is ready to serve
+    FAILURE = "failure"  # a fatal error during start-up (LogEvent.phase: where)
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    signal: Signal
+    at: float | None = None
+    phase: str | None = None
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """When a starting server counts as ready. The log's ready line always decides; /health
+    alone decides only after ``health_only_after_s`` of 200s once the log showed the HTTP
+    server up (SGLang answers 200 during its warm-up), or at once when the log never shows
+    it (a log without info lines). Before the log shows HTTP, /health is asked only after
+    ``probe_after_s`` (nothing listens yet; no point knocking)."""
+
+    health_path: str = "/health"
+    health_only_after_s: float = 15.0
+    probe_after_s: float = 5.0
+    http_phases: tuple[str, ...] = ("http", "warmup", "ready")
+
+
+class LogFollower:
+    """Turns an engine parser's named events into typed ones for the supervisor."""
+
+    def __init__(self, parser: LogParser, http_events: tuple[str, ...],
+                 ready_events: tuple[str, ...]) -> None:
+        self.parser = parser
+        self._http = http_events
+        self._ready = ready_events
+        self._phase = parser.current_phase()
+
+    def feed(self, line: str, at: float | None) -> list[LogEvent]:
+        named = self.parser.feed(line, at)
+        out: list[LogEvent] = []
+        if any(e in self._http for e in named):
+            out.append(LogEvent(Signal.HTTP_UP, at))
+        if any(e in self._ready for e in named):
+            out.append(LogEvent(Signal.READY, at))
+        phase = self.parser.current_phase()
+        if phase != self._phase:
+            self._phase = phase
+            failed = self.parser.failed_in
+            out.append(LogEvent(Signal.FAILURE, at, failed) if failed is not None
+                       else LogEvent(Signal.PHASE, at, phase))
+        return out
+
+
+class Engine:
+    """One serving engine. Subclass it, fill in what differs, register an instance."""
+
+    kind = ""  # the scenario files' `kind`
+    label = ""  # how people name it, for messages
+    article = "a"  # "an SGLang scenario"
+    required: tuple[str, ...] = ()  # scenario keys it cannot do without
+    # Its servers run on the simulated node (their GPUs are that node's, in a folder),
+    # rather than on this machine's real GPUs.
+    simulated_node = False
+    # Its start-up follows the seed's model, so the seed's ready time is its plan.
+    follows_reference = False
+    readiness = Readiness()
+    # Access-log fragments of the dashboard's own polls, hidden in the log pane.
+    own_polls: tuple[str, ...] = ()
+    # Words of a log line worth quoting when a start fails.
+    error_markers: tuple[str, ...] = ("Traceback", "Error:")
+
+    def problems(self, m: dict[str, Any]) -> list[tuple[str, str]]:
+        """(key, what is wrong) for a scenario table (defaults applied) this engine cannot
+        run; the required keys are checked already."""
+        return []
+
+    def argv(self, sc: Scenario, key_file: Path | None, node_dir: Path | None) -> list[str]:
+        """The launch argv, never a shell string. ``key_file``: where key_file_text() was
+        written, when the key travels in a file; ``node_dir``: the simulated node's folder
+        for engines that run on it."""
+        raise NotImplementedError
+
+    def launch_env(self, sc: Scenario) -> dict[str, str]:
+        """The environment on top of ours; the scenario file's `env` goes last."""
+        return dict(sc.env)
+
+    def key_file_text(self, sc: Scenario) -> str | None:
+        """What the API key file holds, or None when the key (if any) goes on the argv."""
+        return None
+
+    def check(self, sc: Scenario) -> None:
+        """What would refuse this scenario on this machine (a missing interpreter or model
+        path): raise EngineError. Runs off the event loop."""
+
+    def parser(self) -> LogParser:
+        raise NotImplementedError
+
+    def follower(self) -> LogFollower:
+        return LogFollower(self.parser(), ("http_running",), ("ready",))
+
+    def collector(self, url: str, api_key: str | None = None,
+                  auth: tuple[str, str] | None = None) -> ServerCollector:
+        raise NotImplementedError
+
+    def page_limit(self, path: str) -> int:
+        """The most bytes one of its pages may hold (past it, a server that streams without
+        end is cut off)."""
+        return 16 * MIB
+
+    def inspect_metrics(self, text: str) -> dict[str, object]:
+        """What its metrics parser extracts from one page (`engram-top inspect-metrics`);
+        ValueError, naming the line, for a page it cannot read."""
+        raise ValueError(f"{self.label} has no metrics page reader")
+
+    def clock(self, sc: Scenario) -> tuple[float, float]:
+        """(start-up time scale, service time scale): how its times compare to a real
+        node's. 1.0 for real servers."""
+        return 1.0, 1.0
+
+    def tune(self, sc: Scenario, time_scale: float | None,
+             serve_scale: float | None) -> Scenario:
+        """The scenario with a session's time-scale overrides, where they mean anything."""
+        return sc
+
+    def is_own_poll(self, line: str) -> bool:
+        return any(p in line for p in self.own_polls)
+
