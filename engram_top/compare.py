@@ -2,6 +2,7 @@
 against a baseline with 95% intervals, and the seed's own figures beside them.
 
 Pure functions over RunResult records; no Textual, no I/O (engram_top.importers reads files).
+The rows are the metrics registered in engram_top.metrics, each read from every trial.
 A missing value stays None all the way to the table: a run that did not measure something
 must never read as 0.
 """
@@ -14,7 +15,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import PurePath
 from typing import Any
 
-from engram_top.reference import Placement, Reference
+from collectors.units import pct_change
+from engram_top.metrics import METRICS, Metric, Registry
+from engram_top.reference import Reference
 
 # Two-sided 95% Student t critical values, t(0.975, df) for df 1..30 (checked against
 # scipy.stats.t.ppf). Hard-coded so the product needs no scipy; beyond 30 df the normal 1.96.
@@ -36,19 +39,21 @@ class RunResult:
     placement: str | None
     source: str  # "bench", "live", "bench_serving:<file>", ...
     trial: int
-    gpus: int | None
-    weights_gb: float | None
-    kv_tokens: int | None
-    host_delta_gib: float | None
-    ready_s: float | None
-    ttft_mean_s: float | None
-    tpot_mean_s: float | None
-    itl_mean_s: float | None
-    e2e_mean_s: float | None
-    ttft_p99_s: float | None
-    tpot_p99_s: float | None
-    output_tok_s: float | None
-    request_per_s: float | None
+    # Measurements: None when the trial did not measure it (a bench_serving file has no
+    # weights; a server that never became ready has nothing).
+    gpus: int | None = None
+    weights_gb: float | None = None
+    kv_tokens: int | None = None
+    host_delta_gib: float | None = None
+    ready_s: float | None = None  # node time
+    ttft_mean_s: float | None = None
+    tpot_mean_s: float | None = None
+    itl_mean_s: float | None = None
+    e2e_mean_s: float | None = None
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    output_tok_s: float | None = None
+    request_per_s: float | None = None
     completed: int = 0
     failed: int = 0
     duration_s: float | None = None
@@ -106,47 +111,6 @@ def _check_type(name: str, value: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- the table
-
-@dataclass(frozen=True)
-class Metric:
-    key: str
-    label: str
-    unit: str
-    better: str  # "lower" or "higher"
-    # "relative": Δ = mean / baseline - 1. "absolute": Δ = mean - baseline, in `unit`, for a
-    # figure that is itself a difference (host memory since launch: the baseline's few GiB
-    # would make any host placement thousands of percent).
-    delta: str = "relative"
-
-
-WEIGHTS = Metric("weights_gb", "weights per GPU", "GB", "lower")
-KV = Metric("kv_tokens", "KV capacity", "tokens", "higher")
-KV_RATIO = Metric("kv_ratio", "KV capacity vs baseline", "x", "higher")
-HOST = Metric("host_delta_gib", "host memory delta", "GiB", "lower", delta="absolute")
-READY = Metric("ready_s", "time to ready", "s", "lower")
-TTFT = Metric("ttft_mean_ms", "mean TTFT", "ms", "lower")
-TPOT = Metric("tpot_mean_ms", "mean TPOT", "ms", "lower")
-THROUGHPUT = Metric("output_tok_s", "output throughput", "tok/s", "higher")
-# The price's currency; "$" because that is how per-GPU-hour prices are usually quoted.
-COST = Metric("cost_per_mtok", "cost per million output tokens", "$/Mtok", "lower")
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else value * 1000.0
-
-
-# How each row reads one trial. The table shows latencies in ms, as the seed and
-# bench_serving do; RunResult keeps seconds.
-_EXTRACT: dict[str, Callable[[RunResult], float | None]] = {
-    WEIGHTS.key: lambda r: r.weights_gb,
-    KV.key: lambda r: None if r.kv_tokens is None else float(r.kv_tokens),
-    HOST.key: lambda r: r.host_delta_gib,
-    READY.key: lambda r: r.ready_s,
-    TTFT.key: lambda r: _ms(r.ttft_mean_s),
-    TPOT.key: lambda r: _ms(r.tpot_mean_s),
-    THROUGHPUT.key: lambda r: r.output_tok_s,
-}
-
 
 @dataclass(frozen=True)
 class Interval:
@@ -207,8 +171,9 @@ class Comparison:
 
 def compare(results: list[RunResult], baseline: str, *,
             price_per_gpu_hour: float | None = None,
-            reference: Reference | None = None) -> Comparison:
-    """Tabulate results per scenario against `baseline` (a scenario name)."""
+            reference: Reference | None = None, metrics: Registry = METRICS) -> Comparison:
+    """Tabulate results per scenario against `baseline` (a scenario name): a row per metric
+    of `metrics`, in its order; a priced one only when there is a price."""
     scenarios = _scenarios(results)
     if baseline not in scenarios:
         raise ValueError(f"baseline {baseline!r} is not among the scenarios {list(scenarios)}")
@@ -217,37 +182,39 @@ def compare(results: list[RunResult], baseline: str, *,
     by_scenario = {s: [r for r in results if r.scenario == s] for s in scenarios}
     placements = _placements(results, reference)
 
-    rows: list[Row] = []
-    for metric in (WEIGHTS, KV, KV_RATIO, HOST, READY, TTFT, TPOT, THROUGHPUT):
-        if metric is KV_RATIO:
-            cells = _ratio_cells(rows[-1], baseline)
+    rows: dict[str, Row] = {}
+    for metric in metrics:
+        if metric.ratio_of is not None:
+            cells = _ratio_cells(rows[metric.ratio_of], baseline)
+        elif metric.priced is not None and price_per_gpu_hour is None:
+            continue
         else:
-            cells = _cells(by_scenario, baseline, _EXTRACT[metric.key],
+            cells = _cells(by_scenario, baseline, _extractor(metric, price_per_gpu_hour),
                            absolute=metric.delta == "absolute")
-        rows.append(Row(metric, cells, _seed_figures(metric, reference, placements)))
-    if price_per_gpu_hour is not None:
-        price = price_per_gpu_hour
-        cells = _cells(by_scenario, baseline, lambda r: _cost(r, price))
-        rows.append(Row(COST, cells))
+        rows[metric.key] = Row(metric, cells,
+                               _seed_figures(metric, reference, placements, metrics))
     return Comparison(
         baseline=baseline, scenarios=scenarios,
-        trials={s: len(rs) for s, rs in by_scenario.items()}, rows=tuple(rows),
+        trials={s: len(rs) for s, rs in by_scenario.items()}, rows=tuple(rows.values()),
         price_per_gpu_hour=price_per_gpu_hour,
         reference_path=None if reference is None else str(reference.path),
     )
+
+
+def _extractor(metric: Metric,
+               price: float | None) -> Callable[[RunResult], float | None]:
+    """How the metric reads one trial, the price bound in for a priced one."""
+    priced = metric.priced
+    if priced is not None and price is not None:
+        return lambda r: priced(r, price)
+    assert metric.extract is not None  # Metric refuses a metric with no way to read it
+    return metric.extract
 
 
 def _scenarios(results: Sequence[RunResult]) -> tuple[str, ...]:
     if not results:
         raise ValueError("no results to compare")
     return tuple(dict.fromkeys(r.scenario for r in results))
-
-
-def _cost(r: RunResult, price_per_gpu_hour: float) -> float | None:
-    # Per trial, so the cost row gets the same interval treatment as the throughput it comes from.
-    if r.gpus is None or not r.output_tok_s:
-        return None
-    return price_per_gpu_hour * r.gpus / 3600.0 / r.output_tok_s * 1e6
 
 
 def _cells(by_scenario: dict[str, list[RunResult]], baseline: str,
@@ -346,12 +313,12 @@ def _var(values: list[float]) -> float:
     return sum((v - m) ** 2 for v in values) / (len(values) - 1)
 
 
-def _ratio_cells(kv_row: Row, baseline: str) -> dict[str, Cell]:
-    """KV capacity over the baseline's, as the seed's 3.606x. No interval: the pool size is
-    fixed by the allocator, not sampled."""
-    base = kv_row.cells[baseline].mean
+def _ratio_cells(of: Row, baseline: str) -> dict[str, Cell]:
+    """A row's means over the baseline's, as the seed's KV capacity 3.606x. No interval: the
+    KV pool's size is fixed by the allocator, not sampled."""
+    base = of.cells[baseline].mean
     out = {}
-    for scenario, cell in kv_row.cells.items():
+    for scenario, cell in of.cells.items():
         ratio = None if cell.mean is None or not base else cell.mean / base
         out[scenario] = Cell(cell.n, ratio)
     return out
@@ -359,15 +326,7 @@ def _ratio_cells(kv_row: Row, baseline: str) -> dict[str, Cell]:
 
 # ----------------------------------------------------------------------------- seed column
 
-# Placement fields behind each memory/start-up row, named as in seeds/ (for provenance).
-_SEED_FIELDS: dict[str, tuple[str, Callable[[Placement], float]]] = {
-    WEIGHTS.key: ("weights_gb_per_gpu", lambda p: p.weights_gib),
-    KV.key: ("kv_tokens", lambda p: float(p.kv_tokens)),
-    HOST.key: ("host_delta_gib", lambda p: p.host_delta_gib),
-    READY.key: ("ready_s", lambda p: p.ready_s),
-}
-# The seed's deltas (against device) by the row they belong to.
-_SEED_DELTAS = {TTFT.key: "ttft_mean", TPOT.key: "tpot_mean", THROUGHPUT.key: "output_throughput"}
+# Each metric names its seed figure (Metric.seed_field, seed_delta).
 _SEED_BASE = "device"  # what the seed's deltas and KV ratio are relative to
 
 
@@ -379,39 +338,40 @@ def _placements(results: Sequence[RunResult], reference: Reference | None) -> tu
     return tuple(dict.fromkeys(named)) or tuple(reference.placements)
 
 
-def _seed_figures(metric: Metric, reference: Reference | None,
-                  placements: tuple[str, ...]) -> tuple[SeedFigure, ...]:
+def _seed_figures(metric: Metric, reference: Reference | None, placements: tuple[str, ...],
+                  metrics: Registry) -> tuple[SeedFigure, ...]:
     if reference is None:
         return ()
-    if metric.key in _SEED_FIELDS:
-        return _seed_values(metric.key, reference, placements)
-    if metric is KV_RATIO:
-        return _seed_kv_ratio(reference, placements)
-    if metric.key in _SEED_DELTAS:
-        return _seed_deltas(_SEED_DELTAS[metric.key], reference, placements)
+    if metric.seed_field is not None:
+        return _seed_values(metric, reference, placements)
+    if metric.ratio_of is not None:
+        return _seed_ratio(metric, metrics[metric.ratio_of], reference, placements)
+    if metric.seed_delta is not None:
+        return _seed_deltas(metric.seed_delta, reference, placements)
     return ()
 
 
-def _seed_values(key: str, reference: Reference,
+def _seed_values(metric: Metric, reference: Reference,
                  placements: tuple[str, ...]) -> tuple[SeedFigure, ...]:
-    name, get = _SEED_FIELDS[key]
+    get = metric.seed_value
+    assert get is not None  # Metric has one with every seed_field
     provenance = reference.figures()["placements"]
     out = []
     for p in placements:
-        fig = provenance.get(p, {}).get(name, {})
+        fig = provenance.get(p, {}).get(metric.seed_field, {})
         out.append(SeedFigure(p, get(reference.placements[p]), fig.get("source", "seed"),
                               fig.get("note", "")))
     return tuple(out)
 
 
-def _seed_kv_ratio(reference: Reference,
-                   placements: tuple[str, ...]) -> tuple[SeedFigure, ...]:
+def _seed_ratio(metric: Metric, of: Metric, reference: Reference,
+                placements: tuple[str, ...]) -> tuple[SeedFigure, ...]:
     device = reference.placements.get(_SEED_BASE)
-    if device is None:
+    get = of.seed_value
+    if device is None or get is None:
         return ()
-    how = "placement KV tokens / device KV tokens (seeds [derived].kv_ratio for host)"
     return tuple(
-        SeedFigure(p, reference.placements[p].kv_tokens / device.kv_tokens, "derived", how)
+        SeedFigure(p, get(reference.placements[p]) / get(device), "derived", metric.seed_note)
         for p in placements if p != _SEED_BASE
     )
 
@@ -442,7 +402,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
 
 def _row_json(row: Row) -> dict[str, Any]:
     return {
-        **asdict(row.metric),
+        **row.metric.json(),
         "cells": {s: asdict(cell) for s, cell in row.cells.items()},
         "reference": [{**asdict(f), "assumed": f.assumed} for f in row.reference],
     }
@@ -477,9 +437,10 @@ def _header_line(c: Comparison) -> str:
         trials = f"{counts.pop()} trial(s) per scenario"
     else:
         trials = "trials " + ", ".join(f"{s} {n}" for s, n in c.trials.items())
-    return (f"Baseline: {c.baseline}; {trials}. Cells: mean over trials "
-            f"(Δ relative change of the mean vs {c.baseline} [95% interval]; host memory "
-            f"delta: Δ in GiB).")
+    deltas = [f"Δ relative change of the mean vs {c.baseline} [95% interval]"]
+    deltas += [f"{row.metric.label}: Δ in {row.metric.unit}" for row in c.rows
+               if row.metric.delta == "absolute"]
+    return f"Baseline: {c.baseline}; {trials}. Cells: mean over trials ({'; '.join(deltas)})."
 
 
 def _md_row(cells: list[str]) -> str:
@@ -489,9 +450,10 @@ def _md_row(cells: list[str]) -> str:
 def _fmt_cell(metric: Metric, cell: Cell, trials: int) -> str:
     if cell.mean is None:
         return "n/a"
-    text = _fmt_value(metric, cell.mean)
+    text = metric.fmt(cell.mean)
     if cell.delta is not None:
-        show = (lambda v: f"{v:+.1f} {metric.unit}") if metric.delta == "absolute" else _pct
+        show = (lambda v: f"{v:+.1f} {metric.unit}") if metric.delta == "absolute" \
+            else pct_change
         delta = f"Δ {show(cell.delta)}"
         if cell.interval is not None:
             delta += f" [{show(cell.interval.lo)}, {show(cell.interval.hi)}]"
@@ -504,32 +466,14 @@ def _fmt_cell(metric: Metric, cell: Cell, trials: int) -> str:
     return text
 
 
-def _fmt_value(metric: Metric, value: float) -> str:
-    if metric is KV:
-        return f"{value / 1e6:.2f}M"  # the seed writes 11.84M, 42.70M
-    if metric is KV_RATIO:
-        return f"{value:.3f}x"
-    if metric is WEIGHTS:
-        return f"{value:.3f}"  # SGLang prints weights to 3 decimals
-    if metric is HOST or metric is THROUGHPUT:
-        return f"{value:.1f}"
-    if metric is COST:
-        return f"{value:.4f}"
-    return f"{value:.2f}"
-
-
-def _pct(fraction: float) -> str:
-    return f"{fraction * 100:+.2f}%"
-
-
 def _fmt_reference(row: Row) -> str:
     parts = []
     for f in row.reference:
         if f.is_delta:
-            value = f"{_pct(f.value)} vs {_SEED_BASE}"
+            value = f"{pct_change(f.value)} vs {_SEED_BASE}"
         else:
-            value = _fmt_value(row.metric, f.value)
-            if row.metric is KV_RATIO:
+            value = row.metric.fmt(f.value)
+            if row.metric.ratio_of is not None:
                 value += f" vs {_SEED_BASE}"
         parts.append(f"{f.placement} {value}{'†' if f.assumed else ''}")
     return " · ".join(parts) if parts else ""
@@ -537,8 +481,8 @@ def _fmt_reference(row: Row) -> str:
 
 def _footnotes(c: Comparison, noisy: bool, assumed: bool) -> list[str]:
     notes = ["Intervals: paired by trial index (t, n-1 df) when both scenarios ran the same "
-             "trials, else Welch on the difference of means over the baseline mean.",
-             "GB is SGLang's label for weights; it computes GiB."]
+             "trials, else Welch on the difference of means over the baseline mean."]
+    notes += [row.metric.note for row in c.rows if row.metric.note]
     if noisy:
         notes.append("~ the 95% interval spans zero: the difference is smaller than the "
                      "trial-to-trial noise.")

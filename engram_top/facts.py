@@ -1,6 +1,7 @@
 """What a run shows, computed from the store: the same numbers for the dashboard and exports.
 
-Pure functions over a RunStore; no Textual, no I/O. Memory stays in bytes here; SGLang's own
+Pure functions over a RunStore, returning the frozen views of engram_top.views (plain()
+writes them as JSON); no Textual, no I/O. Memory stays in bytes here; SGLang's own
 "GB" figures (which are GiB) keep their name and unit.
 """
 
@@ -8,27 +9,40 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, is_dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, fields, is_dataclass
 from typing import Any
 
+from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
 from collectors.readings import GpuData, HostData, Reading, ServerData
-from engram_top.compare import RunResult
+from collectors.units import GIB
+from engram_top.compare import Comparison, RunResult, compare
+from engram_top.figures import RunFigures
+from engram_top.reference import Reference
 from engram_top.store import RunFacts, RunStore
+from engram_top.views import (
+    EngramTableView,
+    GpuProcessView,
+    GpuView,
+    HostView,
+    KvView,
+    LatencyView,
+    RunView,
+    SourceStatus,
+)
 
-GIB = 1024**3
 
-
-def source_status(store: RunStore, kind: str, now: float | None = None) -> dict[str, Any]:
+def source_status(store: RunStore, kind: str, now: float | None = None) -> SourceStatus:
     """Status of a source: its latest state, message, and the age of its last good value."""
     now = store.clock() if now is None else now
     latest: Reading[Any] | None = store.latest.get(kind)
     good = store.last_ok.get(kind)
-    out: dict[str, Any] = {"status": latest.status.value if latest else "none",
-                           "message": latest.message if latest else "no reading yet"}
-    out["last_good_age_s"] = None if good is None else round(now - good.at, 3)
-    if latest is not None and latest.failing_since is not None:
-        out["failing_for_s"] = round(now - latest.failing_since, 3)
-    return out
+    failing = latest.failing_since if latest is not None else None
+    return SourceStatus(
+        status=latest.status.value if latest else "none",
+        message=latest.message if latest else "no reading yet",
+        last_good_age_s=None if good is None else round(now - good.at, 3),
+        failing_for_s=None if failing is None else round(now - failing, 3))
 
 
 def wall_at(store: RunStore, now: float) -> float:
@@ -48,7 +62,7 @@ def server_pids(store: RunStore) -> set[int]:
     return set(host.server_tree.pids)
 
 
-def gpu_facts(store: RunStore) -> list[dict[str, Any]]:
+def gpu_facts(store: RunStore) -> list[GpuView]:
     gpus: GpuData | None = store.data("gpu")
     server: ServerData | None = store.data("server")
     run = store.run
@@ -63,26 +77,25 @@ def gpu_facts(store: RunStore) -> list[dict[str, Any]]:
         rank_metrics = (server.ranks.get(dev.index) if server else None) or {}
         rank_log = log_ranks.get(dev.index) or {}
         baseline = run.baseline_gpu_used.get(dev.index) if run else None
-        out.append({
-            "index": dev.index, "name": dev.name, "uuid": dev.uuid,
-            "total_bytes": dev.total_bytes, "reserved_bytes": dev.reserved_bytes,
-            "used_bytes": dev.used_bytes, "free_bytes": dev.free_bytes,
-            "server_bytes": share, "baseline_used_bytes": baseline,
-            "util_gpu_pct": dev.util_gpu_pct, "power_w": dev.power_w,
-            "pcie_rx_bytes_per_s": dev.pcie_rx_bytes_per_s,
-            "pcie_tx_bytes_per_s": dev.pcie_tx_bytes_per_s,
+        out.append(GpuView(
+            index=dev.index, name=dev.name, uuid=dev.uuid,
+            total_bytes=dev.total_bytes, reserved_bytes=dev.reserved_bytes,
+            used_bytes=dev.used_bytes, free_bytes=dev.free_bytes,
+            server_bytes=share, baseline_used_bytes=baseline,
+            util_gpu_pct=dev.util_gpu_pct, power_w=dev.power_w,
+            pcie_rx_bytes_per_s=dev.pcie_rx_bytes_per_s,
+            pcie_tx_bytes_per_s=dev.pcie_tx_bytes_per_s,
             # SGLang's figures: the metric's full precision, else the log's two decimals.
-            "weights_gb": rank_metrics.get("weight_gb", rank_log.get("weights_gb")),
-            "kv_cache_gb": rank_metrics.get("kv_cache_gb", rank_log.get("kv_total_gb")),
-            "kv_tokens": _int(rank_metrics.get("max_total_num_tokens",
-                                               rank_log.get("kv_tokens"))),
-            "processes": [{"pid": p.pid, "name": p.name, "used_bytes": p.used_bytes}
-                          for p in dev.processes],
-        })
+            weights_gb=rank_metrics.get("weight_gb", rank_log.get("weights_gb")),
+            kv_cache_gb=rank_metrics.get("kv_cache_gb", rank_log.get("kv_total_gb")),
+            kv_tokens=_int(rank_metrics.get("max_total_num_tokens", rank_log.get("kv_tokens"))),
+            processes=tuple(GpuProcessView(pid=p.pid, name=p.name, used_bytes=p.used_bytes)
+                            for p in dev.processes),
+        ))
     return out
 
 
-def host_facts(store: RunStore) -> dict[str, Any] | None:
+def host_facts(store: RunStore) -> HostView | None:
     host: HostData | None = store.data("host")
     if host is None:
         return None
@@ -90,27 +103,27 @@ def host_facts(store: RunStore) -> dict[str, Any] | None:
     base = run.baseline_host_used if run else None
     delta = None if base is None else host.used_bytes - base
     tree = host.server_tree
-    return {
-        "total_bytes": host.total_bytes, "used_bytes": host.used_bytes,
-        "available_bytes": host.available_bytes, "shmem_bytes": host.shmem_bytes,
-        "baseline_used_bytes": base, "delta_bytes": delta,
-        "delta_gib": None if delta is None else round(delta / GIB, 3),
-        "hugepages_bytes": host.anon_hugepages_bytes,
-        "swap_used_bytes": host.swap_used_bytes,
-        "server_rss_bytes": tree.rss_bytes if tree else None,
-        "server_rss_shmem_bytes": tree.rss_shmem_bytes if tree else None,
-        "server_pids": list(tree.pids) if tree else [],
-    }
+    return HostView(
+        total_bytes=host.total_bytes, used_bytes=host.used_bytes,
+        available_bytes=host.available_bytes, shmem_bytes=host.shmem_bytes,
+        baseline_used_bytes=base, delta_bytes=delta,
+        delta_gib=None if delta is None else round(delta / GIB, 3),
+        hugepages_bytes=host.anon_hugepages_bytes,
+        swap_used_bytes=host.swap_used_bytes,
+        server_rss_bytes=tree.rss_bytes if tree else None,
+        server_rss_shmem_bytes=tree.rss_shmem_bytes if tree else None,
+        server_pids=tuple(tree.pids) if tree else (),
+    )
 
 
-def kv_facts(store: RunStore) -> dict[str, Any] | None:
+def kv_facts(store: RunStore) -> KvView | None:
     s: ServerData | None = store.data("server")
     if s is None:
         return None
-    return {"capacity_tokens": s.max_total_num_tokens, "used_tokens": _int(s.num_used_tokens),
-            "token_usage": s.token_usage, "running": _int(s.num_running_reqs),
-            "queued": _int(s.num_queue_reqs), "kv_cache_gb": s.kv_cache_gb,
-            "unavailable": _why(s, KV_FIELDS)}
+    return KvView(capacity_tokens=s.max_total_num_tokens, used_tokens=_int(s.num_used_tokens),
+                  token_usage=s.token_usage, running=_int(s.num_running_reqs),
+                  queued=_int(s.num_queue_reqs), kv_cache_gb=s.kv_cache_gb,
+                  unavailable=_why(s, KV_FIELDS))
 
 
 # ServerData fields behind each panel, by the names its unavailable reasons use.
@@ -128,47 +141,48 @@ def _why(s: ServerData, names: dict[str, str]) -> dict[str, str]:
     return {label: s.unavailable[key] for key, label in names.items() if key in s.unavailable}
 
 
-def latency_facts(store: RunStore) -> dict[str, Any] | None:
+def latency_facts(store: RunStore) -> LatencyView | None:
     s: ServerData | None = store.data("server")
     if s is None:
         return None
-    out: dict[str, Any] = {"window_s": s.window_s, "output_tokens_per_s": s.output_tokens_per_s,
-                           "requests_per_s": s.requests_per_s, "gen_throughput": s.gen_throughput,
-                           "unavailable": _why(s, LATENCY_FIELDS)}
-    for key in ("ttft", "itl", "e2e"):
-        q = getattr(s, key)
-        out[key] = None if q is None else asdict(q)
-    return out
+    return LatencyView(window_s=s.window_s, output_tokens_per_s=s.output_tokens_per_s,
+                       requests_per_s=s.requests_per_s, gen_throughput=s.gen_throughput,
+                       unavailable=_why(s, LATENCY_FIELDS), ttft=s.ttft, itl=s.itl, e2e=s.e2e)
 
 
-def run_facts(store: RunStore) -> dict[str, Any] | None:
+def run_facts(store: RunStore) -> RunView | None:
     run = store.run
     if run is None:
         return None
     startup = run.startup or {}
     tables = startup.get("engram_tables") or []
     ready_s = run.ready_s
-    return {
-        "scenario": run.scenario, "placement": run.placement, "node": run.node,
-        "state": run.state, "phase": run.phase, "pid": run.pid, "url": run.url,
-        "log_path": run.log_path, "time_scale": run.time_scale,
-        "launched_wall": run.launched_wall, "exit_code": run.exit_code,
-        "ready_s": None if ready_s is None else round(ready_s, 3),
+    return RunView(
+        scenario=run.scenario, placement=run.placement, node=run.node,
+        state=run.state, phase=run.phase, pid=run.pid, url=run.url,
+        log_path=run.log_path, time_scale=run.time_scale,
+        launched_wall=run.launched_wall, exit_code=run.exit_code,
+        ready_s=None if ready_s is None else round(ready_s, 3),
         # Node-equivalent: what the same start-up takes at time scale 1.
-        "ready_s_node": None if ready_s is None else round(run.node_seconds(ready_s), 2),
-        "phase_durations_s": {k: round(v, 3) for k, v in run.phase_durations.items()},
-        "max_total_num_tokens_log": startup.get("max_total_num_tokens"),
-        "engram_host_tables": [{k: t.get(k) for k in ("label", "layout", "resident_mib",
-                                                      "huge_pct", "pinned",
-                                                      "no_huge_pages_warning")}
-                               for t in tables],
-        "log_errors": [e.get("text") for e in (startup.get("errors") or [])][-10:],
-    }
+        ready_s_node=None if ready_s is None else round(run.node_seconds(ready_s), 2),
+        phase_durations_s={k: round(v, 3) for k, v in run.phase_durations.items()},
+        max_total_num_tokens_log=startup.get("max_total_num_tokens"),
+        # The start-up facts are plain data (a recording's too): a key may be missing.
+        engram_host_tables=tuple(EngramTableView(**{f: t.get(f) for f in _TABLE_FIELDS})
+                                 for t in tables),
+        log_errors=tuple(e.get("text") for e in (startup.get("errors") or []))[-10:],
+    )
+
+
+_TABLE_FIELDS = tuple(f.name for f in fields(EngramTableView))
 
 
 def plain(value: Any) -> Any:
-    """Dataclasses and tuples to JSON-ready data."""
+    """Dataclasses and tuples to JSON-ready data; a value with a JSON form of its own
+    (to_json, as RunFigures keeps the *_ms keys files have always had) in that form."""
     if is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "to_json"):
+            return plain(value.to_json())
         return plain(asdict(value))
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
@@ -196,31 +210,32 @@ def _int(value: Any) -> int | None:
     return int(value)
 
 
-def summary(store: RunStore) -> dict[str, Any]:
-    """The run's headline figures, kept with the run for the scenario list and comparisons."""
-    out: dict[str, Any] = {}
+def summary(store: RunStore) -> RunFigures:
+    """The run's headline figures now, kept with the run for the scenario list and
+    comparisons (RunFigures.merged onto what it had). Rounded as the scenario list and the
+    comparison show them: ready and latencies to 0.01 s and 0.01 ms, p50s to 0.1 ms."""
     run = store.run
-    if run is not None and run.ready_s is not None:
-        out["ready_s"] = round(run.ready_s, 2)
     gpus = gpu_facts(store)
-    if gpus:
-        out["gpus"] = len(gpus)
-        out["weights_gb"] = gpus[0]["weights_gb"]
-        out["kv_tokens"] = gpus[0]["kv_tokens"]
     host = host_facts(store)
-    if host and host["delta_gib"] is not None:
-        out["host_delta_gib"] = host["delta_gib"]
     lat = latency_facts(store)
-    if lat:
-        for key in ("ttft", "itl"):
-            q = lat[key]
-            if q and q.get("p50") is not None:
-                out[f"{key}_p50_ms"] = round(q["p50"] * 1000, 1)
-            if q and q.get("mean") is not None:
-                out[f"{key}_mean_ms"] = round(q["mean"] * 1000, 2)
-        if lat["output_tokens_per_s"] is not None:
-            out["output_tok_s"] = round(lat["output_tokens_per_s"], 1)
-    return out
+    ttft, itl = (lat.ttft, lat.itl) if lat else (None, None)
+    rate = lat.output_tokens_per_s if lat else None
+    return RunFigures(
+        ready_s=None if run is None or run.ready_s is None else round(run.ready_s, 2),
+        gpus=len(gpus) or None,
+        weights_gb=gpus[0].weights_gb if gpus else None,
+        kv_tokens=gpus[0].kv_tokens if gpus else None,
+        host_delta_gib=host.delta_gib if host else None,
+        ttft_p50_s=_round_ms(ttft.p50 if ttft else None, 1),
+        ttft_mean_s=_round_ms(ttft.mean if ttft else None, 2),
+        itl_p50_s=_round_ms(itl.p50 if itl else None, 1),
+        itl_mean_s=_round_ms(itl.mean if itl else None, 2),
+        output_tok_s=None if rate is None else round(rate, 1))
+
+
+def _round_ms(seconds: float | None, digits: int) -> float | None:
+    """Seconds rounded to `digits` decimals of a millisecond."""
+    return None if seconds is None else round(seconds * 1000, digits) / 1000
 
 
 def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
@@ -230,20 +245,15 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
     run's last 30 s window (SGLang's histograms); SGLang's inter-token latency stands in for
     TPOT, as it does in SGLang's own metrics."""
     r = run.results
-
-    def seconds(key: str) -> float | None:
-        return None if r.get(key) is None else r[key] / 1000.0
-
-    # Start-up in node time: a simulated node started x time_scale faster than the node
-    # (and the seed) would; a real node's time_scale is 1.
-    ready = run.node_seconds(r.get("ready_s"))
     return RunResult(
         scenario=run.scenario, placement=run.placement, source=source, trial=trial,
-        gpus=r.get("gpus"), weights_gb=r.get("weights_gb"), kv_tokens=r.get("kv_tokens"),
-        host_delta_gib=r.get("host_delta_gib"), ready_s=ready,
-        ttft_mean_s=seconds("ttft_mean_ms"), tpot_mean_s=seconds("itl_mean_ms"),
-        itl_mean_s=seconds("itl_mean_ms"), e2e_mean_s=None, ttft_p99_s=None, tpot_p99_s=None,
-        output_tok_s=r.get("output_tok_s"), request_per_s=None,
+        gpus=r.gpus, weights_gb=r.weights_gb, kv_tokens=r.kv_tokens,
+        host_delta_gib=r.host_delta_gib,
+        # Start-up in node time: a simulated node started x time_scale faster than the
+        # node (and the seed) would; a real node's time_scale is 1.
+        ready_s=run.node_seconds(r.ready_s),
+        ttft_mean_s=r.ttft_mean_s, tpot_mean_s=r.itl_mean_s, itl_mean_s=r.itl_mean_s,
+        output_tok_s=r.output_tok_s,
         notes=("live: last 30 s window of the server's histograms",))
 
 
@@ -252,7 +262,7 @@ def run_results(runs: list[RunFacts], source: str = "live") -> list[RunResult]:
     counts: dict[str, int] = {}
     out = []
     for run in runs:
-        if not run.results:
+        if not run.results.measured():
             continue
         trial = counts.get(run.scenario, 0)
         counts[run.scenario] = trial + 1
@@ -260,26 +270,36 @@ def run_results(runs: list[RunFacts], source: str = "live") -> list[RunResult]:
     return out
 
 
-LOG_ERRORS = ("Traceback", "out of memory", "OutOfMemoryError", "Initialization failed",
-              "Error:", "CUDA error", "Health check failed")
-LOG_WARNINGS = ("No huge pages", "WARNING", "deprecated")
+def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
+               extra: Sequence[RunResult] = (), reference: Reference | None = None,
+               price_per_gpu_hour: float | None = None) -> Comparison | None:
+    """The comparison of a session's runs (repeats are trials) and of runs loaded from
+    files (--compare-with), at a price: the compare screen's, and the one a snapshot writes
+    into both snapshot.json and summary.md. The baseline is `baseline` when it is among them,
+    else the device placement's scenario (the seed's deltas are against it), else the first.
+    None while no run has figures."""
+    results = run_results(list(runs)) + list(extra)
+    if not results:
+        return None
+    names = list(dict.fromkeys(r.scenario for r in results))
+    if baseline not in names:
+        device = [r.scenario for r in results if r.placement == "device"]
+        baseline = (device or names)[0]
+    return compare(results, baseline, reference=reference,
+                   price_per_gpu_hour=price_per_gpu_hour)
 
 
 def classify_log_line(line: str) -> str | None:
     """'error', 'warning' or 'ready' for lines the log pane highlights."""
-    if any(m in line for m in LOG_ERRORS):
+    if any(m in line for m in ERROR_MARKERS):
         return "error"
-    if any(m in line for m in LOG_WARNINGS):
+    if any(m in line for m in WARNING_MARKERS):
         return "warning"
     if "ready to roll" in line:
         return "ready"
     return None
 
 
-_OWN_POLLS = ('"GET /health HTTP', '"GET /metrics HTTP', '"GET /server_info HTTP',
-              '"GET /get_server_info HTTP')
-
-
-def is_own_poll(line: str) -> bool:
-    """An access-log line of the dashboard's own polling."""
-    return "INFO:" in line and any(p in line for p in _OWN_POLLS)
+def is_own_poll(line: str, patterns: tuple[str, ...]) -> bool:
+    """An access-log line of the dashboard's own polling (``patterns``: the run's engine's)."""
+    return any(p in line for p in patterns)

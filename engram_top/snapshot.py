@@ -21,19 +21,19 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from collectors.units import NA, gib_text, ms_text, percent, weights_gb
 from engram_top import facts
-from engram_top.compare import Comparison, compare, to_json, to_markdown
+from engram_top.compare import Comparison, RunResult, to_json, to_markdown
 from engram_top.redact import REDACTED, redact, redact_text
 from engram_top.reference import Reference
-from engram_top.store import RunFacts, RunStore
+from engram_top.store import RunFacts, RunStore, SeriesKey
 
 SNAPSHOT_VERSION = 1
-GIB = 1024**3
-# Unit of each series, by the last part of its name (store._record_series names them).
+# Unit of each series, by the last part of its metric (store._record_series names them).
 UNITS = {"used": "bytes", "util": "%", "pcie_rx": "bytes/s", "pcie_tx": "bytes/s",
          "token_usage": "fraction", "num_running_reqs": "requests",
          "num_queue_reqs": "requests", "output_tokens_per_s": "tokens/s", "p50": "s",
@@ -55,17 +55,19 @@ def build(store: RunStore, ref: Reference) -> dict[str, Any]:
     readings = {}
     for kind in store.latest:
         good = store.last_ok.get(kind)
-        readings[kind] = {**facts.source_status(store, kind, now),
+        readings[kind] = {**facts.plain(facts.source_status(store, kind, now)),
                           "data": facts.plain(good.data) if good else None}
     placement = run.placement if run else None
+    # The views as JSON data here: redact() and summary.md read plain dicts, and a view's
+    # to_json (a key present only sometimes) must hold in the file.
     return {
         "snapshot_version": SNAPSHOT_VERSION,
         "taken_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "run": facts.run_facts(store),
-        "gpus": facts.gpu_facts(store),
-        "host": facts.host_facts(store),
-        "kv": facts.kv_facts(store),
-        "latency": facts.latency_facts(store),
+        "run": facts.plain(facts.run_facts(store)),
+        "gpus": facts.plain(facts.gpu_facts(store)),
+        "host": facts.plain(facts.host_facts(store)),
+        "kv": facts.plain(facts.kv_facts(store)),
+        "latency": facts.plain(facts.latency_facts(store)),
         "load": dict(store.load),
         "readings": readings,
         "events": [{"wall": e.wall, "level": e.level, "text": e.text} for e in store.events],
@@ -109,31 +111,35 @@ def write(out_dir: Path, snapshot: dict[str, Any]) -> Path:
 # ----------------------------------------------------------------------------- the folder
 
 def write_folder(parent: Path, store: RunStore, ref: Reference, *, svg: str | None,
-                 comparison_md: str | None = None, extra: dict[str, Any] | None = None,
+                 compare_with: Sequence[RunResult] = (),
+                 price_per_gpu_hour: float | None = None, extra: dict[str, Any] | None = None,
                  name: str | None = None, secrets: Iterable[str] = ()) -> Path:
     """Write a snapshot folder under `parent` and return its path: prepare(...).write()."""
-    return prepare(parent, store, ref, svg=svg, comparison_md=comparison_md, extra=extra,
-                   name=name, secrets=secrets).write()
+    return prepare(parent, store, ref, svg=svg, compare_with=compare_with,
+                   price_per_gpu_hour=price_per_gpu_hour, extra=extra, name=name,
+                   secrets=secrets).write()
 
 
 def prepare(parent: Path, store: RunStore, ref: Reference, *, svg: str | None,
-            comparison_md: str | None = None, extra: dict[str, Any] | None = None,
-            name: str | None = None, secrets: Iterable[str] = ()) -> Prepared:
+            compare_with: Sequence[RunResult] = (), price_per_gpu_hour: float | None = None,
+            extra: dict[str, Any] | None = None, name: str | None = None,
+            secrets: Iterable[str] = ()) -> Prepared:
     """Take everything a snapshot needs from the store, as of now; write nothing.
 
-    `svg` is the screen as rendered (None: no screen.svg). `comparison_md` replaces the
-    comparison built from the store's runs in summary.md. `extra` keys are added to
-    snapshot.json's top level. `secrets` are values known to be secret that the structured
-    data may not show (an attach --api-key); they are scrubbed from every file too.
+    `svg` is the screen as rendered (None: no screen.svg). The store's runs, with
+    `compare_with` (runs loaded from files) at `price_per_gpu_hour`, make one comparison,
+    which snapshot.json and summary.md both hold. `extra` keys are added to snapshot.json's
+    top level. `secrets` are values known to be secret that the structured data may not show
+    (an attach --api-key); they are scrubbed from every file too.
     """
     base = name or f"engram-top-{time.strftime('%Y%m%d-%H%M%S')}"
     if "/" in base or base.startswith(".") or not base.strip():
         raise SnapshotError(f"snapshot name {base!r}: a plain folder name is needed")
     found = {s for s in secrets if s}
-    comparison = _comparison(store, ref)
+    comparison = facts.comparison(_runs(store), extra=compare_with, reference=ref,
+                                  price_per_gpu_hour=price_per_gpu_hour)
     data = redact(snapshot_data(store, ref, comparison, extra), found)
-    summary = summary_markdown(store, data, comparison_md if comparison_md is not None
-                               else _comparison_md(comparison))
+    summary = summary_markdown(store, data, _comparison_md(comparison))
     texts = {"snapshot.json": _json(data), "summary.md": summary}
     if svg is not None:
         texts["screen.svg"] = svg
@@ -240,19 +246,8 @@ def _runs(store: RunStore) -> list[RunFacts]:
     live = store.run
     if live is None or live.state not in ("ready", "attached"):
         return list(runs)
-    fresh = {k: v for k, v in facts.summary(store).items() if v is not None}
-    now = dataclasses.replace(live, results={**live.results, **fresh})
+    now = dataclasses.replace(live, results=live.results.merged(facts.summary(store)))
     return [now if r is live else r for r in runs]
-
-
-def _comparison(store: RunStore, ref: Reference) -> Comparison | None:
-    results = facts.run_results(_runs(store))
-    if not results:
-        return None
-    scenarios = [r.scenario for r in results]
-    # The seed compares against the device placement; without one, the first run.
-    device = [r.scenario for r in results if r.placement == "device"]
-    return compare(results, (device or scenarios)[0], reference=ref)
 
 
 def _comparison_md(comparison: Comparison | None) -> str:
@@ -267,7 +262,7 @@ def _comparison_md(comparison: Comparison | None) -> str:
 class SeriesPoints:
     """Every stored series' points, copied, with the times that place them."""
 
-    points: dict[str, tuple[float, list[tuple[float, float]]]]  # name -> (fine start, points)
+    points: dict[SeriesKey, tuple[float, list[tuple[float, float]]]]  # (fine start, points)
     origin: float  # monotonic time of t_s = 0
     now_mono: float
     now_wall: float
@@ -275,8 +270,8 @@ class SeriesPoints:
 
 def _series_points(store: RunStore) -> SeriesPoints:
     now_mono = store.clock()  # a replay's clock for a replayed store
-    points = {name: (s.fine[0][0] if s.fine else float("inf"), s.points())
-              for name, s in store.series.items()}
+    points = {key: (s.fine[0][0] if s.fine else float("inf"), s.points())
+              for key, s in store.series.items()}
     firsts = [p[0][0] for _, p in points.values() if p]
     origin = store.run.launched_at if store.run else min(firsts, default=now_mono)
     return SeriesPoints(points, origin, now_mono, facts.wall_at(store, now_mono))
@@ -293,13 +288,13 @@ def _frame(taken: SeriesPoints):  # type: ignore[no-untyped-def]
     import pandas as pd  # a second's import; only exports need it
 
     rows = []
-    for name in sorted(taken.points):
-        fine_start, points = taken.points[name]
-        source, _, metric = name.partition(".")
-        gpu = int(source[3:]) if source.startswith("gpu") and source[3:].isdigit() else None
-        unit = UNITS.get(metric.rpartition(".")[2], "")
+    for key in sorted(taken.points, key=lambda k: k.name):
+        fine_start, points = taken.points[key]
+        gpu = key.label("gpu")
+        gpu = int(gpu) if gpu is not None and gpu.isdigit() else None
+        unit = UNITS.get(key.metric.rpartition(".")[2], "")
         for t, value in points:
-            rows.append((name, "gpu" if gpu is not None else source, gpu, metric, unit,
+            rows.append((key.name, key.source, gpu, key.metric, unit,
                          "coarse" if t < fine_start else "fine", t - taken.origin,
                          taken.now_wall - (taken.now_mono - t), value))
     frame = pd.DataFrame(rows, columns=TIMESERIES_COLUMNS)
@@ -356,24 +351,24 @@ def _readings(data: dict[str, Any]) -> list[str]:
     out = []
     for g in data.get("gpus") or []:
         share = g.get("server_bytes")
-        out.append(f"- GPU {g['index']} ({g['name']}): HBM {_gib(g['used_bytes'])} of "
-                   f"{_gib(g['total_bytes'])} GiB used, server {_gib(share)} GiB; "
-                   f"weights {_num(g.get('weights_gb'), '.3f')} GB, "
+        out.append(f"- GPU {g['index']} ({g['name']}): HBM {gib_text(g['used_bytes'])} of "
+                   f"{gib_text(g['total_bytes'])} GiB used, server {gib_text(share)} GiB; "
+                   f"weights {weights_gb(g.get('weights_gb'), NA)} GB, "
                    f"KV {_num(g.get('kv_tokens'), ',')} tokens")
     kv = data.get("kv")
     if kv:
         usage = kv.get("token_usage")
         out.append(f"- KV pool: {_num(kv.get('capacity_tokens'), ',')} tokens, "
-                   f"usage {'n/a' if usage is None else f'{usage * 100:.1f}%'}, "
+                   f"usage {percent(usage)}, "
                    f"{_num(kv.get('running'), 'd')} running, {_num(kv.get('queued'), 'd')} "
                    "queued")
     host = data.get("host")
     if host:
         delta = host.get("delta_gib")
-        out.append(f"- Host RAM: {_gib(host['used_bytes'])} of {_gib(host['total_bytes'])} "
+        out.append(f"- Host RAM: {gib_text(host['used_bytes'])} of {gib_text(host['total_bytes'])} "
                    f"GiB used (MemTotal - MemAvailable), "
                    f"{'n/a' if delta is None else f'{delta:+.1f}'} GiB since launch, "
-                   f"Shmem {_gib(host.get('shmem_bytes'))} GiB")
+                   f"Shmem {gib_text(host.get('shmem_bytes'))} GiB")
     lat = data.get("latency")
     if lat:
         window = lat.get("window_s")
@@ -392,12 +387,7 @@ def _quantiles(q: dict[str, Any] | None) -> str:
     if not q or q.get("p50") is None:
         return "n/a"
     p99 = q.get("p99")
-    return f"p50 {q['p50'] * 1000:.1f} ms, p99 " + \
-        ("n/a" if p99 is None else f"{p99 * 1000:.1f} ms")
-
-
-def _gib(value: int | None) -> str:
-    return "n/a" if value is None else f"{value / GIB:.1f}"
+    return f"p50 {ms_text(q['p50'])}, p99 {ms_text(p99)}"
 
 
 def _num(value: Any, spec: str) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from pathlib import Path
+
+from helpers import DEMO, GIB
 
 from collectors.readings import (
     GpuData,
@@ -22,15 +23,14 @@ from collectors.readings import (
     ServerData,
     Status,
 )
+from engram_top.figures import RunFigures
 from engram_top.store import Event, RunFacts, RunStore
 from scenarios import config
 
-GIB = 1024**3
 NOW = 10_000.0  # the frozen monotonic clock
 WALL = 1_795_000_000.0  # 2026-11-18 11:06:40 UTC, the frozen wall clock
-DEMO = Path(__file__).resolve().parents[1] / "scenarios" / "demo.toml"
 SERVER_PID = 4242
-# The seed's headline figures as a run's results (facts.summary keys), per placement.
+# The seed's headline figures as a run's results (their JSON form), per placement.
 SEED_RESULTS = {
     "device": {"gpus": 4, "weights_gb": 119.043, "kv_tokens": 11_840_000,
                "host_delta_gib": 6.5, "ready_s": 125.0, "ttft_mean_ms": 350.0,
@@ -89,7 +89,7 @@ def _run(name: str, launched: float, ready_s: float, state: str, results: dict) 
                    ready_at=launched + ready_s, baseline_host_used=40 * GIB,
                    baseline_gpu_used={i: 0 for i in range(4)}, phase="ready",
                    title=name, log_path=f"/var/log/engram-top/{name}.log")
-    run.results.update(results)
+    run.results = RunFigures.from_json(results)
     return run
 
 
@@ -148,6 +148,41 @@ def scene_store() -> RunStore:
                              (153, "info", "host-prefetch ready in 27.3 s (273 s node time)"),
                              (150, "info", "load started: 8 streams, closed loop")):
         store.events.append(Event(WALL - ago, level, text))
+    return store
+
+
+def snapshot_host(used: int) -> HostData:
+    return HostData(total_bytes=2048 * GIB, available_bytes=2048 * GIB - used, used_bytes=used,
+                    free_bytes=0, cached_bytes=0, shmem_bytes=3 * GIB, hugepages_total=0,
+                    hugepages_free=0, hugepage_size_bytes=2 << 20, anon_hugepages_bytes=0,
+                    swap_total_bytes=0, swap_used_bytes=0, swap_in_bytes=0, swap_out_bytes=0)
+
+
+def filled_store() -> RunStore:
+    """For the snapshot tests: two finished-looking runs (device, host-prefetch, the latter
+    live) and a few points."""
+    store = RunStore()
+    store.node = "test node"
+    now = time.monotonic()
+    for name, results in SEED_RESULTS.items():
+        run = RunFacts(scenario=name, placement=name, node="test node", time_scale=1.0,
+                       launched_wall=time.time() - 100, launched_at=now - 100, state="ready",
+                       ready_at=now - 90, baseline_host_used=40 * GIB,
+                       log_lines=[(1, "a log line that stays in the log file")])
+        run.results = RunFigures.from_json(results)
+        store.set_run(run)
+    for i in range(3):
+        t = now - 30 + 10 * i
+        dev = GpuDevice(index=0, name="NVIDIA B200", uuid="GPU-x", total_bytes=179 * GIB,
+                        reserved_bytes=GIB // 2, used_bytes=(100 + i) * GIB,
+                        free_bytes=(78 - i) * GIB, util_gpu_pct=90 + i)
+        store.add("gpu", Reading("gpu", Status.OK, GpuData("t", (dev,)), at=t))
+        store.add("host", Reading("host", Status.OK, snapshot_host((240 + i) * GIB), at=t))
+        store.add("server", Reading("sglang", Status.OK, ServerData(
+            url="http://127.0.0.1:1", healthy=True, max_total_num_tokens=42_700_288,
+            token_usage=0.25 + i / 100, num_running_reqs=8, num_queue_reqs=3,
+            ttft=Quantiles(0.4, 0.9, 0.41, 10), itl=Quantiles(0.028, 0.05, 0.029, 100),
+            output_tokens_per_s=190.0 + i, window_s=30.0), at=t))
     return store
 
 

@@ -21,62 +21,20 @@ from xml.etree import ElementTree
 
 import pandas as pd
 import pytest
-from scene import SEED_RESULTS
+from helpers import until
+from scene import filled_store
 
-from collectors.readings import (
-    GpuData,
-    GpuDevice,
-    HostData,
-    Quantiles,
-    Reading,
-    ServerData,
-    Status,
-)
 from engram_top import reference, snapshot
 from engram_top.alerts import Alert
 from engram_top.recording import Recorder
 from engram_top.redact import REDACTED, redact, redact_text
 from engram_top.snapshot import SnapshotError, write_folder
-from engram_top.store import RunFacts, RunStore
+from engram_top.store import RunStore
 
 GIB = 1024**3
 FOLDER = re.compile(r"^engram-top-\d{8}-\d{6}(-\d+)?$")
 HF_TOKEN = "hf_secret123"
 API_KEY = "sk-engram-top-snapshot-secret-42"
-
-
-def _host(used: int) -> HostData:
-    return HostData(total_bytes=2048 * GIB, available_bytes=2048 * GIB - used, used_bytes=used,
-                    free_bytes=0, cached_bytes=0, shmem_bytes=3 * GIB, hugepages_total=0,
-                    hugepages_free=0, hugepage_size_bytes=2 << 20, anon_hugepages_bytes=0,
-                    swap_total_bytes=0, swap_used_bytes=0, swap_in_bytes=0, swap_out_bytes=0)
-
-
-def filled_store() -> RunStore:
-    """Two finished-looking runs (device, host-prefetch, the latter live) and a few points."""
-    store = RunStore()
-    store.node = "test node"
-    now = time.monotonic()
-    for name, results in SEED_RESULTS.items():
-        run = RunFacts(scenario=name, placement=name, node="test node", time_scale=1.0,
-                       launched_wall=time.time() - 100, launched_at=now - 100, state="ready",
-                       ready_at=now - 90, baseline_host_used=40 * GIB,
-                       log_lines=[(1, "a log line that stays in the log file")])
-        run.results.update(results)
-        store.set_run(run)
-    for i in range(3):
-        t = now - 30 + 10 * i
-        dev = GpuDevice(index=0, name="NVIDIA B200", uuid="GPU-x", total_bytes=179 * GIB,
-                        reserved_bytes=GIB // 2, used_bytes=(100 + i) * GIB,
-                        free_bytes=(78 - i) * GIB, util_gpu_pct=90 + i)
-        store.add("gpu", Reading("gpu", Status.OK, GpuData("t", (dev,)), at=t))
-        store.add("host", Reading("host", Status.OK, _host((240 + i) * GIB), at=t))
-        store.add("server", Reading("sglang", Status.OK, ServerData(
-            url="http://127.0.0.1:1", healthy=True, max_total_num_tokens=42_700_288,
-            token_usage=0.25 + i / 100, num_running_reqs=8, num_queue_reqs=3,
-            ttft=Quantiles(0.4, 0.9, 0.41, 10), itl=Quantiles(0.028, 0.05, 0.029, 100),
-            output_tokens_per_s=190.0 + i, window_s=30.0), at=t))
-    return store
 
 
 def read_files(folder: Path) -> dict[str, bytes]:
@@ -138,8 +96,8 @@ def test_timeseries_parquet_equals_csv_and_the_store(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(parquet, csv, check_dtype=False)
 
     origin = store.run.launched_at
-    for name, series in store.series.items():
-        rows = parquet[parquet["series"] == name]
+    for key, series in store.series.items():
+        rows = parquet[parquet["series"] == key.name]
         assert list(rows["value"]) == [v for _, v in series.points()]
         assert list(rows["t_s"]) == pytest.approx([t - origin for t, _ in series.points()])
     used = parquet[parquet["series"] == "gpu0.used"]
@@ -340,11 +298,9 @@ async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
     try:
         await session.start()
         assert await session.wait_ready(60), session.store.run
-        deadline = time.monotonic() + 20
-        while session.store.data("server") is None or \
-                session.store.data("server").max_total_num_tokens is None:
-            assert time.monotonic() < deadline, "no /server_info reading"
-            await _sleep(0.2)
+        await until(None, lambda: session.store.data("server") is not None
+                    and session.store.data("server").max_total_num_tokens is not None, 20,
+                    "a /server_info reading")
         # A key echoed where the structured data cannot see it: the events bar on screen.
         session.store.event("warning", f"echo {HF_TOKEN} {API_KEY}")
         svg = await render_svg(session, size=(150, 42))
@@ -387,8 +343,3 @@ async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
     ElementTree.fromstring(screen)  # still well-formed after the scrub
     text = re.sub(r"<[^>]+>", "", screen).replace("&#160;", " ")
     assert "HBM per GPU" in text and "KV pool" in text and "11.84M" in text
-
-
-async def _sleep(seconds: float) -> None:
-    import asyncio
-    await asyncio.sleep(seconds)

@@ -3,11 +3,11 @@ one table, grouped as the four panels are, each figure with its change against a
 the user picks. Repeated runs of a scenario are its trials: the cell shows their mean and a
 95% interval of the change, marked ~ when the interval holds zero (smaller than the noise).
 
-The numbers come from engram_top.compare, the same code as `engram-top bench`'s report."""
+The numbers come from engram_top.facts.comparison, the one comparison a snapshot writes too,
+over engram_top.compare, the same code as `engram-top bench`'s report; the rows are the
+registered metrics (engram_top.metrics)."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from rich.table import Table
 from rich.text import Text
@@ -16,27 +16,12 @@ from textual.binding import Binding
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from engram_top import compare as cmp
+from collectors.units import pct_change
 from engram_top import facts
-from engram_top.compare import Cell, Comparison, Metric, Row, RunResult
+from engram_top.compare import Cell, Comparison, Row, RunResult
+from engram_top.metrics import Metric
 from engram_top.reference import Reference
 from engram_top.store import RunStore
-
-PANEL = {cmp.WEIGHTS: "HBM", cmp.KV: "KV pool", cmp.KV_RATIO: "KV pool",
-         cmp.HOST: "host RAM", cmp.READY: "start-up", cmp.TTFT: "latency", cmp.TPOT: "latency",
-         cmp.THROUGHPUT: "latency", cmp.COST: "cost"}
-
-
-def comparison(store: RunStore, baseline: str | None, *, extra: Sequence[RunResult] = (),
-               reference: Reference | None = None,
-               price_per_gpu_hour: float | None = None) -> Comparison | None:
-    """This session's runs (repeats are trials) and the runs loaded from files, compared."""
-    runs = facts.run_results(store.runs) + list(extra)
-    if not runs:
-        return None
-    names = list(dict.fromkeys(r.scenario for r in runs))
-    return cmp.compare(runs, baseline if baseline in names else names[0],
-                   reference=reference, price_per_gpu_hour=price_per_gpu_hour)
 
 
 def comparison_table(c: Comparison, store: RunStore) -> Table:
@@ -58,26 +43,14 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
         cells = [_cell(row.metric, row.cells[s]) for s in c.scenarios]
         label = f"{row.metric.label} ({row.metric.unit})"
         ref = [Text(_reference(row))] if has_ref else []
-        t.add_row(PANEL.get(row.metric, ""), label, *cells, *ref)
+        t.add_row(row.metric.panel, label, *cells, *ref)
     return t
-
-
-def _value(metric: Metric, value: float) -> str:
-    if metric is cmp.KV:
-        return f"{value / 1e6:.2f}M"
-    if metric is cmp.KV_RATIO:
-        return f"{value:.3f}x"
-    if metric is cmp.WEIGHTS:
-        return f"{value:.3f}"
-    if metric is cmp.COST:
-        return f"{value:.4f}"
-    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
 def _cell(metric: Metric, cell: Cell) -> Text:
     if cell.mean is None:
         return Text("–", style="dim")
-    text = Text(_value(metric, cell.mean))
+    text = Text(metric.screen_fmt(cell.mean))
     if cell.delta is None:
         return text
     good = cell.delta < 0 if metric.better == "lower" else cell.delta > 0
@@ -99,11 +72,9 @@ def _reference(row: Row) -> str:
     parts = []
     for f in row.reference:
         if f.is_delta:
-            parts.append(f"{f.placement} {f.value * 100:+.2f}%")
-        elif row.metric is not cmp.KV_RATIO:
-            parts.append(f"{f.placement} {_value(row.metric, f.value)}")
+            parts.append(f"{f.placement} {pct_change(f.value)}")
         else:
-            parts.append(f"{f.placement} {f.value:.3f}x")
+            parts.append(f"{f.placement} {row.metric.screen_fmt(f.value)}")
     return "\n".join(parts)
 
 
@@ -129,8 +100,8 @@ class CompareScreen(ModalScreen[None]):
         self._draw()
 
     def _comparison(self) -> Comparison | None:
-        return comparison(self.store, self.baseline, extra=self.extra,
-                          reference=self.reference, price_per_gpu_hour=self.price)
+        return facts.comparison(self.store.runs, baseline=self.baseline, extra=self.extra,
+                                reference=self.reference, price_per_gpu_hour=self.price)
 
     def _draw(self) -> None:
         c = self._comparison()

@@ -9,7 +9,6 @@ read from the store's series; a source that stopped answering leaves a gap.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -22,18 +21,17 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
+from collectors.units import GIB, gib, percent
 from engram_top import facts
 from engram_top.app.charts import PALETTE, Line, chart, rate_unit
-from engram_top.store import RunStore, Series
+from engram_top.store import LOCAL, RunStore, Series
 
-GIB = 1024**3
 REFRESH_S = 0.5  # at most 2 Hz, as the dashboard
 WINDOWS_S = (60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0)
 # One chart each, drawn by _lines_<name>; the per-process table takes what is left of the
 # grid's last row.
 CHARTS = ("hbm", "kv", "host", "ttft", "tpot", "rx", "tx")
 CELL_MIN_WIDTH = 60  # columns a chart wants before the grid adds another column
-_GPU_SERIES = re.compile(r"gpu(\d+)\.(\w+)$")
 
 Draw = Callable[[int, int], Text]
 
@@ -64,8 +62,10 @@ def _median_step(points: list[tuple[float, float]]) -> float | None:
 
 
 def gpu_indices(store: RunStore, what: str) -> list[int]:
-    found = (_GPU_SERIES.match(name) for name in store.series)
-    return sorted(int(m.group(1)) for m in found if m and m.group(2) == what)
+    """The GPUs of this node that have a series of ``what``, by index."""
+    return sorted({int(gpu) for key in store.series
+                   if key.node == LOCAL and key.source == "gpu" and key.metric == what
+                   and (gpu := key.label("gpu")) is not None})
 
 
 def process_rows(gpu_data: Any) -> list[tuple[str, str, str, str, str]]:
@@ -81,9 +81,8 @@ def process_rows(gpu_data: Any) -> list[tuple[str, str, str, str, str]]:
             if p.used_bytes is None:
                 used, share = "not reported", "–"
             else:
-                used = f"{p.used_bytes / GIB:,.2f}"
-                share = "–" if dev.total_bytes <= 0 else \
-                    f"{p.used_bytes / dev.total_bytes * 100:.1f}%"
+                used = gib(p.used_bytes, 2)
+                share = "–" if dev.total_bytes <= 0 else percent(p.used_bytes / dev.total_bytes)
             rows.append((str(dev.index), str(p.pid), p.name or "–", used, share))
     return rows
 
@@ -123,28 +122,29 @@ class Charts:
         return chart(lines, width=width, height=height, t_window=self.window_s, now=now,
                      y_max=y_max, title=title)
 
-    def _line(self, name: str, label: str, colour: str, start: float, now: float,
+    def _line(self, series: Series | None, label: str, colour: str, start: float, now: float,
               width: int, scale: float = 1.0) -> Line:
-        points, gap = window_points(self.store.series.get(name), start, now, scale)
+        points, gap = window_points(series, start, now, scale)
         # A pause shorter than a dot column or two is not worth breaking the line for.
         column_s = self.window_s / max(1, 2 * width)
         return Line(label, points, colour, None if gap is None else max(gap, 2 * column_s))
 
     def _per_gpu(self, what: str, start: float, now: float, width: int,
                  scale: float) -> list[Line]:
-        return [self._line(f"gpu{i}.{what}", f"GPU{i}", PALETTE[n % len(PALETTE)], start,
-                           now, width, scale)
+        return [self._line(self.store.line("gpu", what, gpu=str(i)), f"GPU{i}",
+                           PALETTE[n % len(PALETTE)], start, now, width, scale)
                 for n, i in enumerate(gpu_indices(self.store, what))]
 
     def _lines_hbm(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
         gpu = self.store.data("gpu")
         total = max((d.total_bytes for d in gpu.devices), default=0) if gpu else 0
         y_max = total / GIB if total else None
-        title = "HBM used (GiB)" if not total else f"HBM used (GiB of {total / GIB:,.0f})"
+        title = "HBM used (GiB)" if not total else f"HBM used (GiB of {gib(total, 0)})"
         return self._per_gpu("used", start, now, width, 1 / GIB), y_max, title
 
     def _lines_kv(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
-        return [self._line("server.token_usage", "KV", "magenta", start, now, width, 100.0)], \
+        kv = self.store.line("server", "token_usage")
+        return [self._line(kv, "KV", "magenta", start, now, width, 100.0)], \
             100.0, "KV cache usage (%)"
 
     def _lines_host(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
@@ -152,15 +152,18 @@ class Charts:
         y_max = host.total_bytes / GIB if host and host.total_bytes else None
         title = "Host RAM used (GiB)" if y_max is None else \
             f"Host RAM used (GiB of {y_max:,.0f})"
-        return [self._line("host.used", "used", "bright_blue", start, now, width, 1 / GIB)], \
+        used = self.store.line("host", "used")
+        return [self._line(used, "used", "bright_blue", start, now, width, 1 / GIB)], \
             y_max, title
 
     def _lines_ttft(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
-        return [self._line("server.ttft.p50", "p50", "yellow", start, now, width, 1000.0)], \
+        ttft = self.store.line("server", "ttft.p50")
+        return [self._line(ttft, "p50", "yellow", start, now, width, 1000.0)], \
             None, "TTFT p50 (ms)"
 
     def _lines_tpot(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
-        return [self._line("server.itl.p50", "p50", "green", start, now, width, 1000.0)], \
+        itl = self.store.line("server", "itl.p50")
+        return [self._line(itl, "p50", "green", start, now, width, 1000.0)], \
             None, "TPOT p50 (ms)"
 
     def _pcie(self, what: str, label: str, start: float, now: float,
@@ -282,9 +285,9 @@ class HistoryScreen(Screen[None]):
             text.append(" · no GPU reading yet", style="dim")
         elif not rows:
             text.append(" · no process holds GPU memory", style="dim")
-        if st["status"] not in ("ok", "starting", "none"):
-            age = st["last_good_age_s"]
-            text.append(f" · {st['message']}"
+        if st.status not in ("ok", "starting", "none"):
+            age = st.last_good_age_s
+            text.append(f" · {st.message}"
                         + ("" if age is None else f" (as of {age:.0f} s ago)"),
                         style="yellow")
         return text

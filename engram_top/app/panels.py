@@ -13,37 +13,26 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from collectors.units import (
+    GIB,
+    MIB,
+    gb_per_s,
+    gib,
+    gib_change,
+    latency,
+    percent,
+    rate,
+    seconds,
+    sglang_gb,
+    tokens,
+    weights_gb,
+)
 from engram_top import facts
 from engram_top.store import RunStore
+from engram_top.views import GpuView
 
-GIB = 1024**3
 BAR_WIDTH = 24
 SPARK = "▁▂▃▄▅▆▇█"
-
-
-def gib(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value / GIB:,.{digits}f}"
-
-
-def tokens(value: float | None) -> str:
-    if value is None:
-        return "–"
-    if value >= 1e6:
-        return f"{value / 1e6:.2f}M"
-    if value >= 1e4:
-        return f"{value / 1e3:.1f}k"
-    return f"{value:,.0f}"
-
-
-def ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    # Seconds past ten thousand milliseconds: an end-to-end latency stays readable.
-    return f"{seconds:,.2f} s" if seconds >= 10 else f"{seconds * 1000:,.1f} ms"
-
-
-def rate(value: float | None, unit: str) -> str:
-    return "–" if value is None else f"{value:,.1f} {unit}"
 
 
 def bar(parts: list[tuple[float, str]], total: float, width: int = BAR_WIDTH) -> Text:
@@ -72,12 +61,12 @@ def sparkline(values: list[float], width: int = 30) -> Text:
 def source_line(store: RunStore, kind: str, label: str) -> Text | None:
     """A line saying the source is failing, and for how long its values have been stale."""
     st = facts.source_status(store, kind)
-    if st["status"] in ("ok", "starting"):
+    if st.status in ("ok", "starting"):
         return None
-    age = st["last_good_age_s"]
+    age = st.last_good_age_s
     stale = "no good reading yet" if age is None else f"last good value {age:.0f} s old"
-    style = "yellow" if st["status"] == "unavailable" else "bold red"
-    return Text(f"{label}: {st['message']} ({stale})", style=style)
+    style = "yellow" if st.status == "unavailable" else "bold red"
+    return Text(f"{label}: {st.message} ({stale})", style=style)
 
 
 def _warnings(store: RunStore, kind: str, label: str) -> list[Any]:
@@ -112,33 +101,32 @@ def hbm_panel(store: RunStore) -> Group:
     t.add_column("util", justify="right", no_wrap=True)
     t.add_column("rx GB/s", justify="right", no_wrap=True)
     for g in gpus:
-        server = g["server_bytes"]
-        other = max(0, g["used_bytes"] - server)
+        server = g.server_bytes
+        other = max(0, g.used_bytes - server)
         t.add_row(
-            f"{g['index']}",
-            f"{gib(g['used_bytes'])}/{gib(g['total_bytes'], 0)}",
-            bar([(g["reserved_bytes"], "grey50"), (other, "yellow"), (server, "green")],
-                g["total_bytes"], 10),
+            f"{g.index}",
+            f"{gib(g.used_bytes)}/{gib(g.total_bytes, 0)}",
+            bar([(g.reserved_bytes, "grey50"), (other, "yellow"), (server, "green")],
+                g.total_bytes, 10),
             gib(server),
-            "–" if g["util_gpu_pct"] is None else f"{g['util_gpu_pct']}%",
-            "–" if g["pcie_rx_bytes_per_s"] is None
-            else f"{g['pcie_rx_bytes_per_s'] / 1e9:,.2f}",
+            "–" if g.util_gpu_pct is None else f"{g.util_gpu_pct}%",
+            gb_per_s(g.pcie_rx_bytes_per_s),
         )
     rows.append(t)
-    rows.append(Text.assemble(("■", "grey50"), f" reserved {gib(gpus[0]['reserved_bytes'])}  ",
+    rows.append(Text.assemble(("■", "grey50"), f" reserved {gib(gpus[0].reserved_bytes)}  ",
                               ("■", "yellow"), " other  ", ("■", "green"), " this server (srv)  ",
-                              f"of {gib(gpus[0]['total_bytes'], 0)} GiB", style="dim"))
+                              f"of {gib(gpus[0].total_bytes, 0)} GiB", style="dim"))
     rows.append(_server_hbm(gpus[0], store))
     return Group(*rows)
 
 
-def _server_hbm(gpu: dict[str, Any], store: RunStore) -> Any:
+def _server_hbm(gpu: GpuView, store: RunStore) -> Any:
     """Where the server's HBM goes on one GPU, by SGLang's own figures (GB there = GiB)."""
     run = store.run
     ranks = (run.startup.get("ranks") or {}) if run else {}
-    r0 = ranks.get(gpu["index"]) or {}
-    weights = gpu["weights_gb"]
-    kv = gpu["kv_cache_gb"]
+    r0 = ranks.get(gpu.index) or {}
+    weights = gpu.weights_gb
+    kv = gpu.kv_cache_gb
     graphs = r0.get("graph_mem_usage_gb")
     if weights is None:
         return Text("SGLang's breakdown appears as the weights load", style="dim")
@@ -147,13 +135,13 @@ def _server_hbm(gpu: dict[str, Any], store: RunStore) -> Any:
     t.add_column(no_wrap=True)
     parts = [("weights", weights, "cyan"), ("KV pool", kv, "magenta"), ("graphs", graphs, "blue")]
     shown = [(v * GIB, st) for _, v, st in parts if v is not None]
-    t.add_row(f"GPU {gpu['index']} by SGLang",
-              bar(shown, gpu["total_bytes"], 28))
-    t.add_row("", Text.assemble(*[(f"{name} {v:.3f} GB  " if name == "weights" else
-                                   f"{name} {v:.2f} GB  ", st)
+    t.add_row(f"GPU {gpu.index} by SGLang",
+              bar(shown, gpu.total_bytes, 28))
+    t.add_row("", Text.assemble(*[(f"{name} {weights_gb(v)} GB  " if name == "weights" else
+                                   f"{name} {sglang_gb(v)} GB  ", st)
                                   for name, v, st in parts if v is not None]))
-    if gpu["kv_tokens"] is not None:
-        t.add_row("", f"KV capacity {tokens(gpu['kv_tokens'])} tokens")
+    if gpu.kv_tokens is not None:
+        t.add_row("", f"KV capacity {tokens(gpu.kv_tokens)} tokens")
     return t
 
 
@@ -163,22 +151,22 @@ def _server_hbm(gpu: dict[str, Any], store: RunStore) -> Any:
 def kv_panel(store: RunStore) -> Group:
     rows = _warnings(store, "server", "SGLang")
     kv = facts.kv_facts(store)
-    if kv is None or kv["capacity_tokens"] is None:
+    if kv is None or kv.capacity_tokens is None:
         return _waiting(rows, "KV pool not allocated yet (the server reports it once ready)")
     t = _grid()
     t.add_column(style="bold", no_wrap=True)
     t.add_column(no_wrap=True)
-    usage = kv["token_usage"]
-    t.add_row("capacity", f"{tokens(kv['capacity_tokens'])} tokens"
-              + ("" if kv["kv_cache_gb"] is None else f" · {kv['kv_cache_gb']:.2f} GB/GPU"))
+    usage = kv.token_usage
+    t.add_row("capacity", f"{tokens(kv.capacity_tokens)} tokens"
+              + ("" if kv.kv_cache_gb is None else f" · {sglang_gb(kv.kv_cache_gb)} GB/GPU"))
     t.add_row("in use", Text.assemble(bar([(usage or 0.0, "magenta")], 1.0, 12), " ",
-                                      "n/a" if usage is None else f"{usage * 100:.2f}%",
-                                      f" · {tokens(kv['used_tokens'])}"))
-    t.add_row("requests", f"{kv['running'] if kv['running'] is not None else '–'} running · "
-              f"{kv['queued'] if kv['queued'] is not None else '–'} queued")
-    t.add_row("trend", sparkline(_series(store, "server.token_usage")))
+                                      percent(usage, 2),
+                                      f" · {tokens(kv.used_tokens)}"))
+    t.add_row("requests", f"{kv.running if kv.running is not None else '–'} running · "
+              f"{kv.queued if kv.queued is not None else '–'} queued")
+    t.add_row("trend", sparkline(_series(store, "token_usage")))
     rows.append(t)
-    rows += _unavailable(kv["unavailable"])
+    rows += _unavailable(kv.unavailable)
     if store.run is not None:
         rows.append(Text(f"placement: {store.run.placement}", style="dim"))
     return Group(*rows)
@@ -195,24 +183,24 @@ def host_panel(store: RunStore) -> Group:
     t = _grid()
     t.add_column(style="bold", no_wrap=True)
     t.add_column(no_wrap=True)
-    t.add_row("used", Text.assemble(bar([(h["used_bytes"], "blue")], h["total_bytes"], 12), " ",
-                                    f"{gib(h['used_bytes'])} of {gib(h['total_bytes'], 0)} GiB"))
-    delta = h["delta_bytes"]
-    t.add_row("Δ", Text("–" if delta is None else f"{delta / GIB:+,.1f} GiB since launch",
+    t.add_row("used", Text.assemble(bar([(h.used_bytes, "blue")], h.total_bytes, 12), " ",
+                                    f"{gib(h.used_bytes)} of {gib(h.total_bytes, 0)} GiB"))
+    delta = h.delta_bytes
+    t.add_row("Δ", Text("–" if delta is None else f"{gib_change(delta)} GiB since launch",
                                style="bold green" if (delta or 0) > 50 * GIB else ""))
-    t.add_row("Shmem", f"{gib(h['shmem_bytes'])} GiB (pinned shows here) · "
-              f"huge {gib(h['hugepages_bytes'])}")
-    t.add_row("server", f"RSS {gib(h['server_rss_bytes'])} GiB · "
-              f"RssShmem {gib(h['server_rss_shmem_bytes'])}")
-    t.add_row("swap", f"{gib(h['swap_used_bytes'])} GiB used")
+    t.add_row("Shmem", f"{gib(h.shmem_bytes)} GiB (pinned shows here) · "
+              f"huge {gib(h.hugepages_bytes)}")
+    t.add_row("server", f"RSS {gib(h.server_rss_bytes)} GiB · "
+              f"RssShmem {gib(h.server_rss_shmem_bytes)}")
+    t.add_row("swap", f"{gib(h.swap_used_bytes)} GiB used")
     rows.append(t)
     run = facts.run_facts(store)
-    for table in (run or {}).get("engram_host_tables", []):
+    for table in run.engram_host_tables if run else ():
         pinned = {True: "pinned", False: "unpinned (ATS)", None: "pinning unknown"}[
-            table["pinned"]]
-        line = Text(f"Engram {table['label']}: {table['resident_mib'] / 1024:,.1f} GiB "
-                    f"{table['layout']}, {table['huge_pct']:.0f}% huge, {pinned}")
-        if table.get("no_huge_pages_warning"):
+            table.pinned]
+        line = Text(f"Engram {table.label}: {gib(table.resident_mib * MIB)} GiB "
+                    f"{table.layout}, {table.huge_pct:.0f}% huge, {pinned}")
+        if table.no_huge_pages_warning:
             line.stylize("bold yellow")
         rows.append(line)
     return Group(*rows)
@@ -231,19 +219,18 @@ def latency_panel(store: RunStore) -> Group:
     t.add_column("p50", justify="right", no_wrap=True)
     t.add_column("p99", justify="right", no_wrap=True)
     t.add_column("mean", justify="right", no_wrap=True)
-    for key, label in (("ttft", "TTFT"), ("itl", "TPOT (ITL)"), ("e2e", "end to end")):
-        q = lat[key]
+    for q, label in ((lat.ttft, "TTFT"), (lat.itl, "TPOT (ITL)"), (lat.e2e, "end to end")):
         if q is None:
             t.add_row(label, "–", "–", "–")
         else:
-            t.add_row(label, ms(q["p50"]), ms(q["p99"]), ms(q["mean"]))
+            t.add_row(label, latency(q.p50), latency(q.p99), latency(q.mean))
     rows.append(t)
     g = _grid()
     g.add_column(style="bold", no_wrap=True)
     g.add_column(no_wrap=True)
-    g.add_row("output", Text.assemble(rate(lat["output_tokens_per_s"], "tok/s"), "  ",
-                                      sparkline(_series(store, "server.output_tokens_per_s"), 24)))
-    g.add_row("requests", rate(lat["requests_per_s"], "req/s"))
+    g.add_row("output", Text.assemble(rate(lat.output_tokens_per_s, "tok/s"), "  ",
+                                      sparkline(_series(store, "output_tokens_per_s"), 24)))
+    g.add_row("requests", rate(lat.requests_per_s, "req/s"))
     load = store.load
     if load:
         g.add_row("demo load", f"{load['concurrency']} streams · {load['completed']} done · "
@@ -251,8 +238,8 @@ def latency_panel(store: RunStore) -> Group:
         if load.get("last_error"):
             g.add_row("", Text(load["last_error"][:80], style="red"))
     rows.append(g)
-    rows += _unavailable(lat["unavailable"])
-    rows.append(Text(f"window {lat['window_s'] or 0:.0f} s, from SGLang's histograms",
+    rows += _unavailable(lat.unavailable)
+    rows.append(Text(f"window {lat.window_s or 0:.0f} s, from SGLang's histograms",
                      style="dim"))
     return Group(*rows)
 
@@ -262,8 +249,9 @@ def _unavailable(why: dict[str, str]) -> list[Text]:
     return [Text(f"{label} {reason}", style="yellow") for label, reason in why.items()]
 
 
-def _series(store: RunStore, name: str) -> list[float]:
-    s = store.series.get(name)
+def _series(store: RunStore, metric: str) -> list[float]:
+    """The watched server's recent values of ``metric``."""
+    s = store.line("server", metric)
     return [] if s is None else s.values(last=60)
 
 
@@ -301,11 +289,11 @@ def header(store: RunStore, now: float) -> Text:
         frac = min(0.99, elapsed / expected) if expected else 0.0
         text.append("  ")
         text.append_text(bar([(frac, "yellow")], 1.0, 20))
-        text.append(f" {PHASE_LABELS.get(run.phase, run.phase)} · {elapsed:.1f} s")
+        text.append(f" {PHASE_LABELS.get(run.phase, run.phase)} · {seconds(elapsed)}")
         if expected:
-            text.append(f" of ~{expected:.1f} s")
+            text.append(f" of ~{seconds(expected)}")
     elif run.ready_s is not None:
-        text.append(f" in {run.ready_s:.1f} s")
+        text.append(f" in {seconds(run.ready_s)}")
         if run.time_scale != 1:
             text.append(f" (×{run.time_scale:g}: {run.node_seconds(run.ready_s):.0f} s node time)",
                         style="dim")
