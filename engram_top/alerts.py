@@ -1,23 +1,25 @@
 """Alerts: thresholds over what the store holds, raised and cleared as the readings move.
 
-Pure logic over a RunStore (no I/O, no Textual): the app calls AlertMonitor.evaluate twice a
-second and toasts what it raises; a snapshot can call it once. Active alerts live on
+Pure logic over a RunStore (no I/O, no Textual): the session's AlertWatch calls
+AlertMonitor.evaluate twice a second and tells its listeners (the app toasts what is
+raised). Active alerts live on
 ``store.alerts`` (id -> Alert) so panels and exports read the same thing; each start and
 clear is also a store event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from collectors.units import MIB, gib_text
 from engram_top.config import Thresholds
 from engram_top.facts import gpu_facts, host_facts, kv_facts, wall_at
 from engram_top.store import RunFacts, RunStore
+from scenarios.runstate import ENDED, LIVE, UNASKED_END, RunState
 
-MIB = 1024**2
-GIB = 1024**3
 # Alerts about a fact of the run rather than a measured value: nothing hovers there, so they
 # clear as soon as the fact goes (a new run, a restarted server).
 IMMEDIATE_CLEAR = ("server-died", "rank-died", "no-huge-pages", "recording")
@@ -25,8 +27,6 @@ IMMEDIATE_CLEAR = ("server-died", "rank-died", "no-huge-pages", "recording")
 # writes "device exited (code -9)" as it happens, the recorder why it stopped. They toast
 # and stay on screen while active, but add no second events line, raised or cleared.
 TOLD_ELSEWHERE = ("server-died", "rank-died", "recording")
-LIVE = ("launching", "starting", "ready", "attached")
-ENDED = ("stopped", "exited", "failed")
 
 
 @dataclass
@@ -112,40 +112,40 @@ class AlertMonitor:
     def _hbm(self, store: RunStore, now: float) -> Iterator[Finding]:
         limit = self.t.hbm_used_pct
         for gpu in gpu_facts(store):
-            if not gpu["total_bytes"]:
+            if not gpu.total_bytes:
                 continue
-            pct = 100.0 * gpu["used_bytes"] / gpu["total_bytes"]
+            pct = 100.0 * gpu.used_bytes / gpu.total_bytes
             if pct > limit - self.t.hysteresis_pct:
-                yield Finding(f"hbm:gpu{gpu['index']}", "warning",
-                              f"GPU {gpu['index']} HBM {pct:.1f}% used (> {limit:g}%)",
+                yield Finding(f"hbm:gpu{gpu.index}", "warning",
+                              f"GPU {gpu.index} HBM {pct:.1f}% used (> {limit:g}%)",
                               firing=pct > limit)
 
     def _kv(self, store: RunStore, now: float) -> Iterator[Finding]:
         kv = kv_facts(store) if _live(store.run) else None
-        if kv is None or kv["token_usage"] is None:
+        if kv is None or kv.token_usage is None:
             return
-        pct, limit = 100.0 * kv["token_usage"], self.t.kv_usage_pct
+        pct, limit = 100.0 * kv.token_usage, self.t.kv_usage_pct
         if pct > limit - self.t.hysteresis_pct:
             tokens = ""
-            if kv["used_tokens"] is not None and kv["capacity_tokens"]:
-                tokens = f": {kv['used_tokens']:,} of {kv['capacity_tokens']:,} tokens"
+            if kv.used_tokens is not None and kv.capacity_tokens:
+                tokens = f": {kv.used_tokens:,} of {kv.capacity_tokens:,} tokens"
             yield Finding("kv", "warning", f"KV pool {pct:.1f}% used (> {limit:g}%){tokens}",
                           firing=pct > limit)
 
     def _host(self, store: RunStore, now: float) -> Iterator[Finding]:
         host = host_facts(store)
-        if host is None or not host["total_bytes"]:
+        if host is None or not host.total_bytes:
             return
-        pct = 100.0 * host["available_bytes"] / host["total_bytes"]
+        pct = 100.0 * host.available_bytes / host.total_bytes
         limit = self.t.host_available_pct
         if pct < limit + self.t.hysteresis_pct:
             yield Finding("host-available", "warning",
                           f"host memory {pct:.1f}% available (< {limit:g}%): "
-                          f"{host['available_bytes'] / GIB:.1f} of "
-                          f"{host['total_bytes'] / GIB:.1f} GiB", firing=pct < limit)
+                          f"{gib_text(host.available_bytes)} of "
+                          f"{gib_text(host.total_bytes)} GiB", firing=pct < limit)
 
     def _swap(self, store: RunStore, now: float) -> Iterator[Finding]:
-        series = store.series.get("host.swap_in")
+        series = store.line("host", "swap_in")
         window = self.t.swap_window_s
         points = [p for p in series.fine if p[0] >= now - window] if series else []
         if len(points) < 2 or points[-1][0] <= points[0][0]:
@@ -159,7 +159,7 @@ class AlertMonitor:
                           f"(> {self.t.swap_in_mib_per_s:g} MiB/s)")
 
     def _queue(self, store: RunStore, now: float) -> Iterator[Finding]:
-        series = store.series.get("server.num_queue_reqs")
+        series = store.line("server", "num_queue_reqs")
         if series is None or not _live(store.run):
             return
         window = self.t.queue_growth_window_s
@@ -191,7 +191,7 @@ class AlertMonitor:
     def _died(self, store: RunStore, now: float) -> Iterator[Finding]:
         run = store.run
         # "stopped" is a stop we asked for: no alert.
-        if run is None or run.state not in ("exited", "failed"):
+        if run is None or run.state not in UNASKED_END:
             return
         text = f"server {run.scenario} {run.state}"
         if run.failure:
@@ -213,7 +213,7 @@ class AlertMonitor:
 
     def _silent(self, store: RunStore, now: float) -> Iterator[Finding]:
         run = store.run
-        if run is None or run.state not in ("ready", "attached"):
+        if run is None or run.state not in (RunState.READY, RunState.ATTACHED):
             return
         good = store.last_ok.get("server")
         since = run.ready_at if run.ready_at is not None else run.launched_at
@@ -232,3 +232,41 @@ class AlertMonitor:
 def _live(run: RunFacts | None) -> bool:
     """Server figures count while a server runs; after it ends they are only its last word."""
     return run is None or run.state in LIVE
+
+
+CHECK_EVERY_S = 0.5  # as often as the dashboard redraws: an alert is never staler than a frame
+
+
+class AlertWatch:
+    """Alerts evaluated where the data is, in the session, with the user's thresholds: the
+    dashboard, a headless switch or bench, a snapshot and a recording all carry the same
+    ones. Whoever shows them (the app's toasts) listens; nobody else evaluates."""
+
+    def __init__(self, store: RunStore, thresholds: Thresholds | None = None, *,
+                 announce: bool = True) -> None:
+        self.store = store
+        self.thresholds = thresholds or Thresholds()
+        self.announce = announce  # False for a replay: its recording holds the events
+        self.monitor = AlertMonitor(self.thresholds, announce=announce)
+        self.listeners: list[Callable[[AlertChange], None]] = []
+
+    def check(self, now: float | None = None) -> list[AlertChange]:
+        changes = self.monitor.evaluate(self.store, self.store.clock() if now is None else now)
+        for change in changes:
+            for listener in self.listeners:
+                listener(change)
+        return changes
+
+    def configure(self, thresholds: Thresholds) -> None:
+        """The user's thresholds, once their config is read (before the session starts)."""
+        self.thresholds = thresholds
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was raised (a replay rebuilt from its start)."""
+        self.monitor = AlertMonitor(self.thresholds, announce=self.announce)
+
+    async def run(self, every_s: float = CHECK_EVERY_S) -> None:
+        while True:
+            self.check()
+            await asyncio.sleep(every_s)

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from collectors.readings import Reading
+from collectors.source import SourceKey
 from engram_top import facts as facts_mod
 from engram_top.compare import RunResult
 from engram_top.paths import state_base
 from engram_top.recording_format import (
-    DATA_TYPES,
     FLUSH_S,
     FORMAT,
     MAX_T,
@@ -45,6 +45,7 @@ from engram_top.recording_format import (
 )
 from engram_top.redact import redact, redact_text
 from engram_top.store import Event, RunFacts, RunStore
+from scenarios import engines
 from scenarios.private import open_private
 
 # --------------------------------------------------------------------------- recording
@@ -109,7 +110,6 @@ class Recorder:
         self.records = 0  # lines written, header included
         self.last_t: float | None = None  # "t" of the last record written
         self.error: str | None = None
-        self.left_out: set[str] = set()  # reading data types it cannot write
         self._file: Any = None
         self._closed = False
         self._header = False
@@ -173,16 +173,10 @@ class Recorder:
         self._sample(force=False)
         self._flush_if_due()
 
-    def _write_reading(self, kind: str, reading: Reading[Any]) -> None:
-        name = type(reading.data).__name__
-        if reading.data is None or name in DATA_TYPES:
-            self._write({"type": "reading", "kind": kind,
-                         "reading": encode_reading(reading, self.origin)})
-        elif name not in self.left_out:
-            # A source this recorder cannot write yet: left out, said once, the rest goes on.
-            self.left_out.add(name)
-            self.store.event("warning", f"recording: {name} readings are left out "
-                                        "(no recording format for them)")
+    def _write_reading(self, key: SourceKey, reading: Reading[Any]) -> None:
+        # Any data type goes: one without a format of its own as its plain fields.
+        self._write({"type": "reading", "kind": str(key),
+                     "reading": encode_reading(reading, self.origin)})
 
     def _guard(self, fn: Callable[[], None]) -> None:
         """A listener must not raise: a failure stops the recording, the session goes on."""
@@ -327,11 +321,11 @@ class Recorder:
         for e in self.store.events:
             self._write({"type": "event", "wall": e.wall, "level": e.level,
                          "text": redact_text(e.text, self.secrets)})
-        for kind, reading in self.store.latest.items():
-            good = self.store.last_ok.get(kind)
+        for key, reading in self.store.readings.items():
+            good = self.store.good.get(key)
             if good is not None and good is not reading:
-                self._write_reading(kind, good)
-            self._write_reading(kind, reading)
+                self._write_reading(key, good)
+            self._write_reading(key, reading)
         self._flush_if_due()
 
 
@@ -460,6 +454,9 @@ def _take_record(rec: Recording, obj: Any, origin: float) -> None:
             if any(isinstance(v, Patch) for v in fields.values()):
                 raise ValueError(f"run {rid}: its first record patches what it never set")
             RunFacts(**fields)  # the first record of a run must hold all it needs
+            # Recordings from before runs carried their engine's own-poll patterns were all
+            # of servers that speak the default engine's dialect.
+            fields.setdefault("own_polls", engines.get(engines.DEFAULT).own_polls)
             rec.first_runs[rid] = fields
         payload = (rid, bool(obj.get("set")), fields)
     elif kind == "log":

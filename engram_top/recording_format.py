@@ -8,7 +8,9 @@ replay on another machine needs nothing of this one's clock). A file holds one s
 that an older engram-top appended a second session to holds a second header, and reads as
 two sessions:
 
-  reading  {"kind": "gpu"|"host"|"server", "reading": {...}}   a Reading with its typed data
+  reading  {"kind": "gpu"|"host"|"server"|"NODE/SOURCE", "reading": {...}}   a Reading with
+           its typed data; data of a type without a format here as {"type": "other",
+           "kind": its type, "fields": {...}}, read back as OtherData
   event    {"wall", "level", "text"}
   run      {"run": "r1", "set": bool, "facts": {...}}   RunFacts fields that changed (all of them
            the first time); "set": it became the run on screen (RunStore.set_run)
@@ -33,13 +35,13 @@ import dataclasses
 import math
 import types
 from collections import deque
+from collections.abc import Mapping
 from enum import Enum
 from functools import cache
 from pathlib import PurePath
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from collectors.readings import GpuData, HostData, Reading, ServerData
-from collectors.sglang import finite
+from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, finite
 from engram_top.redact import redact
 from engram_top.store import RunFacts
 
@@ -49,6 +51,7 @@ FLUSH_S = 0.5  # data reaches the OS within this (+ one tick): the issue allows 
 LOG_KEEP = 400  # log lines a replayed run keeps, as the supervisor does
 MIN_SPEED, MAX_SPEED = 0.25, 16.0
 DATA_TYPES: dict[str, type] = {c.__name__: c for c in (GpuData, HostData, ServerData)}
+OTHER = "other"  # a reading's data of any other type, as its plain fields
 # RunFacts fields on the monotonic clock: stored relative to the recording start.
 MONO_FIELDS = ("launched_at", "ready_at", "ended_at")
 # Not recorded: the log deque goes as "log" records, and a replay counts the lines it feeds.
@@ -87,12 +90,14 @@ def encode(value: Any, hint: Any) -> Any:
     if origin is dict:
         key_hint, value_hint = get_args(hint)
         return {str(k): encode(v, value_hint) for k, v in value.items()}
+    if _own_json(hint):
+        return value.to_json()
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         hints = _hints(hint)
         return {f.name: encode(getattr(value, f.name), hints[f.name])
                 for f in dataclasses.fields(hint)}
     if isinstance(hint, type) and issubclass(hint, Enum):
-        return value.value
+        return hint(value).value  # a plain "ready" where a RunState is typed: the same
     return value
 
 
@@ -132,6 +137,11 @@ def decode(data: Any, hint: Any, where: str) -> Any:
                 raise ValueError(f"{where}: key {k!r} is not an integer") from None
             out[key] = decode(v, value_hint, f"{where}[{k!r}]")
         return out
+    if _own_json(hint):
+        try:
+            return hint.from_json(data)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return decode_fields(hint, data, where)
     if isinstance(hint, type) and issubclass(hint, Enum):
@@ -144,6 +154,12 @@ def decode(data: Any, hint: Any, where: str) -> Any:
         raise ValueError(f"{where}: expected {getattr(hint, '__name__', hint)}, "
                          f"got {type(data).__name__} {data!r}")
     return data
+
+
+def _own_json(hint: Any) -> bool:
+    """A type that writes itself (to_json, from_json): RunFigures keeps the JSON form that
+    recordings have always had, whatever its fields are named."""
+    return isinstance(hint, type) and hasattr(hint, "from_json") and hasattr(hint, "to_json")
 
 
 def decode_fields(cls: type, data: Any, where: str, skip: tuple[str, ...] = ()) -> Any:
@@ -216,15 +232,30 @@ def unloose(data: Any) -> Any:
     return data
 
 
+def plain_fields(data: Any) -> Any:
+    """A reading's data of a type without a format of its own, as plain JSON fields."""
+    if isinstance(data, OtherData):
+        return loose(data.fields)
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return loose({f.name: getattr(data, f.name) for f in dataclasses.fields(data)})
+    if isinstance(data, Mapping):
+        return loose({str(k): v for k, v in data.items()})
+    return {"value": loose(data)}
+
+
 def encode_reading(reading: Reading[Any], origin: float = 0.0) -> dict[str, Any]:
     """A Reading as JSON data; monotonic times relative to ``origin``."""
     data = reading.data
-    if data is not None and type(data).__name__ not in DATA_TYPES:
-        raise TypeError(f"cannot record reading data of type {type(data).__name__}")
+    if data is None:
+        encoded = None
+    elif type(data).__name__ in DATA_TYPES:
+        encoded = {"type": type(data).__name__, **encode(data, type(data))}
+    else:  # kept as plain fields, read back as OtherData: never left out
+        encoded = {"type": OTHER, "kind": getattr(data, "kind", type(data).__name__),
+                   "fields": plain_fields(data)}
     return {
         "source": reading.source, "status": reading.status.value,
-        "data": None if data is None else {"type": type(data).__name__,
-                                            **encode(data, type(data))},
+        "data": encoded,
         "message": reading.message, "at": reading.at - origin, "wall": reading.wall,
         "failing_since": None if reading.failing_since is None
         else reading.failing_since - origin,
@@ -237,7 +268,11 @@ def decode_reading(obj: Any, origin: float = 0.0, where: str = "reading") -> Rea
         raise ValueError(f"{where}: expected an object")
     data = obj.get("data")
     value = None
-    if data is not None:
+    if isinstance(data, dict) and data.get("type") == OTHER:
+        if not isinstance(data.get("kind"), str) or not isinstance(data.get("fields"), dict):
+            raise ValueError(f"{where}.data: an {OTHER} reading needs 'kind' and 'fields'")
+        value = OtherData(data["kind"], unloose(data["fields"]))
+    elif data is not None:
         if not isinstance(data, dict) or data.get("type") not in DATA_TYPES:
             kind = data.get("type") if isinstance(data, dict) else data
             raise ValueError(f"{where}.data: unknown data type {kind!r} "
@@ -279,7 +314,9 @@ class Patch:
     set: dict[str, Any]
     drop: tuple[str, ...]
 
-    def apply(self, current: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, current: Any) -> Any:
+        if _own_json(type(current)):  # patched in its JSON form, as it was written
+            return type(current).from_json(self.apply(current.to_json()))
         out = {k: v for k, v in current.items() if k not in self.drop}
         out.update(copy.deepcopy(self.set))
         return out
@@ -312,6 +349,8 @@ def decode_facts_fields(data: Any, origin: float, where: str) -> dict[str, Any]:
             if not isinstance(v["$patch"], dict) or not isinstance(drop, list):
                 raise ValueError(f"{where}.{k}: a patch needs $patch {{...}} and $drop [...]")
             values = decode(v["$patch"], hints[k], f"{where}.{k}")
+            if _own_json(hints[k]):
+                values = values.to_json()  # checked; a patch applies to the JSON form
             out[k] = Patch(values, tuple(str(d) for d in drop))
         else:
             out[k] = decode(v, hints[k], f"{where}.{k}")

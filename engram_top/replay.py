@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from collectors.readings import Reading
+from engram_top.alerts import AlertWatch
+from engram_top.config import Thresholds
 from engram_top.recording import read_recording
 from engram_top.recording_format import (
     LOG_KEEP,
@@ -82,7 +84,7 @@ class ReplaySession:
 
     def __init__(self, path: Path | str, *, speed: float = 1.0, paused: bool = False,
                  clock: Callable[[], float] = time.monotonic,
-                 session: int | None = None) -> None:
+                 session: int | None = None, thresholds: Thresholds | None = None) -> None:
         self._now = clock
         self.origin = clock()
         self.recording = read_recording(path, self.origin, session)
@@ -101,6 +103,9 @@ class ReplaySession:
         self._index = 0  # the next record to apply
         self._runs: dict[str, RunFacts] = {}
         self._task: asyncio.Task[None] | None = None
+        # Evaluated again as the recording plays, with this user's thresholds; its own
+        # events already hold what the live run said, so nothing is announced twice.
+        self.alerts = AlertWatch(self.store, thresholds, announce=False)
         if self.recording.skipped:  # said first, and again after every rebuild
             note = Event(time.time(), "warning", f"{self.path.name}: skipped a truncated last "
                                                  "line (was the recording process killed?)")
@@ -224,6 +229,7 @@ class ReplaySession:
 
     def _rebuild(self) -> None:
         self.store.reset()
+        self.alerts.reset()
         self._runs = {}
         self._index = 0
 
@@ -233,6 +239,7 @@ class ReplaySession:
             _, kind, payload = records[self._index]
             self._index += 1
             self._apply(kind, payload)
+        self.alerts.check()
 
     def _apply(self, kind: str, payload: Any) -> None:
         store = self.store

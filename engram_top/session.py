@@ -10,10 +10,9 @@ import asyncio
 import dataclasses
 import shutil
 import socket
-import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,15 +23,18 @@ from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
 from collectors.readings import Reading
-from collectors.sglang import SglangCollector
 from collectors.shared import SharedSampler
+from collectors.source import NodeSource, Source, SourceKey
 from engram_top import reference
+from engram_top.alerts import AlertWatch
+from engram_top.config import Thresholds
 from engram_top.facts import summary
 from engram_top.simnode import state
 from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
 from engram_top.store import RunFacts, RunStore
-from scenarios import config
+from scenarios import config, engines
 from scenarios.config import Scenario, ScenarioFile
+from scenarios.runstate import ENDED, RunState
 from scenarios.statelock import StateLock
 from scenarios.supervisor import Run, Supervisor, SupervisorError
 from scenarios.workload import ClosedLoopLoad
@@ -61,6 +63,7 @@ class SessionOptions:
     start: str | None = None
     attach: tuple[str, ...] = ()
     api_key: str | None = None  # for attached servers
+    engine: str | None = None  # the engine attached servers speak (default: engines.DEFAULT)
     state_dir: Path | None = None  # logs and start-up history; default: a temporary folder
     node_dir: Path | None = None  # the simulated node's folder (simulated scenarios)
     poll_interval: float = 1.0
@@ -72,6 +75,8 @@ class SessionOptions:
     # Who holds the state folder's lock, and how long to wait for a headless holder.
     command: str = "run"
     lock_wait_s: float = 0.0
+    # The user's alert thresholds (their config file's [alerts]); None: the defaults.
+    thresholds: Thresholds | None = None
 
 
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
@@ -94,12 +99,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def poll_loop(poll: Callable[[], Awaitable[Reading[Any]]], interval: float,
-                    sink: Callable[[Reading[Any]], None]) -> None:
+async def poll_loop(source: Source, interval: float,
+                    sink: Callable[[SourceKey, Reading[Any]], None]) -> None:
     """One source's loop: a poll at a time (never two at once), at its own interval."""
     while True:
         started = time.monotonic()
-        sink(await poll())
+        for key, reading in await source.poll():
+            sink(key, reading)
         await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
@@ -113,12 +119,16 @@ class Session:
             self.scenarios = self._adjust(config.load(options.scenario_file))
         # Known before start: a recorder's header (written at the first record) carries them.
         self.store.scenarios = self.scenarios
+        self.alerts = AlertWatch(self.store, options.thresholds)
         self.store.node = (f"simulated {self.ref.gpus}x {self.ref.gpu_name}" if self.simulated
                            else socket.gethostname())
         self.load: ClosedLoopLoad | None = None
         self.run: Run | None = None
-        self.sglang: SglangCollector | None = None
-        self._server_task: asyncio.Task[None] | None = None
+        # What is polled, by name: this node's GPUs and host, the watched server, and any
+        # source added later (a Prometheus for many nodes); each in its own loop.
+        self.sources: dict[str, Source] = {}
+        self._polls: dict[str, asyncio.Task[None]] = {}
+        self._steering: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._tmp: Path | None = None
         self._closing = False
@@ -140,20 +150,17 @@ class Session:
         o = self.options
         changed = {}
         for name, sc in sf.scenarios.items():
-            new = sc
+            new = sc.engine.tune(sc, o.time_scale, o.serve_scale)
             if o.free_ports:
                 new = dataclasses.replace(new, port=free_port())
-            if sc.kind == "simulated" and o.time_scale is not None:
-                new = dataclasses.replace(new, time_scale=o.time_scale)
-            if sc.kind == "simulated" and o.serve_scale is not None:
-                new = dataclasses.replace(new, serve_scale=o.serve_scale)
             changed[name] = new
         return dataclasses.replace(sf, scenarios=changed)
 
     @property
     def simulated(self) -> bool:
+        """Whether this session's servers run on the simulated node."""
         return self.scenarios is not None and any(
-            s.kind == "simulated" for s in self.scenarios.scenarios.values())
+            s.engine.simulated_node for s in self.scenarios.scenarios.values())
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -171,16 +178,15 @@ class Session:
         if o.state_dir is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="engram-top-"))
         state_dir = o.state_dir or self._tmp / "state"  # type: ignore[operator]
+        node_dir = None
         if self.simulated:
             # Beside the state: a server left running keeps its node for the next session.
             node_dir = o.node_dir or state_dir / "node"
             state.ensure_node(node_dir, self.ref)
             gpu_backend: Any = SimGpuBackend(node_dir)
             host_backend: Any = SimHostBackend(node_dir)
-            entry = [sys.executable, "-m", "engram_top", "sim", "serve", "--node-dir",
-                     str(node_dir)]
         else:
-            gpu_backend, host_backend, entry = NvmlBackend(), ProcBackend(), None
+            gpu_backend, host_backend = NvmlBackend(), ProcBackend()
         # The poll loop and the supervisor's guards read the GPUs through one sampler: a
         # guard that finds a poll's query in flight waits for it and shares its answer,
         # rather than being refused (or skipping a baseline) because the driver was busy.
@@ -199,16 +205,16 @@ class Session:
 
         self.supervisor = Supervisor(state_dir, gpu_sample=gpu_sample,
                                      host_used=host_used, host_shmem=host_shmem,
-                                     simulated_entry=entry, on_event=self.store.event)
-        self.store.add("gpu", await self.gpu.poll())
-        self.store.add("host", await self.host.poll())
-        i = o.poll_interval
+                                     node_dir=node_dir, on_event=self.store.event,
+                                     on_run=self._on_run)
+        for source in (NodeSource("gpu", self.gpu.poll, self.gpu.close),
+                       NodeSource("host", self.host.poll)):
+            for key, reading in await source.poll():  # the first frame has the node
+                self.store.add(key, reading)
+            self.add_source(source)
         self._tasks = [
-            asyncio.create_task(poll_loop(self.gpu.poll, i, lambda r: self.store.add("gpu", r)),
-                                name="poll gpu"),
-            asyncio.create_task(poll_loop(self.host.poll, i, lambda r: self.store.add("host", r)),
-                                name="poll host"),
-            asyncio.create_task(self._watch(), name="watch run"),
+            asyncio.create_task(self._tick(), name="figures"),
+            asyncio.create_task(self.alerts.run(), name="alerts"),
         ]
         adopted = self.supervisor.adopt(self.scenarios.scenarios) if self.scenarios else None
         if adopted is not None:
@@ -243,17 +249,14 @@ class Session:
         await self._stop_load()
         if hasattr(self, "supervisor"):
             await self.supervisor.close(leave)
-            self._sync()
-        tasks = [*self._tasks, *([self._server_task] if self._server_task else [])]
+        tasks = [*self._tasks, *self._polls.values(), *([self._steering] if self._steering else [])]
         for task in tasks:
             task.cancel()
         _, stuck = await asyncio.wait(tasks, timeout=5) if tasks else ((), ())
         for task in stuck:  # say so rather than hang the quit
             self.store.event("error", f"{task.get_name()} did not stop within 5 s")
-        if self.sglang is not None:
-            await self.sglang.close()
-        if hasattr(self, "gpu"):
-            await self.gpu.close()
+        for source in self.sources.values():
+            await source.close()
         self._release()
 
     def close_now(self) -> None:
@@ -291,47 +294,50 @@ class Session:
         async with self._lock:
             await self._stop_load()
             await self.supervisor.stop()
-            self._sync()
 
     async def switch(self, name: str) -> Run:
         """Stop the running server, wait for its HBM to return, start ``name``."""
         async with self._lock:
             sc = self.scenario(name)
             await self._stop_load()
-            old = self.supervisor.current
-            try:
-                run = await self.supervisor.switch(sc)
-            finally:
-                if old is not None:
-                    self._sync(old)
+            run = await self.supervisor.switch(sc)
             self._bind(run)
             return run
 
     async def attach(self, url: str) -> None:
         """Watch a server someone else started: no process of ours, no lifetime to own.
-        One attached server is watched at a time; the others wait in the list.
+        Every attached server is polled, each under its own node (its URL); the panels
+        show the one watched, the others wait in the list with their readings current.
 
         A password in the URL (http://user:PASS@host) goes to the collector alone: the
         store, the screen, recordings and snapshots know the server by its URL without it."""
         shown, auth = split_credentials(url)
+        engine = engines.get(self.options.engine or engines.DEFAULT)
         facts = self.store.facts_for(shown) or RunFacts(
             scenario=shown, placement="?", node=self.store.node, time_scale=1.0,
-            launched_wall=time.time(), launched_at=time.monotonic(), state="attached",
-            url=shown, owned=False, title="attached: its lifetime is not ours")
+            launched_wall=time.time(), launched_at=time.monotonic(), state=RunState.ATTACHED,
+            url=shown, owned=False, title="attached: its lifetime is not ours",
+            own_polls=engine.own_polls, server_node=shown)
         self.store.set_run(facts)
-        self._watch_server(SglangCollector(shown, api_key=self.options.api_key, auth=auth))
+        name = f"server {shown}"
+        if name not in self.sources:  # watched again: its collector (and password) stays
+            collector = engine.collector(shown, api_key=self.options.api_key, auth=auth)
+            self.add_source(NodeSource(name, collector.poll, collector.close, node=shown,
+                                       kind="server"))
 
     def _bind(self, run: Run) -> None:
         """Point the store and the server collector at a run that was just launched."""
         self.run = run
         sc = run.scenario
+        engine = sc.engine
+        time_scale = engine.clock(sc)[0]
         estimate = run.estimate_s
         planned = None
-        if sc.kind == "simulated" and sc.placement in self.ref.placements:
-            planned = self.ref.placements[sc.placement].ready_s  # the model the sim runs
-            estimate = estimate if estimate is not None else planned * sc.time_scale
+        if engine.follows_reference and sc.placement in self.ref.placements:
+            planned = self.ref.placements[sc.placement].ready_s  # the model it runs
+            estimate = estimate if estimate is not None else planned * time_scale
         facts = RunFacts(scenario=sc.name, placement=sc.placement or "?", node=self.store.node,
-                         time_scale=sc.time_scale if sc.kind == "simulated" else 1.0,
+                         time_scale=time_scale, own_polls=engine.own_polls,
                          launched_wall=run.launched_wall, launched_at=run.launched_at,
                          state=run.state, pid=run.pid, log_path=str(run.log_path), url=sc.url,
                          expected_ready_s=estimate, baseline_host_used=run.baseline_host_used,
@@ -340,28 +346,56 @@ class Session:
         facts.log_lines = run.lines
         self.store.set_run(facts)
         self.host.root_pid = run.pid
-        self._watch_server(SglangCollector(sc.url, api_key=sc.api_key))
+        self._watch_server(engine.collector(sc.url, api_key=sc.api_key))
 
-    def _watch_server(self, collector: SglangCollector) -> None:
-        if self._server_task is not None:
-            self._server_task.cancel()
-        old = self.sglang
+    def _watch_server(self, collector: engines.ServerCollector) -> None:
+        self.add_source(NodeSource("server", collector.poll, collector.close))
+
+    def add_source(self, source: Source, interval: float | None = None) -> None:
+        """Poll ``source`` from now on, in a loop of its own; one of the same name goes."""
+        self.drop_source(source.name)
+        self.sources[source.name] = source
+        self._polls[source.name] = asyncio.create_task(
+            poll_loop(source, interval or self.options.poll_interval, self.store.add),
+            name=f"poll {source.name}")
+
+    def drop_source(self, name: str) -> None:
+        task, old = self._polls.pop(name, None), self.sources.pop(name, None)
+        if task is not None:
+            task.cancel()
         if old is not None:
             # Keep a reference: the loop holds tasks only weakly, and close() must finish.
             closing = asyncio.create_task(old.close())
             self._closers.add(closing)
             closing.add_done_callback(self._closers.discard)
-        self.sglang = collector
-        self._server_task = asyncio.create_task(
-            poll_loop(collector.poll, self.options.poll_interval,
-                      lambda r: self.store.add("server", r)), name="poll sglang")
 
-    # ------------------------------------------------------------------ loops
-    def _sync(self, run: Run | None = None) -> None:
-        """Copy the supervisor's view of a run into the store's facts."""
-        run = run or self.run
-        facts = self.store.facts_for(run.scenario.name) if run else None
-        if run is None or facts is None or facts.launched_at != run.launched_at:
+    # ------------------------------------------------------------------ the run, pushed
+    def _on_run(self, run: Run) -> None:
+        """The supervisor's news of a run, as it happens: into the store's facts (the UI
+        and the recorder read them there), and the load follows the run's state."""
+        self._sync(run)
+        if run is self.run and (self._steering is None or self._steering.done()):
+            self._steering = asyncio.create_task(self._steer_load(), name="steer load")
+
+    async def _steer_load(self) -> None:
+        """Start the load once the watched run is ready, stop it once it is not; again
+        after each await, since the run may have moved on meanwhile."""
+        while True:
+            run = self.run
+            if run is None:
+                return
+            if run.state == RunState.READY and self.load is None and self.options.load is not None \
+                    and not self._lock.locked():
+                await self._start_load(run.scenario)
+            elif run.state != RunState.READY and self.load is not None:
+                await self._stop_load()
+            else:
+                return
+
+    def _sync(self, run: Run) -> None:
+        """The supervisor's view of a run into the store's facts."""
+        facts = self.store.facts_for(run.scenario.name)
+        if facts is None or facts.launched_at != run.launched_at:
             return
         before = (facts.state, facts.phase, facts.lines_seen)
         facts.state, facts.phase = run.state, run.phase
@@ -378,28 +412,22 @@ class Session:
         if (facts.state, facts.phase, facts.lines_seen) != before:
             self.store.bump("run")
 
-    async def _watch(self) -> None:
+    async def _tick(self) -> None:
+        """What is derived rather than told: the headline figures from the store's series
+        (once a second), the load driver's counters (four times a second)."""
         last_summary = 0.0
         while True:
-            self._sync()
-            run = self.run
             facts_now = self.store.run
             if facts_now is not None and time.monotonic() - last_summary > 1.0:
                 last_summary = time.monotonic()
-                if facts_now.state in ("ready", "attached", "starting"):
-                    facts_now.results.update(summary(self.store))
-            if run is not None and run.state == "ready" and self.load is None \
-                    and self.options.load is not None and not self._lock.locked():
-                await self._start_load(run.scenario)
-            if run is not None and run.state not in ("ready",) and self.load is not None:
-                await self._stop_load()
+                if facts_now.state in (RunState.READY, RunState.ATTACHED, RunState.STARTING):
+                    facts_now.results = facts_now.results.merged(summary(self.store))
             if self.load is not None:
                 s = self.load.stats
                 self.store.load = {"concurrency": self.load.concurrency, "sent": s.sent,
                                    "completed": s.completed, "failed": s.failed,
                                    "output_tokens": s.output_tokens, "last_error": s.last_error}
-            starting = run is not None and run.state == "starting"
-            await asyncio.sleep(0.05 if starting else 0.25)
+            await asyncio.sleep(0.25)
 
     async def _start_load(self, sc: Scenario) -> None:
         spec = self.options.load
@@ -420,8 +448,7 @@ class Session:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             run = self.run
-            if run is not None and run.state == "ready":
-                self._sync()
+            if run is not None and run.state == RunState.READY:
                 return True
             attached = self.store.run
             if attached is not None and not attached.owned:
@@ -429,8 +456,7 @@ class Session:
                 server = self.store.latest.get("server")
                 if server is not None and server.ok and server.data.max_total_num_tokens:
                     return True
-            if run is not None and run.state in ("failed", "exited", "stopped"):
-                self._sync()
+            if run is not None and run.state in ENDED:
                 return False
             await asyncio.sleep(0.05)
         return False
@@ -448,6 +474,7 @@ class DemoOptions:
     run_dir: Path | None = None
     poll_interval: float = 1.0
     load: LoadSpec | None = LoadSpec()
+    thresholds: Thresholds | None = None
 
 
 class DemoSession(Session):
@@ -458,5 +485,5 @@ class DemoSession(Session):
         super().__init__(SessionOptions(
             scenario_file=demo_file(), start=o.placement, state_dir=o.run_dir,
             node_dir=o.node_dir, poll_interval=o.poll_interval, load=o.load, free_ports=True,
-            time_scale=o.time_scale, serve_scale=o.serve_scale))
+            time_scale=o.time_scale, serve_scale=o.serve_scale, thresholds=o.thresholds))
 

@@ -1,20 +1,29 @@
 """The run store: the latest reading of every source, the last good one, bounded time series
 with a coarser tier for long runs (memory stays flat), the run's facts, and events.
 
+Readings are kept under their source's key (node, source) and series under (node, source,
+metric, labels), so one source can feed many nodes. ``latest`` and ``last_ok`` show this
+node's sources by name ("gpu", "host", "server"), "server" being the watched server.
+
 One writer (the session's poll loops) and readers on the same event loop (UI, exports).
 Each source has a version number so a UI can redraw only what changed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import numbers
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.readings import GpuData, HostData, Reading, ServerData, Status
+from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, Status
+from collectors.source import LOCAL, SourceKey
+from engram_top.figures import RunFigures
+from scenarios.runstate import RunState
 
 
 class Series:
@@ -47,6 +56,50 @@ class Series:
         return [p for p in self.coarse if p[0] < start] + list(self.fine)
 
 
+@dataclass(frozen=True, order=True)
+class SeriesKey:
+    """One time series: what it measures (metric) of which source on which node, and of
+    which part (labels: the GPU's index)."""
+
+    node: str
+    source: str
+    metric: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def name(self) -> str:
+        """Its column in exports: gpu0.used, host.used, server.ttft.p50; NODE/... elsewhere."""
+        base = f"{self.source}{''.join(v for _, v in self.labels)}.{self.metric}"
+        return base if self.node == LOCAL else f"{self.node}/{base}"
+
+    def label(self, name: str) -> str | None:
+        return dict(self.labels).get(name)
+
+
+class NodeView(Mapping[str, "Reading[Any]"]):
+    """Readings of this node's sources by name, "server" being the watched server's."""
+
+    def __init__(self, readings: dict[SourceKey, Reading[Any]], server: SourceKey) -> None:
+        self._readings = readings
+        self._server = server
+
+    def _key(self, name: str) -> SourceKey:
+        return self._server if name == "server" else SourceKey(LOCAL, name)
+
+    def __getitem__(self, name: str) -> Reading[Any]:
+        return self._readings[self._key(name)]
+
+    def __iter__(self) -> Iterator[str]:
+        for key in self._readings:
+            if key == self._server:
+                yield "server"
+            elif key.node == LOCAL and key.source != "server":
+                yield key.source
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 @dataclass
 class Event:
     wall: float
@@ -64,7 +117,7 @@ class RunFacts:
     time_scale: float
     launched_wall: float
     launched_at: float  # monotonic
-    state: str = "launching"  # launching, starting, ready, stopping, stopped, exited, failed
+    state: RunState = RunState.LAUNCHING
     pid: int | None = None
     log_path: str | None = None
     url: str | None = None
@@ -85,10 +138,16 @@ class RunFacts:
     lines_seen: int = 0
     # The supervisor's recent log lines (a bounded deque it appends to): the log pane's source.
     log_lines: Any = None
-    results: dict[str, Any] = field(default_factory=dict)  # headline figures (facts.summary)
+    results: RunFigures = field(default_factory=RunFigures)  # headline figures (facts.summary)
     # A simulated server's modelled launch-to-ready (node time, the seed's 125.04 s), which
     # it runs time_scale times faster; None for a real server.
     planned_ready_s: float | None = None
+    # The node its server's readings come under: this node's for a server we started, its
+    # URL for one someone else started (several can be attached and polled at once).
+    server_node: str = LOCAL
+    # Access-log fragments of the dashboard's own polls in this server's log (its engine's),
+    # which the log pane hides.
+    own_polls: tuple[str, ...] = ()
 
     @property
     def ready_s(self) -> float | None:
@@ -113,10 +172,12 @@ def node_time(real_s: float, time_scale: float, planned_s: float | None) -> floa
 
 class RunStore:
     def __init__(self) -> None:
-        self.latest: dict[str, Reading[Any]] = {}
-        self.last_ok: dict[str, Reading[Any]] = {}
+        self.readings: dict[SourceKey, Reading[Any]] = {}
+        self.good: dict[SourceKey, Reading[Any]] = {}  # the last good reading of each
         self.versions: dict[str, int] = {}
-        self.series: dict[str, Series] = {}
+        self.series: dict[SeriesKey, Series] = {}
+        # The server whose figures the panels show: the watched run's.
+        self.watched = SourceKey(LOCAL, "server")
         self.run: RunFacts | None = None
         self.history: dict[str, RunFacts] = {}  # the latest run of each scenario
         self.runs: list[RunFacts] = []  # every run, oldest first: repeated runs are trials
@@ -139,18 +200,33 @@ class RunStore:
         for listener in self.listeners:
             listener(what, payload)
 
+    @property
+    def latest(self) -> Mapping[str, Reading[Any]]:
+        return NodeView(self.readings, self.watched)
+
+    @property
+    def last_ok(self) -> Mapping[str, Reading[Any]]:
+        return NodeView(self.good, self.watched)
+
+    def line(self, source: str, metric: str, **labels: str) -> Series | None:
+        """A series of this node's source ("server": the watched one), by metric and labels."""
+        node = self.watched.node if source == "server" else LOCAL
+        return self.series.get(SeriesKey(node, source, metric, tuple(sorted(labels.items()))))
+
     def set_run(self, facts: RunFacts) -> None:
-        """A new run becomes the one shown; the previous server's readings go with it."""
+        """A new run becomes the one shown. A server we start speaks at this node's server
+        key, so the previous server's readings go; an attached one keeps its own."""
         self.run = facts
         self.history[facts.scenario] = facts
         if not any(r is facts for r in self.runs):
             self.runs.append(facts)
-        for kind in ("server",):
-            self.latest.pop(kind, None)
-            self.last_ok.pop(kind, None)
-            self.bump(kind)
-        for name in [n for n in self.series if n.startswith("server.")]:
-            del self.series[name]
+        self.watched = SourceKey(facts.server_node, "server")
+        if facts.server_node == LOCAL:
+            self.readings.pop(self.watched, None)
+            self.good.pop(self.watched, None)
+            for key in [k for k in self.series if (k.node, k.source) == (LOCAL, "server")]:
+                del self.series[key]
+        self.bump("server")
         self.load = {}
         self.bump("run")
         self._tell("run", facts)
@@ -168,52 +244,61 @@ class RunStore:
         self.bump("events")
         self._tell("event", event)
 
-    def add(self, kind: str, reading: Reading[Any]) -> None:
-        """Store a reading under its kind ("gpu", "host", "server")."""
-        previous = self.latest.get(kind)
-        self.latest[kind] = reading
+    def add(self, key: SourceKey | str, reading: Reading[Any]) -> None:
+        """Store a reading under its source's key: "gpu", "host", "server" on this node,
+        "NODE/SOURCE" on another."""
+        key = key if isinstance(key, SourceKey) else SourceKey.parse(key)
+        kind = "server" if key == self.watched else str(key)  # what the UI keeps versions of
+        previous = self.readings.get(key)
+        self.readings[key] = reading
         if reading.data is not None and reading.status in (Status.OK, Status.STARTING):
-            self.last_ok[kind] = reading
-            self._record_series(kind, reading)
+            self.good[key] = reading
+            self._record_series(key, reading)
         if previous is None or previous.status != reading.status:
             level = "info" if reading.status in (Status.OK, Status.STARTING) else "warning"
             text = reading.message or reading.status.value
-            self.event(level, f"{kind}: {text}")
+            self.event(level, f"{key}: {text}")
         self.bump(kind)
-        self._tell("reading", (kind, reading))
+        self._tell("reading", (key, reading))
 
-    def _record_series(self, kind: str, reading: Reading[Any]) -> None:
+    def _record_series(self, key: SourceKey, reading: Reading[Any]) -> None:
         t = reading.at
         data = reading.data
+
+        def point(metric: str, value: float | None, **labels: str) -> None:
+            if value is not None:
+                self._point(SeriesKey(key.node, key.source, metric,
+                                      tuple(sorted(labels.items()))), t, value)
+
         if isinstance(data, GpuData):
             for dev in data.devices:
-                self._point(f"gpu{dev.index}.used", t, dev.used_bytes)
-                if dev.util_gpu_pct is not None:
-                    self._point(f"gpu{dev.index}.util", t, dev.util_gpu_pct)
-                if dev.pcie_rx_bytes_per_s is not None:
-                    self._point(f"gpu{dev.index}.pcie_rx", t, dev.pcie_rx_bytes_per_s)
-                if dev.pcie_tx_bytes_per_s is not None:
-                    self._point(f"gpu{dev.index}.pcie_tx", t, dev.pcie_tx_bytes_per_s)
+                i = str(dev.index)
+                point("used", dev.used_bytes, gpu=i)
+                point("util", dev.util_gpu_pct, gpu=i)
+                point("pcie_rx", dev.pcie_rx_bytes_per_s, gpu=i)
+                point("pcie_tx", dev.pcie_tx_bytes_per_s, gpu=i)
         elif isinstance(data, HostData):
-            self._point("host.used", t, data.used_bytes)
-            self._point("host.swap_in", t, data.swap_in_bytes)  # cumulative: alerts take rates
+            point("used", data.used_bytes)
+            point("swap_in", data.swap_in_bytes)  # cumulative: alerts take rates
         elif isinstance(data, ServerData):
-            for key in ("token_usage", "num_running_reqs", "num_queue_reqs",
-                        "output_tokens_per_s"):
-                value = getattr(data, key)
-                if value is not None:
-                    self._point(f"server.{key}", t, value)
-            for key in ("ttft", "itl"):
-                q = getattr(data, key)
-                if q is not None and q.p50 is not None:
-                    self._point(f"server.{key}.p50", t, q.p50)
+            for name in ("token_usage", "num_running_reqs", "num_queue_reqs",
+                         "output_tokens_per_s"):
+                point(name, getattr(data, name))
+            for name in ("ttft", "itl"):
+                q = getattr(data, name)
+                point(f"{name}.p50", None if q is None else q.p50)
+        else:
+            # A reading of a type this store has no panel for (a new source's): its
+            # numbers are kept as series all the same, by field name, never dropped.
+            for name, value in _numbers(data):
+                point(name, value)
 
-    def _point(self, name: str, t: float, value: float) -> None:
+    def _point(self, key: SeriesKey, t: float, value: float) -> None:
         if not math.isfinite(value):  # a gap, not a NaN that poisons averages and axes
             return
-        series = self.series.get(name)
+        series = self.series.get(key)
         if series is None:
-            series = self.series[name] = Series()
+            series = self.series[key] = Series()
         series.add(t, float(value))
 
     # ------------------------------------------------------------------ reading
@@ -224,3 +309,17 @@ class RunStore:
 
     def version(self, *kinds: str) -> tuple[int, ...]:
         return tuple(self.versions.get(k, 0) for k in kinds)
+
+
+def _numbers(data: Any) -> list[tuple[str, float]]:
+    """The top-level numbers of a dataclass or a mapping (booleans are not figures)."""
+    if isinstance(data, OtherData):
+        items = list(data.fields.items())
+    elif dataclasses.is_dataclass(data) and not isinstance(data, type):
+        items = [(f.name, getattr(data, f.name)) for f in dataclasses.fields(data)]
+    elif isinstance(data, Mapping):
+        items = list(data.items())
+    else:
+        return []
+    return [(str(k), float(v)) for k, v in items
+            if isinstance(v, numbers.Real) and not isinstance(v, bool)]

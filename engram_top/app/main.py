@@ -23,13 +23,15 @@ from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, RichLog, Static
 
+from collectors.units import seconds, tokens, weights_gb
 from engram_top import facts, reference, snapshot
-from engram_top.alerts import AlertMonitor
-from engram_top.app import compare_screen, panels
+from engram_top.alerts import AlertChange
+from engram_top.app import panels
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
-from engram_top.compare import RunResult, to_markdown
+from engram_top.compare import RunResult
 from engram_top.config import UserConfig
+from engram_top.figures import RunFigures
 from engram_top.replay import ReplaySession
 from engram_top.store import RunFacts, RunStore
 
@@ -177,8 +179,9 @@ class EngramTopApp(App[int]):
         self.reference = reference.default()  # the seed: the comparison's reference column
         self.config_error = config_error
         self.replay = session if isinstance(session, ReplaySession) else None
-        self.alerts = AlertMonitor(self.config.alerts, announce=self.replay is None)
         self.session = session
+        if config is not None:  # the user's thresholds, for the alerts the session raises
+            session.alerts.configure(config.alerts)
         if clock is not None:  # one "now" for the header and the panels' ages
             session.store.clock = clock
         self.clock = session.store.clock
@@ -219,6 +222,7 @@ class EngramTopApp(App[int]):
         self._log_source: object = None
         self._log_last: object = None  # the last log entry written to the pane
         table.focus()
+        self.session.alerts.listeners.append(self._alert_changed)
         self._apply_config()
         if self.own_process:
             self._handle_signals(True)
@@ -282,18 +286,17 @@ class EngramTopApp(App[int]):
                 panel.refresh_from(store)
             self._refresh_scenarios(store)
             self._refresh_log(store.run)
-            self._check_alerts(store)
             if self.query_one("#trends").display:
                 for view in self.query(ChartView):
                     view.refresh()
             self.query_one("#events", Static).update(self._events(store))
 
-    def _check_alerts(self, store: RunStore) -> None:
-        for change in self.alerts.evaluate(store, self.clock()):
-            if change.change == "raised":
-                self.notify(change.alert.message, title="alert",
-                            severity="error" if change.alert.severity == "error" else "warning",
-                            timeout=10)
+    def _alert_changed(self, change: AlertChange) -> None:
+        """The session raised or cleared an alert: a raised one is toasted."""
+        if change.change == "raised":
+            self.notify(change.alert.message, title="alert",
+                        severity="error" if change.alert.severity == "error" else "warning",
+                        timeout=10)
 
     # ------------------------------------------------------------------ scenario list
     def _scenario_names(self) -> list[str]:
@@ -305,16 +308,13 @@ class EngramTopApp(App[int]):
         rows = []
         for name in self._scenario_names():
             f: RunFacts | None = store.history.get(name)
-            r = f.results if f else {}
+            r = f.results if f else RunFigures()
             current = store.run is not None and f is store.run
             state = "–" if f is None else (f.state if f.state != "starting"
                                            else f"▸ {panels.PHASE_LABELS.get(f.phase, f.phase)}")
             rows.append((("▶ " if current else "  ") + name, state,
-                         "–" if "ready_s" not in r else f"{r['ready_s']:.1f} s",
-                         panels.tokens(r.get("kv_tokens")),
-                         "–" if r.get("weights_gb") is None else f"{r['weights_gb']:.3f}",
-                         "–" if r.get("host_delta_gib") is None
-                         else f"{r['host_delta_gib']:+.1f} GiB"))
+                         seconds(r.ready_s), tokens(r.kv_tokens), weights_gb(r.weights_gb),
+                         "–" if r.host_delta_gib is None else f"{r.host_delta_gib:+.1f} GiB"))
         if tuple(rows) == self._rows:
             return
         table = self.query_one("#scenarios", DataTable)
@@ -356,7 +356,7 @@ class EngramTopApp(App[int]):
         self._log_last = recent[-1]
         styles = {"error": "bold red", "warning": "yellow", "ready": "bold green"}
         for _, line in recent[start:]:
-            if facts.is_own_poll(line):
+            if run is not None and facts.is_own_poll(line, run.own_polls):
                 continue  # our own /health and /metrics polls: noise here, kept in the file
             log.write(panels.log_line(line, styles.get(facts.classify_log_line(line) or "", "")))
 
@@ -364,7 +364,7 @@ class EngramTopApp(App[int]):
     def _serving(self) -> str | None:
         """Why stopping now would cut off users: requests in flight, if any."""
         kv = facts.kv_facts(self.session.store)
-        busy = 0 if kv is None else (kv["running"] or 0) + (kv["queued"] or 0)
+        busy = 0 if kv is None else (kv.running or 0) + (kv.queued or 0)
         return f"{busy} requests are running or queued" if busy else None
 
     def action_scenario(self, number: int) -> None:
@@ -448,15 +448,14 @@ class EngramTopApp(App[int]):
         store holds is taken here, on the UI loop; the files are written on a thread, so the
         dashboard stays live through pandas, Parquet and fsync (about half a second)."""
         store = self.session.store
-        comparison = compare_screen.comparison(
-            store, None, extra=self.compare_with, reference=self.reference,
-            price_per_gpu_hour=self.price_per_gpu_hour)
         options = getattr(self.session, "options", None)
         secrets = [getattr(options, "api_key", None) or ""]
         try:
+            # Its one comparison (snapshot.json and summary.md) takes the runs loaded from
+            # files and the price, as the compare screen does.
             taken = snapshot.prepare(
                 self.snapshot_dir, store, self.reference, svg=self.export_screenshot(),
-                comparison_md=None if comparison is None else to_markdown(comparison),
+                compare_with=self.compare_with, price_per_gpu_hour=self.price_per_gpu_hour,
                 secrets=secrets)
         except snapshot.SnapshotError as exc:
             self._snapshot_failed(exc)

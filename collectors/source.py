@@ -1,0 +1,64 @@
+"""Sources: what a session polls, each at its own interval, one poll at a time.
+
+A source answers for one node or many: a collector of this machine's GPUs answers for its
+node, a Prometheus server for every node it scrapes. So a poll returns readings keyed by
+(node, source), and the store keeps them apart by that key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from collectors.readings import Reading
+
+LOCAL = ""  # the node this session runs on (or simulates): the one its panels show first
+
+
+@dataclass(frozen=True, order=True)
+class SourceKey:
+    """Where a reading comes from: the node it describes, and what read it there ("gpu",
+    "host", "server" or a name of a source's own)."""
+
+    node: str
+    source: str
+
+    def __str__(self) -> str:
+        return self.source if self.node == LOCAL else f"{self.node}/{self.source}"
+
+    @classmethod
+    def parse(cls, text: str) -> SourceKey:
+        """The key str() wrote (a recording's "kind"): "gpu", or "NODE/SOURCE", where a
+        node may be a URL with slashes of its own."""
+        node, _, source = text.rpartition("/")
+        return cls(node, source)
+
+
+Keyed = tuple[SourceKey, Reading[Any]]
+
+
+class Source(Protocol):
+    name: str  # unique in a session: adding a source of the same name replaces it
+
+    def poll(self) -> Awaitable[list[Keyed]]: ...
+    def close(self) -> Awaitable[None]: ...
+
+
+class NodeSource:
+    """A collector that reads one node (GPUs, host memory, a server) as a source."""
+
+    def __init__(self, name: str, poll: Callable[[], Awaitable[Reading[Any]]],
+                 close: Callable[[], Awaitable[None]] | None = None, node: str = LOCAL,
+                 kind: str | None = None) -> None:
+        self.name = name
+        self.key = SourceKey(node, kind or name)
+        self._poll = poll
+        self._close = close
+
+    async def poll(self) -> list[Keyed]:
+        return [(self.key, await self._poll())]
+
+    async def close(self) -> None:
+        if self._close is not None:
+            await self._close()
