@@ -3,50 +3,22 @@ simulated server (a real process, real HTTP on loopback) or a store filled by ha
 
 from __future__ import annotations
 
-import asyncio
-import html
 import os
-import re
 import signal
 import time
 
 import psutil
 import pytest
+from helpers import GIB, StaticSession, screen_text, until
 from scene import SEED_RESULTS
 
 from collectors.readings import GpuData, GpuDevice, Reading, ServerData, Status
+from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp, HelpScreen
 from engram_top.compare import RunResult
+from engram_top.figures import RunFigures
 from engram_top.session import DemoOptions, DemoSession, LoadSpec
 from engram_top.store import RunFacts, RunStore
-
-GIB = 1024**3
-
-
-def screen_text(app: EngramTopApp) -> str:
-    """What the terminal shows, as text (the SVG screenshot, unescaped)."""
-    svg = re.sub(r"<[^>]+>", "", app.export_screenshot())  # the text, in screen order
-    return html.unescape(svg).replace("\xa0", " ")
-
-
-async def wait_for(pilot, predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.1)
-    stacks = []
-    for task in asyncio.all_tasks():
-        stacks.append(f"{task.get_name()}: {task.get_coro()}")
-        coro = task.get_coro()
-        while coro is not None:
-            frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
-            if frame is not None:
-                stacks.append(f"    {frame.f_code.co_filename}:{frame.f_lineno} "
-                              f"{frame.f_code.co_name}")
-            coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
-        stacks.append(f"    awaiting {task._fut_waiter!r}")
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n" + "\n".join(stacks))
 
 
 @pytest.mark.timeout(120)
@@ -57,11 +29,11 @@ async def test_live_demo_kill_and_quit(tmp_path) -> None:
     session = DemoSession(options)
     app = EngramTopApp(session)
     async with app.run_test(size=(150, 42)) as pilot:
-        await wait_for(pilot, lambda: session.store.run is not None
-                       and session.store.run.state == "ready", 60, "the server to be ready")
-        await wait_for(pilot, lambda: "11.84M" in screen_text(app), 10, "the KV capacity")
-        await wait_for(pilot, lambda: "TTFT" in screen_text(app)
-                       and session.store.load.get("completed", 0) > 0, 20, "served requests")
+        await until(pilot, lambda: session.store.run is not None
+                    and session.store.run.state == "ready", 60, "the server to be ready")
+        await until(pilot, lambda: "11.84M" in screen_text(app), 10, "the KV capacity")
+        await until(pilot, lambda: "TTFT" in screen_text(app)
+                    and session.store.load.get("completed", 0) > 0, 20, "served requests")
         text = screen_text(app)
         assert "READY" in text
         assert "119.043" in text  # SGLang's weights per GPU, as the seed reports them
@@ -72,24 +44,24 @@ async def test_live_demo_kill_and_quit(tmp_path) -> None:
         server_pid = run.pid
         group = [server_pid] + [c.pid for c in psutil.Process(server_pid).children()]
         os.kill(server_pid, signal.SIGKILL)  # a crash, not a stop
-        await wait_for(pilot, lambda: run.state == "exited", 5, "the exit to be noticed")
+        await until(pilot, lambda: run.state == "exited", 5, "the exit to be noticed")
         # Within a poll the GPUs are back at their baseline: the ranks died with the server.
-        await wait_for(pilot, lambda: all(
+        await until(pilot, lambda: all(
             d.used_bytes == 0 for d in session.store.latest["gpu"].data.devices), 5,
             "HBM to return")
-        await wait_for(pilot, lambda: "0.0/179" in screen_text(app), 3, "the HBM panel")
-        await wait_for(pilot, lambda: "connection refused" in screen_text(app), 3,
-                       "the dead server to be shown")
-        await wait_for(pilot, lambda: "EXITED" in screen_text(app), 3, "the header to say so")
+        await until(pilot, lambda: "0.0/179" in screen_text(app), 3, "the HBM panel")
+        await until(pilot, lambda: "connection refused" in screen_text(app), 3,
+                    "the dead server to be shown")
+        await until(pilot, lambda: "EXITED" in screen_text(app), 3, "the header to say so")
         # Said once in the events (the supervisor's line); the alert stays on screen.
-        await wait_for(pilot, lambda: "⚠ server device exited" in screen_text(app), 5,
-                       "the server-died alert")
+        await until(pilot, lambda: "⚠ server device exited" in screen_text(app), 5,
+                    "the server-died alert")
         assert [e.text for e in session.store.events if "exited" in e.text] == [
             "device exited (code -9)"]
         assert app.is_running
 
         await pilot.press("q")
-        await wait_for(pilot, lambda: not app.is_running, 15, "the app to quit")
+        await until(pilot, lambda: not app.is_running, 15, "the app to quit")
     def live() -> list[int]:
         alive = []
         for pid in group:
@@ -101,26 +73,9 @@ async def test_live_demo_kill_and_quit(tmp_path) -> None:
         return alive
 
     # The session reaps what it started before quitting; a loaded machine may lag a moment.
-    deadline = time.monotonic() + 5
-    while live() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert live() == []
+    await until(None, lambda: not live(), 5, f"the server's processes {group} to go")
     assert not (tmp_path / "node" / "procs").exists() or not list(
         (tmp_path / "node" / "procs").glob("*.json"))
-
-
-class StaticSession:
-    """A session whose store the test fills: no processes, fixed values."""
-
-    def __init__(self, store: RunStore) -> None:
-        self.store = store
-        self.closed = False
-
-    async def start(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        self.closed = True
 
 
 def filled_store() -> RunStore:
@@ -151,22 +106,21 @@ async def test_failing_sources_are_shown_with_their_age() -> None:
     session = StaticSession(filled_store())
     app = EngramTopApp(session)
     async with app.run_test(size=(150, 42)) as pilot:
-        await pilot.pause(0.6)
+        await until(pilot, lambda: "no NVIDIA driver" in screen_text(app),
+                    what="the panels drawn from the store")
         text = screen_text(app)
-        assert "no NVIDIA driver" in text
         assert "last good value 30 s old" in text
         assert "metrics page: line 7: bad value" in text
         assert "42.70M tokens" in text  # the last good KV reading is kept on screen
         assert "3 queued" in text
         await pilot.press("question_mark")
-        await pilot.pause(0.2)
-        assert isinstance(app.screen, HelpScreen)
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help screen")
         assert "Quit" in screen_text(app)
         await pilot.press("escape")
-        await pilot.pause(0.2)
-        assert not isinstance(app.screen, HelpScreen)
+        await until(pilot, lambda: not isinstance(app.screen, HelpScreen),
+                    what="the help screen to close")
         await pilot.press("q")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: not app.is_running, what="the app to quit")
     assert session.closed
 
 
@@ -176,23 +130,24 @@ async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline()
     for name, results in SEED_RESULTS.items():
         facts = RunFacts(scenario=name, placement=name, node="n", time_scale=1.0,
                          launched_wall=time.time(), launched_at=now, state="stopped")
-        facts.results.update(results)
+        facts.results = RunFigures.from_json(results)
         store.set_run(facts)
     app = EngramTopApp(StaticSession(store))
     async with app.run_test(size=(150, 45)) as pilot:
         await pilot.press("c")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
         text = screen_text(app)
         assert "device (baseline)" in text
         assert "42.70M +260.6%" in text  # KV capacity gained, against device
         assert "72.201 -39.3%" in text and "191.8 -14.4%" in text
         assert "▶ host-prefetch" in text  # the live (latest) run is marked
         await pilot.press("b")  # host-prefetch becomes the baseline
-        await pilot.pause(0.3)
-        text = screen_text(app)
-        assert "host-prefetch (baseline)" in text and "11.84M -72.3%" in text
+        await until(pilot, lambda: "host-prefetch (baseline)" in screen_text(app),
+                    what="the new baseline")
+        assert "11.84M -72.3%" in screen_text(app)
         await pilot.press("escape")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: not isinstance(app.screen, CompareScreen),
+                    what="the comparison to close")
         assert "baseline" not in screen_text(app)
 
 
@@ -207,8 +162,9 @@ async def test_compare_screen_treats_repeated_runs_as_trials_with_intervals() ->
         for name in ("device", "host-prefetch"):
             facts = RunFacts(scenario=name, placement=name, node="n", time_scale=1.0,
                              launched_wall=time.time(), launched_at=now, state="stopped")
-            facts.results.update({"gpus": 4, "ttft_mean_ms": ttft[name][trial],
-                                  "itl_mean_ms": tpot[name][trial], "output_tok_s": 200.0})
+            facts.results = RunFigures.from_json({"gpus": 4, "ttft_mean_ms": ttft[name][trial],
+                                                  "itl_mean_ms": tpot[name][trial],
+                                                  "output_tok_s": 200.0})
             store.set_run(facts)
     imported = RunResult(
         scenario="bench_serving", placement=None, source="bench_serving:x.jsonl", trial=0,
@@ -218,7 +174,7 @@ async def test_compare_screen_treats_repeated_runs_as_trials_with_intervals() ->
     app = EngramTopApp(StaticSession(store), compare_with=[imported], price_per_gpu_hour=2.0)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("c")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
         text = screen_text(app)
         assert "n=3" in text and "bench_serving" in text
         # TTFT: mean 404.0 vs 350.0 = +15.4%, paired interval tight around it.

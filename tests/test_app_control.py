@@ -5,16 +5,13 @@ Pilot; every test ends with q and checks that no process of any run is left."""
 
 from __future__ import annotations
 
-import asyncio
-import html
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
-from textual.pilot import Pilot
+from helpers import DEMO, GIB, alive, quit_app, screen_text, until
 from textual.widgets import DataTable, RichLog
 
 from engram_top import facts
@@ -22,8 +19,6 @@ from engram_top.app.main import ConfirmScreen, EngramTopApp
 from engram_top.session import LoadSpec, Session, SessionOptions
 from scenarios.supervisor import port_in_use
 
-DEMO = Path(__file__).resolve().parent.parent / "scenarios" / "demo.toml"
-GIB = 1024**3
 SIZE = (150, 45)
 
 
@@ -32,32 +27,6 @@ def make_session(tmp_path: Path, *, start: str | None = "device",
     return Session(SessionOptions(scenario_file=DEMO, start=start, state_dir=tmp_path / "state",
                                   free_ports=True, time_scale=0.02, poll_interval=0.5,
                                   load=load))
-
-
-async def wait_for(pilot: Pilot, predicate: Callable[[], bool], timeout: float,
-                   what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    app = pilot.app
-    session = app.session
-    detail = "\n".join([*events(session)[-8:], *notifications(app)])
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last events:\n"
-                         f"{detail}")
-
-
-def screen_text(app: EngramTopApp) -> str:
-    """What the terminal shows, as text (the SVG screenshot, unescaped)."""
-    return html.unescape(app.export_screenshot()).replace("\xa0", " ")
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def process_tree(pid: int) -> list[int]:
@@ -130,7 +99,7 @@ def serving(session: Session) -> Callable[[], bool]:
     """The last /metrics reading shows requests running or queued."""
     def check() -> bool:
         kv = facts.kv_facts(session.store)
-        return kv is not None and (kv["running"] or 0) + (kv["queued"] or 0) > 0
+        return kv is not None and (kv.running or 0) + (kv.queued or 0) > 0
     return check
 
 
@@ -138,13 +107,19 @@ def idle(session: Session) -> Callable[[], bool]:
     """The last /metrics reading shows nothing in flight (the warm-up request is done)."""
     def check() -> bool:
         kv = facts.kv_facts(session.store)
-        return kv is not None and (kv["running"] or 0) + (kv["queued"] or 0) == 0
+        return kv is not None and (kv.running or 0) + (kv.queued or 0) == 0
     return check
 
 
-async def quit_app(app: EngramTopApp, pilot: Pilot) -> None:
-    await pilot.press("q")
-    await wait_for(pilot, lambda: not app.is_running, 20, "the app to quit")
+def control_done(app: EngramTopApp) -> bool:
+    """The start, switch or stop a key asked for has ended (succeeded or refused)."""
+    return not [w for w in app.workers if w.group == "control" and not w.is_finished]
+
+
+def load_goes_on(session: Session) -> Callable[[], bool]:
+    """More requests sent from now on: time passes with the server serving."""
+    sent = session.store.load.get("sent", 0)
+    return lambda: session.store.load.get("sent", 0) > sent
 
 
 # --------------------------------------------------------------------------- switch and stop
@@ -156,10 +131,10 @@ async def test_enter_switches_and_x_stops(tmp_path: Path) -> None:
     app = EngramTopApp(session)
     tracker = Tracker(session)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: len(app._rows) == 3, 10, "the scenario table")
+        await until(pilot, lambda: len(app._rows) == 3, 10, "the scenario table")
         assert [r[0].strip(" ▶") for r in app._rows] == ["device", "host", "host-prefetch"]
-        await wait_for(pilot, ready(session, "device"), 30, "device to be ready")
-        await wait_for(pilot, lambda: state_of(app, "device") == "ready", 2, "the device row")
+        await until(pilot, ready(session, "device"), 30, "device to be ready")
+        await until(pilot, lambda: state_of(app, "device") == "ready", 2, "the device row")
         assert row(app, "device")[0] == "▶ device"
         assert state_of(app, "host") == "–"
         device = session.store.run
@@ -170,10 +145,10 @@ async def test_enter_switches_and_x_stops(tmp_path: Path) -> None:
         assert len(gpus) == 4 and all(d.used_bytes > 100 * GIB for d in gpus)  # held by device
 
         # The log pane: SGLang's start-up lines, not our own /health and /metrics polls.
-        await wait_for(pilot, lambda: "The server is fired up and ready to roll!"
-                       in log_pane(app), 5, "the ready line in the log pane")
-        await wait_for(pilot, lambda: '"GET /metrics HTTP' in Path(device.log_path).read_text(),
-                       5, "a /metrics poll in the server's log file")
+        await until(pilot, lambda: "The server is fired up and ready to roll!"
+                    in log_pane(app), 5, "the ready line in the log pane")
+        await until(pilot, lambda: '"GET /metrics HTTP' in Path(device.log_path).read_text(),
+                    5, "a /metrics poll in the server's log file")
         pane = log_pane(app)
         assert "Load weight end" in pane
         assert "KV Cache is allocated" in pane
@@ -183,13 +158,15 @@ async def test_enter_switches_and_x_stops(tmp_path: Path) -> None:
         assert "GET /health" not in pane
         assert "GET /metrics" not in pane
 
-        await wait_for(pilot, idle(session), 5, "no requests in flight")
+        await until(pilot, idle(session), 5, "no requests in flight")
         await pilot.press("down", "down")
         assert app._selected() == "host-prefetch"
         await pilot.press("enter")  # nothing in flight (no load): no confirm screen
-        await pilot.pause(0.1)
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) or any(
+            "switching to host-prefetch" in n for n in notifications(app)), 5,
+            "the switch to begin, or a question")
         assert not isinstance(app.screen, ConfirmScreen)
-        await wait_for(pilot, ready(session, "host-prefetch"), 40, "host-prefetch to be ready")
+        await until(pilot, ready(session, "host-prefetch"), 40, "host-prefetch to be ready")
         new = session.store.run
         assert new is not device
         assert [p for p in device_tree if alive(p)] == []
@@ -200,32 +177,32 @@ async def test_enter_switches_and_x_stops(tmp_path: Path) -> None:
             new.baseline_gpu_used
         assert device.ended_at is not None and device.ended_at <= new.launched_at
         tracker.record()
-        await wait_for(pilot, lambda: "42.70M tokens" in screen_text(app), 5, "the new KV pool")
+        await until(pilot, lambda: "42.70M tokens" in screen_text(app), 5, "the new KV pool")
         assert "11.84M tokens" not in screen_text(app)  # device's pool left with its server
-        await wait_for(pilot, lambda: state_of(app, "device") == "stopped"
-                       and state_of(app, "host-prefetch") == "ready", 2, "the table rows")
+        await until(pilot, lambda: state_of(app, "device") == "stopped"
+                    and state_of(app, "host-prefetch") == "ready", 2, "the table rows")
         assert row(app, "host-prefetch")[0] == "▶ host-prefetch"
         assert f"── host-prefetch: {new.log_path}" in log_pane(app)
         assert f"── device: {device.log_path}" not in log_pane(app)
 
         # x: no requests in flight, so it stops at once.
         run = session.supervisor.current
-        await wait_for(pilot, idle(session), 5, "no requests in flight")
+        await until(pilot, idle(session), 5, "no requests in flight")
         sc = session.scenario("host-prefetch")
         await pilot.press("x")
-        await wait_for(pilot, lambda: new.state == "stopped", 15, "the stop")
+        await until(pilot, lambda: new.state == "stopped", 15, "the stop")
         assert not isinstance(app.screen, ConfirmScreen)
         assert not run.alive
         assert tracker.left() == []
         assert not port_in_use(sc.host, sc.port)
-        await wait_for(pilot, lambda: state_of(app, "host-prefetch") == "stopped", 2,
-                       "the stopped row")
+        await until(pilot, lambda: state_of(app, "host-prefetch") == "stopped", 2,
+                    "the stopped row")
         assert "info: stopped host-prefetch" in events(session)
         assert app.is_running
         await quit_app(app, pilot)
-    await asyncio.sleep(0.1)
-    assert tracker.left() == []
-    assert strays(tmp_path) == []
+    # The quit stopped them; a loaded machine may take a moment to show them gone.
+    await until(None, lambda: not tracker.left() and not strays(tmp_path), 1,
+                lambda: f"the runs' processes to go: {tracker.left()} {strays(tmp_path)}")
 
 
 # --------------------------------------------------------------------------- confirm screen
@@ -237,57 +214,56 @@ async def test_x_asks_before_stopping_a_server_with_requests_in_flight(tmp_path:
     app = EngramTopApp(session)
     tracker = Tracker(session)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, ready(session, "device"), 30, "device to be ready")
+        await until(pilot, ready(session, "device"), 30, "device to be ready")
         run = session.supervisor.current
         facts_ = session.store.run
         tracker.record()
-        await wait_for(pilot, serving(session), 15, "requests in flight")
+        await until(pilot, serving(session), 15, "requests in flight")
 
         await pilot.press("x")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 2,
-                       "the confirm screen")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 2,
+                    "the confirm screen")
         question = app.screen.question
         assert question.startswith("Stop device? ")
         assert "requests are running or queued" in question
         await pilot.press("n")
-        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen), 2,
-                       "the confirm screen to close")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), 2,
+                    "the confirm screen to close")
+        await until(pilot, load_goes_on(session), 10, "the load to go on")
+        assert control_done(app)
         assert run.state == "ready" and run.alive
         assert session.store.run is facts_ and facts_.state == "ready"
         assert "info: stopped device" not in events(session)
-        sent = session.store.load.get("sent", 0)
-        await wait_for(pilot, lambda: session.store.load.get("sent", 0) > sent, 10,
-                       "the load to go on")
 
         # Enter on another scenario asks too (a switch stops this server), and n keeps it.
-        await wait_for(pilot, serving(session), 10, "requests in flight")
+        await until(pilot, serving(session), 10, "requests in flight")
         await pilot.press("down", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 2,
-                       "the confirm screen")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 2,
+                    "the confirm screen")
         assert app.screen.question.startswith("Stop device (")
         assert app.screen.question.endswith("requests are running or queued) and start host?")
         await pilot.press("escape")
-        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen), 2,
-                       "the confirm screen to close")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), 2,
+                    "the confirm screen to close")
+        await until(pilot, load_goes_on(session), 10, "the load to go on")
+        assert control_done(app)
         assert run.state == "ready" and run.alive
         assert session.supervisor.current is run and "host" not in session.store.history
 
-        await wait_for(pilot, serving(session), 10, "requests in flight")
+        await until(pilot, serving(session), 10, "requests in flight")
         await pilot.press("x")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 2,
-                       "the confirm screen")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 2,
+                    "the confirm screen")
         await pilot.press("y")
-        await wait_for(pilot, lambda: run.state == "stopped", 15, "the stop")
+        await until(pilot, lambda: run.state == "stopped", 15, "the stop")
         assert not isinstance(app.screen, ConfirmScreen)
         assert tracker.left() == []
         assert session.load is None
-        await wait_for(pilot, lambda: state_of(app, "device") == "stopped", 2, "the row")
+        await until(pilot, lambda: state_of(app, "device") == "stopped", 2, "the row")
         await quit_app(app, pilot)
-    await asyncio.sleep(0.1)
-    assert tracker.left() == []
-    assert strays(tmp_path) == []
+    # The quit stopped them; a loaded machine may take a moment to show them gone.
+    await until(None, lambda: not tracker.left() and not strays(tmp_path), 1,
+                lambda: f"the runs' processes to go: {tracker.left()} {strays(tmp_path)}")
 
 
 # --------------------------------------------------------------------------- refused starts
@@ -310,19 +286,19 @@ async def test_a_refused_start_says_why_and_launches_nothing(tmp_path: Path) -> 
     blocker = occupy(session, "host")
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: len(app._rows) == 3 and hasattr(session, "supervisor"),
-                           10, "the session")
+            await until(pilot, lambda: len(app._rows) == 3 and hasattr(session, "supervisor"),
+                        10, "the session")
             await pilot.press("down")
             assert app._selected() == "host"
             await pilot.press("enter")
-            await wait_for(pilot, lambda: any("start failed" in n for n in notifications(app)),
-                           5, "the error notification")
+            await until(pilot, lambda: any("start failed" in n for n in notifications(app)),
+                        5, "the error notification")
             note = next(n for n in notifications(app) if "start failed" in n)
             assert f"port {port} is in use by pid " in note
             assert "give scenario 'host' another port" in note
             assert any(e.startswith(f"error: start failed: port {port} is in use")
                        for e in events(session))
-            await pilot.pause(0.3)
+            await until(pilot, lambda: control_done(app), 5, "the refused start to end")
             assert app.is_running
             assert session.store.run is None and session.supervisor.current is None
             assert list((tmp_path / "state" / "logs").iterdir()) == []
@@ -342,21 +318,21 @@ async def test_a_refused_switch_leaves_the_running_server_alone(tmp_path: Path) 
     blocker = occupy(session, "host")
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, ready(session, "device"), 30, "device to be ready")
+            await until(pilot, ready(session, "device"), 30, "device to be ready")
             run = session.supervisor.current
             device_tree = tracker.record()
-            await wait_for(pilot, idle(session), 5, "no requests in flight")
+            await until(pilot, idle(session), 5, "no requests in flight")
             await pilot.press("down", "enter")
-            await wait_for(pilot, lambda: any("switch failed" in n
+            await until(pilot, lambda: any("switch failed" in n
                                               for n in notifications(app)),
-                           15, "the error notification")
+                        15, "the error notification")
             note = next(n for n in notifications(app) if "switch failed" in n)
             assert f"port {port} is in use by pid " in note
             assert "give scenario 'host' another port" in note
             assert any(e.startswith(f"error: switch failed: port {port} is in use")
                        for e in events(session))
             assert "info: stopped device" not in events(session)
-            await pilot.pause(0.3)
+            await until(pilot, lambda: control_done(app), 5, "the refused switch to end")
             assert app.is_running
             # Nothing was launched for host, and device was not stopped for nothing.
             assert session.supervisor.current is run
@@ -364,11 +340,11 @@ async def test_a_refused_switch_leaves_the_running_server_alone(tmp_path: Path) 
             assert [p for p in device_tree if alive(p)] == device_tree
             assert run.state == "ready"
             assert len(list((tmp_path / "state" / "logs").iterdir())) == 1
-            await wait_for(pilot, lambda: state_of(app, "device") == "ready"
-                           and state_of(app, "host") == "–", 2, "the table rows")
+            await until(pilot, lambda: state_of(app, "device") == "ready"
+                        and state_of(app, "host") == "–", 2, "the table rows")
             await quit_app(app, pilot)
     finally:
         blocker.close()
-    await asyncio.sleep(0.1)
-    assert tracker.left() == []
-    assert strays(tmp_path) == []
+    # The quit stopped them; a loaded machine may take a moment to show them gone.
+    await until(None, lambda: not tracker.left() and not strays(tmp_path), 1,
+                lambda: f"the runs' processes to go: {tracker.left()} {strays(tmp_path)}")

@@ -9,8 +9,10 @@ import html
 from pathlib import Path
 
 import pytest
-from scene import GIB, NOW, WALL, frozen_time_zone, scene_store
-from test_app import screen_text, wait_for
+from helpers import GIB, StaticSession, screen_text, until
+from scene import NOW, WALL, frozen_time_zone, scene_store
+from textual.command import CommandList, CommandPalette
+from textual.widgets import RichLog
 
 from collectors.readings import GpuData, Reading, Status
 from engram_top.app.compare_screen import CompareScreen
@@ -18,18 +20,12 @@ from engram_top.app.main import EngramTopApp, HelpScreen
 from engram_top.config import UserConfig, parse_config_text
 
 
-class RecordingSession:
+class RecordingSession(StaticSession):
     """Takes the app's start/switch/stop calls and records them."""
 
     def __init__(self) -> None:
-        self.store = scene_store()
+        super().__init__(scene_store())
         self.calls: list[tuple[str, str | None]] = []
-
-    async def start(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
 
     async def start_scenario(self, name: str) -> None:
         self.calls.append(("start", name))
@@ -41,6 +37,21 @@ class RecordingSession:
         self.calls.append(("stop", None))
 
 
+def config_events(session: RecordingSession) -> list[str]:
+    return [e.text for e in session.store.events if e.text.startswith("config: ")]
+
+
+def highlighted_command(app: EngramTopApp) -> str:
+    """The palette's highlighted command, title and help ("" before there is one)."""
+    results = app.screen.query_one(CommandList)
+    at = results.highlighted
+    return "" if at is None else str(results.get_option_at_index(at).prompt)
+
+
+def log_lines(app: EngramTopApp) -> list[str]:
+    return [strip.text for strip in app.query_one("#log", RichLog).lines]
+
+
 async def test_keys_and_theme_come_from_the_config_file(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     config = parse_config_text('theme = "nord"\n[keys]\ncompare = "k"\nhelp = "f1"\n', path)
@@ -48,15 +59,13 @@ async def test_keys_and_theme_come_from_the_config_file(tmp_path: Path) -> None:
     async with app.run_test(size=(120, 36)) as pilot:
         assert app.theme == "nord"
         await pilot.press("c")  # remapped away: nothing opens
-        await pilot.pause(0.2)
+        await pilot.pause()  # the key handled: a screen it opened would be there now
         assert not isinstance(app.screen, CompareScreen)
         await pilot.press("k")
-        await pilot.pause(0.2)
-        assert isinstance(app.screen, CompareScreen)
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
         await pilot.press("escape")
         await pilot.press("f1")
-        await pilot.pause(0.2)
-        assert isinstance(app.screen, HelpScreen)
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help screen")
         text = screen_text(app)
         assert "k  Compare" in text and "f1  Keys" in text  # the help shows the remaps
 
@@ -68,13 +77,12 @@ async def test_a_bad_config_entry_is_reported_by_name_and_the_rest_applies(tmp_p
     session = RecordingSession()
     app = EngramTopApp(session, config=config)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause(0.2)
-        events = [e.text for e in session.store.events]
+        await until(pilot, lambda: config_events(session), what="the config's problems told")
+        events = config_events(session)
         assert any(f"{path}: theme: unknown theme 'no-such-theme'" in e for e in events)
         assert any(f"{path}: keys.comapre: no such action" in e for e in events)
         await pilot.press("k")  # the good remap still applies
-        await pilot.pause(0.2)
-        assert isinstance(app.screen, CompareScreen)
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
 
 
 async def test_a_broken_config_file_leaves_the_defaults_and_says_why(tmp_path) -> None:
@@ -82,11 +90,10 @@ async def test_a_broken_config_file_leaves_the_defaults_and_says_why(tmp_path) -
     app = EngramTopApp(session, config=UserConfig(),
                        config_error=f"{tmp_path}/config.toml:3: alerts.hbm_used_pct: must be 0-100")
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause(0.2)
-        assert any("config.toml:3: alerts.hbm_used_pct" in e.text for e in session.store.events)
+        await until(pilot, lambda: config_events(session), what="the config's problem told")
+        assert any("config.toml:3: alerts.hbm_used_pct" in e for e in config_events(session))
         await pilot.press("c")  # default keys work
-        await pilot.pause(0.2)
-        assert isinstance(app.screen, CompareScreen)
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
 
 
 async def test_a_refresh_during_teardown_is_quiet_and_a_missing_widget_is_not() -> None:
@@ -96,7 +103,7 @@ async def test_a_refresh_during_teardown_is_quiet_and_a_missing_widget_is_not() 
     from textual.css.query import NoMatches
     app = EngramTopApp(RecordingSession())
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause(0.2)
+        await until(pilot, lambda: app.query("#header"), what="the dashboard")
 
         def broken() -> None:
             raise NoMatches("No nodes match '#events'")
@@ -119,11 +126,12 @@ async def test_every_action_is_in_the_palette() -> None:
                       "Start or switch to device", "Theme"):
             assert any(t.startswith(title) for t in titles), (title, titles)
         await pilot.press("ctrl+p")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
         await pilot.press(*"switch to device")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: highlighted_command(app).startswith(
+            "Start or switch to device"), what="the command highlighted")
         await pilot.press("enter")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: session.calls, what="the command to run")
     assert session.calls == [("start", "device")]
 
 
@@ -138,10 +146,10 @@ async def test_an_alert_is_toasted_and_listed_with_its_time() -> None:
     store.add("gpu", Reading("nvml", Status.OK, data, at=NOW, wall=WALL))
     app = EngramTopApp(session, clock=lambda: NOW)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause(0.6)
-        assert "hbm:gpu2" in store.alerts
-        text = screen_text(app)
-        assert "⚠ GPU 2 HBM 96.1% used (> 95%)" in text
+        # Raised by the session; the app toasts it and lists it in the events pane.
+        await until(pilot, lambda: "hbm:gpu2" in store.alerts, what="the HBM alert")
+        await until(pilot, lambda: "⚠ GPU 2 HBM 96.1% used (> 95%)" in screen_text(app),
+                    what="the alert in the events pane")
         toasts = [n.message for n in app._notifications]
         assert any("GPU 2 HBM 96.1%" in m for m in toasts)
 
@@ -153,10 +161,11 @@ async def test_clicking_the_highlighted_scenario_starts_it() -> None:
     async with app.run_test(size=(120, 36)) as pilot:
         table = app.query_one("#scenarios")
         await pilot.click(table, offset=(4, 3))  # the second data row: "host"
-        await pilot.pause(0.2)
+        await until(pilot, lambda: app._selected() == "host", what="the row highlighted")
+        await pilot.pause()  # a start it asked for would be under way now
         assert session.calls == []  # the first click only highlights
         await pilot.click(table, offset=(4, 3))
-        await pilot.pause(0.3)
+        await until(pilot, lambda: session.calls, what="the start")
     assert session.calls == [("start", "host")]
 
 
@@ -168,12 +177,12 @@ async def test_s_writes_a_snapshot_folder_and_a_bad_folder_is_reported(tmp_path)
         return [e.text for e in session.store.events if e.level == level and text in e.text]
 
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause(0.3)
+        await until(pilot, lambda: "42.70M" in screen_text(app), what="the KV panel drawn")
         # Twice at once: two folders (the files are written on a thread while the dashboard
         # goes on).
         await pilot.press("s", "s")
-        await wait_for(pilot, lambda: len(said("info", "snapshot written")) == 2, 20,
-                       "two snapshots written")
+        await until(pilot, lambda: len(said("info", "snapshot written")) == 2, 20,
+                    "two snapshots written")
         folders = sorted((tmp_path / "snaps").iterdir())
         assert len(folders) == 2
         for folder in folders:
@@ -190,7 +199,7 @@ async def test_s_writes_a_snapshot_folder_and_a_bad_folder_is_reported(tmp_path)
         blocked.write_text("not a folder")
         app.snapshot_dir = blocked
         await pilot.press("s")
-        await wait_for(pilot, lambda: said("error", "snapshot"), 20, "the refusal")
+        await until(pilot, lambda: said("error", "snapshot"), 20, "the refusal")
         assert said("error", "snapshot") == [
             f"snapshot: cannot write into {blocked}: not a folder"]
         assert blocked.read_text() == "not a folder"
@@ -213,8 +222,8 @@ async def test_the_log_pane_shortens_sglang_prefixes_and_keeps_the_rest() -> Non
     ], maxlen=400)
     app = EngramTopApp(session)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause(0.6)
-        pane = [strip.text for strip in app.query_one("#log").lines]
+        await until(pilot, lambda: len(log_lines(app)) >= 6, what="the log pane's 5 lines")
+        pane = log_lines(app)
     assert pane[1:] == ["11:03:58 TP0 Load weight begin. avail mem=178.50 GB",
                         "11:03:59 DP1 TP3 KV Cache is allocated. #tokens: 42700288",
                         "11:04:07 The server is fired up and ready to roll!",
@@ -234,10 +243,10 @@ async def test_the_log_pane_shows_every_line_however_far_the_counters_lag() -> N
         run.log_lines.append((float(i), f"line {i}"))
     app = EngramTopApp(session)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause(0.6)
+        await until(pilot, lambda: len(log_lines(app)) >= 11, what="the first 10 lines")
         run.lines_seen = 3  # lagging behind the deque
         for i in range(10, 15):
             run.log_lines.append((float(i), f"line {i}"))
-        await pilot.pause(0.6)
-        pane = [strip.text for strip in app.query_one("#log").lines]
+        await until(pilot, lambda: len(log_lines(app)) >= 16, what="the 5 lines added")
+        pane = log_lines(app)
     assert pane[1:] == [f"line {i}" for i in range(15)]

@@ -9,20 +9,16 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from helpers import ENGRAM_TOP
 
 if TYPE_CHECKING:
-    from conftest import Fleet, SimServer
-
-# The venv's console script, as a user runs it; the module if this interpreter has none.
-_SCRIPT = Path(sys.executable).with_name("engram-top")
-ENGRAM_TOP = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "engram_top"]
+    from helpers import Fleet, SimServer
 
 
 def engram_top(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
@@ -75,18 +71,24 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory,
         "unwritable": (blocker / "sub", ["--placement", "device", "--after", "0",
                                          "--time-scale", "0.02"]),
     }
-    started = {
-        name: SnapshotRun(out, subprocess.Popen(
-            [*ENGRAM_TOP, *common, *args, "--out", str(out)], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, cwd=base))
-        for name, (out, args) in runs.items()}
+    started: dict[str, SnapshotRun] = {}
     try:
+        for name, (out, args) in runs.items():
+            started[name] = SnapshotRun(out, subprocess.Popen(
+                [*ENGRAM_TOP, *common, *args, "--out", str(out)], stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, cwd=base))
         yield started
     finally:
+        # SIGTERM first: the command then stops the server it started (SIGKILL would
+        # orphan it); SIGKILL only for a command that does not end in time.
         for run in started.values():
-            if run.proc.poll() is None:
+            run.proc.terminate()
+        for run in started.values():
+            try:
+                run.wait(30)
+            except subprocess.TimeoutExpired:
                 run.proc.kill()
-            run.wait()
+                run.wait()
 
 
 def test_snapshot_device(snapshots: dict[str, SnapshotRun]) -> None:

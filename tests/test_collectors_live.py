@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -18,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
 import pytest
+from helpers import GIB, free_port, running
 
 from collectors.host import HostCollector, ProcBackend
 from collectors.readings import Status
@@ -28,16 +27,9 @@ from engram_top.simnode.backends import SimHostBackend
 from scenarios.workload import ClosedLoopLoad
 
 if TYPE_CHECKING:
-    from conftest import Fleet, SimServer
+    from helpers import Fleet, SimServer
 
-GIB = 1024**3
 REF = reference.default()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- SGLang, live
@@ -287,13 +279,9 @@ async def test_health_500_is_an_error(fake: FakeSglang) -> None:
 
 
 async def test_host_collector_on_this_machine_sees_a_child() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
+    with running([sys.executable, "-c", "import time; time.sleep(30)"]) as child:
         collector = HostCollector(ProcBackend(), root_pid=os.getpid())
         reading = await collector.poll()
-    finally:
-        child.kill()
-        child.wait()
     assert reading.status is Status.OK, reading.message
     h = reading.data
     assert h is not None and h.backend == "proc"
@@ -311,8 +299,8 @@ async def test_host_collector_on_this_machine_sees_a_child() -> None:
 
 
 async def test_host_collector_gone_root_gives_no_tree() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
+    with running([sys.executable, "-c", "pass"]) as child:
+        child.wait(30)
     reading = await HostCollector(ProcBackend(), root_pid=child.pid).poll()
     assert reading.ok and reading.data is not None and reading.data.server_tree is None
 

@@ -4,11 +4,11 @@ terminal (100x30) and a large one (200x60)."""
 
 from __future__ import annotations
 
-import html
 import re
 from pathlib import Path
 
 import pytest
+from helpers import screen_text, until
 from textual.app import App
 from textual.widgets import DataTable, Static
 
@@ -249,20 +249,6 @@ class Host(App[None]):
         self.push_screen(HistoryScreen(self.store, lambda: NOW))
 
 
-def screen_text(app: App[None]) -> str:
-    svg = re.sub(r"<[^>]+>", "", app.export_screenshot())
-    return html.unescape(svg).replace("\xa0", " ")
-
-
-async def until(pilot, predicate, what: str, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    """Let the app run until predicate() holds (a loaded machine may take a while)."""
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def table_cells(app: App[None]) -> list[list[str]]:
     table = app.screen.query_one("#procs-table", DataTable)
     return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
@@ -281,7 +267,7 @@ async def test_history_screen_shows_charts_and_the_process_table(
         size: tuple[int, int], columns: int, scheduler: str) -> None:
     app = Host(filled_store())
     async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: len(table_cells(app)) == 4, "the process table")
+        await until(pilot, lambda: len(table_cells(app)) == 4, what="the process table")
         screen = app.screen
         assert isinstance(screen, HistoryScreen)
         text = screen_text(app)
@@ -311,7 +297,7 @@ async def test_history_screen_shows_charts_and_the_process_table(
 async def test_fixed_axes_on_screen_and_the_server_gap() -> None:
     app = Host(filled_store())
     async with app.run_test(size=(200, 60)) as pilot:
-        await until(pilot, lambda: len(table_cells(app)) == 4, "the process table")
+        await until(pilot, lambda: len(table_cells(app)) == 4, what="the process table")
         screen = app.screen
 
         def plot(key: str) -> list[str]:
@@ -336,35 +322,35 @@ async def test_fixed_axes_on_screen_and_the_server_gap() -> None:
 async def test_window_keys_resize_and_close() -> None:
     app = Host(filled_store())
     async with app.run_test(size=(200, 60)) as pilot:
-        await until(pilot, lambda: len(table_cells(app)) == 4, "the process table")
+        await until(pilot, lambda: len(table_cells(app)) == 4, what="the process table")
         screen = app.screen
         grid = screen.query_one("#history-grid")
         assert (grid.styles.grid_size_columns, grid.styles.grid_size_rows) == (3, 3)
         assert table_cells(app)[1][2] == "sglang::scheduler"
         await pilot.press("right_square_bracket")
-        await until(pilot, lambda: "last 10 min" in screen_text(app), "a longer window")
+        await until(pilot, lambda: "last 10 min" in screen_text(app), what="a longer window")
         assert "-10m" in screen_text(app) and "-5m" in screen_text(app)
         await pilot.press("minus", "left_square_bracket")
-        await until(pilot, lambda: "last 2 min" in screen_text(app), "a shorter window")
+        await until(pilot, lambda: "last 2 min" in screen_text(app), what="a shorter window")
         assert "-120s" in screen_text(app)
         wide = screen.query_one("#chart-hbm", ChartView).content_size.width
         await pilot.resize_terminal(100, 30)
         # The grid drops to two columns and the process names are cut to the new cell.
-        await until(pilot, lambda: table_cells(app)[1][2] == "sglang::s…", "names re-cut")
+        await until(pilot, lambda: table_cells(app)[1][2] == "sglang::s…", what="names re-cut")
         assert (grid.styles.grid_size_columns, grid.styles.grid_size_rows) == (2, 4)
         narrow = screen.query_one("#chart-hbm", ChartView).content_size.width
         assert 40 <= narrow < wide
         await pilot.press("plus")
-        await until(pilot, lambda: "last 5 min" in screen_text(app), "the window back")
+        await until(pilot, lambda: "last 5 min" in screen_text(app), what="the window back")
         await pilot.press("escape")
-        await until(pilot, lambda: not isinstance(app.screen, HistoryScreen), "the close")
+        await until(pilot, lambda: not isinstance(app.screen, HistoryScreen), what="the close")
 
 
 async def test_a_failing_gpu_source_and_no_data_are_said() -> None:
     store = RunStore()
     app = Host(store)
     async with app.run_test(size=(100, 30)) as pilot:
-        await until(pilot, lambda: "no GPU reading yet" in screen_text(app), "the title")
+        await until(pilot, lambda: "no GPU reading yet" in screen_text(app), what="the title")
         text = screen_text(app)
         assert "GPU memory by process · no GPU reading yet" in text
         assert "no data in this window" in text
@@ -372,7 +358,7 @@ async def test_a_failing_gpu_source_and_no_data_are_said() -> None:
         store.add("gpu", Reading("nvml", Status.ERROR, message="NVML: GPU is lost",
                                  at=NOW - 1, failing_since=NOW - 15))
         # The last good reading's processes are listed, its failure beside the title.
-        await until(pilot, lambda: len(table_cells(app)) == 4, "the next redraw")
+        await until(pilot, lambda: len(table_cells(app)) == 4, what="the next redraw")
         title = app.screen.query_one("#procs-title", Static).content
         assert str(title) == "GPU memory by process · NVML: GPU is lost (as of 20 s ago)"
         assert "GPU is lost" in screen_text(app)

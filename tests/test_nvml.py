@@ -20,6 +20,7 @@ from typing import Any
 
 import pynvml
 import pytest
+from helpers import free_port
 
 from collectors.base import SourceUnavailable
 from collectors.nvml import GpuCollector, NvmlBackend, NvmlBusy
@@ -442,9 +443,9 @@ stop_grace_s = 2
 hbm_release_timeout_s = 5
 env = {{ PYTHONPATH = "{ROOT / 'tests' / 'data' / 'fake_sglang'}" }}
 [scenarios.a]
-port = {_free_port()}
+port = {free_port()}
 [scenarios.b]
-port = {_free_port()}
+port = {free_port()}
 """)
     env = {k: v for k, v in os.environ.items()
            if k != "LD_LIBRARY_PATH" and not k.startswith("FAKE_NVML_")}
@@ -459,10 +460,3 @@ port = {_free_port()}
     assert out["baselines"] == [list(range(8))] * 4
     assert out["notes"] == [None] * 4
     assert not [e for e in out["events"] if "HBM baseline" in e or "cannot read" in e]
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

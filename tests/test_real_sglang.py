@@ -7,14 +7,13 @@ it). Outside CI a missing environment skips these tests, saying why; in CI it fa
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
+from helpers import until
 
 from engram_top.session import LoadSpec, Session, SessionOptions
 from scenarios.supervisor import port_in_use
@@ -25,15 +24,6 @@ READY = (VENV / "bin" / "python").exists() and (VENV / "tiny-llama" / "config.js
 if not READY and not os.environ.get("CI"):
     pytest.skip("no SGLang CPU environment: run scripts/setup-sglang-cpu.sh",
                 allow_module_level=True)
-
-
-async def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def tree(pid: int) -> list[int]:
@@ -74,14 +64,11 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
         scenario_file=keyed_copy(tmp_path), start="tiny-8k",
         state_dir=tmp_path / "state", free_ports=True, poll_interval=0.5,
         load=LoadSpec(concurrency=2, input_len=24, output_len=16)))
-    await session.start()
     try:
+        await session.start()
         run = session.run
         assert run is not None
-        phases: set[str] = set()
-        while run.state == "starting":
-            phases.add(run.phase)
-            await asyncio.sleep(0.05)
+        await until(None, lambda: run.state != "starting", 300, "the server's start-up")
         assert run.state == "ready", f"{run.failure}\n" + "\n".join(line for _, line in run.lines)
         # Through its phases, from the real log: weights and the KV pool before ready.
         facts = run.parser.facts()
@@ -94,12 +81,12 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
         assert 0 < run.ready_s < 300
         # Measured through the collectors: KV capacity, and a real load served.
         store = session.store
-        await wait_until(lambda: store.data("server") is not None
-                         and store.data("server").healthy
-                         and store.data("server").max_total_num_tokens == 8192, 30,
-                         "the server's KV capacity in a healthy reading")
-        await wait_until(lambda: store.load.get("completed", 0) >= 4, 60,
-                         "requests served by the real server")
+        await until(None, lambda: store.data("server") is not None
+                    and store.data("server").healthy
+                    and store.data("server").max_total_num_tokens == 8192, 30,
+                    "the server's KV capacity in a healthy reading")
+        await until(None, lambda: store.load.get("completed", 0) >= 4, 60,
+                    "requests served by the real server")
         server = store.data("server")
         assert server.healthy and server.ranks[0]["max_total_num_tokens"] == 8192
         host = store.data("host")
@@ -115,10 +102,10 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
         # The session's wait, not the supervisor's: it copies the run's state into the store's
         # facts, which the assertions below read (the watch loop would, 50 ms later).
         assert await session.wait_ready(300), new.failure
-        await wait_until(lambda: store.data("server") is not None
-                         and store.data("server").healthy
-                         and store.data("server").max_total_num_tokens == 16384, 30,
-                         "the new KV capacity in a healthy reading")
+        await until(None, lambda: store.data("server") is not None
+                    and store.data("server").healthy
+                    and store.data("server").max_total_num_tokens == 16384, 30,
+                    "the new KV capacity in a healthy reading")
         assert store.history["tiny-8k"].state == "stopped"
         assert store.history["tiny-16k"].state == "ready"
         assert new.parser.facts().ranks[0].kv_tokens == 16384

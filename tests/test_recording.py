@@ -16,12 +16,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from helpers import alive, running, screen_text, until
 from textual.widgets import DataTable
 
 from collectors.readings import (
@@ -29,6 +29,7 @@ from collectors.readings import (
     GpuDevice,
     GpuProcess,
     HostData,
+    OtherData,
     ProcessTreeMemory,
     Quantiles,
     Reading,
@@ -38,6 +39,7 @@ from collectors.readings import (
 from engram_top import cli, facts, reference
 from engram_top.app import panels
 from engram_top.app.main import ConfirmScreen, EngramTopApp
+from engram_top.figures import RunFigures
 from engram_top.recording import Recorder, read_recording, runs_from_recording
 from engram_top.recording_format import (
     RecordingError,
@@ -49,6 +51,7 @@ from engram_top.recording_format import (
 from engram_top.replay import ReplaySession
 from engram_top.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
 from engram_top.store import RunFacts, RunStore
+from scenarios import engines
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_FILE = ROOT / "scenarios" / "demo.toml"
@@ -63,7 +66,7 @@ class Demo:
     path: Path
     captures: list[tuple[float, dict[str, Any]]]  # (recording time, what facts showed then)
     pids: set[int]  # every process of both servers
-    history: dict[str, tuple[str, dict[str, Any]]]  # scenario -> (state, results) at the end
+    history: dict[str, tuple[str, RunFigures]]  # scenario -> (state, results) at the end
     events: list[tuple[float, str, str]]
     log_lines: dict[str, list[str]]  # scenario -> its log pane's lines at the end
     node: str
@@ -74,14 +77,6 @@ def shown(store: RunStore) -> dict[str, Any]:
     return {"gpu": facts.gpu_facts(store), "kv": facts.kv_facts(store),
             "host": facts.host_facts(store), "latency": facts.latency_facts(store),
             "run": facts.run_facts(store)}
-
-
-async def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def tree(pid: int) -> set[int]:
@@ -103,23 +98,23 @@ async def record_demo(base: Path) -> Demo:
 
     session.store.listeners.append(capture)
     pids: set[int] = set()
-    with_figures = lambda: "ttft_mean_ms" in session.store.run.results  # noqa: E731
+    with_figures = lambda: session.store.run.results.ttft_mean_s is not None  # noqa: E731
     try:
         await session.start()
         assert await session.wait_ready(60), "the device server never became ready"
         pids |= tree(session.run.pid)
-        await until(with_figures, 30, "device latency figures")
+        await until(None, with_figures, 30, "device latency figures")
         await session.switch("host-prefetch")
         assert await session.wait_ready(60), "host-prefetch never became ready"
         pids |= tree(session.run.pid)
-        await until(with_figures, 30, "host-prefetch latency figures")
+        await until(None, with_figures, 30, "host-prefetch latency figures")
     finally:
         await session.close()
         recorder.close()
     store = session.store
     assert recorder.error is None
     return Demo(path, captures, pids,
-                {n: (f.state, dict(f.results)) for n, f in store.history.items()},
+                {n: (f.state, f.results) for n, f in store.history.items()},
                 [(e.wall, e.level, e.text) for e in store.events],
                 {n: [line for _, line in f.log_lines] for n, f in store.history.items()},
                 store.node)
@@ -128,13 +123,6 @@ async def record_demo(base: Path) -> Demo:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     return asyncio.run(record_demo(tmp_path_factory.mktemp("rec")))
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 class FakeClock:
@@ -182,8 +170,8 @@ async def test_replay_restores_the_demo_without_a_node(demo: Demo) -> None:
         assert [f.scenario for f in store.runs] == ["device", "host-prefetch"]
         assert store.run is store.history["host-prefetch"]
         results = demo.history
-        assert results["device"][1]["kv_tokens"] == 11_840_000
-        assert results["host-prefetch"][1]["kv_tokens"] == 42_700_288
+        assert results["device"][1].kv_tokens == 11_840_000
+        assert results["host-prefetch"][1].kv_tokens == 42_700_288
         assert [(e.wall, e.level, e.text) for e in store.events] == demo.events
         assert any("switch" in text or "stopp" in text for _, _, text in demo.events)
         for name, lines in demo.log_lines.items():
@@ -200,10 +188,10 @@ async def test_replay_restores_the_demo_without_a_node(demo: Demo) -> None:
         for t, expected in reversed(picks[::3]):
             session.seek(t)
             assert shown(store) == expected, f"back at t={t:.3f}"
-        device_moment = next(c for _, c in picks if c["run"] and c["run"]["state"] == "ready"
-                             and c["run"]["scenario"] == "device" and c["kv"])
-        assert device_moment["kv"]["capacity_tokens"] == 11_840_000
-        assert device_moment["gpu"][0]["weights_gb"] == pytest.approx(119.043, abs=5e-4)
+        device_moment = next(c for _, c in picks if c["run"] and c["run"].state == "ready"
+                             and c["run"].scenario == "device" and c["kv"])
+        assert device_moment["kv"].capacity_tokens == 11_840_000
+        assert device_moment["gpu"][0].weights_gb == pytest.approx(119.043, abs=5e-4)
     finally:
         await session.close()
 
@@ -236,7 +224,7 @@ async def test_seeking_gives_the_store_that_playing_straight_gives(demo: Demo) -
         player.play()
         assert player.playing
         clock.now += player.duration / 16 + 1
-        await until(lambda: not player.playing, 5, "the player to reach the end")
+        await until(None, lambda: not player.playing, 5, "the player to reach the end")
         jumper.seek(jumper.duration)
         assert player.position == player.duration
         assert store_state(player.store) == store_state(jumper.store)
@@ -255,13 +243,13 @@ def test_runs_from_recording_feed_the_comparison(demo: Demo, capsys) -> None:  #
         ("device", 0, "recording:demo.jsonl"), ("host-prefetch", 0, "recording:demo.jsonl")]
     for r in runs:
         expected = demo.history[r.scenario][1]
-        assert r.kv_tokens == expected["kv_tokens"]
-        assert r.weights_gb == expected["weights_gb"]
-        assert r.host_delta_gib == expected["host_delta_gib"]
+        assert r.kv_tokens == expected.kv_tokens
+        assert r.weights_gb == expected.weights_gb
+        assert r.host_delta_gib == expected.host_delta_gib
         # In node time: the simulator's modelled start-up, and what this machine added.
         planned = reference.default().placements[r.placement].ready_s
-        assert r.ready_s == pytest.approx(planned + expected["ready_s"] - planned * 0.02)
-        assert r.ttft_mean_s == pytest.approx(expected["ttft_mean_ms"] / 1000)
+        assert r.ready_s == pytest.approx(planned + expected.ready_s - planned * 0.02)
+        assert r.ttft_mean_s == pytest.approx(expected.ttft_mean_s)
     assert runs[1].kv_tokens > 3 * runs[0].kv_tokens  # host placement: a far larger KV pool
 
     assert cli.main(["compare", str(demo.path), "--baseline", "device", "--json"]) == 0
@@ -270,32 +258,28 @@ def test_runs_from_recording_feed_the_comparison(demo: Demo, capsys) -> None:  #
     assert "host-prefetch" in json.dumps(out)
 
 
-def screen_text(app: EngramTopApp) -> str:
-    svg = re.sub(r"<[^>]+>", "", app.export_screenshot())
-    return html.unescape(svg).replace("\xa0", " ")
-
-
 async def test_dashboard_shows_the_replay(demo: Demo) -> None:
     session = ReplaySession(demo.path, paused=True)
     app = EngramTopApp(session, clock=session.clock)
     # The first moment each server was ready with its figures on screen, live.
     ready_at = {name: next(t for t, c in demo.captures if c["run"] and c["kv"]
-                           and c["run"]["scenario"] == name and c["run"]["state"] == "ready"
-                           and c["gpu"] and c["gpu"][0]["weights_gb"] is not None)
+                           and c["run"].scenario == name and c["run"].state == "ready"
+                           and c["gpu"] and c["gpu"][0].weights_gb is not None)
                 for name in ("device", "host-prefetch")}
     async with app.run_test(size=(200, 70)) as pilot:
-        await pilot.pause(0.3)
-        assert "preparing the node" in screen_text(app)
+        await until(pilot, lambda: "preparing the node" in screen_text(app),
+                    what="the header before any run")
+        # Each seek changes the store; the dashboard shows it at its next refresh.
         session.seek(ready_at["device"])
-        await pilot.pause(0.7)
+        await until(pilot, lambda: "device · READY" in screen_text(app),
+                    what="the header to show device ready")
         text = screen_text(app)
-        assert "device" in text and "READY" in text
         assert "11.84M" in text  # the device placement's KV capacity
         assert "119.043" in text  # its weights per GPU
         session.seek(session.duration)
-        await pilot.pause(0.7)
+        await until(pilot, lambda: "host-prefetch · STOPPED" in screen_text(app),
+                    what="the header to show host-prefetch stopped")  # the session closed it
         text = screen_text(app)
-        assert "host-prefetch" in text and "STOPPED" in text  # the session closed it
         assert "42.70M" in text and "72.201" in text
         table = app.query_one("#scenarios", DataTable)
         rows = {str(table.get_row_at(i)[0]).strip(" ▶"): [str(c) for c in table.get_row_at(i)]
@@ -305,23 +289,26 @@ async def test_dashboard_shows_the_replay(demo: Demo) -> None:
         assert rows["device"][3:] == ["11.84M", "119.043", "+6.5 GiB"]
         log = [s.text for s in app.query_one("#log").lines]
         shown_live = [panels.log_line(line).plain for line in demo.log_lines["host-prefetch"]
-                      if not facts.is_own_poll(line)]
+                      if not facts.is_own_poll(line, engines.get("simulated").own_polls)]
         assert log[0].startswith("── host-prefetch: ")
         assert log[1:] == shown_live[-(len(log) - 1):] and len(log) > 20
         assert any("ready to roll" in line for line in log)
         session.seek(ready_at["host-prefetch"])
-        await pilot.pause(0.7)
-        text = screen_text(app)
-        assert "host-prefetch" in text and "READY" in text and "+201.6 GiB" in text
+        await until(pilot, lambda: "host-prefetch · READY" in screen_text(app),
+                    what="the header to show host-prefetch ready")
+        assert "+201.6 GiB" in screen_text(app)
         # Going back re-draws the earlier run: the panels follow the rebuilt store.
         session.seek(ready_at["device"])
-        await pilot.pause(0.7)
+        await until(pilot, lambda: "device · READY" in screen_text(app),
+                    what="the header to show device again")
         assert "11.84M" in screen_text(app)
-        await pilot.press("3")  # a replay starts and stops nothing: the keys are off
-        await pilot.pause(0.3)
+        # A replay starts and stops nothing: the keys are off. A screen either key opened
+        # would be up once the key is handled.
+        await pilot.press("3")
+        await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen), "3"
         await pilot.press("x")
-        await pilot.pause(0.3)
+        await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen), "x"
         assert "REPLAY ⏸" in screen_text(app) and "×1" in screen_text(app)
         position = session.position
@@ -333,8 +320,8 @@ async def test_dashboard_shows_the_replay(demo: Demo) -> None:
         await pilot.press("plus", "plus", "minus")  # x2 x2 /2
         assert session.speed == 2.0
         await pilot.press("space")
-        await pilot.pause(0.3)
-        assert session.playing and "REPLAY ▶" in screen_text(app) and "×2" in screen_text(app)
+        await until(pilot, lambda: "REPLAY ▶" in screen_text(app), what="the replay to play")
+        assert session.playing and "×2" in screen_text(app)
         session.seek(session.duration / 2)
         assert session.position > 2.0
         pressed = time.monotonic()
@@ -342,7 +329,7 @@ async def test_dashboard_shows_the_replay(demo: Demo) -> None:
         # Back to the start, and playing on from there: at most as far as the time since.
         assert session.position <= (time.monotonic() - pressed) * session.speed + 0.05
         await pilot.press("q")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: not app.is_running, what="the app to quit")
     assert session._task is None  # closed by the app
 
 
@@ -391,9 +378,11 @@ def test_readings_round_trip_exactly() -> None:
     facts_in = RunFacts("device", "device", "n", 0.02, 1.7e9, 1000.5, state="ready",
                         ready_at=1003.0, baseline_gpu_used={0: 5, 3: 9},
                         startup={"ranks": {0: {"weights_gb": 1.0}}, "engram_tables": []},
-                        results={"kv_tokens": 42})
+                        results=RunFigures(kv_tokens=42, ttft_mean_s=0.35))
     data = json.loads(json.dumps(encode_facts(facts_in, 1000.0)))
     assert data["launched_at"] == 0.5 and "log_lines" not in data
+    # The figures keep the JSON form recordings have always had: latencies in ms.
+    assert data["results"] == {"kv_tokens": 42, "ttft_mean_ms": 350.0}
     out = RunFacts(**decode_facts_fields(data, 1000.0, "run"))
     assert out == facts_in and out.startup["ranks"][0] == {"weights_gb": 1.0}
 
@@ -489,9 +478,9 @@ async def test_an_unwritable_recording_stops_and_the_session_goes_on(tmp_path: P
     recorder = Recorder(session.store, path).start()
     await session.start()
     try:
-        await until(lambda: recorder.error is not None, 5, "the recorder to fail")
+        await until(None, lambda: recorder.error is not None, 5, "the recorder to fail")
         seen = session.store.versions["gpu"]
-        await until(lambda: session.store.versions["gpu"] > seen + 3, 5, "more GPU readings")
+        await until(None, lambda: session.store.versions["gpu"] > seen + 3, 5, "more GPU readings")
         errors = [e.text for e in session.store.events if e.text.startswith("recording")]
         assert errors == [f"recording stopped: {path}: {reason}"]
         assert recorder.error == reason and not recorder.active
@@ -528,19 +517,14 @@ def test_a_killed_recorder_leaves_a_readable_file(tmp_path: Path, interval: floa
     """Killed with SIGKILL: every reading taken in more than a second before is on disk,
     whether readings come fast (the buffer) or seldom (the flush tick)."""
     path = tmp_path / "killed.jsonl"
-    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(path), str(interval)],
-                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    try:
+    with running([sys.executable, "-c", KILLED, str(path), str(interval)], cwd=ROOT,
+                 stdout=subprocess.PIPE, text=True) as proc:
         first = [proc.stdout.readline() for _ in range(wait_for)]
         assert all(first), "the recording process died"
-        time.sleep(then)
+        time.sleep(then)  # what is measured: readings taken over this long must be on disk
         killed_at = time.monotonic()
         os.kill(proc.pid, signal.SIGKILL)
         added = [line.split() for line in first + proc.stdout.read().splitlines()]
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
     rec = read_recording(path)
     assert rec.skipped in (0, 1)
     on_disk = [p[1].data.total_bytes for _, kind, p in rec.records if kind == "reading"]
@@ -579,16 +563,17 @@ def test_an_hour_at_1hz_seeks_back_exactly(tmp_path: Path) -> None:
     straight.seek(1799.5)
     assert store_state(replay.store) == store_state(straight.store)
     assert replay.store.data("server").num_running_reqs == 1500
-    assert len(replay.store.series["gpu1.used"].points()) > 600  # fine and coarse tiers
+    assert len(replay.store.line("gpu", "used", gpu="1").points()) > 600  # fine and coarse
 
 
 def test_a_recorder_started_late_catches_up(tmp_path: Path) -> None:
-    """Attached to a store already in use: its runs, events and latest readings go first;
-    a source it has no format for is left out, said once, and the rest is recorded."""
+    """Attached to a store already in use: its runs, events and latest readings go first.
+    A source of a type without a format of its own is recorded all the same, as its plain
+    fields, and comes back as such, series included: never dropped."""
     clock = FakeClock(100.0)
     store = RunStore()
     old = RunFacts("device", "device", "n", 1.0, 1.7e9, 90.0, state="stopped", ready_at=95.0,
-                   results={"kv_tokens": 11_840_000})
+                   results=RunFigures(kv_tokens=11_840_000))
     store.set_run(old)
     store.set_run(RunFacts("host", "host", "n", 1.0, 1.7e9, 98.0, state="starting"))
     for kind, reading in sample_readings(99.0):
@@ -596,28 +581,28 @@ def test_a_recorder_started_late_catches_up(tmp_path: Path) -> None:
     path = tmp_path / "late.jsonl"
     recorder = Recorder(store, path, clock=clock).start()
     clock.now += 2
-    store.add("prom", Reading("prom", Status.OK, {"up": 1}))
-    store.add("prom", Reading("prom", Status.OK, {"up": 1}))
+    store.add("prom", Reading("prom", Status.OK, {"up": 1}, at=101.0))
+    store.add("prom", Reading("prom", Status.OK, {"up": 0}, at=102.0))
     store.history["host"].state = "ready"
     store.history["host"].ready_at = 101.5
     store.bump("run")
     recorder.close()
-    assert recorder.error is None and recorder.left_out == {"dict"}
+    assert recorder.error is None
 
     replay = ReplaySession(path, paused=True, clock=FakeClock(100.0))
     replay.seek(replay.duration)
     r = replay.store
     assert [f.scenario for f in r.runs] == ["device", "host"] and r.run.scenario == "host"
-    assert r.history["device"].results == {"kv_tokens": 11_840_000}
+    assert r.history["device"].results == RunFigures(kv_tokens=11_840_000)
     assert r.history["device"].ready_s == pytest.approx(5.0)
     assert r.run.state == "ready" and r.run.ready_s == pytest.approx(3.5)
     assert r.latest["server"] == store.latest["server"]  # same clocks: nothing to rebase
     assert r.last_ok["server"] == store.last_ok["server"]
-    assert r.latest["gpu"] == store.latest["gpu"] and "prom" not in r.latest
-    texts = [e.text for e in r.events]
-    assert texts.count("recording: dict readings are left out (no recording format for them)") \
-        == 1
-    assert texts[:len(store.events) - 1] == [e.text for e in store.events][:-1]
+    assert r.latest["gpu"] == store.latest["gpu"]
+    assert r.latest["prom"].data == OtherData("dict", {"up": 0})
+    assert r.line("prom", "up").points() == store.line("prom", "up").points() \
+        == [(101.0, 1.0), (102.0, 0.0)]
+    assert [e.text for e in r.events] == [e.text for e in store.events]
 
 
 def test_new_log_lines_alone_bump_the_run_so_the_recorder_writes_them() -> None:
@@ -643,15 +628,15 @@ def test_new_log_lines_alone_bump_the_run_so_the_recorder_writes_them() -> None:
         run.lines_seen += 1
 
     feed("[2026-11-29 10:00:00 TP0] Load weight begin. avail mem=178.50 GB")
-    session._sync()
+    session._sync(run)
     version = session.store.versions["run"]
     feed("[2026-11-29 10:00:01 TP0] KV Cache is allocated. #tokens: 11840000, KV size: 8.00 GB")
     assert parser.facts().phase == run.phase == "kv_pool"  # no new phase: lines alone
-    session._sync()
+    session._sync(run)
     assert session.store.versions["run"] > version
     assert facts.lines_seen == 2 and facts.startup["ranks"][0]["kv_tokens"] == 11_840_000
     version = session.store.versions["run"]
-    session._sync()  # nothing new: no bump
+    session._sync(run)  # nothing new: no bump
     assert session.store.versions["run"] == version
 
 

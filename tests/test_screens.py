@@ -12,8 +12,9 @@ pinned in the test extra so the pictures do not move with their releases.
 from __future__ import annotations
 
 import pytest
+from helpers import StaticSession, until
 from scene import NOW, frozen_time_zone, scene_store
-from test_app import StaticSession
+from textual.widgets import RichLog
 
 from engram_top.app.main import EngramTopApp
 
@@ -28,9 +29,12 @@ def dashboard() -> EngramTopApp:
 
 
 async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
-    await pilot.pause(0.2)
-    pilot.app.refresh_panels()
-    await pilot.pause(0.2)
+    """Until the dashboard is laid out: the log pane holds back its lines until it knows its
+    size, and the panels drawn before that are drawn again at the final size."""
+    app = pilot.app
+    await until(pilot, lambda: app.query_one("#log", RichLog).lines, what="the log pane drawn")
+    app.refresh_panels()
+    await pilot.pause()
 
 
 def test_dashboard_at_the_smallest_supported_size(snap_compare) -> None:  # type: ignore[no-untyped-def]

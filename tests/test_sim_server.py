@@ -15,22 +15,23 @@ import math
 import os
 import re
 import signal
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
 import psutil
 import pytest
+from helpers import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
+from collectors.units import GIB
 from engram_top import reference
 from engram_top.simnode import memory, state
 from engram_top.simnode.backends import SimGpuBackend
 from engram_top.simnode.http import ServerCore
 
 if TYPE_CHECKING:
-    from conftest import Fleet, SimServer
+    from helpers import Fleet, SimServer
 
 REF = reference.default()
 PLAN = {p: memory.plan(REF, p) for p in reference.PLACEMENTS}
@@ -102,7 +103,7 @@ def test_server_info(sim_device: SimServer, path: str) -> None:
     assert set(usage) == {"weight", "kvcache", "token_capacity", "graph"}
     assert usage["weight"] == 119.043
     assert usage["token_capacity"] == 11_840_000
-    assert usage["kvcache"] == pytest.approx(plan.kv_bytes / reference.GIB, abs=1e-3)
+    assert usage["kvcache"] == pytest.approx(plan.kv_bytes / GIB, abs=1e-3)
     assert usage["graph"] == pytest.approx(2.3, abs=1e-3)
     assert info["simulated"]["placement"] == "device"
     if path == "/get_server_info":
@@ -384,7 +385,7 @@ def test_startup_log_has_sglang_lines_per_rank(fleet: Fleet, name: str, weights:
                          rf"quant=fp8, avail mem=\d+\.\d\d GB, mem usage={weights} GB\.$", end)
         [kv] = _rank_lines(text, r, "KV Cache is allocated.")
         assert kv.endswith(f"KV Cache is allocated. #tokens: {tokens}, "
-                           f"KV size: {PLAN[server.placement].kv_bytes / reference.GIB:.2f} GB")
+                           f"KV size: {PLAN[server.placement].kv_bytes / GIB:.2f} GB")
         [graph] = _rank_lines(text, r, "Capture cuda graph end.")
         assert re.search(r"Time elapsed: \d+\.\d\d s\. mem usage=2\.30 GB\. "
                          r"avail mem=\d+\.\d\d GB\.$", graph)
@@ -414,14 +415,6 @@ def _gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-def _wait(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_gpu_backend_shows_the_plan_owned_by_the_ranks(sim_device: SimServer) -> None:
@@ -455,7 +448,7 @@ def test_sigkill_of_the_server_takes_its_ranks_and_their_memory(fleet: Fleet) ->
     os.kill(server.pid, signal.SIGKILL)
     assert server.wait_exit(5) == -signal.SIGKILL
     # The ranks follow their parent (PR_SET_PDEATHSIG, stdin EOF) and take their memory.
-    _wait(lambda: all(_gone(pid) for pid in ranks), 3.0, "the ranks to exit")
+    wait_until(lambda: all(_gone(pid) for pid in ranks), 3.0, "the ranks to exit")
     assert _used(node) == [0, 0, 0, 0]
     assert all(not d.processes for d in SimGpuBackend(node).sample().devices)
     # The killed main process could not clean up; its stale file goes on sight.
@@ -469,7 +462,7 @@ def test_sigkill_of_a_rank_frees_its_gpu_and_sigterm_stops_the_group(fleet: Flee
     devices = SimGpuBackend(node).sample().devices
     victim = devices[1].processes[0].pid
     os.kill(victim, signal.SIGKILL)
-    _wait(lambda: _gone(victim), 2.0, "the rank to die")
+    wait_until(lambda: _gone(victim), 2.0, "the rank to die")
     # No grace: the memory belongs to a dead process, so it is gone at the next sample.
     assert _used(node) == [gpu_bytes, 0, gpu_bytes, gpu_bytes]
     assert not (state.procs_dir(node) / f"{victim}.json").exists()
@@ -498,7 +491,7 @@ def test_fail_at_weights_exits_nonzero_with_a_traceback(fleet: Fleet) -> None:
     assert "Load weight end." not in text
     assert "Uvicorn running on" not in text
     assert set(server.probes) == {"refused"}
-    _wait(lambda: _used(server.node_dir) == [0, 0, 0, 0], 3.0, "the ranks' memory to go")
+    wait_until(lambda: _used(server.node_dir) == [0, 0, 0, 0], 3.0, "the ranks' memory to go")
 
 
 # --------------------------------------------------------------------------- aborts and timing
@@ -522,11 +515,11 @@ def test_client_disconnect_aborts_the_request(sim_device: SimServer) -> None:
         for i, _ in enumerate(r.iter_lines()):
             if i >= 4:
                 break  # leave after two tokens (a data line and a blank one each)
-    _wait(lambda: _metric(page(), "sglang:num_aborted_requests_total") >= aborted + 1, 3.0,
-          "the server to count the abort")
+    wait_until(lambda: _metric(page(), "sglang:num_aborted_requests_total") >= aborted + 1,
+               3.0, "the server to count the abort")
     # The request left the batch and gave back its KV.
-    _wait(lambda: _metric(page(), "sglang:num_running_reqs") == 0
-          and _metric(page(), "sglang:num_used_tokens") == 0, 3.0, "an idle scheduler")
+    wait_until(lambda: _metric(page(), "sglang:num_running_reqs") == 0
+               and _metric(page(), "sglang:num_used_tokens") == 0, 3.0, "an idle scheduler")
 
 
 async def test_queue_time_excludes_the_scaled_prefill() -> None:

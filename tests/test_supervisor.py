@@ -3,16 +3,16 @@ stand-in `sglang` package for servers that die, hang or ignore SIGTERM."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import socket
-import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import psutil
 import pytest
+from helpers import free_port, running, until
 
 from collectors.host import sample as host_sample
 from engram_top import reference
@@ -25,12 +25,6 @@ from scenarios.supervisor import Supervisor, SupervisorError, port_in_use
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "data" / "fake_sglang"
 GIB = 1024**3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sim_scenario(name: str, placement: str, **changes: object) -> Scenario:
@@ -68,11 +62,25 @@ def node(tmp_path: Path) -> Path:
 
 def make_supervisor(tmp_path: Path, node: Path, events: list[str]) -> Supervisor:
     gpu, host = SimGpuBackend(node), SimHostBackend(node)
-    entry = [sys.executable, "-m", "engram_top", "sim", "serve", "--node-dir", str(node)]
     return Supervisor(tmp_path / "state", gpu_sample=gpu.sample,
                       host_shmem=lambda: host_sample(host, None).shmem_bytes,
-                      simulated_entry=entry,
+                      node_dir=node,
                       on_event=lambda level, text: events.append(f"{level}: {text}"))
+
+
+@pytest.fixture
+async def supervisors(tmp_path: Path, node: Path) -> AsyncIterator[Callable[..., Supervisor]]:
+    """Supervisors on this test's node: ``supervisors(events)`` makes one. Each is closed
+    after the test, which stops any server it still runs, a failed assertion or not."""
+    made: list[Supervisor] = []
+
+    def make(events: list[str] | None = None) -> Supervisor:
+        made.append(make_supervisor(tmp_path, node, [] if events is None else events))
+        return made[-1]
+
+    yield make
+    for sup in made:
+        await sup.close()
 
 
 def group_alive(pgid: int) -> list[int]:
@@ -87,15 +95,11 @@ def group_alive(pgid: int) -> list[int]:
     return out
 
 
-async def test_start_follows_phases_to_ready_and_stop_leaves_nothing(tmp_path, node) -> None:
-    events: list[str] = []
-    sup = make_supervisor(tmp_path, node, events)
-    sc = sim_scenario("dev", "device")
-    try:
-        run = await sup.start(sc)
-        await _followed_to_ready(sup, run, node)
-    finally:
-        await sup.close()  # stops the server whatever failed above
+async def test_start_follows_phases_to_ready_and_stop_leaves_nothing(node,
+                                                                      supervisors) -> None:
+    sup = supervisors()
+    run = await sup.start(sim_scenario("dev", "device"))
+    await _followed_to_ready(sup, run, node)
 
 
 async def _followed_to_ready(sup: Supervisor, run: supervisor.Run, node: Path) -> None:
@@ -122,9 +126,9 @@ async def _followed_to_ready(sup: Supervisor, run: supervisor.Run, node: Path) -
     assert sup.estimate(sc) == pytest.approx(run.ready_s, abs=0.01)  # remembered
 
 
-async def test_back_to_back_switches_leave_no_process_or_port(tmp_path, node) -> None:
+async def test_back_to_back_switches_leave_no_process_or_port(node, supervisors) -> None:
     events: list[str] = []
-    sup = make_supervisor(tmp_path, node, events)
+    sup = supervisors(events)
     scenarios = [sim_scenario("a", "device"), sim_scenario("b", "host-prefetch")]
     runs = []
     for i in range(6):
@@ -144,11 +148,10 @@ async def test_back_to_back_switches_leave_no_process_or_port(tmp_path, node) ->
     # host-prefetch pins ~196 GiB of shared memory; it went with its server every time.
     assert runs[1].baseline_host_shmem is not None
     assert not [e for e in events if "host shared memory" in e]
-    await sup.close()
 
 
-async def test_busy_port_is_refused(tmp_path, node) -> None:
-    sup = make_supervisor(tmp_path, node, [])
+async def test_busy_port_is_refused(supervisors) -> None:
+    sup = supervisors()
     sc = sim_scenario("dev", "device")
     with socket.socket() as s:
         s.bind(("127.0.0.1", sc.port))
@@ -156,12 +159,10 @@ async def test_busy_port_is_refused(tmp_path, node) -> None:
         with pytest.raises(SupervisorError, match=f"port {sc.port} is in use"):
             await sup.start(sc)
     assert sup.current is None
-    await sup.close()
 
 
-async def test_a_server_that_dies_during_start_up(tmp_path, node) -> None:
-    events: list[str] = []
-    sup = make_supervisor(tmp_path, node, events)
+async def test_a_server_that_dies_during_start_up(supervisors) -> None:
+    sup = supervisors()
     sc = sim_scenario("dies", "device", args=("--fail-at", "weights"))
     run = await sup.start(sc)
     assert not await sup.wait_ready(run, 30)
@@ -170,12 +171,11 @@ async def test_a_server_that_dies_during_start_up(tmp_path, node) -> None:
     assert "simulated failure during weights" in run.failure  # the last error line of the log
     assert not group_alive(run.proc.pgid)
     assert any("Traceback" in line for _, line in run.lines)  # the log tail is kept
-    await sup.close()
 
 
 async def test_a_server_that_never_becomes_ready_is_timed_out_and_stopped(tmp_path,
-                                                                          node) -> None:
-    sup = make_supervisor(tmp_path, node, [])
+                                                                          supervisors) -> None:
+    sup = supervisors()
     sc = dataclasses.replace(fake_scenario(tmp_path), readiness_timeout_s=2.0)
     run = await sup.start(sc)
     assert not await sup.wait_ready(run, 20)
@@ -183,18 +183,16 @@ async def test_a_server_that_never_becomes_ready_is_timed_out_and_stopped(tmp_pa
     assert run.failure.startswith("not ready after 2 s (last phase: weights)")
     assert not group_alive(run.proc.pgid)
     assert any("Load weight begin" in line for _, line in run.lines)
-    await sup.close()
 
 
 async def test_a_server_that_ignores_sigterm_is_killed_with_its_children(tmp_path,
-                                                                         node) -> None:
+                                                                         supervisors) -> None:
     events: list[str] = []
-    sup = make_supervisor(tmp_path, node, events)
+    sup = supervisors(events)
     sc = fake_scenario(tmp_path, FAKE_IGNORE_TERM="1", FAKE_CHILD="1")
     run = await sup.start(sc)
-    deadline = time.monotonic() + 10
-    while len(group_alive(run.proc.pgid)) < 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    await until(None, lambda: len(group_alive(run.proc.pgid)) >= 2, 10,
+                "the server and its child")
     assert len(group_alive(run.proc.pgid)) == 2
     started = time.monotonic()
     result = await sup.stop()
@@ -202,19 +200,17 @@ async def test_a_server_that_ignores_sigterm_is_killed_with_its_children(tmp_pat
     assert time.monotonic() - started >= sc.stop_grace_s
     assert not group_alive(run.proc.pgid)
     assert any("ignored SIGTERM" in e for e in events)
-    await sup.close()
 
 
-async def test_hbm_release_guard_names_the_process_still_holding_memory(tmp_path,
-                                                                        node) -> None:
-    sup = make_supervisor(tmp_path, node, [])
+async def test_hbm_release_guard_names_the_process_still_holding_memory(node,
+                                                                        supervisors) -> None:
+    sup = supervisors()
     first = sim_scenario("first", "device", hbm_release_timeout_s=1.0)
     run = await sup.start(first)
     assert await sup.wait_ready(run, 30)
     # Something outside the server's process group holds 40 GiB of GPU 2, as a leaked
     # worker would on a real node.
-    leak = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
+    with running([sys.executable, "-c", "import time; time.sleep(60)"]) as leak:
         proc = psutil.Process(leak.pid)
         state.write_proc(node, state.ProcState(pid=leak.pid, create_time=proc.create_time(),
                                                name="leaked-worker",
@@ -225,24 +221,19 @@ async def test_hbm_release_guard_names_the_process_still_holding_memory(tmp_path
         assert "HBM did not return" in text
         assert f"GPU 2: pid {leak.pid} (leaked-worker) holds 40.0 GiB" in text
         assert sup.current is run and run.state == "stopped"  # nothing new was launched
-    finally:
-        leak.kill()
-        leak.wait()
-    await sup.close()
 
 
 async def test_host_memory_left_behind_is_warned_of_and_the_switch_goes_on(
-        tmp_path, node, monkeypatch) -> None:
+        node, supervisors, monkeypatch) -> None:
     """Shared memory that outlives the server (segments left in /dev/shm, a process outside
     its tree) is not the GPU's to wait for: the next run starts, with a warning saying its
     host delta counts from a baseline that holds it."""
     monkeypatch.setattr(supervisor, "HOST_RELEASE_S", 0.5)
     events: list[str] = []
-    sup = make_supervisor(tmp_path, node, events)
+    sup = supervisors(events)
     run = await sup.start(sim_scenario("first", "device"))
     assert await sup.wait_ready(run, 30)
-    leak = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
+    with running([sys.executable, "-c", "import time; time.sleep(60)"]) as leak:
         proc = psutil.Process(leak.pid)
         state.write_proc(node, state.ProcState(pid=leak.pid, create_time=proc.create_time(),
                                                name="leftover", host_shmem_bytes=50 * GIB))
@@ -257,14 +248,11 @@ async def test_host_memory_left_behind_is_warned_of_and_the_switch_goes_on(
         assert sup.current is second
         assert second.baseline_host_shmem == run.baseline_host_shmem + 50 * GIB
         assert await sup.wait_ready(second, 30), second.failure
-    finally:
-        leak.kill()
-        leak.wait()
-    await sup.close()
 
 
-async def test_a_later_supervisor_adopts_the_server_left_running(tmp_path, node) -> None:
-    first = make_supervisor(tmp_path, node, [])
+async def test_a_later_supervisor_adopts_the_server_left_running(tmp_path,
+                                                                  supervisors) -> None:
+    first = supervisors()
     sc = sim_scenario("dev", "device")
     run = await first.start(sc)
     assert await first.wait_ready(run, 30)
@@ -272,7 +260,7 @@ async def test_a_later_supervisor_adopts_the_server_left_running(tmp_path, node)
     assert run.alive
 
     events: list[str] = []
-    second = make_supervisor(tmp_path, node, events)
+    second = supervisors(events)
     adopted = second.adopt({"dev": sc})
     assert adopted is not None and adopted.pid == run.pid
     assert any("still running" in e for e in events)
@@ -282,15 +270,13 @@ async def test_a_later_supervisor_adopts_the_server_left_running(tmp_path, node)
     assert result is not None and not result.survivors
     assert not group_alive(run.proc.pgid)
     assert not (tmp_path / "state" / "current.json").exists()
-    assert make_supervisor(tmp_path, node, []).adopt({"dev": sc}) is None
-    await second.close()
+    assert supervisors().adopt({"dev": sc}) is None
 
 
-async def test_preflight_names_a_missing_interpreter_and_model(tmp_path, node) -> None:
-    sup = make_supervisor(tmp_path, node, [])
+async def test_preflight_names_a_missing_interpreter_and_model(tmp_path, supervisors) -> None:
+    sup = supervisors()
     sc = fake_scenario(tmp_path)
     with pytest.raises(SupervisorError, match="python '/nonexistent/python' does not exist"):
         await sup.start(dataclasses.replace(sc, python="/nonexistent/python"))
     with pytest.raises(SupervisorError, match="model_path '/nonexistent/model' does not exist"):
         await sup.start(dataclasses.replace(sc, model_path="/nonexistent/model"))
-    await sup.close()

@@ -1,41 +1,14 @@
-"""Driving the dashboard in the test's process (Textual's run_test and Pilot)."""
+"""Driving the dashboard in the test's process (Textual's run_test and Pilot): the fault
+matrix's terminal size and its files. The waits and the screen's text are helpers.py's."""
 
 from __future__ import annotations
 
-import html
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from textual.pilot import Pilot
-
-from engram_top.app.main import EngramTopApp
-
 SIZE = (100, 30)
-
-
-async def until(pilot: Pilot, predicate: Callable[[], object], timeout: float,
-                what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            app: Any = pilot.app
-            events = [e.text for e in app.session.store.events][-8:]
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; "
-                                 f"last events: {events}")
-        await pilot.pause(0.05)
-
-
-def screen_text(app: EngramTopApp) -> str:
-    """What the terminal shows, as text (the SVG screenshot, unescaped)."""
-    return html.unescape(app.export_screenshot()).replace("\xa0", " ")
-
-
-async def quit_app(app: EngramTopApp, pilot: Pilot) -> None:
-    await pilot.press("q")
-    await until(pilot, lambda: not app.is_running, 20, "the app to quit")
 
 
 def strict_json(path: Path) -> Any:
@@ -49,6 +22,7 @@ def make_recording(path: Path, scenarios: tuple[str, ...] = ("device", "host")) 
     """A small, valid recording without a node: one ready run with figures per scenario,
     and one reading, as a dashboard session writes them."""
     from collectors.readings import Reading, Status
+    from engram_top.figures import RunFigures
     from engram_top.recording import Recorder
     from engram_top.store import RunFacts, RunStore
 
@@ -60,10 +34,12 @@ def make_recording(path: Path, scenarios: tuple[str, ...] = ("device", "host")) 
         facts = RunFacts(scenario=name, placement=name, node="test-node", time_scale=1.0,
                          launched_wall=wall, launched_at=now, state="ready",
                          ready_at=now + 100 + 50 * i,
-                         results={"gpus": 4, "weights_gb": 119.043 - 46.842 * i,
-                                  "kv_tokens": 11_840_000 * (1 + 2 * i),
-                                  "ready_s": 100.0 + 50 * i, "ttft_mean_ms": 350.0 + 50 * i,
-                                  "itl_mean_ms": 26.0 + 2 * i, "output_tok_s": 224.0 - 30 * i})
+                         results=RunFigures(gpus=4, weights_gb=119.043 - 46.842 * i,
+                                            kv_tokens=11_840_000 * (1 + 2 * i),
+                                            ready_s=100.0 + 50 * i,
+                                            ttft_mean_s=0.350 + 0.050 * i,
+                                            itl_mean_s=0.026 + 0.002 * i,
+                                            output_tok_s=224.0 - 30 * i))
         store.set_run(facts)
     store.add("server", Reading("sglang http://127.0.0.1:1", Status.ERROR, None, "refused"))
     recorder.close()

@@ -22,31 +22,16 @@ import termios
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-import pytest
+from helpers import ENGRAM_TOP, free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 FAKE_SGLANG = HERE / "fake_sglang"
 CRASH_HOOK = HERE / "crash_hook"
 TAG = "ENGRAM_TOP_FAULT_TAG"
-_SCRIPT = Path(sys.executable).with_name("engram-top")
-ENGRAM_TOP = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "engram_top"]
-
-
-def wait_until(predicate: Callable[[], object], timeout: float, what: str,
-               every: float = 0.05) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
 
 
 def no_traceback(*texts: str) -> None:
@@ -182,13 +167,6 @@ def _is_server(proc: psutil.Process) -> bool:
     except psutil.Error:
         return False
     return "sim serve" in cmd or "simnode.rank" in cmd or "sglang.launch_server" in cmd
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scenario_file(tmp: Path, body: str) -> Path:

@@ -9,8 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from drive import SIZE, make_recording, quit_app, screen_text, strict_json, until
-from faultkit import CRASH_HOOK, ENGRAM_TOP, Cli, no_traceback, sim_scenario_file, wait_until
+from drive import SIZE, make_recording, strict_json
+from faultkit import CRASH_HOOK, Cli, no_traceback, sim_scenario_file
+from helpers import ENGRAM_TOP, quit_app, running, screen_text, until, wait_until
 
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp
@@ -211,13 +212,13 @@ def test_fault_05_output_into_a_closed_pipe_is_no_traceback(cli: Cli, tmp_path: 
     page = tmp_path / "big.prom"
     page.write_text("".join(f"# TYPE sglang:family_{i} gauge\nsglang:family_{i} {i}\n"
                             for i in range(20_000)))  # a JSON answer far past a pipe's 64 KiB
-    proc = subprocess.Popen([*ENGRAM_TOP, "inspect-metrics", str(page)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=cli.env, cwd=tmp_path)
-    assert proc.stdout is not None and proc.stderr is not None
-    proc.stdout.readline()  # `| head -1`
-    proc.stdout.close()
-    err = proc.stderr.read().decode()
-    proc.wait(30)
+    with running([*ENGRAM_TOP, "inspect-metrics", str(page)], stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE, env=cli.env, cwd=tmp_path) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()  # `| head -1`
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        proc.wait(30)
     no_traceback(err)
     assert "BrokenPipeError" not in err and "Exception ignored" not in err, err
     assert proc.returncode == 128 + signal.SIGPIPE

@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from drive import SIZE, quit_app, screen_text, until
-from faultkit import PLAN, Cli, bench_with, no_traceback, sim_scenario_file, wait_until
+from drive import SIZE
+from faultkit import PLAN, Cli, bench_with, no_traceback, sim_scenario_file
+from helpers import quit_app, screen_text, until, wait_until
 
 from engram_top.app.main import EngramTopApp
 from engram_top.session import Session, SessionOptions

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drive import SIZE, make_recording, quit_app, until
+from drive import SIZE, make_recording
 from faultkit import sim_scenario_file
+from helpers import quit_app, until
 from textual.command import CommandList, CommandPalette
 
 from engram_top.app.main import EngramTopApp, HelpScreen

@@ -7,8 +7,9 @@ import stat
 from pathlib import Path
 
 import httpx
-from drive import SIZE, quit_app, screen_text, until
-from faultkit import Cli, no_traceback, sim_scenario_file, wait_until
+from drive import SIZE
+from faultkit import Cli, no_traceback, sim_scenario_file
+from helpers import quit_app, screen_text, until, wait_until
 
 from engram_top.app.main import EngramTopApp
 from engram_top.recording import Recorder

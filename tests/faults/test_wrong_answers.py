@@ -9,10 +9,14 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
-from drive import SIZE, make_recording, quit_app, screen_text, until
-from faultkit import Cli, bench_with, free_port, no_traceback, sim_scenario_file, wait_until
+import pytest
+from drive import SIZE, make_recording
+from faultkit import Cli, bench_with, no_traceback, sim_scenario_file
+from helpers import free_port, quit_app, screen_text, until, wait_until
 
+from engram_top.alerts import AlertMonitor
 from engram_top.app.main import EngramTopApp
 from engram_top.config import load_config
 from engram_top.recording import Recorder
@@ -128,8 +132,22 @@ async def test_fault_12_a_record_path_is_never_appended_to(bad_server, cli: Cli,
     assert res.returncode == 2 and "no session 3: it holds 2" in res.stderr
 
 
-async def test_fault_13_an_unwritable_recording_is_a_lasting_alert(bad_server,
-                                                                   tmp_path: Path) -> None:
+@pytest.fixture
+def alert_checks(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The clock reading of every alert check in this test, whoever makes it."""
+    times: list[float] = []
+    evaluate = AlertMonitor.evaluate
+
+    def watched(self: AlertMonitor, store: Any, now: float | None = None) -> Any:
+        times.append(store.clock() if now is None else now)
+        return evaluate(self, store, now)
+
+    monkeypatch.setattr(AlertMonitor, "evaluate", watched)
+    return times
+
+
+async def test_fault_13_an_unwritable_recording_is_a_lasting_alert(
+        bad_server, alert_checks: list[float], tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     session = Session(SessionOptions(attach=(bad_server.url,), load=None, poll_interval=0.2))
@@ -140,10 +158,13 @@ async def test_fault_13_an_unwritable_recording_is_a_lasting_alert(bad_server,
         await until(pilot, lambda: "recording stopped" in screen_text(app), 10,
                     "the recording's failure on screen")
         assert "Not a directory" in screen_text(app)
-        # Still there after events have come and gone, and after alerts would clear.
+        # Still there after events have come and gone, and after alerts would clear: once
+        # the alerts have been checked later than clear_after_s from now.
         for i in range(12):
             session.store.event("info", f"later event {i}")
-        await pilot.pause(app.config.alerts.clear_after_s + 0.5)
+        later = session.store.clock() + app.config.alerts.clear_after_s
+        await until(pilot, lambda: alert_checks and alert_checks[-1] > later,
+                    app.config.alerts.clear_after_s + 10, "an alert check past clear_after_s")
         assert "recording" in session.store.alerts
         assert "recording stopped" in screen_text(app)
         await quit_app(app, pilot)
