@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_top import facts, reference
+from engram_top.alerts import AlertChange
 from engram_top.compare import RunResult, compare, to_json, to_markdown
 from engram_top.config import Thresholds
 from engram_top.paths import default_state_dir
@@ -183,6 +184,18 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
     session.announce = say
     results: list[RunResult] = []
     requests: list[dict[str, Any]] = []
+    raised: list[dict[str, Any]] = []  # every alert the runs raised, for the report
+
+    def alert(change: AlertChange) -> None:
+        if change.change == "raised":
+            a = change.alert
+            raised.append({"wall": a.since, "id": a.id, "severity": a.severity,
+                           "message": a.message,
+                           "scenario": session.store.run.scenario if session.store.run
+                           else None})
+            say(f"  alert: {a.message}")
+
+    session.alerts.listeners.append(alert)
     try:
         await session.start()
         for trial in range(plan.trials):
@@ -191,21 +204,23 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
         await session.stop_scenario()
     finally:
         await session.close()
-    return write_report(plan, results, requests, out)
+    return write_report(plan, results, requests, out, raised)
 
 
 def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, Any]],
-                 out: Path) -> dict[str, Any]:
+                 out: Path, alerts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The plan's trials compared against its baseline, at its price: report.json,
     report.md and requests.csv under ``out``; returns report.json's data."""
     comparison = compare(results, plan.baseline, price_per_gpu_hour=plan.price_per_gpu_hour,
                          reference=reference.default())
     report = {"plan": str(plan.path), "scenarios_file": str(plan.scenarios_file),
               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "results": [r.to_dict() for r in results], "comparison": to_json(comparison)}
+              "results": [r.to_dict() for r in results], "comparison": to_json(comparison),
+              "alerts": list(alerts or ())}
     _write(out / "report.json", json.dumps(facts.finite_json(report), indent=2, default=str,
                                            allow_nan=False) + "\n")
-    _write(out / "report.md", _markdown(plan, results, to_markdown(comparison)))
+    _write(out / "report.md", _markdown(plan, results, to_markdown(comparison),
+                                        report["alerts"]))
     _write(out / "requests.csv", _csv(requests))
     return report
 
@@ -282,7 +297,8 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _markdown(plan: Plan, results: list[RunResult], table: str) -> str:
+def _markdown(plan: Plan, results: list[RunResult], table: str,
+              alerts: list[dict[str, Any]]) -> str:
     wl = plan.workload
     levels = ", ".join(f"{lv.requests} requests at concurrency {lv.concurrency}"
                        if lv.concurrency else f"{lv.requests} requests at {lv.rate:g} req/s"
@@ -302,6 +318,8 @@ def _markdown(plan: Plan, results: list[RunResult], table: str) -> str:
         lines.append(f"- {r.scenario} trial {r.trial + 1}: no measurement ({'; '.join(r.notes)})")
     notes = sorted({n for r in results for n in r.notes if n.startswith("simulated")})
     lines += [f"- {n}" for n in notes]
+    # Raised during the runs, with the user's thresholds, as the dashboard would have shown.
+    lines += [f"- alert during {a['scenario'] or 'the bench'}: {a['message']}" for a in alerts]
     return "\n".join([*lines, "", table, ""])
 
 

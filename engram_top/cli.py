@@ -423,6 +423,10 @@ async def switch(args: argparse.Namespace) -> int:
               f"(known: {known})", file=sys.stderr)
         return 2
     session.announce = lambda text: say(f"engram-top switch: {text}")
+    # Alerts as the session raises them (the user's thresholds), as a dashboard would toast.
+    session.alerts.listeners.append(
+        lambda c: say(f"engram-top switch: alert: {c.alert.message}")
+        if c.change == "raised" else None)
     code = 0
     leave = True
     try:

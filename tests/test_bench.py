@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,8 +40,13 @@ def test_bench_on_the_simulated_node_reproduces_the_seeds_memory_figures(tmp_pat
     plan = tmp_path / "plan.toml"
     plan.write_text(PLAN.format(demo=ROOT / "scenarios" / "demo.toml"))
     out = tmp_path / "out"
+    # The user's alert thresholds apply to a bench as to a dashboard: at 50%, every GPU's
+    # HBM (weights, then the KV pool that fills the rest) is an alert.
+    config = tmp_path / "config.toml"
+    config.write_text("[alerts]\nhbm_used_pct = 50\n")
     res = subprocess.run([str(ENGRAM_TOP), "bench", str(plan), "--out", str(out)],
-                         capture_output=True, text=True, timeout=230)
+                         capture_output=True, text=True, timeout=230,
+                         env={**os.environ, "ENGRAM_TOP_CONFIG": str(config)})
     assert res.returncode == 0, res.stdout + res.stderr
     report = json.loads((out / "report.json").read_text())
     results = report["results"]
@@ -66,6 +72,12 @@ def test_bench_on_the_simulated_node_reproduces_the_seeds_memory_figures(tmp_pat
     assert len(reqs) == 48 and {r["scenario"] for r in reqs} == {"device", "host",
                                                                  "host-prefetch"}
     assert all(float(r["ttft_ms"]) > 0 for r in reqs)
+    alerts = {(a["scenario"], a["id"]) for a in report["alerts"]}
+    # Raised once, with the first run, and held through the switches (HBM refills faster
+    # than an alert clears).
+    assert {("device", f"hbm:gpu{i}") for i in range(4)} <= alerts
+    assert all("(> 50%)" in a["message"] for a in report["alerts"] if a["id"].startswith("hbm"))
+    assert "- alert during device: GPU 0 HBM" in md and "alert: GPU 0 HBM" in res.stdout
 
 
 def test_plan_files_that_cannot_run_say_why(tmp_path) -> None:
