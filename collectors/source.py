@@ -8,18 +8,17 @@ node, a Prometheus server for every node it scrapes. So a poll returns readings 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from collectors.readings import Reading
 
 LOCAL = ""  # the node this session runs on (or simulates): the one its panels show first
 
 
-@dataclass(frozen=True, order=True)
-class SourceKey:
+class SourceKey(NamedTuple):
     """Where a reading comes from: the node it describes, and what read it there ("gpu",
-    "host", "server" or a name of a source's own)."""
+    "host", "server" or a name of a source's own). A named tuple: hashed and compared in C,
+    for it keys every reading and every point of every series."""
 
     node: str
     source: str
@@ -30,9 +29,16 @@ class SourceKey:
     @classmethod
     def parse(cls, text: str) -> SourceKey:
         """The key str() wrote (a recording's "kind"): "gpu", or "NODE/SOURCE", where a
-        node may be a URL with slashes of its own."""
-        node, _, source = text.rpartition("/")
-        return cls(node, source)
+        node may be a URL with slashes of its own. One object per text: the store finds
+        its series by identity first, and a replay parses a key for every reading."""
+        key = _PARSED.get(text)
+        if key is None:
+            node, _, source = text.rpartition("/")
+            key = _PARSED[text] = cls(node, source)
+        return key
+
+
+_PARSED: dict[str, SourceKey] = {}
 
 
 Keyed = tuple[SourceKey, Reading[Any]]

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, Status
 from collectors.source import LOCAL, SourceKey
@@ -56,15 +56,17 @@ class Series:
         return [p for p in self.coarse if p[0] < start] + list(self.fine)
 
 
-@dataclass(frozen=True, order=True)
-class SeriesKey:
+Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs: (("gpu", "0"),)
+
+
+class SeriesKey(NamedTuple):
     """One time series: what it measures (metric) of which source on which node, and of
     which part (labels: the GPU's index)."""
 
     node: str
     source: str
     metric: str
-    labels: tuple[tuple[str, str], ...] = ()
+    labels: Labels = ()
 
     @property
     def name(self) -> str:
@@ -176,6 +178,7 @@ class RunStore:
         self.good: dict[SourceKey, Reading[Any]] = {}  # the last good reading of each
         self.versions: dict[str, int] = {}
         self.series: dict[SeriesKey, Series] = {}
+        self._lines: dict[tuple[SourceKey, str, Labels], Series] = {}  # _point's index
         # The server whose figures the panels show: the watched run's.
         self.watched = SourceKey(LOCAL, "server")
         self.run: RunFacts | None = None
@@ -226,6 +229,7 @@ class RunStore:
             self.good.pop(self.watched, None)
             for key in [k for k in self.series if (k.node, k.source) == (LOCAL, "server")]:
                 del self.series[key]
+            self._lines.clear()
         self.bump("server")
         self.load = {}
         self.bump("run")
@@ -265,18 +269,16 @@ class RunStore:
         t = reading.at
         data = reading.data
 
-        def point(metric: str, value: float | None, **labels: str) -> None:
-            if value is not None:
-                self._point(SeriesKey(key.node, key.source, metric,
-                                      tuple(sorted(labels.items()))), t, value)
+        def point(metric: str, value: float | None, labels: Labels = ()) -> None:
+            self._point(key, metric, labels, t, value)
 
         if isinstance(data, GpuData):
             for dev in data.devices:
-                i = str(dev.index)
-                point("used", dev.used_bytes, gpu=i)
-                point("util", dev.util_gpu_pct, gpu=i)
-                point("pcie_rx", dev.pcie_rx_bytes_per_s, gpu=i)
-                point("pcie_tx", dev.pcie_tx_bytes_per_s, gpu=i)
+                gpu = (("gpu", str(dev.index)),)
+                self._point(key, "used", gpu, t, dev.used_bytes)
+                self._point(key, "util", gpu, t, dev.util_gpu_pct)
+                self._point(key, "pcie_rx", gpu, t, dev.pcie_rx_bytes_per_s)
+                self._point(key, "pcie_tx", gpu, t, dev.pcie_tx_bytes_per_s)
         elif isinstance(data, HostData):
             point("used", data.used_bytes)
             point("swap_in", data.swap_in_bytes)  # cumulative: alerts take rates
@@ -293,12 +295,19 @@ class RunStore:
             for name, value in _numbers(data):
                 point(name, value)
 
-    def _point(self, key: SeriesKey, t: float, value: float) -> None:
-        if not math.isfinite(value):  # a gap, not a NaN that poisons averages and axes
-            return
-        series = self.series.get(key)
+    def _point(self, key: SourceKey, metric: str, labels: Labels, t: float,
+               value: float | None) -> None:
+        if value is None or not math.isfinite(value):  # a gap, not a NaN that poisons
+            return  # averages and axes
+        # The hot path of polling and of a replay's seek (a dozen points a reading): the
+        # series found by a plain tuple, not by building and hashing a SeriesKey each time.
+        series = self._lines.get((key, metric, labels))
         if series is None:
-            series = self.series[key] = Series()
+            name = SeriesKey(key.node, key.source, metric, labels)
+            series = self.series.get(name)
+            if series is None:
+                series = self.series[name] = Series()
+            self._lines[(key, metric, labels)] = series
         series.add(t, float(value))
 
     # ------------------------------------------------------------------ reading
