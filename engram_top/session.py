@@ -255,7 +255,10 @@ class Session:
         _, stuck = await asyncio.wait(tasks, timeout=5) if tasks else ((), ())
         for task in stuck:  # say so rather than hang the quit
             self.store.event("error", f"{task.get_name()} did not stop within 5 s")
-        for source in self.sources.values():
+        # A start still under way (a quit during attach) may add a source meanwhile: what is
+        # here now is closed; add_source closes what comes later.
+        sources, self.sources = list(self.sources.values()), {}
+        for source in sources:
             await source.close()
         self._release()
 
@@ -353,6 +356,9 @@ class Session:
 
     def add_source(self, source: Source, interval: float | None = None) -> None:
         """Poll ``source`` from now on, in a loop of its own; one of the same name goes."""
+        if self._closing:  # a start that outlived the quit: nothing more is polled
+            self._close_later(source)
+            return
         self.drop_source(source.name)
         self.sources[source.name] = source
         self._polls[source.name] = asyncio.create_task(
@@ -364,10 +370,13 @@ class Session:
         if task is not None:
             task.cancel()
         if old is not None:
-            # Keep a reference: the loop holds tasks only weakly, and close() must finish.
-            closing = asyncio.create_task(old.close())
-            self._closers.add(closing)
-            closing.add_done_callback(self._closers.discard)
+            self._close_later(old)
+
+    def _close_later(self, source: Source) -> None:
+        # Keep a reference: the loop holds tasks only weakly, and close() must finish.
+        closing = asyncio.create_task(source.close())
+        self._closers.add(closing)
+        closing.add_done_callback(self._closers.discard)
 
     # ------------------------------------------------------------------ the run, pushed
     def _on_run(self, run: Run) -> None:

@@ -397,7 +397,7 @@ class Supervisor:
                     self.on_event("error", f"{run.scenario.name}: {run.failure}")
                 return
             if run.state == RunState.READY:
-                self._check_members(run)
+                await self._check_members(run)
             if run.state == RunState.STARTING:
                 http_up = run.http_up or run.phase in rule.http_phases
                 probe = http_up or now - run.launched_at > rule.probe_after_s
@@ -450,14 +450,19 @@ class Supervisor:
         self._tell(run)
         self.on_event("info", f"{run.scenario.name} ready after {run.ready_s:.1f} s")
 
-    def _check_members(self, run: Run) -> None:
+    async def _check_members(self, run: Run) -> None:
         """A process of the server that died while the server lives on (a TP rank killed by
         the OOM killer, a crashed scheduler): the server may still answer /health, but a
         GPU's share of the model is gone. Said once; the run is degraded from then on."""
         if run.degraded is not None:
             return
-        gone = [(pid, what) for pid, (created, what) in run.members.items()
-                if not _same_process(pid, created)]
+        members = dict(run.members)
+        # /proc reads of every member, four times a second: on a thread, not the loop.
+        gone = await asyncio.to_thread(
+            lambda: [(pid, what) for pid, (created, what) in members.items()
+                     if not _same_process(pid, created)])
+        if run.state != RunState.READY:  # stopped meanwhile: members go as asked
+            return
         if gone:
             names = ", ".join(f"pid {pid} ({what})" for pid, what in gone)
             run.degraded = f"{'a process' if len(gone) == 1 else 'processes'} of the " \
