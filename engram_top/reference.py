@@ -81,11 +81,35 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class KvPools:
+    """DeepSeek-V4's KV pools per GPU, as SGLang's "DSV4 pool sizes" line names them."""
+
+    full: int  # the seed's KV capacity
+    swa: int
+    c4: int
+    c128: int
+    c4_state: int
+    c128_state: int
+
+
+@dataclass(frozen=True)
+class KvPoolModel:
+    """How SGLang sizes the pools besides the full one; see seeds [kv_pools]."""
+
+    swa_full_tokens_ratio: float
+    sliding_window: int
+    swa_prefix_tails: int
+    swa_bytes_per_token: int
+    c4_ring_size: int
+
+
+@dataclass(frozen=True)
 class Placement:
     name: str
     title: str
     weights_gib: float
     kv_tokens: int
+    pools: KvPools
     host_delta_gib: float
     ready_s: float
     env: dict[str, str]
@@ -107,6 +131,7 @@ class Reference:
     context_gib: float
     graphs_gib: float
     kv_bytes_per_token: float
+    kv_pools: KvPoolModel
     placements: dict[str, Placement]
     workload: Workload
 
@@ -188,11 +213,16 @@ def load(path: Path = SEED_FILE) -> Reference:
             extra_per_seq_s=float(extra.get("per_seq_s", 0.0)),
             prefill_factor=float(extra.get("prefill_factor", 0.0)),
         )
+        kv_tokens = _get(raw, f"{p}.kv_tokens", path, int)
+        pools = KvPools(full=kv_tokens, **{
+            pool: _get(raw, f"{p}.{pool}_tokens", path, int)
+            for pool in ("swa", "c4", "c128", "c4_state", "c128_state")})
         placements[name] = Placement(
             name=name,
             title=_get(raw, f"{p}.title", path, str),
             weights_gib=_get(raw, f"{p}.weights_gb_per_gpu", path),
-            kv_tokens=_get(raw, f"{p}.kv_tokens", path, int),
+            kv_tokens=kv_tokens,
+            pools=pools,
             host_delta_gib=_get(raw, f"{p}.host_delta_gib", path),
             ready_s=_get(raw, f"{p}.ready_s", path),
             env=dict(raw["placements"][name].get("env", {})),
@@ -226,6 +256,13 @@ def load(path: Path = SEED_FILE) -> Reference:
         context_gib=_get(raw, "hbm.context_gib", path),
         graphs_gib=_get(raw, "hbm.graphs_gib", path),
         kv_bytes_per_token=_get(raw, "derived.kv_bytes_per_token", path),
+        kv_pools=KvPoolModel(
+            swa_full_tokens_ratio=_get(raw, "kv_pools.swa_full_tokens_ratio", path),
+            sliding_window=_get(raw, "kv_pools.sliding_window", path, int),
+            swa_prefix_tails=_get(raw, "kv_pools.swa_prefix_tails", path, int),
+            swa_bytes_per_token=_get(raw, "kv_pools.swa_bytes_per_token", path, int),
+            c4_ring_size=_get(raw, "kv_pools.c4_ring_size", path, int),
+        ),
         placements=placements,
         workload=workload,
     )

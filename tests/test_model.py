@@ -8,7 +8,8 @@ import pytest
 
 from engram_top import reference
 from engram_top.reference import ServiceModel, Workload
-from engram_top.simnode.memory import kv_capacity_tokens
+from engram_top.simnode import memory
+from engram_top.simnode.memory import PAGE_SIZE, kv_capacity_tokens
 from engram_top.simnode.model import (
     PREFILL_TOKEN_BUDGET,
     Request,
@@ -222,6 +223,27 @@ def test_kv_capacity_matches_the_seed() -> None:
     assert host == kv_capacity_tokens(ref, "host-prefetch") == 42_700_288
     assert round(host / 1e6, 2) == 42.70
     assert host % 256 == 0  # whole pages
+
+
+def test_kv_pools_follow_the_full_pool_and_match_the_seed() -> None:
+    ref = reference.default()
+    for name, placement in ref.placements.items():
+        plan = memory.plan(ref, name)
+        got, seed = plan.pools, placement.pools
+        assert got.full == plan.kv_tokens
+        assert (got.c4, got.c128) == (got.full // 4, got.full // 128)
+        # The seed derives its pools from the full pool rounded to 0.01M; the simulated node
+        # from its exact one. The SWA pool is the cap (it does not follow the full pool).
+        for pool in ("full", "c4", "c128"):
+            assert getattr(got, pool) == pytest.approx(getattr(seed, pool), rel=1e-4), pool
+        assert (got.swa, got.c4_state, got.c128_state) == \
+            (seed.swa, seed.c4_state, seed.c128_state)
+        assert got.swa < ref.kv_pools.swa_full_tokens_ratio * got.full  # cap mode wins
+        # The KV bytes hold the fixed pools, then the full pool, in whole pages.
+        left = plan.kv_bytes - got.fixed_bytes - got.full * got.bytes_per_full_token
+        assert 0 <= left < PAGE_SIZE * got.bytes_per_full_token
+    fractions = {memory.plan(ref, name).mem_fraction_static for name in ref.placements}
+    assert fractions == {0.791}  # one allocator policy for every placement
 
 
 def test_small_pool_makes_the_closed_loop_queue() -> None:

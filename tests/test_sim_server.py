@@ -98,6 +98,11 @@ def test_server_info(sim_device: SimServer, path: str) -> None:
     assert info["model_path"] == "deepseek-ai/DeepSeek-V4.1-Flash"
     assert info["enable_metrics"] is True
     assert info["page_size"] == memory.PAGE_SIZE
+    # SGLang's /server_info carries every server argument as a flat key.
+    assert (info["pp_size"], info["dp_size"], info["ep_size"]) == (1, 1, 1)
+    assert info["enable_dp_attention"] is False
+    assert info["kv_cache_dtype"] == "fp8_e4m3"
+    assert info["mem_fraction_static"] == plan.mem_fraction_static
     assert len(info["internal_states"]) == 1  # one per DP rank
     usage = info["internal_states"][0]["memory_usage"]
     assert set(usage) == {"weight", "kvcache", "token_capacity", "graph"}
@@ -383,9 +388,11 @@ def test_startup_log_has_sglang_lines_per_rank(fleet: Fleet, name: str, weights:
         [end] = _rank_lines(text, r, "Load weight end.")
         assert re.search(r"Load weight end\. elapsed=\d+\.\d\d s, type=DeepseekV4ForCausalLM, "
                          rf"quant=fp8, avail mem=\d+\.\d\d GB, mem usage={weights} GB\.$", end)
-        [kv] = _rank_lines(text, r, "KV Cache is allocated.")
-        assert kv.endswith(f"KV Cache is allocated. #tokens: {tokens}, "
-                           f"KV size: {PLAN[server.placement].kv_bytes / GIB:.2f} GB")
+        # DeepSeek-V4's several pools, not the one-pool line of other models (the DSV4
+        # lines themselves: test_sim_dialect.py).
+        assert not _rank_lines(text, r, "KV Cache is allocated")
+        [pools] = _rank_lines(text, r, "DSV4 pool sizes:")
+        assert f"DSV4 pool sizes: full={tokens}, swa=" in pools
         [graph] = _rank_lines(text, r, "Capture cuda graph end.")
         assert re.search(r"Time elapsed: \d+\.\d\d s\. mem usage=2\.30 GB\. "
                          r"avail mem=\d+\.\d\d GB\.$", graph)

@@ -1,6 +1,9 @@
 """The simulated server's HTTP surface and serving loop: SGLang's endpoints, its streaming
 formats and its metric names, over the scheduler model. Tokens are words: one
-whitespace-separated word of a text prompt counts as one token."""
+whitespace-separated word of a text prompt counts as one token.
+
+The model is DeepSeek-V4.1, so the batch lines and metrics speak of its KV pools: the full
+pool (the scheduler's KV capacity) and the sliding-window (SWA) pool beside it."""
 
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from collectors.units import GIB
 from engram_top.reference import Placement, Reference
+from engram_top.simnode import server_args
+from engram_top.simnode.engram import LOG_INTERVAL_S, EngramStats
 from engram_top.simnode.memory import PAGE_SIZE, MemoryPlan
 from engram_top.simnode.metrics import (
     E2E_BUCKETS,
@@ -36,11 +41,10 @@ from engram_top.simnode.startup import RankHandle, log
 
 WORDS = ("the", "engram", "table", "sits", "in", "host", "memory", "while", "kv", "cache",
          "grows", "on", "each", "gpu", "and", "tokens", "stream", "out")
-ENGRAM_BYTES_PER_TOKEN = 2 * 16 * 272  # assumption: 2 layers x 16 rows x 272 B (fp8 row + scales)
-DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
+DECODE_LOG_INTERVAL = server_args.DECODE_LOG_INTERVAL
 MAX_LAG_S = 0.05  # how far behind plan the serving loop may run before it stops catching up
 BURST_MAX_S = 0.25  # the longest an idle server waits for a burst of arrivals to end
-CONTEXT_LEN = 1048576  # as the start-up log's scheduler summary prints it
+CONTEXT_LEN = server_args.CONTEXT_LEN  # as the start-up log's scheduler summary prints it
 
 
 class ServerCore:
@@ -62,6 +66,7 @@ class ServerCore:
         self.tasks: list[asyncio.Task[None]] = []
         self.busy_s = 0.0  # service time spent in the current utilisation window
         self.host_bytes_read = 0.0
+        self.engram = EngramStats() if placement.name != "device" else None
         self.gen_tokens_since_log = 0
         self.gen_log_started = time.monotonic()
         self.decode_steps = 0
@@ -80,7 +85,13 @@ class ServerCore:
                 ("sglang:num_running_reqs", "The number of running requests."),
                 ("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
                 ("sglang:num_used_tokens", "The number of used tokens."),
-                ("sglang:token_usage", "The token usage."),
+                ("sglang:token_usage", "The token usage: the fullest pool's."),
+                ("sglang:full_token_usage", "The token usage of the full KV pool."),
+                ("sglang:swa_token_usage", "The token usage of the sliding-window KV pool."),
+                ("sglang:kv_used_tokens", "KV tokens in use."),
+                ("sglang:kv_available_tokens", "KV tokens free to allocate."),
+                ("sglang:kv_evictable_tokens", "KV tokens the prefix cache can evict."),
+                ("sglang:num_retracted_reqs", "The number of retracted requests."),
                 ("sglang:gen_throughput", "The generation throughput (token/s)."),
                 ("sglang:cache_hit_rate", "The prefix cache hit rate."),
                 ("sglang:max_total_num_tokens",
@@ -96,13 +107,17 @@ class ServerCore:
                 ("sglang:generation_tokens_total", "Number of generation tokens processed."),
                 ("sglang:cached_tokens_total", "Number of cached prompt tokens."),
                 ("sglang:num_requests_total", "Number of requests processed."),
-                ("sglang:num_aborted_requests_total", "Number of requests aborted.")):
+                ("sglang:num_aborted_requests_total", "Number of requests aborted."),
+                ("sglang:num_retracted_requests_total", "Number of requests retracted.")):
             m.declare(name, "counter", help_text)
         self.counters = {name: 0.0 for name in ("sglang:prompt_tokens_total",
                                                 "sglang:generation_tokens_total",
                                                 "sglang:cached_tokens_total",
                                                 "sglang:num_requests_total",
                                                 "sglang:num_aborted_requests_total")}
+        # Scheduler-side counters carry the scheduler's labels. Admission reserves a whole
+        # request's KV, so the scheduler never has to retract one: this stays 0.
+        self.sched_counters = {"sglang:num_retracted_requests_total": 0.0}
         self.histograms = {
             "sglang:time_to_first_token_seconds": Histogram(TTFT_BUCKETS),
             "sglang:inter_token_latency_seconds": Histogram(ITL_BUCKETS),
@@ -112,16 +127,38 @@ class ServerCore:
         for name in self.histograms:
             m.declare(name, "histogram", f"Histogram of {name.split(':')[1].replace('_', ' ')}.")
 
+    def swa_used_tokens(self) -> int:
+        """SWA slots held: each running request keeps its window, which can straddle two
+        pages (the span the SWA cap reserves per request)."""
+        span = self.ref.kv_pools.sliding_window + PAGE_SIZE
+        return sum(min(r.input_len + r.generated, span) for r in self.sched.running)
+
+    def usages(self) -> tuple[float, float]:
+        """(full pool, SWA pool) usage; SGLang's token_usage is the larger one."""
+        return (self.sched.used_tokens / self.mem.kv_tokens,
+                self.swa_used_tokens() / self.mem.pools.swa)
+
     def render_metrics(self) -> str:
         m, t = self.metrics, self.tok_labels
-        usage = self.sched.used_tokens / self.mem.kv_tokens
+        full_usage, swa_usage = self.usages()
+        # Free: what admission has not reserved (a request's whole KV is reserved up front,
+        # so used + available stays within the pool). No prefix cache: nothing to evict.
+        available = self.mem.kv_tokens - self.sched.kv_used
         # Every scheduler reports, as SGLang does with --enable-metrics-for-all-schedulers.
         for rank in range(self.ref.gpus):
             s = {**self.sched_labels, "tp_rank": str(rank)}
             m.set("sglang:num_running_reqs", s, len(self.sched.running))
             m.set("sglang:num_queue_reqs", s, len(self.sched.waiting))
             m.set("sglang:num_used_tokens", s, self.sched.used_tokens)
-            m.set("sglang:token_usage", s, usage)
+            m.set("sglang:token_usage", s, max(full_usage, swa_usage))
+            m.set("sglang:full_token_usage", s, full_usage)
+            m.set("sglang:swa_token_usage", s, swa_usage)
+            m.set("sglang:kv_used_tokens", s, self.sched.used_tokens)
+            m.set("sglang:kv_available_tokens", s, available)
+            m.set("sglang:kv_evictable_tokens", s, 0)
+            m.set("sglang:num_retracted_reqs", s, 0)
+            for name, value in self.sched_counters.items():
+                m.set(name, s, value)
             m.set("sglang:gen_throughput", s, self.last_gen_throughput)
             m.set("sglang:cache_hit_rate", s, 0.0)
             m.set("sglang:max_total_num_tokens", s, self.mem.kv_tokens)
@@ -171,8 +208,8 @@ class ServerCore:
             await asyncio.sleep(max(0.0, end - time.monotonic()))
             clock = end
             self.busy_s += step.duration * scale
-            if self.placement.name != "device":
-                self.host_bytes_read += step.tokens * ENGRAM_BYTES_PER_TOKEN
+            if self.engram is not None:
+                self.host_bytes_read += self.engram.add(step.tokens)
             running_before = len(self.sched.running)
             for req in self.sched.finish(step, end):
                 queue = self.streams.get(req)
@@ -181,12 +218,13 @@ class ServerCore:
             if step.kind == "decode":
                 self._log_decode(step.tokens)
             else:
+                full_usage, swa_usage = self.usages()
                 log(f"Prefill batch, #new-seq: {len(step.requests)}, #new-token: {step.tokens}, "
-                    f"#cached-token: 0, token usage: "
-                    f"{self.sched.used_tokens / self.mem.kv_tokens:.2f}, "
-                    f"#running-req: {running_before}, "
-                    f"#queue-req: {len(self.sched.waiting)}, input throughput (token/s): "
-                    f"{step.tokens / max(1e-9, step.duration * scale):.2f}, cuda graph: False", 0)
+                    f"#cached-token: 0, full token usage: {full_usage:.2f}, "
+                    f"swa token usage: {swa_usage:.2f}, #running-req: {running_before}, "
+                    f"#queue-req: {len(self.sched.waiting)}, #pending-token: 0, "
+                    f"cuda graph: False, input throughput (token/s): "
+                    f"{step.tokens / max(1e-9, step.duration * scale):.2f}", 0)
 
     async def _gather_burst(self, scale: float) -> None:
         """After idling, wait until arrivals pause for a batch window (at most BURST_MAX_S):
@@ -208,16 +246,24 @@ class ServerCore:
         self.last_gen_throughput = self.gen_tokens_since_log / max(1e-9, now - self.gen_log_started)
         self.gen_tokens_since_log = 0
         self.gen_log_started = now
-        log(f"Decode batch, #running-req: {batch}, #token: {self.sched.used_tokens}, "
-            f"token usage: {self.sched.used_tokens / self.mem.kv_tokens:.2f}, cuda graph: True, "
+        full_usage, swa_usage = self.usages()
+        log(f"Decode batch, #running-req: {batch}, #full token: {self.sched.used_tokens}, "
+            f"full token usage: {full_usage:.2f}, #swa token: {self.swa_used_tokens()}, "
+            f"swa token usage: {swa_usage:.2f}, cuda graph: True, "
             f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "
             f"#queue-req: {len(self.sched.waiting)}", 0)
 
     async def _node_loop(self) -> None:
-        """Hand utilisation and PCIe traffic to the ranks twice a second."""
+        """Hand utilisation and PCIe traffic to the ranks twice a second; log the Engram
+        statistics every few seconds."""
         period = 0.5
+        ticks = 0
         while True:
             await asyncio.sleep(period)
+            ticks += 1
+            if self.engram is not None and ticks % round(LOG_INTERVAL_S / period) == 0:
+                for line in self.engram.lines():
+                    log(line, 0)
             util = min(100.0, 100.0 * self.busy_s / period)
             rx = self.host_bytes_read / period / len(self.ranks)
             self.busy_s = 0.0
@@ -291,16 +337,9 @@ class ServerCore:
     def server_info(self) -> dict[str, Any]:
         a = self.args
         mem = self.mem
-        args = {
-            "model_path": self.ref.model, "tokenizer_path": self.ref.model, "host": a.host,
-            "port": a.port, "tp_size": self.ref.gpus, "dp_size": 1, "device": "cuda",
-            "enable_metrics": True, "page_size": PAGE_SIZE, "attention_backend": "dsv4",
-            "max_running_requests": self.placement.service.max_running_requests,
-            "chunked_prefill_size": 8192, "max_prefill_tokens": 16384,
-            "stream_interval": a.stream_interval, "decode_log_interval": DECODE_LOG_INTERVAL,
-            "api_key": a.api_key, "admin_api_key": None, "served_model_name": self.ref.model,
-            "enable_metrics_for_all_schedulers": True,
-        }
+        # Every server argument as a flat key, as SGLang returns them. No engram_config: the
+        # V4.1 preview build this plays takes its Engram placement from the environment.
+        args = server_args.build(self.ref, self.placement, mem, a)
         return {
             **args,
             "status": "ready" if self.ready else "starting",

@@ -23,7 +23,7 @@ import psutil
 import uvicorn
 
 from engram_top import reference
-from engram_top.simnode import memory, state
+from engram_top.simnode import memory, server_args, state
 from engram_top.simnode.http import ServerCore, build_app
 from engram_top.simnode.startup import Startup, StartupFailed, log, spawn_ranks
 
@@ -84,10 +84,13 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    log(f"server_args=ServerArgs(model_path='{ref.model}', tp_size={ref.gpus}, "
-        f"host='{args.host}', port={args.port}, enable_metrics=True, page_size={memory.PAGE_SIZE}, "
-        f"attention_backend='dsv4', sim_placement='{args.placement}', "
-        f"sim_time_scale={args.time_scale})")
+    # What SGLang prints as ServerArgs applies its DeepSeek-V4 defaults, then the args.
+    log(f"Use dsv4 attention backend for DeepseekV4ForCausalLM, setting page_size to "
+        f"{memory.PAGE_SIZE}.")
+    log(f"Setting KV cache dtype to {server_args.KV_CACHE_DTYPE} for DeepseekV4ForCausalLM.")
+    log(f"INFO server_args.py:1187: Setting swa_full_tokens_ratio to "
+        f"{ref.kv_pools.swa_full_tokens_ratio} for DeepseekV4ForCausalLM.")
+    log(server_args.repr_line(server_args.build(ref, placement, mem, args)))
     for key, value in placement.env.items():
         log(f"env {key}={value}")
     ranks = spawn_ranks(node_dir, ref.gpus)

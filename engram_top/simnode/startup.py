@@ -1,5 +1,9 @@
 """The simulated server's start-up: SGLang's log lines, phase by phase, while the ranks'
-virtual HBM and the host tables grow. Phase lengths come from seeds [startup], scaled."""
+virtual HBM and the host tables grow. Phase lengths come from seeds [startup], scaled.
+
+The lines are those SGLang prints for DeepSeek-V4 (DeepseekV4ForCausalLM): its KV is
+several pools, so the memory pool phase prints the DSV4 pool configurator's lines where
+other models print "KV Cache is allocated"."""
 
 from __future__ import annotations
 
@@ -17,6 +21,9 @@ from pathlib import Path
 from collectors.units import GIB, MIB
 from engram_top.reference import Placement, Reference
 from engram_top.simnode.memory import MemoryPlan
+from engram_top.simnode.model import PREFILL_TOKEN_BUDGET
+from engram_top.simnode.pools import CHUNKED_PREFILL_SIZE
+from engram_top.simnode.server_args import CONTEXT_LEN
 
 TABLES = (("L1", 0.5), ("L14", 0.5))  # the two Engram tables (layers 1 and 14), equal halves
 # Of the server processes' host memory: the tokenizer + HTTP process; the ranks share the rest.
@@ -207,10 +214,21 @@ class Startup:
         self.check_fail("kv_pool")
         for r in self.ranks:
             r.gpu_bytes += mem.kv_bytes
+        total_gb = self.ref.gpu_total_bytes / GIB
+        rest_gb = mem.kv_bytes / GIB
+        # Profiled after the weights: what the static fraction leaves for KV is rest_memory,
+        # the whole KV budget. (The measured available memory can differ from the weights'
+        # "avail mem" by a little; here by the rounding of mem_fraction_static.)
+        profiled_gb = rest_gb + total_gb * (1 - mem.mem_fraction_static)
+        for r in self.ranks:
+            log(f"Memory profiling: available_gpu_memory={profiled_gb:.2f} GB, "
+                f"total_gpu_memory={total_gb:.2f} GB, "
+                f"mem_fraction_static={mem.mem_fraction_static}, "
+                f"rest_memory={rest_gb:.2f} GB", r.rank)
+            for line in mem.pools.log_lines(mem.kv_bytes):
+                log(line, r.rank)
         self.push_all()
         for r in self.ranks:
-            log(f"KV Cache is allocated. #tokens: {mem.kv_tokens}, KV size: "
-                f"{mem.kv_bytes / GIB:.2f} GB", r.rank)
             log(f"Memory pool end. avail mem={self.avail_gb(r):.2f} GB", r.rank)
 
     async def graphs(self) -> None:
@@ -232,6 +250,8 @@ class Startup:
                 f"mem usage={mem.graphs_bytes / GIB:.2f} GB. avail mem={self.avail_gb(r):.2f} GB.",
                 r.rank)
         svc = self.placement.service
-        log(f"max_total_num_tokens={mem.kv_tokens}, chunked_prefill_size=8192, "
-            f"max_prefill_tokens=16384, max_running_requests={svc.max_running_requests}, "
-            f"context_len=1048576, available_gpu_mem={self.avail_gb(self.ranks[0]):.2f} GB", 0)
+        log(f"max_total_num_tokens={mem.kv_tokens}, chunked_prefill_size={CHUNKED_PREFILL_SIZE}, "
+            f"max_prefill_tokens={PREFILL_TOKEN_BUDGET}, "
+            f"max_running_requests={svc.max_running_requests}, "
+            f"context_len={CONTEXT_LEN}, available_gpu_mem={self.avail_gb(self.ranks[0]):.2f} GB",
+            0)
