@@ -34,6 +34,8 @@ class WeightLoad:
     quant: str | None = None
     avail_gb: float | None = None
     mem_usage_gb: float | None = None  # free before minus free after: the weights' HBM
+    # No "mem usage=" printed (older builds): the drop in "avail mem" from begin to end.
+    mem_usage_derived: bool = False
     begin_at: float | None = None
     end_at: float | None = None
 
@@ -98,6 +100,17 @@ class RankFacts:
     weight_loads: tuple[WeightLoad, ...] = ()
     kv_pools: tuple[KvPool, ...] = ()
     graph_captures: tuple[GraphCapture, ...] = ()
+    # "Memory profiling: available_gpu_memory=.. GB, total_gpu_memory=.., mem_fraction_static
+    # =.., rest_memory=.. GB": *_gb keys in GiB, mem_fraction_static a fraction.
+    memory_profile: dict[str, float] = field(default_factory=dict)
+    # Hybrid KV models (DeepSeek-V4): the pool configurator's lines. kv_sizing: the first
+    # "<tag> memory calculation" (line: its tag, full_tokens, available_bytes_gb, ..);
+    # pool_sizes: the first "pool sizes" (or "Initialize ..TokenToKVPool") line by pool;
+    # a second one (a speculative draft model's) apart in draft_pool_sizes.
+    swa_sizing: dict[str, float | int | str] = field(default_factory=dict)
+    kv_sizing: dict[str, float | int | str] = field(default_factory=dict)
+    pool_sizes: dict[str, int] = field(default_factory=dict)
+    draft_pool_sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def weights_bytes(self) -> int | None:
@@ -143,6 +156,9 @@ class LogError:
     rank: int = 0
     exception: str | None = None  # the closing "SomeError: ..." line of a traceback
     fatal: bool = False  # seen before "ready" with a fatal kind
+    # The start-up phase the traceback's frames point at (model_runner's init_memory_pool:
+    # "kv_pool"), where they name one.
+    phase: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +166,11 @@ class DecodeStats:
     at: float | None
     rank: int
     running_reqs: int | None = None
-    num_tokens: int | None = None
+    num_tokens: int | None = None  # "#token", "#full token" on hybrid models
     token_usage: float | None = None  # "full token usage" on hybrid (SWA/Mamba) models
+    full_token_usage: float | None = None  # hybrid models: each pool's usage
+    swa_token_usage: float | None = None
+    swa_tokens: int | None = None
     gen_throughput: float | None = None  # tokens/s
     queue_reqs: int | None = None
     accept_len: float | None = None
@@ -166,6 +185,8 @@ class PrefillStats:
     new_tokens: int | None = None
     cached_tokens: int | None = None
     token_usage: float | None = None
+    full_token_usage: float | None = None
+    swa_token_usage: float | None = None
     running_reqs: int | None = None
     queue_reqs: int | None = None
     input_throughput: float | None = None
@@ -180,6 +201,39 @@ class PhaseSpan:
     phase: str
     start: float | None
     end: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerArgsFacts:
+    """The ``server_args=ServerArgs(...)`` dump: the settings a placement reading needs,
+    typed (None when the dump does not give them or gives another type), and every key as
+    printed in ``raw`` (secrets redacted)."""
+
+    model_path: str | None = None
+    tp_size: int | None = None
+    dp_size: int | None = None
+    pp_size: int | None = None
+    ep_size: int | None = None
+    mem_fraction_static: float | None = None
+    kv_cache_dtype: str | None = None
+    page_size: int | None = None
+    context_length: int | None = None
+    max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None
+    attention_backend: str | None = None
+    decode_attention_backend: str | None = None
+    prefill_attention_backend: str | None = None
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_draft_model_path: str | None = None
+    enable_dp_attention: bool | None = None
+    enable_hierarchical_cache: bool | None = None
+    hicache_ratio: float | None = None
+    hicache_size: float | None = None
+    swa_full_tokens_ratio: float | None = None
+    engram_config: str | dict[str, object] | None = None
+    raw: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +255,14 @@ class StartupFacts:
     available_mem_device: str | None = None
     available_gpu_mem_gb: float | None = None  # available_mem_gb when the device is "gpu"
     scheduler_extra: dict[str, str] = field(default_factory=dict)  # keys this parser does not know
+    # The KV capacity in tokens: max_total_num_tokens, else (hybrid models, whose builds may
+    # print no such line) the full pool's size from the lowest rank's sizing lines.
+    kv_capacity_tokens: int | None = None
+    # The lowest rank's pool sizes (the main model's, and a draft model's apart).
+    pool_sizes: dict[str, int] = field(default_factory=dict)
+    draft_pool_sizes: dict[str, int] = field(default_factory=dict)
+    server_args: ServerArgsFacts | None = None
+    swa_full_tokens_ratio: float | None = None  # "Setting swa_full_tokens_ratio to X for .."
     # "Engine startup timings (s): load_weight=.., cuda_graph={prefill=.., ..}, ..": seconds
     # by key, in printed order; nested groups flattened with a dot ("cuda_graph.decode").
     startup_timings_s: dict[str, float] = field(default_factory=dict)
@@ -208,7 +270,11 @@ class StartupFacts:
     engram_tables: tuple[EngramTable, ...] = ()
     engram_config_text: str | None = None  # raw "DeepSeek-V4.1 Engram tables: ..." message
     engram_config: dict[str, str] = field(default_factory=dict)  # placement/replication/lookup
-    engram_messages: tuple[str, ...] = ()  # page-cache drops, MADV_COLLAPSE errno, NPU offload
+    engram_messages: tuple[str, ...] = ()  # page-cache drops, MADV_COLLAPSE errno, unknown lines
+    # "Engram layer=N lookups=.. hit_rate=..% reads=.. cache=..GiB(K-way) ..": each layer's
+    # latest line (lookups and reads since the line before; interval_s the time between
+    # the two, None for a layer's first), and the totals since the log began.
+    engram_layers: dict[int, dict[str, object]] = field(default_factory=dict)
     # HTTP.
     uvicorn_pid: int | None = None
     uvicorn_url: str | None = None
@@ -221,7 +287,11 @@ class StartupFacts:
     # Shutdown (see the module docstring): the first stop line, uvicorn's "Finished server".
     stopping_at: float | None = None
     stopped_at: float | None = None
-    # Timeline.
+    # Timeline. A log that starts after its server's launch (its first start-up line is a
+    # later phase's) has no launch_at: its time to ready is unknown, not counted from there.
+    log_starts_after_launch: bool = False
+    launches: int = 0  # launches this log holds; the facts are the latest one's
+    notes: tuple[str, ...] = ()  # what the reader of these facts should be told
     launch_at: float | None = None
     last_line_at: float | None = None
     lines_seen: int = 0

@@ -394,7 +394,7 @@ def test_tp4_timeline_earliest_begin_latest_end() -> None:
         ("launching", 0.0, 5.0),
         ("distributed_init", 5.0, 8.0),
         ("weights", 9.0, 123.0),  # earliest begin (TP0 00:09) .. latest end (TP2 02:03)
-        ("kv_pool", 130.0, 133.0),
+        ("kv_pool", 126.0, 133.0),  # the DSV4 memory calculation opens it (TP0 02:06)
         ("graphs", 135.0, 149.0),  # target decode, TP3 ends last
         ("graphs", 148.0, 151.0),  # target verify
         ("http", 160.0, 161.0),
@@ -405,7 +405,7 @@ def test_tp4_timeline_earliest_begin_latest_end() -> None:
         "launching": 5.0,
         "distributed_init": 3.0,
         "weights": 114.0,
-        "kv_pool": 3.0,
+        "kv_pool": 7.0,
         "graphs": 17.0,
         "http": 1.0,
         "warmup": 9.0,
@@ -460,7 +460,9 @@ def test_very_old_variants() -> None:
     assert r.weights_begin_avail_gb == 78.5
     assert r.weights_elapsed_s is None
     assert (r.weights_type, r.weights_dtype) == ("LlamaForCausalLM", "torch.float16")
-    assert r.weights_avail_gb == 65.53 and r.weights_gb is None
+    # No "mem usage=" printed: the weights are the free memory the load took.
+    assert r.weights_avail_gb == 65.53 and r.weights_gb == 12.97
+    assert r.weight_loads[0].mem_usage_derived is True
     assert r.kv_tokens is None
     assert (r.k_size_gb, r.v_size_gb, r.kv_total_gb) == (2.82, 2.82, 5.64)
     assert r.pool_end_avail_gb == 8.94
@@ -573,13 +575,16 @@ torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 2 ha
     parser = StartupLogParser()
     events = [parser.feed(line) for line in log.splitlines()]
     assert events[1] == ["error", "failed", "phase:failed"]
-    assert all(e == [] for e in events[2:])
+    assert all(e == [] for e in events[2:-1])
+    assert events[-1] == ["error"]  # the parent's sigquit: recorded, the failure stays the first
     f = parser.facts()
     assert f.current_phase() == FAILED
-    assert f.failed_in == "weights"
+    # Its frames say where: the KV pool's buffers, though TP2 never printed its weights' end.
+    assert f.failed_in == "kv_pool"
     assert f.failed_at == f.launch_at + 60.0  # type: ignore[operator]
-    (err,) = f.errors
-    assert (err.kind, err.rank, err.fatal) == ("oom", 2, True)
+    err, sigquit = f.errors
+    assert (err.kind, err.rank, err.fatal, err.phase) == ("oom", 2, True, "kv_pool")
+    assert sigquit.kind == "child_failed"
     assert err.text == "Scheduler hit an exception: Traceback (most recent call last):"
     assert err.exception == (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 2 has a "
@@ -896,7 +901,6 @@ def test_stop_after_ready() -> None:
     ]
     assert parser.feed("INFO:     Finished server process [1780921]", at=2009.0) == []
     parser.feed("The server is fired up and ready to roll!", at=2010.0)
-    parser.feed("[2026-11-29 19:50:06] Load weight begin. avail mem=1.00 GB", at=2011.0)
     f = parser.facts()
     assert (f.stopping_at, f.stopped_at) == (2000.0, 2005.5)
     assert f.current_phase() == STOPPED
@@ -904,6 +908,13 @@ def test_stop_after_ready() -> None:
     assert [(e.kind, e.fatal) for e in f.errors] == [("traceback", False)]
     assert f.phase_durations() == durations  # the stop adds no startup phase
     assert {"stopping", "stopped", "memory_baseline", "startup_timings"} <= set(EVENTS)
+    # Weights loading once the server stopped: the same log, a new launch.
+    assert "relaunch" in parser.feed("[2026-11-29 19:50:06] Load weight begin. avail mem=1.00 GB",
+                                     at=2011.0)
+    f = parser.facts()
+    assert f.launches == 2 and f.current_phase() == "weights"
+    assert (f.stopping_at, f.stopped_at, f.ready, f.errors) == (None, None, False, ())
+    assert f.launch_at == 2011.0 and f.ranks[0].weights_begin_avail_gb == 1.0
 
 
 def test_stop_during_startup_and_after_failure() -> None:
