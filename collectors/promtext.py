@@ -11,6 +11,11 @@ a ``# TYPE x histogram`` line makes every later ``x_bucket``/``x_sum``/``x_count
 belong to family ``x`` wherever it appears; a sample whose name fits no declared family
 becomes (or joins) an ``untyped`` family named after the sample. Counters keep the name of
 their TYPE line (SGLang declares ``sglang:prompt_tokens_total``), sample names stay as written.
+Bucket fragments with no TYPE line at all (``x_bucket{le=..}``, ``x_sum``, ``x_count``, as a
+relabelling pipeline or a cut page leaves them) are still one histogram ``x``.
+
+What is wrong with a page that still parses (a ``_count`` that disagrees with its ``+Inf``
+bucket, a series given twice) is not an error: :func:`problems` names it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ __all__ = [
     "gauge",
     "histogram_series",
     "parse",
+    "problems",
+    "renamed",
 ]
 
 Labels = tuple[tuple[str, str], ...]
@@ -254,7 +261,29 @@ def parse(text: str) -> dict[str, Family]:
             fam.samples.append(Sample(name, labels, value, ts))
         except _Bad as exc:
             raise PromTextError(line_no, line, str(exc)) from None
+    _adopt_histograms(families, typed)
     return families
+
+
+def _adopt_histograms(families: dict[str, Family], typed: set[str]) -> None:
+    """``x_bucket`` samples with ``le`` labels and no TYPE line: the histogram ``x``, with
+    ``x_sum`` and ``x_count`` (themselves untyped) joining it."""
+    for name in [n for n in families if n.endswith("_bucket") and n not in typed]:
+        bucket = families[name]
+        base = name[: -len("_bucket")]
+        if bucket.type != "untyped" or not bucket.samples or base in typed \
+                or not all(any(k == "le" for k, _ in s.labels) for s in bucket.samples):
+            continue
+        existing = families.get(base)
+        if existing is not None and existing.samples:
+            continue  # "x" itself has samples: the fragments are not its histogram
+        fam = Family(base, "histogram", existing.help if existing else "")
+        for part in (name, base + "_sum", base + "_count"):
+            other = families.get(part)
+            if other is not None and other.type == "untyped" and part not in typed:
+                fam.samples.extend(other.samples)
+                del families[part]
+        families[base] = fam
 
 
 def _fast_labels(raw: str) -> Labels:
@@ -323,11 +352,14 @@ def _resolve(name: str, families: dict[str, Family]) -> Family:
 # --------------------------------------------------------------------------- helpers
 
 
-def histogram_series(family: Family) -> dict[Labels, Histogram]:
+def histogram_series(family: Family,
+                     issues: list[str] | None = None) -> dict[Labels, Histogram]:
     """Group a histogram family's samples by label set (without ``le``).
 
     A series without a ``+Inf`` bucket gets one from ``_count``; one without ``_count`` takes
-    its count from the ``+Inf`` bucket (NaN if neither). ``_created`` samples are ignored.
+    its count from the ``+Inf`` bucket (NaN if neither). A ``_count`` that disagrees with the
+    ``+Inf`` bucket (a page cut inside a number: "24" for "2402") loses to the bucket, which
+    the quantiles are read from, and is said in ``issues``. ``_created`` samples are ignored.
     """
     if family.type != "histogram":
         raise ValueError(f"{family.name} is a {family.type}, not a histogram")
@@ -363,9 +395,56 @@ def histogram_series(family: Family) -> dict[Labels, Histogram]:
         count = counts.get(key)
         if (not bs or bs[-1][0] != math.inf) and count is not None:
             bs.append((math.inf, count))
+        if count is not None and bs[-1][1] != count and not math.isnan(count):
+            if issues is not None:
+                issues.append(f"{family.name}{_shown(key)}: _count {count:g} disagrees with "
+                              f"its +Inf bucket {bs[-1][1]:g}")
+            count = bs[-1][1]
         if count is None:
             count = bs[-1][1] if bs and bs[-1][0] == math.inf else math.nan
         out[key] = Histogram(tuple(bs), sums.get(key, math.nan), count)
+    return out
+
+
+def _shown(labels: Labels) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in labels) + "}" if labels else ""
+
+
+def problems(family: Family) -> list[str]:
+    """What is wrong with a family that parsed: each series given more than once (the first
+    is what the readers here use), and for a histogram each _count that disagrees with its
+    +Inf bucket."""
+    out: list[str] = []
+    seen: set[tuple[str, Labels]] = set()
+    twice: dict[tuple[str, Labels], int] = {}
+    for s in family.samples:
+        key = (s.name, s.labels)
+        if key in seen:
+            twice[key] = twice.get(key, 1) + 1
+        else:
+            seen.add(key)
+    for (name, labels), n in twice.items():
+        out.append(f"{name}{_shown(labels)} is given {n} times in one page")
+    if family.type == "histogram":
+        try:
+            histogram_series(family, out)
+        except ValueError as exc:
+            out.append(str(exc))
+    return out
+
+
+def renamed(families: dict[str, Family], old: str, new: str) -> dict[str, Family]:
+    """The families with the name prefix ``old`` spelt ``new`` (``sglang_`` as gateways and
+    some Prometheus pipelines write SGLang's ``sglang:``), samples included."""
+    out: dict[str, Family] = {}
+    for name, fam in families.items():
+        if not name.startswith(old):
+            out.setdefault(name, fam)
+            continue
+        fresh = new + name[len(old):]
+        out[fresh] = Family(fresh, fam.type, fam.help, [
+            Sample(new + s.name[len(old):] if s.name.startswith(old) else s.name, s.labels,
+                   s.value, s.timestamp_ms) for s in fam.samples])
     return out
 
 

@@ -123,6 +123,10 @@ class Quantiles:
     p99: float | None
     mean: float | None
     count: float  # observations in the window
+    # The quantile fell in the +Inf bucket: the value is the last finite bound, a lower
+    # bound ("> 30 s"), not the quantile itself.
+    p50_over: bool = False
+    p99_over: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +147,25 @@ class ServerData:
     num_used_tokens: float | None = None
     token_usage: float | None = None
     gen_throughput: float | None = None
+    # Hybrid (multi-pool) KV models such as DeepSeek-V4: each pool's usage, 0..1; token_usage
+    # is the highest of them (the bottleneck).
+    full_token_usage: float | None = None
+    swa_token_usage: float | None = None
+    kv_used_tokens: float | None = None
+    kv_available_tokens: float | None = None
+    kv_evictable_tokens: float | None = None
+    # Memory pressure: requests retracted (preempted) now, and per second in the window.
+    num_retracted_reqs: float | None = None
+    retracted_per_s: float | None = None
+    cache_hit_rate: float | None = None  # a fraction, 0..1, whatever the server's era
+    # Hierarchical cache's host KV tier.
+    hicache_host_used_tokens: float | None = None
+    hicache_host_total_tokens: float | None = None
     # Windowed, from histogram and counter deltas (seconds; tokens/s).
     ttft: Quantiles | None = None
     itl: Quantiles | None = None
     e2e: Quantiles | None = None
+    queue_time: Quantiles | None = None
     output_tokens_per_s: float | None = None
     requests_per_s: float | None = None
     window_s: float | None = None
@@ -157,6 +176,9 @@ class ServerData:
     # Figures the server sent but that are not numbers to show (NaN, +Inf): field -> why,
     # "n/a: NaN from rank 0". The field itself is None.
     unavailable: dict[str, str] = field(default_factory=dict)
+    # What is wrong with the page itself though it parsed: a _count that disagrees with its
+    # +Inf bucket, a series given twice. One line each, naming the metric.
+    page_problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,4 +229,4 @@ def _finite_quantiles(q: Quantiles) -> Quantiles:
     if all(_is_finite(v) for v in parts.values()) and math.isfinite(q.count):
         return q
     clean = {k: v if _is_finite(v) else None for k, v in parts.items()}
-    return Quantiles(**clean, count=q.count if math.isfinite(q.count) else 0.0)
+    return dataclasses.replace(q, **clean, count=q.count if math.isfinite(q.count) else 0.0)

@@ -16,21 +16,181 @@ from collectors.readings import Reading, ServerData, Status, finite, spell
 from collectors.units import MIB
 from collectors.windowed import WindowedHistogram, WindowedRate
 
-HISTOGRAMS = {
-    "ttft": "sglang:time_to_first_token_seconds",
-    "itl": "sglang:inter_token_latency_seconds",
-    "e2e": "sglang:e2e_request_latency_seconds",
+# Each figure: SGLang's current name first, then the older spellings it has had.
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft": ("sglang:time_to_first_token_seconds",),
+    # Before inter_token_latency_seconds, TPOT's histogram was the inter-token source.
+    "itl": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+    "e2e": ("sglang:e2e_request_latency_seconds",),
+    "queue_time": ("sglang:queue_time_seconds",),
 }
 # The most a page of each kind can hold (SGLang's /metrics with every scheduler and DP rank
 # reporting is a few MB): past it, a server that streams without end is cut off.
 PAGE_LIMITS = {"/health": MIB, "/metrics": 64 * MIB}
-GAUGES = {
-    "num_running_reqs": "sglang:num_running_reqs",
-    "num_queue_reqs": "sglang:num_queue_reqs",
-    "num_used_tokens": "sglang:num_used_tokens",
-    "token_usage": "sglang:token_usage",
-    "gen_throughput": "sglang:gen_throughput",
+# How one scheduler's gauges add up over the DP ranks: counts add, usages take the fullest
+# (the bottleneck), a hit rate the mean.
+SUM, MAX, MEAN = "sum", "max", "mean"
+GAUGES: dict[str, tuple[tuple[str, ...], str]] = {
+    "num_running_reqs": (("sglang:num_running_reqs", "sglang:num_requests_running"), SUM),
+    "num_queue_reqs": (("sglang:num_queue_reqs", "sglang:num_requests_waiting"), SUM),
+    "num_used_tokens": (("sglang:num_used_tokens",), SUM),
+    "token_usage": (("sglang:token_usage",), MAX),
+    "gen_throughput": (("sglang:gen_throughput",), SUM),
+    "full_token_usage": (("sglang:full_token_usage",), MAX),
+    "swa_token_usage": (("sglang:swa_token_usage",), MAX),
+    "kv_used_tokens": (("sglang:kv_used_tokens",), SUM),
+    "kv_available_tokens": (("sglang:kv_available_tokens",), SUM),
+    "kv_evictable_tokens": (("sglang:kv_evictable_tokens",), SUM),
+    "num_retracted_reqs": (("sglang:num_retracted_reqs",), SUM),
+    "cache_hit_rate": (("sglang:cache_hit_rate",), MEAN),
+    "hicache_host_used_tokens": (("sglang:hicache_host_used_tokens",), SUM),
+    "hicache_host_total_tokens": (("sglang:hicache_host_total_tokens",), SUM),
 }
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "output_tokens": ("sglang:generation_tokens_total",),
+    "requests": ("sglang:num_requests_total",),
+    "prompt_tokens": ("sglang:prompt_tokens_total",),
+    "retracted": ("sglang:num_retracted_requests_total", "sglang:num_retracted_requests"),
+}
+MAX_PROBLEMS = 20  # a page wrong everywhere: the first ones say enough
+# Labels that split one scheduler's figure without making it another scheduler's.
+_DP, _REPLICAS, _PRIORITY = "dp_rank", ("pp_rank", "tp_rank"), "priority"
+
+
+def _label(labels: promtext.Labels, name: str) -> str | None:
+    for k, v in labels:
+        if k == name:
+            return v
+    return None
+
+
+def _rank_key(labels: promtext.Labels) -> tuple[int, ...]:
+    out = []
+    for name in _REPLICAS:
+        v = _label(labels, name)
+        out.append(int(v) if v is not None and v.isdigit() else -1)
+    return tuple(out)
+
+
+def primary(label_sets: list[promtext.Labels]) -> dict[str, list[promtext.Labels]]:
+    """The series that count, by DP rank: one scheduler per DP rank (its TP and PP ranks
+    report the same state: the lowest ones stand for it), and where a page splits a figure
+    by priority, its total series (``priority=""``), else every priority."""
+    if any(_label(ls, _PRIORITY) is not None for ls in label_sets):
+        total = [ls for ls in label_sets if _label(ls, _PRIORITY) == ""]
+        label_sets = total or label_sets
+    groups: dict[str, list[promtext.Labels]] = {}
+    for ls in label_sets:
+        groups.setdefault(_label(ls, _DP) or "", []).append(ls)
+    for dp, members in groups.items():
+        low = min(_rank_key(ls) for ls in members)
+        groups[dp] = [ls for ls in members if _rank_key(ls) == low]
+    return groups
+
+
+def find(fams: dict[str, promtext.Family], names: tuple[str, ...]) -> promtext.Family | None:
+    """The first of a figure's spellings that the page has."""
+    for name in names:
+        fam = fams.get(name)
+        if fam is not None:
+            return fam
+    return None
+
+
+def gauge_figure(fam: promtext.Family | None, how: str) -> tuple[float | None, str | None]:
+    """One figure of a gauge family over its schedulers, or None and why ("n/a: NaN from
+    rank 0") when every sample that counts is NaN or infinite: a broken exporter is a
+    reading with a reason, not a number."""
+    if fam is None:
+        return None, None
+    by_labels: dict[promtext.Labels, promtext.Sample] = {}
+    for sample in fam.samples:
+        if sample.name == fam.name:
+            by_labels.setdefault(sample.labels, sample)  # a series given twice: its first
+    if not by_labels:
+        return None, None
+    values: list[float] = []
+    bad: promtext.Sample | None = None
+    for members in primary(list(by_labels)).values():
+        finite_ones = [by_labels[ls].value for ls in members
+                       if math.isfinite(by_labels[ls].value)]
+        if finite_ones:
+            values.append(sum(finite_ones))  # several priorities without a total: add up
+        else:
+            bad = bad or by_labels[members[0]]
+    if not values:
+        if bad is None:
+            return None, None
+        rank = _label(bad.labels, "tp_rank")
+        return None, f"n/a: {spell(bad.value)} from {'rank ' + rank if rank else 'the server'}"
+    if how == SUM:
+        return sum(values), None
+    if how == MAX:
+        return max(values), None
+    return sum(values) / len(values), None
+
+
+def finite_gauge(fams: dict[str, promtext.Family], name: str) -> tuple[float | None, str | None]:
+    """:func:`gauge_figure` of the family ``name`` as a plain gauge (its schedulers' sum)."""
+    return gauge_figure(fams.get(name), SUM)
+
+
+def counter_figure(fam: promtext.Family | None) -> float | None:
+    """A counter's total over the schedulers that count (see :func:`primary`)."""
+    if fam is None:
+        return None
+    by_labels: dict[promtext.Labels, float] = {}
+    for s in fam.samples:
+        if not s.name.endswith("_created"):
+            by_labels.setdefault(s.labels, s.value)
+    if not by_labels:
+        return None
+    return sum(by_labels[ls] for members in primary(list(by_labels)).values()
+               for ls in members)
+
+
+def canonical(fams: dict[str, promtext.Family]) -> dict[str, promtext.Family]:
+    """SGLang's names whatever the spelling: a gateway or a Prometheus pipeline may write
+    ``sglang_`` for ``sglang:``."""
+    if any(name.startswith("sglang:") for name in fams):
+        return fams
+    if any(name.startswith("sglang_") for name in fams):
+        return promtext.renamed(fams, "sglang_", "sglang:")
+    return fams
+
+
+def page_figures(fams: dict[str, promtext.Family]) -> dict[str, Any]:
+    """What one /metrics page says, as ServerData fields (the windowed figures apart): the
+    gauges, the memory constants, the figures that are not numbers, and the page's own
+    faults in the families read. Pure, for the collector and for inspect-metrics."""
+    out: dict[str, Any] = {}
+    unavailable: dict[str, str] = {}
+    issues: list[str] = []
+    for key, (names, how) in GAUGES.items():
+        fam = find(fams, names)
+        out[key], why = gauge_figure(fam, how)
+        if why:
+            unavailable[key] = why
+        if fam is not None:
+            issues += promtext.problems(fam)
+    rate = out.get("cache_hit_rate")
+    if rate is not None and rate > 1.0:  # 2024 builds gave it in percent
+        out["cache_hit_rate"] = rate / 100.0
+    out["unavailable"] = unavailable
+    # Newer SGLang builds export these constants; prefer them to /server_info's rounding.
+    for key, name in (("weight_gb", "sglang:weight_memory_usage_gb"),
+                      ("kv_cache_gb", "sglang:kv_cache_memory_usage_gb"),
+                      ("max_total_num_tokens", "sglang:max_total_num_tokens")):
+        value = promtext.gauge(fams, name)
+        if value is not None and math.isfinite(value):
+            out[key] = int(value) if key == "max_total_num_tokens" else memory_gb(value)
+    out["ranks"] = rank_constants(fams)
+    for names in HISTOGRAMS.values():
+        fam = find(fams, names)
+        if fam is not None and fam.type == "histogram":
+            issues += promtext.problems(fam)
+    out["page_problems"] = tuple(dict.fromkeys(issues))[:MAX_PROBLEMS]
+    return out
 
 
 class SglangCollector:
@@ -52,8 +212,7 @@ class SglangCollector:
                                                   auth=auth)
         self._own_client = client is None
         self._windows = {k: WindowedHistogram(window_s) for k in HISTOGRAMS}
-        self._out_rate = WindowedRate(window_s)
-        self._req_rate = WindowedRate(window_s)
+        self._rates = {k: WindowedRate(window_s) for k in COUNTERS}
         self._info: dict[str, Any] | None = None
         self._info_at = 0.0
 
@@ -130,55 +289,22 @@ class SglangCollector:
         if resp.status_code == 404:
             raise ValueError("/metrics is 404: start SGLang with --enable-metrics")
         resp.raise_for_status()
-        fams = promtext.parse(resp.text)
-        out: dict[str, Any] = {}
-        unavailable: dict[str, str] = {}
-        for key, name in GAUGES.items():
-            out[key], why = finite_gauge(fams, name)
-            if why:
-                unavailable[key] = why
-        out["unavailable"] = unavailable
-        # Newer SGLang builds export these constants; prefer them to /server_info's rounding.
-        for key, name in (("weight_gb", "sglang:weight_memory_usage_gb"),
-                          ("kv_cache_gb", "sglang:kv_cache_memory_usage_gb"),
-                          ("max_total_num_tokens", "sglang:max_total_num_tokens")):
-            value = promtext.gauge(fams, name)
-            if value is not None and math.isfinite(value):
-                out[key] = int(value) if key == "max_total_num_tokens" else memory_gb(value)
-        out["ranks"] = rank_constants(fams)
-        for key, name in HISTOGRAMS.items():
-            fam = fams.get(name)
-            if fam is not None:
+        fams = canonical(promtext.parse(resp.text))
+        out = page_figures(fams)
+        for key, names in HISTOGRAMS.items():
+            fam = find(fams, names)
+            if fam is not None and fam.type == "histogram":
                 self._windows[key].add(now, merged_histogram(fam))
             out[key] = self._windows[key].quantiles(now)
-        for rate, name in ((self._out_rate, "sglang:generation_tokens_total"),
-                           (self._req_rate, "sglang:num_requests_total")):
-            total = promtext.counter_total(fams, name)
+        for key, names in COUNTERS.items():
+            total = counter_figure(find(fams, names))
             if total is not None and math.isfinite(total):  # a NaN would poison the window
-                rate.add(now, total)
-        out["output_tokens_per_s"] = self._out_rate.rate(now)
-        out["requests_per_s"] = self._req_rate.rate(now)
+                self._rates[key].add(now, total)
+        out["output_tokens_per_s"] = self._rates["output_tokens"].rate(now)
+        out["requests_per_s"] = self._rates["requests"].rate(now)
+        out["retracted_per_s"] = self._rates["retracted"].rate(now)
         out["window_s"] = self.window_s
         return out
-
-
-def finite_gauge(fams: dict[str, promtext.Family], name: str) -> tuple[float | None, str | None]:
-    """A gauge's first finite sample, or None and why ("n/a: NaN from rank 0") when every
-    sample is NaN or infinite: a broken exporter is a reading with a reason, not a number."""
-    fam = fams.get(name)
-    if fam is None:
-        return None, None
-    bad: promtext.Sample | None = None
-    for sample in fam.samples:
-        if sample.name != name:
-            continue
-        if math.isfinite(sample.value):
-            return sample.value, None
-        bad = bad or sample
-    if bad is None:
-        return None, None
-    rank = dict(bad.labels).get("tp_rank")
-    return None, f"n/a: {spell(bad.value)} from {'rank ' + rank if rank else 'the server'}"
 
 
 def memory_gb(value: object) -> float | None:
@@ -230,6 +356,11 @@ def server_info_fields(info: dict[str, Any]) -> dict[str, Any]:
     usage = first.get("memory_usage") if isinstance(first, dict) else None
     if not isinstance(usage, dict):
         usage = {}
+    extra: dict[str, object] = {"simulated": info["simulated"]} if "simulated" in info else {}
+    args = {k: info[k] for k in PLACEMENT_ARGS if k in info
+            and (info[k] is None or isinstance(info[k], str | int | float | bool | dict))}
+    if args:
+        extra["server_args"] = args
     return {
         "version": _text(info.get("version")),
         "model_path": _text(info.get("model_path")),
@@ -239,13 +370,25 @@ def server_info_fields(info: dict[str, Any]) -> dict[str, Any]:
         "kv_cache_gb": memory_gb(usage.get("kvcache")),
         "graph_gb": memory_gb(usage.get("graph")),
         # Only what a dashboard needs; /server_info also echoes api keys, never kept.
-        "extra": {"simulated": info["simulated"]} if "simulated" in info else {},
+        "extra": extra,
     }
 
 
+# The server args (/server_info gives every one as a flat key) that say where the Engram
+# tables are and whether their prefetch can engage; nothing secret among them.
+PLACEMENT_ARGS = (
+    "model_path", "tp_size", "dp_size", "pp_size", "ep_size", "enable_dp_attention",
+    "attention_backend", "decode_attention_backend", "prefill_attention_backend",
+    "speculative_algorithm", "page_size", "kv_cache_dtype", "mem_fraction_static",
+    "enable_hierarchical_cache", "engram_config", "swa_full_tokens_ratio",
+)
+
+
 def merged_histogram(family: promtext.Family) -> promtext.Histogram:
-    """All label sets of one histogram summed by bucket: sum by (le) (...)."""
-    series = list(promtext.histogram_series(family).values())
+    """The series that count (see :func:`primary`) summed by bucket: sum by (le) (...)."""
+    by_labels = promtext.histogram_series(family)
+    series = [by_labels[ls] for members in primary(list(by_labels)).values()
+              for ls in members]
     if len(series) == 1:
         return series[0]
     counts: dict[float, float] = {}

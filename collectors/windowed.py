@@ -21,7 +21,7 @@ from typing import NamedTuple, TypeVar
 from collectors.promtext import Histogram
 from collectors.readings import Quantiles
 
-__all__ = ["WindowedHistogram", "WindowedRate", "histogram_quantile"]
+__all__ = ["WindowedHistogram", "WindowedRate", "histogram_quantile", "quantile_bound"]
 
 _EMPTY = Quantiles(p50=None, p99=None, mean=None, count=0.0)
 
@@ -34,15 +34,22 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     rank falls in the +Inf bucket. None when there are no observations, when the +Inf bucket
     is missing or there is no finite bucket (Prometheus: NaN). q < 0 gives -inf, q > 1 +inf.
     """
+    return quantile_bound(q, buckets)[0]
+
+
+def quantile_bound(q: float, buckets: Sequence[tuple[float, float]]
+                   ) -> tuple[float | None, bool]:
+    """:func:`histogram_quantile`, and whether the rank fell in the +Inf bucket: then the
+    value is only a lower bound (the highest finite bound), "> 30 s" rather than 30 s."""
     if math.isnan(q):
-        return None
+        return None, False
     if q < 0:
-        return -math.inf
+        return -math.inf, False
     if q > 1:
-        return math.inf
+        return math.inf, False
     bs = sorted(buckets)
     if len(bs) < 2 or bs[-1][0] != math.inf:
-        return None
+        return None, False
     # Scrapes are not atomic across buckets, so cumulative counts can dip; Prometheus forces
     # them monotonic the same way.
     counts: list[float] = []
@@ -52,21 +59,21 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
         counts.append(running)
     total = counts[-1]
     if not total > 0:  # also catches NaN
-        return None
+        return None, False
     rank = q * total
     b = bisect_left(counts, rank, 0, len(counts) - 1)
     if b == len(counts) - 1:
-        return bs[-2][0]
+        return bs[-2][0], True
     if b == 0 and bs[0][0] <= 0:
-        return bs[0][0]
+        return bs[0][0], False
     start, end, count = 0.0, bs[b][0], counts[b]
     if b > 0:
         start = bs[b - 1][0]
         count -= counts[b - 1]
         rank -= counts[b - 1]
     if count <= 0:  # q == 0 over an empty first bucket: Prometheus gives NaN, 0/0
-        return start
-    return start + (end - start) * (rank / count)
+        return start, False
+    return start + (end - start) * (rank / count), False
 
 
 class _HistPoint(NamedTuple):
@@ -153,12 +160,10 @@ class WindowedHistogram:
         if d is None or not d.count > 0:
             return _EMPTY
         mean = d.sum / d.count if math.isfinite(d.sum) else None
-        return Quantiles(
-            p50=histogram_quantile(0.5, d.buckets),
-            p99=histogram_quantile(0.99, d.buckets),
-            mean=mean,
-            count=d.count,
-        )
+        p50, p50_over = quantile_bound(0.5, d.buckets)
+        p99, p99_over = quantile_bound(0.99, d.buckets)
+        return Quantiles(p50=p50, p99=p99, mean=mean, count=d.count,
+                         p50_over=p50_over, p99_over=p99_over)
 
 
 class WindowedRate:

@@ -182,14 +182,20 @@ def test_inspect_metrics_on_a_saved_page(tmp_path: Path, device_metrics_page: st
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert "sglang:time_to_first_token_seconds" in out["sglang_families"]
-    assert set(out["gauges"]) == {"num_running_reqs", "num_queue_reqs", "num_used_tokens",
-                                  "token_usage", "gen_throughput"}
-    assert all(v is not None for v in out["gauges"].values())
+    assert out["page"] == "sglang"
+    # DeepSeek-V4.1's pools besides the usual gauges; nothing the simulated node lacks.
+    assert set(out["gauges"]) == {
+        "num_running_reqs", "num_queue_reqs", "num_used_tokens", "token_usage",
+        "gen_throughput", "full_token_usage", "swa_token_usage", "kv_used_tokens",
+        "kv_available_tokens", "kv_evictable_tokens", "num_retracted_reqs", "cache_hit_rate"}
+    assert out["missing"] == ["hicache_host_total_tokens", "hicache_host_used_tokens"]
+    assert out["constants"]["max_total_num_tokens"] == 11_840_000
+    assert out["page_problems"] == []
     assert sorted(out["ranks"]) == ["0", "1", "2", "3"]
     for rank in out["ranks"].values():
         assert rank["weight_gb"] == 119.043
         assert rank["max_total_num_tokens"] == 11_840_000
-    assert set(out["histograms"]) == {"ttft", "itl", "e2e"}
+    assert set(out["histograms"]) == {"ttft", "itl", "e2e", "queue_time"}
     # At least the server's own warm-up request was served.
     assert out["histograms"]["ttft"]["count"] >= 1
     assert out["counters"]["sglang:num_requests_total"] >= 1

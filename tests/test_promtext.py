@@ -265,9 +265,11 @@ def test_unusual_but_valid_lines() -> None:
 
 
 def test_untyped_samples_group_by_name() -> None:
-    fams = parse('a 1\na{b="c"} 2\nb_bucket{le="1"} 1\n')
+    fams = parse('a 1\na{b="c"} 2\nb_bucket{le="1"} 1\nc_bucket{x="1"} 1\n')
     assert fams["a"].type == "untyped" and len(fams["a"].samples) == 2
-    assert fams["b_bucket"].type == "untyped"
+    # Bucket fragments without a TYPE line are still a histogram, by their names and le.
+    assert fams["b"].type == "histogram" and "b_bucket" not in fams
+    assert fams["c_bucket"].type == "untyped"  # no le: not a bucket
 
 
 def test_created_series_join_their_family() -> None:

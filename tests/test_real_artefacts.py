@@ -246,9 +246,10 @@ def test_metrics_counters(metrics_text: str) -> None:
 
 def test_metrics_histograms(metrics_text: str) -> None:
     fams = promtext.parse(metrics_text)
-    counts = {key: merged_histogram(fams[name]).count for key, name in HISTOGRAMS.items()}
-    assert counts == {"ttft": 10, "itl": 149, "e2e": 10}
-    for name in HISTOGRAMS.values():
+    names = {key: names[0] for key, names in HISTOGRAMS.items() if names[0] in fams}
+    counts = {key: merged_histogram(fams[name]).count for key, name in names.items()}
+    assert counts == {"ttft": 10, "itl": 149, "e2e": 10, "queue_time": 11}
+    for name in names.values():
         fam = fams[name]
         series = promtext.histogram_series(fam)
         merged = merged_histogram(fam)
@@ -260,8 +261,8 @@ def test_metrics_histograms(metrics_text: str) -> None:
         sums = [s.value for s in fam.samples if s.name == name + "_sum"]
         assert merged.sum == pytest.approx(sum(sums))
     # TTFT and e2e have one series per is_streaming value; ITL only the streaming one.
-    assert len(promtext.histogram_series(fams[HISTOGRAMS["ttft"]])) == 2
-    assert len(promtext.histogram_series(fams[HISTOGRAMS["itl"]])) == 1
+    assert len(promtext.histogram_series(fams[names["ttft"]])) == 2
+    assert len(promtext.histogram_series(fams[names["itl"]])) == 1
 
 
 def _same(a: float, b: float) -> bool:
@@ -300,7 +301,11 @@ def test_server_info_fields_on_the_real_body() -> None:
     assert isinstance(fields["graph_gb"], float) and _positive_zero(fields["graph_gb"])
     assert _positive_zero(fields["weight_gb"])  # -0.002 clamped
     assert fields["kv_cache_gb"] == 0.004
-    assert fields["extra"] == {}
+    # The server args a placement reading needs, never a key.
+    args = fields["extra"]["server_args"]
+    assert args["attention_backend"] == "torch_native" and args["tp_size"] == 1
+    assert (args["enable_dp_attention"], args["dp_size"]) == (False, 1)
+    assert not any("key" in name for name in args)
     assert "api_key" not in json.dumps(fields)
     data = ServerData(url="http://127.0.0.1:31234", healthy=True, **fields)
     for name in ("weight_gb", "kv_cache_gb", "graph_gb"):

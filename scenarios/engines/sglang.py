@@ -4,22 +4,27 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from collectors import promtext
+from collectors import page_kind, promtext
 from collectors.log_markers import FAILURE_MARKERS
 from collectors.sglang import (
+    COUNTERS,
     GAUGES,
     HISTOGRAMS,
     PAGE_LIMITS,
     SglangCollector,
-    finite_gauge,
+    canonical,
+    counter_figure,
+    find,
     merged_histogram,
-    rank_constants,
+    page_figures,
 )
 from collectors.startup_log import StartupLogParser
-from collectors.windowed import histogram_quantile
+from collectors.windowed import quantile_bound
+from scenarios.engines import engram
 from scenarios.engines.base import PLACEMENTS, Engine, EngineError, LogParser, ServerCollector
 
 if TYPE_CHECKING:
@@ -69,31 +74,65 @@ class SGLangSpeaker(Engine):
         return PAGE_LIMITS.get(path, super().page_limit(path))
 
     def inspect_metrics(self, text: str) -> dict[str, object]:
-        fams = promtext.parse(text)  # PromTextError (a ValueError): the caller says it
+        try:
+            fams = canonical(promtext.parse(text))
+        except promtext.PromTextError as exc:
+            kind = page_kind.of_text(text)
+            if kind is None:
+                raise  # the line it cannot read: the caller says it
+            raise ValueError(f"not a Prometheus metrics page: it is {kind.summary}") from exc
+        kind = page_kind.of_families(fams)
+        if kind.kind != "sglang":  # another exporter's page: what it is, not a list of nulls
+            return {"page": kind.kind, "sglang": False, "summary": kind.summary,
+                    "found": kind.found}
+        figures = page_figures(fams)
         out: dict[str, object] = {
+            "page": "sglang",
             "families": len(fams),
             "sglang_families": sorted(n for n in fams if n.startswith("sglang:")),
-            "gauges": {k: finite_gauge(fams, name)[0] for k, name in GAUGES.items()},
-            "unavailable": {k: why for k, name in GAUGES.items()
-                            if (why := finite_gauge(fams, name)[1])},
-            "ranks": rank_constants(fams),
-            "counters": {name: promtext.counter_total(fams, name) for name in
-                         ("sglang:prompt_tokens_total", "sglang:generation_tokens_total",
-                          "sglang:num_requests_total")},
+            "gauges": {k: figures[k] for k in GAUGES if figures[k] is not None},
+            "missing": sorted(k for k in GAUGES if figures[k] is None
+                              and k not in figures["unavailable"]),
+            "unavailable": figures["unavailable"],
+            "constants": {k: figures[k] for k in ("weight_gb", "kv_cache_gb",
+                                                   "max_total_num_tokens") if k in figures},
+            "ranks": figures["ranks"],
+            "counters": {names[0]: counter_figure(find(fams, names))
+                         for names in COUNTERS.values() if find(fams, names) is not None},
             # Since the server started (a single page has no window).
             "histograms": {},
+            "page_problems": list(figures["page_problems"]),
         }
-        for key, name in HISTOGRAMS.items():
-            fam = fams.get(name)
-            if fam is None:
+        for key, names in HISTOGRAMS.items():
+            fam = find(fams, names)
+            if fam is None or fam.type != "histogram":
                 continue
             h = merged_histogram(fam)
+            p50, p50_over = quantile_bound(0.5, h.buckets)
+            p99, p99_over = quantile_bound(0.99, h.buckets)
             out["histograms"][key] = {  # type: ignore[index]
-                "count": h.count, "sum": h.sum,
+                "family": fam.name, "count": h.count, "sum": h.sum,
                 "mean": h.sum / h.count if h.count else None,
-                "p50": histogram_quantile(0.5, h.buckets),
-                "p99": histogram_quantile(0.99, h.buckets)}
+                "p50": p50, "p99": p99,
+                # A quantile in the +Inf bucket is only known to exceed its highest bound.
+                "p50_is_lower_bound": p50_over, "p99_is_lower_bound": p99_over}
         return out
+
+    def engram(self, sc: Scenario | None, *, env: Mapping[str, str],
+               args: Mapping[str, Any], startup: Mapping[str, Any],
+               gpu_name: str | None) -> engram.EngramSetting | None:
+        # What the scenario launches with first; what the server itself says wins.
+        launch_env: dict[str, str] = {}
+        launch_args: dict[str, Any] = {}
+        placement = None
+        if sc is not None:
+            launch_env = self.launch_env(sc)
+            launch_args = engram.argv_args(sc.args)
+            if sc.engram_interface == "config" and sc.placement in ENGRAM_CONFIG:
+                launch_args.setdefault("engram_config", ENGRAM_CONFIG[sc.placement])
+            placement = sc.placement if sc.placement in PLACEMENTS else None
+        return engram.infer({**launch_env, **env}, {**launch_args, **args}, startup,
+                            placement=placement, gpu_name=gpu_name)
 
 
 class SGLang(SGLangSpeaker):
