@@ -23,6 +23,7 @@ from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
 from collectors.readings import Reading
+from collectors.server_process import server_environ
 from collectors.shared import SharedSampler
 from collectors.source import NodeSource, Source, SourceKey
 from engram_top import reference
@@ -41,6 +42,18 @@ from scenarios.workload import ClosedLoopLoad
 
 GUARD_MAX_AGE_S = 0.5  # how old a GPU reading the supervisor's baseline and guards take
 GUARD_WAIT_S = 10.0  # how long they wait for a query in flight (a hung driver: then said)
+
+
+def logged_args(startup: dict[str, Any]) -> dict[str, Any]:
+    """The server args its log printed (start-up facts as plain data): every key it gave,
+    the typed reading over the raw text where there is one."""
+    parsed = startup.get("server_args")
+    if not isinstance(parsed, dict):
+        return {}
+    raw = parsed.get("raw")
+    out: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+    out.update({k: v for k, v in parsed.items() if k != "raw" and v is not None})
+    return out
 
 
 def demo_file() -> Path:
@@ -128,6 +141,8 @@ class Session:
         # source added later (a Prometheus for many nodes); each in its own loop.
         self.sources: dict[str, Source] = {}
         self._polls: dict[str, asyncio.Task[None]] = {}
+        # The Engram switches in an attached local server's environment, by URL.
+        self._attached_env: dict[str, dict[str, str]] = {}
         self._steering: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._tmp: Path | None = None
@@ -323,10 +338,20 @@ class Session:
             own_polls=engine.own_polls, server_node=shown)
         self.store.set_run(facts)
         name = f"server {shown}"
+        if shown not in self._attached_env:
+            self._attached_env[shown] = {}
+            # A task of the session's: cancelled and awaited by close.
+            self._tasks.append(asyncio.create_task(self._read_environ(shown),
+                                                   name=f"environ {shown}"))
         if name not in self.sources:  # watched again: its collector (and password) stays
             collector = engine.collector(shown, api_key=self.options.api_key, auth=auth)
             self.add_source(NodeSource(name, collector.poll, collector.close, node=shown,
                                        kind="server"))
+
+    async def _read_environ(self, url: str) -> None:
+        # psutil walks every socket of the machine: off the event loop.
+        _, env = await asyncio.to_thread(server_environ, url, ("SGLANG_",))
+        self._attached_env[url] = env
 
     def _bind(self, run: Run) -> None:
         """Point the store and the server collector at a run that was just launched."""
@@ -345,7 +370,9 @@ class Session:
                          state=run.state, pid=run.pid, log_path=str(run.log_path), url=sc.url,
                          expected_ready_s=estimate, baseline_host_used=run.baseline_host_used,
                          baseline_gpu_used=dict(run.baseline_gpu), title=sc.title,
-                         planned_ready_s=planned)
+                         planned_ready_s=planned,
+                         model=sc.model_path or (self.ref.model if engine.follows_reference
+                                                 else None))
         facts.log_lines = run.lines
         self.store.set_run(facts)
         self.host.root_pid = run.pid
@@ -425,18 +452,58 @@ class Session:
         """What is derived rather than told: the headline figures from the store's series
         (once a second), the load driver's counters (four times a second)."""
         last_summary = 0.0
+        said: set[str] = set()
         while True:
             facts_now = self.store.run
             if facts_now is not None and time.monotonic() - last_summary > 1.0:
                 last_summary = time.monotonic()
-                if facts_now.state in (RunState.READY, RunState.ATTACHED, RunState.STARTING):
-                    facts_now.results = facts_now.results.merged(summary(self.store))
+                try:
+                    if facts_now.state in (RunState.READY, RunState.ATTACHED,
+                                           RunState.STARTING):
+                        facts_now.results = facts_now.results.merged(summary(self.store))
+                    self._read_engram(facts_now)
+                except Exception as exc:  # a reading nobody foresaw: said once, not fatal
+                    why = f"{type(exc).__name__}: {exc}"
+                    if why not in said and len(said) < 16:
+                        said.add(why)
+                        self.store.event("error", f"figures not derived: {why}")
             if self.load is not None:
                 s = self.load.stats
                 self.store.load = {"concurrency": self.load.concurrency, "sent": s.sent,
                                    "completed": s.completed, "failed": s.failed,
                                    "output_tokens": s.output_tokens, "last_error": s.last_error}
             await asyncio.sleep(0.25)
+
+    def _read_engram(self, facts: RunFacts) -> None:
+        """The watched run's model, Engram placement and prefetch verdict, from what its
+        engine can tell: the scenario, the server's environment and args, its log, its GPU."""
+        run = self.run
+        ours = run is not None and facts.owned and facts.launched_at == run.launched_at
+        sc = run.scenario if ours and run is not None else None
+        engine = sc.engine if sc is not None else engines.get(self.options.engine
+                                                               or engines.DEFAULT)
+        server = self.store.data("server")
+        info_args = server.extra.get("server_args") if server is not None else None
+        args = {**(info_args if isinstance(info_args, dict) else {}),
+                **logged_args(facts.startup)}
+        gpus = self.store.data("gpu")
+        gpu_name = gpus.devices[0].name if gpus is not None and gpus.devices else None
+        env = {} if sc is not None else self._attached_env.get(facts.url or "", {})
+        setting = engine.engram(sc, env=env, args=args, startup=facts.startup,
+                                gpu_name=gpu_name)
+        changed = False
+        engram = setting.to_dict() if setting is not None else {}
+        if engram != facts.engram:
+            facts.engram, changed = engram, True
+        if not facts.owned and facts.placement == "?" and setting is not None \
+                and setting.placement is not None:
+            facts.placement, changed = setting.placement, True
+        model = facts.model or args.get("model_path") or (
+            server.model_path if server is not None else None)
+        if model != facts.model:
+            facts.model, changed = model, True
+        if changed:
+            self.store.bump("run")
 
     async def _start_load(self, sc: Scenario) -> None:
         spec = self.options.load

@@ -150,6 +150,10 @@ class RunFacts:
     # Access-log fragments of the dashboard's own polls in this server's log (its engine's),
     # which the log pane hides.
     own_polls: tuple[str, ...] = ()
+    # The model it serves (the scenario's model path, else what the server says), and its
+    # Engram placement and prefetch verdict as the engine reads them (EngramSetting's data).
+    model: str | None = None
+    engram: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ready_s(self) -> float | None:

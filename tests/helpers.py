@@ -186,6 +186,7 @@ class ServerSpec:
     placement: str
     time_scale: float
     extra: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # the environment it starts with, on top of ours
 
 
 class SimServer:
@@ -213,7 +214,7 @@ class SimServer:
                 "--placement", spec.placement, "--port", str(self.port),
                 "--time-scale", str(spec.time_scale), "--node-dir", str(self.node_dir),
                 *spec.extra]
-        self.proc = ManagedProcess.start(LaunchSpec(argv, self.log_path))
+        self.proc = ManagedProcess.start(LaunchSpec(argv, self.log_path, env=dict(spec.env)))
         self.probes: list[str] = []
         self.timeouts = 0  # probes that got no answer in time (not outcomes)
         self.stopped: StopResult | None = None
@@ -296,6 +297,13 @@ FLEET: dict[str, ServerSpec] = {
     "apikey": ServerSpec("device", 0.02, ("--api-key", API_KEY)),
     "host": ServerSpec("host", 0.02),
     "host-prefetch": ServerSpec("host-prefetch", 0.02),
+    # Started as SGLang's V4.1 preview builds are, with the Engram switches in its
+    # environment: what `attach` reads the placement from.
+    "attach-env": ServerSpec("host-prefetch", 0.02, env=(
+        ("SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE", "1"),
+        ("SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT", "shared"),
+        ("SGLANG_DSV41_ENGRAM_HOST_TABLE_PIN", "1"),
+        ("SGLANG_ENABLE_DSV41_ENGRAM_KV_PREFETCH", "1"))),
     "device-delta": ServerSpec("device", 0.02),
     "rank-kill": ServerSpec("device", 0.02),
     "main-kill": ServerSpec("device", 0.02),

@@ -68,3 +68,21 @@ def test_a_reading_of_an_unknown_type_is_kept_with_its_numbers_as_series() -> No
     assert SourceKey.parse(str(key)) == key
     assert SourceKey.parse("http://10.0.0.7:30000/server") == SourceKey(
         "http://10.0.0.7:30000", "server")
+
+
+async def test_attach_reads_the_placement_from_the_servers_environment(fleet: Fleet) -> None:
+    # A local server started with the V4.1 preview's Engram switches in its environment:
+    # nothing over HTTP says where its tables are, its process does.
+    server = fleet.ready("attach-env")
+    session = Session(SessionOptions(attach=(server.url,), load=None, poll_interval=0.2))
+    await session.start()
+    try:
+        run = session.store.run
+        await until(None, lambda: run.placement != "?", 15, "the placement inferred")
+        assert run.placement == "host-prefetch"
+        assert run.engram["source"] == "environment"
+        assert run.engram["layout"] == "shared" and run.engram["pinned"] is True
+        # Asked for; what decides it (the GPU, the server args) is not all known here.
+        assert run.engram["prefetch"].startswith(("asked", "engaged", "would not"))
+    finally:
+        await session.close()

@@ -10,7 +10,7 @@ scenario's kind and ask it; none of them branches on the kind.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from collectors.readings import Reading, ServerData
 from collectors.startup_facts import StartupFacts
 from collectors.units import MIB
+from scenarios.engines.engram import EngramSetting
 
 if TYPE_CHECKING:  # the scenario type only for hints: scenarios.config imports us
     from scenarios.config import Scenario
@@ -171,6 +172,14 @@ class Engine:
              serve_scale: float | None) -> Scenario:
         """The scenario with a session's time-scale overrides, where they mean anything."""
         return sc
+
+    def engram(self, sc: Scenario | None, *, env: Mapping[str, str],
+               args: Mapping[str, Any], startup: Mapping[str, Any],
+               gpu_name: str | None) -> EngramSetting | None:
+        """Where its server keeps the Engram tables and whether its prefetch engages, from
+        the scenario (None for a server someone else started), the server's environment,
+        its server args, its start-up facts and its GPU; None for an engine that has none."""
+        return None
 
     def is_own_poll(self, line: str) -> bool:
         return any(p in line for p in self.own_polls)

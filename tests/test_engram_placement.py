@@ -1,0 +1,112 @@
+"""Where the Engram tables are and whether the KV prefetch engages: read from the
+environment, the argv or server args, the start-up log and the GPU (scenarios.engines.engram),
+and which runs the seed's figures are a reference for."""
+
+from __future__ import annotations
+
+import pytest
+
+from engram_top.facts import serves
+from engram_top.store import RunFacts
+from scenarios.engines import engram
+from scenarios.engines.engram import argv_args, infer
+
+HOST_ENV = {engram.HOST_TABLE: "1", engram.LAYOUT: "shared", engram.PIN: "1"}
+PREFETCH_ENV = {**HOST_ENV, engram.KV_PREFETCH: "1"}
+GOOD_ARGS = {"enable_dp_attention": False, "pp_size": 1, "attention_backend": "dsv4",
+             "speculative_algorithm": None}
+B200 = "NVIDIA B200"
+
+
+def test_the_environment_names_the_placement() -> None:
+    assert infer({}, {}, {}).placement is None
+    assert infer({engram.HOST_TABLE: "0"}, {}, {}).placement == "device"
+    host = infer(HOST_ENV, {}, {})
+    assert (host.placement, host.layout, host.pinned, host.source) == \
+        ("host", "shared", True, "environment")
+    assert host.verdict == "prefetch: off"
+    assert infer(PREFETCH_ENV, GOOD_ARGS, {}, gpu_name=B200).placement == "host-prefetch"
+
+
+def test_prefetch_engages_when_every_condition_holds() -> None:
+    s = infer(PREFETCH_ENV, GOOD_ARGS, {}, gpu_name=B200)
+    assert s.prefetch == "engaged" and s.reasons == ()
+    # The automatic backend is the DSV4 one for these models.
+    auto = {**GOOD_ARGS, "attention_backend": None}
+    assert infer(PREFETCH_ENV, auto, {}, gpu_name="NVIDIA GB300").prefetch == "engaged"
+
+
+@pytest.mark.parametrize(("env", "args", "gpu", "why"), [
+    ({**PREFETCH_ENV, engram.LAYOUT: "private"}, GOOD_ARGS, B200, "layout is private"),
+    (PREFETCH_ENV, {**GOOD_ARGS, "enable_dp_attention": True}, B200, "DP attention is on"),
+    (PREFETCH_ENV, {**GOOD_ARGS, "pp_size": 2}, B200, "pipeline parallel size is 2"),
+    (PREFETCH_ENV, {**GOOD_ARGS, "attention_backend": "fa3"}, B200, "backend fa3"),
+    (PREFETCH_ENV, GOOD_ARGS, "NVIDIA H200", "not a Blackwell GPU"),
+    (PREFETCH_ENV, {**GOOD_ARGS, "speculative_algorithm": "EAGLE"}, B200,
+     "speculative decoding (EAGLE)"),
+])
+def test_each_failing_condition_is_named(env: dict[str, str], args: dict[str, object],
+                                         gpu: str, why: str) -> None:
+    s = infer(env, args, {}, gpu_name=gpu)
+    assert s.prefetch.startswith("would not engage: ")
+    assert why in s.prefetch and len(s.reasons) == 1
+
+
+def test_two_failing_conditions_are_both_named() -> None:
+    args = {**GOOD_ARGS, "enable_dp_attention": "True", "pp_size": "4"}
+    s = infer(PREFETCH_ENV, args, {}, gpu_name=B200)
+    assert s.reasons == ("DP attention is on", "pipeline parallel size is 4, not 1")
+
+
+def test_unknown_conditions_are_not_a_verdict() -> None:
+    s = infer(PREFETCH_ENV, {}, {})
+    assert s.prefetch == "asked, not yet confirmed: the GPU, the server args unknown"
+
+
+def test_engram_config_of_later_builds() -> None:
+    cpu = argv_args(["--engram-config", '{"placement": "cpu", "replication": "per_node"}'])
+    s = infer({}, cpu, {})
+    assert (s.placement, s.layout, s.source) == ("host", "shared", "engram-config")
+    private = infer({}, {"engram_config": {"placement": "cpu"}}, {})
+    assert private.layout == "private"
+    assert infer({}, {"engram_config": '{"placement": "gpu"}'}, {}).placement == "device"
+    assert infer({}, {"engram_config": "not json"}, {}).placement is None
+
+
+def test_the_log_says_where_the_rows_are() -> None:
+    tables = {"engram_tables": [{"label": "L1", "layout": "private", "pinned": False,
+                                 "resident_mib": 1.0, "huge_mib": 1.0}]}
+    s = infer({}, {}, tables)
+    assert (s.placement, s.layout, s.pinned, s.source) == ("host", "private", False, "log")
+    loaded = {"ranks": {0: {"weights_type": "DeepseekV4ForCausalLM", "weights_gb": 119.04}}}
+    assert infer({}, {}, loaded).placement == "device"  # loaded, and no host table
+    other = {"ranks": {0: {"weights_type": "LlamaForCausalLM", "weights_gb": 1.0}}}
+    assert infer({}, {}, other).placement is None
+
+
+def test_a_scenario_placement_fills_what_nothing_else_says() -> None:
+    s = infer({}, GOOD_ARGS, {}, placement="host-prefetch", gpu_name=B200)
+    assert (s.placement, s.source, s.prefetch) == ("host-prefetch", "scenario", "engaged")
+    assert infer({}, {}, {}, placement="device").placement == "device"
+
+
+def test_argv_args_read_flags_as_argparse_does() -> None:
+    args = argv_args(["--tp-size", "8", "--pp-size=2", "--enable-dp-attention",
+                      "--attention-backend", "dsv4", "--speculative-algorithm", "EAGLE",
+                      "--tp", "4", "--model-path"])
+    assert args == {"tp_size": "4", "pp_size": "2", "enable_dp_attention": True,
+                    "attention_backend": "dsv4", "speculative_algorithm": "EAGLE"}
+
+
+def _run(model: str | None) -> RunFacts:
+    return RunFacts(scenario="s", placement="device", node="n", time_scale=1.0,
+                    launched_wall=0.0, launched_at=0.0, model=model)
+
+
+def test_which_runs_the_seed_is_a_reference_for() -> None:
+    seed = "deepseek-ai/DeepSeek-V4.1-Flash"
+    assert serves(_run(seed), seed)
+    assert serves(_run("/models/deepseek-v41-flash/"), seed)
+    assert serves(_run(None), seed)  # nothing says otherwise yet
+    assert not serves(_run("scripts/tiny-llama"), seed)
+    assert not serves(_run("deepseek-ai/DeepSeek-V4-Flash"), seed)
