@@ -204,15 +204,19 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
         await session.stop_scenario()
     finally:
         await session.close()
-    return write_report(plan, results, requests, out, raised)
+    # Another model's runs: the seed's figures are no reference for them.
+    seed_column = any(facts.serves(run, reference.default().model) for run in session.store.runs)
+    return write_report(plan, results, requests, out, raised, seed_column=seed_column)
 
 
 def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, Any]],
-                 out: Path, alerts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The plan's trials compared against its baseline, at its price: report.json,
-    report.md and requests.csv under ``out``; returns report.json's data."""
+                 out: Path, alerts: list[dict[str, Any]] | None = None,
+                 *, seed_column: bool = True) -> dict[str, Any]:
+    """The plan's trials compared against its baseline, at its price, with the seed's
+    figures beside them unless told not to: report.json, report.md and requests.csv
+    under ``out``; returns report.json's data."""
     comparison = compare(results, plan.baseline, price_per_gpu_hour=plan.price_per_gpu_hour,
-                         reference=reference.default())
+                         reference=reference.default() if seed_column else None)
     report = {"plan": str(plan.path), "scenarios_file": str(plan.scenarios_file),
               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "results": [r.to_dict() for r in results], "comparison": to_json(comparison),
@@ -243,10 +247,9 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
     planned = bound.planned_ready_s if bound is not None else None
     gpus = facts.gpu_facts(store)
     host = facts.host_facts(store)
-    server = store.data("server")
     # Without GPU readings (a CPU server, no NVML) SGLang's own figures still say it.
-    weights = gpus[0].weights_gb if gpus else getattr(server, "weight_gb", None)
-    kv_tokens = gpus[0].kv_tokens if gpus else getattr(server, "max_total_num_tokens", None)
+    now = facts.summary(store)
+    weights, kv_tokens = now.weights_gb, now.kv_tokens
     for r in result.records:
         requests.append({"scenario": name, "trial": trial, "level": r.level, "status": "ok",
                          "input_len": r.input_len, "output_len": r.output_len,

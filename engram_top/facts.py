@@ -22,6 +22,7 @@ from engram_top.reference import Reference
 from engram_top.store import RunFacts, RunStore
 from engram_top.views import (
     EngramTableView,
+    EngramView,
     GpuProcessView,
     GpuView,
     HostView,
@@ -120,10 +121,106 @@ def kv_facts(store: RunStore) -> KvView | None:
     s: ServerData | None = store.data("server")
     if s is None:
         return None
-    return KvView(capacity_tokens=s.max_total_num_tokens, used_tokens=_int(s.num_used_tokens),
+    startup = store.run.startup if store.run is not None else {}
+    # The log's latest batch line speaks of the pools too: it stands in where the metrics
+    # page lacks a figure (a build or a setting without the multi-pool gauges).
+    batch = _latest_batch(startup)
+    full = s.full_token_usage if s.full_token_usage is not None else batch.get("full_token_usage")
+    swa = s.swa_token_usage if s.swa_token_usage is not None else batch.get("swa_token_usage")
+    used = s.num_used_tokens if s.num_used_tokens is not None else s.kv_used_tokens
+    return KvView(capacity_tokens=s.max_total_num_tokens or _logged_capacity(startup),
+                  used_tokens=_int(used),
                   token_usage=s.token_usage, running=_int(s.num_running_reqs),
                   queued=_int(s.num_queue_reqs), kv_cache_gb=s.kv_cache_gb,
-                  unavailable=_why(s, KV_FIELDS))
+                  unavailable=_why(s, KV_FIELDS),
+                  full_usage=_number(full), swa_usage=_number(swa),
+                  available_tokens=_int(s.kv_available_tokens),
+                  evictable_tokens=_int(s.kv_evictable_tokens),
+                  retracted=_int(s.num_retracted_reqs), retracted_per_s=s.retracted_per_s,
+                  queue_time=s.queue_time, cache_hit_rate=s.cache_hit_rate,
+                  pools=_pools(startup), page_problems=tuple(s.page_problems))
+
+
+def _latest_batch(startup: dict[str, Any]) -> dict[str, Any]:
+    """The later of the log's last decode and prefill batch lines (plain data), or {}."""
+    lines = [b for b in (startup.get("decode"), startup.get("prefill")) if isinstance(b, dict)]
+    if not lines:
+        return {}
+    return max(lines, key=lambda b: b.get("at") if isinstance(b.get("at"), int | float)
+               else float("-inf"))
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
+
+
+def _logged_capacity(startup: dict[str, Any]) -> int | None:
+    """The KV capacity the log gave: its max_total_num_tokens, else the full pool's size."""
+    return _int(startup.get("kv_capacity_tokens") or startup.get("max_total_num_tokens"))
+
+
+def _pools(startup: dict[str, Any]) -> dict[str, int] | None:
+    """The main model's KV pools by name, as the log sized them (hybrid models only)."""
+    sizes = startup.get("pool_sizes")
+    if not isinstance(sizes, dict):
+        return None
+    pools = {k: int(v) for k, v in sizes.items()
+             if k in POOL_NAMES and isinstance(v, int | float) and not isinstance(v, bool)}
+    return pools or None
+
+
+POOL_NAMES = ("full", "swa", "c4", "c128", "c4_state", "c128_state")
+
+
+def engram_facts(store: RunStore) -> EngramView | None:
+    """The watched run's Engram row: placement and verdict (the engine's reading, kept with
+    the run), the host tables' residency and the layers' lookups (the server's log)."""
+    run = store.run
+    if run is None or not run.engram:
+        return None
+    e = run.engram
+    tables = run.startup.get("engram_tables") or []
+    resident = sum(t.get("resident_mib") or 0.0 for t in tables) or None
+    huge = sum(t.get("huge_mib") or 0.0 for t in tables)
+    pins = {t.get("pinned") for t in tables}
+    lookups_per_s, hit_rate = _lookups(run.startup.get("engram_layers") or {},
+                                       run.startup.get("last_line_at"))
+    return EngramView(
+        placement=e.get("placement"), layout=e.get("layout"), source=e.get("source", ""),
+        prefetch=e.get("prefetch", "n/a"), reasons=tuple(e.get("reasons") or ()),
+        resident_mib=resident,
+        pinned=(pins.pop() if len(pins) == 1 else None) if tables else e.get("pinned"),
+        huge_pct=None if not resident else round(100 * huge / resident, 1),
+        lookups_per_s=lookups_per_s, hit_rate_pct=hit_rate)
+
+
+def _lookups(layers: dict[Any, Any], now: object) -> tuple[float | None, float | None]:
+    """(lookups per second over all layers, the lookup-weighted hit rate) from each
+    layer's latest statistics line: its lookups since the line before, over the time
+    between the two. A server logs no line while no token flows: a layer whose line is
+    older (by the log's latest line, ``now``) than two of its intervals looks nothing up."""
+    rate = 0.0
+    hits = 0.0
+    counted = 0.0
+    timed = False
+    for stats in layers.values():
+        if not isinstance(stats, dict):
+            continue
+        lookups = stats.get("lookups")
+        interval = stats.get("interval_s")
+        at = stats.get("at")
+        if isinstance(lookups, int | float) and isinstance(interval, int | float) and interval > 0:
+            timed = True
+            stale = isinstance(now, int | float) and isinstance(at, int | float) \
+                and now - at > 2 * interval
+            rate += 0.0 if stale else lookups / interval
+        pct = stats.get("hit_rate_pct")
+        if isinstance(lookups, int | float) and isinstance(pct, int | float):
+            hits += lookups * pct
+            counted += lookups
+    return (round(rate, 1) if timed else None,
+            round(hits / counted, 1) if counted else None)
 
 
 # ServerData fields behind each panel, by the names its unavailable reasons use.
@@ -220,11 +317,19 @@ def summary(store: RunStore) -> RunFigures:
     lat = latency_facts(store)
     ttft, itl = (lat.ttft, lat.itl) if lat else (None, None)
     rate = lat.output_tokens_per_s if lat else None
+    server: ServerData | None = store.data("server")
+    weights = gpus[0].weights_gb if gpus else None
+    kv_tokens = gpus[0].kv_tokens if gpus else None
+    if weights is None and server is not None:  # no GPU facts (a CPU server): its own
+        weights = server.weight_gb
+    if kv_tokens is None:
+        kv = kv_facts(store)
+        kv_tokens = kv.capacity_tokens if kv is not None else None
     return RunFigures(
         ready_s=None if run is None or run.ready_s is None else round(run.ready_s, 2),
         gpus=len(gpus) or None,
-        weights_gb=gpus[0].weights_gb if gpus else None,
-        kv_tokens=gpus[0].kv_tokens if gpus else None,
+        weights_gb=weights,
+        kv_tokens=kv_tokens,
         host_delta_gib=host.delta_gib if host else None,
         ttft_p50_s=_round_ms(ttft.p50 if ttft else None, 1),
         ttft_mean_s=_round_ms(ttft.mean if ttft else None, 2),
@@ -281,12 +386,30 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
     results = run_results(list(runs)) + list(extra)
     if not results:
         return None
+    if reference is not None and runs and not extra \
+            and not any(serves(run, reference.model) for run in runs):
+        reference = None  # the seed's figures are another model's: no column for them
     names = list(dict.fromkeys(r.scenario for r in results))
     if baseline not in names:
         device = [r.scenario for r in results if r.placement == "device"]
         baseline = (device or names)[0]
     return compare(results, baseline, reference=reference,
                    price_per_gpu_hour=price_per_gpu_hour)
+
+
+def serves(run: RunFacts, model: str) -> bool:
+    """Whether the run serves ``model`` (a Hugging Face id such as the seed's
+    deepseek-ai/DeepSeek-V4.1-Flash): the same name, by the last part of the path (a local
+    copy keeps it), in any case and with or without the dot of the version. A run whose
+    model nobody has told yet counts as serving it."""
+    if run.model is None:
+        return True
+    return _model_key(run.model) == _model_key(model)
+
+
+def _model_key(path: str) -> str:
+    name = path.rstrip("/").rsplit("/", 1)[-1].lower()
+    return name.replace(".", "").replace("_", "-")
 
 
 def classify_log_line(line: str) -> str | None:

@@ -67,6 +67,7 @@ def build(store: RunStore, ref: Reference) -> dict[str, Any]:
         "gpus": facts.plain(facts.gpu_facts(store)),
         "host": facts.plain(facts.host_facts(store)),
         "kv": facts.plain(facts.kv_facts(store)),
+        "engram": _engram(store),
         "latency": facts.plain(facts.latency_facts(store)),
         "load": dict(store.load),
         "readings": readings,
@@ -78,6 +79,11 @@ def build(store: RunStore, ref: Reference) -> dict[str, Any]:
             if placement else {},
         },
     }
+
+
+def _engram(store: RunStore) -> dict[str, Any] | None:
+    view = facts.engram_facts(store)
+    return None if view is None else {**facts.plain(view), "verdict": view.verdict}
 
 
 def check_writable(out_dir: Path) -> None:
@@ -362,6 +368,17 @@ def _readings(data: dict[str, Any]) -> list[str]:
                    f"usage {percent(usage)}, "
                    f"{_num(kv.get('running'), 'd')} running, {_num(kv.get('queued'), 'd')} "
                    "queued")
+        pools = kv.get("pools")
+        if pools:
+            out.append("- KV pools (tokens): " + ", ".join(
+                f"{name} {_num(n, ',')}" for name, n in pools.items()))
+    engram = data.get("engram")
+    if engram and engram.get("placement"):
+        resident = engram.get("resident_mib")
+        out.append(f"- Engram: {engram['placement']}"
+                   + (f" ({engram['layout']} layout)" if engram.get("layout") else "")
+                   + ("" if not resident else f", {resident / 1024:.1f} GiB resident")
+                   + f"; {engram.get('verdict')}")
     host = data.get("host")
     if host:
         delta = host.get("delta_gib")

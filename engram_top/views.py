@@ -85,6 +85,38 @@ class KvView:
     queued: int | None
     kv_cache_gb: float | None
     unavailable: dict[str, str]  # label -> why the server's figure is not a number
+    # Hybrid models (DeepSeek-V4.x): the pools' usage; token_usage is their maximum.
+    full_usage: float | None = None
+    swa_usage: float | None = None
+    available_tokens: int | None = None
+    evictable_tokens: int | None = None
+    retracted: int | None = None  # requests retracted now (the pool ran out mid-decode)
+    retracted_per_s: float | None = None
+    queue_time: Quantiles | None = None
+    cache_hit_rate: float | None = None  # a fraction
+    # The pools SGLang sized at start-up (tokens per pool: full, swa, c4, c128, ...).
+    pools: dict[str, int] | None = None
+    page_problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngramView:
+    """Where the Engram tables are and what they cost, as the engine reads the server."""
+
+    placement: str | None
+    layout: str | None
+    source: str  # what the placement was read from
+    prefetch: str  # the verdict: engaged, would not engage: ..., off, n/a
+    reasons: tuple[str, ...]
+    resident_mib: float | None  # the host tables' resident size, summed
+    pinned: bool | None
+    huge_pct: float | None  # resident in huge pages, weighted by size
+    lookups_per_s: float | None  # over every Engram layer, where the server logs them
+    hit_rate_pct: float | None  # the row cache's, lookup-weighted over layers
+
+    @property
+    def verdict(self) -> str:
+        return f"prefetch: {self.prefetch}"
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ async def test_live_demo_kill_and_quit(tmp_path) -> None:
         text = screen_text(app)
         assert "READY" in text
         assert "119.043" in text  # SGLang's weights per GPU, as the seed reports them
-        assert "140.9/179" in text  # NVML view of each GPU: context + weights + KV + graphs
+        # NVML view of each GPU: context + weights + KV (full pool + the fixed SWA pool) + graphs
+        assert "143.4/179" in text
         assert "+6.5 GiB" in text  # host memory since launch
 
         run = session.store.run

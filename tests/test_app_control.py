@@ -151,7 +151,7 @@ async def test_enter_switches_and_x_stops(tmp_path: Path) -> None:
                     5, "a /metrics poll in the server's log file")
         pane = log_pane(app)
         assert "Load weight end" in pane
-        assert "KV Cache is allocated" in pane
+        assert "DSV4 pool sizes: full=11840000" in pane  # DeepSeek-V4's pools, not one
         assert f"── device: {device.log_path}" in pane
         file_text = Path(device.log_path).read_text()
         assert '"GET /health HTTP' in file_text

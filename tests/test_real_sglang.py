@@ -89,6 +89,11 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
                     "requests served by the real server")
         server = store.data("server")
         assert server.healthy and server.ranks[0]["max_total_num_tokens"] == 8192
+        # No GPU here: the scenario list and comparison take the server's own figures.
+        await until(None, lambda: store.run.results.kv_tokens == 8192, 10,
+                    "the run's KV capacity among its figures")
+        assert store.run.model.endswith("tiny-llama")
+        assert store.run.engram.get("placement") is None  # a Llama has no Engram tables
         host = store.data("host")
         assert host.server_tree is not None and host.server_tree.rss_bytes > 500 * 1024**2
         first_pids = tree(run.pid)
@@ -107,6 +112,13 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
                     and store.data("server").max_total_num_tokens == 16384, 30,
                     "the new KV capacity in a healthy reading")
         assert store.history["tiny-8k"].state == "stopped"
+        # Both runs compared on their own figures; the seed's (DeepSeek's) are no reference.
+        from engram_top import facts, reference
+        await until(None, lambda: store.run.results.kv_tokens == 16384, 10, "its figures")
+        c = facts.comparison(store.runs, reference=reference.default())
+        assert c is not None and c.row("kv_tokens").cells["tiny-16k"].mean == 16384
+        assert c.row("kv_tokens").cells["tiny-8k"].mean == 8192
+        assert all(not row.reference for row in c.rows)
         assert store.history["tiny-16k"].state == "ready"
         assert new.parser.facts().ranks[0].kv_tokens == 16384
         second_pids = tree(new.pid)
@@ -146,4 +158,7 @@ async def test_bench_runs_on_the_real_cpu_server(tmp_path: Path) -> None:
     rows = {row["key"]: row for row in report["comparison"]["rows"]}
     assert rows["kv_ratio"]["cells"]["tiny-16k"]["mean"] == pytest.approx(2.0)
     assert (tmp_path / "out" / "report.md").read_text().count("tiny-16k") >= 1
+    # A Llama's bench: no column of the seed's DeepSeek figures.
+    assert all(not row["reference"] for row in rows.values())
+    assert "seed reference" not in (tmp_path / "out" / "report.md").read_text()
     assert len((tmp_path / "out" / "requests.csv").read_text().splitlines()) == 33

@@ -77,7 +77,11 @@ class Panel(Static):
         if version == self._seen and not force:
             return
         self._seen = version
-        self.update(self.render_fn(store))
+        # The lines it has: a short panel keeps its most important rows (panels.fit).
+        self.update(self.render_fn(store, rows=self.content_size.height or None))
+
+    def on_resize(self) -> None:
+        self._seen = None  # its height changed: the next refresh lays its rows out again
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -194,7 +198,7 @@ class EngramTopApp(App[int]):
         with Grid(id="grid"):
             yield Panel("HBM per GPU", panels.hbm_panel, ("gpu", "host", "server", "run"),
                         id="hbm")
-            yield Panel("KV pool", panels.kv_panel, ("server",), id="kv")
+            yield Panel("KV pool", panels.kv_panel, ("server", "run"), id="kv")
             yield Panel("Host RAM", panels.host_panel, ("host", "run"), id="host")
             yield Panel("Latency", panels.latency_panel, ("server",), id="latency")
         # Shown only on a large terminal (app.tcss): the last two minutes at a glance.

@@ -29,7 +29,7 @@ from collectors.units import (
 )
 from engram_top import facts
 from engram_top.store import RunStore
-from engram_top.views import GpuView
+from engram_top.views import GpuView, Quantiles
 
 BAR_WIDTH = 24
 SPARK = "▁▂▃▄▅▆▇█"
@@ -87,7 +87,7 @@ def _grid() -> Table:
 # --------------------------------------------------------------------------- HBM
 
 
-def hbm_panel(store: RunStore) -> Group:
+def hbm_panel(store: RunStore, rows: int | None = None) -> Group:
     rows = _warnings(store, "gpu", "GPU")
     gpus = facts.gpu_facts(store)
     if not gpus:
@@ -148,68 +148,136 @@ def _server_hbm(gpu: GpuView, store: RunStore) -> Any:
 # --------------------------------------------------------------------------- KV pool
 
 
-def kv_panel(store: RunStore) -> Group:
-    rows = _warnings(store, "server", "SGLang")
+def kv_panel(store: RunStore, rows: int | None = None) -> Group:
+    """The KV pool; on a short panel the rows that matter most (capacity, use, requests,
+    what is not a number) stay and the others go first."""
+    out = [(0, w) for w in _warnings(store, "server", "SGLang")]
     kv = facts.kv_facts(store)
     if kv is None or kv.capacity_tokens is None:
-        return _waiting(rows, "KV pool not allocated yet (the server reports it once ready)")
-    t = _grid()
-    t.add_column(style="bold", no_wrap=True)
-    t.add_column(no_wrap=True)
+        return _waiting([w for _, w in out],
+                        "KV pool not allocated yet (the server reports it once ready)")
     usage = kv.token_usage
-    t.add_row("capacity", f"{tokens(kv.capacity_tokens)} tokens"
-              + ("" if kv.kv_cache_gb is None else f" · {sglang_gb(kv.kv_cache_gb)} GB/GPU"))
-    t.add_row("in use", Text.assemble(bar([(usage or 0.0, "magenta")], 1.0, 12), " ",
-                                      percent(usage, 2),
-                                      f" · {tokens(kv.used_tokens)}"))
-    t.add_row("requests", f"{kv.running if kv.running is not None else '–'} running · "
-              f"{kv.queued if kv.queued is not None else '–'} queued")
-    t.add_row("trend", sparkline(_series(store, "token_usage")))
-    rows.append(t)
-    rows += _unavailable(kv.unavailable)
+    out.append((1, row("capacity", f"{tokens(kv.capacity_tokens)} tokens"
+                       + ("" if kv.kv_cache_gb is None
+                          else f" · {sglang_gb(kv.kv_cache_gb)} GB/GPU"))))
+    if kv.pools:  # a hybrid model's pools (DeepSeek-V4.x): the full one is the capacity
+        out.append((4, row("pools", " · ".join(
+            f"{name} {tokens(n)}" for name, n in kv.pools.items()
+            if n and name in ("full", "swa", "c4", "c128")))))
+    split = [f"{name} {percent(u, 1)}" for name, u in (("full", kv.full_usage),
+                                                       ("swa", kv.swa_usage)) if u is not None]
+    out.append((1, row("in use", Text.assemble(
+        bar([(usage or 0.0, "magenta")], 1.0, 12), " ", percent(usage, 2),
+        f" · {tokens(kv.used_tokens)}", (f" ({' · '.join(split)})" if split else "", "dim")))))
+    if kv.available_tokens is not None or kv.evictable_tokens is not None:
+        out.append((3, row("free", f"{tokens(kv.available_tokens)} available · "
+                                   f"{tokens(kv.evictable_tokens)} evictable")))
+    retracted = "" if kv.retracted is None else f" · {kv.retracted} retracted"
+    if kv.retracted_per_s:
+        retracted += f" ({kv.retracted_per_s:.2f}/s)"
+    out.append((1, row("requests", f"{kv.running if kv.running is not None else '–'} running · "
+                                   f"{kv.queued if kv.queued is not None else '–'} queued"
+                                   f"{retracted}")))
+    if kv.queue_time is not None or kv.cache_hit_rate is not None:
+        q = kv.queue_time
+        out.append((3, row("queue", f"p50 {quantile(q, 'p50')} · p99 {quantile(q, 'p99')}"
+                                    f" · cache hit {percent(kv.cache_hit_rate, 1)}")))
+    out.append((5, row("trend", sparkline(_series(store, "token_usage")))))
+    out += [(2, line) for line in _unavailable(kv.unavailable)]
+    out += [(2 if i == 0 else 4, Text(problem, style="yellow", no_wrap=True,
+                                      overflow="ellipsis"))
+            for i, problem in enumerate(kv.page_problems[:3])]
     if store.run is not None:
-        rows.append(Text(f"placement: {store.run.placement}", style="dim"))
-    return Group(*rows)
+        out.append((6, Text(f"placement: {store.run.placement}", style="dim")))
+    return Group(*fit(out, rows))
+
+
+LABEL_WIDTH = 8  # the longest row label of a panel ("capacity", "requests")
+
+
+def row(label: str, value: str | Text, width: int = LABEL_WIDTH) -> Text:
+    """One ``label value`` line that never wraps: a value too long for the panel ends in
+    an ellipsis, and the label keeps its width."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(f"{label:<{width}} ", style="bold")
+    line.append(value if isinstance(value, Text) else Text(value))
+    return line
+
+
+def fit(rows: list[tuple[int, Any]], height: int | None) -> list[Any]:
+    """The rows that fit in ``height`` lines, the most important (lowest rank) first, shown
+    in their own order; every row when the height is unknown or enough."""
+    if not height or height <= 0 or len(rows) <= height:
+        return [r for _, r in rows]
+    keep = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))[:height]
+    return [rows[i][1] for i in sorted(keep)]
 
 
 # --------------------------------------------------------------------------- host RAM
 
 
-def host_panel(store: RunStore) -> Group:
-    rows = _warnings(store, "host", "host")
+def host_panel(store: RunStore, rows: int | None = None) -> Group:
+    out = [(0, w) for w in _warnings(store, "host", "host")]
     h = facts.host_facts(store)
     if h is None:
-        return _waiting(rows, "waiting for the first host reading…")
-    t = _grid()
-    t.add_column(style="bold", no_wrap=True)
-    t.add_column(no_wrap=True)
-    t.add_row("used", Text.assemble(bar([(h.used_bytes, "blue")], h.total_bytes, 12), " ",
-                                    f"{gib(h.used_bytes)} of {gib(h.total_bytes, 0)} GiB"))
+        return _waiting([w for _, w in out], "waiting for the first host reading…")
+    width = 6  # "server"
+    out.append((1, row("used", Text.assemble(bar([(h.used_bytes, "blue")], h.total_bytes, 12),
+                                             " ", f"{gib(h.used_bytes)} of "
+                                                  f"{gib(h.total_bytes, 0)} GiB"), width)))
     delta = h.delta_bytes
-    t.add_row("Δ", Text("–" if delta is None else f"{gib_change(delta)} GiB since launch",
-                               style="bold green" if (delta or 0) > 50 * GIB else ""))
-    t.add_row("Shmem", f"{gib(h.shmem_bytes)} GiB (pinned shows here) · "
-              f"huge {gib(h.hugepages_bytes)}")
-    t.add_row("server", f"RSS {gib(h.server_rss_bytes)} GiB · "
-              f"RssShmem {gib(h.server_rss_shmem_bytes)}")
-    t.add_row("swap", f"{gib(h.swap_used_bytes)} GiB used")
-    rows.append(t)
+    out.append((1, row("Δ", Text("–" if delta is None else f"{gib_change(delta)} GiB since launch",
+                                 style="bold green" if (delta or 0) > 50 * GIB else ""), width)))
+    out.append((3, row("Shmem", f"{gib(h.shmem_bytes)} GiB (pinned shows here) · "
+                                f"huge {gib(h.hugepages_bytes)}", width)))
+    out.append((3, row("server", f"RSS {gib(h.server_rss_bytes)} GiB · "
+                                 f"RssShmem {gib(h.server_rss_shmem_bytes)}", width)))
+    out.append((2 if h.swap_used_bytes else 5, row("swap", f"{gib(h.swap_used_bytes)} GiB used",
+                                                   width)))
+    out += engram_rows(store)
+    return Group(*fit(out, rows))
+
+
+PINNED = {True: "pinned", False: "unpinned (ATS)", None: "pinning unknown"}
+
+
+def engram_rows(store: RunStore) -> list[tuple[int, Text]]:
+    """The Engram row, ranked for fit(): where the tables are, what they hold of host
+    memory, how often the layers look rows up, and whether the prefetch engages (and why
+    not)."""
+    e = facts.engram_facts(store)
+    out: list[tuple[int, Text]] = []
+    if e is not None and e.placement is not None:
+        line = Text.assemble(("Engram ", "bold"), (e.placement, "bold cyan"), no_wrap=True,
+                             overflow="ellipsis")
+        if e.layout:
+            line.append(f" · {e.layout}")
+        if e.resident_mib:
+            line.append(f" · {gib(e.resident_mib * MIB)} GiB resident, {PINNED[e.pinned]}")
+            if e.huge_pct is not None:
+                line.append(f", {e.huge_pct:.0f}% huge")
+        out.append((2, line))
+        if e.lookups_per_s is not None or e.hit_rate_pct is not None:
+            out.append((4, Text(f"  {rate(e.lookups_per_s, 'lookups/s')}"
+                                + ("" if e.hit_rate_pct is None
+                                   else f" · row cache hit {e.hit_rate_pct:.1f}%"),
+                                no_wrap=True, overflow="ellipsis")))
+        if e.prefetch != "n/a":
+            style = {"engaged": "green", "off": "dim"}.get(e.prefetch, "bold yellow")
+            # The verdict may be long (every failing condition): it wraps rather than hides.
+            out.append((2, Text(f"  {e.verdict}", style=style)))
     run = facts.run_facts(store)
     for table in run.engram_host_tables if run else ():
-        pinned = {True: "pinned", False: "unpinned (ATS)", None: "pinning unknown"}[
-            table.pinned]
-        line = Text(f"Engram {table.label}: {gib(table.resident_mib * MIB)} GiB "
-                    f"{table.layout}, {table.huge_pct:.0f}% huge, {pinned}")
-        if table.no_huge_pages_warning:
-            line.stylize("bold yellow")
-        rows.append(line)
-    return Group(*rows)
+        if table.no_huge_pages_warning:  # the tables' one warning: lookups ~10x slower
+            out.append((2, Text(f"Engram {table.label}: {table.huge_pct:.0f}% huge: "
+                                f"{table.no_huge_pages_warning}", style="bold yellow")))
+    return out
 
 
 # --------------------------------------------------------------------------- latency
 
 
-def latency_panel(store: RunStore) -> Group:
+def latency_panel(store: RunStore, rows: int | None = None) -> Group:
     rows = _warnings(store, "server", "SGLang")
     lat = facts.latency_facts(store)
     if lat is None:
@@ -223,7 +291,7 @@ def latency_panel(store: RunStore) -> Group:
         if q is None:
             t.add_row(label, "–", "–", "–")
         else:
-            t.add_row(label, latency(q.p50), latency(q.p99), latency(q.mean))
+            t.add_row(label, quantile(q, "p50"), quantile(q, "p99"), latency(q.mean))
     rows.append(t)
     g = _grid()
     g.add_column(style="bold", no_wrap=True)
@@ -244,9 +312,19 @@ def latency_panel(store: RunStore) -> Group:
     return Group(*rows)
 
 
+def quantile(q: Quantiles | None, which: str) -> str:
+    """A windowed quantile; one that fell in the histogram's +Inf bucket is only known to
+    be above its highest bound, and says so ("> 30 s")."""
+    if q is None:
+        return latency(None)
+    value = getattr(q, which)
+    return ("> " if getattr(q, f"{which}_over", False) else "") + latency(value)
+
+
 def _unavailable(why: dict[str, str]) -> list[Text]:
     """Figures the server sent as NaN or Inf: shown as such, with the rank that sent them."""
-    return [Text(f"{label} {reason}", style="yellow") for label, reason in why.items()]
+    return [Text(f"{label} {reason}", style="yellow", no_wrap=True, overflow="ellipsis")
+            for label, reason in why.items()]
 
 
 def _series(store: RunStore, metric: str) -> list[float]:
