@@ -629,14 +629,15 @@ def _engine_argument(parser: argparse.ArgumentParser, what: str) -> None:
 
 def inspect_log(path: Path, kind: str) -> int:
     from scenarios import engines
+    parser = engines.get(kind).parser()
     try:
-        text = path.read_text(errors="replace")
+        # Line by line: a log of many launches can be larger than memory wants to hold.
+        with path.open(errors="replace") as lines:
+            for line in lines:
+                parser.feed(line)
     except OSError as exc:
         print(f"engram-top inspect-log: cannot read {path}: {exc.strerror}", file=sys.stderr)
         return 1
-    parser = engines.get(kind).parser()
-    for line in text.splitlines():
-        parser.feed(line)
     _print_json(parser.facts().to_dict())
     return 0
 

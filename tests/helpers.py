@@ -335,3 +335,42 @@ class Fleet:
         """Stop every server, then say which left processes behind."""
         left = {name: server.stop(grace=5.0).survivors for name, server in self.servers.items()}
         assert not any(left.values()), f"survivors: {left}"
+
+
+class PageServer:
+    """A /metrics page of a test's own over real HTTP on 127.0.0.1, with /health and an
+    empty /server_info; ``page`` can change between polls. A thread of the test's process;
+    use it in a with block."""
+
+    def __init__(self, page: str = "") -> None:
+        import http.server
+
+        self.page = page
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                bodies = {"/metrics": outer.page.encode(), "/health": b"",
+                          "/server_info": b"{}"}
+                body = bodies.get(self.path, b"")
+                self.send_response(200 if self.path in bodies else 404)
+                self.send_header("content-type", "text/plain; version=0.0.4")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> PageServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)

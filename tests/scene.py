@@ -2,6 +2,8 @@
 device placement to host-prefetch, with a frozen clock. Figures follow the seed (device:
 119.043 GB weights, 11.84M KV tokens; host-prefetch: 72.201 GB, 42.70M tokens, +201.6 GiB
 host) so the pictures tell the product's story; everything else is plain made-up steadiness.
+The server speaks DeepSeek-V4.1's dialect: its log's KV pools, its multi-pool gauges, its
+Engram statistics, as the start-up log parser reads them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collectors.readings import (
     ServerData,
     Status,
 )
+from collectors.startup_log import StartupLogParser
 from engram_top.figures import RunFigures
 from engram_top.store import Event, RunFacts, RunStore
 from scenarios import config
@@ -75,6 +78,9 @@ def server_data(t: float) -> ServerData:
         model_path="deepseek-ai/DeepSeek-V4.1-Flash", tp_size=4,
         max_total_num_tokens=42_700_288, weight_gb=72.201, kv_cache_gb=59.47, graph_gb=1.2,
         num_running_reqs=8, num_queue_reqs=0, num_used_tokens=9_800, token_usage=0.23,
+        full_token_usage=0.0002, swa_token_usage=0.23, kv_used_tokens=9_800,
+        kv_available_tokens=42_690_488, kv_evictable_tokens=0, num_retracted_reqs=0,
+        cache_hit_rate=0.0, queue_time=q(0.0021, 0.0094, 0.0025, 300),
         gen_throughput=191.8, ttft=q(0.3995 + 0.004 * math.sin(t / 7), 0.71, 0.4045, 310),
         itl=q(0.0288, 0.041, 0.02884, 9_400), e2e=q(5.9, 7.2, 5.91, 300),
         output_tokens_per_s=191.8, requests_per_s=1.0, window_s=30.0,
@@ -120,14 +126,29 @@ def scene_store() -> RunStore:
               "pages (100%), pinned", 0),
         (165, "Load weight end. elapsed=10.52 s, type=DeepseekV4ForCausalLM, quant=fp8, "
               "avail mem=106.30 GB, mem usage=72.20 GB.", 0),
-        (163, "KV Cache is allocated. #tokens: 42700288, KV size: 59.47 GB", 0),
+        (164, "DSV4 memory calculation: bytes_per_full_token=1632.00, available_bytes=67.34 GB, "
+              "c128_state_fixed=0.00 GB, swa_fixed=2.52 GB, full_token=42700288", 0),
+        (164, "DSV4 pool sizes: full=42700288, swa=112640, c4=10675072, c128=333596, "
+              "c4_state=14080, c128_state=0", 0),
+        (163, "Memory pool end. avail mem=46.83 GB", 0),
         (162, "Capture cuda graph begin. This can take up to several minutes. "
               "avail mem=46.83 GB", 0),
         (155, "Capture cuda graph end. Time elapsed: 6.91 s. mem usage=1.20 GB. "
               "avail mem=45.63 GB.", 0),
-        (153, "The server is fired up and ready to roll!", None))
+        (153, "The server is fired up and ready to roll!", None),
+        (12, "Engram layer=1 lookups=61440 hit_rate=12.5% reads=53760 cache=1.0GiB(4-way) "
+             "scales=0.2GiB threads=64 packed=True", 0),
+        (2, "Engram layer=1 lookups=61440 hit_rate=12.5% reads=53760 cache=1.0GiB(4-way) "
+            "scales=0.2GiB threads=64 packed=True", 0))
     prefetch.log_lines = deque([(WALL - ago, _log_line(ago, text, rank))
                                 for ago, text, rank in lines], maxlen=400)
+    parser = StartupLogParser()
+    for ago, text, rank in lines:
+        parser.feed(_log_line(ago, text, rank), at=NOW - ago)
+    prefetch.startup = parser.facts().to_dict()
+    prefetch.model = "deepseek-ai/DeepSeek-V4.1-Flash"
+    prefetch.engram = {"placement": "host-prefetch", "layout": "shared", "pinned": True,
+                       "source": "environment", "prefetch": "engaged", "reasons": []}
     store.set_run(prefetch)
     # Two minutes of history at 1 Hz, the last point now.
     for k in range(120, -1, -1):

@@ -184,3 +184,28 @@ async def test_compare_screen_treats_repeated_runs_as_trials_with_intervals() ->
         assert "25.8 -0.6%" in text and "[-31.8, +31.8] ~" in text
         assert "700.0 +100.0%" in text  # the imported run, one trial: no interval
         assert "11.1111" in text  # 2 per GPU-hour x 4 GPUs at 200 tok/s, per Mtok
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [(160, 48), (100, 30)])
+async def test_live_host_prefetch_shows_its_pools_and_the_engram_row(tmp_path, size) -> None:
+    """DeepSeek-V4.1's dialect on screen: the full pool as the capacity with the other
+    pools beside it, and the Engram row with the prefetch verdict, at any supported size."""
+    options = DemoOptions(placement="host-prefetch", time_scale=0.02, node_dir=tmp_path / "node",
+                          run_dir=tmp_path / "runs", poll_interval=0.5, load=None)
+    session = DemoSession(options)
+    app = EngramTopApp(session)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: session.store.run is not None
+                    and session.store.run.state == "ready", 60, "the server to be ready")
+        await until(pilot, lambda: "prefetch: engaged" in screen_text(app), 15,
+                    "the prefetch verdict")
+        await until(pilot, lambda: "capacity 42.70M tokens" in screen_text(app), 15,
+                    "the full pool as the KV capacity")
+        text = screen_text(app)
+        assert "Engram host-prefetch · shared" in text
+        if size[1] >= 48:  # room for every row
+            assert "pools    full 42.70M · swa 112.6k · c4 10.68M · c128 333.6k" in text
+            assert "GiB resident, pinned, 100% huge" in text
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, 15, "the app to quit")

@@ -109,6 +109,10 @@ def test_snapshot_device(snapshots: dict[str, SnapshotRun]) -> None:
         assert g["kv_tokens"] == 11_840_000
         assert g["used_bytes"] > 0 and g["baseline_used_bytes"] == 0
     assert snap["kv"]["capacity_tokens"] == 11_840_000
+    # DeepSeek-V4's pools: the full one is the seed's capacity, the others beside it.
+    assert snap["kv"]["pools"] == {"full": 11_840_000, "swa": 112_640, "c4": 2_960_000,
+                                   "c128": 92_500, "c4_state": 14_080, "c128_state": 0}
+    assert snap["engram"]["placement"] == "device" and snap["engram"]["prefetch"] == "n/a"
     assert abs(snap["host"]["delta_gib"] - 6.5) < 0.01
     assert snap["load"] == {}  # --no-load
 
@@ -123,6 +127,17 @@ def test_snapshot_host_prefetch(snapshots: dict[str, SnapshotRun]) -> None:
         assert round(g["kv_tokens"] / 1e6, 2) == 42.70
     assert 195 <= snap["host"]["delta_gib"] <= 202
     assert [t["label"] for t in snap["run"]["engram_host_tables"]] == ["L1", "L14"]
+    pools = snap["kv"]["pools"]
+    assert pools["full"] == 42_700_288 and pools["c4"] == 42_700_288 // 4
+    assert pools["swa"] == 112_640  # the SWA cap follows the requests, not the freed HBM
+    engram = snap["engram"]
+    assert (engram["placement"], engram["layout"], engram["pinned"]) == \
+        ("host-prefetch", "shared", True)
+    # Every condition holds on the simulated B200s: shared layout, no DP attention, PP 1,
+    # the DSV4 backend, no speculative decoding.
+    assert engram["verdict"] == "prefetch: engaged"
+    assert 180 * 1024 <= engram["resident_mib"] <= 200 * 1024
+    assert "prefetch: engaged" in (snapshots["host-prefetch"].folder / "summary.md").read_text()
     deltas = snap["reference"]["deltas"]
     assert deltas["ttft_mean"]["value"] == 0.1557
 

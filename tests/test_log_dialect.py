@@ -461,3 +461,30 @@ def test_repeated_loads_within_one_launch_are_capped() -> None:
     assert len(f.ranks[0].weight_loads) == MAX_LOADS
     assert len(f.errors) == MAX_ERRORS
     assert len(f.timeline) < 40
+
+
+def test_inspect_log_prints_the_new_facts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import subprocess
+    import sys
+
+    log = tmp_path / "server.log"
+    log.write_text("\n".join("sglang-1  | " + line for line in [
+        *_launch(),
+        f"[{T}:56 TP0 EP0] {CALC_SPELLINGS[0]}",
+        f"[{T}:56 TP0 EP0] DSV4 pool sizes: full=5875712, swa=20480, c4=1468928, c128=45904, "
+        "c4_state=2048, c128_state=0",
+        f"[{T}:58 TP0 EP0] Engram layer=14 lookups=7311 hit_rate=12.5% reads=6397 "
+        "cache=1.0GiB(4-way) scales=0.2GiB threads=64 packed=True",
+    ]) + "\n")
+    res = subprocess.run([sys.executable, "-m", "engram_top", "inspect-log", str(log)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["kv_capacity_tokens"] == 5_875_712 and out["pool_sizes"]["swa"] == 20480
+    assert out["server_args"]["tp_size"] == 4 and out["server_args"]["ep_size"] == 4
+    assert out["swa_full_tokens_ratio"] == 0.1
+    assert out["engram_layers"]["14"]["hit_rate_pct"] == 12.5
+    assert out["ranks"]["0"]["kv_sizing"]["line"] == "DSV4"
+    assert out["log_starts_after_launch"] is False and out["launches"] == 1
+    assert out["phase_durations"]["weights"] == 50.0

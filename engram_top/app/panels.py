@@ -258,9 +258,11 @@ def engram_rows(store: RunStore) -> list[tuple[int, Text]]:
                 line.append(f", {e.huge_pct:.0f}% huge")
         out.append((2, line))
         if e.lookups_per_s is not None or e.hit_rate_pct is not None:
-            out.append((4, Text(f"  {rate(e.lookups_per_s, 'lookups/s')}"
-                                + ("" if e.hit_rate_pct is None
-                                   else f" · row cache hit {e.hit_rate_pct:.1f}%"),
+            # The rate needs two statistics lines of a layer; the hit rate only one.
+            looked = ("lookups –/s" if e.lookups_per_s is None
+                      else rate(e.lookups_per_s, "lookups/s"))
+            out.append((4, Text(f"  {looked}" + ("" if e.hit_rate_pct is None
+                                                 else f" · row cache hit {e.hit_rate_pct:.1f}%"),
                                 no_wrap=True, overflow="ellipsis")))
         if e.prefetch != "n/a":
             style = {"engaged": "green", "off": "dim"}.get(e.prefetch, "bold yellow")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scenarios.engines.base import PLACEMENTS
-from scenarios.engines.sglang import SGLangSpeaker
+from scenarios.engines.sglang import ENGRAM_ENV, SGLangSpeaker
 
 if TYPE_CHECKING:
     from scenarios.config import Scenario
@@ -33,6 +33,11 @@ class Simulated(SGLangSpeaker):
             argv += (["--api-key-file", str(key_file)] if key_file is not None
                      else ["--api-key", sc.api_key])
         return [*argv, *sc.args]
+
+    def launch_env(self, sc: Scenario) -> dict[str, str]:
+        # The V4.1 preview build's Engram switches, as a real launch of the placement has
+        # them: its process environment says where the tables are (attach reads it there).
+        return {**ENGRAM_ENV.get(sc.placement or "device", {}), **sc.env}
 
     def key_file_text(self, sc: Scenario) -> str | None:
         return f"{sc.api_key}\n" if sc.api_key else None

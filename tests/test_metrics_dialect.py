@@ -1,0 +1,228 @@
+"""SGLang's /metrics in every era and spelling, and pages that are not SGLang's: what the
+collector and inspect-metrics make of them. Pages are written here from the names and
+label sets SGLang and its neighbours export (values made up); the collector reads them over
+real HTTP on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import PageServer
+
+from collectors import promtext
+from collectors.sglang import SglangCollector, canonical, find, merged_histogram, page_figures
+from collectors.windowed import quantile_bound
+from engram_top.app.panels import quantile
+from engram_top.views import Quantiles
+
+BUCKETS = (0.1, 0.5, 1.0, 5.0, 30.0)
+
+
+def _hist(name: str, counts: tuple[int, ...], labels: str = "", total: float | None = None,
+          count: int | None = None, typed: bool = True) -> str:
+    """A histogram's lines; ``counts`` are cumulative per bound, the last for +Inf."""
+    sep = "," if labels else ""
+    out = [f"# TYPE {name} histogram"] if typed else []
+    for bound, c in zip((*BUCKETS, "+Inf"), counts, strict=True):
+        out.append(f'{name}_bucket{{{labels}{sep}le="{bound}"}} {c}')
+    out.append(f"{name}_sum{{{labels}}} {total if total is not None else counts[-1] * 0.4}")
+    out.append(f"{name}_count{{{labels}}} {count if count is not None else counts[-1]}")
+    return "\n".join(out)
+
+
+def _figures(page: str) -> dict:
+    return page_figures(canonical(promtext.parse(page)))
+
+
+# --------------------------------------------------------------------------- names
+
+
+def test_older_gauge_names() -> None:
+    page = ("# TYPE sglang:num_requests_running gauge\n"
+            'sglang:num_requests_running{model_name="m"} 7\n'
+            "# TYPE sglang:num_requests_waiting gauge\n"
+            'sglang:num_requests_waiting{model_name="m"} 2\n')
+    f = _figures(page)
+    assert (f["num_running_reqs"], f["num_queue_reqs"]) == (7, 2)
+
+
+def test_the_underscore_spelling_of_gateways_and_pipelines() -> None:
+    page = ("# TYPE sglang_num_running_reqs gauge\n"
+            'sglang_num_running_reqs{tp_rank="0"} 3\n'
+            "# TYPE sglang_full_token_usage gauge\n"
+            'sglang_full_token_usage{tp_rank="0"} 0.25\n'
+            + _hist("sglang_time_to_first_token_seconds", (1, 2, 3, 4, 4, 4)))
+    fams = canonical(promtext.parse(page))
+    f = page_figures(fams)
+    assert (f["num_running_reqs"], f["full_token_usage"]) == (3, 0.25)
+    fam = find(fams, ("sglang:time_to_first_token_seconds",))
+    assert fam is not None and merged_histogram(fam).count == 4
+
+
+def test_the_priority_total_and_dp_ranks_summed_tp_replicas_once() -> None:
+    page = "\n".join([
+        "# TYPE sglang:num_queue_reqs gauge",
+        'sglang:num_queue_reqs{priority="",tp_rank="0"} 5',
+        'sglang:num_queue_reqs{priority="0",tp_rank="0"} 3',
+        'sglang:num_queue_reqs{priority="1",tp_rank="0"} 2',
+        "# TYPE sglang:num_running_reqs gauge",  # DP attention: two schedulers, two TP each
+        'sglang:num_running_reqs{dp_rank="0",tp_rank="0"} 3',
+        'sglang:num_running_reqs{dp_rank="0",tp_rank="1"} 3',
+        'sglang:num_running_reqs{dp_rank="1",tp_rank="2"} 4',
+        'sglang:num_running_reqs{dp_rank="1",tp_rank="3"} 4',
+        "# TYPE sglang:token_usage gauge",
+        'sglang:token_usage{dp_rank="0",tp_rank="0"} 0.2',
+        'sglang:token_usage{dp_rank="1",tp_rank="2"} 0.5',
+        "# TYPE sglang:num_retracted_reqs gauge",  # split by priority, no total series
+        'sglang:num_retracted_reqs{priority="0"} 1',
+        'sglang:num_retracted_reqs{priority="1"} 2',
+    ])
+    f = _figures(page)
+    assert f["num_queue_reqs"] == 5  # the total series, not 5 + 3 + 2
+    assert f["num_running_reqs"] == 7  # 3 on DP rank 0 plus 4 on DP rank 1
+    assert f["token_usage"] == 0.5  # the fuller scheduler is the bottleneck
+    assert f["num_retracted_reqs"] == 3
+
+
+@pytest.mark.parametrize(("value", "fraction"), [(45.0, 0.45), (0.45, 0.45), (0.0, 0.0)])
+def test_the_cache_hit_rate_is_a_fraction_whatever_the_era(value: float, fraction: float) -> None:
+    f = _figures(f"# TYPE sglang:cache_hit_rate gauge\nsglang:cache_hit_rate {value}\n")
+    assert f["cache_hit_rate"] == pytest.approx(fraction)
+
+
+# --------------------------------------------------------------------------- histograms
+
+
+def test_bucket_fragments_without_a_type_line_are_a_histogram() -> None:
+    fams = canonical(promtext.parse(_hist("sglang:queue_time_seconds", (5, 8, 9, 10, 10, 10),
+                                          typed=False)))
+    fam = find(fams, ("sglang:queue_time_seconds",))
+    assert fam is not None and fam.type == "histogram"
+    assert merged_histogram(fam).count == 10
+
+
+def test_a_count_that_disagrees_with_its_inf_bucket_is_flagged_and_not_trusted() -> None:
+    page = _hist("sglang:e2e_request_latency_seconds", (100, 900, 2000, 2400, 2402, 2402),
+                 count=24)  # "24": the page was cut inside "2402"
+    fams = canonical(promtext.parse(page))
+    f = page_figures(fams)
+    assert f["page_problems"] == ("sglang:e2e_request_latency_seconds: _count 24 disagrees "
+                                  "with its +Inf bucket 2402",)
+    assert merged_histogram(fams["sglang:e2e_request_latency_seconds"]).count == 2402
+
+
+def test_a_series_given_twice_is_flagged() -> None:
+    page = ("# TYPE sglang:num_running_reqs gauge\n"
+            'sglang:num_running_reqs{tp_rank="0"} 3\nsglang:num_running_reqs{tp_rank="0"} 4\n')
+    f = _figures(page)
+    assert f["num_running_reqs"] == 3  # the first
+    assert f["page_problems"] == ('sglang:num_running_reqs{tp_rank="0"} is given 2 times in '
+                                  "one page",)
+
+
+def test_a_quantile_in_the_inf_bucket_is_a_lower_bound() -> None:
+    buckets = [(b, c) for b, c in zip((*BUCKETS, float("inf")), (0, 0, 0, 1, 2, 100),
+                                      strict=True)]
+    assert quantile_bound(0.99, buckets) == (30.0, True)
+    assert quantile_bound(0.01, buckets) == (5.0, False)
+    q = Quantiles(p50=30.0, p99=30.0, mean=41.0, count=100, p50_over=True, p99_over=True)
+    assert quantile(q, "p99") == "> 30.00 s"
+    assert quantile(Quantiles(0.2, 0.3, 0.2, 10), "p99") == "300.0 ms"
+
+
+async def test_the_collector_reads_an_old_server_over_http() -> None:
+    """2024 names over real HTTP: the request gauges, TPOT's histogram as the inter-token
+    source, the cache hit rate in percent, a queue-time histogram in the +Inf bucket."""
+    def page(n: int) -> str:
+        return "\n".join([
+            "# TYPE sglang:num_requests_running gauge", f"sglang:num_requests_running {n}",
+            "# TYPE sglang:cache_hit_rate gauge", "sglang:cache_hit_rate 37.5",
+            _hist("sglang:time_per_output_token_seconds", (n, 2 * n, 2 * n, 2 * n, 2 * n, 2 * n)),
+            _hist("sglang:queue_time_seconds", (0, 0, 0, 0, 0, 3 * n)),
+        ]) + "\n"
+    with PageServer(page(1)) as server:
+        collector = SglangCollector(server.url, window_s=60.0)
+        try:
+            first = await collector.poll()
+            server.page = page(5)
+            second = await collector.poll()
+        finally:
+            await collector.close()
+    assert first.ok and second.ok, second.message
+    d = second.data
+    assert d is not None
+    assert d.num_running_reqs == 5 and d.cache_hit_rate == 0.375
+    assert d.itl is not None and d.itl.count == 8 and d.itl.p50 is not None
+    assert d.queue_time is not None and d.queue_time.p99_over and d.queue_time.p99 == 30.0
+
+
+# --------------------------------------------------------------------------- other pages
+
+DCGM = "\n".join([
+    "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).",
+    "# TYPE DCGM_FI_DEV_FB_USED gauge",
+    *[f'DCGM_FI_DEV_FB_USED{{gpu="{i}",UUID="GPU-{i}",modelName="NVIDIA B200",'
+      f'Hostname="gpu-node-07"}} 146000' for i in range(4)],
+    "# TYPE DCGM_FI_DEV_GPU_UTIL gauge",
+    *[f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="GPU-{i}",modelName="NVIDIA B200",'
+      f'Hostname="gpu-node-07"}} 93' for i in range(4)],
+]) + "\n"
+NODE = ("# TYPE node_memory_MemTotal_bytes gauge\nnode_memory_MemTotal_bytes 2.1990232555520e12\n"
+        "# TYPE node_memory_MemAvailable_bytes gauge\n"
+        "node_memory_MemAvailable_bytes 1.64926744166400e12\n"
+        "# TYPE node_cpu_seconds_total counter\n"
+        'node_cpu_seconds_total{cpu="0",mode="idle"} 1\n'
+        'node_cpu_seconds_total{cpu="1",mode="idle"} 1\n')
+SMI = """\
+Wed Dec  2 01:00:00 2026
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 580.95.05              Driver Version: 580.95.05      CUDA Version: 13.0     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+|=========================================+========================+======================|
+|   0  NVIDIA B200                    On  |   00000000:1B:00.0 Off |                    0 |
+|   1  NVIDIA B200                    On  |   00000000:43:00.0 Off |                    0 |
++-----------------------------------------+------------------------+----------------------+
+"""
+
+
+def _inspect(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    page = tmp_path / "page.txt"
+    page.write_text(text)
+    return subprocess.run([sys.executable, "-m", "engram_top", "inspect-metrics", str(page)],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(("text", "kind", "words"), [
+    (DCGM, "dcgm-exporter", ("4 GPU(s)", "NVIDIA B200", "gpu-node-07", "DCGM_FI_DEV_FB_USED")),
+    (NODE, "node-exporter", ("host memory 2048.0 GiB", "1536.0 GiB available", "2 CPUs")),
+    ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n", "vllm",
+     ("vllm:num_requests_running",)),
+])
+def test_inspect_metrics_says_what_another_exporters_page_is(tmp_path: Path, text: str,
+                                                             kind: str, words: tuple) -> None:
+    res = _inspect(tmp_path, text)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["page"] == kind and out["sglang"] is False
+    for word in words:
+        assert word in out["summary"], out["summary"]
+    assert "gauges" not in out  # no list of nulls
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (SMI, "nvidia-smi's text output, not a metrics page: 2 GPU(s) (NVIDIA B200)"),
+    ('{"model_path": "x", "tp_size": 4}', "a JSON body"),
+    ("<!DOCTYPE html><html><body>Sign in</body></html>", "an HTML page"),
+])
+def test_inspect_metrics_on_text_that_is_no_metrics_page(tmp_path: Path, text: str,
+                                                         words: str) -> None:
+    res = _inspect(tmp_path, text)
+    assert res.returncode == 1 and res.stdout == ""
+    assert words in res.stderr and "unexpected text" not in res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
