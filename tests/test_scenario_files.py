@@ -420,7 +420,11 @@ def test_demo_file() -> None:
     assert sf.get("host-prefetch").argv(node_dir=Path("/tmp/node")) == [
         *entry, "--placement", "host-prefetch", "--host", "127.0.0.1", "--port", "30103",
         "--time-scale", "0.1", "--serve-scale", "1.0"]
-    assert sf.get("host").launch_env() == {}  # the simulator needs no Engram switches
+    # The simulator takes its placement from --placement; its environment carries the V4.1
+    # preview build's switches as a real launch would, so an attached reader finds them.
+    assert sf.get("host").launch_env() == {"SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "1",
+                                           "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT": "shared",
+                                           "SGLANG_DSV41_ENGRAM_HOST_TABLE_PIN": "1"}
 
 
 def flag(argv: list[str], name: str) -> str:
