@@ -8,13 +8,12 @@ with the seed.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from helpers import ServerSpec, SimServer
+from helpers import ServerSpec, SimServer, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.units import GIB
@@ -205,13 +204,9 @@ def test_engram_statistics_only_on_host_placements(own_host: SimServer,
                 found.setdefault(int(f["layer"]), []).append(f)
         return found
 
-    deadline = time.monotonic() + 3 * engram.LOG_INTERVAL_S + 2
-    while True:
-        found = stats()
-        done = sum(int(f["lookups"]) for f in found.get(14, []))
-        if done >= per_layer or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    wait_until(lambda: sum(int(f["lookups"]) for f in stats().get(14, [])) >= per_layer,
+               3 * engram.LOG_INTERVAL_S + 2, "the statistics lines of every token")
+    found = stats()
     assert sorted(found) == [1, 14]
     for layer in (1, 14):
         assert sum(int(f["lookups"]) for f in found[layer]) == per_layer
