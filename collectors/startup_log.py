@@ -406,6 +406,9 @@ class StartupLogParser:
     """Feed SGLang log lines one at a time; ask for facts() whenever convenient."""
 
     def __init__(self) -> None:
+        # Counts the lines that told it something (a handler ran): facts() can only differ
+        # from the last call's when it moved, so a reader may skip rebuilding them.
+        self.version = 0
         self._lines = 0  # every line fed, over all launches
         self._launches = 0
         self._last_t: float | None = None
@@ -516,6 +519,11 @@ class StartupLogParser:
         return self._phase
 
     @property
+    def last_line_at(self) -> float | None:
+        """The time of the latest line fed, whatever it said."""
+        return self._last_t
+
+    @property
     def failed_in(self) -> str | None:
         """The phase a fatal error came in (current_phase() then says "failed")."""
         return self._failed_in
@@ -605,6 +613,7 @@ class StartupLogParser:
                 line = line[m.end():]
         self._lines += 1
         if not self._started:
+            self.version += 1
             self._started = True
             self._launches += 1
             self._open("launching", 0, None)  # its start is launch_at (see _timeline)
@@ -629,6 +638,7 @@ class StartupLogParser:
             return events
         for needle, handler in self._dispatch:
             if needle in line:
+                self.version += 1
                 before = self._phase
                 handler(self._split(line, at, outer_t), events)
                 if self._from_launch is None:

@@ -110,3 +110,27 @@ def test_which_runs_the_seed_is_a_reference_for() -> None:
     assert serves(_run(None), seed)  # nothing says otherwise yet
     assert not serves(_run("scripts/tiny-llama"), seed)
     assert not serves(_run("deepseek-ai/DeepSeek-V4-Flash"), seed)
+
+
+def test_the_engram_row_rates_lookups_and_says_nothing_flows_once_lines_stop() -> None:
+    from engram_top.facts import engram_facts
+    from engram_top.store import RunStore
+
+    store = RunStore()
+    run = RunFacts(scenario="p", placement="host-prefetch", node="n", time_scale=1.0,
+                   launched_wall=0.0, launched_at=0.0, state="ready")
+    run.engram = {"placement": "host-prefetch", "layout": "shared", "source": "environment",
+                  "prefetch": "engaged", "reasons": []}
+    layers = {1: {"layer": 1, "lookups": 6000, "hit_rate_pct": 10.0, "interval_s": 2.0,
+                  "at": 100.0},
+              14: {"layer": 14, "lookups": 2000, "hit_rate_pct": 30.0, "interval_s": 2.0,
+                   "at": 100.0}}
+    run.startup = {"engram_layers": layers, "last_line_at": 101.0}
+    store.set_run(run)
+    view = engram_facts(store)
+    assert view is not None
+    assert view.lookups_per_s == 4000.0  # 6000 / 2 + 2000 / 2
+    assert view.hit_rate_pct == 15.0  # weighted by lookups
+    run.startup["last_line_at"] = 110.0  # the log went on, the statistics did not
+    view = engram_facts(store)
+    assert view is not None and view.lookups_per_s == 0.0
