@@ -234,7 +234,9 @@ def _live(run: RunFacts | None) -> bool:
     return run is None or run.state in LIVE
 
 
-CHECK_EVERY_S = 0.5  # as often as the dashboard redraws: an alert is never staler than a frame
+# As often as the sources are polled (1 s by default): an alert is never staler than the
+# reading that raised it; evaluating between readings finds nothing new.
+CHECK_EVERY_S = 1.0
 
 
 class AlertWatch:

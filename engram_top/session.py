@@ -27,7 +27,7 @@ from collectors.server_process import server_environ
 from collectors.shared import SharedSampler
 from collectors.source import NodeSource, Source, SourceKey
 from engram_top import reference
-from engram_top.alerts import AlertWatch
+from engram_top.alerts import CHECK_EVERY_S, AlertWatch
 from engram_top.config import Thresholds
 from engram_top.facts import summary
 from engram_top.simnode import state
@@ -231,7 +231,8 @@ class Session:
             self.add_source(source)
         self._tasks = [
             asyncio.create_task(self._tick(), name="figures"),
-            asyncio.create_task(self.alerts.run(), name="alerts"),
+            asyncio.create_task(self.alerts.run(min(CHECK_EVERY_S, self.options.poll_interval)),
+                                name="alerts"),
         ]
         adopted = self.supervisor.adopt(self.scenarios.scenarios) if self.scenarios else None
         if adopted is not None:

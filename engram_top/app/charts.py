@@ -121,10 +121,13 @@ def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, no
     colours: list[list[str]] = [[""] * cols for _ in range(rows)]
     dots_x = cols * 2
 
+    top = dots_y - 1
+    floor = math.floor
+
     def plot(x: int, y: float, colour: str) -> None:
         if not 0 <= x < dots_x:
             return
-        b = _round(min(max(y, 0.0), dots_y - 1))  # dot row from the bottom
+        b = floor((top if y > top else 0.0 if y < 0.0 else y) + 0.5)  # dot row from the bottom
         row, col = rows - 1 - b // 4, x // 2
         cells[row][col] |= _DOTS[x % 2][3 - b % 4]
         colours[row][col] = colour
@@ -135,7 +138,11 @@ def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, no
 
     for line in lines:
         for run in split_gaps(line.points, line.gap_s):
-            _draw_run([to_dots(p) for p in run if p[0] <= now], line.colour, plot)
+            pts = [to_dots(p) for p in run if p[0] <= now]
+            if pts and all(y == pts[0][1] for _, y in pts):
+                _draw_flat(pts, line.colour, plot)  # an idle node's lines: the common case
+            else:
+                _draw_run(pts, line.colour, plot)
 
     chars = [[chr(_BRAILLE + bits) if bits else " " for bits in row] for row in cells]
     if not seen and cols >= len(NO_DATA):
@@ -173,6 +180,19 @@ def _draw_run(pts: list[tuple[float, float]], colour: str,
         _join(a, y0, b, y1, colour, plot)
 
 
+def _draw_flat(pts: list[tuple[float, float]], colour: str,
+               plot: Callable[[int, float, str], None]) -> None:
+    """What _draw_run draws for a run of one value, a dot a column from its first column in
+    the window (the left edge when it began before) to its last, without the joins."""
+    inside = [x for x, _ in pts if x >= 0]
+    if not inside:
+        return  # wholly before the window
+    first = 0 if pts[0][0] < 0 else _round(inside[0])
+    y = pts[0][1]
+    for x in range(first, _round(inside[-1]) + 1):
+        plot(x, y, colour)
+
+
 def _columns(pts: list[tuple[float, float]]) -> list[tuple[int, float, float, float, float]]:
     """The run per dot column: (x, first y, lowest, highest, last y). However many points
     a column holds, drawing costs one column, so a long window stays cheap to redraw."""
@@ -198,14 +218,22 @@ def _columns(pts: list[tuple[float, float]]) -> list[tuple[int, float, float, fl
 def _join(a: int, y0: float, b: int, y1: float, colour: str,
           plot: Callable[[int, float, str], None]) -> None:
     """A line from column a to column b (a < b). Each column covers the line's heights from
-    half a column before to half after, so a steep rise reads as a line, not two dots."""
-    def y_at(x: float) -> float:
-        x = min(max(x, a), b)
-        return y0 + (y1 - y0) * (x - a) / (b - a)
-
+    half a column before to half after, so a steep rise reads as a line, not two dots.
+    (Written out rather than through helpers: the trend strip draws this for every pair of
+    columns of every line each time it redraws.)"""
+    floor = math.floor
+    if y0 == y1:  # flat: one dot a column
+        y = floor(y0 + 0.5)
+        for x in range(a, b + 1):
+            plot(x, y, colour)
+        return
+    slope = (y1 - y0) / (b - a)
     for x in range(a, b + 1):
-        lo, hi = sorted((y_at(x - 0.5), y_at(x + 0.5)))
-        for y in range(_round(lo), _round(hi) + 1):
+        ya = y0 + slope * (max(x - 0.5, a) - a)
+        yb = y0 + slope * (min(x + 0.5, b) - a)
+        if ya > yb:
+            ya, yb = yb, ya
+        for y in range(floor(ya + 0.5), floor(yb + 0.5) + 1):
             plot(x, y, colour)
 
 

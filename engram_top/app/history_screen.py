@@ -99,10 +99,29 @@ class ChartView(Widget):
     def __init__(self, draw: Draw, *, id: str) -> None:
         super().__init__(id=id, classes="history-chart")
         self.draw = draw
+        self._drawn: tuple[tuple[int, int], object, Text] | None = None  # size, key, chart
 
     def render(self) -> Text:
-        size = self.content_size
-        return self.draw(size.width, size.height)
+        size = (self.content_size.width, self.content_size.height)
+        if self._drawn is None or self._drawn[0] != size:
+            chart = self.draw(*size)
+            self._drawn = (size, _key(chart), chart)
+        return self._drawn[2]
+
+    def redraw(self) -> None:
+        """Draw it again, and repaint only if it looks different: a flat line moving on
+        with time, or a window with nothing new in it, costs a draw but no repaint."""
+        size = (self.content_size.width, self.content_size.height)
+        chart = self.draw(*size)
+        key = _key(chart)
+        if self._drawn is not None and self._drawn[0] == size and self._drawn[1] == key:
+            return
+        self._drawn = (size, key, chart)
+        self.refresh()
+
+
+def _key(text: Text) -> tuple[object, ...]:
+    return (text.plain, tuple(text.spans))
 
 
 class Charts:
@@ -234,7 +253,7 @@ class HistoryScreen(Screen[None]):
         with self.app.batch_update():
             self.query_one("#history-bar", Static).update(self._bar())
             for view in self.query(ChartView):
-                view.refresh()
+                view.redraw()
             self._refresh_table()
 
     def _bar(self) -> Text:

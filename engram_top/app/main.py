@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
+from rich.console import Group
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
@@ -35,7 +36,13 @@ from engram_top.figures import RunFigures
 from engram_top.replay import ReplaySession
 from engram_top.store import RunFacts, RunStore
 
-REFRESH_S = 0.5  # at most 2 Hz
+# The screen follows the readings: redrawn as often as the sources are polled (every 1 s
+# by default), and at most twice a second for a faster poll. Keys redraw at once.
+REFRESH_S = 0.5
+REFRESH_MAX_S = 1.0
+# The trend strip's two minutes over its ~70 dot columns (160 columns wide): a column is
+# about 1.7 s, so a redraw every 2 s moves it by one column, never less.
+CHART_EVERY_S = 2.0
 TREND_CHARTS = ("hbm", "kv", "ttft", "rx")
 TREND_WINDOW_S = 120.0
 # Textual's own palette entries cover quitting; the rest of our keys get one each.
@@ -71,6 +78,7 @@ class Panel(Static):
         self.render_fn = render_fn
         self.sources = sources
         self._seen: tuple[int, ...] | None = None
+        self._shown_lines: tuple[object, ...] | None = None
 
     def refresh_from(self, store: RunStore, force: bool = False) -> None:
         version = store.version(*self.sources)
@@ -78,10 +86,33 @@ class Panel(Static):
             return
         self._seen = version
         # The lines it has: a short panel keeps its most important rows (panels.fit).
-        self.update(self.render_fn(store, rows=self.content_size.height or None))
+        content = self.render_fn(store, rows=self.content_size.height or None)
+        shown = same_as_shown(content)
+        if shown is not None and shown == self._shown_lines and not force:
+            return  # a new reading with the same figures: nothing to redraw
+        self._shown_lines = shown
+        # Its size is the grid's, never its content's: no layout pass for a new value.
+        self.update(content, layout=False)
 
     def on_resize(self) -> None:
-        self._seen = None  # its height changed: the next refresh lays its rows out again
+        # Its height changed: the next refresh lays its rows out again.
+        self._seen = self._shown_lines = None
+
+
+def text_key(text: Text) -> tuple[object, ...]:
+    """What a line shows: its characters, styles and how it fits (Text's own == leaves out
+    the base style and the overflow)."""
+    return (text.plain, tuple(text.spans), str(text.style), text.no_wrap, text.overflow,
+            text.justify)
+
+
+def same_as_shown(content: object) -> tuple[object, ...] | None:
+    """A panel's lines as comparable keys, or None when it holds something that is not a
+    line of text (then it is always redrawn)."""
+    lines = content.renderables if isinstance(content, Group) else [content]
+    if not all(isinstance(line, Text) for line in lines):
+        return None
+    return tuple(text_key(line) for line in lines)  # type: ignore[arg-type]
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -223,6 +254,13 @@ class EngramTopApp(App[int]):
         table.border_title = "Scenarios"
         self.query_one("#log", RichLog).border_title = "Server log"
         self._rows: tuple[tuple[str, ...], ...] = ()
+        # Found once: walking the DOM for them twice a second is a cost of its own.
+        self._panels = list(self.query(Panel))
+        self._charts = list(self.query(ChartView))
+        self._trends = self.query_one("#trends")
+        self._shown: dict[str, object] = {}  # what a fixed-size line shows now, by widget id
+        self._charted: tuple[int, ...] | None = None
+        self._charted_at = 0.0
         self._log_source: object = None
         self._log_last: object = None  # the last log entry written to the pane
         table.focus()
@@ -231,7 +269,8 @@ class EngramTopApp(App[int]):
         if self.own_process:
             self._handle_signals(True)
         self.start_session()
-        self.set_interval(REFRESH_S, self.refresh_panels)
+        poll_s = getattr(getattr(self.session, "options", None), "poll_interval", REFRESH_S)
+        self.set_interval(min(REFRESH_MAX_S, max(REFRESH_S, poll_s)), self.refresh_panels)
         self.refresh_panels()
 
     def _apply_config(self) -> None:
@@ -285,15 +324,29 @@ class EngramTopApp(App[int]):
             head = panels.header(store, self.clock())
             if self.replay is not None:
                 head = Text.assemble(_replay_line(self.replay), "  ", head)
-            self.query_one("#header", Static).update(head)
-            for panel in self.query(Panel):
+            self._show("#header", head)
+            for panel in self._panels:
                 panel.refresh_from(store)
             self._refresh_scenarios(store)
             self._refresh_log(store.run)
-            if self.query_one("#trends").display:
-                for view in self.query(ChartView):
-                    view.refresh()
-            self.query_one("#events", Static).update(self._events(store))
+            if self._trends.display:
+                # Redrawn when a reading came, at most every CHART_EVERY_S: between readings
+                # nothing on them moves, and a dot column of the strip is longer than that.
+                charted = store.version("gpu", "server")
+                now = time.monotonic()
+                if charted != self._charted and now - self._charted_at >= CHART_EVERY_S:
+                    self._charted, self._charted_at = charted, now
+                    for view in self._charts:
+                        view.redraw()
+            self._show("#events", self._events(store))
+
+    def _show(self, selector: str, content: Text) -> None:
+        """A line of fixed height (header, events) given new content only when it differs:
+        the same text again costs no repaint."""
+        key = text_key(content)
+        if self._shown.get(selector) != key:
+            self._shown[selector] = key
+            self.query_one(selector, Static).update(content, layout=False)
 
     def _alert_changed(self, change: AlertChange) -> None:
         """The session raised or cleared an alert: a raised one is toasted."""
@@ -587,7 +640,7 @@ class EngramTopApp(App[int]):
 
     async def action_quit(self) -> None:
         """Stop what we started (load, server, polls), then leave."""
-        self.query_one("#header", Static).update(Text("stopping the server…", style="bold"))
+        self._show("#header", Text("stopping the server…", style="bold"))
         await self.close_session()
         self.exit(0)
 

@@ -10,7 +10,6 @@ import re
 from typing import Any
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from collectors.units import (
@@ -79,31 +78,21 @@ def _waiting(rows: list[Any], text: str) -> Group:
     return Group(*rows, Text(text, style="dim"))
 
 
-def _grid() -> Table:
-    t = Table.grid(padding=(0, 1))
-    return t
-
-
 # --------------------------------------------------------------------------- HBM
 
 
 def hbm_panel(store: RunStore, rows: int | None = None) -> Group:
-    rows = _warnings(store, "gpu", "GPU")
+    out = _warnings(store, "gpu", "GPU")
     gpus = facts.gpu_facts(store)
     if not gpus:
-        return _waiting(rows, "waiting for the first GPU reading…")
+        return _waiting(out, "waiting for the first GPU reading…")
     # One space between columns: the panel must fit half of a 100-column terminal.
-    t = Table(box=None, padding=(0, 1, 0, 0), show_edge=False, pad_edge=False)
-    t.add_column("GPU", no_wrap=True)
-    t.add_column("GiB used", justify="right", no_wrap=True)
-    t.add_column("", no_wrap=True)
-    t.add_column("srv", justify="right", no_wrap=True)
-    t.add_column("util", justify="right", no_wrap=True)
-    t.add_column("rx GB/s", justify="right", no_wrap=True)
+    table: list[list[Text | str]] = [[Text(h, style="bold") for h in
+                                      ("GPU", "GiB used", "", "srv", "util", "rx GB/s")]]
     for g in gpus:
         server = g.server_bytes
         other = max(0, g.used_bytes - server)
-        t.add_row(
+        table.append([
             f"{g.index}",
             f"{gib(g.used_bytes)}/{gib(g.total_bytes, 0)}",
             bar([(g.reserved_bytes, "grey50"), (other, "yellow"), (server, "green")],
@@ -111,16 +100,16 @@ def hbm_panel(store: RunStore, rows: int | None = None) -> Group:
             gib(server),
             "–" if g.util_gpu_pct is None else f"{g.util_gpu_pct}%",
             gb_per_s(g.pcie_rx_bytes_per_s),
-        )
-    rows.append(t)
-    rows.append(Text.assemble(("■", "grey50"), f" reserved {gib(gpus[0].reserved_bytes)}  ",
-                              ("■", "yellow"), " other  ", ("■", "green"), " this server (srv)  ",
-                              f"of {gib(gpus[0].total_bytes, 0)} GiB", style="dim"))
-    rows.append(_server_hbm(gpus[0], store))
-    return Group(*rows)
+        ])
+    out += columns(table, "lrlrrr")
+    out.append(Text.assemble(("■", "grey50"), f" reserved {gib(gpus[0].reserved_bytes)}  ",
+                             ("■", "yellow"), " other  ", ("■", "green"), " this server (srv)  ",
+                             f"of {gib(gpus[0].total_bytes, 0)} GiB", style="dim"))
+    out += _server_hbm(gpus[0], store)
+    return Group(*out)
 
 
-def _server_hbm(gpu: GpuView, store: RunStore) -> Any:
+def _server_hbm(gpu: GpuView, store: RunStore) -> list[Text]:
     """Where the server's HBM goes on one GPU, by SGLang's own figures (GB there = GiB)."""
     run = store.run
     ranks = (run.startup.get("ranks") or {}) if run else {}
@@ -129,20 +118,42 @@ def _server_hbm(gpu: GpuView, store: RunStore) -> Any:
     kv = gpu.kv_cache_gb
     graphs = r0.get("graph_mem_usage_gb")
     if weights is None:
-        return Text("SGLang's breakdown appears as the weights load", style="dim")
-    t = _grid()
-    t.add_column(style="bold", no_wrap=True)
-    t.add_column(no_wrap=True)
+        return [Text("SGLang's breakdown appears as the weights load", style="dim")]
     parts = [("weights", weights, "cyan"), ("KV pool", kv, "magenta"), ("graphs", graphs, "blue")]
     shown = [(v * GIB, st) for _, v, st in parts if v is not None]
-    t.add_row(f"GPU {gpu.index} by SGLang",
-              bar(shown, gpu.total_bytes, 28))
-    t.add_row("", Text.assemble(*[(f"{name} {weights_gb(v)} GB  " if name == "weights" else
+    label = f"GPU {gpu.index} by SGLang"
+    lines = [[Text(label, style="bold"), bar(shown, gpu.total_bytes, 28)],
+             ["", Text.assemble(*[(f"{name} {weights_gb(v)} GB  " if name == "weights" else
                                    f"{name} {sglang_gb(v)} GB  ", st)
-                                  for name, v, st in parts if v is not None]))
+                                  for name, v, st in parts if v is not None])]]
     if gpu.kv_tokens is not None:
-        t.add_row("", f"KV capacity {tokens(gpu.kv_tokens)} tokens")
-    return t
+        lines.append(["", f"KV capacity {tokens(gpu.kv_tokens)} tokens"])
+    return columns(lines)
+
+
+def columns(rows: list[list[Text | str]], justify: str = "") -> list[Text]:
+    """Cells as aligned lines, one space between columns, each column as wide as its widest
+    cell; ``justify`` gives "l" or "r" per column (left when not given). Lines, not a Rich
+    Table: equal lines compare equal, so a panel whose figures did not move is not redrawn
+    (Panel.refresh_from)."""
+    cells = [[c if isinstance(c, Text) else Text(c) for c in row] for row in rows]
+    widths = [max(c.cell_len for c in col) for col in zip(*cells, strict=True)]
+    out = []
+    for row in cells:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        for i, (cell, width) in enumerate(zip(row, widths, strict=True)):
+            pad = " " * (width - cell.cell_len)
+            if i:
+                line.append(" ")
+            if justify[i:i + 1] == "r":
+                line.append(pad)
+                line.append_text(cell)
+            else:
+                line.append_text(cell)
+                if i < len(row) - 1:
+                    line.append(pad)
+        out.append(line)
+    return out
 
 
 # --------------------------------------------------------------------------- KV pool
@@ -280,38 +291,35 @@ def engram_rows(store: RunStore) -> list[tuple[int, Text]]:
 
 
 def latency_panel(store: RunStore, rows: int | None = None) -> Group:
-    rows = _warnings(store, "server", "SGLang")
+    out = _warnings(store, "server", "SGLang")
     lat = facts.latency_facts(store)
     if lat is None:
-        return _waiting(rows, "no latency yet (the server reports once it serves)")
-    t = Table(box=None, padding=(0, 1, 0, 0), show_edge=False)
-    t.add_column("", style="bold", no_wrap=True)
-    t.add_column("p50", justify="right", no_wrap=True)
-    t.add_column("p99", justify="right", no_wrap=True)
-    t.add_column("mean", justify="right", no_wrap=True)
+        return _waiting(out, "no latency yet (the server reports once it serves)")
+    table: list[list[Text | str]] = [[Text(h, style="bold") for h in ("", "p50", "p99", "mean")]]
     for q, label in ((lat.ttft, "TTFT"), (lat.itl, "TPOT (ITL)"), (lat.e2e, "end to end")):
         if q is None:
-            t.add_row(label, "–", "–", "–")
+            table.append([Text(label, style="bold"), "–", "–", "–"])
         else:
-            t.add_row(label, quantile(q, "p50"), quantile(q, "p99"), latency(q.mean))
-    rows.append(t)
-    g = _grid()
-    g.add_column(style="bold", no_wrap=True)
-    g.add_column(no_wrap=True)
-    g.add_row("output", Text.assemble(rate(lat.output_tokens_per_s, "tok/s"), "  ",
-                                      sparkline(_series(store, "output_tokens_per_s"), 24)))
-    g.add_row("requests", rate(lat.requests_per_s, "req/s"))
+            table.append([Text(label, style="bold"), quantile(q, "p50"), quantile(q, "p99"),
+                          latency(q.mean)])
+    out += columns(table, "lrrr")
+    figures: list[list[Text | str]] = [
+        [Text("output", style="bold"),
+         Text.assemble(rate(lat.output_tokens_per_s, "tok/s"), "  ",
+                       sparkline(_series(store, "output_tokens_per_s"), 24))],
+        [Text("requests", style="bold"), rate(lat.requests_per_s, "req/s")]]
     load = store.load
     if load:
-        g.add_row("demo load", f"{load['concurrency']} streams · {load['completed']} done · "
-                  f"{load['failed']} failed")
+        figures.append([Text("demo load", style="bold"),
+                        f"{load['concurrency']} streams · {load['completed']} done · "
+                        f"{load['failed']} failed"])
         if load.get("last_error"):
-            g.add_row("", Text(load["last_error"][:80], style="red"))
-    rows.append(g)
-    rows += _unavailable(lat.unavailable)
-    rows.append(Text(f"window {lat.window_s or 0:.0f} s, from SGLang's histograms",
-                     style="dim"))
-    return Group(*rows)
+            figures.append(["", Text(load["last_error"][:80], style="red")])
+    out += columns(figures)
+    out += _unavailable(lat.unavailable)
+    out.append(Text(f"window {lat.window_s or 0:.0f} s, from SGLang's histograms",
+                    style="dim"))
+    return Group(*out)
 
 
 def quantile(q: Quantiles | None, which: str) -> str:

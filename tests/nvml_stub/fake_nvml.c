@@ -1,9 +1,11 @@
 /*
  * A stand-in libnvidia-ml.so.1 for tests on machines without a GPU.
  *
- * It implements only the symbols collectors/nvml.py reaches through pynvml, with the
- * struct layouts pynvml's ctypes declarations expect (checked by the static asserts
- * below). Devices look like B200s: 183359 MiB total, 512 MiB reserved by the driver.
+ * It implements the symbols collectors/nvml.py reaches through pynvml, with the struct
+ * layouts pynvml's ctypes declarations expect (checked by the static asserts below), and,
+ * answering NOT_SUPPORTED (or no graphics processes), the others nvitop asks for, so that
+ * benchmarks/bench_ui_cpu.py can run nvitop over the same library. Devices look like
+ * B200s: 183359 MiB total, 512 MiB reserved by the driver.
  *
  * Build:  gcc -shared -fPIC -O1 -o libnvidia-ml.so.1 fake_nvml.c
  *   -DNO_MEMORY_V2     leave out nvmlDeviceGetMemoryInfo_v2 (pynvml: FunctionNotFound)
@@ -439,3 +441,54 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned in
     return running_processes(d, count, infos);
 }
 #endif
+
+/* What nvitop asks for besides: a CUDA version, no graphics processes, and for the rest
+ * NOT_SUPPORTED (it shows N/A), as a driver without those features answers. */
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!version) return NVML_ERROR_INVALID_ARGUMENT;
+    *version = 13000;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                      nvmlProcessInfo_t *infos) {
+    (void)infos;
+    nvmlReturn_t rc = check(d, F_HANDLE);
+    if (rc) return rc;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = 0;
+    return NVML_SUCCESS;
+}
+
+#define NOT_SUPPORTED_2(name, t1, t2) \
+    nvmlReturn_t name(nvmlDevice_t d, t1 a, t2 b) { (void)a; (void)b; \
+        nvmlReturn_t rc = check(d, F_HANDLE); return rc ? rc : NVML_ERROR_NOT_SUPPORTED; }
+#define NOT_SUPPORTED_1(name, t1) \
+    nvmlReturn_t name(nvmlDevice_t d, t1 a) { (void)a; \
+        nvmlReturn_t rc = check(d, F_HANDLE); return rc ? rc : NVML_ERROR_NOT_SUPPORTED; }
+NOT_SUPPORTED_1(nvmlDeviceGetComputeMode, int *)
+NOT_SUPPORTED_2(nvmlDeviceGetDecoderUtilization, unsigned int *, unsigned int *)
+NOT_SUPPORTED_2(nvmlDeviceGetEncoderUtilization, unsigned int *, unsigned int *)
+NOT_SUPPORTED_1(nvmlDeviceGetDisplayActive, int *)
+NOT_SUPPORTED_2(nvmlDeviceGetDriverModel, int *, int *)
+NOT_SUPPORTED_1(nvmlDeviceGetFanSpeed, unsigned int *)
+NOT_SUPPORTED_1(nvmlDeviceGetPciInfo_v3, void *)
+NOT_SUPPORTED_1(nvmlDeviceGetPerformanceState, int *)
+NOT_SUPPORTED_1(nvmlDeviceGetPersistenceMode, int *)
+NOT_SUPPORTED_1(nvmlDeviceGetPowerManagementLimit, unsigned int *)
+NOT_SUPPORTED_2(nvmlDeviceGetTemperature, int, unsigned int *)
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, void *samples,
+                                             unsigned int *count, unsigned long long since) {
+    (void)samples; (void)count; (void)since;
+    nvmlReturn_t rc = check(d, F_HANDLE);
+    return rc ? rc : NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int error_type, int counter_type,
+                                         unsigned long long *count) {
+    (void)error_type; (void)counter_type; (void)count;
+    nvmlReturn_t rc = check(d, F_HANDLE);
+    return rc ? rc : NVML_ERROR_NOT_SUPPORTED;
+}

@@ -1,0 +1,163 @@
+"""A dashboard left open: engram-top's CPU and memory beside nvitop's, in one window.
+
+Both run in tmux at 160x50 (a session each, as a user's terminal), over the same stand-in
+libnvidia-ml.so.1 (tests/nvml_stub) with N GPUs, at one sample a second. engram-top watches
+a simulated device server with `attach` (no load); the server's own CPU is not counted, only
+each UI process's. Both are measured over the same window, after a warm-up, from /proc
+(user + system time of the process and its threads; RSS at the end).
+
+    python benchmarks/bench_ui_cpu.py [--gpus 4,8] [--seconds 60] [--warmup 10]
+
+Prints, per GPU count: each program's CPU (% of one core) and RSS, and engram-top's ratio to
+nvitop. Needs tmux, gcc and nvitop (the test extras install it). Figures, not pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "nvml_stub"))
+
+from build import build  # noqa: E402  (tests/nvml_stub/build.py)
+
+BIN = Path(sys.executable).parent
+COLS, ROWS = 160, 50
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise SystemExit(f"bench_ui_cpu: gave up waiting for {what} after {timeout:g} s")
+
+
+class Tmux:
+    """One detached tmux session running one command at COLS x ROWS, on its own server
+    socket so that nothing of the user's tmux is touched."""
+
+    def __init__(self, name: str, socket: Path, argv: list[str], env: dict[str, str]) -> None:
+        self.name, self.socket = name, socket
+        exports = " ".join(f"{k}={_quote(v)}" for k, v in env.items())
+        command = f"env {exports} {' '.join(_quote(a) for a in argv)}"
+        subprocess.run(["tmux", "-S", str(socket), "new-session", "-d", "-s", name,
+                        "-x", str(COLS), "-y", str(ROWS), command], check=True)
+
+    def pid(self) -> int | None:
+        """The program's pid: the pane's process (tmux runs `env`, which execs it)."""
+        out = subprocess.run(["tmux", "-S", str(self.socket), "list-panes", "-t", self.name,
+                              "-F", "#{pane_pid}"], capture_output=True, text=True)
+        return int(out.stdout.split()[0]) if out.returncode == 0 and out.stdout.strip() \
+            else None
+
+    def screen(self) -> str:
+        out = subprocess.run(["tmux", "-S", str(self.socket), "capture-pane", "-p", "-t",
+                              self.name], capture_output=True, text=True)
+        return out.stdout
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-S", str(self.socket), "kill-session", "-t", self.name],
+                       capture_output=True)
+
+
+def _quote(text: str) -> str:
+    import shlex
+    return shlex.quote(text)
+
+
+def cpu_seconds(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def measure(gpus: int, seconds: float, warmup: float, work: Path) -> dict[str, dict[str, float]]:
+    nvitop = shutil.which("nvitop", path=str(BIN)) or shutil.which("nvitop")
+    if nvitop is None:
+        raise SystemExit("bench_ui_cpu: nvitop not found: pip install -e '.[test]'")
+    lib = build(work / "nvml")
+    env = {"LD_LIBRARY_PATH": str(lib), "FAKE_NVML_COUNT": str(gpus), "TERM": "xterm-256color",
+           "HOME": str(work), "XDG_STATE_HOME": str(work / "state")}
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "engram_top", "sim", "serve", "--placement", "device",
+         "--port", str(port), "--time-scale", "0.02", "--node-dir", str(work / "node")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    socket = work / "tmux.sock"
+    sessions: list[Tmux] = []
+    try:
+        import httpx
+        wait_for(lambda: _healthy(httpx, port), 60, "the simulated server")
+        sessions = [
+            Tmux("nvitop", socket, [nvitop, "--interval", "1"], env),
+            Tmux("engram-top", socket, [str(BIN / "engram-top"), "attach",
+                                        f"http://127.0.0.1:{port}", "--no-record"], env),
+        ]
+        pids = {s.name: wait_for(s.pid, 10, f"{s.name}'s pane") for s in sessions}
+        wait_for(lambda: "GPU" in sessions[1].screen() and "KV pool" in sessions[1].screen(),
+                 30, "engram-top's first frame")
+        time.sleep(warmup)
+        start = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        elapsed = time.monotonic() - t0
+        out: dict[str, dict[str, float]] = {}
+        for name, pid in pids.items():
+            proc = psutil.Process(pid)
+            out[name] = {"cpu_pct": 100 * (cpu_seconds(pid) - start[name]) / elapsed,
+                         "rss_mib": proc.memory_info().rss / 2**20}
+        return out
+    finally:
+        for s in sessions:
+            s.kill()
+        os.killpg(server.pid, 15)
+        server.wait(30)
+
+
+def _healthy(httpx, port: int) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", default="4,8", help="GPU counts, comma-separated")
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--warmup", type=float, default=10.0)
+    args = ap.parse_args()
+    if shutil.which("tmux") is None:
+        raise SystemExit("bench_ui_cpu: tmux not found (apt-get install tmux)")
+    for gpus in (int(g) for g in args.gpus.split(",")):
+        with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
+            r = measure(gpus, args.seconds, args.warmup, Path(tmp))
+        n, e = r["nvitop"], r["engram-top"]
+        print(f"{gpus} GPUs, {args.seconds:g} s at {COLS}x{ROWS}: "
+              f"nvitop {n['cpu_pct']:.2f}% CPU, {n['rss_mib']:.0f} MiB; "
+              f"engram-top attach {e['cpu_pct']:.2f}% CPU, {e['rss_mib']:.0f} MiB; "
+              f"ratio {e['cpu_pct'] / n['cpu_pct']:.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
