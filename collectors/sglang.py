@@ -277,7 +277,9 @@ class SglangCollector:
             self._healthy_at = None  # ask /health again next time
             return self.tracker.fail(Status.ERROR, "; ".join(problems), data)
         if not healthy:
-            return self.tracker.ok(data, Status.STARTING, "server is starting (/health 503)")
+            # SGLang answers 503 while it warms up and again while it shuts down.
+            return self.tracker.ok(data, Status.STARTING,
+                                   "not serving (/health 503: starting, or shutting down)")
         return self.tracker.ok(data)
 
     def _refused(self, exc: ConnectFailed) -> Reading[ServerData]:

@@ -92,9 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the dashboard over a scenario file: start, stop, switch")
     run.add_argument("scenario_file", type=Path)
     run.add_argument("--start", metavar="NAME", help="start this scenario right away")
-    run.add_argument("--state-dir", type=Path, default=None,
-                     help="logs, start-up history, the running server (default: per file, "
-                          "under ~/.local/state/engram-top)")
+    run.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
     run.add_argument("--leave-running", action="store_true",
                      help="on quit, leave the server running (a later run or switch finds it)")
     run.add_argument("--no-load", action="store_true", help="start no synthetic load")
@@ -124,18 +122,19 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("switch", help="headless: stop the file's running server, wait for "
                                        "its HBM to return, start another (left running)")
     sw.add_argument("scenario_file", type=Path)
-    sw.add_argument("--to", required=True, metavar="NAME")
+    sw.add_argument("--to", required=True, metavar="NAME",
+                    help="the scenario (a [scenarios.NAME] table of the file) to start")
     sw.add_argument("--wait-ready", action="store_true",
                     help="wait until it is ready; exit 1 if it fails")
-    sw.add_argument("--state-dir", type=Path, default=None)
+    sw.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
 
     bench = sub.add_parser("bench", help="headless: the controlled benchmark of a plan file; "
                                          "writes report.md, report.json, requests.csv")
     bench.add_argument("plan", type=Path)
-    bench.add_argument("--out", type=Path, required=True, help="folder for the reports")
-    bench.add_argument("--state-dir", type=Path, default=None,
-                       help="logs and the running server (default: the scenario file's, as "
-                            "for run, switch and stop)")
+    bench.add_argument("--out", type=Path, required=True,
+                       help="folder for report.md, report.json and requests.csv (nothing "
+                            "else goes there)")
+    bench.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
 
     cmp_ = sub.add_parser("compare", help="the seed-style comparison of runs from bench reports "
                                           "(report.json) and sglang.bench_serving files (.jsonl)")
@@ -149,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     stop = sub.add_parser("stop", help="headless: stop the server a scenario file's run or "
                                        "switch left running")
     stop.add_argument("scenario_file", type=Path)
-    stop.add_argument("--state-dir", type=Path, default=None)
+    stop.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
 
     log = sub.add_parser("inspect-log", help="print what the startup-log parser extracts, as JSON")
     log.add_argument("file", type=Path)
@@ -187,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv or ["demo"])
+    # No command is the demo, options included: `engram-top --no-record` is the demo's.
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = ["demo", *argv]
+    args = parser.parse_args(argv)
     if args.command == "sim":
         from engram_top.simnode import server
         return server.main(args=args)
@@ -270,10 +272,17 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
                         own_process=True, **kw)
 
 
+STATE_DIR_HELP = ("the scenario file's state folder: server logs, start-up history, the "
+                  "server left running, its lock (default: one per file, under "
+                  "$XDG_STATE_HOME/engram-top, by default ~/.local/state/engram-top)")
+
+
 def _record_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", type=Path, default=None, metavar="PATH",
-                   help="record readings and events to this JSON-lines file (default: "
-                        "STATE_DIR/recordings/TIME.jsonl)")
+                   help="record readings and events to this JSON-lines file (default: a new "
+                        "file in recordings/ of the scenario file's state folder for run, of "
+                        "$XDG_STATE_HOME/engram-top, by default ~/.local/state/engram-top, "
+                        "for demo and attach; the newest 50 are kept)")
     p.add_argument("--no-record", action="store_true", help="record nothing")
 
 
@@ -478,7 +487,7 @@ async def bench(args: argparse.Namespace) -> int:
 
 def compare_files(args: argparse.Namespace) -> int:
     from engram_top.compare import compare, to_json, to_markdown
-    from engram_top.importers import BenchFileError, load_runs
+    from engram_top.importers import BenchFileError, load_runs, report_price
     try:
         results = [r for path in args.files for r in load_runs(path, gpus=args.gpus)]
     except BenchFileError as exc:
@@ -489,7 +498,16 @@ def compare_files(args: argparse.Namespace) -> int:
         print(f"engram-top compare: no runs of '{args.baseline}' (runs: {known})",
               file=sys.stderr)
         return 2
-    c = compare(results, args.baseline, price_per_gpu_hour=args.price_per_gpu_hour,
+    price = args.price_per_gpu_hour
+    if price is None:  # the price the bench reports were written with, if they agree
+        prices = {p for path in args.files if (p := report_price(path)) is not None}
+        if len(prices) > 1:
+            shown = ", ".join(f"{p:g}" for p in sorted(prices))
+            print(f"engram-top compare: the reports were priced differently ({shown} per "
+                  "GPU-hour): give --price-per-gpu-hour", file=sys.stderr)
+            return 2
+        price = prices.pop() if prices else None
+    c = compare(results, args.baseline, price_per_gpu_hour=price,
                 reference=reference.default())
     if args.json:
         _print_json(to_json(c))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import PurePath
 from typing import Any
 
@@ -161,6 +161,8 @@ class Comparison:
     rows: tuple[Row, ...]
     price_per_gpu_hour: float | None = None
     reference_path: str | None = None  # the seeds file behind the reference column
+    # Each scenario's placement, where its runs name one (a bench_serving file does not).
+    placements: dict[str, str] = field(default_factory=dict)
 
     def row(self, key: str) -> Row:
         for row in self.rows:
@@ -198,6 +200,8 @@ def compare(results: list[RunResult], baseline: str, *,
         trials={s: len(rs) for s, rs in by_scenario.items()}, rows=tuple(rows.values()),
         price_per_gpu_hour=price_per_gpu_hour,
         reference_path=None if reference is None else str(reference.path),
+        placements={s: p for s, rs in by_scenario.items()
+                    if (p := next((r.placement for r in rs if r.placement), None))},
     )
 
 
@@ -490,5 +494,6 @@ def _footnotes(c: Comparison, noisy: bool, assumed: bool) -> list[str]:
         where = PurePath(c.reference_path).name if c.reference_path else "seeds/"
         notes.append(f"† assumption: the seed does not give this figure ({where} says why).")
     if c.price_per_gpu_hour is not None:
-        notes.append(f"Cost at {c.price_per_gpu_hour:g} per GPU-hour x the run's GPUs.")
+        notes.append(f"Cost at ${c.price_per_gpu_hour:g} per GPU-hour (US dollars, as GPU "
+                     "hours are usually priced) x the run's GPUs.")
     return notes

@@ -211,3 +211,16 @@ def load_runs(path: Path, *, gpus: int | None = None) -> list[RunResult]:
                              "read)") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise BenchFileError(f"{path}: not an engram-top bench report: {exc}") from exc
+
+
+def report_price(path: Path) -> float | None:
+    """The price per GPU-hour an `engram-top bench` report.json was written with, or None
+    (another kind of file, or no price)."""
+    if path.suffix != ".json" or recording.is_recording(path):
+        return None
+    try:
+        price = json.loads(_read(path))["comparison"]["price_per_gpu_hour"]
+    except (KeyError, TypeError, ValueError, RecursionError, BenchFileError):
+        return None
+    ok = isinstance(price, int | float) and not isinstance(price, bool) and price >= 0
+    return float(price) if ok else None

@@ -12,7 +12,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
-from collectors.readings import Reading
+from collectors.readings import Reading, Status
 from collectors.server_process import server_environ
 from collectors.shared import SharedSampler
 from collectors.source import NodeSource, Source, SourceKey
@@ -40,6 +40,11 @@ from scenarios.statelock import StateLock
 from scenarios.supervisor import Run, Supervisor, SupervisorError
 from scenarios.workload import ClosedLoopLoad
 
+# How the start-up phases read in a sentence ("waiting for the server's port (loading
+# weights)").
+PHASE_WORDS = {"launching": "launching", "distributed_init": "starting its processes",
+               "weights": "loading weights", "kv_pool": "allocating the KV pool",
+               "graphs": "capturing CUDA graphs"}
 GUARD_MAX_AGE_S = 0.5  # how old a GPU reading the supervisor's baseline and guards take
 GUARD_WAIT_S = 10.0  # how long they wait for a query in flight (a hung driver: then said)
 
@@ -379,10 +384,28 @@ class Session:
         facts.log_lines = run.lines
         self.store.set_run(facts)
         self.host.root_pid = run.pid
-        self._watch_server(engine.collector(sc.url, api_key=sc.api_key))
+        self._watch_server(engine.collector(sc.url, api_key=sc.api_key), run)
 
-    def _watch_server(self, collector: engines.ServerCollector) -> None:
-        self.add_source(NodeSource("server", collector.poll, collector.close))
+    def _watch_server(self, collector: engines.ServerCollector, run: Run | None = None) -> None:
+        poll = collector.poll if run is None else self._until_port(run, collector)
+        self.add_source(NodeSource("server", poll, collector.close))
+
+    @staticmethod
+    def _until_port(run: Run, collector: engines.ServerCollector
+                    ) -> Callable[[], Awaitable[Reading[Any]]]:
+        """The server's poll, which, while its log says it has not reached its HTTP phase,
+        says what it waits for rather than knock on a port nothing listens on yet (and show
+        "connection refused" through every normal start-up)."""
+        http_phases = run.scenario.engine.readiness.http_phases
+
+        async def poll() -> Reading[Any]:
+            if run.state == RunState.STARTING and not run.http_up \
+                    and run.phase not in http_phases:
+                phase = PHASE_WORDS.get(run.phase, run.phase.replace("_", " "))
+                return Reading(f"sglang {run.scenario.url}", Status.STARTING,
+                               message=f"waiting for the server's port ({phase})")
+            return await collector.poll()
+        return poll
 
     def add_source(self, source: Source, interval: float | None = None) -> None:
         """Poll ``source`` from now on, in a loop of its own; one of the same name goes."""

@@ -172,6 +172,19 @@ def scene_store() -> RunStore:
     return store
 
 
+def three_scenarios_store() -> RunStore:
+    """The scene with a run of the synchronous host placement too: the comparison then has
+    three scenario columns, as the demo's has."""
+    store = scene_store()
+    host = _run("host", NOW - 300, 23.3, "stopped", {
+        "gpus": 4, "ready_s": 23.3, "weights_gb": 72.201, "kv_tokens": 42_700_288,
+        "host_delta_gib": 195.4, "ttft_p50_ms": 410.2, "ttft_mean_ms": 416.1,
+        "itl_p50_ms": 32.6, "itl_mean_ms": 32.8, "output_tok_s": 180.6})
+    store.history["host"] = host
+    store.runs.insert(1, host)  # device, host, host-prefetch: the demo's order
+    return store
+
+
 def snapshot_host(used: int) -> HostData:
     return HostData(total_bytes=2048 * GIB, available_bytes=2048 * GIB - used, used_bytes=used,
                     free_bytes=0, cached_bytes=0, shmem_bytes=3 * GIB, hugepages_total=0,

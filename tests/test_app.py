@@ -204,8 +204,8 @@ async def test_live_host_prefetch_shows_its_pools_and_the_engram_row(tmp_path, s
                     "the full pool as the KV capacity")
         text = screen_text(app)
         assert "Engram host-prefetch · shared" in text
-        if size[1] >= 48:  # room for every row
-            assert "pools    full 42.70M · swa 112.6k · c4 10.68M · c128 333.6k" in text
-            assert "GiB resident, pinned, 100% huge" in text
+        if size[1] >= 48:  # room for every row: each pool's use and size
+            assert "pools    full 0.0% · swa 0.0% of 112.6k · c4 10.68M · c128 333.6k" in text
+            assert "GiB resident, pinned, 100% in huge pages" in text
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running, 15, "the app to quit")

@@ -348,3 +348,38 @@ async def test_a_refused_switch_leaves_the_running_server_alone(tmp_path: Path) 
     # The quit stopped them; a loaded machine may take a moment to show them gone.
     await until(None, lambda: not tracker.left() and not strays(tmp_path), 1,
                 lambda: f"the runs' processes to go: {tracker.left()} {strays(tmp_path)}")
+
+
+@pytest.mark.timeout(90)
+async def test_a_start_up_says_what_it_waits_for_and_a_stop_marks_the_last_figures(
+        tmp_path: Path) -> None:
+    """Through a normal start-up nothing says "connection refused": the KV and latency
+    panels wait for the server's port, by its phase. After a deliberate stop its figures
+    are marked as its last, and the header no longer reads like a countdown."""
+    session = Session(SessionOptions(scenario_file=DEMO, start="host", state_dir=tmp_path / "s",
+                                     free_ports=True, time_scale=0.05, poll_interval=0.5,
+                                     load=None))
+    app = EngramTopApp(session)
+    seen: list[str] = []
+    async with app.run_test(size=SIZE) as pilot:
+        def starting_screen() -> bool:
+            seen.append(screen_text(app))
+            return "waiting for the server's port (loading weights)" in seen[-1]
+
+        await until(pilot, starting_screen, 30, "the panels to wait for the port")
+        await until(pilot, lambda: (seen.append(screen_text(app)) or True)
+                    and ready(session, "host")(), 60, "the server to be ready")
+        assert not any("connection refused" in text for text in seen)
+        assert not any("connection refused" in e for e in events(session))
+        await until(pilot, idle(session), 15, "the warm-up request to finish")
+        await until(pilot, lambda: "READY in" in screen_text(app), 5, "the header")
+        await pilot.press("x")
+        await until(pilot, lambda: session.store.run.state == "stopped", 30, "the stop")
+        await until(pilot, lambda: "server stopped: the figures below are its last"
+                    in screen_text(app), 10, "the last figures marked")
+        text = screen_text(app)
+        assert "STOPPED in" not in text and "it had been ready in" in text
+        # A 503 while it shuts down does not read as a start.
+        assert not any("is starting" in e for e in events(session))
+        await quit_app(app, pilot)
+    assert not strays(tmp_path)

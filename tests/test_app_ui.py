@@ -250,3 +250,23 @@ async def test_the_log_pane_shows_every_line_however_far_the_counters_lag() -> N
         await until(pilot, lambda: len(log_lines(app)) >= 16, what="the 5 lines added")
         pane = log_lines(app)
     assert pane[1:] == [f"line {i}" for i in range(15)]
+
+
+def test_the_header_keeps_the_scenario_and_its_state_whatever_the_width() -> None:
+    from rich.text import Text
+
+    from engram_top.app.panels import header
+    store = scene_store()
+    lead = (Text(" REPLAY ▶  12:04/60:00 ×16"), Text(" a-long-recording-name-20261202.jsonl"))
+    wide = header(store, NOW, width=300, lead=lead).plain
+    assert wide.startswith(" REPLAY ▶  12:04/60:00 ×16 a-long-recording-name")
+    assert "engram-top · simulated 4x NVIDIA B200 · host-prefetch · READY in 27.3 s " \
+           "(×0.1: 273 s node time)" in wide
+    for width in (98, 70, 60):
+        text = header(store, NOW, width=width, lead=lead).plain
+        assert "host-prefetch · READY in 27.3 s" in text, (width, text)
+        assert "REPLAY ▶" in text
+    # A stopped run's header is no countdown.
+    store.run.state = "stopped"
+    text = header(store, NOW, width=120).plain
+    assert "STOPPED · it had been ready in 27.3 s" in text and "STOPPED in" not in text

@@ -78,6 +78,23 @@ def test_bench_on_the_simulated_node_reproduces_the_seeds_memory_figures(tmp_pat
     assert {("device", f"hbm:gpu{i}") for i in range(4)} <= alerts
     assert all("(> 50%)" in a["message"] for a in report["alerts"] if a["id"].startswith("hbm"))
     assert "- alert during device: GPU 0 HBM" in md and "alert: GPU 0 HBM" in res.stdout
+    # Only the reports go into --out (the servers' logs and state live in the state folder).
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md",
+                                                     "requests.csv"]
+
+    # compare keeps the report's price, and says which currency it is in.
+    res = subprocess.run([str(ENGRAM_TOP), "compare", str(out / "report.json"), "--baseline",
+                          "device"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "| cost per million output tokens | $/Mtok |" in res.stdout
+    assert "Cost at $6 per GPU-hour (US dollars" in res.stdout
+    other = tmp_path / "other.json"
+    report["comparison"]["price_per_gpu_hour"] = 8.0
+    other.write_text(json.dumps(report))
+    res = subprocess.run([str(ENGRAM_TOP), "compare", str(out / "report.json"), str(other),
+                          "--baseline", "device"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "priced differently (6, 8 per GPU-hour): give --price-per-gpu-hour" in res.stderr
 
 
 def test_plan_files_that_cannot_run_say_why(tmp_path) -> None:

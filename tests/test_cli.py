@@ -244,3 +244,20 @@ def test_inspect_metrics_with_nothing_listening() -> None:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     assert url in lines[0]
+
+
+def test_options_without_a_command_are_the_demos() -> None:
+    res = engram_top("--no-record", "--help")
+    assert res.returncode == 0, res.stderr
+    assert "--placement" in res.stdout and "--no-record" in res.stdout
+
+
+def test_every_option_of_the_headless_commands_says_what_it_is() -> None:
+    for command in ("switch", "stop", "bench", "run"):
+        res = engram_top(command, "--help")
+        text = " ".join(res.stdout.split())
+        assert "--state-dir STATE_DIR the scenario file's state folder" in text, command
+    text = " ".join(engram_top("switch", "--help").stdout.split())
+    assert "--to NAME the scenario (a [scenarios.NAME] table of the file) to start" in text
+    text = " ".join(engram_top("demo", "--help").stdout.split())
+    assert "~/.local/state/engram-top, for demo and attach" in text

@@ -146,11 +146,20 @@ def test_several_lines_have_distinct_colours_and_a_legend() -> None:
               if out.plain[span.start:span.end].strip("■ ") and
               set(out.plain[span.start:span.end]) <= set(chr(c) for c in range(0x2801, 0x2900))}
     assert styles == {"cyan", "magenta"}
-    # Too narrow for the values: labels alone; narrower still: cut with an ellipsis.
+    # Too narrow for the values: labels alone; narrower: the GPUs by their index; narrower
+    # still: the keys that fit and how many more, never a label cut in two ("G…").
     assert rows_of(chart(lines, width=21, height=5, t_window=10, now=10, y_max=100,
                          title="HBM"))[0] == "HBM  ■ GPU0  ■ GPU1"
+    assert rows_of(chart(lines, width=15, height=5, t_window=10, now=10, y_max=100,
+                         title="HBM"))[0] == "HBM  ■ 0  ■ 1"
     assert rows_of(chart(lines, width=12, height=5, t_window=10, now=10, y_max=100,
-                         title="HBM"))[0] == "HBM  ■ GPU0…"
+                         title="HBM"))[0] == "HBM  ■ 0  +1"
+    # No styled run begins with a blank (an SVG viewer may drop it and glue the words).
+    out = chart(lines, width=40, height=5, t_window=10, now=10, y_max=100, title="HBM")
+    first = out.plain.split("\n")[0]
+    for span in out.spans:
+        if span.end <= len(first) and span.start > 0:
+            assert not out.plain[span.start].isspace(), (span, out.plain[span.start:span.end])
 
 
 def test_no_data_in_the_window_says_so() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import StaticSession, until
-from scene import NOW, frozen_time_zone, scene_store
+from scene import NOW, frozen_time_zone, scene_store, three_scenarios_store
 from textual.widgets import RichLog
 
 from engram_top.app.main import EngramTopApp
@@ -63,3 +63,20 @@ def test_history_screen_large(snap_compare) -> None:  # type: ignore[no-untyped-
 def test_help_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
     assert snap_compare(dashboard(), terminal_size=(100, 30), press=["question_mark", "_"],
                         run_before=settle)
+
+
+def test_compare_screen_at_the_smallest_size_scrolls_to_its_last_row(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """Three scenarios at 100x30: taller than the screen, it scrolls (End: its last rows,
+    the latency figures), no header is cut, the seed's figure sits in its scenario's cell."""
+    app = EngramTopApp(StaticSession(three_scenarios_store()), clock=lambda: NOW)
+    assert snap_compare(app, terminal_size=(100, 30), press=["c", "_", "end", "_"],
+                        run_before=settle)
+
+
+def test_a_terminal_below_the_smallest_size_says_so(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """80x24: no panel with a GPU missing or a figure clipped, but what it needs."""
+    async def drawn(pilot) -> None:  # type: ignore[no-untyped-def]
+        await until(pilot, lambda: "This terminal is 80x24" in str(
+            pilot.app.query_one("#too-small").render()), what="the notice")
+
+    assert snap_compare(dashboard(), terminal_size=(80, 24), run_before=drawn)

@@ -239,20 +239,33 @@ def _join(a: int, y0: float, b: int, y1: float, colour: str,
 
 def _title_line(lines: Sequence[Line], title: str, width: int, start: float, now: float,
                 fmt: Callable[[float], str]) -> Text:
-    """The title, then each line's colour key, label and latest value while they fit."""
-    def legend(with_values: bool) -> Text:
-        text = Text()
-        for line in lines:
+    """The title, then each line's colour key, label and latest value while they fit; then
+    without the values; then with short labels ("GPU3" as "3"); then as many keys as fit
+    and how many more there are. No styled run starts with a blank: a viewer that drops a
+    run's leading blank (some SVG renderers do) cannot glue a label to its value."""
+    def legend(with_values: bool, short: bool, upto: int | None = None) -> Text:
+        text = Text(f"{title}  " if title else "", style="bold")
+        shown = lines if upto is None else lines[:upto]
+        for line in shown:
             values = _visible(line.points, start, now)
-            text.append("  ■ ", style=line.colour)
-            text.append(line.label)
+            label = line.label.removeprefix("GPU") if short else line.label
+            text.append("■ ", style=line.colour)
             if with_values and values:
-                text.append(f" {fmt(values[-1])}", style="bold")
+                text.append(f"{label} ")
+                text.append(f"{fmt(values[-1])}  ", style="bold")
+            else:
+                text.append(f"{label}  ")
+        if upto is not None and upto < len(lines):
+            text.append(f"+{len(lines) - upto}", style="dim")
+        text.rstrip()
         return text
 
-    head = Text(title, style="bold")
-    for with_values in (True, False):
-        candidate = head + legend(with_values)
+    for with_values, short in ((True, False), (False, False), (False, True)):
+        candidate = legend(with_values, short)
+        if candidate.cell_len <= width:
+            return candidate
+    for upto in range(len(lines) - 1, -1, -1):
+        candidate = legend(False, True, upto)
         if candidate.cell_len <= width:
             return candidate
     candidate.truncate(width, overflow="ellipsis")

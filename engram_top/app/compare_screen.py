@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -25,37 +26,50 @@ from engram_top.store import RunStore
 
 
 def comparison_table(c: Comparison, store: RunStore) -> Table:
+    """One column per scenario (its name never cut: a header wraps between words), a row
+    per figure under its panel's heading, and the seed's figure for the scenario's placement
+    in its own cell: one cell, at most three short lines, so a 100-column terminal holds
+    three scenarios."""
     live = store.run.scenario if store.run is not None else None  # the run on screen
-    t = Table(title=f"baseline: {c.baseline}  ·  b: next baseline  ·  esc: close",
-              caption="mean of n runs · Δ vs baseline [95% interval] · ~ within the noise",
+    t = Table(title=f"baseline: {c.baseline}  ·  b: next baseline  ·  ↑↓ PgUp PgDn: scroll  ·  "
+                    "esc: close",
+              caption="mean of n runs · Δ vs baseline [95% interval] · ~ within the noise · "
+                      "seed: the seed benchmark's figure for that placement",
               expand=True)
-    t.add_column("panel", style="dim", no_wrap=True)
     t.add_column("figure", style="bold", no_wrap=True)
     for name in c.scenarios:
         head = ("▶ " if name == live else "") + name
         head += " (baseline)" if name == c.baseline else ""
-        head += f"\nn={c.trials[name]}"
-        t.add_column(head, justify="right")
-    has_ref = any(row.reference for row in c.rows)
-    if has_ref:
-        t.add_column("seed", justify="right", style="dim")
+        head += f" n={c.trials[name]}"
+        longest = max(len(word) for word in head.split())
+        t.add_column(head, justify="right", min_width=longest, overflow="fold")
+    panel = None
     for row in c.rows:
-        cells = [_cell(row.metric, row.cells[s]) for s in c.scenarios]
-        label = f"{row.metric.label} ({row.metric.unit})"
-        ref = [Text(_reference(row))] if has_ref else []
-        t.add_row(row.metric.panel, label, *cells, *ref)
+        if row.metric.panel != panel:
+            panel = row.metric.panel
+            t.add_row(Text(panel, style="dim italic"), *[""] * len(c.scenarios))
+        cells = [_cell(row.metric, row.cells[s], _seed(row, c.placements.get(s)))
+                 for s in c.scenarios]
+        t.add_row(f"{row.metric.label} ({row.metric.unit})", *cells)
     return t
 
 
-def _cell(metric: Metric, cell: Cell) -> Text:
+def _cell(metric: Metric, cell: Cell, seed: str | None = None) -> Text:
+    text = _figure(metric, cell)
+    if seed is not None:
+        text.append(f"\nseed {seed}", style="dim")
+    return text
+
+
+def _figure(metric: Metric, cell: Cell) -> Text:
     if cell.mean is None:
         return Text("–", style="dim")
     text = Text(metric.screen_fmt(cell.mean))
     if cell.delta is None:
         return text
     good = cell.delta < 0 if metric.better == "lower" else cell.delta > 0
-    if metric.delta == "absolute":  # in the metric's unit: host GiB since launch
-        small, unit, scale = abs(cell.delta) < 0.05, f" {metric.unit}", 1.0
+    if metric.delta == "absolute":  # in the metric's unit (the row names it): host GiB
+        small, unit, scale = abs(cell.delta) < 0.05, "", 1.0
     else:
         small, unit, scale = abs(cell.delta) < 0.005, "%", 100.0
     style = "dim" if cell.spans_zero or small else ("green" if good else "red")
@@ -68,14 +82,13 @@ def _cell(metric: Metric, cell: Cell) -> Text:
     return text
 
 
-def _reference(row: Row) -> str:
-    parts = []
+def _seed(row: Row, placement: str | None) -> str | None:
+    """The seed's figure for this placement, as the cell shows it (a change where the seed
+    gives only the change against device)."""
     for f in row.reference:
-        if f.is_delta:
-            parts.append(f"{f.placement} {pct_change(f.value)}")
-        else:
-            parts.append(f"{f.placement} {row.metric.screen_fmt(f.value)}")
-    return "\n".join(parts)
+        if f.placement == placement:
+            return pct_change(f.value) if f.is_delta else row.metric.screen_fmt(f.value)
+    return None
 
 
 class CompareScreen(ModalScreen[None]):
@@ -93,10 +106,14 @@ class CompareScreen(ModalScreen[None]):
         self.baseline: str | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="compare")
+        # Taller than the screen with three scenarios at 100x30: it scrolls (its container
+        # is focused, so ↑ ↓ PgUp PgDn Home End move it).
+        with VerticalScroll(id="compare"):
+            yield Static(id="compare-table")
 
     def on_mount(self) -> None:
-        self.set_interval(0.5, self._draw)
+        self.query_one("#compare", VerticalScroll).focus()
+        self.set_interval(1.0, self._draw)
         self._draw()
 
     def _comparison(self) -> Comparison | None:
@@ -105,7 +122,7 @@ class CompareScreen(ModalScreen[None]):
 
     def _draw(self) -> None:
         c = self._comparison()
-        view = self.query_one("#compare", Static)
+        view = self.query_one("#compare-table", Static)
         if c is None:
             view.update(Text("no run has figures yet: start a scenario", style="dim"))
             return

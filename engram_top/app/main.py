@@ -16,10 +16,10 @@ from typing import Any, Protocol
 
 from rich.console import Group
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal
+from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, RichLog, Static
@@ -40,6 +40,10 @@ from engram_top.store import RunFacts, RunStore
 # by default), and at most twice a second for a faster poll. Keys redraw at once.
 REFRESH_S = 0.5
 REFRESH_MAX_S = 1.0
+MIN_COLS, MIN_ROWS = 100, 30  # the smallest terminal every panel fits whole
+SCENARIO_COLUMNS = (("scenario", 16), ("state", 12), ("ready", 8), ("KV tokens", 10),
+                    ("weights GB", 11), ("host Δ", 11))
+WIDE_LIST_COLS = 130  # from this width the scenario list shows weights and host Δ too
 # The trend strip's two minutes over its ~70 dot columns (160 columns wide): a column is
 # about 1.7 s, so a redraw every 2 s moves it by one column, never less.
 CHART_EVERY_S = 2.0
@@ -86,7 +90,8 @@ class Panel(Static):
             return
         self._seen = version
         # The lines it has: a short panel keeps its most important rows (panels.fit).
-        content = self.render_fn(store, rows=self.content_size.height or None)
+        size = self.content_size
+        content = self.render_fn(store, rows=size.height or None, cols=size.width or None)
         shown = same_as_shown(content)
         if shown is not None and shown == self._shown_lines and not force:
             return  # a new reading with the same figures: nothing to redraw
@@ -148,12 +153,18 @@ class HelpScreen(ModalScreen[None]):
         text.append("\nEvery action is also in the command palette (ctrl+p), and keys can be "
                     "remapped in the config file (README: Configuration).\n\n", style="dim")
         text.append("HBM per GPU comes from NVML; KV pool and latency from SGLang's "
-                    "/metrics; host RAM from /proc/meminfo (used = total − MemAvailable). "
-                    "Memory is in GiB; SGLang's \"GB\" are GiB too.", style="dim")
-        yield Static(text, id="help")
+                    "/metrics; host RAM from /proc/meminfo (used = total − MemAvailable; "
+                    "pinned host memory, such as the Engram tables, shows in Shmem and huge "
+                    "pages). Memory is in GiB; SGLang's \"GB\" are GiB too.", style="dim")
+        # A small terminal scrolls it (↑ ↓ PgUp PgDn) rather than cut it.
+        with VerticalScroll(id="help"):
+            yield Static(text)
+
+    def on_mount(self) -> None:
+        self.query_one("#help", VerticalScroll).focus()
 
 
-def _replay_line(replay: ReplaySession) -> Text:
+def _replay_line(replay: ReplaySession) -> tuple[Text, Text]:
     def clock(seconds: float) -> str:
         minutes, secs = divmod(int(seconds), 60)
         if minutes < 60:
@@ -161,17 +172,19 @@ def _replay_line(replay: ReplaySession) -> Text:
         return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"  # a long session: H:MM:SS
 
     state = "▶" if replay.playing else "⏸"
-    return Text.assemble((f" REPLAY {state} ", "bold reverse"),
-                         f" {clock(replay.position)}/{clock(replay.duration)} ×{replay.speed:g}",
-                         (f" {replay.path.name}", "dim"))
+    return (Text.assemble((f" REPLAY {state} ", "bold reverse"),
+                          f" {clock(replay.position)}/{clock(replay.duration)} ×{replay.speed:g}"),
+            Text(f" {replay.path.name}", style="dim"))
 
 
 class EngramTopApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "engram-top"
     # Classes the stylesheet lays out by: 100x30 is the smallest supported terminal.
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (160, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (48, "-tall")]
+    # Below 100x30 (MIN_COLS x MIN_ROWS) the panels cannot show every GPU: the screen says
+    # so instead (-cramped, -low), rather than hide a GPU or clip a figure.
+    HORIZONTAL_BREAKPOINTS = [(0, "-cramped"), (MIN_COLS, "-narrow"), (160, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-low"), (MIN_ROWS, "-short"), (48, "-tall")]
     replay: ReplaySession | None = None  # check_action runs before __init__ ends
     BINDINGS = [
         Binding("q", "quit", "Quit", id="quit"),
@@ -223,8 +236,13 @@ class EngramTopApp(App[int]):
         self.compare_with = list(compare_with)  # runs loaded from files, for the comparison
         self.price_per_gpu_hour = price_per_gpu_hour
         self._closed = False
+        self._scenario_columns = 0  # how many of SCENARIO_COLUMNS the list shows
+        self._laid_out = False
+        self._rows: tuple[tuple[str, ...], ...] = ()
+        self._shown: dict[str, object] = {}  # what a fixed-size line shows now, by widget id
 
     def compose(self) -> ComposeResult:
+        yield Static(id="too-small")
         yield Static(id="header")
         with Grid(id="grid"):
             yield Panel("HBM per GPU", panels.hbm_panel, ("gpu", "host", "server", "run"),
@@ -248,17 +266,15 @@ class EngramTopApp(App[int]):
 
     def on_mount(self) -> None:
         table = self.query_one("#scenarios", DataTable)
-        for label, width in (("scenario", 17), ("state", 13), ("ready", 8), ("KV tokens", 10),
-                             ("weights GB", 11), ("host Δ", 11)):
-            table.add_column(label, width=width)
+        self._lay_out_scenarios(self.size.width)
+        self._notice(self.size.width, self.size.height)
+        self._laid_out = True
         table.border_title = "Scenarios"
         self.query_one("#log", RichLog).border_title = "Server log"
-        self._rows: tuple[tuple[str, ...], ...] = ()
         # Found once: walking the DOM for them twice a second is a cost of its own.
         self._panels = list(self.query(Panel))
         self._charts = list(self.query(ChartView))
         self._trends = self.query_one("#trends")
-        self._shown: dict[str, object] = {}  # what a fixed-size line shows now, by widget id
         self._charted: tuple[int, ...] | None = None
         self._charted_at = 0.0
         self._log_source: object = None
@@ -321,9 +337,8 @@ class EngramTopApp(App[int]):
     def _refresh_panels(self) -> None:
         store = self.session.store
         with self.batch_update():
-            head = panels.header(store, self.clock())
-            if self.replay is not None:
-                head = Text.assemble(_replay_line(self.replay), "  ", head)
+            head = panels.header(store, self.clock(), width=self.size.width - 2,
+                                 lead=_replay_line(self.replay) if self.replay else None)
             self._show("#header", head)
             for panel in self._panels:
                 panel.refresh_from(store)
@@ -339,6 +354,38 @@ class EngramTopApp(App[int]):
                     for view in self._charts:
                         view.redraw()
             self._show("#events", self._events(store))
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._closed or not self._laid_out:
+            return  # before on_mount (its own layout comes then), or tearing down
+        self._notice(event.size.width, event.size.height)
+        self._lay_out_scenarios(event.size.width)
+
+    def _lay_out_scenarios(self, cols: int) -> None:
+        """The scenario list's columns: all six from WIDE_LIST_COLS, else the four that
+        decide a placement, so that a 100-column terminal's log pane keeps room for its
+        lines (weights and host Δ are in the panels and the comparison)."""
+        columns = SCENARIO_COLUMNS if cols >= WIDE_LIST_COLS else SCENARIO_COLUMNS[:4]
+        if len(columns) == self._scenario_columns:
+            return
+        self._scenario_columns = len(columns)
+        table = self.query_one("#scenarios", DataTable)
+        table.clear(columns=True)
+        for label, width in columns:
+            table.add_column(label, width=width)
+        # Its own width: the columns, a border each side, a scroll bar.
+        table.styles.width = sum(width for _, width in columns) + 4
+        self._rows = ()  # filled again at the next refresh
+
+    def _notice(self, cols: int, rows: int) -> None:
+        """Below 100x30 the screen says what it needs, rather than hide a GPU."""
+        if cols >= MIN_COLS and rows >= MIN_ROWS:
+            return
+        self._show("#too-small", Text.assemble(
+            (f"This terminal is {cols}x{rows}.", "bold"), "\n\n",
+            f"engram-top needs at least {MIN_COLS}x{MIN_ROWS} to show every GPU and every "
+            "panel whole.\nWiden the window or use a smaller font; ",
+            ("q", "bold cyan"), " quits, ", ("?", "bold cyan"), " lists the keys."))
 
     def _show(self, selector: str, content: Text) -> None:
         """A line of fixed height (header, events) given new content only when it differs:
@@ -368,10 +415,17 @@ class EngramTopApp(App[int]):
             r = f.results if f else RunFigures()
             current = store.run is not None and f is store.run
             state = "–" if f is None else (f.state if f.state != "starting"
-                                           else f"▸ {panels.PHASE_LABELS.get(f.phase, f.phase)}")
-            rows.append((("▶ " if current else "  ") + name, state,
-                         seconds(r.ready_s), tokens(r.kv_tokens), weights_gb(r.weights_gb),
-                         "–" if r.host_delta_gib is None else f"{r.host_delta_gib:+.1f} GiB"))
+                                           else f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}")
+            delta = r.host_delta_gib
+            if current and f is not None and f.state in ("starting", "ready", "attached"):
+                # The live figure, as the Host RAM panel has it this very moment.
+                host = facts.host_facts(store)
+                delta = host.delta_gib if host is not None and host.delta_gib is not None \
+                    else delta
+            row = (("▶ " if current else "  ") + name, state,
+                   seconds(r.ready_s), tokens(r.kv_tokens), weights_gb(r.weights_gb),
+                   "–" if delta is None else f"{delta:+.1f} GiB")
+            rows.append(row[:self._scenario_columns])
         if tuple(rows) == self._rows:
             return
         table = self.query_one("#scenarios", DataTable)

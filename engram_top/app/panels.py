@@ -58,11 +58,19 @@ def sparkline(values: list[float], width: int = 30) -> Text:
 
 
 def source_line(store: RunStore, kind: str, label: str) -> Text | None:
-    """A line saying the source is failing, and for how long its values have been stale."""
+    """A line saying the source is failing, and for how long its values have been stale;
+    for a server that was stopped, that the figures are its last."""
     st = facts.source_status(store, kind)
+    run = store.run
+    if kind == "server" and st.status == "starting" and st.message.startswith("waiting"):
+        return Text(st.message, style="dim")  # a start-up before its port opens
     if st.status in ("ok", "starting"):
         return None
     age = st.last_good_age_s
+    if kind == "server" and run is not None and run.state in ("stopping", "stopped"):
+        return Text("server stopped" + ("" if age is None else
+                                        f": the figures below are its last, {age:.0f} s old"),
+                    style="dim yellow")
     stale = "no good reading yet" if age is None else f"last good value {age:.0f} s old"
     style = "yellow" if st.status == "unavailable" else "bold red"
     return Text(f"{label}: {st.message} ({stale})", style=style)
@@ -81,7 +89,8 @@ def _waiting(rows: list[Any], text: str) -> Group:
 # --------------------------------------------------------------------------- HBM
 
 
-def hbm_panel(store: RunStore, rows: int | None = None) -> Group:
+def hbm_panel(store: RunStore, rows: int | None = None,
+              cols: int | None = None) -> Group:
     out = _warnings(store, "gpu", "GPU")
     gpus = facts.gpu_facts(store)
     if not gpus:
@@ -159,7 +168,8 @@ def columns(rows: list[list[Text | str]], justify: str = "") -> list[Text]:
 # --------------------------------------------------------------------------- KV pool
 
 
-def kv_panel(store: RunStore, rows: int | None = None) -> Group:
+def kv_panel(store: RunStore, rows: int | None = None,
+             cols: int | None = None) -> Group:
     """The KV pool; on a short panel the rows that matter most (capacity, use, requests,
     what is not a number) stay and the others go first."""
     out = [(0, w) for w in _warnings(store, "server", "SGLang")]
@@ -168,18 +178,31 @@ def kv_panel(store: RunStore, rows: int | None = None) -> Group:
         return _waiting([w for _, w in out],
                         "KV pool not allocated yet (the server reports it once ready)")
     usage = kv.token_usage
-    out.append((1, row("capacity", f"{tokens(kv.capacity_tokens)} tokens"
-                       + ("" if kv.kv_cache_gb is None
-                          else f" · {sglang_gb(kv.kv_cache_gb)} GB/GPU"))))
-    if kv.pools:  # a hybrid model's pools (DeepSeek-V4.x): the full one is the capacity
-        out.append((4, row("pools", " · ".join(
-            f"{name} {tokens(n)}" for name, n in kv.pools.items()
-            if n and name in ("full", "swa", "c4", "c128")))))
-    split = [f"{name} {percent(u, 1)}" for name, u in (("full", kv.full_usage),
-                                                       ("swa", kv.swa_usage)) if u is not None]
+    room = None if cols is None else cols - LABEL_WIDTH - 1  # what a value may take
+    out.append((1, row("capacity", first_fitting(room, (
+        f"{tokens(kv.capacity_tokens)} tokens"
+        + ("" if kv.kv_cache_gb is None else f" · {sglang_gb(kv.kv_cache_gb)} GB/GPU"),
+        f"{tokens(kv.capacity_tokens)} tokens")))))
+    split = {name: u for name, u in (("full", kv.full_usage), ("swa", kv.swa_usage))
+             if u is not None}
+    # The fullest pool is the bottleneck; which one it is, said where there are several.
+    worst = max(split, key=split.__getitem__) if len(split) > 1 else None
+    used = f"{percent(usage, 1)}" + (f" {worst.upper()}" if worst and worst != "full" else "")
     out.append((1, row("in use", Text.assemble(
-        bar([(usage or 0.0, "magenta")], 1.0, 12), " ", percent(usage, 2),
-        f" · {tokens(kv.used_tokens)}", (f" ({' · '.join(split)})" if split else "", "dim")))))
+        bar([(usage or 0.0, "magenta")], 1.0, 12 if room is None or room >= 44 else 8),
+        (" ", "grey37"), used, f" · {tokens(kv.used_tokens)} tokens"))))
+    if kv.pools or split:  # a hybrid model's pools (DeepSeek-V4.x): the full one is the capacity
+        sizes = kv.pools or {}
+        each = [f"{name} {percent(split[name], 1)}" if name in split else None
+                for name in ("full", "swa")]
+        of = {name: f" of {tokens(sizes[name])}" for name in ("swa",) if sizes.get(name)}
+        rest = [f"{name} {tokens(sizes[name])}" for name in ("c4", "c128") if sizes.get(name)]
+        usage_part = " · ".join(f"{e}{of.get(n, '')}" for n, e in zip(("full", "swa"), each,
+                                                                       strict=True) if e)
+        sizes_part = " · ".join(f"{n} {tokens(sizes[n])}" for n in ("full", "swa", "c4", "c128")
+                                if sizes.get(n))
+        out.append((4, row("pools", first_fitting(room, tuple(v for v in (
+            " · ".join(x for x in (usage_part, *rest) if x), usage_part, sizes_part) if v)))))
     if kv.available_tokens is not None or kv.evictable_tokens is not None:
         out.append((3, row("free", f"{tokens(kv.available_tokens)} available · "
                                    f"{tokens(kv.evictable_tokens)} evictable")))
@@ -191,8 +214,10 @@ def kv_panel(store: RunStore, rows: int | None = None) -> Group:
                                    f"{retracted}")))
     if kv.queue_time is not None or kv.cache_hit_rate is not None:
         q = kv.queue_time
-        out.append((3, row("queue", f"p50 {quantile(q, 'p50')} · p99 {quantile(q, 'p99')}"
-                                    f" · cache hit {percent(kv.cache_hit_rate, 1)}")))
+        wait = f"p50 {quantile(q, 'p50')} · p99 {quantile(q, 'p99')}"
+        out.append((3, row("queue", first_fitting(room, (
+            f"{wait} · cache hit {percent(kv.cache_hit_rate, 1)}",
+            f"{wait} · hit {percent(kv.cache_hit_rate, 0)}", wait)))))
     out.append((5, row("trend", sparkline(_series(store, "token_usage")))))
     out += [(2, line) for line in _unavailable(kv.unavailable)]
     out += [(2 if i == 0 else 4, Text(problem, style="yellow", no_wrap=True,
@@ -215,6 +240,15 @@ def row(label: str, value: str | Text, width: int = LABEL_WIDTH) -> Text:
     return line
 
 
+def first_fitting(room: int | None, variants: tuple[str, ...]) -> str:
+    """The most detailed of ``variants`` (most first) that fits ``room`` cells; the last,
+    to be cut with an ellipsis, when none does."""
+    for text in variants:
+        if room is None or len(text) <= room:
+            return text
+    return variants[-1]
+
+
 def fit(rows: list[tuple[int, Any]], height: int | None) -> list[Any]:
     """The rows that fit in ``height`` lines, the most important (lowest rank) first, shown
     in their own order; every row when the height is unknown or enough."""
@@ -227,7 +261,8 @@ def fit(rows: list[tuple[int, Any]], height: int | None) -> list[Any]:
 # --------------------------------------------------------------------------- host RAM
 
 
-def host_panel(store: RunStore, rows: int | None = None) -> Group:
+def host_panel(store: RunStore, rows: int | None = None,
+               cols: int | None = None) -> Group:
     out = [(0, w) for w in _warnings(store, "host", "host")]
     h = facts.host_facts(store)
     if h is None:
@@ -239,35 +274,38 @@ def host_panel(store: RunStore, rows: int | None = None) -> Group:
     delta = h.delta_bytes
     out.append((1, row("Δ", Text("–" if delta is None else f"{gib_change(delta)} GiB since launch",
                                  style="bold green" if (delta or 0) > 50 * GIB else ""), width)))
-    out.append((3, row("Shmem", f"{gib(h.shmem_bytes)} GiB (pinned shows here) · "
-                                f"huge {gib(h.hugepages_bytes)}", width)))
+    # Pinned host memory (the Engram tables) shows in Shmem and huge pages (the help says).
+    out.append((3, row("Shmem", f"{gib(h.shmem_bytes)} GiB · huge pages "
+                                f"{gib(h.hugepages_bytes)} GiB", width)))
     out.append((3, row("server", f"RSS {gib(h.server_rss_bytes)} GiB · "
                                  f"RssShmem {gib(h.server_rss_shmem_bytes)}", width)))
     out.append((2 if h.swap_used_bytes else 5, row("swap", f"{gib(h.swap_used_bytes)} GiB used",
                                                    width)))
-    out += engram_rows(store)
+    out += engram_rows(store, cols)
     return Group(*fit(out, rows))
 
 
 PINNED = {True: "pinned", False: "unpinned (ATS)", None: "pinning unknown"}
 
 
-def engram_rows(store: RunStore) -> list[tuple[int, Text]]:
+def engram_rows(store: RunStore, cols: int | None = None) -> list[tuple[int, Text]]:
     """The Engram row, ranked for fit(): where the tables are, what they hold of host
     memory, how often the layers look rows up, and whether the prefetch engages (and why
     not)."""
     e = facts.engram_facts(store)
     out: list[tuple[int, Text]] = []
     if e is not None and e.placement is not None:
-        line = Text.assemble(("Engram ", "bold"), (e.placement, "bold cyan"), no_wrap=True,
-                             overflow="ellipsis")
+        line = Text.assemble(("Engram ", "bold"), (f"{e.placement} ", "bold cyan"),
+                             no_wrap=True, overflow="ellipsis")
         if e.layout:
-            line.append(f" · {e.layout}")
-        if e.resident_mib:
-            line.append(f" · {gib(e.resident_mib * MIB)} GiB resident, {PINNED[e.pinned]}")
-            if e.huge_pct is not None:
-                line.append(f", {e.huge_pct:.0f}% huge")
+            line.append(f"· {e.layout} layout")
         out.append((2, line))
+        if e.resident_mib:
+            held = f"  {gib(e.resident_mib * MIB)} GiB resident, {PINNED[e.pinned]}"
+            huge = "" if e.huge_pct is None else f", {e.huge_pct:.0f}%"
+            out.append((3, Text(first_fitting(cols, (f"{held}{huge} in huge pages",
+                                                     f"{held}{huge} huge")),
+                                no_wrap=True, overflow="ellipsis")))
         if e.lookups_per_s is not None or e.hit_rate_pct is not None:
             # The rate needs two statistics lines of a layer; the hit rate only one.
             looked = ("lookups –/s" if e.lookups_per_s is None
@@ -290,7 +328,8 @@ def engram_rows(store: RunStore) -> list[tuple[int, Text]]:
 # --------------------------------------------------------------------------- latency
 
 
-def latency_panel(store: RunStore, rows: int | None = None) -> Group:
+def latency_panel(store: RunStore, rows: int | None = None,
+                  cols: int | None = None) -> Group:
     out = _warnings(store, "server", "SGLang")
     lat = facts.latency_facts(store)
     if lat is None:
@@ -303,10 +342,14 @@ def latency_panel(store: RunStore, rows: int | None = None) -> Group:
             table.append([Text(label, style="bold"), quantile(q, "p50"), quantile(q, "p99"),
                           latency(q.mean)])
     out += columns(table, "lrrr")
+    output = rate(lat.output_tokens_per_s, "tok/s")
+    # The trend takes what the line leaves (label, figure, two blanks), 24 at most: cut
+    # short, it would end in an ellipsis and read as a value.
+    spark = 24 if cols is None else max(0, min(24, cols - 10 - len(output) - 2))
     figures: list[list[Text | str]] = [
         [Text("output", style="bold"),
-         Text.assemble(rate(lat.output_tokens_per_s, "tok/s"), "  ",
-                       sparkline(_series(store, "output_tokens_per_s"), 24))],
+         Text.assemble(f"{output}  ", sparkline(_series(store, "output_tokens_per_s"), spark))
+         if spark else Text(output)],
         [Text("requests", style="bold"), rate(lat.requests_per_s, "req/s")]]
     load = store.load
     if load:
@@ -350,43 +393,68 @@ PHASE_LABELS = {"launching": "launching", "distributed_init": "distributed init"
                 "graphs": "capturing CUDA graphs", "http": "starting HTTP",
                 "warmup": "warming up", "ready": "ready", "failed": "failed",
                 "stopping": "stopping", "stopped": "stopped"}
+# The same phases in a table cell of 11 ("▸ KV pool").
+PHASE_SHORT = {"launching": "launching", "distributed_init": "dist init", "weights": "weights",
+               "kv_pool": "KV pool", "graphs": "graphs", "http": "HTTP", "warmup": "warm-up"}
 STATE_STYLES = {"ready": "bold green", "starting": "bold yellow", "launching": "bold yellow",
                 "stopping": "bold yellow", "stopped": "bold", "exited": "bold red",
                 "failed": "bold red"}
 
 
-def header(store: RunStore, now: float) -> Text:
+def header(store: RunStore, now: float, width: int | None = None,
+           lead: tuple[Text, Text] | None = None) -> Text:
+    """The header line: the node, the scenario, its state and how far its start-up is (or
+    how long it took). Given the line's ``width``, what matters least goes first when it
+    does not fit: the node-time note, the node, the program's name, then the bar narrows;
+    the scenario and its state always stay. ``lead`` (a replay's position, then its file's
+    name, which goes before the bar does) comes first."""
     run = store.run
     if run is None:
-        return Text("engram-top · preparing the node…", style="bold")
-    text = Text()
-    text.append("engram-top", style="bold")
-    text.append(f" · {run.node} · ")
-    text.append(run.scenario, style="bold cyan")
-    text.append(" · ")
+        return Text.assemble(*(lead or ()), ("engram-top · preparing the node…", "bold"))
     down = store.latest.get("server")
     state = run.state
     if state == "ready" and down is not None and down.status.value == "error":
         state = "not answering"
     elif state == "ready" and run.degraded:
         state = "degraded"  # a TP rank died; the server still answers
-    text.append(state.upper(), style=STATE_STYLES.get(state, "bold red"))
+    parts: list[tuple[str, Text]] = []  # (name, text), in screen order
+    if lead is not None:
+        parts.append(("lead", lead[0]))
+        parts.append(("lead file", lead[1]))
+        parts.append(("lead end", Text("  ")))
+    parts.append(("program", Text("engram-top · ", style="bold")))
+    parts.append(("node", Text(f"{run.node} · ")))
+    parts.append(("scenario", Text.assemble((f"{run.scenario} ", "bold cyan"), "· ")))
+    # Each part ends with its own blank and none starts with one: a viewer that drops a
+    # leading blank of a styled run (some SVG renderers do) cannot glue two words.
+    parts.append(("state", Text(f"{state.upper()} ", style=STATE_STYLES.get(state, "bold red"))))
     if run.state in ("starting", "launching"):
         elapsed = now - run.launched_at
         expected = run.expected_ready_s
         frac = min(0.99, elapsed / expected) if expected else 0.0
-        text.append("  ")
-        text.append_text(bar([(frac, "yellow")], 1.0, 20))
-        text.append(f" {PHASE_LABELS.get(run.phase, run.phase)} · {seconds(elapsed)}")
+        progress = f"{PHASE_LABELS.get(run.phase, run.phase)} · {seconds(elapsed)}"
         if expected:
-            text.append(f" of ~{seconds(expected)}")
-    elif run.ready_s is not None:
-        text.append(f" in {seconds(run.ready_s)}")
+            progress += f" of ~{seconds(expected)}"
+        parts.append(("bar", Text.assemble(bar([(frac, "yellow")], 1.0, 20), " ")))
+        parts.append(("progress", Text(progress + " ")))
+    elif run.ready_s is not None and state in ("ready", "attached", "degraded", "not answering"):
+        parts.append(("ready", Text(f"in {seconds(run.ready_s)} ")))
         if run.time_scale != 1:
-            text.append(f" (×{run.time_scale:g}: {run.node_seconds(run.ready_s):.0f} s node time)",
-                        style="dim")
+            parts.append(("node time", Text(f"(×{run.time_scale:g}: "
+                                            f"{run.node_seconds(run.ready_s):.0f} s node time) ",
+                                            style="dim")))
+    elif run.ready_s is not None:  # stopping, stopped, exited: not a countdown
+        parts.append(("ready", Text(f"· it had been ready in {seconds(run.ready_s)} ",
+                                    style="dim")))
     if run.exit_code is not None and run.state in ("exited", "failed"):
-        text.append(f"  exit code {run.exit_code}", style="red")
+        parts.append(("exit", Text(f"exit code {run.exit_code}", style="red")))
+    for drop in ("node time", "node", "program", "lead file", "bar"):
+        if width is None or sum(t.cell_len for _, t in parts) <= width:
+            break
+        parts = [(name, t) for name, t in parts if name != drop]
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for _, t in parts:
+        text.append_text(t)
     return text
 
 

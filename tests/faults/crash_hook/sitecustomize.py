@@ -10,9 +10,9 @@ if _trigger:
 
     _real = panels.latency_panel
 
-    def _latency_panel(store, rows=None):  # type: ignore[no-untyped-def]
+    def _latency_panel(store, rows=None, cols=None):  # type: ignore[no-untyped-def]
         if os.path.exists(_trigger):
             raise RuntimeError("injected fault: the latency panel broke")
-        return _real(store, rows)
+        return _real(store, rows, cols)
 
     panels.latency_panel = _latency_panel
