@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, TypeVar
 
 from collectors.readings import Reading, Status
 from collectors.units import MIB
+
+if TYPE_CHECKING:  # httpx only where a caller brings a client: the polls need none of it
+    import httpx
 
 T = TypeVar("T")
 
@@ -66,8 +67,8 @@ async def get_bounded(client: httpx.AsyncClient, url: str, *, deadline_s: float,
                 raise TooLarge(f"{url}: more than {limit_bytes / MIB:g} MiB")
         headers = [(k, v) for k, v in resp.headers.multi_items()
                    if k.lower() not in ("content-encoding", "content-length")]
-        return httpx.Response(resp.status_code, headers=headers, content=bytes(body),
-                              request=resp.request)
+        return type(resp)(resp.status_code, headers=headers, content=bytes(body),
+                          request=resp.request)
 
 
 async def run_blocking(fn: Callable[[], T], timeout: float) -> T:

@@ -21,13 +21,14 @@ import base64
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx
 
 from collectors.base import TooLarge, get_bounded
 from collectors.units import MIB
+
+if TYPE_CHECKING:
+    import httpx
 
 MAX_HEAD = 64 * 1024  # status line and headers together
 MAX_LINE = 64 * 1024  # one header line, one chunk-size line
@@ -100,6 +101,7 @@ class PageClient:
         self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._httpx: httpx.AsyncClient | None = None
         if self._https:
+            import httpx  # TLS only: loaded when a URL needs it (it costs ~80 ms at start)
             self._httpx = httpx.AsyncClient(base_url=self.base_url, headers=extra,
                                             timeout=connect_timeout_s,
                                             follow_redirects=False)
@@ -120,6 +122,7 @@ class PageClient:
         for the rest."""
         url = self.base_url + path
         if self._httpx is not None:
+            import httpx
             try:
                 resp = await get_bounded(self._httpx, path, deadline_s=deadline_s,
                                          limit_bytes=limit_bytes)

@@ -160,8 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("sim", help="the simulated node")
     simsub = sim.add_subparsers(dest="sim_command", required=True)
-    from engram_top.simnode import server
-    server.add_arguments(simsub.add_parser("serve", help="run one simulated SGLang server"))
+    from engram_top.simnode import options
+    options.add_arguments(simsub.add_parser("serve", help="run one simulated SGLang server"))
     return parser
 
 
@@ -190,6 +190,12 @@ def _main(argv: list[str]) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["demo", *argv]
     args = parser.parse_args(argv)
+    if getattr(args, "engine", None) is not None:
+        from scenarios import engines
+        try:
+            engines.get(args.engine)
+        except engines.EngineError as exc:
+            parser.exit(2, f"engram-top {args.command}: --engine: {exc}\n")
     if args.command == "sim":
         from engram_top.simnode import server
         return server.main(args=args)
@@ -640,9 +646,13 @@ class _RecordingSource:
 
 
 def _engine_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    # The kinds are checked once parsed (_main), not listed as choices here: listing them
+    # would look up every installed package's entry points at each start, for every
+    # command, a tenth of a second before a dashboard's first frame.
     from scenarios import engines
-    parser.add_argument("--engine", choices=engines.kinds(), default=engines.DEFAULT,
-                        help=f"{what} (default: {engines.DEFAULT})")
+    parser.add_argument("--engine", default=engines.DEFAULT, metavar="KIND",
+                        help=f"{what} (default: {engines.DEFAULT}; built in: "
+                             f"{', '.join(engines.BUILT_IN)}; plugins add theirs)")
 
 
 def inspect_log(path: Path, kind: str) -> int:

@@ -11,15 +11,17 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, fields, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
 from collectors.readings import GpuData, HostData, Reading, ServerData
 from collectors.units import GIB
-from engram_top.compare import Comparison, RunResult, compare
 from engram_top.figures import RunFigures
 from engram_top.reference import Reference
 from engram_top.store import RunFacts, RunStore
+
+if TYPE_CHECKING:  # the comparison's code loads when a comparison is made
+    from engram_top.compare import Comparison, RunResult
 from engram_top.views import (
     EngramTableView,
     EngramView,
@@ -350,6 +352,7 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
     run's last 30 s window (SGLang's histograms); SGLang's inter-token latency stands in for
     TPOT, as it does in SGLang's own metrics."""
     r = run.results
+    from engram_top.compare import RunResult
     return RunResult(
         scenario=run.scenario, placement=run.placement, source=source, trial=trial,
         gpus=r.gpus, weights_gb=r.weights_gb, kv_tokens=r.kv_tokens,
@@ -393,6 +396,7 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
     if baseline not in names:
         device = [r.scenario for r in results if r.placement == "device"]
         baseline = (device or names)[0]
+    from engram_top.compare import compare
     return compare(results, baseline, reference=reference,
                    price_per_gpu_hour=price_per_gpu_hour)
 

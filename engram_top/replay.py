@@ -82,6 +82,8 @@ class ReplaySession:
     seconds of recording time.
     """
 
+    is_replay = True  # what the app asks a session, without importing this module
+
     def __init__(self, path: Path | str, *, speed: float = 1.0, paused: bool = False,
                  clock: Callable[[], float] = time.monotonic,
                  session: int | None = None, thresholds: Thresholds | None = None) -> None:

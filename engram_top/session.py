@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from collectors.host import HostCollector, ProcBackend
@@ -38,7 +38,9 @@ from scenarios.config import Scenario, ScenarioFile
 from scenarios.runstate import ENDED, RunState
 from scenarios.statelock import StateLock
 from scenarios.supervisor import Run, Supervisor, SupervisorError
-from scenarios.workload import ClosedLoopLoad
+
+if TYPE_CHECKING:
+    from scenarios import workload
 
 # How the start-up phases read in a sentence ("waiting for the server's port (loading
 # weights)").
@@ -140,7 +142,7 @@ class Session:
         self.alerts = AlertWatch(self.store, options.thresholds)
         self.store.node = (f"simulated {self.ref.gpus}x {self.ref.gpu_name}" if self.simulated
                            else socket.gethostname())
-        self.load: ClosedLoopLoad | None = None
+        self.load: workload.ClosedLoopLoad | None = None
         self.run: Run | None = None
         # What is polled, by name: this node's GPUs and host, the watched server, and any
         # source added later (a Prometheus for many nodes); each in its own loop.
@@ -542,6 +544,7 @@ class Session:
         spec = self.options.load
         if spec is None:
             return
+        from scenarios.workload import ClosedLoopLoad  # with httpx: only once a load runs
         self.load = ClosedLoopLoad(sc.url, concurrency=spec.concurrency, input_len=spec.input_len,
                                    output_len=spec.output_len, range_ratio=spec.range_ratio,
                                    seed=spec.seed, api_key=sc.api_key)

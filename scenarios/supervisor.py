@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import psutil
 
-from collectors.base import SourceUnavailable, describe
+from collectors.base import SourceUnavailable, TooLarge, describe
+from collectors.pages import PageClient, PageError
 from collectors.readings import GpuData
 from collectors.units import GIB
 from scenarios.config import Scenario
@@ -43,6 +43,7 @@ HEALTH_S = 0.5  # /health probe cadence once the log shows the HTTP server is up
 LOG_KEEP = 400  # recent log lines kept for the log pane
 HOST_RELEASE_S = 10.0  # how long a switch waits for host shared memory to come back
 HEALTH_DEADLINE_S = 3.0  # a /health probe's whole answer, however slowly it drips
+HEALTH_LIMIT = 1024 * 1024  # and at most this much of it
 
 
 class SupervisorError(Exception):
@@ -185,7 +186,7 @@ class Supervisor:
         self.on_run = on_run
         self.current: Run | None = None
         self._follow_task: asyncio.Task[None] | None = None
-        self._client = httpx.AsyncClient(timeout=2.0)
+        self._health: dict[str, PageClient] = {}  # by server URL: its own connection
         self.history_path = state_dir / "history.json"
         private_folder(state_dir)
         private_folder(state_dir / "logs")
@@ -472,18 +473,19 @@ class Supervisor:
                           "runs, degraded (its GPUs' share of the model is gone)")
 
     async def _healthy(self, run: Run) -> bool:
-        headers = ({"Authorization": f"Bearer {run.scenario.api_key}"}
-                   if run.scenario.api_key else {})
+        sc = run.scenario
+        client = self._health.get(sc.url)
+        if client is None:
+            headers = {"Authorization": f"Bearer {sc.api_key}"} if sc.api_key else {}
+            client = self._health[sc.url] = PageClient(sc.url, headers=headers)
         try:
-            # A whole answer within the deadline: httpx's timeout is per read, and a /health
-            # that drips a byte a second would hold the follow loop (and its readiness
-            # timeout) forever.
-            async with asyncio.timeout(HEALTH_DEADLINE_S):
-                resp = await self._client.get(run.scenario.url + run.scenario.engine.readiness
-                                              .health_path, headers=headers)
-        except (httpx.HTTPError, TimeoutError):
+            # A whole answer within the deadline: a /health that drips a byte a second would
+            # otherwise hold the follow loop (and its readiness timeout) forever.
+            page = await client.get(sc.engine.readiness.health_path,
+                                    deadline_s=HEALTH_DEADLINE_S, limit_bytes=HEALTH_LIMIT)
+        except (PageError, TooLarge, TimeoutError):
             return False
-        return resp.status_code == 200
+        return page.status_code == 200
 
     @staticmethod
     def _last_error(run: Run) -> str:
@@ -652,4 +654,6 @@ class Supervisor:
             self._follow_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._follow_task
-        await self._client.aclose()
+        for client in self._health.values():
+            await client.aclose()
+        self._health.clear()

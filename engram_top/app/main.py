@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Group
 from rich.text import Text
@@ -25,16 +25,18 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, RichLog, Static
 
 from collectors.units import seconds, tokens, weights_gb
-from engram_top import facts, reference, snapshot
+from engram_top import facts, reference
 from engram_top.alerts import AlertChange
 from engram_top.app import panels
-from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
-from engram_top.compare import RunResult
 from engram_top.config import UserConfig
 from engram_top.figures import RunFigures
-from engram_top.replay import ReplaySession
 from engram_top.store import RunFacts, RunStore
+
+if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of milliseconds
+    from engram_top import snapshot
+    from engram_top.compare import RunResult
+    from engram_top.replay import ReplaySession
 
 # The screen follows the readings: redrawn as often as the sources are polled (every 1 s
 # by default), and at most twice a second for a faster poll. Keys redraw at once.
@@ -226,7 +228,8 @@ class EngramTopApp(App[int]):
         self.config = config or UserConfig()
         self.reference = reference.default()  # the seed: the comparison's reference column
         self.config_error = config_error
-        self.replay = session if isinstance(session, ReplaySession) else None
+        # A session that plays a recording says so (and gets the replay's keys).
+        self.replay = session if getattr(session, "is_replay", False) else None
         self.session = session
         if config is not None:  # the user's thresholds, for the alerts the session raises
             session.alerts.configure(config.alerts)
@@ -561,6 +564,7 @@ class EngramTopApp(App[int]):
         store = self.session.store
         options = getattr(self.session, "options", None)
         secrets = [getattr(options, "api_key", None) or ""]
+        from engram_top import snapshot
         try:
             # Its one comparison (snapshot.json and summary.md) takes the runs loaded from
             # files and the price, as the compare screen does.
@@ -633,6 +637,7 @@ class EngramTopApp(App[int]):
         self.push_screen(HistoryScreen(self.session.store, self.clock))
 
     def action_compare(self) -> None:
+        from engram_top.app.compare_screen import CompareScreen
         self.push_screen(CompareScreen(self.session.store, extra=self.compare_with,
                                        reference=self.reference,
                                        price_per_gpu_hour=self.price_per_gpu_hour))

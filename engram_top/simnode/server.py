@@ -25,6 +25,7 @@ import uvicorn
 from engram_top import reference
 from engram_top.simnode import memory, server_args, state
 from engram_top.simnode.http import ServerCore, build_app
+from engram_top.simnode.options import add_arguments
 from engram_top.simnode.startup import Startup, StartupFailed, log, spawn_ranks
 
 VERSION = "0.5.23+engram-top-sim"
@@ -41,25 +42,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                             "(DeepSeek-V4.1-Flash, TP4).")
     add_arguments(p)
     return p.parse_args(argv)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--placement", choices=reference.PLACEMENTS, default="device")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--time-scale", type=float, default=1.0,
-                   help="multiply start-up phase lengths by this (0.05 = 20x faster)")
-    p.add_argument("--serve-scale", type=float, default=1.0,
-                   help="multiply request service times by this (default 1: node time)")
-    p.add_argument("--node-dir", type=Path, default=None,
-                   help="the simulated node's state folder (default: per user, under /tmp)")
-    p.add_argument("--stream-interval", type=int, default=1)
-    p.add_argument("--api-key", default=None)
-    p.add_argument("--api-key-file", type=Path, default=None,
-                   help="read the API key from this file (kept out of the argv `ps` shows)")
-    p.add_argument("--fail-at", default=None,
-                   choices=["distributed_init", "weights", "kv_pool", "graphs", "warmup"],
-                   help="die during this start-up phase (for testing supervisors)")
 
 
 class _UvicornServer(uvicorn.Server):

@@ -22,7 +22,7 @@ from scenarios.engines.base import (
     Signal,
 )
 
-__all__ = ["DEFAULT", "PLACEMENTS", "Engine", "EngineError", "LogEvent", "LogParser",
+__all__ = ["BUILT_IN", "DEFAULT", "PLACEMENTS", "Engine", "EngineError", "LogEvent", "LogParser",
            "Readiness", "ServerCollector", "Signal", "get", "kinds", "register", "unregister"]
 
 _ENGINES: dict[str, Engine] = {}
@@ -75,5 +75,6 @@ def _load_plugins() -> None:
 
 register(sglang.ENGINE)
 register(simulated.ENGINE)
+BUILT_IN = tuple(_ENGINES)
 # What an attached server or a log read on its own is taken to speak, unless told.
 DEFAULT = sglang.ENGINE.kind

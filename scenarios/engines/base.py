@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from collectors.readings import Reading, ServerData
-from collectors.startup_facts import StartupFacts
 from collectors.units import MIB
 from scenarios.engines.engram import EngramSetting
 
 if TYPE_CHECKING:  # the scenario type only for hints: scenarios.config imports us
+    from collectors.startup_facts import StartupFacts
     from scenarios.config import Scenario
 
 # Where the Engram tables live: the seed's three placements.

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collectors import page_kind, promtext
+from collectors import promtext
 from collectors.log_markers import FAILURE_MARKERS
 from collectors.sglang import (
     COUNTERS,
@@ -22,7 +22,6 @@ from collectors.sglang import (
     merged_histogram,
     page_figures,
 )
-from collectors.startup_log import StartupLogParser
 from collectors.windowed import quantile_bound
 from scenarios.engines import engram
 from scenarios.engines.base import PLACEMENTS, Engine, EngineError, LogParser, ServerCollector
@@ -64,6 +63,8 @@ class SGLangSpeaker(Engine):
     error_markers = FAILURE_MARKERS  # the same words the log pane marks
 
     def parser(self) -> LogParser:
+        # Loaded with the first log to read: attach without a log never needs it.
+        from collectors.startup_log import StartupLogParser
         return StartupLogParser()
 
     def collector(self, url: str, api_key: str | None = None,
@@ -74,6 +75,7 @@ class SGLangSpeaker(Engine):
         return PAGE_LIMITS.get(path, super().page_limit(path))
 
     def inspect_metrics(self, text: str) -> dict[str, object]:
+        from collectors import page_kind  # a command's, not a dashboard's
         try:
             fams = canonical(promtext.parse(text))
         except promtext.PromTextError as exc:

@@ -1,0 +1,29 @@
+"""The options of `engram-top sim serve`, apart from the server: the CLI defines every
+command's options at start, and the server's own imports (uvicorn, starlette, httpx) would
+cost the dashboard a tenth of a second before its first frame."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from engram_top import reference
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--placement", choices=reference.PLACEMENTS, default="device")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="multiply start-up phase lengths by this (0.05 = 20x faster)")
+    p.add_argument("--serve-scale", type=float, default=1.0,
+                   help="multiply request service times by this (default 1: node time)")
+    p.add_argument("--node-dir", type=Path, default=None,
+                   help="the simulated node's state folder (default: per user, under /tmp)")
+    p.add_argument("--stream-interval", type=int, default=1)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--api-key-file", type=Path, default=None,
+                   help="read the API key from this file (kept out of the argv `ps` shows)")
+    p.add_argument("--fail-at", default=None,
+                   choices=["distributed_init", "weights", "kv_pool", "graphs", "warmup"],
+                   help="die during this start-up phase (for testing supervisors)")
