@@ -57,8 +57,18 @@ async def main(seconds: int) -> None:
         rec = read_recording(path)
         print(f"read_recording: {time.perf_counter() - t:.2f} s for {len(rec.records)} records")
         t = time.perf_counter()
+        lazy = ReplaySession(path, paused=True, lazy=True)
+        opened, at_open = time.perf_counter() - t, len(lazy.recording.records)
+        await lazy.start()  # the rest is read on its thread
+        while lazy.read_fraction < 1:
+            await asyncio.sleep(0.01)
+        print(f"ReplaySession(lazy=True), what `replay` opens: {opened * 1e3:.0f} ms to open "
+              f"({at_open} records read then), the whole read on its thread "
+              f"after {time.perf_counter() - t:.2f} s")
+        await lazy.close()
+        t = time.perf_counter()
         replay = ReplaySession(path, paused=True)
-        print(f"ReplaySession(): {time.perf_counter() - t:.2f} s")
+        print(f"ReplaySession() (read whole first): {time.perf_counter() - t:.2f} s")
         for label, where in (("to the end", replay.duration), ("to the middle",
                                                                replay.duration / 2)):
             t = time.perf_counter()

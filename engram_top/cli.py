@@ -321,8 +321,9 @@ def run_replay(args: argparse.Namespace) -> int:
     from engram_top.recording_format import RecordingError
     from engram_top.replay import ReplaySession
     try:
+        # Open at once; the rest is read while it plays.
         session = ReplaySession(args.path, speed=args.speed, paused=args.paused,
-                                session=args.session)
+                                session=args.session, lazy=True)
     except RecordingError as exc:
         print(f"engram-top replay: {exc}", file=sys.stderr)
         return 2

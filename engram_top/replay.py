@@ -14,7 +14,7 @@ from typing import Any
 from collectors.readings import Reading
 from engram_top.alerts import AlertWatch
 from engram_top.config import Thresholds
-from engram_top.recording import read_recording
+from engram_top.recording import Recording, read_recording
 from engram_top.recording_format import (
     LOG_KEEP,
     MAX_SPEED,
@@ -22,6 +22,7 @@ from engram_top.recording_format import (
     copied_fields,
     update_facts,
 )
+from engram_top.replay_file import LazyRecording, open_recording
 from engram_top.store import Event, RunFacts, RunStore
 
 # --------------------------------------------------------------------------- replay
@@ -86,10 +87,15 @@ class ReplaySession:
 
     def __init__(self, path: Path | str, *, speed: float = 1.0, paused: bool = False,
                  clock: Callable[[], float] = time.monotonic,
-                 session: int | None = None, thresholds: Thresholds | None = None) -> None:
+                 session: int | None = None, thresholds: Thresholds | None = None,
+                 lazy: bool = False) -> None:
+        """``lazy``: open at once and read the rest while it plays (the dashboard's replay);
+        otherwise the whole file is read first (a snapshot of a given second)."""
         self._now = clock
         self.origin = clock()
-        self.recording = read_recording(path, self.origin, session)
+        self.recording: Recording = (open_recording(path, self.origin, session) if lazy
+                                     else read_recording(path, self.origin, session))
+        self._told_damage = False
         self.path = self.recording.path
         self.store = ReplayStore()
         self.store.clock = self.clock  # ages on screen run in recording time
@@ -125,6 +131,8 @@ class ReplaySession:
         return self.origin + self.position
 
     async def start(self) -> None:
+        if isinstance(self.recording, LazyRecording):
+            self.recording.start()
         if self._start_playing:
             self.play()
         self._task = asyncio.create_task(self._run(), name="replay")
@@ -134,6 +142,14 @@ class ReplaySession:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if isinstance(self.recording, LazyRecording):
+            await asyncio.to_thread(self.recording.close)
+
+    @property
+    def read_fraction(self) -> float:
+        """How much of the recording has been read (1.0 once all of it has)."""
+        rec = self.recording
+        return rec.fraction if isinstance(rec, LazyRecording) else 1.0
 
     def close_now(self) -> None:
         """A replay starts no process and keeps no folder: nothing to close without a loop."""
@@ -224,16 +240,29 @@ class ReplaySession:
             if self._playing and pos >= self.duration:
                 self._playing = False  # the end: stay on the last moment
                 self._anchor(self.duration)
+            self._tell_damage()
             delay = 0.1
             if self._playing and self._index < len(records):
                 delay = min(delay, max(0.005, (records[self._index][0] - pos) / self._speed))
             await asyncio.sleep(delay)
+
+    def _tell_damage(self) -> None:
+        """A damaged line the reading thread met: said once the replay gets there."""
+        rec = self.recording
+        error = getattr(rec, "error", None)
+        if error is None or self._told_damage or self._index < len(rec.records):
+            return
+        self._told_damage = True
+        self.store.put_event(Event(time.time(), "error", f"{error}: the replay stops here"))
+        if self._playing:
+            self.pause()
 
     def _rebuild(self) -> None:
         self.store.reset()
         self.alerts.reset()
         self._runs = {}
         self._index = 0
+        self._told_damage = False
 
     def _apply_until(self, pos: float) -> None:
         records = self.recording.records

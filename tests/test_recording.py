@@ -771,3 +771,46 @@ def test_the_default_folder_keeps_the_newest_recordings(tmp_path: Path) -> None:
     assert sorted(p.name for p in gone) == [f"2026112{i}-000000-1.jsonl" for i in range(3)]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "20261123-000000-1.jsonl", "20261124-000000-1.jsonl", "notes.txt"]
+
+
+async def test_a_replay_opens_at_once_and_reads_the_rest_while_it_plays(
+        demo: Demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay` opens a recording lazily: a few lines read at once, the rest on a thread;
+    played to its end it gives the store an eager read gives. A damaged line further on
+    does not stop the opening: the replay plays up to it and says so."""
+    from engram_top import replay_file
+    monkeypatch.setattr(replay_file, "EAGER_LINES", 5)
+    monkeypatch.setattr(replay_file, "CHUNK", 7)
+    clock = FakeClock()
+    eager = ReplaySession(demo.path, paused=True, clock=clock)
+    lazy = ReplaySession(demo.path, paused=True, clock=clock, lazy=True)
+    assert lazy.duration == eager.duration  # known at once, from the file's end
+    assert lazy.read_fraction < 1 and len(lazy.recording.records) <= 5
+    await lazy.start()
+    try:
+        await until(None, lambda: lazy.read_fraction == 1, 20, "the rest read")
+        assert [r[:2] for r in lazy.recording.records] == [r[:2] for r in eager.recording.records]
+        lazy.seek(lazy.duration)
+        eager.seek(eager.duration)
+        assert store_state(lazy.store) == store_state(eager.store)
+    finally:
+        await lazy.close()
+
+    lines = demo.path.read_text().splitlines(keepends=True)
+    late = max(i for i, line in enumerate(lines) if '"type":"reading"' in line)
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text("".join(lines[:late]) + '{"type":"reading","t":1.0,"ki\n'
+                       + "".join(lines[late + 1:]))
+    with pytest.raises(RecordingError, match=rf"damaged.jsonl:{late + 1}: not JSON"):
+        read_recording(damaged)  # the whole read refuses it, as before
+    replay = ReplaySession(damaged, clock=clock, lazy=True)  # opens: the damage is far on
+    await replay.start()
+    try:
+        clock.now += replay.duration + 1
+        await until(None, lambda: any("the replay stops here" in e.text
+                                      for e in replay.store.events), 20, "the damage said")
+        said = next(e.text for e in replay.store.events if "the replay stops here" in e.text)
+        assert f"damaged.jsonl:{late + 1}: not JSON" in said
+        assert not replay.playing
+    finally:
+        await replay.close()

@@ -174,9 +174,13 @@ def _replay_line(replay: ReplaySession) -> tuple[Text, Text]:
         return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"  # a long session: H:MM:SS
 
     state = "▶" if replay.playing else "⏸"
+    read = replay.read_fraction
+    # Blanks end a run rather than start one (some SVG viewers drop a leading blank).
     return (Text.assemble((f" REPLAY {state} ", "bold reverse"),
-                          f" {clock(replay.position)}/{clock(replay.duration)} ×{replay.speed:g}"),
-            Text(f" {replay.path.name}", style="dim"))
+                          f" {clock(replay.position)}/{clock(replay.duration)} "
+                          f"×{replay.speed:g} ",
+                          (f"reading {read:.0%} ", "dim") if read < 1 else ""),
+            Text(replay.path.name, style="dim"))
 
 
 class EngramTopApp(App[int]):
