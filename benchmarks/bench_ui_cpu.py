@@ -8,7 +8,7 @@ the process and its threads; RSS at the end): the first minute after the first f
 the two-minute trend lines still grow, and a later minute once they are full, which is what
 a dashboard left open for hours costs.
 
-    python benchmarks/bench_ui_cpu.py [--gpus 4,8] [--seconds 60] [--steady-after 130]
+    python benchmarks/bench_ui_cpu.py [--gpus 4,8] [--seconds 60] [--steady-after 130] [--demo]
 
 Prints, per GPU count: each program's CPU (% of one core) and RSS, and engram-top's ratio to
 nvitop. Needs tmux, gcc and nvitop (the test extras install it). Figures, not pass/fail.
@@ -160,6 +160,29 @@ def window(pids: dict[str, int], seconds: float) -> dict[str, dict[str, float]]:
             for name, pid in pids.items()}
 
 
+def measure_demo(seconds: float, settle: float, work: Path) -> dict[str, float]:
+    """The demo (its own simulated server, a steady load of 8 streams): its dashboard's CPU
+    apart from its load driver's, which runs in a process of its own."""
+    env = {"TERM": "xterm-256color", "HOME": str(work), "XDG_STATE_HOME": str(work / "state")}
+    socket = work / "tmux.sock"
+    demo = Tmux("demo", socket, [str(BIN / "engram-top"), "demo", "--no-record"], env)
+    try:
+        ui = wait_for(demo.pid, 10, "the demo's pane")
+
+        def driver() -> int | None:
+            for child in psutil.Process(ui).children(recursive=True):
+                if "scenarios.load_process" in " ".join(child.cmdline()):
+                    return child.pid
+            return None
+
+        load = wait_for(driver, 120, "the demo's load to start")
+        time.sleep(settle)
+        pids = {"dashboard": ui, "load driver": load}
+        return {name: r["cpu_pct"] for name, r in window(pids, seconds).items()}
+    finally:
+        demo.kill()
+
+
 def _healthy(httpx, port: int) -> bool:  # type: ignore[no-untyped-def]
     try:
         return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
@@ -173,6 +196,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="each window's length")
     ap.add_argument("--steady-after", type=float, default=130.0,
                     help="seconds after the first frame the steady window starts")
+    ap.add_argument("--demo", action="store_true",
+                    help="also the demo: its dashboard's CPU apart from its load driver's")
     args = ap.parse_args()
     if shutil.which("tmux") is None:
         raise SystemExit("bench_ui_cpu: tmux not found (apt-get install tmux)")
@@ -189,6 +214,12 @@ def main() -> int:
                   f"nvitop {n['cpu_pct']:.2f}% CPU, {n['rss_mib']:.0f} MiB; "
                   f"engram-top attach {e['cpu_pct']:.2f}% CPU, {e['rss_mib']:.0f} MiB; "
                   f"ratio {e['cpu_pct'] / n['cpu_pct']:.2f}", flush=True)
+    if args.demo:
+        with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
+            d = measure_demo(args.seconds, 30.0, Path(tmp))
+        print(f"demo, under its load ({args.seconds:g} s at {COLS}x{ROWS}): dashboard "
+              f"{d['dashboard']:.2f}% CPU, load driver (its own process) "
+              f"{d['load driver']:.2f}% CPU", flush=True)
     return 0
 
 

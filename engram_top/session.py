@@ -40,7 +40,7 @@ from scenarios.statelock import StateLock
 from scenarios.supervisor import Run, Supervisor, SupervisorError
 
 if TYPE_CHECKING:
-    from scenarios import workload
+    from scenarios.load_process import LoadProcess
 
 # How the start-up phases read in a sentence ("waiting for the server's port (loading
 # weights)").
@@ -142,7 +142,7 @@ class Session:
         self.alerts = AlertWatch(self.store, options.thresholds)
         self.store.node = (f"simulated {self.ref.gpus}x {self.ref.gpu_name}" if self.simulated
                            else socket.gethostname())
-        self.load: workload.ClosedLoopLoad | None = None
+        self.load: LoadProcess | None = None
         self.run: Run | None = None
         # What is polled, by name: this node's GPUs and host, the watched server, and any
         # source added later (a Prometheus for many nodes); each in its own loop.
@@ -293,6 +293,8 @@ class Session:
         remove our temporary folder. Safe after close(), and twice."""
         if self._closed:
             return
+        if self.load is not None:
+            self.load.stop_now()
         if hasattr(self, "supervisor"):
             self.supervisor.close_now(self.options.leave_running)
         self._release()
@@ -544,10 +546,11 @@ class Session:
         spec = self.options.load
         if spec is None:
             return
-        from scenarios.workload import ClosedLoopLoad  # with httpx: only once a load runs
-        self.load = ClosedLoopLoad(sc.url, concurrency=spec.concurrency, input_len=spec.input_len,
-                                   output_len=spec.output_len, range_ratio=spec.range_ratio,
-                                   seed=spec.seed, api_key=sc.api_key)
+        # A process of its own: what the dashboard costs is then the dashboard's alone.
+        from scenarios.load_process import LoadProcess
+        self.load = LoadProcess(sc.url, concurrency=spec.concurrency, input_len=spec.input_len,
+                                output_len=spec.output_len, range_ratio=spec.range_ratio,
+                                seed=spec.seed, api_key=sc.api_key)
         await self.load.start()
         self.store.event("info", f"load started: {spec.concurrency} streams, closed loop")
 
