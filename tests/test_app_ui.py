@@ -270,3 +270,16 @@ def test_the_header_keeps_the_scenario_and_its_state_whatever_the_width() -> Non
     store.run.state = "stopped"
     text = header(store, NOW, width=120).plain
     assert "STOPPED · it had been ready in 27.3 s" in text and "STOPPED in" not in text
+
+
+def test_a_starting_header_and_the_scenario_list_fit_a_100_column_terminal() -> None:
+    from engram_top.app.panels import PHASE_SHORT, header
+    store = scene_store()
+    run = store.run
+    run.state, run.phase, run.ready_at = "starting", "weights", None
+    run.launched_at, run.expected_ready_s = NOW - 12.3, 27.3
+    text = header(store, NOW, width=98).plain
+    assert len(text.rstrip()) <= 98
+    assert "host-prefetch · STARTING" in text and "loading weights · 12.3 s of ~27.3 s" in text
+    # The list's state column holds its phase whole ("▸ weights", not "▸ loading wei–").
+    assert all(len(f"▸ {label}") <= 11 for label in PHASE_SHORT.values())
