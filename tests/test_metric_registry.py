@@ -90,8 +90,13 @@ def test_the_compare_screen_shows_it(registered: Metric) -> None:
     store = filled_store()
     console = Console(width=200, record=True)
     console.print(comparison_table(compare(TRIALS, "device"), store))
-    line = next(t for t in console.export_text().splitlines() if LABEL in t)
-    assert "latency" in line and "600.0" in line and "513.5 -14.4%" in line
+    lines = console.export_text().splitlines()
+    at = next(i for i, t in enumerate(lines) if LABEL in t)
+    assert "600.0" in lines[at] and "513.5 -14.4%" in lines[at]
+    # Under its panel's heading: the nearest heading row above it is "latency".
+    headings = [t.split("│")[1].strip() for t in lines[:at]
+                if t.startswith("│") and "(" not in t.split("│")[1]]
+    assert headings[-1] == "latency"
 
 
 def test_the_bench_report_shows_it(registered: Metric, tmp_path: Path) -> None:

@@ -585,9 +585,10 @@ class EngramTopApp(App[int]):
     async def _write_snapshot(self, taken: snapshot.Prepared) -> None:
         # A thread for the files; the result is told here, on the loop. Quitting meanwhile
         # cancels this worker, not the write: Python waits for the thread before it exits.
+        from engram_top.snapshot import SnapshotError  # loaded by action_snapshot already
         try:
             path = await asyncio.to_thread(taken.write)
-        except snapshot.SnapshotError as exc:  # nothing half-written; the app goes on
+        except SnapshotError as exc:  # nothing half-written; the app goes on
             self._snapshot_failed(exc)
         except Exception as exc:  # a bug must still be seen, not lost with the worker
             self._snapshot_failed(RuntimeError(f"{type(exc).__name__}: {exc}"))
