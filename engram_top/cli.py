@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="take it from a running SGLang server (never stopped)")
     source.add_argument("--recording", type=Path, metavar="PATH", default=None,
                         help="take it from a recording, at --at seconds (default: its end)")
+    source.add_argument("--fleet-demo", action="store_true",
+                        help="take it from --nodes simulated nodes through a real Prometheus "
+                             "(its snapshot.json has a `nodes` list)")
+    snap.add_argument("--nodes", type=int, default=8, metavar="N",
+                      help="with --fleet-demo: how many simulated nodes (default 8)")
     snap.add_argument("--at", type=_non_negative, default=None, metavar="S",
                       help="with --recording: the moment, in seconds from its start")
     snap.add_argument("--session", type=int, default=None, metavar="N",
@@ -88,6 +93,24 @@ def build_parser() -> argparse.ArgumentParser:
                       help="give up if not ready by then (default: 3x the expected start-up)")
     snap.add_argument("--out", type=Path, default=Path("snapshots"),
                       help="the snapshot folder is made under this one (default: ./snapshots)")
+
+    fl = sub.add_parser("fleet", help="many nodes through Prometheus: placement, HBM, KV, host "
+                                      "RAM, latency and alerts, a row per node")
+    where = fl.add_mutually_exclusive_group(required=True)
+    where.add_argument("--prometheus", metavar="URL", default=None,
+                       help="a Prometheus (or anything speaking its query API) that scrapes "
+                            "dcgm-exporter, node-exporter and SGLang's /metrics")
+    where.add_argument("--demo", action="store_true",
+                       help="start --nodes simulated nodes and a real Prometheus scraping them")
+    fl.add_argument("--nodes", type=int, default=8, metavar="N",
+                    help="with --demo: how many simulated nodes (default 8)")
+    fl.add_argument("--interval", type=_positive, default=5.0, metavar="S",
+                    help="seconds between refreshes (default 5)")
+    fl.add_argument("--window", default=None, metavar="RANGE",
+                    help="PromQL range of the latency and throughput rates (default 1m; "
+                         "with --demo 20s)")
+    fl.add_argument("--config", type=Path, default=None, metavar="PATH",
+                    help="the config file whose [alerts] thresholds apply")
 
     run = sub.add_parser("run", help="the dashboard over a scenario file: start, stop, switch")
     run.add_argument("scenario_file", type=Path)
@@ -201,8 +224,14 @@ def _main(argv: list[str]) -> int:
         return server.main(args=args)
     if args.command == "demo":
         return run_demo(args)
+    if args.command == "snapshot" and args.fleet_demo:
+        from engram_top.fleet_cli import take_fleet_snapshot
+        return run_until_signal(lambda: take_fleet_snapshot(args), "snapshot")
     if args.command == "snapshot":
         return run_until_signal(lambda: take_snapshot(args), "snapshot")
+    if args.command == "fleet":
+        from engram_top.fleet_cli import run_fleet
+        return run_fleet(args)
     if args.command == "run":
         return run_file(args)
     if args.command == "attach":

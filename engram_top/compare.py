@@ -52,6 +52,9 @@ class RunResult:
     e2e_mean_s: float | None = None
     ttft_p99_s: float | None = None
     tpot_p99_s: float | None = None
+    # Medians: where only quantiles exist (a fleet through Prometheus's histograms).
+    ttft_p50_s: float | None = None
+    tpot_p50_s: float | None = None
     output_tok_s: float | None = None
     request_per_s: float | None = None
     completed: int = 0

@@ -22,6 +22,7 @@ from engram_top.store import RunFacts, RunStore
 
 if TYPE_CHECKING:  # the comparison's code loads when a comparison is made
     from engram_top.compare import Comparison, RunResult
+    from engram_top.metrics import Registry
 from engram_top.views import (
     EngramTableView,
     EngramView,
@@ -380,7 +381,8 @@ def run_results(runs: list[RunFacts], source: str = "live") -> list[RunResult]:
 
 def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
                extra: Sequence[RunResult] = (), reference: Reference | None = None,
-               price_per_gpu_hour: float | None = None) -> Comparison | None:
+               price_per_gpu_hour: float | None = None,
+               metrics: Registry | None = None) -> Comparison | None:
     """The comparison of a session's runs (repeats are trials) and of runs loaded from
     files (--compare-with), at a price: the compare screen's, and the one a snapshot writes
     into both snapshot.json and summary.md. The baseline is `baseline` when it is among them,
@@ -397,8 +399,9 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
         device = [r.scenario for r in results if r.placement == "device"]
         baseline = (device or names)[0]
     from engram_top.compare import compare
+    more = {} if metrics is None else {"metrics": metrics}  # else compare's own default
     return compare(results, baseline, reference=reference,
-                   price_per_gpu_hour=price_per_gpu_hour)
+                   price_per_gpu_hour=price_per_gpu_hour, **more)
 
 
 def serves(run: RunFacts, model: str) -> bool:

@@ -20,7 +20,7 @@ from textual.widgets import Static
 from collectors.units import pct_change
 from engram_top import facts
 from engram_top.compare import Cell, Comparison, Row, RunResult
-from engram_top.metrics import Metric
+from engram_top.metrics import Metric, Registry
 from engram_top.reference import Reference
 from engram_top.store import RunStore
 
@@ -97,8 +97,10 @@ class CompareScreen(ModalScreen[None]):
 
     def __init__(self, store: RunStore, *, extra: list[RunResult] | None = None,
                  reference: Reference | None = None,
-                 price_per_gpu_hour: float | None = None) -> None:
+                 price_per_gpu_hour: float | None = None,
+                 metrics: Registry | None = None) -> None:
         super().__init__()
+        self.metrics = metrics
         self.store = store
         self.extra = list(extra or [])
         self.reference = reference
@@ -118,7 +120,8 @@ class CompareScreen(ModalScreen[None]):
 
     def _comparison(self) -> Comparison | None:
         return facts.comparison(self.store.runs, baseline=self.baseline, extra=self.extra,
-                                reference=self.reference, price_per_gpu_hour=self.price)
+                                reference=self.reference, price_per_gpu_hour=self.price,
+                                metrics=self.metrics)
 
     def _draw(self) -> None:
         c = self._comparison()

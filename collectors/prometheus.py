@@ -1,0 +1,303 @@
+"""A fleet read through Prometheus's HTTP API: a few aggregated PromQL queries per refresh,
+grouped into one reading per node.
+
+Which node a series belongs to: its `node` label where the scrape config sets one (the usual
+relabelling: one label naming the machine across every exporter on it), else dcgm-exporter's
+`Hostname` (`hostname` on dcgm-exporter's main branch since 2026-05), else the host part of
+`instance` (exporters on one machine differ only in port). A `placement` label, where the
+config sets one, names the node's Engram placement; nothing in SGLang's metrics says it.
+
+Names: dcgm-exporter's DCGM_FI_* (MiB, %, W, bytes/s), node-exporter's node_memory_*, and
+SGLang's own series under both spellings (`sglang:` and `sglang_`, as some relabelling
+pipelines and remote-write stores rewrite the colon).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from collectors.pages import PageClient, PageError
+from collectors.readings import Reading, Status
+from collectors.source import LOCAL, Keyed, SourceKey
+from collectors.units import MIB
+
+DEADLINE_S = 5.0
+LIMIT_BYTES = 32 * 1024 * 1024
+NODE_LABELS = ("node", "Hostname", "hostname", "instance")
+GROUP = "node, Hostname, hostname, instance, placement"
+
+GPU_FIELDS = {
+    "DCGM_FI_DEV_FB_USED": "used_mib", "DCGM_FI_DEV_FB_FREE": "free_mib",
+    "DCGM_FI_DEV_FB_RESERVED": "reserved_mib", "DCGM_FI_DEV_GPU_UTIL": "util_pct",
+    "DCGM_FI_DEV_POWER_USAGE": "power_w", "DCGM_FI_PROF_PCIE_TX_BYTES": "pcie_tx",
+    "DCGM_FI_PROF_PCIE_RX_BYTES": "pcie_rx", "DCGM_FI_PROF_NVLINK_TX_BYTES": "nvlink_tx",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": "nvlink_rx",
+}
+HOST_FIELDS = {
+    "node_memory_MemTotal_bytes": "total", "node_memory_MemAvailable_bytes": "available",
+    "node_memory_Shmem_bytes": "shmem", "node_memory_HugePages_Total": "huge_total",
+    "node_memory_HugePages_Free": "huge_free", "node_memory_Hugepagesize_bytes": "huge_size",
+    "node_memory_SwapTotal_bytes": "swap_total", "node_memory_SwapFree_bytes": "swap_free",
+}
+SERVER_FIELDS = ("token_usage", "full_token_usage", "swa_token_usage", "num_running_reqs",
+                 "num_queue_reqs", "max_total_num_tokens", "gen_throughput",
+                 "weight_memory_usage_gb")
+LATENCY = {  # figure -> (histogram, quantile)
+    "ttft_p50": ("time_to_first_token_seconds", 0.5),
+    "ttft_p99": ("time_to_first_token_seconds", 0.99),
+    "tpot_p50": ("inter_token_latency_seconds", 0.5),
+    "tpot_p99": ("inter_token_latency_seconds", 0.99),
+}
+
+
+def _names(names: Any) -> str:
+    return "|".join(names)
+
+
+def queries(window: str = "1m") -> dict[str, str]:
+    """The whole refresh: five expressions, whatever the fleet's size."""
+    sglang = f'{{__name__=~"sglang[:_]({_names(SERVER_FIELDS)})"}}'
+    parts = []
+    for figure, (hist, q) in LATENCY.items():
+        parts.append(
+            f'label_replace(histogram_quantile({q}, sum by (le, {GROUP}) (rate('
+            f'{{__name__=~"sglang[:_]{hist}_bucket"}}[{window}]))), "figure", "{figure}", "", "")')
+    parts.append(f'label_replace(sum by ({GROUP}) (rate('
+                 f'{{__name__=~"sglang[:_]generation_tokens_total"}}[{window}])), '
+                 '"figure", "output_tok_s", "", "")')
+    return {
+        "gpu": f'{{__name__=~"{_names(GPU_FIELDS)}"}}',
+        "host": f'{{__name__=~"{_names(HOST_FIELDS)}"}}',
+        # Every rank's scheduler may report (--enable-metrics-for-all-schedulers): the
+        # fullest rank speaks for the server.
+        "server": f"max by (__name__, {GROUP}) ({sglang})",
+        "latency": " or ".join(parts),
+        "up": "up",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGpu:
+    index: str
+    model: str = ""
+    used_bytes: int | None = None
+    free_bytes: int | None = None
+    reserved_bytes: int | None = None
+    util_pct: float | None = None
+    power_w: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    pcie_tx_bytes_per_s: float | None = None
+
+    @property
+    def total_bytes(self) -> int | None:
+        # dcgm-exporter's default fields carry no total: used + free + reserved is it.
+        parts = (self.used_bytes, self.free_bytes, self.reserved_bytes)
+        return None if None in parts else sum(parts)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNodeData:
+    node: str
+    placement: str | None  # the scrape config's `placement` label, where it sets one
+    gpus: tuple[FleetGpu, ...] = ()
+    host: dict[str, float] = field(default_factory=dict)
+    server: dict[str, float] = field(default_factory=dict)
+    latency: dict[str, float] = field(default_factory=dict)  # seconds, tok/s
+    # What this node lacks: "dcgm-exporter (GPU figures)", "node-exporter (host memory)",
+    # "SGLang /metrics", and targets Prometheus cannot scrape ("node-exporter down: ...").
+    missing: tuple[str, ...] = ()
+
+    @property
+    def hbm_used(self) -> tuple[int, int] | None:
+        used = [g.used_bytes for g in self.gpus if g.used_bytes is not None]
+        return (min(used), max(used)) if used else None
+
+
+@dataclass(frozen=True, slots=True)
+class PromStatus:
+    url: str
+    nodes: int
+    series: int
+    query_ms: float  # all the refresh's queries, end to end
+
+
+class PromQLError(PageError):
+    """Prometheus refused a query (bad_data, execution, timeout): its own words."""
+
+
+class PrometheusSource:
+    """One Source for every node a Prometheus scrapes: readings keyed (node, "fleet"), and
+    one (LOCAL, "prometheus") saying how the server answered."""
+
+    name = "prometheus"
+
+    def __init__(self, url: str, *, window: str = "1m",
+                 headers: dict[str, str] | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.queries = queries(window)
+        self._clients = {k: PageClient(self.url, headers=headers) for k in self.queries}
+        self._failing_since: float | None = None
+
+    async def query(self, key: str) -> list[dict[str, Any]]:
+        page = await self._clients[key].get(
+            "/api/v1/query?query=" + quote(self.queries[key], safe=""),
+            deadline_s=DEADLINE_S, limit_bytes=LIMIT_BYTES)
+        try:
+            body = page.json()
+        except ValueError as exc:
+            raise PageError(f"{self.url}: the answer to the {key} query is not JSON "
+                            f"(HTTP {page.status_code})") from exc
+        if not isinstance(body, dict) or body.get("status") != "success":
+            what = body.get("error", "") if isinstance(body, dict) else ""
+            kind = body.get("errorType", "") if isinstance(body, dict) else ""
+            raise PromQLError(f"{self.url}: the {key} query was refused "
+                              f"(HTTP {page.status_code} {kind}: {what})")
+        result = body.get("data", {}).get("result", [])
+        return result if isinstance(result, list) else []
+
+    async def poll(self) -> list[Keyed]:
+        started = time.monotonic()
+        try:
+            # Concurrently, each on its own connection: the refresh takes the slowest query.
+            answers = await asyncio.gather(*(self.query(k) for k in self.queries))
+        except (PageError, TimeoutError, OSError) as exc:
+            self._failing_since = self._failing_since or started
+            message = str(exc) or type(exc).__name__
+            if isinstance(exc, TimeoutError):
+                message = f"{self.url}: no whole answer within {DEADLINE_S:g} s"
+            return [(SourceKey(LOCAL, "prometheus"), Reading(
+                "prometheus", Status.ERROR, message=f"Prometheus: {message}",
+                failing_since=self._failing_since))]
+        self._failing_since = None
+        results = dict(zip(self.queries, answers, strict=True))
+        nodes = group(results)
+        ms = (time.monotonic() - started) * 1000
+        series = sum(len(r) for r in answers)
+        out: list[Keyed] = [(SourceKey(node, "fleet"), Reading("fleet", Status.OK, data=data))
+                            for node, data in nodes.items()]
+        out.append((SourceKey(LOCAL, "prometheus"), Reading(
+            "prometheus", Status.OK, data=PromStatus(self.url, len(nodes), series, ms))))
+        return out
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+
+
+def host_of(instance: str) -> str:
+    """"10.0.0.7:9400" -> "10.0.0.7", "[fe80::1]:9100" -> "[fe80::1]"; else as it is."""
+    if instance.startswith("["):
+        return instance.split("]", 1)[0] + "]"
+    return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
+
+
+def node_of(labels: dict[str, str], aliases: dict[str, str] | None = None) -> str:
+    """The node a series describes. `aliases` maps an instance's host to the Hostname that
+    dcgm-exporter gave on that host, so the same machine's node-exporter and SGLang series
+    (which carry no Hostname) land on the same node."""
+    for name in NODE_LABELS[:-1]:
+        if labels.get(name):
+            return labels[name]
+    instance = labels.get("instance")
+    if not instance:
+        return "?"
+    host = host_of(instance)
+    return (aliases or {}).get(host, host)
+
+
+def _value(sample: dict[str, Any]) -> float | None:
+    try:
+        v = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def group(results: dict[str, list[dict[str, Any]]]) -> dict[str, FleetNodeData]:
+    """The queries' series, one FleetNodeData per node (sorted by name)."""
+    placement: dict[str, str] = {}
+    gpus: dict[str, dict[str, dict[str, Any]]] = {}
+    host: dict[str, dict[str, float]] = {}
+    server: dict[str, dict[str, float]] = {}
+    latency: dict[str, dict[str, float]] = {}
+    down: dict[str, list[str]] = {}
+    jobs: dict[str, set[str]] = {}
+
+    aliases = {host_of(s["metric"]["instance"]): s["metric"].get("Hostname")
+               or s["metric"].get("hostname")
+               for s in results.get("gpu", []) if isinstance(s.get("metric"), dict)
+               and s["metric"].get("instance") and not s["metric"].get("node")
+               and (s["metric"].get("Hostname") or s["metric"].get("hostname"))}
+
+    def seen(labels: dict[str, str]) -> str:
+        node = node_of(labels, aliases)
+        if labels.get("placement"):
+            placement[node] = labels["placement"]
+        return node
+
+    for s in results.get("gpu", []):
+        labels, v = s.get("metric", {}), _value(s)
+        node = seen(labels)
+        gpu = gpus.setdefault(node, {}).setdefault(labels.get("gpu", "?"), {
+            "model": labels.get("modelName", "")})
+        field_name = GPU_FIELDS.get(labels.get("__name__", ""))
+        if field_name and v is not None:
+            gpu[field_name] = v
+    for s in results.get("host", []):
+        labels, v = s.get("metric", {}), _value(s)
+        name = HOST_FIELDS.get(labels.get("__name__", ""))
+        if name and v is not None:
+            host.setdefault(seen(labels), {})[name] = v
+    for s in results.get("server", []):
+        labels, v = s.get("metric", {}), _value(s)
+        name = labels.get("__name__", "")[len("sglang:"):]
+        if name in SERVER_FIELDS and v is not None:
+            server.setdefault(seen(labels), {})[name] = v
+    for s in results.get("latency", []):
+        labels, v = s.get("metric", {}), _value(s)
+        node = seen(labels)
+        if v is not None and labels.get("figure"):
+            latency.setdefault(node, {})[labels["figure"]] = v
+    for s in results.get("up", []):
+        labels = s.get("metric", {})
+        node = seen(labels)
+        job = labels.get("job", "?")
+        jobs.setdefault(node, set()).add(job)
+        if _value(s) == 0:
+            down.setdefault(node, []).append(f"{job} down ({labels.get('instance', '?')})")
+    names = sorted(set(gpus) | set(host) | set(server) | set(latency) | set(jobs))
+    out: dict[str, FleetNodeData] = {}
+    for node in names:
+        missing = []
+        if node not in gpus:
+            missing.append("dcgm-exporter (GPU figures)")
+        if node not in host:
+            missing.append("node-exporter (host memory)")
+        if node not in server:
+            missing.append("SGLang /metrics")
+        missing += down.get(node, [])
+        out[node] = FleetNodeData(
+            node=node, placement=placement.get(node),
+            gpus=tuple(_gpu(i, g) for i, g in sorted(gpus.get(node, {}).items(),
+                                                       key=lambda kv: _index(kv[0]))),
+            host=host.get(node, {}), server=server.get(node, {}),
+            latency=latency.get(node, {}), missing=tuple(missing))
+    return out
+
+
+def _index(text: str) -> tuple[int, str]:
+    return (int(text), "") if text.isdigit() else (1 << 30, text)
+
+
+def _gpu(index: str, g: dict[str, Any]) -> FleetGpu:
+    def mib(name: str) -> int | None:
+        return int(g[name] * MIB) if name in g else None
+    return FleetGpu(index=index, model=g.get("model", ""), used_bytes=mib("used_mib"),
+                    free_bytes=mib("free_mib"), reserved_bytes=mib("reserved_mib"),
+                    util_pct=g.get("util_pct"), power_w=g.get("power_w"),
+                    pcie_rx_bytes_per_s=g.get("pcie_rx"), pcie_tx_bytes_per_s=g.get("pcie_tx"))

@@ -1,0 +1,377 @@
+"""The fleet screen: one row per node that Prometheus reports, sortable and filtered, with a
+node's detail on Enter and the placements compared across nodes on `c`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from collectors.units import GIB, gb_per_s, gib, latency, percent, rate, tokens
+from engram_top.app.compare_screen import CompareScreen
+from engram_top.fleet import FleetRow, FleetSession
+from engram_top.store import RunStore
+
+DASH = "–"
+
+
+def _ms(v: float | None) -> str:
+    return DASH if v is None else f"{v * 1000:,.0f}"
+
+
+def _pair(a: str, b: str) -> str:
+    return f"{a}/{b}"
+
+
+def _hbm(r: FleetRow) -> str:
+    if r.hbm_min is None or r.hbm_max is None:
+        return DASH
+    lo, hi = r.hbm_min / GIB, r.hbm_max / GIB
+    return f"{hi:.1f}" if abs(hi - lo) < 0.05 else f"{lo:.1f}–{hi:.1f}"
+
+
+def _kv(r: FleetRow) -> str:
+    if r.kv_usage is None:
+        return DASH
+    if r.kv_swa is None:
+        return percent(r.kv_usage, 0)
+    return f"{percent(r.kv_full or r.kv_usage, 0)}/{percent(r.kv_swa, 0)}"
+
+
+# (key, heading, width, text of a row, sort key, shown from this terminal width on)
+Column = tuple[str, str, int, Callable[[FleetRow], str], Callable[[FleetRow], Any], int]
+COLUMNS: tuple[Column, ...] = (
+    ("node", "node", 9, lambda r: r.node, lambda r: r.node, 0),
+    ("placement", "placement", 13, lambda r: r.placement, lambda r: r.placement, 0),
+    ("state", "state", 9, lambda r: r.state, lambda r: r.state, 0),
+    ("hbm", "HBM/GPU GiB", 11, _hbm, lambda r: r.hbm_max or 0, 0),
+    ("kv", "KV full/SWA", 11, _kv, lambda r: r.kv_usage or 0, 0),
+    ("kvcap", "KV cap", 7, lambda r: tokens(r.kv_tokens), lambda r: r.kv_tokens or 0, 150),
+    ("host", "host used/free GiB", 18,
+     lambda r: _pair(gib(r.host_used, 0), gib(r.host_available, 0)),
+     lambda r: r.host_available_pct if r.host_available_pct is not None else 101, 0),
+    ("ttft", "TTFT p50/p99 ms", 15, lambda r: _pair(_ms(r.ttft_p50), _ms(r.ttft_p99)),
+     lambda r: r.ttft_p99 or 0, 120),
+    ("tpot", "TPOT p50/p99 ms", 15, lambda r: _pair(_ms(r.tpot_p50), _ms(r.tpot_p99)),
+     lambda r: r.tpot_p99 or 0, 135),
+    ("tok", "out tok/s", 9, lambda r: DASH if r.output_tok_s is None else f"{r.output_tok_s:,.0f}",
+     lambda r: r.output_tok_s or 0, 110),
+    ("alerts", "alerts", 24, lambda r: ", ".join(r.alerts + r.missing[:1]) or "",
+     lambda r: (-len(r.alerts), r.node), 0),
+)
+
+
+def columns_for(width: int) -> list[Column]:
+    return [c for c in COLUMNS if width >= c[5]]
+
+
+class NodeScreen(ModalScreen[None]):
+    """One node as Prometheus reports it: its GPUs, host memory, server and latency."""
+
+    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
+
+    def __init__(self, session: FleetSession, node: str) -> None:
+        super().__init__()
+        self.session = session
+        self.node = node
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="node-detail"):
+            yield Static(id="node-text")
+
+    def on_mount(self) -> None:
+        self.query_one("#node-detail", VerticalScroll).focus()
+        self.set_interval(1.0, self.draw)
+        self.draw()
+
+    def draw(self) -> None:
+        self.query_one("#node-text", Static).update(node_text(self.session, self.node))
+
+
+def _swap_used(h: dict[str, float]) -> float | None:
+    return h["swap_total"] - h["swap_free"] if "swap_total" in h and "swap_free" in h else None
+
+
+def node_text(session: FleetSession, node: str) -> Text:
+    entry = session.nodes.get(node)
+    t = Text()
+    if entry is None:
+        return Text(f"{node}: Prometheus reports nothing for this node")
+    at, data = entry
+    r = next((x for x in session.rows() if x.node == node), None)
+    assert r is not None
+    t.append(f"{node}", style="bold")
+    t.append(f"  placement {r.placement}" + (" (inferred from host memory)"
+                                              if r.placement_inferred else ""))
+    t.append(f"  ·  {r.state}  ·  read {time.monotonic() - at:.0f} s ago\n\n")
+    t.append("HBM per GPU (dcgm-exporter)\n", style="bold")
+    for g in data.gpus:
+        total = g.total_bytes
+        pct = f" {100 * g.used_bytes / total:4.1f}%" if total and g.used_bytes else ""
+        t.append(f"  GPU {g.index:>2}  used {gib(g.used_bytes)} of {gib(total)} GiB{pct}"
+                 f"  reserved {gib(g.reserved_bytes)}  util "
+                 f"{DASH if g.util_pct is None else f'{g.util_pct:.0f}%'}  power "
+                 f"{DASH if g.power_w is None else f'{g.power_w:.0f} W'}  PCIe rx "
+                 f"{gb_per_s(g.pcie_rx_bytes_per_s)} GB/s\n")
+    if not data.gpus:
+        t.append("  no GPU series\n", style="yellow")
+    t.append("\nKV pool (SGLang)\n", style="bold")
+    t.append(f"  usage {percent(r.kv_usage)}  full {percent(r.kv_full)}  SWA "
+             f"{percent(r.kv_swa)}  capacity {tokens(r.kv_tokens)} tokens  weights/GPU "
+             f"{DASH if r.weights_gb is None else f'{r.weights_gb:.3f} GB'}  running "
+             f"{DASH if r.running is None else f'{r.running:.0f}'}\n")
+    h = data.host
+    t.append("\nhost RAM (node-exporter)\n", style="bold")
+    t.append(f"  used {gib(r.host_used)} GiB  available {gib(r.host_available)} GiB of "
+             f"{gib(r.host_total)}  shared {gib(h.get('shmem'))}  huge pages "
+             f"{int(h['huge_total']) if 'huge_total' in h else DASH}  swap used "
+             f"{gib(_swap_used(h))}\n")
+    t.append("\nlatency (Prometheus histogram_quantile over the rate window)\n", style="bold")
+    t.append(f"  TTFT p50 {latency(r.ttft_p50)}  p99 {latency(r.ttft_p99)}   TPOT p50 "
+             f"{latency(r.tpot_p50)}  p99 {latency(r.tpot_p99)}   output "
+             f"{rate(r.output_tok_s, 'tok/s')}\n")
+    if r.alerts:
+        t.append("\n" + "\n".join(f"⚠ {a}" for a in r.alerts) + "\n", style="bold yellow")
+    if r.missing:
+        t.append("\nmissing: " + "; ".join(r.missing) + "\n", style="yellow")
+    return t
+
+
+class FleetApp(App[int]):
+    TITLE = "engram-top fleet"
+    CSS = """
+    #fleet-header { height: auto; padding: 0 1; }
+    #fleet { height: 1fr; }
+    #filter { dock: bottom; display: none; }
+    #filter.-shown { display: block; }
+    NodeScreen { align: center middle; }
+    #node-detail { width: 95%; height: 90%; border: round $accent; padding: 0 1;
+                   background: $surface; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("enter", "detail", "Node", priority=True),
+        Binding("o", "sort", "Sort"),
+        Binding("r", "reverse", "Reverse"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("c", "compare", "Compare"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    def __init__(self, session: FleetSession, *, own_process: bool = False,
+                 borrowed: bool = False) -> None:
+        super().__init__()
+        self.session = session
+        self.own_process = own_process
+        # A session someone else polls and closes (a headless snapshot's): drawn, not run.
+        self.borrowed = borrowed
+        self.sort_key = "node"
+        self.descending = False
+        self.filter_text = ""
+        self.crash: BaseException | None = None
+        self.stopped_by: signal.Signals | None = None
+        self._shown: list[str] = []
+        self._drawn: tuple[Any, ...] | None = None
+        self._closed = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-header")
+        yield DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
+        yield Input(placeholder="filter: words, or column=value (placement=host state=stale)",
+                    id="filter")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        if self.own_process:
+            self._handle_signals(True)
+        if not self.borrowed:
+            self.session.on_poll = self.refresh_fleet
+            await self.session.start()
+        self.set_interval(1.0, self.refresh_fleet)
+        self.refresh_fleet()
+
+    # ------------------------------------------------------------------ drawing
+    def rows(self) -> list[FleetRow]:
+        rows = [r for r in self.session.rows() if r.matches(self.filter_text)]
+        key = next(c[4] for c in COLUMNS if c[0] == self.sort_key)
+        return sorted(rows, key=key, reverse=self.descending)
+
+    def refresh_fleet(self) -> None:
+        if not self.is_mounted:
+            return
+        with contextlib.suppress(Exception):  # torn down meanwhile: nothing to draw on
+            self.query_one("#fleet-header", Static).update(self.header())
+        table = self.query_one("#fleet", DataTable)
+        cols = columns_for(self.size.width)
+        rows = self.rows()
+        cells = [tuple(self._cell(c, r) for c in cols) for r in rows]
+        drawn = (tuple(c[0] for c in cols), tuple(cells), self.sort_key, self.descending)
+        if drawn == self._drawn:
+            return
+        self._drawn = drawn
+        keep = table.cursor_row
+        table.clear(columns=True)
+        for c in cols:
+            mark = (" ▼" if self.descending else " ▲") if c[0] == self.sort_key else ""
+            table.add_column(c[1] + mark, key=c[0], width=max(c[2], len(c[1]) + 2))
+        for r, row_cells in zip(rows, cells, strict=True):
+            table.add_row(*row_cells, key=r.node)
+        self._shown = [r.node for r in rows]
+        if rows:
+            table.move_cursor(row=min(keep, len(rows) - 1))
+
+    @staticmethod
+    def _cell(c: Column, r: FleetRow) -> Text:
+        text = c[3](r)
+        style = ""
+        if c[0] == "alerts" and r.alerts:
+            style = "bold red" if "server silent" in r.alerts else "bold yellow"
+        elif (c[0] == "alerts" and r.missing
+              or c[0] == "state" and r.state in ("stale", "no server")):
+            style = "yellow"
+        elif c[0] == "placement" and r.placement_inferred:
+            style = "dim"
+        return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+
+    def header(self) -> Text:
+        s = self.session
+        t = Text()
+        t.append("engram-top fleet", style="bold")
+        t.append(f"  ·  {s.url}  ·  ")
+        rows = s.rows()
+        shown = sum(1 for r in rows if r.matches(self.filter_text))
+        t.append(f"{len(rows)} nodes" + (f", {shown} shown" if self.filter_text else ""))
+        alerts = sum(1 for r in rows if r.alerts)
+        if alerts:
+            t.append(f"  ·  {alerts} with alerts", style="bold yellow")
+        status = s.status
+        if status is None:
+            t.append("\nasking Prometheus…", style="dim")
+        elif not status.ok:
+            since = status.failing_since or status.at
+            t.append(f"\n{status.message}", style="bold red")
+            wall = time.time() - (time.monotonic() - since)
+            kept = "; the figures below are the last it gave" if rows else ""
+            t.append(f"  (since {time.strftime('%H:%M:%S', time.localtime(wall))}{kept})",
+                     style="red")
+        else:
+            st = s.prom_status()
+            assert st is not None
+            t.append(f"\nread {time.monotonic() - status.at:.0f} s ago  ·  {st.series} series "
+                     f"in {st.query_ms:.0f} ms  ·  every {s.interval:g} s", style="dim")
+        if self.filter_text:
+            t.append(f"  ·  filter: {self.filter_text}", style="bold")
+        return t
+
+    # ------------------------------------------------------------------ actions
+    def action_sort(self) -> None:
+        keys = [c[0] for c in columns_for(self.size.width)]
+        i = keys.index(self.sort_key) if self.sort_key in keys else -1
+        self.sort_key = keys[(i + 1) % len(keys)]
+        self.refresh_fleet()
+
+    def action_reverse(self) -> None:
+        self.descending = not self.descending
+        self.refresh_fleet()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        if key == self.sort_key:
+            self.descending = not self.descending
+        self.sort_key = key
+        self.refresh_fleet()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("-shown")
+        box.value = self.filter_text
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        self.refresh_fleet()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one("#fleet", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("-shown")
+        self.filter_text = ""
+        self.query_one("#fleet", DataTable).focus()
+        self.refresh_fleet()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Enter in the filter box submits it; on a screen above this one it is that screen's.
+        if action == "detail":
+            return len(self.screen_stack) == 1 and not isinstance(self.focused, Input)
+        return True
+
+    def action_detail(self) -> None:
+        table = self.query_one("#fleet", DataTable)
+        if self._shown and 0 <= table.cursor_row < len(self._shown):
+            self.push_screen(NodeScreen(self.session, self._shown[table.cursor_row]))
+
+    def action_compare(self) -> None:
+        from engram_top import fleet
+        runs = fleet.results(self.rows())
+        if not runs:
+            self.notify("no serving node to compare yet", severity="warning")
+            return
+        self.push_screen(CompareScreen(RunStore(), extra=runs, metrics=fleet.METRICS))
+
+    async def action_quit(self) -> None:
+        await self.close_session()
+        self.exit(0)
+
+    async def close_session(self) -> None:
+        if not self._closed and not self.borrowed:
+            self._closed = True
+            await self.session.close()
+
+    async def on_unmount(self) -> None:
+        if self.own_process:
+            self._handle_signals(False)
+        await self.close_session()
+
+    def _handle_signals(self, on: bool) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                if on:
+                    loop.add_signal_handler(sig, self._on_signal, sig)
+                else:
+                    loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = sig
+            self.call_later(self.action_quit)
+
+    def _handle_exception(self, error: Exception) -> None:
+        if self.crash is None:
+            self.crash = error
+        super()._handle_exception(error)
+        if self.own_process:
+            self._exit_renderables.clear()
+
+
+async def render_svg(session: FleetSession, size: tuple[int, int] = (160, 48)) -> str:
+    """The fleet screen as it draws the session now, as SVG (the session is not touched)."""
+    app = FleetApp(session, borrowed=True)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        app.refresh_fleet()
+        await pilot.pause()
+        return app.export_screenshot()
