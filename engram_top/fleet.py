@@ -205,6 +205,7 @@ class FleetSession:
     polls: int = 0
     on_poll: Callable[[], None] | None = None
     demo: Any = None  # a FleetDemo this session started and stops
+    clock: Callable[[], float] = time.monotonic  # readings' `at` are on this clock
 
     def __post_init__(self) -> None:
         self.source = PrometheusSource(self.url, window=self.window)
@@ -234,7 +235,7 @@ class FleetSession:
         return self.status is not None and self.status.status is Status.OK
 
     def rows(self, now: float | None = None) -> list[FleetRow]:
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         stale = max(3 * self.interval, self.thresholds.server_silent_s)
         return [row(data, now - at, self.thresholds, stale)
                 for _, (at, data) in sorted(self.nodes.items())]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from typing import Any
 
 from helpers import DEMO, GIB
 
@@ -225,3 +226,64 @@ def frozen_time_zone() -> None:
     import os
     os.environ["TZ"] = "UTC"
     time.tzset()
+
+
+# --------------------------------------------------------------------------- the fleet
+
+
+def fleet_results(nodes: int, at: float = 100.0) -> dict[str, list[dict[str, Any]]]:
+    """What Prometheus's five queries would answer for `nodes` simulated nodes, `at` seconds
+    after they started, built from the exporters' own model (no Prometheus, no clock)."""
+    from engram_top.reference import default
+    from engram_top.simnode.fleet import FleetNode
+
+    ref = default()
+    out: dict[str, list[dict[str, Any]]] = {k: [] for k in ("gpu", "host", "server",
+                                                            "latency", "up")}
+
+    def add(kind: str, labels: dict[str, str], value: float) -> None:
+        out[kind].append({"metric": labels, "value": [WALL, repr(float(value))]})
+
+    for i in range(nodes):
+        n = FleetNode(ref, i, 0.0)
+        base = {"node": n.name, "placement": n.placement}
+        for gpu in range(ref.gpus):
+            g = {**base, "gpu": str(gpu), "modelName": ref.gpu_name, "Hostname": n.name}
+            used = n.gpu_used(gpu)
+            add("gpu", {**g, "__name__": "DCGM_FI_DEV_FB_USED"}, used // (1 << 20))
+            add("gpu", {**g, "__name__": "DCGM_FI_DEV_FB_RESERVED"},
+                ref.gpu_reserved_bytes // (1 << 20))
+            add("gpu", {**g, "__name__": "DCGM_FI_DEV_FB_FREE"},
+                (ref.gpu_total_bytes - ref.gpu_reserved_bytes - used) // (1 << 20))
+        for key, value in n.host().items():
+            name = f"node_memory_{key}" + ("" if key.startswith("HugePages_") else "_bytes")
+            add("host", {**base, "__name__": name}, value)
+        usage = n.kv_usage(at)
+        for name, value in (("token_usage", usage), ("full_token_usage", usage),
+                            ("swa_token_usage", usage * 0.6),
+                            ("num_running_reqs", 200), ("max_total_num_tokens",
+                                                        n.plan.kv_tokens),
+                            ("weight_memory_usage_gb", n.plan.weights_bytes / (1 << 30))):
+            add("server", {**base, "__name__": f"sglang:{name}"}, value)
+        st = n.steady
+        for figure, samples, q in (("ttft_p50", st.ttft, 0.5), ("ttft_p99", st.ttft, 0.99),
+                                   ("tpot_p50", st.itl, 0.5), ("tpot_p99", st.itl, 0.99)):
+            add("latency", {**base, "figure": figure},
+                samples[int(q * (len(samples) - 1))] * n.speed)
+        add("latency", {**base, "figure": "output_tok_s"}, st.tokens_per_s / n.speed)
+        for job in ("dcgm-exporter", "node-exporter", "sglang"):
+            add("up", {**base, "job": job, "instance": f"10.0.{i // 250}.{i % 250}:9400"}, 1)
+    return out
+
+
+def fleet_session(nodes: int):  # type: ignore[no-untyped-def]
+    """A FleetSession that polls nothing: its nodes read from fleet_results at NOW."""
+    from collectors.prometheus import PromStatus, group
+    from collectors.readings import Reading, Status
+    from engram_top.fleet import FleetSession
+
+    session = FleetSession("http://127.0.0.1:9090", interval=5.0, clock=lambda: NOW)
+    session.nodes = {name: (NOW, data) for name, data in group(fleet_results(nodes)).items()}
+    session.status = Reading("prometheus", Status.OK, at=NOW, wall=WALL,
+                             data=PromStatus(session.url, nodes, nodes * 40, 12.0))
+    return session

@@ -80,3 +80,22 @@ def test_a_terminal_below_the_smallest_size_says_so(snap_compare) -> None:  # ty
             pilot.app.query_one("#too-small").render()), what="the notice")
 
     assert snap_compare(dashboard(), terminal_size=(80, 24), run_before=drawn)
+
+
+def fleet_app(nodes: int = 32):  # type: ignore[no-untyped-def]
+    from scene import fleet_session
+
+    from engram_top.app.fleet_screen import FleetApp
+    return FleetApp(fleet_session(nodes), borrowed=True)
+
+
+def test_fleet_screen_small(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(fleet_app(), terminal_size=(100, 30))
+
+
+def test_fleet_screen_large(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(fleet_app(), terminal_size=(200, 60))
+
+
+def test_fleet_node_detail(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(fleet_app(), terminal_size=(120, 36), press=["down", "enter", "_"])

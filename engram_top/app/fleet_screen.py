@@ -98,6 +98,10 @@ class NodeScreen(ModalScreen[None]):
         self.query_one("#node-text", Static).update(node_text(self.session, self.node))
 
 
+def _rx(bytes_per_s: float | None) -> str:
+    return DASH if bytes_per_s is None else f"{gb_per_s(bytes_per_s)} GB/s"
+
+
 def _swap_used(h: dict[str, float]) -> float | None:
     return h["swap_total"] - h["swap_free"] if "swap_total" in h and "swap_free" in h else None
 
@@ -113,7 +117,7 @@ def node_text(session: FleetSession, node: str) -> Text:
     t.append(f"{node}", style="bold")
     t.append(f"  placement {r.placement}" + (" (inferred from host memory)"
                                               if r.placement_inferred else ""))
-    t.append(f"  ·  {r.state}  ·  read {time.monotonic() - at:.0f} s ago\n\n")
+    t.append(f"  ·  {r.state}  ·  read {session.clock() - at:.0f} s ago\n\n")
     t.append("HBM per GPU (dcgm-exporter)\n", style="bold")
     for g in data.gpus:
         total = g.total_bytes
@@ -122,7 +126,7 @@ def node_text(session: FleetSession, node: str) -> Text:
                  f"  reserved {gib(g.reserved_bytes)}  util "
                  f"{DASH if g.util_pct is None else f'{g.util_pct:.0f}%'}  power "
                  f"{DASH if g.power_w is None else f'{g.power_w:.0f} W'}  PCIe rx "
-                 f"{gb_per_s(g.pcie_rx_bytes_per_s)} GB/s\n")
+                 f"{_rx(g.pcie_rx_bytes_per_s)}\n")
     if not data.gpus:
         t.append("  no GPU series\n", style="yellow")
     t.append("\nKV pool (SGLang)\n", style="bold")
@@ -221,9 +225,13 @@ class FleetApp(App[int]):
         self._drawn = drawn
         keep = table.cursor_row
         table.clear(columns=True)
-        for c in cols:
+        widths = [max(c[2], len(c[1]) + 2) for c in cols]
+        # The last column (alerts) takes what the others leave, so no row scrolls sideways:
+        # each column has 2 cells of padding, and the vertical scrollbar takes 2.
+        widths[-1] = max(12, self.size.width - sum(w + 2 for w in widths[:-1]) - 4)
+        for c, width in zip(cols, widths, strict=True):
             mark = (" ▼" if self.descending else " ▲") if c[0] == self.sort_key else ""
-            table.add_column(c[1] + mark, key=c[0], width=max(c[2], len(c[1]) + 2))
+            table.add_column(c[1] + mark, key=c[0], width=width)
         for r, row_cells in zip(rows, cells, strict=True):
             table.add_row(*row_cells, key=r.node)
         self._shown = [r.node for r in rows]
@@ -267,7 +275,7 @@ class FleetApp(App[int]):
         else:
             st = s.prom_status()
             assert st is not None
-            t.append(f"\nread {time.monotonic() - status.at:.0f} s ago  ·  {st.series} series "
+            t.append(f"\nread {s.clock() - status.at:.0f} s ago  ·  {st.series} series "
                      f"in {st.query_ms:.0f} ms  ·  every {s.interval:g} s", style="dim")
         if self.filter_text:
             t.append(f"  ·  filter: {self.filter_text}", style="bold")
