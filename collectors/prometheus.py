@@ -71,7 +71,10 @@ def queries(window: str = "1m") -> dict[str, str]:
                  f'{{__name__=~"sglang[:_]generation_tokens_total"}}[{window}])), '
                  '"figure", "output_tok_s", "", "")')
     return {
-        "gpu": f'{{__name__=~"{_names(GPU_FIELDS)}"}}',
+        # Only the labels it needs: dcgm-exporter's UUID, PCI and driver labels would be
+        # most of the answer's bytes at a hundred nodes.
+        "gpu": f'max by (__name__, gpu, modelName, {GROUP}) '
+               f'({{__name__=~"{_names(GPU_FIELDS)}"}})',
         "host": f'{{__name__=~"{_names(HOST_FIELDS)}"}}',
         # Every rank's scheduler may report (--enable-metrics-for-all-schedulers): the
         # fullest rank speaks for the server.
@@ -173,9 +176,17 @@ class PrometheusSource:
             return [(SourceKey(LOCAL, "prometheus"), Reading(
                 "prometheus", Status.ERROR, message=f"Prometheus: {message}",
                 failing_since=self._failing_since))]
-        self._failing_since = None
         results = dict(zip(self.queries, answers, strict=True))
-        nodes = group(results)
+        try:
+            nodes = group(results)
+        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
+            # Valid JSON of another shape (a proxy's, a store's dialect): said, not raised.
+            self._failing_since = self._failing_since or started
+            return [(SourceKey(LOCAL, "prometheus"), Reading(
+                "prometheus", Status.ERROR, failing_since=self._failing_since,
+                message=f"Prometheus: {self.url}: an answer of an unexpected shape "
+                        f"({type(exc).__name__}: {exc})"))]
+        self._failing_since = None
         ms = (time.monotonic() - started) * 1000
         series = sum(len(r) for r in answers)
         out: list[Keyed] = [(SourceKey(node, "fleet"), Reading("fleet", Status.OK, data=data))

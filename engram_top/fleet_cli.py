@@ -62,7 +62,7 @@ def run_fleet(args: argparse.Namespace) -> int:
             return 130
     window = args.window or (DEMO_WINDOW if args.demo else "1m")
     session = FleetSession(url, interval=args.interval, window=window,
-                           thresholds=config.thresholds, demo=demo)
+                           thresholds=config.alerts, demo=demo)
     return run_dashboard(FleetApp(session, own_process=True), None)
 
 

@@ -212,3 +212,24 @@ async def test_a_bad_query_answer_is_a_reading_not_a_crash(demo) -> None:  # typ
     (key, reading), = out
     assert key.source == "prometheus" and not reading.ok
     assert "the gpu query was refused (HTTP 400 bad_data" in reading.message
+
+
+def test_the_fleet_command_builds_its_screen_with_the_config_thresholds(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from engram_top import fleet_cli
+    conf = tmp_path / "config.toml"
+    conf.write_text("[alerts]\nkv_usage_pct = 50\n")
+    seen = {}
+
+    def run_dashboard(app, crash_dir):  # type: ignore[no-untyped-def]
+        seen["app"] = app
+        return 0
+
+    monkeypatch.setattr(fleet_cli, "run_dashboard", run_dashboard)
+    assert cli.main(["fleet", "--prometheus", "http://127.0.0.1:9", "--config", str(conf),
+                     "--interval", "2"]) == 0
+    session = seen["app"].session
+    assert session.url == "http://127.0.0.1:9" and session.interval == 2.0
+    assert session.thresholds.kv_usage_pct == 50 and session.window == "1m"
+    conf.write_text("[alerts]\nkv_usage_pct = 500\n")
+    assert cli.main(["fleet", "--prometheus", "http://127.0.0.1:9", "--config", str(conf)]) == 2
