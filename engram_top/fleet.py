@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -150,7 +151,7 @@ def _with_alerts(r: FleetRow, t: Thresholds) -> FleetRow:
         out.append("server silent")
     if not t.enabled:
         out = []
-    return FleetRow(**{**r.__dict__, "alerts": tuple(out)})
+    return dataclasses.replace(r, alerts=tuple(out))
 
 
 def _int(v: float | None) -> int | None:
@@ -235,10 +236,15 @@ class FleetSession:
         return self.status is not None and self.status.status is Status.OK
 
     def rows(self, now: float | None = None) -> list[FleetRow]:
+        return [r for node in sorted(self.nodes) if (r := self.row_of(node, now)) is not None]
+
+    def row_of(self, node: str, now: float | None = None) -> FleetRow | None:
+        if node not in self.nodes:
+            return None
+        at, data = self.nodes[node]
         now = self.clock() if now is None else now
         stale = max(3 * self.interval, self.thresholds.server_silent_s)
-        return [row(data, now - at, self.thresholds, stale)
-                for _, (at, data) in sorted(self.nodes.items())]
+        return row(data, now - at, self.thresholds, stale)
 
     def close_now(self) -> None:
         """Without an event loop (a crash, a signal): stop what the demo started."""

@@ -14,6 +14,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Static
 
@@ -112,7 +113,7 @@ def node_text(session: FleetSession, node: str) -> Text:
     if entry is None:
         return Text(f"{node}: Prometheus reports nothing for this node")
     at, data = entry
-    r = next((x for x in session.rows() if x.node == node), None)
+    r = session.row_of(node)
     assert r is not None
     t.append(f"{node}", style="bold")
     t.append(f"  placement {r.placement}" + (" (inferred from host memory)"
@@ -206,19 +207,24 @@ class FleetApp(App[int]):
         self.refresh_fleet()
 
     # ------------------------------------------------------------------ drawing
-    def rows(self) -> list[FleetRow]:
-        rows = [r for r in self.session.rows() if r.matches(self.filter_text)]
+    def rows(self, every: list[FleetRow] | None = None) -> list[FleetRow]:
+        every = self.session.rows() if every is None else every
+        rows = [r for r in every if r.matches(self.filter_text)]
         key = next(c[4] for c in COLUMNS if c[0] == self.sort_key)
         return sorted(rows, key=key, reverse=self.descending)
 
     def refresh_fleet(self) -> None:
         if not self.is_mounted:
             return
-        with contextlib.suppress(Exception):  # torn down meanwhile: nothing to draw on
-            self.query_one("#fleet-header", Static).update(self.header())
+        with contextlib.suppress(NoMatches):  # a tick during teardown: nothing to draw on
+            self._draw()
+
+    def _draw(self) -> None:
+        every = self.session.rows()  # once a refresh: the header and the table share it
+        self.query_one("#fleet-header", Static).update(self.header(every))
         table = self.query_one("#fleet", DataTable)
         cols = columns_for(self.size.width)
-        rows = self.rows()
+        rows = self.rows(every)
         cells = [tuple(self._cell(c, r) for c in cols) for r in rows]
         drawn = (tuple(c[0] for c in cols), tuple(cells), self.sort_key, self.descending)
         if drawn == self._drawn:
@@ -261,12 +267,11 @@ class FleetApp(App[int]):
             style = "dim"
         return Text(text, style=style, no_wrap=True, overflow="ellipsis")
 
-    def header(self) -> Text:
+    def header(self, rows: list[FleetRow]) -> Text:
         s = self.session
         t = Text()
         t.append("engram-top fleet", style="bold")
         t.append(f"  ·  {s.url}  ·  ")
-        rows = s.rows()
         shown = sum(1 for r in rows if r.matches(self.filter_text))
         t.append(f"{len(rows)} nodes" + (f", {shown} shown" if self.filter_text else ""))
         alerts = sum(1 for r in rows if r.alerts)
