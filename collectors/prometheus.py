@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from collectors.pages import PageClient, PageError
 from collectors.readings import Reading, Status
@@ -43,10 +44,12 @@ HOST_FIELDS = {
     "node_memory_Shmem_bytes": "shmem", "node_memory_HugePages_Total": "huge_total",
     "node_memory_HugePages_Free": "huge_free", "node_memory_Hugepagesize_bytes": "huge_size",
     "node_memory_SwapTotal_bytes": "swap_total", "node_memory_SwapFree_bytes": "swap_free",
+    "node_memory_AnonHugePages_bytes": "anon_huge", "node_memory_Cached_bytes": "cached",
+    "node_memory_MemFree_bytes": "free",
 }
 SERVER_FIELDS = ("token_usage", "full_token_usage", "swa_token_usage", "num_running_reqs",
                  "num_queue_reqs", "max_total_num_tokens", "gen_throughput",
-                 "weight_memory_usage_gb")
+                 "weight_memory_usage_gb", "num_used_tokens")
 LATENCY = {  # figure -> (histogram, quantile)
     "ttft_p50": ("time_to_first_token_seconds", 0.5),
     "ttft_p99": ("time_to_first_token_seconds", 0.99),
@@ -59,23 +62,26 @@ def _names(names: Any) -> str:
     return "|".join(names)
 
 
-def queries(window: str = "1m") -> dict[str, str]:
-    """The whole refresh: five expressions, whatever the fleet's size."""
-    sglang = f'{{__name__=~"sglang[:_]({_names(SERVER_FIELDS)})"}}'
+def queries(window: str = "1m", match: str = "") -> dict[str, str]:
+    """The whole refresh: five expressions, whatever the fleet's size. ``match`` (label
+    matchers, `instance=~"…"`) narrows every selector to one node's series: a node's
+    history is the same expressions over a range."""
+    def sel(name_re: str) -> str:
+        return f'{{__name__=~"{name_re}"{", " + match if match else ""}}}'
+    sglang = sel(f"sglang[:_]({_names(SERVER_FIELDS)})")
     parts = []
     for figure, (hist, q) in LATENCY.items():
         parts.append(
             f'label_replace(histogram_quantile({q}, sum by (le, {GROUP}) (rate('
-            f'{{__name__=~"sglang[:_]{hist}_bucket"}}[{window}]))), "figure", "{figure}", "", "")')
+            f'{sel(f"sglang[:_]{hist}_bucket")}[{window}]))), "figure", "{figure}", "", "")')
     parts.append(f'label_replace(sum by ({GROUP}) (rate('
-                 f'{{__name__=~"sglang[:_]generation_tokens_total"}}[{window}])), '
+                 f'{sel("sglang[:_]generation_tokens_total")}[{window}])), '
                  '"figure", "output_tok_s", "", "")')
     return {
         # Only the labels it needs: dcgm-exporter's UUID, PCI and driver labels would be
         # most of the answer's bytes at a hundred nodes.
-        "gpu": f'max by (__name__, gpu, modelName, {GROUP}) '
-               f'({{__name__=~"{_names(GPU_FIELDS)}"}})',
-        "host": f'{{__name__=~"{_names(HOST_FIELDS)}"}}',
+        "gpu": f'max by (__name__, gpu, modelName, {GROUP}) ({sel(_names(GPU_FIELDS))})',
+        "host": sel(_names(HOST_FIELDS)),
         # Every rank's scheduler may report (--enable-metrics-for-all-schedulers): the
         # fullest rank speaks for the server.
         "server": f"max by (__name__, {GROUP}) ({sglang})",
@@ -114,6 +120,8 @@ class FleetNodeData:
     # What this node lacks: "dcgm-exporter (GPU figures)", "node-exporter (host memory)",
     # "SGLang /metrics", and targets Prometheus cannot scrape ("node-exporter down: ...").
     missing: tuple[str, ...] = ()
+    # The `instance` labels its series came from: what a query for this node alone matches.
+    instances: tuple[str, ...] = ()
 
     @property
     def hbm_used(self) -> tuple[int, int] | None:
@@ -142,14 +150,18 @@ class PrometheusSource:
     def __init__(self, url: str, *, window: str = "1m",
                  headers: dict[str, str] | None = None) -> None:
         self.url = url.rstrip("/")
+        self.window = window
+        self._headers = headers
         self.queries = queries(window)
         self._clients = {k: PageClient(self.url, headers=headers) for k in self.queries}
         self._failing_since: float | None = None
 
     async def query(self, key: str) -> list[dict[str, Any]]:
-        page = await self._clients[key].get(
-            "/api/v1/query?query=" + quote(self.queries[key], safe=""),
-            deadline_s=DEADLINE_S, limit_bytes=LIMIT_BYTES)
+        return await self._answer(self._clients[key], key,
+                                  "/api/v1/query?query=" + quote(self.queries[key], safe=""))
+
+    async def _answer(self, client: PageClient, key: str, path: str) -> list[dict[str, Any]]:
+        page = await client.get(path, deadline_s=DEADLINE_S, limit_bytes=LIMIT_BYTES)
         try:
             body = page.json()
         except ValueError as exc:
@@ -162,6 +174,43 @@ class PrometheusSource:
                               f"(HTTP {page.status_code} {kind}: {what})")
         result = body.get("data", {}).get("result", [])
         return result if isinstance(result, list) else []
+
+    async def history(self, data: FleetNodeData, start: float, end: float,
+                      step: float) -> list[tuple[float, FleetNodeData]]:
+        """One node's readings from ``start`` to ``end`` (wall seconds) every ``step``, by
+        /api/v1/query_range: the refresh's own expressions narrowed to the node's
+        instances, so Prometheus sends this node's series only. Raises PageError (or
+        TimeoutError, OSError) as a query does."""
+        if not data.instances:
+            return []
+        match = 'instance=~"' + "|".join(_promql_re(i) for i in data.instances) + '"'
+        exprs = queries(self.window, match)
+        keys = ("gpu", "host", "server", "latency")
+        clients = [PageClient(self.url, headers=self._headers) for _ in keys]
+        try:
+            answers = await asyncio.gather(*(self._answer(c, k, "/api/v1/query_range?" + urlencode(
+                {"query": exprs[k], "start": f"{start:.3f}", "end": f"{end:.3f}",
+                 "step": f"{step:g}"})) for c, k in zip(clients, keys, strict=True)))
+        finally:
+            for c in clients:
+                await c.aclose()
+        steps: dict[float, dict[str, list[dict[str, Any]]]] = {}
+        for key, series in zip(keys, answers, strict=True):
+            for s in series:
+                metric = s.get("metric", {}) if isinstance(s, dict) else {}
+                for point in s.get("values", []) if isinstance(s, dict) else ():
+                    try:
+                        t = float(point[0])
+                    except (TypeError, ValueError, IndexError):
+                        continue
+                    steps.setdefault(t, {k: [] for k in keys})[key].append(
+                        {"metric": metric, "value": point})
+        out = []
+        for t in sorted(steps):
+            node = group(steps[t], only=data.node).get(data.node)
+            if node is not None:
+                out.append((t, node))
+        return out
 
     async def poll(self) -> list[Keyed]:
         started = time.monotonic()
@@ -200,6 +249,12 @@ class PrometheusSource:
             await client.aclose()
 
 
+def _promql_re(value: str) -> str:
+    """``value`` matched literally inside a PromQL double-quoted regex: RE2's escapes, then
+    the string's own (a backslash and a quote)."""
+    return re.escape(value).replace("\\", "\\\\").replace('"', '\\"')
+
+
 def host_of(instance: str) -> str:
     """"10.0.0.7:9400" -> "10.0.0.7", "[fe80::1]:9100" -> "[fe80::1]"; else as it is."""
     if instance.startswith("["):
@@ -229,9 +284,12 @@ def _value(sample: dict[str, Any]) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def group(results: dict[str, list[dict[str, Any]]]) -> dict[str, FleetNodeData]:
-    """The queries' series, one FleetNodeData per node (sorted by name)."""
+def group(results: dict[str, list[dict[str, Any]]],
+          only: str | None = None) -> dict[str, FleetNodeData]:
+    """The queries' series, one FleetNodeData per node (sorted by name); ``only``: that
+    node's alone."""
     placement: dict[str, str] = {}
+    instances: dict[str, set[str]] = {}
     gpus: dict[str, dict[str, dict[str, Any]]] = {}
     host: dict[str, dict[str, float]] = {}
     server: dict[str, dict[str, float]] = {}
@@ -247,13 +305,18 @@ def group(results: dict[str, list[dict[str, Any]]]) -> dict[str, FleetNodeData]:
 
     def seen(labels: dict[str, str]) -> str:
         node = node_of(labels, aliases)
+        if only is not None and node != only:
+            return ""  # another node's: skipped by every loop below
         if labels.get("placement"):
             placement[node] = labels["placement"]
+        if labels.get("instance"):
+            instances.setdefault(node, set()).add(labels["instance"])
         return node
 
     for s in results.get("gpu", []):
         labels, v = s.get("metric", {}), _value(s)
-        node = seen(labels)
+        if not (node := seen(labels)):
+            continue
         gpu = gpus.setdefault(node, {}).setdefault(labels.get("gpu", "?"), {
             "model": labels.get("modelName", "")})
         field_name = GPU_FIELDS.get(labels.get("__name__", ""))
@@ -262,21 +325,21 @@ def group(results: dict[str, list[dict[str, Any]]]) -> dict[str, FleetNodeData]:
     for s in results.get("host", []):
         labels, v = s.get("metric", {}), _value(s)
         name = HOST_FIELDS.get(labels.get("__name__", ""))
-        if name and v is not None:
-            host.setdefault(seen(labels), {})[name] = v
+        if name and v is not None and (node := seen(labels)):
+            host.setdefault(node, {})[name] = v
     for s in results.get("server", []):
         labels, v = s.get("metric", {}), _value(s)
         name = labels.get("__name__", "")[len("sglang:"):]
-        if name in SERVER_FIELDS and v is not None:
-            server.setdefault(seen(labels), {})[name] = v
+        if name in SERVER_FIELDS and v is not None and (node := seen(labels)):
+            server.setdefault(node, {})[name] = v
     for s in results.get("latency", []):
         labels, v = s.get("metric", {}), _value(s)
-        node = seen(labels)
-        if v is not None and labels.get("figure"):
+        if (node := seen(labels)) and v is not None and labels.get("figure"):
             latency.setdefault(node, {})[labels["figure"]] = v
     for s in results.get("up", []):
         labels = s.get("metric", {})
-        node = seen(labels)
+        if not (node := seen(labels)):
+            continue
         job = labels.get("job", "?")
         jobs.setdefault(node, set()).add(job)
         if _value(s) == 0:
@@ -297,7 +360,8 @@ def group(results: dict[str, list[dict[str, Any]]]) -> dict[str, FleetNodeData]:
             gpus=tuple(_gpu(i, g) for i, g in sorted(gpus.get(node, {}).items(),
                                                        key=lambda kv: _index(kv[0]))),
             host=host.get(node, {}), server=server.get(node, {}),
-            latency=latency.get(node, {}), missing=tuple(missing))
+            latency=latency.get(node, {}), missing=tuple(missing),
+            instances=tuple(sorted(instances.get(node, ()))))
     return out
 
 

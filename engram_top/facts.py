@@ -112,7 +112,9 @@ def host_facts(store: RunStore) -> HostView | None:
         available_bytes=host.available_bytes, shmem_bytes=host.shmem_bytes,
         baseline_used_bytes=base, delta_bytes=delta,
         delta_gib=None if delta is None else round(delta / GIB, 3),
-        hugepages_bytes=host.anon_hugepages_bytes,
+        # Transparent huge pages and hugetlbfs pages in use: Engram tables may sit in either.
+        hugepages_bytes=host.anon_hugepages_bytes + max(
+            0, host.hugepages_total - host.hugepages_free) * host.hugepage_size_bytes,
         swap_used_bytes=host.swap_used_bytes,
         server_rss_bytes=tree.rss_bytes if tree else None,
         server_rss_shmem_bytes=tree.rss_shmem_bytes if tree else None,

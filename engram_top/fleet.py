@@ -3,7 +3,8 @@ node's run as a trial of its placement for the comparison.
 
 A FleetSession polls one PrometheusSource at its own interval (never two polls at once) and
 keeps each node's last answer and when it came, so a node Prometheus stops reporting keeps
-its last figures, marked with their age, instead of vanishing.
+its last figures, marked with their age, instead of vanishing. A node's detail (its panels)
+takes its half hour of history from range queries, then each refresh's figures.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.prometheus import FleetNodeData, PrometheusSource, PromStatus
+from collectors.pages import PageError
+from collectors.prometheus import DEADLINE_S, FleetNodeData, PrometheusSource, PromStatus
 from collectors.readings import Reading, Status
 from collectors.units import GIB
 from engram_top.compare import RunResult
 from engram_top.config import Thresholds
+from engram_top.fleet_detail import HISTORY_S, NodeDetail, history_step
 from engram_top.metrics import KV, KV_RATIO, THROUGHPUT, WEIGHTS, Metric, Registry, ms
 
 HOST_TABLES_MIN_BYTES = 64 * GIB  # shared or huge-page memory this large: Engram tables
@@ -207,9 +210,11 @@ class FleetSession:
     on_poll: Callable[[], None] | None = None
     demo: Any = None  # a FleetDemo this session started and stops
     clock: Callable[[], float] = time.monotonic  # readings' `at` are on this clock
+    wall_clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         self.source = PrometheusSource(self.url, window=self.window)
+        self.walls: dict[str, float] = {}  # when each node's figures were read (wall clock)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -225,6 +230,7 @@ class FleetSession:
         for key, reading in await self.source.poll():
             if key.source == "fleet" and reading.data is not None:
                 self.nodes[key.node] = (reading.at, reading.data)
+                self.walls[key.node] = reading.wall
             elif key.source == "prometheus":
                 self.status = reading
         self.polls += 1
@@ -245,6 +251,46 @@ class FleetSession:
         now = self.clock() if now is None else now
         stale = max(3 * self.interval, self.thresholds.server_silent_s)
         return row(data, now - at, self.thresholds, stale)
+
+    def detail(self, node: str) -> NodeDetail | None:
+        """The node's figures as the dashboard's panels take them (its newest ones in)."""
+        r = self.row_of(node)
+        if r is None:
+            return None
+        d = NodeDetail(node, self.url, self.window, r.placement, clock=self.clock,
+                       wall_clock=self.wall_clock)
+        self.feed(d)
+        return d
+
+    def feed(self, d: NodeDetail) -> bool:
+        """The node's newest figures into its detail; False when it has them already."""
+        entry = self.nodes.get(d.node)
+        return entry is not None and d.add(self.walls.get(d.node, self.wall_clock()), entry[1])
+
+    async def history(self, node: str, span_s: float = HISTORY_S
+                      ) -> list[tuple[float, FleetNodeData]]:
+        """The node's last ``span_s`` seconds from Prometheus's range queries (raises
+        PageError, TimeoutError or OSError as a refresh's queries do)."""
+        entry = self.nodes.get(node)
+        if entry is None:
+            return []
+        end = self.wall_clock()
+        return await self.source.history(entry[1], end - span_s, end,
+                                         history_step(self.interval, span_s))
+
+    async def load_history(self, d: NodeDetail, span_s: float = HISTORY_S) -> str:
+        """The node's history into its detail; what came of it, in words for the screen."""
+        try:
+            points = await self.history(d.node, span_s)
+        except (PageError, TimeoutError, OSError) as exc:
+            if isinstance(exc, TimeoutError):
+                return f"history: Prometheus gave no whole answer within {DEADLINE_S:g} s"
+            return f"history: none ({exc or type(exc).__name__})"
+        taken = d.backfill(points)
+        if not taken:
+            return "history: Prometheus holds nothing older for this node"
+        return (f"history: {taken} readings over the last {span_s / 60:.0f} min, "
+                f"from Prometheus's range queries")
 
     def close_now(self) -> None:
         """Without an event loop (a crash, a signal): stop what the demo started."""

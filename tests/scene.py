@@ -282,8 +282,21 @@ def fleet_session(nodes: int):  # type: ignore[no-untyped-def]
     from collectors.readings import Reading, Status
     from engram_top.fleet import FleetSession
 
-    session = FleetSession("http://127.0.0.1:9090", interval=5.0, clock=lambda: NOW)
+    session = FleetSession("http://127.0.0.1:9090", interval=5.0, clock=lambda: NOW,
+                           wall_clock=lambda: WALL)
     session.nodes = {name: (NOW, data) for name, data in group(fleet_results(nodes)).items()}
+    session.walls = {name: WALL for name in session.nodes}
+
+    async def history(node: str, span_s: float = 1800.0):  # type: ignore[no-untyped-def]
+        # The range queries' answer, as group() makes it: the node's KV filling over the
+        # half hour (a real Prometheus answers in tests/test_fleet.py).
+        import dataclasses
+        data = session.nodes[node][1]
+        steps = 60
+        return [(WALL - span_s + k * span_s / steps, dataclasses.replace(data, server={
+            **data.server, "token_usage": data.server.get("token_usage", 0) * (k + 1) / steps}))
+            for k in range(steps)]
+    session.history = history  # type: ignore[method-assign]
     session.status = Reading("prometheus", Status.OK, at=NOW, wall=WALL,
                              data=PromStatus(session.url, nodes, nodes * 40, 12.0))
     return session

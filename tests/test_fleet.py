@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import until
+from helpers import screen_text, until
 
 from collectors.prometheus import PrometheusSource
 from collectors.units import MIB
@@ -120,6 +121,39 @@ async def test_the_placements_compare_across_nodes_with_intervals(demo) -> None:
     assert tput.cells["host"].interval is not None  # two trials: a 95% interval
 
 
+async def test_a_nodes_history_comes_from_range_queries(demo) -> None:  # type: ignore[no-untyped-def]
+    session = FleetSession(demo.url, interval=1.0, window="10s")
+    try:
+        await poll_until(session, lambda: complete(session), "every node's latency")
+        points: list = []
+        for _ in range(40):  # until Prometheus holds five seconds of this node (a deadline)
+            points = await session.history("sim-001", span_s=60.0)
+            if len(points) >= 5:
+                break
+            await asyncio.sleep(0.5)
+        detail = session.detail("sim-001")
+        assert detail is not None
+        note = await session.load_history(detail, span_s=60.0)
+        skipped = await session.history(SKIPPED, span_s=60.0)
+    finally:
+        await session.close()
+    ref = default()
+    plan = memory.plan(ref, "host")
+    assert len(points) >= 5  # scraped every second
+    times = [t for t, _ in points]
+    assert times == sorted(times) and all(b - a == pytest.approx(1.0) for a, b in
+                                          zip(times, times[1:], strict=False))
+    assert {d.node for _, d in points} == {"sim-001"}  # this node's series only
+    last = points[-1][1]
+    assert len(last.gpus) == ref.gpus and last.server["max_total_num_tokens"] == plan.kv_tokens
+    assert last.gpus[1].used_bytes == plan.gpu_bytes // MIB * MIB
+    assert "readings over the last" in note
+    usage = detail.store.line("server", "token_usage")
+    assert usage is not None and len(usage.fine) >= len(points)
+    # The node whose dcgm-exporter is down: its history has host and server, no GPUs.
+    assert skipped and not skipped[-1][1].gpus and skipped[-1][1].host
+
+
 def text_of(app: FleetApp) -> str:
     from textual.widgets import DataTable, Static
     table = app.query_one("#fleet", DataTable)
@@ -146,8 +180,20 @@ async def test_the_screen_sorts_filters_opens_a_node_and_compares(demo) -> None:
         assert "2 shown" in text_of(app)
         await pilot.press("escape", "enter")
         await until(pilot, lambda: type(app.screen).__name__ == "NodeScreen", what="the detail")
-        detail = str(app.screen.query_one("#node-text").render())
-        assert "HBM per GPU (dcgm-exporter)" in detail and "GPU  3" in detail
+        screen = app.screen
+        await until(pilot, lambda: "history: " in str(screen.query_one("#node-foot").render())
+                    and "asking" not in str(screen.query_one("#node-foot").render()), 20,
+                    "the node's history")
+        assert "readings over the last 30 min" in str(screen.query_one("#node-foot").render())
+        node = str(screen.query_one("#node-head").render()).split()[0]
+        assert node in {"sim-002", "sim-005"}  # the host-prefetch nodes (placement by index)
+        shown = screen_text(app)
+        assert "capacity 42.70M tokens" in shown and "weights 72.201 GB" in shown
+        assert all(re.search(rf"│ ?{i} +\d+\.\d/179 ", shown) for i in range(4))  # each GPU
+        assert "huge pages 18" in shown  # the Engram tables in hugetlb pages, ~187 GiB
+        await pilot.press("h")
+        await until(pilot, lambda: type(app.screen).__name__ == "HistoryScreen", what="history")
+        await pilot.press("escape")
         await pilot.press("escape", "c")
         await until(pilot, lambda: type(app.screen).__name__ == "CompareScreen",
                     what="the comparison")

@@ -106,3 +106,68 @@ async def test_an_answer_of_another_shape_is_said_not_raised() -> None:
     (key, reading), = await src.poll()
     assert not reading.ok and "an answer of an unexpected shape" in reading.message
     await src.close()
+
+
+def test_one_nodes_history_queries_match_its_instances_only() -> None:
+    import re
+
+    from collectors.prometheus import _promql_re
+    q = queries("1m", 'instance=~"10\\\\.0\\\\.0\\\\.7:9400"')
+    # Every selector carries the matcher; `up` is not part of a history.
+    for key in ("gpu", "host", "server", "latency"):
+        selectors = re.findall(r"\{__name__=~\"[^\"]+\"([^}]*)\}", q[key])
+        assert selectors and all(m == ', instance=~"10\\\\.0\\\\.0\\\\.7:9400"'
+                                 for m in selectors), key
+    # Literal instances: RE2 escapes, then the PromQL string's (a dot is `\\.` there).
+    assert _promql_re("10.0.0.7:9400") == "10\\\\.0\\\\.0\\\\.7:9400"
+    assert _promql_re('a"b') == 'a\\"b'
+
+
+def test_group_keeps_one_node_and_the_instances_it_came_from() -> None:
+    results = {
+        "gpu": [sample(1000, __name__="DCGM_FI_DEV_FB_USED", gpu="0", Hostname="gpu-a",
+                       instance="10.0.0.7:9400"),
+                sample(2000, __name__="DCGM_FI_DEV_FB_USED", gpu="0", Hostname="gpu-b",
+                       instance="10.0.0.8:9400")],
+        "host": [sample(100, __name__="node_memory_MemTotal_bytes", instance="10.0.0.7:9100"),
+                 sample(50, __name__="node_memory_MemTotal_bytes", instance="10.0.0.8:9100")],
+        "server": [], "latency": [], "up": [],
+    }
+    only = group(results, only="gpu-a")
+    assert list(only) == ["gpu-a"]
+    assert only["gpu-a"].instances == ("10.0.0.7:9100", "10.0.0.7:9400")
+    assert only["gpu-a"].host == {"total": 100.0}
+    assert group(results)["gpu-b"].instances == ("10.0.0.8:9100", "10.0.0.8:9400")
+
+
+def test_a_nodes_figures_become_the_panels_readings() -> None:
+    from collectors.prometheus import FleetGpu, FleetNodeData
+    from engram_top import facts
+    from engram_top.fleet_detail import NodeDetail, duration_s
+    gib = 1024 ** 3
+    d = FleetNodeData(
+        node="gpu-a", placement="host",
+        gpus=(FleetGpu("0", "NVIDIA B200", used_bytes=70 * gib, free_bytes=100 * gib,
+                       reserved_bytes=gib, util_pct=79.6),),
+        host={"total": 2048 * gib, "available": 1800 * gib, "huge_total": 1000,
+              "huge_free": 200, "huge_size": 2 * 1024 ** 2, "swap_total": 8 * gib,
+              "swap_free": 6 * gib},
+        server={}, latency={"ttft_p50": 0.12, "ttft_p99": 1.3}, instances=("10.0.0.7:9100",))
+    detail = NodeDetail("gpu-a", "http://127.0.0.1:9090", "1m", "host",
+                        clock=lambda: 100.0, wall_clock=lambda: 1_795_000_000.0)
+    assert detail.add(1_795_000_000.0, d) and not detail.add(1_795_000_000.0, d)
+    store = detail.store
+    [gpu] = facts.gpu_facts(store)
+    assert (gpu.total_bytes, gpu.used_bytes, gpu.util_gpu_pct) == (171 * gib, 70 * gib, 80)
+    host = facts.host_facts(store)
+    assert host is not None and host.used_bytes == 248 * gib
+    assert host.hugepages_bytes == 800 * 2 * 1024 ** 2 and host.swap_used_bytes == 2 * gib
+    assert host.delta_bytes is None and host.server_rss_bytes is None  # unknown, not 0
+    # No SGLang series for this node: the server reading says so, it is not invented.
+    server = store.latest["server"]
+    assert server.status.value == "error" and "no SGLang series" in server.message
+    assert duration_s("1m") == 60 and duration_s("1h30m") == 5400 and duration_s("x") is None
+    older = [(1_795_000_000.0 - 10 * k, d) for k in range(1, 4)]
+    assert detail.backfill(older) == 3
+    used = detail.store.line("gpu", "used", gpu="0")
+    assert used is not None and [t for t, _ in used.fine] == [70.0, 80.0, 90.0, 100.0]

@@ -98,4 +98,9 @@ def test_fleet_screen_large(snap_compare) -> None:  # type: ignore[no-untyped-de
 
 
 def test_fleet_node_detail(snap_compare) -> None:  # type: ignore[no-untyped-def]
-    assert snap_compare(fleet_app(), terminal_size=(120, 36), press=["down", "enter", "_"])
+    async def opened(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: "readings over" in str(
+            pilot.app.screen.query_one("#node-foot").render()), what="the node's history")
+
+    assert snap_compare(fleet_app(), terminal_size=(120, 36), run_before=opened)

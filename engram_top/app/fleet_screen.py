@@ -13,13 +13,12 @@ from typing import Any
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
-from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from collectors.units import GIB, gb_per_s, gib, latency, percent, rate, tokens
+from collectors.units import GIB, gib, percent, tokens
 from engram_top.app.compare_screen import CompareScreen
+from engram_top.app.node_screen import NodeScreen
 from engram_top.fleet import FleetRow, FleetSession
 from engram_top.store import RunStore
 
@@ -76,92 +75,16 @@ def columns_for(width: int) -> list[Column]:
     return [c for c in COLUMNS if width >= c[5]]
 
 
-class NodeScreen(ModalScreen[None]):
-    """One node as Prometheus reports it: its GPUs, host memory, server and latency."""
-
-    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
-
-    def __init__(self, session: FleetSession, node: str) -> None:
-        super().__init__()
-        self.session = session
-        self.node = node
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="node-detail"):
-            yield Static(id="node-text")
-
-    def on_mount(self) -> None:
-        self.query_one("#node-detail", VerticalScroll).focus()
-        self.set_interval(1.0, self.draw)
-        self.draw()
-
-    def draw(self) -> None:
-        self.query_one("#node-text", Static).update(node_text(self.session, self.node))
-
-
-def _rx(bytes_per_s: float | None) -> str:
-    return DASH if bytes_per_s is None else f"{gb_per_s(bytes_per_s)} GB/s"
-
-
-def _swap_used(h: dict[str, float]) -> float | None:
-    return h["swap_total"] - h["swap_free"] if "swap_total" in h and "swap_free" in h else None
-
-
-def node_text(session: FleetSession, node: str) -> Text:
-    entry = session.nodes.get(node)
-    t = Text()
-    if entry is None:
-        return Text(f"{node}: Prometheus reports nothing for this node")
-    at, data = entry
-    r = session.row_of(node)
-    assert r is not None
-    t.append(f"{node}", style="bold")
-    t.append(f"  placement {r.placement}" + (" (inferred from host memory)"
-                                              if r.placement_inferred else ""))
-    t.append(f"  ·  {r.state}  ·  read {session.clock() - at:.0f} s ago\n\n")
-    t.append("HBM per GPU (dcgm-exporter)\n", style="bold")
-    for g in data.gpus:
-        total = g.total_bytes
-        pct = f" {100 * g.used_bytes / total:4.1f}%" if total and g.used_bytes else ""
-        t.append(f"  GPU {g.index:>2}  used {gib(g.used_bytes)} of {gib(total)} GiB{pct}"
-                 f"  reserved {gib(g.reserved_bytes)}  util "
-                 f"{DASH if g.util_pct is None else f'{g.util_pct:.0f}%'}  power "
-                 f"{DASH if g.power_w is None else f'{g.power_w:.0f} W'}  PCIe rx "
-                 f"{_rx(g.pcie_rx_bytes_per_s)}\n")
-    if not data.gpus:
-        t.append("  no GPU series\n", style="yellow")
-    t.append("\nKV pool (SGLang)\n", style="bold")
-    t.append(f"  usage {percent(r.kv_usage)}  full {percent(r.kv_full)}  SWA "
-             f"{percent(r.kv_swa)}  capacity {tokens(r.kv_tokens)} tokens  weights/GPU "
-             f"{DASH if r.weights_gb is None else f'{r.weights_gb:.3f} GB'}  running "
-             f"{DASH if r.running is None else f'{r.running:.0f}'}\n")
-    h = data.host
-    t.append("\nhost RAM (node-exporter)\n", style="bold")
-    t.append(f"  used {gib(r.host_used)} GiB  available {gib(r.host_available)} GiB of "
-             f"{gib(r.host_total)}  shared {gib(h.get('shmem'))}  huge pages "
-             f"{int(h['huge_total']) if 'huge_total' in h else DASH}  swap used "
-             f"{gib(_swap_used(h))}\n")
-    t.append("\nlatency (Prometheus histogram_quantile over the rate window)\n", style="bold")
-    t.append(f"  TTFT p50 {latency(r.ttft_p50)}  p99 {latency(r.ttft_p99)}   TPOT p50 "
-             f"{latency(r.tpot_p50)}  p99 {latency(r.tpot_p99)}   output "
-             f"{rate(r.output_tok_s, 'tok/s')}\n")
-    if r.alerts:
-        t.append("\n" + "\n".join(f"⚠ {a}" for a in r.alerts) + "\n", style="bold yellow")
-    if r.missing:
-        t.append("\nmissing: " + "; ".join(r.missing) + "\n", style="yellow")
-    return t
-
-
 class FleetApp(App[int]):
     TITLE = "engram-top fleet"
+    CSS_PATH = "app.tcss"  # the dashboard's panels and history screen, for a node's detail
     CSS = """
     #fleet-header { height: auto; padding: 0 1; }
     #fleet { height: 1fr; }
     #filter { dock: bottom; display: none; }
     #filter.-shown { display: block; }
-    NodeScreen { align: center middle; }
-    #node-detail { width: 95%; height: 90%; border: round $accent; padding: 0 1;
-                   background: $surface; }
+    #node-head { height: 1; padding: 0 1; background: $panel; }
+    #node-foot { height: auto; max-height: 4; padding: 0 1; }
     """
     BINDINGS = [
         Binding("q", "quit", "Quit"),
@@ -340,6 +263,8 @@ class FleetApp(App[int]):
         # Enter in the filter box submits it; on a screen above this one it is that screen's.
         if action == "detail":
             return len(self.screen_stack) == 1 and not isinstance(self.focused, Input)
+        if action in ("sort", "reverse", "filter", "compare", "clear_filter"):
+            return len(self.screen_stack) == 1  # the table's keys, not a node's detail's
         return True
 
     def action_detail(self) -> None:

@@ -98,6 +98,9 @@ def hbm_panel(store: RunStore, rows: int | None = None,
     # One space between columns: the panel must fit half of a 100-column terminal.
     table: list[list[Text | str]] = [[Text(h, style="bold") for h in
                                       ("GPU", "GiB used", "", "srv", "util", "rx GB/s")]]
+    # With no process list (dcgm-exporter through Prometheus has none), the server's share
+    # is unknown: a dash, not 0.0.
+    known = any(g.processes for g in gpus) or bool(facts.server_pids(store))
     for g in gpus:
         server = g.server_bytes
         other = max(0, g.used_bytes - server)
@@ -106,7 +109,7 @@ def hbm_panel(store: RunStore, rows: int | None = None,
             f"{gib(g.used_bytes)}/{gib(g.total_bytes, 0)}",
             bar([(g.reserved_bytes, "grey50"), (other, "yellow"), (server, "green")],
                 g.total_bytes, 10),
-            gib(server),
+            gib(server) if known else "–",
             "–" if g.util_gpu_pct is None else f"{g.util_gpu_pct}%",
             gb_per_s(g.pcie_rx_bytes_per_s),
         ])

@@ -1,0 +1,90 @@
+"""A node of the fleet in the dashboard's own panels (HBM, KV pool, host RAM, latency), fed
+from Prometheus: its last half hour from range queries, then each refresh; `h` opens the
+history charts over the same store."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from engram_top.app import panels
+from engram_top.app.history_screen import HistoryScreen
+from engram_top.app.panel import Panel
+from engram_top.fleet import FleetSession
+from engram_top.fleet_detail import HISTORY_S
+
+
+class NodeScreen(Screen[None]):
+    BINDINGS = [Binding("escape,q,enter", "dismiss", "Back"),
+                Binding("h", "history", "History")]
+
+    def __init__(self, session: FleetSession, node: str) -> None:
+        super().__init__()
+        self.session = session
+        self.node = node
+        self.detail = session.detail(node)
+        self.history_note = "history: asking Prometheus for the last " \
+                            f"{HISTORY_S / 60:.0f} min…"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="node-head")
+        with Grid(id="grid"):
+            yield Panel("HBM per GPU · dcgm-exporter", panels.hbm_panel,
+                        ("gpu", "host", "server", "run"), id="hbm")
+            yield Panel("KV pool · SGLang", panels.kv_panel, ("server", "run"), id="kv")
+            yield Panel("Host RAM · node-exporter", panels.host_panel, ("host", "run"),
+                        id="host")
+            yield Panel("Latency · histogram_quantile", panels.latency_panel, ("server",),
+                        id="latency")
+        yield Static(id="node-foot")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self.draw)
+        self.call_after_refresh(self.draw)  # once the panels have their sizes
+        if self.detail is not None:
+            self.run_worker(self._history(), exclusive=True)
+
+    async def _history(self) -> None:
+        assert self.detail is not None
+        self.history_note = await self.session.load_history(self.detail)
+        self.draw(force=True)
+
+    def draw(self, force: bool = False) -> None:
+        d = self.detail
+        if d is not None:
+            self.session.feed(d)
+            for panel in self.query(Panel):
+                panel.refresh_from(d.store, force=force)
+        self.query_one("#node-head", Static).update(self._head())
+        self.query_one("#node-foot", Static).update(self._foot())
+
+    def _head(self) -> Text:
+        r = self.session.row_of(self.node)
+        if r is None or self.detail is None:
+            return Text(f"{self.node}: Prometheus reports nothing for this node", style="yellow")
+        entry = self.session.nodes[self.node]
+        placement = r.placement + (" (inferred from host memory)" if r.placement_inferred
+                                   else "")
+        return Text.assemble((self.node, "bold"), f"  placement {placement}  ·  {r.state}  ·  "
+                             f"read {self.session.clock() - entry[0]:.0f} s ago",
+                             ("  h history · esc back", "dim"), no_wrap=True,
+                             overflow="ellipsis")
+
+    def _foot(self) -> Text:
+        r = self.session.row_of(self.node)
+        t = Text(self.history_note, style="dim")
+        if r is not None and r.alerts:
+            t.append("\n" + "  ".join(f"⚠ {a}" for a in r.alerts), style="bold yellow")
+        if r is not None and r.missing:
+            t.append("\nmissing: " + "; ".join(r.missing), style="yellow")
+        return t
+
+    def action_history(self) -> None:
+        if self.detail is not None:
+            self.app.push_screen(HistoryScreen(self.detail.store, self.session.clock,
+                                               window_s=HISTORY_S))
