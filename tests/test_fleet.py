@@ -279,3 +279,46 @@ def test_the_fleet_command_builds_its_screen_with_the_config_thresholds(
     assert session.thresholds.kv_usage_pct == 50 and session.window == "1m"
     conf.write_text("[alerts]\nkv_usage_pct = 500\n")
     assert cli.main(["fleet", "--prometheus", "http://127.0.0.1:9", "--config", str(conf)]) == 2
+
+
+async def test_the_full_simulated_node_serves_dcgm_and_node_exporter_pages(tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`sim serve` with its exporters, scraped by a real Prometheus: one node whose GPU and
+    host figures are the ones the dashboard's own simulated backends read."""
+    from helpers import ServerSpec, SimServer, free_port
+
+    from collectors.host import sample as host_sample
+    from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
+    from scenarios.prometheus import Prometheus, Target
+
+    dcgm, node = free_port(), free_port()
+    server = SimServer("exporters", ServerSpec("host", 0.02, (
+        "--dcgm-exporter-port", str(dcgm), "--node-exporter-port", str(node),
+        "--exporter-hostname", "simnode-a")), tmp_path)
+    prom = Prometheus(tmp_path / "prom", [
+        Target("dcgm-exporter", f"127.0.0.1:{dcgm}"), Target("node-exporter", f"127.0.0.1:{node}"),
+        Target("sglang", f"127.0.0.1:{server.port}")], scrape_s=1.0)
+    (tmp_path / "prom").mkdir()
+    session = FleetSession(prom.url, interval=1.0, window="10s")
+    try:
+        server.wait_ready()
+        prom.start()
+        await prom.wait_ready()
+        await prom.wait_scraped(3)
+        await poll_until(session, lambda: any(r.kv_tokens for r in session.rows()),
+                         "the node's SGLang figures")
+        rows = session.rows()
+        gpus = SimGpuBackend(server.node_dir).sample()
+        host = host_sample(SimHostBackend(server.node_dir), None)
+    finally:
+        await session.close()
+        await prom.stop()
+        await server.astop()
+    [r] = rows  # dcgm's Hostname names the node; the other two join it by their host
+    assert r.node == "simnode-a" and not r.missing
+    assert r.gpus == len(gpus.devices) == 4
+    used = sorted(d.used_bytes // MIB * MIB for d in gpus.devices)
+    assert (r.hbm_min, r.hbm_max) == (used[0], used[-1])
+    assert r.host_total == host.total_bytes
+    assert r.host_available == host.available_bytes
+    assert r.kv_tokens == memory.plan(default(), "host").kv_tokens
+    assert r.placement == "host?"  # inferred: the host tables' shared memory, no label

@@ -17,9 +17,11 @@ import math
 import zlib
 from dataclasses import dataclass
 
+from collectors.readings import GpuDevice
 from collectors.units import GIB, MIB
 from engram_top.reference import PLACEMENTS, Reference
 from engram_top.simnode import memory, model
+from engram_top.simnode.exporters import dcgm_page, node_page
 from engram_top.simnode.metrics import ITL_BUCKETS, TTFT_BUCKETS, MetricsPage
 
 EXPORTERS = ("dcgm", "node", "sglang")
@@ -111,48 +113,24 @@ class FleetNode:
     # ------------------------------------------------------------------ pages
     def dcgm_page(self, now: float) -> str:
         ref = self.ref
-        m = MetricsPage()
-        for name, kind, text in (
-                ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
-                ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
-                ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
-                ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
-                ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
-                ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over "
-                 "the PCIe bus - including both protocol headers and data payloads - in "
-                 "bytes per second."),
-                ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the "
-                 "PCIe bus - including both protocol headers and data payloads - in bytes "
-                 "per second.")):
-            m.declare(name, kind, text)
         busy = self.kv_usage(now)
         # Host placements read Engram rows over PCIe (assumed rates, GB/s scale).
         rx = {"device": 0.2e9, "host": 9e9, "host-prefetch": 11e9}[self.placement] * busy
+        devices = []
         for gpu in range(ref.gpus):
-            labels = {"gpu": str(gpu), "UUID": f"GPU-{zlib.crc32(f'{self.name}{gpu}'.encode()):08x}"
-                      "-5a1e-4c2b-9d0e-000000000000",
-                      "pci_bus_id": f"00000000:{0x18 + 0x10 * gpu:02X}:00.0",
-                      "device": f"nvidia{gpu}", "modelName": ref.gpu_name,
-                      "Hostname": self.name, "DCGM_FI_DRIVER_VERSION": "580.95.05"}
             used = self.gpu_used(gpu)
-            free = ref.gpu_total_bytes - ref.gpu_reserved_bytes - used
-            m.set("DCGM_FI_DEV_FB_USED", labels, used // MIB)
-            m.set("DCGM_FI_DEV_FB_FREE", labels, free // MIB)
-            m.set("DCGM_FI_DEV_FB_RESERVED", labels, ref.gpu_reserved_bytes // MIB)
-            m.set("DCGM_FI_DEV_GPU_UTIL", labels, round(40 + 55 * busy))
-            m.set("DCGM_FI_DEV_POWER_USAGE", labels, round(350 + 600 * busy, 1))
-            m.set("DCGM_FI_PROF_PCIE_TX_BYTES", labels, round(rx / 20))
-            m.set("DCGM_FI_PROF_PCIE_RX_BYTES", labels, round(rx))
-        return m.render()
+            devices.append(GpuDevice(
+                index=gpu, name=ref.gpu_name,
+                uuid=f"GPU-{zlib.crc32(f'{self.name}{gpu}'.encode()):08x}"
+                     "-5a1e-4c2b-9d0e-000000000000",
+                total_bytes=ref.gpu_total_bytes, reserved_bytes=ref.gpu_reserved_bytes,
+                used_bytes=used, free_bytes=ref.gpu_total_bytes - ref.gpu_reserved_bytes - used,
+                util_gpu_pct=round(40 + 55 * busy), power_w=round(350 + 600 * busy, 1),
+                pcie_tx_bytes_per_s=round(rx / 20), pcie_rx_bytes_per_s=round(rx)))
+        return dcgm_page(devices, self.name, "580.95.05")
 
     def node_page(self, now: float) -> str:
-        m = MetricsPage()
-        for key, value in self.host().items():
-            name = f"node_memory_{key}" if key.startswith("HugePages_") \
-                else f"node_memory_{key}_bytes"
-            m.declare(name, "gauge", f"Memory information field {key}.")
-            m.set(name, {}, value)
-        return m.render()
+        return node_page(self.host())
 
     def sglang_page(self, now: float) -> str:
         ref, plan = self.ref, self.plan

@@ -20,33 +20,8 @@ import time
 from pathlib import Path
 
 from engram_top import reference
+from engram_top.simnode.exporters import listen, port_of
 from engram_top.simnode.fleet import EXPORTERS, FleetNode
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-MAX_HEAD = 16 * 1024
-IDLE_S = 60.0  # a scraper's idle keep-alive connection is closed after this
-
-
-async def _serve(node: FleetNode, exporter: str, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:  # keep-alive: Prometheus reuses its connection scrape after scrape
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_S)
-            if len(head) > MAX_HEAD:
-                break
-            method, path, *_ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
-            if method == "GET" and path.split("?")[0] == "/metrics":
-                status, body = "200 OK", node.page(exporter, time.monotonic()).encode()
-            else:
-                status, body = "404 Not Found", b"not found: only /metrics is served\n"
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {CONTENT_TYPE}\r\n"
-                         f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-            await writer.drain()
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError,
-            ConnectionError, ValueError):
-        pass
-    finally:
-        writer.close()
 
 
 async def serve(nodes: int, ports_file: Path, skip: set[tuple[str, str]]) -> None:
@@ -61,11 +36,10 @@ async def serve(nodes: int, ports_file: Path, skip: set[tuple[str, str]]) -> Non
         for exporter in EXPORTERS:
             if (node.name, exporter) in skip:
                 continue  # that exporter is down on that node: its port answers nothing
-            server = await asyncio.start_server(
-                lambda r, w, n=node, e=exporter: _serve(n, e, r, w), "127.0.0.1", 0,
-                limit=MAX_HEAD)
+            server = await listen(lambda n=node, e=exporter: n.page(e, time.monotonic()),
+                                  "127.0.0.1", 0)
             servers.append(server)
-            entry["ports"][exporter] = server.sockets[0].getsockname()[1]  # type: ignore[index]
+            entry["ports"][exporter] = port_of(server)  # type: ignore[index]
         table.append(entry)
     tmp = ports_file.with_name(ports_file.name + ".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "nodes": table}))

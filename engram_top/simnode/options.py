@@ -20,6 +20,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="multiply request service times by this (default 1: node time)")
     p.add_argument("--node-dir", type=Path, default=None,
                    help="the simulated node's state folder (default: per user, under /tmp)")
+    p.add_argument("--dcgm-exporter-port", type=int, default=None, metavar="PORT",
+                   help="also serve the node's GPUs in dcgm-exporter's format on PORT "
+                        "(0: any free port, logged)")
+    p.add_argument("--node-exporter-port", type=int, default=None, metavar="PORT",
+                   help="also serve the node's host memory in node-exporter's format on PORT")
+    p.add_argument("--exporter-hostname", default=None,
+                   help="the Hostname label of the dcgm page (default: this machine's name)")
     p.add_argument("--stream-interval", type=int, default=1)
     p.add_argument("--api-key", default=None)
     p.add_argument("--api-key-file", type=Path, default=None,

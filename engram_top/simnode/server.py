@@ -23,7 +23,7 @@ import psutil
 import uvicorn
 
 from engram_top import reference
-from engram_top.simnode import memory, server_args, state
+from engram_top.simnode import exporters, memory, server_args, state
 from engram_top.simnode.http import ServerCore, build_app
 from engram_top.simnode.options import add_arguments
 from engram_top.simnode.startup import Startup, StartupFailed, log, spawn_ranks
@@ -75,6 +75,17 @@ async def serve(args: argparse.Namespace) -> int:
     log(server_args.repr_line(server_args.build(ref, placement, mem, args)))
     for key, value in placement.env.items():
         log(f"env {key}={value}")
+    # The node's exporters run whatever the server's phase, as a real node's do.
+    try:
+        exporters_up = await exporters.start(
+            node_dir, args.host, args.dcgm_exporter_port, args.node_exporter_port,
+            args.exporter_hostname)
+    except OSError as exc:
+        log(f"Initialization failed. The simulated exporters cannot listen: {exc}")
+        return 1
+    for name, listener in exporters_up.items():
+        log(f"simulated {name}-exporter serving /metrics on {args.host}:"
+            f"{exporters.port_of(listener)}")
     ranks = spawn_ranks(node_dir, ref.gpus)
 
     def main_host(nbytes: int) -> None:
@@ -123,6 +134,8 @@ async def serve(args: argparse.Namespace) -> int:
             except Exception:
                 r.proc.kill()
         state.remove_proc(node_dir, main_state.pid)
+        for listener in exporters_up.values():
+            listener.close()
     return rc
 
 
