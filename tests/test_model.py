@@ -49,17 +49,18 @@ def test_requests_queue_while_their_tokens_do_not_fit_fifo() -> None:
         s.submit(r)
     step = s.next_step()
     assert step is not None and step.kind == "prefill"
-    # a (60) fits; b (50) does not fit beside it; c (10) would, but waits behind b (FIFO).
+    # Each needs its prompt and 0.7 of its output: a 57; b 47 does not fit beside it; c 8.5
+    # would, but waits behind b (FIFO).
     assert step.requests == [a]
     assert step.tokens == 50
     assert step.duration == pytest.approx(SVC.prefill_time_s(50))
-    assert s.kv_used == 60
+    assert s.kv_used == 50  # its prompt: output slots are taken as tokens are written
     assert list(s.waiting) == [b, c]
 
 
 def test_prefill_then_decode_steps_and_finish_frees_kv() -> None:
     s = Scheduler(SVC, kv_capacity=100)
-    a, b = req("a", 50, 3), req("b", 48, 2)  # 53 + 50 > 100
+    a, b = req("a", 50, 3), req("b", 48, 3)  # 52.1 + 50.1 > 100
     s.submit(a)
     s.submit(b)
     step, got = run_step(s, 1.0)
@@ -74,12 +75,13 @@ def test_prefill_then_decode_steps_and_finish_frees_kv() -> None:
     assert a.generated == 2 and s.used_tokens == 52
     step, got = run_step(s, 3.0)
     assert a.done and a.finished_at == 3.0 and a.token_times == [1.0, 2.0, 3.0]
-    assert s.running == [] and s.kv_used == 0  # finishing frees the reservation
+    assert s.running == [] and s.kv_used == 0  # finishing frees what it held
     # Now b is admitted.
     step, got = run_step(s, 4.0)
     assert step.kind == "prefill" and got == [b]
-    assert s.kv_used == 50
-    step, got = run_step(s, 5.0)
+    assert s.kv_used == 49
+    run_step(s, 5.0)
+    step, got = run_step(s, 6.0)
     assert b.done and s.idle and s.kv_used == 0
     assert s.next_step() is None
 
@@ -141,7 +143,7 @@ def test_abort_waiting_and_running_requests() -> None:
     s.submit(b)
     run_step(s, 1.0)
     s.abort(b)  # waiting
-    assert list(s.waiting) == [] and s.kv_used == 60
+    assert list(s.waiting) == [] and s.kv_used == 51  # a's prompt and first token
     s.abort(a)  # running
     assert s.running == [] and s.kv_used == 0
     assert s.next_step() is None
@@ -173,7 +175,7 @@ def test_abort_during_a_decode_step_frees_once() -> None:
     assert step is not None and step.kind == "decode"
     s.abort(a)
     assert s.finish(step, 2.0) == [b]
-    assert s.kv_used == 15 and s.running == [b] and a.generated == 1
+    assert s.kv_used == 12 and s.running == [b] and a.generated == 1
 
 
 # --------------------------------------------------------------------------- offline runs
@@ -255,3 +257,38 @@ def test_small_pool_makes_the_closed_loop_queue() -> None:
     assert len(tight.requests) == 24
     assert tight.mean_ttft > 2 * roomy.mean_ttft
     assert tight.output_throughput < roomy.output_throughput
+
+
+# --------------------------------------------------------------------------- retraction
+
+
+def test_a_full_pool_retracts_as_sglang_does_and_every_request_still_finishes() -> None:
+    s = Scheduler(SVC, kv_capacity=100)
+    s.new_token_ratio = 0.1  # late in a run: admission expects little more output
+    rs = [req(f"r{i}", 20, 30) for i in range(4)]
+    for r in rs:
+        s.submit(r)
+    step, got = run_step(s, 0.0)
+    assert got == rs and s.kv_used == 84  # 20 + 3 expected each: all four fit, 4 x 21 held
+    t = 0.0
+    while s.kv_used + len(s.running) <= 100:
+        t += 1
+        run_step(s, t)
+    assert s.kv_used == 100 and s.retracted_total == 0
+    step, got = run_step(s, t + 1)  # no slot for four more tokens: retract
+    # Fewest written first, then the longest prompt: all equal, so the last two in order.
+    # One retraction leaves 25 free for three (60 needed); a second leaves 50 for two.
+    assert s.retracted_total == 2 and len(s.running) == 2 and len(s.waiting) == 2
+    assert all(r.retractions == 1 and r.generated == 5 for r in s.waiting)
+    assert s.kv_used == sum(r.held for r in s.running)
+    assert s.new_token_ratio == pytest.approx((2 * 5 + 20 * 2) / 60)  # written + 20 steps
+    back = list(s.waiting)
+    while not s.idle:
+        t += 1
+        step = s.next_step()
+        assert step is not None
+        if step.kind == "prefill" and back[0] in step.requests:
+            assert step.tokens >= back[0].input_len + back[0].generated  # recomputed
+        s.finish(step, t)
+        assert s.kv_used <= 100
+    assert all(r.done and r.generated == 30 for r in rs) and s.kv_used == 0

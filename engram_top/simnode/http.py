@@ -115,9 +115,9 @@ class ServerCore:
                                                 "sglang:cached_tokens_total",
                                                 "sglang:num_requests_total",
                                                 "sglang:num_aborted_requests_total")}
-        # Scheduler-side counters carry the scheduler's labels. Admission reserves a whole
-        # request's KV, so the scheduler never has to retract one: this stays 0.
-        self.sched_counters = {"sglang:num_retracted_requests_total": 0.0}
+        # Scheduler-side counters carry the scheduler's labels (the retraction count is the
+        # scheduler's own, read when the page is rendered).
+        self.sched_counters: dict[str, float] = {}
         self.histograms = {
             "sglang:time_to_first_token_seconds": Histogram(TTFT_BUCKETS),
             "sglang:inter_token_latency_seconds": Histogram(ITL_BUCKETS),
@@ -141,9 +141,10 @@ class ServerCore:
     def render_metrics(self) -> str:
         m, t = self.metrics, self.tok_labels
         full_usage, swa_usage = self.usages()
-        # Free: what admission has not reserved (a request's whole KV is reserved up front,
-        # so used + available stays within the pool). No prefix cache: nothing to evict.
+        # Free: the slots no running or prefilling request holds. No prefix cache: nothing
+        # to evict.
         available = self.mem.kv_tokens - self.sched.kv_used
+        retracted = sum(1 for r in self.sched.waiting if r.retractions)
         # Every scheduler reports, as SGLang does with --enable-metrics-for-all-schedulers.
         for rank in range(self.ref.gpus):
             s = {**self.sched_labels, "tp_rank": str(rank)}
@@ -156,7 +157,8 @@ class ServerCore:
             m.set("sglang:kv_used_tokens", s, self.sched.used_tokens)
             m.set("sglang:kv_available_tokens", s, available)
             m.set("sglang:kv_evictable_tokens", s, 0)
-            m.set("sglang:num_retracted_reqs", s, 0)
+            m.set("sglang:num_retracted_reqs", s, retracted)
+            m.set("sglang:num_retracted_requests_total", s, self.sched.retracted_total)
             for name, value in self.sched_counters.items():
                 m.set(name, s, value)
             m.set("sglang:gen_throughput", s, self.last_gen_throughput)

@@ -4,6 +4,14 @@ The same code runs the live simulated server (asyncio, scaled wall time) and the
 virtual-time simulation that calibration and tests use as ground truth. Like SGLang's
 default scheduler, a step is either a prefill batch (new requests admitted while their tokens
 fit the KV pool, FIFO) or a decode step that gives every running request one token.
+
+Admission and retraction follow SGLang's: a request is admitted when its prompt, plus
+`new_token_ratio` of the output it may still write, fits beside what the running requests
+hold and are expected to write; the ratio starts at 0.7 and decays by decode steps to 0.098.
+When a decode step finds no room for a token per running request, the scheduler retracts
+requests (fewest generated tokens first, then the longest prompt), frees their KV and puts
+them back in the queue; re-admitted, they prefill their prompt and what they had generated
+again. The ratio then rises to what the survivors have written plus 20 steps.
 """
 
 from __future__ import annotations
@@ -24,6 +32,13 @@ BATCH_WINDOW_S = 0.02
 # The offline closed loop's client turnaround: a finished request's successor arrives this
 # long after it (node seconds), i.e. just after the next step has begun, as over real HTTP.
 CLIENT_GAP_S = 0.002
+# SGLang's defaults (SGLANG_INIT_NEW_TOKEN_RATIO, _MIN_NEW_TOKEN_RATIO_FACTOR,
+# _NEW_TOKEN_RATIO_DECAY_STEPS, CLIP_MAX_NEW_TOKENS_ESTIMATION, retract_decode_steps).
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+CLIP_MAX_NEW_TOKENS = 4096
+RETRACT_DECODE_STEPS = 20
 
 
 @dataclass(eq=False)
@@ -37,11 +52,22 @@ class Request:
     generated: int = 0
     token_times: list[float] = field(default_factory=list)
     aborted: bool = False
+    admitted_at: float | None = None  # its first admission: the queue time ends there
+    retractions: int = 0
 
     @property
     def kv_tokens(self) -> int:
-        # Reserve the whole request up front: admission never has to retract.
+        """The most KV it can ever hold: its prompt and every token it may write."""
         return self.input_len + self.max_new_tokens
+
+    @property
+    def held(self) -> int:
+        """KV slots it holds while running: its prompt and what it has written."""
+        return self.input_len + self.generated
+
+    def expected(self, ratio: float) -> float:
+        """What admission expects it still to write (SGLang's estimate)."""
+        return min(self.max_new_tokens - self.generated, CLIP_MAX_NEW_TOKENS) * ratio
 
     @property
     def done(self) -> bool:
@@ -62,7 +88,9 @@ class Scheduler:
         self.kv_capacity = kv_capacity
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.kv_used = 0
+        self.kv_used = 0  # slots held: running requests' and those being prefilled
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.retracted_total = 0
 
     def submit(self, req: Request) -> None:
         if req.kv_tokens > self.kv_capacity:
@@ -74,7 +102,7 @@ class Scheduler:
         req.aborted = True
         if req in self.running:
             self.running.remove(req)
-            self.kv_used -= req.kv_tokens
+            self.kv_used -= req.held
         elif req in self.waiting:
             self.waiting.remove(req)
         # Otherwise it is in the prefill step being run right now (admitted: out of the
@@ -89,45 +117,76 @@ class Scheduler:
         admitted: list[Request] = []
         budget = PREFILL_TOKEN_BUDGET
         cap = self.service.max_running_requests
+        ratio = self.new_token_ratio
+        room = self.kv_capacity - self.kv_used - sum(r.expected(ratio) for r in self.running)
         while self.waiting and len(self.running) + len(admitted) < cap:
             head = self.waiting[0]
             if now is not None and head.arrival > now:
                 break
-            if self.kv_used + head.kv_tokens > self.kv_capacity:
+            need = head.held + head.expected(ratio)
+            if need > room:
                 break  # the pool is full: the head waits, and so does everyone behind it
-            if admitted and head.input_len > budget:
+            if admitted and head.held > budget:
                 break
             self.waiting.popleft()
-            self.kv_used += head.kv_tokens
-            budget -= head.input_len
+            room -= need
+            self.kv_used += head.held  # a retracted request prefills what it had written
+            budget -= head.held
+            if head.admitted_at is None:
+                head.admitted_at = now if now is not None else head.arrival
             admitted.append(head)
         if admitted:
-            tokens = sum(r.input_len for r in admitted)
+            tokens = sum(r.held for r in admitted)
             return Step("prefill", self.service.prefill_time_s(tokens), admitted, tokens)
         if self.running:
+            if self.kv_capacity - self.kv_used < len(self.running):
+                self._retract()
+            else:
+                self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO,
+                                           self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
             batch = len(self.running)
             return Step("decode", self.service.decode_s(batch), list(self.running), batch)
         return None
+
+    def _retract(self) -> None:
+        """No slot for a token per running request: retract as SGLang's retract_decode does
+        (fewest written first, then the longest prompt) until the rest have room for
+        RETRACT_DECODE_STEPS more tokens each, or one is left."""
+        order = sorted(self.running, key=lambda r: (r.generated, -r.input_len), reverse=True)
+        first = True
+        while len(order) > 1 and (first or self.kv_capacity - self.kv_used
+                                  < RETRACT_DECODE_STEPS * len(order)):
+            first = False
+            victim = order.pop()
+            self.running.remove(victim)
+            self.kv_used -= victim.held
+            victim.retractions += 1
+            self.retracted_total += 1
+            self.waiting.append(victim)
+        written = sum(r.generated for r in order)
+        most = sum(r.max_new_tokens for r in order) or 1
+        self.new_token_ratio = min(1.0, (written + RETRACT_DECODE_STEPS * len(order)) / most)
 
     def finish(self, step: Step, now: float) -> list[Request]:
         """Apply a step that ended at ``now``; returns the requests that got a token."""
         live = [r for r in step.requests if not r.aborted]
         if step.kind == "prefill":
-            # Aborted mid-prefill: their KV was reserved at admission and is freed here
+            # Aborted mid-prefill: their KV was taken at admission and is freed here
             # (a decode step's aborted requests were freed by abort()).
-            self.kv_used -= sum(r.kv_tokens for r in step.requests if r.aborted)
+            self.kv_used -= sum(r.held for r in step.requests if r.aborted)
         for req in live:
             if req.first_token_at is None:
                 req.first_token_at = now
             req.generated += 1
             req.token_times.append(now)
+            self.kv_used += 1
         if step.kind == "prefill":
             self.running.extend(live)
         for req in live:
             if req.done and req in self.running:
                 req.finished_at = now
                 self.running.remove(req)
-                self.kv_used -= req.kv_tokens
+                self.kv_used -= req.held
         return live
 
     @property
