@@ -1,6 +1,7 @@
 """Host memory: /proc/meminfo and /proc/vmstat for the node, /proc/PID/status for the server's
-process tree (psutil finds the tree). used = MemTotal - MemAvailable, as psutil >= 7 and
-node_exporter users compute it, so pinned host memory (which shows as Shmem) is not hidden.
+process tree (psutil finds the tree), and per NUMA node (collectors.numa). used = MemTotal -
+MemAvailable, as psutil >= 7 and node_exporter users compute it, so pinned host memory (which
+shows as Shmem) is not hidden.
 
 A backend supplies the raw numbers so that a simulated node can stand in for /proc.
 """
@@ -12,6 +13,7 @@ from typing import Protocol
 
 import psutil
 
+from collectors import numa
 from collectors.base import FailureTracker, describe, run_blocking
 from collectors.readings import HostData, ProcessTreeMemory, Reading, Status
 from collectors.units import KIB
@@ -34,6 +36,12 @@ class HostBackend(Protocol):
     def children(self, pid: int) -> list[int] | None:
         """The process's descendants; None if the process is gone."""
 
+    def node_meminfo(self) -> dict[int, dict[str, int]] | None:
+        """Per NUMA node, its meminfo fields (numa.NumaBackend)."""
+
+    def shared_mappings(self, pid: int) -> numa.Mappings | None:
+        """The process's shared-memory mappings per NUMA node (numa.NumaBackend)."""
+
 
 def parse_meminfo(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
@@ -55,8 +63,9 @@ class ProcBackend:
 
     name = "proc"
 
-    def __init__(self, proc: Path = Path("/proc")) -> None:
+    def __init__(self, proc: Path = Path("/proc"), sys: Path = Path("/sys")) -> None:
         self.proc = proc
+        self.sys = sys
 
     def meminfo(self) -> dict[str, int]:
         return parse_meminfo((self.proc / "meminfo").read_text())
@@ -84,8 +93,17 @@ class ProcBackend:
         except psutil.NoSuchProcess:
             return None
 
+    def node_meminfo(self) -> dict[int, dict[str, int]] | None:
+        return numa.read_node_meminfo(self.sys)
 
-def sample(backend: HostBackend, root_pid: int | None) -> HostData:
+    def shared_mappings(self, pid: int) -> numa.Mappings | None:
+        return numa.read_shared_mappings(self.proc, pid)
+
+
+def sample(backend: HostBackend, root_pid: int | None,
+           share: numa.ServerShare | None = None) -> HostData:
+    """``share`` reads where the server's shared memory sits per NUMA node; without it (the
+    supervisor's guards, which need the totals only) the nodes' own figures alone."""
     mi = backend.meminfo()
     total = mi["MemTotal"]
     # MemAvailable exists since Linux 3.14; estimate as `free` does on older kernels.
@@ -94,6 +112,9 @@ def sample(backend: HostBackend, root_pid: int | None) -> HostData:
     vm = backend.vmstat()
     page = 4096
     swap_total = mi.get("SwapTotal", 0)
+    tree = tree_memory(backend, root_pid) if root_pid else None
+    nodes, numa_problem = numa.reading(backend, mi.get("Hugepagesize", 0),
+                                       tree.pids if tree else (), share)
     return HostData(
         total_bytes=total,
         available_bytes=available,
@@ -109,8 +130,10 @@ def sample(backend: HostBackend, root_pid: int | None) -> HostData:
         swap_used_bytes=swap_total - mi.get("SwapFree", 0),
         swap_in_bytes=vm.get("pswpin", 0) * page,
         swap_out_bytes=vm.get("pswpout", 0) * page,
-        server_tree=tree_memory(backend, root_pid) if root_pid else None,
+        server_tree=tree,
         backend=backend.name,
+        numa_nodes=nodes,
+        numa_problem=numa_problem,
     )
 
 
@@ -139,10 +162,12 @@ class HostCollector:
         self.root_pid = root_pid  # the server's launcher; its tree is the server
         self.timeout = timeout
         self.tracker = FailureTracker(source)
+        self.numa_share = numa.ServerShare()  # throttled: numa_maps is a page-table walk
 
     async def poll(self) -> Reading[HostData]:
         try:
-            data = await run_blocking(lambda: sample(self.backend, self.root_pid), self.timeout)
+            data = await run_blocking(
+                lambda: sample(self.backend, self.root_pid, self.numa_share), self.timeout)
         except TimeoutError:
             return self.tracker.fail(Status.ERROR, f"/proc did not answer within {self.timeout:g}s")
         except Exception as exc:  # a collector never lets a failure escape

@@ -1,4 +1,5 @@
-"""GPU readings from NVML (nvidia-ml-py's ``pynvml``): memory, utilisation, power, PCIe, processes.
+"""GPU readings from NVML (nvidia-ml-py's ``pynvml``): memory, utilisation, power, PCIe, processes,
+and health: temperature, clocks and what throttles them, energy, links, ECC and XID errors.
 
 ``NvmlBackend`` is blocking (ctypes calls into libnvidia-ml.so.1). ``GpuCollector`` runs any
 backend in a worker thread with a time limit and turns every outcome into a ``Reading``,
@@ -18,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 import pynvml
 
 from collectors.base import FailureTracker, SourceUnavailable, describe, run_blocking
+from collectors.nvml_health import XidWatch, throttle_names
 from collectors.readings import GpuData, GpuDevice, GpuProcess, Reading, Status
 
 R = TypeVar("R")
@@ -25,6 +27,11 @@ R = TypeVar("R")
 # Cumulative PCIe byte counters (newer drivers). getattr: older pynvml lacks the names.
 _FI_PCIE_TX = getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197)
 _FI_PCIE_RX = getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198)
+# Cumulative NVLink data counters in KiB; scope UINT_MAX sums every link (nvml.h). The
+# per-link nvmlDeviceGetNvLinkUtilizationCounter is deprecated and gone on current drivers.
+_FI_NVLINK_TX = getattr(pynvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 138)
+_FI_NVLINK_RX = getattr(pynvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 139)
+_ALL_LINKS = 0xFFFFFFFF
 
 # Start-up failures that describe the machine, not a fault: the UI shows them as a state.
 _INIT_MESSAGES: tuple[tuple[type[pynvml.NVMLError], str], ...] = (
@@ -93,6 +100,8 @@ class NvmlBackend:
         self._initialised = False
         self._memory_v2_error: str | None = None  # set once the driver lacks the _v2 symbol
         self._counters: dict[tuple[str, int], _Counter] = {}
+        self._missing: set[str] = set()  # newer NVML calls this driver lacks (_newer)
+        self._xids = XidWatch()
 
     # ------------------------------------------------------------------ public
 
@@ -118,6 +127,7 @@ class NvmlBackend:
         try:
             if self._initialised:
                 self._initialised = False
+                self._xids.close()  # event sets go before the library does
                 with contextlib.suppress(pynvml.NVMLError):
                     pynvml.nvmlShutdown()
         finally:
@@ -165,6 +175,7 @@ class NvmlBackend:
                              pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
         tx, rx = self._pcie(uuid or f"#{index}", handle, bad, seen)
         processes = self._processes(handle, bad)
+        health = self._health(uuid or f"#{index}", handle, bad, seen)
         return GpuDevice(
             index=index, name=name, uuid=uuid,
             total_bytes=total, reserved_bytes=reserved, used_bytes=used, free_bytes=free,
@@ -173,8 +184,88 @@ class NvmlBackend:
             power_w=None if power_mw is None else power_mw / 1000.0,
             power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
             pcie_tx_bytes_per_s=tx, pcie_rx_bytes_per_s=rx,
-            processes=processes, unsupported=tuple(bad),
+            processes=processes, unsupported=tuple(bad), **health,
         )
+
+    def _newer(self, bad: list[tuple[str, str]], fields: tuple[str, ...],
+               newer: str, older: str, *args: Any) -> Any:
+        """The newer of two NVML calls for the same figure; the older where the driver (or
+        pynvml) lacks the newer symbol, remembered as for memory _v2."""
+        fn = getattr(pynvml, newer, None)
+        if fn is not None and newer not in self._missing:
+            try:
+                return fn(*args)
+            except pynvml.NVMLError_FunctionNotFound:
+                self._missing.add(newer)
+            except pynvml.NVMLError as exc:
+                bad.extend((f, _error_text(exc)) for f in fields)
+                return None
+        return self._try(bad, fields, getattr(pynvml, older), *args)
+
+    def _health(self, key: str, handle: Any, bad: list[tuple[str, str]],
+                seen: dict[tuple[str, int], _Counter]) -> dict[str, Any]:
+        """GpuDevice's health fields, each None (and listed in ``bad``) where refused."""
+        t = self._try
+        out: dict[str, Any] = {
+            "temperature_c": self._newer(bad, ("temperature_c",), "nvmlDeviceGetTemperatureV",
+                                         "nvmlDeviceGetTemperature", handle,
+                                         pynvml.NVML_TEMPERATURE_GPU),
+            "sm_clock_mhz": t(bad, ("sm_clock_mhz",), pynvml.nvmlDeviceGetClockInfo, handle,
+                              pynvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": t(bad, ("mem_clock_mhz",), pynvml.nvmlDeviceGetClockInfo, handle,
+                               pynvml.NVML_CLOCK_MEM),
+            "energy_mj": t(bad, ("energy_mj",), pynvml.nvmlDeviceGetTotalEnergyConsumption,
+                           handle),
+            "pcie_gen": t(bad, ("pcie_gen",), pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+            "pcie_gen_max": t(bad, ("pcie_gen_max",), pynvml.nvmlDeviceGetMaxPcieLinkGeneration,
+                              handle),
+            "pcie_width": t(bad, ("pcie_width",), pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+            "pcie_width_max": t(bad, ("pcie_width_max",), pynvml.nvmlDeviceGetMaxPcieLinkWidth,
+                                handle),
+            "pcie_replay_errors": t(bad, ("pcie_replay_errors",),
+                                    pynvml.nvmlDeviceGetPcieReplayCounter, handle),
+            "ecc_corrected": t(bad, ("ecc_corrected",), pynvml.nvmlDeviceGetTotalEccErrors,
+                               handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                               pynvml.NVML_VOLATILE_ECC),
+            "ecc_uncorrected": t(bad, ("ecc_uncorrected",), pynvml.nvmlDeviceGetTotalEccErrors,
+                                 handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                 pynvml.NVML_VOLATILE_ECC),
+        }
+        # "Throttle" became "clocks event" in NVML 535; older drivers have only the old name.
+        mask = self._newer(bad, ("throttle_reasons",), "nvmlDeviceGetCurrentClocksEventReasons",
+                           "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        out["throttle_reasons"] = None if mask is None else throttle_names(int(mask))
+        out["nvlink_tx_bytes_per_s"], out["nvlink_rx_bytes_per_s"] = self._nvlink(
+            key, handle, bad, seen)
+        out["xids"], why = self._xids.poll(key, handle)
+        if why is not None:
+            bad.append(("xids", why))
+        return out
+
+    def _nvlink(self, key: str, handle: Any, bad: list[tuple[str, str]],
+                seen: dict[tuple[str, int], _Counter]) -> tuple[float | None, float | None]:
+        """NVLink data TX/RX bytes/s over every link since the previous sample: None on the
+        first sample (no delta yet), and None, listed in ``bad``, on a GPU without NVLink."""
+        names = ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s")
+        now = time.monotonic()
+        try:
+            values = pynvml.nvmlDeviceGetFieldValues(
+                handle, [(_FI_NVLINK_TX, _ALL_LINKS), (_FI_NVLINK_RX, _ALL_LINKS)])
+        except pynvml.NVMLError as exc:
+            bad.extend((n, _error_text(exc)) for n in names)
+            return None, None
+        rates: list[float | None] = [None, None]
+        for i, fv in enumerate(values):
+            if fv.nvmlReturn != pynvml.NVML_SUCCESS:
+                bad.append((names[i], _error_text(pynvml.NVMLError(fv.nvmlReturn))))
+                continue
+            cur: _Counter = (_field_value(fv) * 1024, int(fv.timestamp), now)
+            counter = (f"{key}/nvlink", i)
+            prev = self._counters.get(counter)
+            seen[counter] = cur
+            if prev is not None:
+                rates[i] = _counter_rate(prev, cur)
+        return rates[0], rates[1]
 
     def _memory(self, handle: Any, bad: list[tuple[str, str]]) -> tuple[int, int, int, int]:
         """(total, reserved, used, free) in bytes, v2 semantics where the driver has them."""

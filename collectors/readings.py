@@ -71,6 +71,25 @@ class GpuDevice:
     processes: tuple[GpuProcess, ...] = ()
     # Fields NVML refused (NotSupported, FunctionNotFound...), name -> error text.
     unsupported: tuple[tuple[str, str], ...] = ()
+    # Health and interconnect. None: not read (refused, listed in unsupported, or not
+    # provided by this backend); a reading, never an error.
+    temperature_c: int | None = None  # GPU core
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    # What holds the clocks down now (sw_power_cap, hw_thermal_slowdown...); () = nothing.
+    # Idle and an applications-clocks setting are not throttling and never appear here.
+    throttle_reasons: tuple[str, ...] | None = None
+    energy_mj: int | None = None  # cumulative, since the driver loaded
+    pcie_gen: int | None = None  # current link; an idle GPU may train down to save power
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    pcie_replay_errors: int | None = None  # cumulative link-level retransmissions
+    nvlink_tx_bytes_per_s: float | None = None  # all links together
+    nvlink_rx_bytes_per_s: float | None = None
+    ecc_corrected: int | None = None  # volatile: since the driver loaded
+    ecc_uncorrected: int | None = None
+    xids: tuple[int, ...] = ()  # the last XID errors seen while watched, oldest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +114,25 @@ class ProcessTreeMemory:
 
 
 @dataclass(frozen=True, slots=True)
+class NumaNode:
+    """One NUMA node's memory (/sys/devices/system/node/nodeN/meminfo), in bytes."""
+
+    node: int
+    total_bytes: int
+    free_bytes: int
+    # total - free - reclaimable page cache (FilePages - Shmem): a node has no MemAvailable,
+    # and the kernel's MemUsed counts page cache, yet pinned Shmem must count as used.
+    used_bytes: int
+    shmem_bytes: int
+    hugepages_total_bytes: int  # hugetlb pool of the default page size
+    hugepages_free_bytes: int
+    thp_bytes: int  # transparent huge pages: AnonHugePages + ShmemHugePages
+    # The server's shared host memory resident here (memfd, shmem and hugetlb mappings: the
+    # Engram tables), from its processes' numa_maps; None where those were not read.
+    server_shared_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HostData:
     total_bytes: int
     available_bytes: int
@@ -112,6 +150,9 @@ class HostData:
     swap_out_bytes: int
     server_tree: ProcessTreeMemory | None = None
     backend: str = "proc"  # "proc" or "simulated"
+    # Per NUMA node; empty where the kernel shows none (and in recordings made before).
+    numa_nodes: tuple[NumaNode, ...] = ()
+    numa_problem: str = ""  # why some NUMA figures are missing, in one line; "" when none
 
 
 # --------------------------------------------------------------------------- SGLang

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from collectors.nvml_health import xid_text
 from collectors.units import MIB, gib_text
 from engram_top.config import Thresholds
 from engram_top.facts import gpu_facts, host_facts, kv_facts, wall_at
@@ -104,7 +105,8 @@ class AlertMonitor:
     def findings(self, store: RunStore, now: float) -> list[Finding]:
         """Every condition that holds now, switched-off alerts left out."""
         checks = (self._hbm, self._kv, self._host, self._swap, self._queue, self._huge_pages,
-                  self._died, self._rank_died, self._silent, self._conditions)
+                  self._died, self._rank_died, self._silent, self._conditions,
+                  self._gpu_errors)
         out = [f for check in checks for f in check(store, now)]
         return [f for f in out if self.t.on(f.id.split(":", 1)[0])]
 
@@ -119,6 +121,20 @@ class AlertMonitor:
                 yield Finding(f"hbm:gpu{gpu.index}", "warning",
                               f"GPU {gpu.index} HBM {pct:.1f}% used (> {limit:g}%)",
                               firing=pct > limit)
+
+    def _gpu_errors(self, store: RunStore, now: float) -> Iterator[Finding]:
+        """What a GPU reports as gone wrong: XID errors, uncorrected ECC errors. Each stands
+        while the reading holds it (the collector keeps the last XIDs; the volatile ECC
+        count lasts until the driver reloads): a fault to look at, not a passing figure."""
+        for gpu in gpu_facts(store):
+            if gpu.xids:
+                seen = ", ".join(xid_text(x) for x in dict.fromkeys(gpu.xids[-3:]))
+                yield Finding(f"xid:gpu{gpu.index}", "error", f"GPU {gpu.index} {seen}")
+            if gpu.ecc_uncorrected:
+                n = gpu.ecc_uncorrected
+                yield Finding(f"ecc:gpu{gpu.index}", "error",
+                              f"GPU {gpu.index} {n} uncorrected ECC error{'s' * (n != 1)} "
+                              "since the driver loaded")
 
     def _kv(self, store: RunStore, now: float) -> Iterator[Finding]:
         kv = kv_facts(store) if _live(store.run) else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -25,15 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engram_top import facts, reference
+from collectors.pages import PageClient
+from engram_top import energy, facts, reference, slo, sweep
 from engram_top.alerts import AlertChange
-from engram_top.compare import RunResult, compare, to_json, to_markdown
+from engram_top.compare import THROTTLED, RunResult, compare, to_json, to_markdown
 from engram_top.config import Thresholds
 from engram_top.paths import default_state_dir
 from engram_top.session import Session, SessionOptions
+from engram_top.slo import LevelStats, Slo
 from engram_top.store import node_time as startup_in_node_time
+from engram_top.sweep import SweepSpec
 from scenarios import config
-from scenarios.workload import Level, WorkloadSpec, run_workload
+from scenarios.workload import DriverResult, Level, WorkloadSpec, run_workload
 
 # key -> (kind, default). Kinds: "count" (int >= 1), "int", "pos" (finite > 0),
 # "nonneg" (finite >= 0), "ratio" (finite, 0 < x <= 1), "str", "names" (a list of strings).
@@ -69,6 +73,8 @@ class Plan:
     gpus: int | None
     time_scale: float | None
     serve_scale: float | None
+    slos: tuple[Slo, ...] = ()
+    sweep: SweepSpec | None = None
 
 
 def _check(kind: str, value: Any) -> bool:
@@ -138,13 +144,29 @@ def load_plan(path: Path) -> Plan:
     except RecursionError:
         raise PlanError(f"{path}: not a plan (nested too deeply to read)") from None
     problems = [f"{path}: unknown top-level key '{k}'" for k in raw
-                if k not in ("bench", "workload")]
+                if k not in ("bench", "workload", "slo", "sweep")]
     bench = _table(path, raw, "bench", BENCH_KEYS, problems)
     wl = _table(path, raw, "workload", WORKLOAD_KEYS, problems)
     for key in ("scenarios_file", "scenarios", "baseline"):
         if bench[key] is None:
             problems.append(f"{path}: bench.{key}: missing")
-    parsed = _levels(path, wl["levels"], problems)
+    slos = slo.parse(str(path), raw.get("slo"), problems)
+    sweep_spec = sweep.parse(str(path), raw.get("sweep"), problems)
+    if "sweep" in raw and wl["levels"] is not None:
+        problems.append(f"{path}: workload.levels: a plan with [sweep] takes its levels from "
+                        "sweep.loads; give one or the other")
+        parsed: list[Level] = []
+    elif sweep_spec is not None:
+        parsed = [Level(sweep_spec.requests, rate=x) if sweep_spec.kind == "rate"
+                  else Level(sweep_spec.requests, concurrency=int(x))
+                  for x in sweep.live_loads(sweep_spec)]
+        if not parsed:
+            problems.append(f"{path}: sweep.live_up_to: below every load; at least the "
+                            "first level runs live")
+    elif "sweep" in raw:
+        parsed = []  # its problems are said
+    else:
+        parsed = _levels(path, wl["levels"], problems)
     if problems:
         raise PlanError("\n".join(problems))
     scen_file = (path.parent / bench["scenarios_file"]).resolve()
@@ -165,7 +187,7 @@ def load_plan(path: Path) -> Plan:
                         request_timeout_s=float(wl["request_timeout_s"]))
     return Plan(path, scen_file, names, bench["baseline"], bench["trials"], spec,
                 bench["price_per_gpu_hour"], bench["gpus"], bench["time_scale"],
-                bench["serve_scale"])
+                bench["serve_scale"], slos, sweep_spec)
 
 
 async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *,
@@ -196,41 +218,102 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
             say(f"  alert: {a.message}")
 
     session.alerts.listeners.append(alert)
+    levels: dict[str, list[list[LevelStats]]] = {}  # scenario -> trials -> levels
+    modelled: dict[str, str] = {}  # scenario -> its placement, where the model can stand in
     try:
         await session.start()
         for trial in range(plan.trials):
             for name in plan.scenarios:
-                results.append(await _one(session, plan, name, trial, requests, say))
+                result, lvs = await _one(session, plan, name, trial, requests, say)
+                results.append(result)
+                levels.setdefault(name, []).append(lvs)
+                sc = session.scenario(name)
+                if getattr(sc.engine, "follows_reference", False) and \
+                        sc.placement in reference.default().placements:
+                    modelled[name] = sc.placement
         await session.stop_scenario()
     finally:
         await session.close()
     # Another model's runs: the seed's figures are no reference for them.
     seed_column = any(facts.serves(run, reference.default().model) for run in session.store.runs)
-    return write_report(plan, results, requests, out, raised, seed_column=seed_column)
+    table = _level_table(plan, levels, modelled, say)
+    return write_report(plan, results, requests, out, raised, seed_column=seed_column,
+                        levels=table)
+
+
+def _level_table(plan: Plan, levels: dict[str, list[list[LevelStats]]],
+                 modelled: dict[str, str],
+                 say: Callable[[str], None]) -> dict[str, list[LevelStats]]:
+    """Each scenario's levels, its trials merged; a sweep's loads above what ran live from
+    the simulator's model (simulated scenarios only), and the model beside each live one."""
+    table: dict[str, list[LevelStats]] = {}
+    for name, trials in levels.items():
+        by_load: dict[float, list[LevelStats]] = {}
+        for trial in trials:
+            for lv in trial:
+                by_load.setdefault(lv.load, []).append(lv)
+        table[name] = [slo.merge_trials(lvs) for _, lvs in sorted(by_load.items())]
+    spec, wl = plan.sweep, plan.workload
+    if spec is None:
+        return table
+    for name, placement in modelled.items():
+        live = {lv.load: lv for lv in table.get(name, [])}
+        say(f"modelling {name} at {len(spec.loads)} loads (the simulator's scheduler)")
+        out = []
+        for i, load in enumerate(spec.loads):
+            lengths = sweep.lengths(wl.input_len, wl.output_len, wl.range_ratio,
+                                    spec.modelled_requests, wl.seed + 1000 + i)
+            m = sweep.modelled_level(placement, load, spec.kind, lengths, plan.slos, wl.seed)
+            if load <= spec.live_up_to and load not in live:
+                continue  # it did not run live (a server that never became ready)
+            if load in live:
+                lv = live[load]
+                lv.model = {"goodput_rps": m.goodput_rps, "attainment": m.attainment,
+                            "ttft_p99_s": m.latency["ttft"]["p99"],
+                            "tpot_p99_s": m.latency["tpot"]["p99"],
+                            "output_tok_s": m.output_tok_s}
+                out.append(lv)
+            else:
+                out.append(m)
+        table[name] = out
+    return table
 
 
 def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, Any]],
                  out: Path, alerts: list[dict[str, Any]] | None = None,
-                 *, seed_column: bool = True) -> dict[str, Any]:
+                 *, seed_column: bool = True,
+                 levels: dict[str, list[LevelStats]] | None = None) -> dict[str, Any]:
     """The plan's trials compared against its baseline, at its price, with the seed's
-    figures beside them unless told not to: report.json, report.md and requests.csv
-    under ``out``; returns report.json's data."""
+    figures beside them unless told not to, each level's row and a sweep's summary:
+    report.json, report.md, requests.csv and the charts under ``out``; returns
+    report.json's data."""
     comparison = compare(results, plan.baseline, price_per_gpu_hour=plan.price_per_gpu_hour,
                          reference=reference.default() if seed_column else None)
+    levels = levels or {}
+    summary = sweep.summary(levels, plan.baseline, plan.slos) if plan.sweep or plan.slos \
+        else None
     report = {"plan": str(plan.path), "scenarios_file": str(plan.scenarios_file),
               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "results": [r.to_dict() for r in results], "comparison": to_json(comparison),
-              "alerts": list(alerts or ())}
+              "slo": [{"metric": x.metric, "percentile": x.percentile, "max_s": x.max_s}
+                      for x in plan.slos],
+              "levels": {name: [lv.to_dict() for lv in lvs] for name, lvs in levels.items()},
+              "sweep": summary, "alerts": list(alerts or ())}
+    from engram_top import bench_report, plots  # the charts' library only when writing them
+    charts, why = plots.bench_charts(out, levels, summary, comparison, plan.baseline)
+    report["charts"] = charts
     _write(out / "report.json", json.dumps(facts.finite_json(report), indent=2, default=str,
                                            allow_nan=False) + "\n")
     _write(out / "report.md", _markdown(plan, results, to_markdown(comparison),
-                                        report["alerts"]))
+                                        report["alerts"]) + bench_report.levels_markdown(
+        plan, levels, summary, charts, why))
     _write(out / "requests.csv", _csv(requests))
     return report
 
 
 async def _one(session: Session, plan: Plan, name: str, trial: int,
-               requests: list[dict[str, Any]], say: Callable[[str], None]) -> RunResult:
+               requests: list[dict[str, Any]], say: Callable[[str], None]
+               ) -> tuple[RunResult, list[LevelStats]]:
     sc = session.scenario(name)
     time_scale, serve = sc.engine.clock(sc)
     say(f"trial {trial + 1}/{plan.trials}: {name}: starting")
@@ -238,11 +321,28 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
     if not await session.supervisor.wait_ready(run):
         say(f"  {name} did not become ready: {run.failure or run.state}")
         return RunResult(scenario=name, placement=sc.placement, source="bench", trial=trial,
-                         gpus=plan.gpus, notes=(f"not ready: {run.failure or run.state}",))
+                         gpus=plan.gpus, notes=(f"not ready: {run.failure or run.state}",)), []
     say(f"  ready after {run.ready_s:.1f} s; measuring")
     await asyncio.sleep(1.5)  # a fresh poll of every source after ready
-    result = await run_workload(sc.url, plan.workload, api_key=sc.api_key)
+    # A plan's rates are node time: the simulated node serves `serve` times faster.
+    spec = dataclasses.replace(
+        plan.workload, count_prompts=bool(getattr(sc.engine, "simulated_node", False)),
+        levels=tuple(dataclasses.replace(lv, rate=lv.rate / serve) if lv.rate else lv
+                     for lv in plan.workload.levels))
+    marks: dict[tuple[int, str], tuple[float, sweep.ServerMark | None]] = {}
+    client = PageClient(sc.url, headers={"Authorization": f"Bearer {sc.api_key}"}
+                        if sc.api_key else None)
+
+    async def on_level(index: int, when: str) -> None:
+        marks[(index, when)] = (time.monotonic(), await sweep.mark(client))
+
+    gpu_before = session.store.last_ok.get("gpu")  # the energy counters as it starts
+    try:
+        result = await run_workload(sc.url, spec, api_key=sc.api_key, on_level=on_level)
+    finally:
+        await client.aclose()
     store = session.store
+    levels = _live_levels(plan, result, marks, store, serve)
     bound = store.facts_for(name)  # the session's facts of this run: its modelled start-up
     planned = bound.planned_ready_s if bound is not None else None
     gpus = facts.gpu_facts(store)
@@ -278,6 +378,8 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
         notes.append(f"simulated: start-up x{time_scale:g}, service x{serve:g}; figures "
                      "converted to node time")
     notes += result.errors[:5]
+    if bound is not None and bound.results.throttled:  # the session's figures saw it serve
+        notes.append(f"{THROTTLED}: {'; '.join(bound.results.throttled)}")
     return RunResult(
         scenario=name, placement=sc.placement, source="bench", trial=trial,
         gpus=plan.gpus or (len(gpus) or None),
@@ -291,9 +393,50 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
         ttft_p99_s=node_time(result.quantile("ttft", 0.99)),
         tpot_p99_s=node_time(result.quantile("tpot", 0.99)),
         output_tok_s=None if result.output_tok_s is None else result.output_tok_s * serve,
+        # The serving GPUs' mean draw over the workload per node-time token/s: J per token.
+        joules_per_token=energy.joules_per_token(
+            energy.mean_power_w(gpu_before, store.last_ok.get("gpu"), facts.serving_gpus(store)),
+            None if result.output_tok_s is None else result.output_tok_s * serve),
         request_per_s=None if result.request_per_s is None else result.request_per_s * serve,
+        goodput_rps=_run_goodput(levels, plan.slos), slo_attainment=_run_attainment(levels,
+                                                                                  plan.slos),
         completed=len(result.records), failed=result.failed,
-        duration_s=result.duration_s * serve, notes=tuple(notes))
+        duration_s=result.duration_s * serve, notes=tuple(notes)), levels
+
+
+def _live_levels(plan: Plan, result: DriverResult,
+                 marks: dict[tuple[int, str], tuple[float, sweep.ServerMark | None]],
+                 store: Any, serve: float) -> list[LevelStats]:
+    """One row per level the driver ran, in node time."""
+    series = store.line("server", "token_usage")
+    points = series.points() if series is not None else []
+    out = []
+    for i, level in enumerate(plan.workload.levels):
+        if i >= len(result.level_durations):
+            break
+        records = [r for r in result.records if r.level == i]
+        times = [{"ttft": r.ttft / serve, "e2e": r.e2e / serve,
+                  "tpot": None if r.tpot is None else r.tpot / serve} for r in records]
+        (t0, m0), (t1, m1) = marks.get((i, "start"), (0.0, None)), marks.get((i, "end"),
+                                                                           (0.0, None))
+        extra = {**sweep.server_deltas(m0, m1, serve), **sweep.kv_usage(points, t0, t1)}
+        out.append(slo.level_stats(
+            times, sum(1 for f in result.failures if f.level == i),
+            result.level_durations[i] * serve, plan.slos,
+            load=level.rate if level.rate is not None else float(level.concurrency or 1),
+            kind="rate" if level.rate is not None else "concurrency", modelled=False,
+            output_tokens=sum(r.output_len for r in records), **extra))
+    return out
+
+
+def _run_goodput(levels: list[LevelStats], slos: tuple[Slo, ...]) -> float | None:
+    duration = sum(lv.duration_s for lv in levels)
+    return sum(lv.good for lv in levels) / duration if slos and duration > 0 else None
+
+
+def _run_attainment(levels: list[LevelStats], slos: tuple[Slo, ...]) -> float | None:
+    total = sum(lv.requests + lv.failed for lv in levels)
+    return sum(lv.good for lv in levels) / total if slos and total else None
 
 
 def _mean(values: list[float]) -> float | None:

@@ -56,7 +56,11 @@ class RunResult:
     ttft_p50_s: float | None = None
     tpot_p50_s: float | None = None
     output_tok_s: float | None = None
+    joules_per_token: float | None = None  # the GPUs' energy per output token
     request_per_s: float | None = None
+    # Requests per second within every SLO of the bench plan, and their share (0..1).
+    goodput_rps: float | None = None
+    slo_attainment: float | None = None
     completed: int = 0
     failed: int = 0
     duration_s: float | None = None
@@ -113,6 +117,16 @@ def _check_type(name: str, value: Any) -> None:
         raise ValueError(f"RunResult.{name}: unexpected {type(value).__name__} {value!r}")
 
 
+# A RunResult note that starts so says a GPU's clocks were held down while the run served
+# ("throttled while serving: GPU 2 sw_power_cap"): the comparison flags that run.
+THROTTLED = "throttled while serving"
+
+
+def _throttled(results: list[RunResult]) -> tuple[str, ...]:
+    return tuple(f"trial {r.trial + 1}: {note[len(THROTTLED):].lstrip(': ')}"
+                 for r in results for note in r.notes if note.startswith(THROTTLED))
+
+
 # ----------------------------------------------------------------------------- the table
 
 @dataclass(frozen=True)
@@ -166,6 +180,8 @@ class Comparison:
     reference_path: str | None = None  # the seeds file behind the reference column
     # Each scenario's placement, where its runs name one (a bench_serving file does not).
     placements: dict[str, str] = field(default_factory=dict)
+    # Each scenario's trials that ran on a throttled GPU: "trial 2: GPU 1 sw_power_cap".
+    throttled: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def row(self, key: str) -> Row:
         for row in self.rows:
@@ -205,6 +221,7 @@ def compare(results: list[RunResult], baseline: str, *,
         reference_path=None if reference is None else str(reference.path),
         placements={s: p for s, rs in by_scenario.items()
                     if (p := next((r.placement for r in rs if r.placement), None))},
+        throttled={s: t for s, rs in by_scenario.items() if (t := _throttled(rs))},
     )
 
 
@@ -404,6 +421,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "price_per_gpu_hour": c.price_per_gpu_hour,
         "reference_path": c.reference_path,
         "rows": [_row_json(row) for row in c.rows],
+        "throttled": {s: list(t) for s, t in c.throttled.items()},
     }
 
 
@@ -490,6 +508,7 @@ def _footnotes(c: Comparison, noisy: bool, assumed: bool) -> list[str]:
     notes = ["Intervals: paired by trial index (t, n-1 df) when both scenarios ran the same "
              "trials, else Welch on the difference of means over the baseline mean."]
     notes += [row.metric.note for row in c.rows if row.metric.note]
+    notes += [f"⚠ {s} {THROTTLED}: {'; '.join(t)}." for s, t in c.throttled.items()]
     if noisy:
         notes.append("~ the 95% interval spans zero: the difference is smaller than the "
                      "trial-to-trial noise.")

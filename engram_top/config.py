@@ -21,7 +21,7 @@ from typing import Any
 from scenarios.config import locate, similar
 
 ALERT_NAMES = ("hbm", "kv", "host-available", "swap-in", "queue-growth", "no-huge-pages",
-               "server-died", "rank-died", "server-silent", "recording")
+               "server-died", "rank-died", "server-silent", "recording", "xid", "ecc")
 
 
 def _setting(default: Any, kind: str, what: str) -> Any:
@@ -66,6 +66,8 @@ class UserConfig:
     alerts: Thresholds = field(default_factory=Thresholds)
     keys: dict[str, str] = field(default_factory=dict)  # binding id -> "key[,key]"
     theme: str | None = None  # a Textual theme name; the app checks it exists
+    # The demo load's SLOs (goodput), as a bench plan's [slo]; slo.DEFAULT where silent.
+    slos: tuple[Any, ...] = field(default_factory=lambda: _default_slos())
     path: Path | None = None  # the file it came from, None for built-in defaults
 
 
@@ -84,6 +86,11 @@ def config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME")
     root = Path(base).expanduser() if base else Path.home() / ".config"
     return root / "engram-top" / "config.toml"
+
+
+def _default_slos() -> tuple[Any, ...]:
+    from engram_top.slo import DEFAULT
+    return DEFAULT
 
 
 def load_config(path: Path | None = None) -> tuple[UserConfig, str | None]:
@@ -112,7 +119,7 @@ def parse_config(path: Path) -> UserConfig:
 # [alerts] key -> (kind, description), from Thresholds' fields (_setting says the kinds).
 ALERT_FIELDS: dict[str, tuple[str, str]] = {
     f.name: (f.metadata["kind"], f.metadata["what"]) for f in fields(Thresholds)}
-TOP_LEVEL = ("alerts", "keys", "theme")
+TOP_LEVEL = ("alerts", "keys", "theme", "slo")
 _LINE = re.compile(r"at line (\d+)")
 
 
@@ -158,9 +165,13 @@ def parse_config_text(text: str, path: Path) -> UserConfig:
             bad(("keys", action), wrong)
         else:
             remaps[action] = found
+    from engram_top import slo  # its arithmetic comes with it; a config needs only the check
+    slo_problems: list[str] = []
+    slos = slo.parse(str(path), raw.get("slo"), slo_problems)
+    problems += slo_problems
     if problems:
         raise ConfigError(problems)
-    return UserConfig(alerts=Thresholds(**values), keys=remaps,
+    return UserConfig(alerts=Thresholds(**values), keys=remaps, slos=slos or slo.DEFAULT,
                       theme=theme.strip() if isinstance(theme, str) else None, path=path)
 
 
@@ -265,7 +276,15 @@ clear_after_s = {_toml(t.clear_after_s)}
 # With no threshold, on unless disabled: no-huge-pages (SGLang's Engram host table warned
 # "No huge pages" in its start-up log), server-died (a server exited or failed without
 # being asked to stop), rank-died (a process of a running server died while the server
-# still answers: degraded) and recording (the recording cannot be written).
+# still answers: degraded), recording (the recording cannot be written), xid (a GPU
+# reported an XID error through NVML) and ecc (a GPU counts uncorrected ECC errors).
+
+[slo]
+# What the demo load's requests are held to: goodput counts the requests within every
+# bound, per second (the compare screen shows it). A bench plan takes the same table.
+ttft = {{ percentile = 99, max_ms = 2000 }}
+tpot = {{ percentile = 99, max_ms = 50 }}
+# e2e = {{ percentile = 99, max_ms = 60000 }}
 
 [keys]
 # Remap the dashboard's keys by binding id: id = "key" or "key,key". Ids: quit, start,

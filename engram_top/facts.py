@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
 from collectors.readings import GpuData, HostData, Reading, ServerData
 from collectors.units import GIB
+from engram_top import energy
 from engram_top.figures import RunFigures
 from engram_top.reference import Reference
 from engram_top.store import RunFacts, RunStore
+from scenarios.runstate import RunState
 
 if TYPE_CHECKING:  # the comparison's code loads when a comparison is made
     from engram_top.compare import Comparison, RunResult
@@ -95,6 +97,12 @@ def gpu_facts(store: RunStore) -> list[GpuView]:
             kv_tokens=_int(rank_metrics.get("max_total_num_tokens", rank_log.get("kv_tokens"))),
             processes=tuple(GpuProcessView(pid=p.pid, name=p.name, used_bytes=p.used_bytes)
                             for p in dev.processes),
+            power_limit_w=dev.power_limit_w, temperature_c=dev.temperature_c,
+            sm_clock_mhz=dev.sm_clock_mhz, throttle_reasons=dev.throttle_reasons,
+            energy_mj=dev.energy_mj, pcie_gen=dev.pcie_gen, pcie_width=dev.pcie_width,
+            nvlink_rx_bytes_per_s=dev.nvlink_rx_bytes_per_s,
+            nvlink_tx_bytes_per_s=dev.nvlink_tx_bytes_per_s,
+            ecc_uncorrected=dev.ecc_uncorrected, xids=dev.xids,
         ))
     return out
 
@@ -119,6 +127,7 @@ def host_facts(store: RunStore) -> HostView | None:
         server_rss_bytes=tree.rss_bytes if tree else None,
         server_rss_shmem_bytes=tree.rss_shmem_bytes if tree else None,
         server_pids=tuple(tree.pids) if tree else (),
+        numa_nodes=host.numa_nodes, numa_problem=host.numa_problem,
     )
 
 
@@ -330,6 +339,9 @@ def summary(store: RunStore) -> RunFigures:
     if kv_tokens is None:
         kv = kv_facts(store)
         kv_tokens = kv.capacity_tokens if kv is not None else None
+    serving = _serving(gpus)
+    power = energy.window_power_w(store, [g.index for g in serving], lat.window_s if lat else None)
+    per_token = energy.joules_per_token(power, rate)
     return RunFigures(
         ready_s=None if run is None or run.ready_s is None else round(run.ready_s, 2),
         gpus=len(gpus) or None,
@@ -340,7 +352,42 @@ def summary(store: RunStore) -> RunFigures:
         ttft_mean_s=_round_ms(ttft.mean if ttft else None, 2),
         itl_p50_s=_round_ms(itl.p50 if itl else None, 1),
         itl_mean_s=_round_ms(itl.mean if itl else None, 2),
-        output_tok_s=None if rate is None else round(rate, 1))
+        output_tok_s=None if rate is None else round(rate, 1),
+        joules_per_token=None if per_token is None else round(per_token, 3),
+        throttled=_throttled(run, server, serving), **_goodput(store.load))
+
+
+def _goodput(load: dict[str, Any]) -> dict[str, float]:
+    """The demo load's goodput so far: its good requests per node second, and their share
+    of those that ended; nothing before a request has ended."""
+    good, node_s = load.get("good"), load.get("node_s")
+    ended = (load.get("completed") or 0) + (load.get("failed") or 0)
+    if not isinstance(good, int) or not isinstance(node_s, int | float) or node_s <= 0 \
+            or not ended:
+        return {}
+    return {"goodput_rps": round(good / node_s, 4), "slo_attainment": round(good / ended, 4)}
+
+
+def _serving(gpus: list[GpuView]) -> list[GpuView]:
+    """The GPUs the watched server holds memory on; every GPU where nobody's processes are
+    known (dcgm-exporter lists none)."""
+    return [g for g in gpus if g.server_bytes > 0] or gpus
+
+
+def serving_gpus(store: RunStore) -> list[int]:
+    return [g.index for g in _serving(gpu_facts(store))]
+
+
+def _throttled(run: RunFacts | None, server: ServerData | None,
+               gpus: list[GpuView]) -> tuple[str, ...] | None:
+    """What holds each serving GPU's clocks down now, while the server serves requests
+    (clocks held down while it idles cost no figure)."""
+    if run is None or run.state not in (RunState.READY, RunState.ATTACHED):
+        return None
+    if server is None or not server.num_running_reqs:
+        return None
+    found = tuple(f"GPU {g.index} {why}" for g in gpus for why in g.throttle_reasons or ())
+    return found or None
 
 
 def _round_ms(seconds: float | None, digits: int) -> float | None:
@@ -355,7 +402,8 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
     run's last 30 s window (SGLang's histograms); SGLang's inter-token latency stands in for
     TPOT, as it does in SGLang's own metrics."""
     r = run.results
-    from engram_top.compare import RunResult
+    from engram_top.compare import THROTTLED, RunResult
+    throttled = (f"{THROTTLED}: {'; '.join(r.throttled)}",) if r.throttled else ()
     return RunResult(
         scenario=run.scenario, placement=run.placement, source=source, trial=trial,
         gpus=r.gpus, weights_gb=r.weights_gb, kv_tokens=r.kv_tokens,
@@ -364,8 +412,9 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
         # node (and the seed) would; a real node's time_scale is 1.
         ready_s=run.node_seconds(r.ready_s),
         ttft_mean_s=r.ttft_mean_s, tpot_mean_s=r.itl_mean_s, itl_mean_s=r.itl_mean_s,
-        output_tok_s=r.output_tok_s,
-        notes=("live: last 30 s window of the server's histograms",))
+        output_tok_s=r.output_tok_s, joules_per_token=r.joules_per_token,
+        goodput_rps=r.goodput_rps, slo_attainment=r.slo_attainment,
+        notes=("live: last 30 s window of the server's histograms", *throttled))
 
 
 def run_results(runs: list[RunFacts], source: str = "live") -> list[RunResult]:

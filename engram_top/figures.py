@@ -32,6 +32,14 @@ class RunFigures:
     itl_p50_s: float | None = None
     itl_mean_s: float | None = None
     output_tok_s: float | None = None
+    # The GPUs' energy over the same window, per output token (J).
+    joules_per_token: float | None = None
+    # Every GPU throttle seen while the server served requests ("GPU 2 sw_power_cap"):
+    # a run whose clocks were held down is no fair side of an A/B comparison.
+    throttled: tuple[str, ...] | None = None
+    # The demo load's requests within every SLO, per node second, and their share (0..1).
+    goodput_rps: float | None = None
+    slo_attainment: float | None = None
 
     def measured(self) -> bool:
         """Whether any figure is known."""
@@ -39,9 +47,12 @@ class RunFigures:
 
     def merged(self, newer: RunFigures) -> RunFigures:
         """These figures with every one that `newer` measured taken from it: a figure missing
-        from one poll keeps its last value rather than going back to unmeasured."""
+        from one poll keeps its last value rather than going back to unmeasured. Throttles
+        add up: one seen a minute ago still happened during the run."""
         taken = {f.name: v for f in dataclasses.fields(self)
                  if (v := getattr(newer, f.name)) is not None}
+        if self.throttled and newer.throttled:
+            taken["throttled"] = tuple(dict.fromkeys(self.throttled + newer.throttled))
         return dataclasses.replace(self, **taken)
 
     def to_json(self) -> dict[str, Any]:
@@ -50,6 +61,9 @@ class RunFigures:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is None:
+                continue
+            if f.name in _NOTES:
+                out[f.name] = list(value)
                 continue
             key, scale = _JSON.get(f.name, (f.name, 1))
             # Rounded to the nanosecond: seconds x 1000 must not write 12.350000000000001.
@@ -71,6 +85,9 @@ class RunFigures:
         values = {}
         for key, value in data.items():
             name, scale = names[key]
+            if name in _NOTES:
+                values[name] = _notes(key, value)
+                continue
             values[name] = _number(key, value, whole=name in _COUNTS)
             if values[name] is not None and scale != 1:
                 values[name] /= scale
@@ -81,6 +98,15 @@ class RunFigures:
 _JSON = {"ttft_p50_s": ("ttft_p50_ms", 1000), "ttft_mean_s": ("ttft_mean_ms", 1000),
          "itl_p50_s": ("itl_p50_ms", 1000), "itl_mean_s": ("itl_mean_ms", 1000)}
 _COUNTS = {"gpus", "kv_tokens"}
+_NOTES = {"throttled"}  # lists of words, not numbers
+
+
+def _notes(key: str, value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key}: expected a list of strings, got {value!r}")
+    return tuple(value)
 
 
 def _number(key: str, value: Any, whole: bool) -> float | int | None:

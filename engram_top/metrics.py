@@ -149,9 +149,19 @@ TPOT = Metric("tpot_mean_ms", "mean TPOT", "ms", "lower",
 THROUGHPUT = Metric("output_tok_s", "output throughput", "tok/s", "higher",
                     extract=lambda r: r.output_tok_s, fmt=fixed(1), panel="latency",
                     seed_delta="output_throughput")
+GOODPUT = Metric("goodput_rps", "goodput (in SLO)", "req/s", "higher",
+                 extract=lambda r: r.goodput_rps, fmt=fixed(3), screen_fmt=fixed(3),
+                 panel="latency")
 # The price's currency; "$" because that is how per-GPU-hour prices are usually quoted.
 COST = Metric("cost_per_mtok", "cost per million output tokens", "$/Mtok", "lower",
               priced=_cost, fmt=fixed(4), screen_fmt=fixed(4), panel="cost")
+# Beside the price: what the same tokens cost in energy, whatever a GPU-hour costs. The
+# GPUs' NVML energy counters over the serving window (their mean draw between two polls)
+# per output token served in it (engram_top.energy).
+ENERGY = Metric("joules_per_token", "energy per token", "J/tok", "lower",
+                extract=lambda r: r.joules_per_token, fmt=fixed(3), screen_fmt=fixed(2),
+                panel="cost")
 
 # What every comparison shows, unless it is given a registry of its own.
-METRICS = Registry((WEIGHTS, KV, KV_RATIO, HOST, READY, TTFT, TPOT, THROUGHPUT, COST))
+METRICS = Registry((WEIGHTS, KV, KV_RATIO, HOST, READY, TTFT, TPOT, THROUGHPUT, GOODPUT,
+                    COST, ENERGY))

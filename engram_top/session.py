@@ -32,6 +32,9 @@ from engram_top.config import Thresholds
 from engram_top.facts import summary
 from engram_top.simnode import state
 from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
+from engram_top.slo import DEFAULT as slo_defaults
+from engram_top.slo import Slo
+from engram_top.slo import bounds as slo_bounds
 from engram_top.store import RunFacts, RunStore
 from scenarios import config, engines
 from scenarios.config import Scenario, ScenarioFile
@@ -143,6 +146,10 @@ class Session:
         self.store.node = (f"simulated {self.ref.gpus}x {self.ref.gpu_name}" if self.simulated
                            else socket.gethostname())
         self.load: LoadProcess | None = None
+        # The SLOs the demo load's requests are held to (goodput): the config's [slo].
+        self.slos: tuple[Slo, ...] = slo_defaults
+        self._load_since = 0.0
+        self._load_serve = 1.0
         self.run: Run | None = None
         # What is polled, by name: this node's GPUs and host, the watched server, and any
         # source added later (a Prometheus for many nodes); each in its own loop.
@@ -508,7 +515,11 @@ class Session:
                 s = self.load.stats
                 self.store.load = {"concurrency": self.load.concurrency, "sent": s.sent,
                                    "completed": s.completed, "failed": s.failed,
-                                   "output_tokens": s.output_tokens, "last_error": s.last_error}
+                                   "output_tokens": s.output_tokens, "last_error": s.last_error,
+                                   "good": s.good, "slo": [x.label for x in self.slos],
+                                   # node seconds the load has run: goodput's denominator
+                                   "node_s": (time.monotonic() - self._load_since)
+                                   / self._load_serve}
             await asyncio.sleep(0.25)
 
     def _read_engram(self, facts: RunFacts) -> None:
@@ -548,9 +559,13 @@ class Session:
             return
         # A process of its own: what the dashboard costs is then the dashboard's alone.
         from scenarios.load_process import LoadProcess
+        # A simulated node serves `serve` times faster: the bounds are in node time.
+        _, serve = sc.engine.clock(sc)
         self.load = LoadProcess(sc.url, concurrency=spec.concurrency, input_len=spec.input_len,
                                 output_len=spec.output_len, range_ratio=spec.range_ratio,
-                                seed=spec.seed, api_key=sc.api_key)
+                                seed=spec.seed, api_key=sc.api_key,
+                                bounds=slo_bounds(self.slos, serve))
+        self._load_since, self._load_serve = time.monotonic(), serve
         await self.load.start()
         self.store.event("info", f"load started: {spec.concurrency} streams, closed loop")
 

@@ -36,6 +36,15 @@ class Slo:
         return f"p{self.percentile:g} {self.metric.upper()} <= {self.max_s * 1000:g} ms"
 
 
+# The dashboard's SLOs where the config file's [slo] is silent (an interactive chat target).
+DEFAULT = (Slo("ttft", 99, 2.0), Slo("tpot", 99, 0.05))
+
+
+def bounds(slos: Sequence[Slo], scale: float = 1.0) -> dict[str, float]:
+    """Per-request bounds (seconds, times ``scale``) as the load driver checks them."""
+    return {s.metric: s.max_s * scale for s in slos}
+
+
 def parse(where: str, table: Any, problems: list[str]) -> tuple[Slo, ...]:
     """A plan's [slo] table: `ttft = { percentile = 99, max_ms = 2000 }` per metric."""
     if table is None:
@@ -120,6 +129,8 @@ class LevelStats:
     kv_usage_max: float | None = None
     kv_usage_mean: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # At a live load, the model's figures for the same load: how far it is from measured.
+    model: dict[str, float | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -153,9 +164,12 @@ def level_stats(requests: Sequence[dict[str, float | None]], failed: int, durati
         duration_s=duration_s,
         output_tok_s=output_tokens / duration_s if duration_s > 0 else None,
         request_per_s=len(requests) / duration_s if duration_s > 0 else None,
-        latency=lat, good=n_good,
-        goodput_rps=n_good / duration_s if duration_s > 0 else None, attainment=attain,
-        interval=None if ci is None or rate is None else (ci[0] * rate, ci[1] * rate),
+        latency=lat, good=n_good if slos else 0,
+        # Without SLOs every request would count: no goodput is said rather than throughput.
+        goodput_rps=n_good / duration_s if slos and duration_s > 0 else None,
+        attainment=attain if slos else None,
+        interval=None if not slos or ci is None or rate is None else (ci[0] * rate,
+                                                                      ci[1] * rate),
         slo=checks, meets_slo=all(c["met"] for c in checks.values()) if slos else None,
         **extra)
 

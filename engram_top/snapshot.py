@@ -37,7 +37,7 @@ SNAPSHOT_VERSION = 1
 UNITS = {"used": "bytes", "util": "%", "pcie_rx": "bytes/s", "pcie_tx": "bytes/s",
          "token_usage": "fraction", "num_running_reqs": "requests",
          "num_queue_reqs": "requests", "output_tokens_per_s": "tokens/s", "p50": "s",
-         "swap_in": "bytes (cumulative)"}
+         "swap_in": "bytes (cumulative)", "energy": "mJ (cumulative)"}
 # What replaces a secret in each file's text: valid XML in the SVG, and no HTML-like tag for a
 # Markdown viewer to swallow.
 PLACEHOLDERS = {".svg": "&lt;redacted&gt;", ".md": "[redacted]"}

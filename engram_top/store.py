@@ -283,6 +283,8 @@ class RunStore:
                 self._point(key, "util", gpu, t, dev.util_gpu_pct)
                 self._point(key, "pcie_rx", gpu, t, dev.pcie_rx_bytes_per_s)
                 self._point(key, "pcie_tx", gpu, t, dev.pcie_tx_bytes_per_s)
+                # Cumulative: energy per token takes its deltas over a window.
+                self._point(key, "energy", gpu, t, dev.energy_mj)
         elif isinstance(data, HostData):
             point("used", data.used_bytes)
             point("swap_in", data.swap_in_bytes)  # cumulative: alerts take rates

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from collectors.readings import Quantiles
+from collectors.readings import NumaNode, Quantiles
 from scenarios.runstate import RunState
 
 
@@ -58,6 +58,18 @@ class GpuView:
     kv_cache_gb: float | None
     kv_tokens: int | None
     processes: tuple[GpuProcessView, ...]
+    # Health, as the GPU reading has it (None: not read there).
+    power_limit_w: float | None = None
+    temperature_c: int | None = None
+    sm_clock_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] | None = None  # () = not throttled
+    energy_mj: int | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    nvlink_rx_bytes_per_s: float | None = None
+    nvlink_tx_bytes_per_s: float | None = None
+    ecc_uncorrected: int | None = None
+    xids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,6 +86,8 @@ class HostView:
     server_rss_bytes: int | None
     server_rss_shmem_bytes: int | None
     server_pids: tuple[int, ...]
+    numa_nodes: tuple[NumaNode, ...] = ()  # per NUMA node, as the host reading has them
+    numa_problem: str = ""
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,14 @@ MAX_LINE = 64 * 1024
 class LoadProcess:
     def __init__(self, base_url: str, *, concurrency: int = 8, input_len: int = 512,
                  output_len: int = 128, range_ratio: float = 0.5, seed: int = 1,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, bounds: dict[str, float] | None = None) -> None:
         self.concurrency = concurrency
+        self.bounds = dict(bounds or {})
         self.argv = [sys.executable, "-m", "scenarios.load_process", "--url", base_url,
                      "--concurrency", str(concurrency), "--input-len", str(input_len),
                      "--output-len", str(output_len), "--range-ratio", repr(range_ratio),
-                     "--seed", str(seed)]
+                     "--seed", str(seed),
+                     *(a for k, v in self.bounds.items() for a in ("--bound", f"{k}={v!r}"))]
         self.api_key = api_key
         self.stats = LoadStats()
         self.proc: asyncio.subprocess.Process | None = None
@@ -71,7 +73,7 @@ class LoadProcess:
             self.stats.last_error = f"the load driver exited with code {code}"
 
     def _take(self, counters: dict[str, Any]) -> None:
-        for name in ("sent", "completed", "failed", "output_tokens"):
+        for name in ("sent", "completed", "failed", "output_tokens", "good"):
             value = counters.get(name)
             if isinstance(value, int) and not isinstance(value, bool):
                 setattr(self.stats, name, value)
@@ -111,7 +113,8 @@ class LoadProcess:
 async def _child(args: argparse.Namespace) -> int:
     load = ClosedLoopLoad(args.url, concurrency=args.concurrency, input_len=args.input_len,
                           output_len=args.output_len, range_ratio=args.range_ratio,
-                          seed=args.seed, api_key=os.environ.pop(KEY_ENV, None))
+                          seed=args.seed, api_key=os.environ.pop(KEY_ENV, None),
+                          bounds=dict(args.bound))
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, done.set)
@@ -129,7 +132,8 @@ async def _child(args: argparse.Namespace) -> int:
         while not done.is_set():
             s = load.stats
             line = json.dumps({"sent": s.sent, "completed": s.completed, "failed": s.failed,
-                               "output_tokens": s.output_tokens, "last_error": s.last_error})
+                               "output_tokens": s.output_tokens, "good": s.good,
+                               "last_error": s.last_error})
             try:
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
@@ -152,7 +156,21 @@ def main() -> int:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--range-ratio", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--bound", type=_bound, action="append", default=[], metavar="METRIC=S",
+                   help="a per-request latency bound (ttft, tpot or e2e, in seconds): "
+                        "requests within every bound are counted as good")
     return asyncio.run(_child(p.parse_args()))
+
+
+def _bound(text: str) -> tuple[str, float]:
+    metric, _, value = text.partition("=")
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: METRIC=SECONDS") from None
+    if metric not in ("ttft", "tpot", "e2e") or not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: ttft, tpot or e2e = seconds > 0")
+    return metric, seconds
 
 
 if __name__ == "__main__":

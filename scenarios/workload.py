@@ -19,12 +19,15 @@ import json
 import random
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
 
 _WIRE_EVENTS = ("connection.connect_tcp.started", "http11.send_request_headers.started")
 
+# The simulated node's own request field: the prompt's length in tokens (count_prompts).
+PROMPT_TOKENS_FIELD = "sim_prompt_tokens"
 PROMPT_WORDS = ("engram", "rows", "live", "in", "host", "memory", "and", "the", "gpu", "reads")
 
 
@@ -75,13 +78,15 @@ def prompt(words: int) -> str:
 
 async def stream_request(client: httpx.AsyncClient, input_len: int, output_len: int, *,
                          endpoint: str = "/v1/completions", model: str | None = None,
-                         level: int = 0, deadline_s: float | None = None) -> RequestRecord:
+                         level: int = 0, deadline_s: float | None = None,
+                         count_prompt: bool = False) -> RequestRecord:
     """One streaming request, done within ``deadline_s`` in all (a per-read timeout never
     ends a stream that drips); raises RequestFailed saying why when it does not complete."""
     got = _Progress()
     try:
         async with asyncio.timeout(deadline_s):
-            return await _stream(client, input_len, output_len, endpoint, model, level, got)
+            return await _stream(client, input_len, output_len, endpoint, model, level, got,
+                                 count_prompt)
     except TimeoutError:
         raise RequestFailed(f"no complete answer within {deadline_s:g} s "
                             f"({got.tokens} of {output_len} tokens came)", got.tokens) from None
@@ -98,15 +103,19 @@ class _Progress:
 
 
 async def _stream(client: httpx.AsyncClient, input_len: int, output_len: int, endpoint: str,
-                  model: str | None, level: int, got: _Progress) -> RequestRecord:
+                  model: str | None, level: int, got: _Progress,
+                  count_prompt: bool = False) -> RequestRecord:
+    text = prompt(1 if count_prompt else input_len)
     if endpoint == "/generate":
-        body: dict[str, object] = {"text": prompt(input_len), "stream": True, "sampling_params": {
+        body: dict[str, object] = {"text": text, "stream": True, "sampling_params": {
             "max_new_tokens": output_len, "ignore_eos": True}}
     else:
-        body = {"prompt": prompt(input_len), "max_tokens": output_len, "stream": True,
+        body = {"prompt": text, "max_tokens": output_len, "stream": True,
                 "ignore_eos": True, "stream_options": {"include_usage": True}}
         if model:
             body["model"] = model
+    if count_prompt:
+        body[PROMPT_TOKENS_FIELD] = input_len
     # "Sent" is when the request starts onto the wire (its connection opening, or its
     # headers going out on a pooled one): httpx's own request building before that is
     # client overhead, not latency, and would add to every TTFT.
@@ -195,6 +204,7 @@ class LoadStats:
     completed: int = 0
     failed: int = 0
     output_tokens: int = 0
+    good: int = 0  # completed within every per-request bound (the SLOs): goodput's count
     last_error: str = ""
     recent: deque[RequestRecord] = field(default_factory=lambda: deque(maxlen=2048))
 
@@ -205,7 +215,8 @@ class ClosedLoopLoad:
     def __init__(self, base_url: str, *, concurrency: int = 8, input_len: int = 512,
                  output_len: int = 128, range_ratio: float = 0.5, seed: int = 1,
                  model: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0, request_timeout_s: float = 300.0) -> None:
+                 timeout: float = 60.0, request_timeout_s: float = 300.0,
+                 bounds: dict[str, float] | None = None) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.base_url = base_url.rstrip("/")
@@ -219,6 +230,9 @@ class ClosedLoopLoad:
         self.timeout = timeout  # per read
         self.request_timeout_s = request_timeout_s  # per request, in all
         self.stats = LoadStats()
+        # Per-request latency bounds in seconds ("ttft", "tpot", "e2e"): a completed request
+        # within all of them counts as good (stats.good), as goodput counts it.
+        self.bounds = dict(bounds or {})
         self._tasks: list[asyncio.Task[None]] = []
         self._client: httpx.AsyncClient | None = None
 
@@ -256,12 +270,21 @@ class ClosedLoopLoad:
                 continue
             self.stats.completed += 1
             self.stats.output_tokens += record.output_len
+            if self.bounds and within(record, self.bounds):
+                self.stats.good += 1
             self.stats.recent.append(record)
 
     async def one(self, input_len: int, output_len: int) -> RequestRecord:
         assert self._client is not None, "start() first"
         return await stream_request(self._client, input_len, output_len, model=self.model,
                                     deadline_s=self.request_timeout_s)
+
+
+def within(record: RequestRecord, bounds: dict[str, float]) -> bool:
+    """The request met every bound (a one-token request has no TPOT to break)."""
+    values = {"ttft": record.ttft, "tpot": record.tpot, "e2e": record.e2e}
+    return all(values.get(k) is None or values[k] <= v  # type: ignore[operator]
+               for k, v in bounds.items())
 
 
 # --------------------------------------------------------------------------- measured runs
@@ -285,6 +308,9 @@ class WorkloadSpec:
     endpoint: str = "/v1/completions"
     model: str | None = None
     request_timeout_s: float = 300.0  # each request's total deadline
+    # Prompts as a token count, not as text: only the simulated node takes this (a long
+    # context would otherwise travel as hundreds of kilobytes of words per request).
+    count_prompts: bool = False
 
     def lengths(self, count: int, rng: random.Random) -> list[tuple[int, int]]:
         def draw(full: int) -> int:
@@ -301,6 +327,7 @@ class DriverResult:
     driver_cpu_s: float  # the driver's own CPU time: it must not be the bottleneck
     # Every request left out of the figures, with why (failed + incomplete = ``failed``).
     failures: list[FailedRequest] = field(default_factory=list)
+    level_durations: list[float] = field(default_factory=list)  # seconds, per level
 
     @property
     def incomplete(self) -> int:
@@ -331,9 +358,13 @@ class DriverResult:
 
 async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None = None,
                        timeout: float = 600.0,
-                       lengths: list[list[tuple[int, int]]] | None = None) -> DriverResult:
+                       lengths: list[list[tuple[int, int]]] | None = None,
+                       on_level: Callable[[int, str], Awaitable[None]] | None = None
+                       ) -> DriverResult:
     """Warm up (excluded), then each level in turn. Lengths are drawn from ``spec.seed``
-    unless given per level."""
+    unless given per level. ``on_level(index, "start" | "end")`` is awaited around each
+    level (a bench reads the server's counters there); ``level_durations`` says each
+    level's length."""
     rng = random.Random(spec.seed)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     biggest = max((lv.concurrency or 64) for lv in spec.levels)
@@ -350,7 +381,7 @@ async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None
             try:
                 result.records.append(await stream_request(
                     client, n_in, n_out, endpoint=spec.endpoint, model=spec.model, level=level,
-                    deadline_s=spec.request_timeout_s))
+                    deadline_s=spec.request_timeout_s, count_prompt=spec.count_prompts))
             except Exception as exc:  # counted and kept, never dropped
                 failure = _failure(exc, started, n_in, n_out, level)
                 result.failures.append(failure)
@@ -361,12 +392,15 @@ async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None
         for n_in, n_out in spec.lengths(spec.warmup_requests, random.Random(spec.seed + 1)):
             try:  # warm-up: measured nowhere, but a failure is still said
                 await stream_request(client, n_in, n_out, endpoint=spec.endpoint,
-                                     model=spec.model, deadline_s=spec.request_timeout_s)
+                                     model=spec.model, deadline_s=spec.request_timeout_s,
+                                     count_prompt=spec.count_prompts)
             except Exception as exc:
                 result.errors.append(f"warm-up: {_failure(exc, 0.0, n_in, n_out, 0).reason}"
                                      [:300])
         for index, level in enumerate(spec.levels):
             todo = deque(lengths[index] if lengths else spec.lengths(level.requests, rng))
+            if on_level is not None:
+                await on_level(index, "start")
             started = time.perf_counter()
             if level.rate is not None:
                 tasks = []
@@ -384,7 +418,11 @@ async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None
                         await send(n_in, n_out, level_index)
                 await asyncio.gather(*(worker(todo, index)
                                        for _ in range(level.concurrency or 1)))
-            result.duration_s += time.perf_counter() - started
+            took = time.perf_counter() - started
+            result.duration_s += took
+            result.level_durations.append(took)
+            if on_level is not None:
+                await on_level(index, "end")
     result.driver_cpu_s = time.process_time() - cpu0
     return result
 

@@ -53,6 +53,7 @@ def gpu_device(index: int, used_gib: float, server_gib: float, util: int, rx: fl
         index=index, name="NVIDIA B200", uuid=f"GPU-{index:04d}", total_bytes=total,
         reserved_bytes=reserved, used_bytes=used, free_bytes=total - reserved - used,
         util_gpu_pct=util, power_w=640.0 + index, power_limit_w=1000.0,
+        temperature_c=61 + index, sm_clock_mhz=1965, throttle_reasons=(),
         pcie_tx_bytes_per_s=rx / 40, pcie_rx_bytes_per_s=rx,
         processes=(GpuProcess(SERVER_PID + 1 + index, round(server_gib * GIB), "sglang::scheduler"),
                    GpuProcess(999, None if index % 2 else 512 * 1024**2, "python")))
@@ -114,12 +115,16 @@ def scene_store() -> RunStore:
     device = _run("device", NOW - 400, 12.5, "stopped", {
         "gpus": 4, "ready_s": 12.5, "weights_gb": 119.043, "kv_tokens": 11_840_000,
         "host_delta_gib": 6.5, "ttft_p50_ms": 345.0, "ttft_mean_ms": 350.4,
-        "itl_p50_ms": 26.0, "itl_mean_ms": 26.0, "output_tok_s": 224.0})
+        "itl_p50_ms": 26.0, "itl_mean_ms": 26.0, "output_tok_s": 224.0,
+        "joules_per_token": 11.43,
+        "goodput_rps": 2.19, "slo_attainment": 1.0})
     store.set_run(device)
     prefetch = _run("host-prefetch", NOW - 180, 27.3, "ready", {
         "gpus": 4, "ready_s": 27.3, "weights_gb": 72.201, "kv_tokens": 42_700_288,
         "host_delta_gib": 201.6, "ttft_p50_ms": 399.5, "ttft_mean_ms": 404.5,
-        "itl_p50_ms": 28.8, "itl_mean_ms": 28.84, "output_tok_s": 191.8})
+        "itl_p50_ms": 28.8, "itl_mean_ms": 28.84, "output_tok_s": 191.8,
+        "joules_per_token": 13.38,
+        "goodput_rps": 1.87, "slo_attainment": 0.998})
     lines = (
         (178, "Init torch distributed ends. elapsed=0.80 s, mem usage=0.50 GB", 0),
         (176, "Load weight begin. avail mem=178.50 GB", 0),
@@ -180,7 +185,9 @@ def three_scenarios_store() -> RunStore:
     host = _run("host", NOW - 300, 23.3, "stopped", {
         "gpus": 4, "ready_s": 23.3, "weights_gb": 72.201, "kv_tokens": 42_700_288,
         "host_delta_gib": 195.4, "ttft_p50_ms": 410.2, "ttft_mean_ms": 416.1,
-        "itl_p50_ms": 32.6, "itl_mean_ms": 32.8, "output_tok_s": 180.6})
+        "itl_p50_ms": 32.6, "itl_mean_ms": 32.8, "output_tok_s": 180.6,
+        "joules_per_token": 14.21,
+        "goodput_rps": 1.76, "slo_attainment": 0.994})
     store.history["host"] = host
     store.runs.insert(1, host)  # device, host, host-prefetch: the demo's order
     return store

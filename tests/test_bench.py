@@ -78,9 +78,26 @@ def test_bench_on_the_simulated_node_reproduces_the_seeds_memory_figures(tmp_pat
     assert {("device", f"hbm:gpu{i}") for i in range(4)} <= alerts
     assert all("(> 50%)" in a["message"] for a in report["alerts"] if a["id"].startswith("hbm"))
     assert "- alert during device: GPU 0 HBM" in md and "alert: GPU 0 HBM" in res.stdout
-    # Only the reports go into --out (the servers' logs and state live in the state folder).
-    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md",
-                                                     "requests.csv"]
+    # Every level is its own row: two trials of each merged, with its percentiles.
+    for name in ("device", "host", "host-prefetch"):
+        levels = report["levels"][name]
+        assert [(lv["kind"], lv["load"], lv["trials"], lv["requests"]) for lv in levels] == [
+            ("concurrency", 2.0, 2, 8), ("rate", 20.0, 2, 8)]
+        for lv in levels:
+            ttft = lv["latency"]["ttft"]
+            assert 0 < ttft["p50"] <= ttft["p90"] <= ttft["p95"] <= ttft["p99"]
+            assert lv["modelled"] is False and lv["retractions"] == 0
+            assert 0 < lv["kv_usage_max"] < 0.01  # 152-token requests in an 11.84M pool
+            assert lv["goodput_rps"] is None and lv["meets_slo"] is None  # no SLO in the plan
+    assert "## Per level" in md and "| host-prefetch | 20 | live | 8 |" in md
+    assert "![Headline deltas against the baseline](deltas.png)" in md
+    # Only the reports and their charts go into --out (the servers' logs and state live in
+    # the state folder).
+    charts = [f"{stem}.{ext}" for stem in ("deltas", "goodput", "kv_queue", "latency")
+              for ext in ("png", "svg")]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["report.json", "report.md", "requests.csv", *charts])
+    assert (out / "deltas.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # compare keeps the report's price, and says which currency it is in.
     res = subprocess.run([str(ENGRAM_TOP), "compare", str(out / "report.json"), "--baseline",
@@ -118,7 +135,8 @@ def test_plan_files_that_cannot_run_say_why(tmp_path) -> None:
 
 
 def test_shipped_plans_load() -> None:
-    for name in ("demo-bench.toml", "dsv41-flash-4xb200-bench.toml", "tiny-cpu-bench.toml"):
+    for name in ("demo-bench.toml", "dsv41-flash-4xb200-bench.toml", "tiny-cpu-bench.toml",
+                 "demo-sweep.toml"):
         plan = load_plan(ROOT / "scenarios" / name)
         assert plan.baseline in plan.scenarios
 

@@ -237,6 +237,7 @@ def test_row_metadata() -> None:
         ("kv_ratio", "x", "higher"), ("host_delta_gib", "GiB", "lower"),
         ("ready_s", "s", "lower"), ("ttft_mean_ms", "ms", "lower"),
         ("tpot_mean_ms", "ms", "lower"), ("output_tok_s", "tok/s", "higher"),
+        ("goodput_rps", "req/s", "higher"), ("joules_per_token", "J/tok", "lower"),
     ]
 
 

@@ -100,7 +100,7 @@ def test_a_misspelt_alert_key_gets_its_line_and_a_did_you_mean(tmp_path: Path) -
 def test_a_misspelt_section_gets_a_did_you_mean(tmp_path: Path) -> None:
     path = write(tmp_path, "# mine\n\n[alert]\nhbm_used_pct = 90\n")
     assert refusal(path) == [
-        f"{path}:3: alert: unknown key (did you mean 'alerts'?) (known: alerts, keys, theme)"]
+        f"{path}:3: alert: unknown key (did you mean 'alerts'?) (known: alerts, keys, theme, slo)"]
 
 
 def test_an_unknown_key_far_from_any_field_gets_no_hint(tmp_path: Path) -> None:
@@ -115,10 +115,10 @@ def test_an_unknown_key_far_from_any_field_gets_no_hint(tmp_path: Path) -> None:
     ("enabled = 1", "alerts.enabled: should be true or false, got int 1"),
     ("disabled = 'kv'", "alerts.disabled: should be a list of alert names (hbm, kv, "
      "host-available, swap-in, queue-growth, no-huge-pages, server-died, rank-died, "
-     "server-silent, recording), got str 'kv'"),
+     "server-silent, recording, xid, ecc), got str 'kv'"),
     ("disabled = ['kv', 'swapin']", "alerts.disabled: 'swapin' is not an alert name (did you "
      "mean 'swap-in'?) (known: hbm, kv, host-available, swap-in, queue-growth, no-huge-pages, "
-     "server-died, rank-died, server-silent, recording)"),
+     "server-died, rank-died, server-silent, recording, xid, ecc)"),
 ])
 def test_wrong_types_say_what_they_should_be(tmp_path: Path, line: str, message: str) -> None:
     path = write(tmp_path, f"[alerts]\n{line}\n")

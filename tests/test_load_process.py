@@ -65,3 +65,29 @@ def test_the_load_ends_when_its_parent_dies(sim_device: SimServer) -> None:
             proc.kill()
             proc.wait()
     assert not drivers(sim_device.url)
+
+
+async def test_requests_within_the_bounds_count_as_good(sim_device: SimServer) -> None:
+    loose = LoadProcess(sim_device.url, concurrency=2, input_len=32, output_len=8,
+                        bounds={"ttft": 60.0, "tpot": 60.0})
+    tight = LoadProcess(sim_device.url, concurrency=1, input_len=32, output_len=8,
+                        bounds={"ttft": 1e-6})  # no first token comes that fast
+    await loose.start()
+    await tight.start()
+    try:
+        await until(None, lambda: loose.stats.completed >= 3 and tight.stats.completed >= 2,
+                    30, "requests to complete")
+    finally:
+        await loose.stop()
+        await tight.stop()
+    assert loose.stats.good == loose.stats.completed >= 3  # the last report: counted alike
+    assert tight.stats.good == 0 and tight.stats.completed >= 2
+    assert "--bound" in loose.argv and "ttft=60.0" in loose.argv
+
+
+def test_the_dashboard_says_goodput_from_the_loads_counts() -> None:
+    from engram_top.facts import _goodput
+    load = {"good": 18, "completed": 19, "failed": 1, "node_s": 9.0}
+    assert _goodput(load) == {"goodput_rps": 2.0, "slo_attainment": 0.9}
+    assert _goodput({"good": 0, "completed": 0, "failed": 0, "node_s": 3.0}) == {}
+    assert _goodput({}) == {}

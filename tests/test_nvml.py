@@ -233,15 +233,152 @@ def test_pcie_without_counters_uses_throughput(stub_libs: dict[str, Path], tmp_p
                         steps=[{"state": "0 snapshot 1500 2500\n"}, {"sleep": 0.02},
                                {"state": "0 fail throughput 3\n"}])
 
+    # No field values at all: the NVLink counters are field values too.
+    no_nvlink = {"nvlink_tx_bytes_per_s": "Not Supported",
+                 "nvlink_rx_bytes_per_s": "Not Supported"}
     for reading in readings[:2]:
         (d,) = devices(reading)
         assert (d["pcie_tx_bytes_per_s"], d["pcie_rx_bytes_per_s"]) == (1.5e6, 2.5e6)
-        assert unsupported(d) == {}
+        assert unsupported(d) == no_nvlink
     # Neither source left: None, and both refusals named.
     (d,) = devices(readings[2])
     assert d["pcie_tx_bytes_per_s"] is None and d["pcie_rx_bytes_per_s"] is None
     text = "counters: Not Supported; throughput: Not Supported"
-    assert unsupported(d) == {"pcie_tx_bytes_per_s": text, "pcie_rx_bytes_per_s": text}
+    assert unsupported(d) == {"pcie_tx_bytes_per_s": text, "pcie_rx_bytes_per_s": text,
+                              **no_nvlink}
+
+
+# --------------------------------------------------------------------------- health
+
+HEALTH_NONE = {"temperature_c": None, "sm_clock_mhz": None, "mem_clock_mhz": None,
+               "throttle_reasons": None, "energy_mj": None, "pcie_gen": None,
+               "pcie_gen_max": None, "pcie_width": None, "pcie_width_max": None,
+               "pcie_replay_errors": None, "nvlink_tx_bytes_per_s": None,
+               "nvlink_rx_bytes_per_s": None, "ecc_corrected": None, "ecc_uncorrected": None}
+
+
+def test_health_fields_match_the_stub(stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    state = ("0 temp 71\n0 clocks 1650 3996\n"
+             "0 reasons 0x45\n"        # idle (not throttling) + sw power cap + hw thermal
+             "1 reasons 0x3\n"         # idle + applications clocks: not throttling
+             "0 energy 123456789\n0 link 4 8\n0 replay 7\n0 ecc 12 1\n"
+             "0 nvlink 30000000000 20000000000\n")
+    first, second = run_nvml(stub_libs["current"], state_file=tmp_path / "state",
+                             steps=[{"state": state}, {"sleep": 0.1}])
+
+    d0, d1 = devices(first)
+    assert d0["temperature_c"] == 71 and d1["temperature_c"] == 63
+    assert (d0["sm_clock_mhz"], d0["mem_clock_mhz"]) == (1650, 3996)
+    assert (d1["sm_clock_mhz"], d1["mem_clock_mhz"]) == (1965, 3996)
+    assert d0["throttle_reasons"] == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert d1["throttle_reasons"] == []
+    assert d0["energy_mj"] == 123_456_789
+    assert (d0["pcie_gen"], d0["pcie_width"], d0["pcie_gen_max"], d0["pcie_width_max"]) \
+        == (4, 8, 5, 16)
+    assert (d1["pcie_gen"], d1["pcie_width"]) == (5, 16)
+    assert (d0["pcie_replay_errors"], d1["pcie_replay_errors"]) == (7, 0)
+    assert (d0["ecc_corrected"], d0["ecc_uncorrected"]) == (12, 1)
+    assert (d1["ecc_corrected"], d1["ecc_uncorrected"]) == (0, 0)
+    assert d0["xids"] == [] and d1["xids"] == []
+    # A rate needs two readings of the cumulative NVLink counters.
+    assert d0["nvlink_tx_bytes_per_s"] is None and d0["nvlink_rx_bytes_per_s"] is None
+    for d in (d0, d1):
+        assert d["power_limit_w"] == 1000.0
+        assert unsupported(d) == {}
+
+    later0, later1 = devices(second)
+    assert later0["nvlink_tx_bytes_per_s"] == pytest.approx(30e9, rel=1e-3)
+    assert later0["nvlink_rx_bytes_per_s"] == pytest.approx(20e9, rel=1e-3)
+    assert later1["nvlink_tx_bytes_per_s"] == pytest.approx(40e9, rel=1e-3)  # the default
+    assert later0["energy_mj"] == 123_456_789  # fixed by the state file
+    # Unfixed, the counter grows at the draw (651 W: 65 J in 0.1 s) from the stub's 5e9 mJ.
+    assert later1["energy_mj"] - d1["energy_mj"] >= 65_000
+    assert d1["energy_mj"] > 5_000_000_000
+
+
+def test_refused_health_fields_are_none_and_named(stub_libs: dict[str, Path],
+                                                  tmp_path: Path) -> None:
+    calls = ("temperature", "clocks", "clock_events", "energy", "pcie_link", "replay", "ecc",
+             "events", "nvlink")
+    state = "".join(f"0 fail {c} 3\n" for c in calls) + "1 fail energy 13\n1 fail ecc 3\n"
+    first, second = run_nvml(stub_libs["current"], state_file=tmp_path / "state",
+                             steps=[{"state": state}, {"sleep": 0.02}])
+
+    for reading in (first, second):
+        d0, d1 = devices(reading)  # the sample as a whole is still OK
+        assert {k: d0[k] for k in HEALTH_NONE} == HEALTH_NONE
+        assert d0["xids"] == []
+        assert unsupported(d0) == {**{k: "Not Supported" for k in HEALTH_NONE},
+                                   "xids": "Not Supported"}
+        # Everything else on that GPU still came through.
+        assert d0["power_w"] == 650.0 and d0["pcie_rx_bytes_per_s"] is not None
+        # An old driver without the energy symbol: FunctionNotFound, the same None.
+        assert d1["energy_mj"] is None and d1["ecc_uncorrected"] is None
+        assert unsupported(d1) == {"energy_mj": "Function Not Found",
+                                   "ecc_corrected": "Not Supported",
+                                   "ecc_uncorrected": "Not Supported"}
+        assert d1["temperature_c"] == 63 and d1["throttle_reasons"] == []
+    assert devices(second)[1]["nvlink_tx_bytes_per_s"] == pytest.approx(40e9, rel=1e-3)
+
+
+def test_old_driver_falls_back_to_throttle_reasons_and_temperature(
+        stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    lib = ctypes.CDLL(str(stub_libs["old"] / "libnvidia-ml.so.1"))
+    assert not hasattr(lib, "nvmlDeviceGetCurrentClocksEventReasons")
+    assert not hasattr(lib, "nvmlDeviceGetTemperatureV")
+    first, second = run_nvml(stub_libs["old"], state_file=tmp_path / "state",
+                             FAKE_NVML_COUNT="1",
+                             steps=[{"state": "0 reasons 0x88\n0 temp 84\n"},
+                                    {"state": "0 reasons 0x20\n0 temp 85\n"}])
+    for reading, reasons, temp in ((first, ["hw_slowdown", "hw_power_brake"], 84),
+                                   (second, ["sw_thermal_slowdown"], 85)):
+        (d,) = devices(reading)
+        assert d["throttle_reasons"] == reasons
+        assert d["temperature_c"] == temp
+        assert unsupported(d) == {"reserved_bytes": "Function Not Found"}
+
+
+def test_xid_events_are_polled_and_the_last_kept(stub_libs: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    many = "".join(f"0 xid {n}\n" for n in range(100, 110))
+    readings = run_nvml(stub_libs["current"], state_file=tmp_path / "state", steps=[
+        {},
+        {"state": "1 xid 79\n1 xid 48\n"},
+        {},  # nothing new: the XIDs seen stay
+        {"state": "1 xid 79\n1 xid 48\n1 xid 13\n" + many},
+    ])
+    assert [devices(r)[1]["xids"] for r in readings] == [[], [79, 48], [79, 48], [79, 48, 13]]
+    assert [devices(r)[0]["xids"] for r in readings[:3]] == [[], [], []]
+    assert devices(readings[3])[0]["xids"] == list(range(102, 110))  # the last 8
+    assert all(unsupported(d) == {} for r in readings for d in devices(r))
+
+
+def test_throttle_reason_bits_decode_to_names() -> None:
+    from collectors.nvml_health import THROTTLE_BITS, throttle_names, xid_text
+
+    assert throttle_names(0) == ()
+    assert throttle_names(pynvml.nvmlClocksEventReasonGpuIdle
+                          | pynvml.nvmlClocksEventReasonApplicationsClocksSetting) == ()
+    assert throttle_names(pynvml.nvmlClocksEventReasonSwPowerCap) == ("sw_power_cap",)
+    assert throttle_names(pynvml.nvmlClocksEventReasonHwThermalSlowdown
+                          | pynvml.nvmlClocksEventReasonSwThermalSlowdown
+                          | pynvml.nvmlClocksEventReasonHwSlowdown | 0x1) == (
+        "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown")
+    assert throttle_names(pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown) == (
+        "hw_power_brake",)
+    # A bit this table does not know yet is shown by its value.
+    assert throttle_names(0x4 | 0x800) == ("sw_power_cap", "0x800")
+    # The table's bits are NVML's.
+    assert dict(THROTTLE_BITS) == {
+        pynvml.nvmlClocksEventReasonSwPowerCap: "sw_power_cap",
+        pynvml.nvmlClocksEventReasonHwSlowdown: "hw_slowdown",
+        pynvml.nvmlClocksEventReasonSyncBoost: "sync_boost",
+        pynvml.nvmlClocksEventReasonSwThermalSlowdown: "sw_thermal_slowdown",
+        pynvml.nvmlClocksEventReasonHwThermalSlowdown: "hw_thermal_slowdown",
+        pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown: "hw_power_brake",
+        pynvml.nvmlClocksEventReasonDisplayClockSetting: "display_clock_setting"}
+    assert xid_text(79) == "XID 79 (GPU has fallen off the bus)"
+    assert xid_text(1) == "XID 1"
 
 
 @pytest.mark.parametrize(("rc", "words"), [

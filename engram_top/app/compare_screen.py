@@ -51,6 +51,11 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
         cells = [_cell(row.metric, row.cells[s], _seed(row, c.placements.get(s)))
                  for s in c.scenarios]
         t.add_row(f"{row.metric.label} ({row.metric.unit})", *cells)
+    if c.throttled:  # a run on a GPU held down is no fair side of the comparison
+        t.add_row(Text("GPU health", style="dim italic"), *[""] * len(c.scenarios))
+        t.add_row("throttled while serving", *[
+            Text("\n".join(c.throttled[s]), style="bold yellow") if s in c.throttled
+            else Text("–", style="dim") for s in c.scenarios])
     return t
 
 

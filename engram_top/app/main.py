@@ -189,6 +189,8 @@ class EngramTopApp(App[int]):
         self.session = session
         if config is not None:  # the user's thresholds, for the alerts the session raises
             session.alerts.configure(config.alerts)
+            if hasattr(session, "slos"):  # the demo load's requests are held to these
+                session.slos = config.slos
         if clock is not None:  # one "now" for the header and the panels' ages
             session.store.clock = clock
         self.clock = session.store.clock

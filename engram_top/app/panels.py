@@ -28,7 +28,7 @@ from collectors.units import (
 )
 from engram_top import facts
 from engram_top.store import RunStore
-from engram_top.views import GpuView, Quantiles
+from engram_top.views import GpuView, HostView, Quantiles
 
 BAR_WIDTH = 24
 SPARK = "▁▂▃▄▅▆▇█"
@@ -91,34 +91,120 @@ def _waiting(rows: list[Any], text: str) -> Group:
 
 def hbm_panel(store: RunStore, rows: int | None = None,
               cols: int | None = None) -> Group:
-    out = _warnings(store, "gpu", "GPU")
+    """HBM per GPU with its draw, temperature and what throttles it. On a narrow panel
+    (half of 100 columns) the table drops the per-GPU total and clocks, and throttles get
+    lines of their own; on a short one the GPU rows and the throttles stay."""
+    out = [(0, w) for w in _warnings(store, "gpu", "GPU")]
     gpus = facts.gpu_facts(store)
     if not gpus:
-        return _waiting(out, "waiting for the first GPU reading…")
-    # One space between columns: the panel must fit half of a 100-column terminal.
-    table: list[list[Text | str]] = [[Text(h, style="bold") for h in
-                                      ("GPU", "GiB used", "", "srv", "util", "rx GB/s")]]
+        return _waiting([w for _, w in out], "waiting for the first GPU reading…")
     # With no process list (dcgm-exporter through Prometheus has none), the server's share
     # is unknown: a dash, not 0.0.
     known = any(g.processes for g in gpus) or bool(facts.server_pids(store))
+    throttled = {g.index: g.throttle_reasons for g in gpus if g.throttle_reasons}
+    table = []
+    for layout in ("wide", "full", "narrow", "tight"):
+        table = columns(*_gpu_table(gpus, known, layout, bool(throttled)))
+        if cols is None or max(line.cell_len for line in table) <= cols:
+            break
+    out += [(1, line) for line in table]
+    if throttled and layout != "wide":  # the wide table has a column for them
+        out += [(1, line) for line in _throttle_lines(throttled, cols)]
+    total = gib(gpus[0].total_bytes, 0)
+    legend = first_fitting(cols, (
+        f"■ reserved {gib(gpus[0].reserved_bytes)}  ■ other  ■ this server (srv)  of {total} GiB",
+        f"■ reserved {gib(gpus[0].reserved_bytes)} ■ other ■ this server · {total} GiB",
+        f"■ rsvd {gib(gpus[0].reserved_bytes)} ■ other ■ srv · {total} GiB"))
+    line = Text(legend, style="dim", no_wrap=True, overflow="ellipsis")
+    for i, colour in zip([m.start() for m in re.finditer("■", legend)],
+                         ("grey50", "yellow", "green"), strict=False):
+        line.stylize(colour, i, i + 1)
+    out.append((3, line))
+    out += [(4, line) for line in _server_hbm(gpus[0], store)]
+    return Group(*fit(out, rows))
+
+
+def _gpu_table(gpus: list[GpuView], known: bool, layout: str,
+               throttled: bool) -> tuple[list[list[Text | str]], str]:
+    """The rows of the GPU table and their justification. "wide" has the clocks and the
+    throttles as columns, "full" each GPU's total and power limit, "narrow" (46 columns)
+    neither: the total is in the legend, and a limit all GPUs share is in the header;
+    "tight" is narrow with a shorter bar, for limits that differ."""
+    small = layout in ("narrow", "tight")
+    limits = {g.power_limit_w for g in gpus}
+    shared = limits.pop() if len(limits) == 1 else None
+    power_head = f"W/{shared:.0f}" if small and shared is not None else "power W"
+    health = [  # (header, justify, cell of a GPU), each only where some GPU has it
+        ("°C", "r", lambda g: _dash(g.temperature_c), any(g.temperature_c is not None
+                                                           for g in gpus)),
+        (power_head, "r", lambda g: _power(g, power_head == "power W"),
+         any(g.power_w is not None for g in gpus)),
+        ("SM MHz", "r", lambda g: _dash(g.sm_clock_mhz),
+         layout == "wide" and any(g.sm_clock_mhz is not None for g in gpus)),
+    ]
+    shown = [h for h in health if h[3]]
+    head = ["GPU", "GiB" if small else "GiB used", "", "srv", "util",
+            *[h[0] for h in shown], "rx GB/s"]
+    wide_throttles = layout == "wide" and throttled
+    if wide_throttles:
+        head.append("throttled")
+    table: list[list[Text | str]] = [[Text(h, style="bold") for h in head]]
     for g in gpus:
         server = g.server_bytes
         other = max(0, g.used_bytes - server)
-        table.append([
-            f"{g.index}",
-            f"{gib(g.used_bytes)}/{gib(g.total_bytes, 0)}",
+        used = gib(g.used_bytes) if small else f"{gib(g.used_bytes)}/{gib(g.total_bytes, 0)}"
+        marked = Text(f"{g.index}!", style="bold yellow") if g.throttle_reasons \
+            else f"{g.index}"
+        row_cells: list[Text | str] = [
+            marked, used,
             bar([(g.reserved_bytes, "grey50"), (other, "yellow"), (server, "green")],
-                g.total_bytes, 10),
+                g.total_bytes, {"narrow": 6, "tight": 4}.get(layout, 10)),
             gib(server) if known else "–",
             "–" if g.util_gpu_pct is None else f"{g.util_gpu_pct}%",
-            gb_per_s(g.pcie_rx_bytes_per_s),
-        ])
-    out += columns(table, "lrlrrr")
-    out.append(Text.assemble(("■", "grey50"), f" reserved {gib(gpus[0].reserved_bytes)}  ",
-                             ("■", "yellow"), " other  ", ("■", "green"), " this server (srv)  ",
-                             f"of {gib(gpus[0].total_bytes, 0)} GiB", style="dim"))
-    out += _server_hbm(gpus[0], store)
-    return Group(*out)
+            *[h[2](g) for h in shown],
+            gb_per_s(g.pcie_rx_bytes_per_s)]
+        if wide_throttles:
+            row_cells.append(Text(",".join(g.throttle_reasons or ()), style="bold yellow"))
+        table.append(row_cells)
+    return table, "lrlrr" + "".join(h[1] for h in shown) + "r" + ("l" if wide_throttles else "")
+
+
+def _dash(value: int | None) -> str:
+    return "–" if value is None else f"{value}"
+
+
+def _power(g: GpuView, with_limit: bool) -> str:
+    """Draw in W; with its limit where the header does not give it."""
+    if g.power_w is None:
+        return "–"
+    if with_limit and g.power_limit_w is not None:
+        return f"{g.power_w:.0f}/{g.power_limit_w:.0f}"
+    return f"{g.power_w:.0f}"
+
+
+def _throttle_lines(throttled: dict[int, tuple[str, ...]], cols: int | None) -> list[Text]:
+    """"throttled sw_power_cap: GPU 0-3", the reasons on one line where they fit, else one
+    line each (a name is never cut)."""
+    by_reason: dict[str, list[int]] = {}
+    for index, reasons in throttled.items():
+        for reason in reasons:
+            by_reason.setdefault(reason, []).append(index)
+    parts = [f"{reason}: GPU {_ranges(ids)}" for reason, ids in by_reason.items()]
+    one = "throttled " + " · ".join(parts)
+    texts = [one] if cols is None or len(one) <= cols else [f"throttled {p}" for p in parts]
+    return [Text(t, style="bold yellow", no_wrap=True, overflow="ellipsis") for t in texts]
+
+
+def _ranges(ids: list[int]) -> str:
+    """0,1,2,3,5 as 0-3,5."""
+    spans: list[list[int]] = []
+    for i in sorted(ids):
+        if spans and spans[-1][1] == i - 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ",".join(f"{a}-{b}" if b > a + 1 else (f"{a},{b}" if b == a + 1 else f"{a}")
+                    for a, b in spans)
 
 
 def _server_hbm(gpu: GpuView, store: RunStore) -> list[Text]:
@@ -282,10 +368,39 @@ def host_panel(store: RunStore, rows: int | None = None,
                                 f"{gib(h.hugepages_bytes)} GiB", width)))
     out.append((3, row("server", f"RSS {gib(h.server_rss_bytes)} GiB · "
                                  f"RssShmem {gib(h.server_rss_shmem_bytes)}", width)))
-    out.append((2 if h.swap_used_bytes else 5, row("swap", f"{gib(h.swap_used_bytes)} GiB used",
-                                                   width)))
-    out += engram_rows(store, cols)
+    swap = (2 if h.swap_used_bytes else 5, row("swap", f"{gib(h.swap_used_bytes)} GiB used",
+                                               width))
+    engram = engram_rows(store, cols)
+    # The lines fit() keeps before the NUMA ones; what is left decides how the nodes show.
+    room = rows - sum(rank < NUMA_RANK for rank, _ in [*out, swap, *engram]) if rows else None
+    out += [*numa_rows(h, room), swap, *engram]
     return Group(*fit(out, rows))
+
+
+NUMA_RANK = 5  # below the Engram and Shmem rows; above a swap that holds nothing
+
+
+def numa_rows(h: HostView, room: int | None = None) -> list[tuple[int, Text]]:
+    """On a multi-socket host, one line per NUMA node (a single node says nothing new):
+    where the server's shared memory sits shows which GPUs read the tables across the
+    socket link. With ``room`` for fewer lines than nodes, one line for all the nodes: a
+    node shown alone would hide what the others hold."""
+    nodes = h.numa_nodes if len(h.numa_nodes) > 1 else ()
+    out: list[tuple[int, Text]] = []
+    if nodes and (room is None or room >= len(nodes)):
+        for n in nodes:
+            share = ("" if n.server_shared_bytes is None
+                     else f" · server {gib(n.server_shared_bytes, 0)} GiB")
+            out.append((NUMA_RANK, row(f"N{n.node}", f"{gib(n.used_bytes, 0)}/"
+                                                     f"{gib(n.total_bytes, 0)} GiB{share}", 6)))
+    elif nodes and room:
+        known = all(n.server_shared_bytes is not None for n in nodes)
+        what, key = ("server", "server_shared_bytes") if known else ("used", "used_bytes")
+        each = " · ".join(f"N{n.node} {gib(getattr(n, key), 0)}" for n in nodes)
+        out.append((NUMA_RANK, row("NUMA", f"{what} {each} GiB", 6)))
+    if h.numa_problem:
+        out.append((6, Text(h.numa_problem, style="dim", no_wrap=True, overflow="ellipsis")))
+    return out
 
 
 PINNED = {True: "pinned", False: "unpinned (ATS)", None: "pinning unknown"}

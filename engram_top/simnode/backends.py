@@ -4,17 +4,25 @@ would, the host backend where /proc would. The collectors run their normal code 
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from pathlib import Path
 
 from collectors.host import ProcBackend
 from collectors.readings import GpuData, GpuDevice, GpuProcess
 from collectors.units import GIB, MIB
-from engram_top.simnode import state
+from engram_top.simnode import sockets, state
 
 IDLE_POWER_W = 140.0
 POWER_LIMIT_W = 1000.0  # B200 board power
 DRIVER = "580.95.05 (simulated)"
+# Assumptions, not derived by the model: a B200's core temperature from idle to full load,
+# its boost clocks (clocks do not drop: the model's draw stays under the power limit, so
+# nothing throttles), its PCIe Gen5 x16 link with no replays and no ECC errors, and
+# NVLink 5 traffic growing with the load (tensor-parallel all-reduces) up to this rate.
+IDLE_TEMP_C, FULL_LOAD_TEMP_C = 34, 72
+SM_CLOCK_MHZ, IDLE_SM_CLOCK_MHZ, MEM_CLOCK_MHZ = 1965, 345, 3996
+NVLINK_FULL_LOAD_BYTES_PER_S = 60e9
 
 
 def _uuid(node_dir: Path, index: int) -> str:
@@ -27,6 +35,23 @@ class SimGpuBackend:
 
     def __init__(self, node_dir: Path) -> None:
         self.node_dir = node_dir
+        # The energy counter, integrated here: the simulated driver loads with the backend.
+        self._energy_mj: dict[int, float] = {}
+        self._last_power: dict[int, tuple[float, float]] = {}  # GPU -> (monotonic, W)
+        # A sample that timed out may still run in its thread beside the next one.
+        self._energy_lock = threading.Lock()
+
+    def _energy(self, index: int, power_w: float) -> int:
+        """mJ so far: the power between two samples taken as the mean of their draws."""
+        with self._energy_lock:
+            now = time.monotonic()
+            last = self._last_power.get(index)
+            energy = self._energy_mj.get(index, 0.0)
+            if last is not None:
+                energy += (last[1] + power_w) / 2 * (now - last[0]) * 1000.0
+            self._energy_mj[index] = energy
+            self._last_power[index] = (now, power_w)
+            return int(energy)
 
     def sample(self) -> GpuData:
         spec = state.read_spec(self.node_dir)
@@ -37,16 +62,25 @@ class SimGpuBackend:
             used = sum(b for _, b in owners)
             util = sum(p.gpu_util_pct.get(i, 0.0) for p in procs)
             free = spec.gpu_total_bytes - spec.gpu_reserved_bytes - used
+            load = min(100.0, util) / 100
+            power = IDLE_POWER_W + (POWER_LIMIT_W - IDLE_POWER_W) * 0.8 * load
+            nvlink = NVLINK_FULL_LOAD_BYTES_PER_S * load
             devices.append(GpuDevice(
                 index=i, name=spec.gpu_name, uuid=_uuid(self.node_dir, i),
                 total_bytes=spec.gpu_total_bytes, reserved_bytes=spec.gpu_reserved_bytes,
                 used_bytes=used, free_bytes=max(0, free),
                 util_gpu_pct=int(min(100, util)), util_mem_pct=int(min(100, util * 0.6)),
-                power_w=IDLE_POWER_W + (POWER_LIMIT_W - IDLE_POWER_W) * 0.8 * min(100, util) / 100,
-                power_limit_w=POWER_LIMIT_W,
+                power_w=power, power_limit_w=POWER_LIMIT_W,
                 pcie_rx_bytes_per_s=sum(p.pcie_rx_bytes_per_s.get(i, 0.0) for p in procs),
                 pcie_tx_bytes_per_s=sum(p.pcie_tx_bytes_per_s.get(i, 0.0) for p in procs),
                 processes=tuple(GpuProcess(p.pid, b, p.name) for p, b in owners),
+                temperature_c=round(IDLE_TEMP_C + (FULL_LOAD_TEMP_C - IDLE_TEMP_C) * load),
+                sm_clock_mhz=SM_CLOCK_MHZ if util > 0 else IDLE_SM_CLOCK_MHZ,
+                mem_clock_mhz=MEM_CLOCK_MHZ, throttle_reasons=(),
+                energy_mj=self._energy(i, power),
+                pcie_gen=5, pcie_gen_max=5, pcie_width=16, pcie_width_max=16,
+                pcie_replay_errors=0, nvlink_tx_bytes_per_s=nvlink, nvlink_rx_bytes_per_s=nvlink,
+                ecc_corrected=0, ecc_uncorrected=0,
             ))
         return GpuData(driver_version=DRIVER, devices=tuple(devices), backend="simulated")
 
@@ -106,3 +140,13 @@ class SimHostBackend(ProcBackend):
         shmem = real["RssShmem"] + proc.host_shmem_bytes
         return {"VmRSS": anon + shmem + real["RssFile"], "RssAnon": anon,
                 "RssFile": real["RssFile"], "RssShmem": shmem}
+
+    def node_meminfo(self) -> dict[int, dict[str, int]] | None:
+        # The virtual host's two sockets, never this machine's /sys (engram_top.simnode.sockets).
+        return sockets.node_meminfo(state.read_spec(self.node_dir), self._live().values())
+
+    def shared_mappings(self, pid: int) -> list[tuple[tuple[str, int], dict[int, int]]] | None:
+        # The model only: a real process's own shared mappings are Python's few KiB, on
+        # this machine's nodes rather than the virtual host's.
+        proc = self._live().get(pid)
+        return sockets.shared_mappings(proc, state.read_spec(self.node_dir).gpus) if proc else []

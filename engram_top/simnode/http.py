@@ -38,6 +38,7 @@ from engram_top.simnode.metrics import (
 )
 from engram_top.simnode.model import BATCH_WINDOW_S, Request, Scheduler
 from engram_top.simnode.startup import RankHandle, log
+from scenarios.workload import PROMPT_TOKENS_FIELD
 
 WORDS = ("the", "engram", "table", "sits", "in", "host", "memory", "while", "kv", "cache",
          "grows", "on", "each", "gpu", "and", "tokens", "stream", "out")
@@ -370,6 +371,11 @@ def _word(i: int) -> str:
 
 
 def _input_len(body: dict[str, Any], key: str) -> int:
+    # The simulator's own field: a long context as its length, not as its text (the bench
+    # sends it to a simulated node only). SGLang itself would ignore it.
+    count = body.get(PROMPT_TOKENS_FIELD)
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        return count
     ids = body.get("input_ids")
     if isinstance(ids, list):
         return max(1, len(ids))

@@ -118,7 +118,8 @@ class Scheduler:
         budget = PREFILL_TOKEN_BUDGET
         cap = self.service.max_running_requests
         ratio = self.new_token_ratio
-        room = self.kv_capacity - self.kv_used - sum(r.expected(ratio) for r in self.running)
+        room = (self.kv_capacity - self.kv_used
+                - sum(r.expected(ratio) for r in self.running)) if self.waiting else 0.0
         while self.waiting and len(self.running) + len(admitted) < cap:
             head = self.waiting[0]
             if now is not None and head.arrival > now:
@@ -182,10 +183,11 @@ class Scheduler:
             self.kv_used += 1
         if step.kind == "prefill":
             self.running.extend(live)
-        for req in live:
-            if req.done and req in self.running:
+        finished = {req for req in live if req.done}  # every live request is running now
+        if finished:
+            self.running = [r for r in self.running if r not in finished]
+            for req in finished:
                 req.finished_at = now
-                self.running.remove(req)
                 self.kv_used -= req.held
         return live
 
@@ -206,6 +208,20 @@ class RequestResult:
     ttft: float
     tpot: float
     e2e: float
+    queue: float = 0.0  # arrival to first admission
+    retractions: int = 0
+
+
+@dataclass(frozen=True)
+class LevelRun:
+    """One closed-loop level in virtual time (node seconds)."""
+
+    requests: tuple[RequestResult, ...]
+    duration: float
+    output_tokens: int
+    retractions: int
+    kv_usage_max: float  # of the full pool, 0..1
+    kv_usage_mean: float  # over time
 
 
 @dataclass(frozen=True)
@@ -235,6 +251,49 @@ def request_lengths(workload: Workload, count: int, rng: random.Random) -> list[
     return [(draw(workload.input_len), draw(workload.output_len)) for _ in range(count)]
 
 
+def simulate_level(service: ServiceModel, kv_capacity: int, concurrency: int,
+                   lengths: list[tuple[int, int]], level: int = 0) -> LevelRun:
+    """``concurrency`` clients in a closed loop sending ``lengths`` (input, output) in
+    turn, each successor CLIENT_GAP_S after its predecessor finished."""
+    sched = Scheduler(service, kv_capacity)
+    todo = deque(lengths)
+    count = len(lengths)
+    results: list[RequestResult] = []
+    now = 0.0
+    done = output_tokens = 0
+    usage_max = usage_area = 0.0
+    for i in range(min(concurrency, len(todo))):
+        inp, out = todo.popleft()
+        sched.submit(Request(f"r{level}-{i}", inp, out, 0.0))
+    while done < count:
+        step = sched.next_step(now)
+        if step is None:  # idle until the next arrival, then the batch window
+            assert sched.waiting, "closed loop stalled"
+            now = max(now, sched.waiting[0].arrival) + BATCH_WINDOW_S
+            continue
+        now += step.duration
+        usage = sched.kv_used / kv_capacity
+        usage_max = max(usage_max, usage)
+        usage_area += usage * step.duration
+        for req in sched.finish(step, now):
+            if req.finished_at is None:
+                continue
+            done += 1
+            output_tokens += req.generated
+            assert req.first_token_at is not None and req.admitted_at is not None
+            ttft = req.first_token_at - req.arrival
+            e2e = req.finished_at - req.arrival
+            tpot = (e2e - ttft) / (req.generated - 1) if req.generated > 1 else 0.0
+            results.append(RequestResult(level, req.input_len, req.generated, ttft, tpot, e2e,
+                                         req.admitted_at - req.arrival, req.retractions))
+            if todo:
+                inp, out = todo.popleft()
+                sched.submit(Request(f"r{level}-{count - len(todo)}", inp, out,
+                                     now + CLIENT_GAP_S))
+    return LevelRun(tuple(results), now, output_tokens, sched.retracted_total, usage_max,
+                    usage_area / now if now > 0 else 0.0)
+
+
 def simulate_closed_loop(service: ServiceModel, kv_capacity: int,
                          workload: Workload) -> WorkloadResult:
     """Run the workload's concurrency sweep in virtual time; the ground truth of the model."""
@@ -243,33 +302,51 @@ def simulate_closed_loop(service: ServiceModel, kv_capacity: int,
     duration = 0.0
     output_tokens = 0
     for level, count in zip(workload.concurrency_levels, workload.requests_per_level, strict=True):
-        sched = Scheduler(service, kv_capacity)
-        todo = deque(request_lengths(workload, count, rng))
-        now = 0.0
-        done = 0
-        for i in range(min(level, len(todo))):
-            inp, out = todo.popleft()
-            sched.submit(Request(f"r{level}-{i}", inp, out, 0.0))
-        while done < count:
-            step = sched.next_step(now)
-            if step is None:  # idle until the next arrival, then the batch window
-                assert sched.waiting, "closed loop stalled"
-                now = max(now, sched.waiting[0].arrival) + BATCH_WINDOW_S
-                continue
-            now += step.duration
-            for req in sched.finish(step, now):
-                if req.finished_at is None:
-                    continue
-                done += 1
-                output_tokens += req.generated
-                assert req.first_token_at is not None
-                ttft = req.first_token_at - req.arrival
-                e2e = req.finished_at - req.arrival
-                tpot = (e2e - ttft) / (req.generated - 1) if req.generated > 1 else 0.0
-                results.append(RequestResult(level, req.input_len, req.generated, ttft, tpot, e2e))
-                if todo:
-                    inp, out = todo.popleft()
-                    sched.submit(Request(f"r{level}-{count - len(todo)}", inp, out,
-                                         now + CLIENT_GAP_S))
-        duration += now
+        run = simulate_level(service, kv_capacity, level,
+                             request_lengths(workload, count, rng), level)
+        results += run.requests
+        duration += run.duration
+        output_tokens += run.output_tokens
     return WorkloadResult(tuple(results), duration, output_tokens)
+
+
+def simulate_open_level(service: ServiceModel, kv_capacity: int, rate: float,
+                        lengths: list[tuple[int, int]], rng: random.Random,
+                        level: int = 0) -> LevelRun:
+    """Poisson arrivals at ``rate`` requests per node second, each joining the queue when
+    it arrives (a retracted request goes back behind those already there, not behind ones
+    yet to come)."""
+    sched = Scheduler(service, kv_capacity)
+    arrivals: deque[Request] = deque()
+    t = 0.0
+    for i, (inp, out) in enumerate(lengths):
+        arrivals.append(Request(f"r{level}-{i}", inp, out, t))
+        t += rng.expovariate(rate)
+    results: list[RequestResult] = []
+    now = 0.0
+    output_tokens = 0
+    usage_max = usage_area = 0.0
+    while len(results) < len(lengths):
+        while arrivals and arrivals[0].arrival <= now:
+            sched.submit(arrivals.popleft())
+        step = sched.next_step(now)
+        if step is None:  # idle until the next arrival, then the batch window
+            assert arrivals, "open loop stalled"
+            now = max(now, arrivals[0].arrival) + BATCH_WINDOW_S
+            continue
+        now += step.duration
+        usage = sched.kv_used / kv_capacity
+        usage_max = max(usage_max, usage)
+        usage_area += usage * step.duration
+        for req in sched.finish(step, now):
+            if req.finished_at is None:
+                continue
+            output_tokens += req.generated
+            assert req.first_token_at is not None and req.admitted_at is not None
+            ttft = req.first_token_at - req.arrival
+            e2e = req.finished_at - req.arrival
+            tpot = (e2e - ttft) / (req.generated - 1) if req.generated > 1 else 0.0
+            results.append(RequestResult(level, req.input_len, req.generated, ttft, tpot, e2e,
+                                         req.admitted_at - req.arrival, req.retractions))
+    return LevelRun(tuple(results), now, output_tokens, sched.retracted_total, usage_max,
+                    usage_area / now if now > 0 else 0.0)

@@ -18,8 +18,10 @@ LIBRARY_NAME = "libnvidia-ml.so.1"
 # variant -> extra gcc flags
 VARIANTS: dict[str, tuple[str, ...]] = {
     "current": (),
-    # A driver that predates nvmlDeviceGetMemoryInfo_v2 and ..._ComputeRunningProcesses_v3.
-    "old": ("-DNO_MEMORY_V2", "-DNO_PROCESSES_V3"),
+    # A driver that predates nvmlDeviceGetMemoryInfo_v2, ..._ComputeRunningProcesses_v3,
+    # ..._CurrentClocksEventReasons and ..._TemperatureV.
+    "old": ("-DNO_MEMORY_V2", "-DNO_PROCESSES_V3", "-DNO_CLOCKS_EVENT_REASONS",
+            "-DNO_TEMPERATURE_V"),
 }
 
 

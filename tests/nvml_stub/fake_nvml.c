@@ -11,6 +11,9 @@
  *   -DNO_MEMORY_V2     leave out nvmlDeviceGetMemoryInfo_v2 (pynvml: FunctionNotFound)
  *   -DNO_PROCESSES_V3  leave out nvmlDeviceGetComputeRunningProcesses_v3 (old driver;
  *                      pynvml's unversioned call then raises NVMLLibraryMismatchError)
+ *   -DNO_CLOCKS_EVENT_REASONS  leave out nvmlDeviceGetCurrentClocksEventReasons (a driver
+ *                      before 535 has only ...ClocksThrottleReasons)
+ *   -DNO_TEMPERATURE_V leave out nvmlDeviceGetTemperatureV (only the older ...Temperature)
  *
  * Environment, read at init:
  *   FAKE_NVML_INIT_RC    init returns this code (9 DriverNotLoaded, 4 NoPermission,
@@ -32,9 +35,23 @@
  *     <dev> noprocs                   no compute processes
  *     <dev> proc <pid> <bytes|na>     a compute process (replaces the default list;
  *                                     "na" = NVML_VALUE_NOT_AVAILABLE)
+ *     <dev> temp <C>                  GPU core temperature
+ *     <dev> clocks <sm MHz> <mem MHz>
+ *     <dev> reasons <mask>            clock-event (throttle) reasons bitmask, 0x.. or decimal
+ *     <dev> energy <mJ>               the energy counter, fixed (by default it grows at
+ *                                     the power draw from 5e9 mJ at init)
+ *     <dev> link <gen> <width>        current PCIe link (the maximum stays Gen5 x16)
+ *     <dev> replay <count>            PCIe replay counter
+ *     <dev> nvlink <tx B/s> <rx B/s>  slope of the NVLink data counters (all links)
+ *     <dev> ecc <corrected> <uncorrected>  volatile ECC error counts
+ *     <dev> xid <n>                   an XID critical error; each line is one event,
+ *                                     delivered once to a registered event set
  *     <dev> fail <call> <rc>          make one call return rc; call is one of
  *                                     handle name uuid memory memory_v2 utilization
  *                                     power limit throughput fields processes
+ *                                     temperature clocks clock_events energy pcie_link
+ *                                     replay ecc events nvlink (nvlink: the NVLink
+ *                                     field values only)
  *
  *   <dev> is a device index or "*" for every device. Unknown lines are ignored.
  */
@@ -53,6 +70,7 @@ enum {
     NVML_ERROR_NO_PERMISSION = 4,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
@@ -62,9 +80,16 @@ enum {
 #define MIB (1024ULL * 1024ULL)
 #define MAX_DEVICES 16
 #define MAX_PROCS 8
+#define MAX_XIDS 16
+#define MAX_EVENT_SETS 32
 #define NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL
 #define FI_PCIE_COUNT_TX_BYTES 197
 #define FI_PCIE_COUNT_RX_BYTES 198
+#define FI_NVLINK_THROUGHPUT_DATA_TX 138 /* KiB, cumulative */
+#define FI_NVLINK_THROUGHPUT_DATA_RX 139
+#define NVLINK_LINKS 18 /* NVLink 5 on a B200 */
+#define ALL_LINKS 0xFFFFFFFFu /* scopeId: the sum over every link */
+#define EVENT_XID_CRITICAL 0x8ULL
 #define VALUE_TYPE_UNSIGNED_LONG_LONG 3
 
 /* ---- layouts, as declared in nvml.h and mirrored by pynvml's ctypes classes ---- */
@@ -109,7 +134,22 @@ typedef struct {
     nvmlValue_t value;
 } nvmlFieldValue_t;
 
+typedef struct {
+    unsigned int version;
+    int sensorType;
+    int temperature;
+} nvmlTemperature_t;
+#define nvmlTemperature_v1 ((unsigned int)(sizeof(nvmlTemperature_t) | (1u << 24)))
+
+typedef struct {
+    struct nvmlDevice_st *device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
 _Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t");
+_Static_assert(nvmlTemperature_v1 == 0x100000C, "nvmlTemperature_v1 version");
+_Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t");
 _Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t");
 _Static_assert(nvmlMemory_v2 == 0x02000028, "nvmlMemory_v2 version");
 _Static_assert(sizeof(nvmlUtilization_t) == 8, "nvmlUtilization_t");
@@ -120,10 +160,12 @@ _Static_assert(offsetof(nvmlFieldValue_t, value) == 32, "nvmlFieldValue_t.value"
 /* ---- the fake devices ---- */
 
 enum { F_HANDLE, F_NAME, F_UUID, F_MEMORY, F_MEMORY_V2, F_UTILIZATION, F_POWER, F_LIMIT,
-       F_THROUGHPUT, F_FIELDS, F_PROCESSES, F_COUNT };
+       F_THROUGHPUT, F_FIELDS, F_PROCESSES, F_TEMPERATURE, F_CLOCKS, F_CLOCK_EVENTS,
+       F_ENERGY, F_PCIE_LINK, F_REPLAY, F_ECC, F_EVENTS, F_NVLINK, F_COUNT };
 static const char *const call_names[F_COUNT] = {
     "handle", "name", "uuid", "memory", "memory_v2", "utilization", "power", "limit",
-    "throughput", "fields", "processes"};
+    "throughput", "fields", "processes", "temperature", "clocks", "clock_events",
+    "energy", "pcie_link", "replay", "ecc", "events", "nvlink"};
 
 struct nvmlDevice_st {
     unsigned int index;
@@ -134,6 +176,15 @@ struct nvmlDevice_st {
     unsigned int nprocs;
     unsigned int pids[MAX_PROCS];
     unsigned long long proc_bytes[MAX_PROCS];
+    unsigned int temp_c, sm_mhz, mem_mhz;
+    unsigned long long clock_events;
+    int energy_fixed; /* the state file gave the counter's value */
+    unsigned long long energy_mj;
+    unsigned int link_gen, link_width, replays;
+    unsigned long long nvlink_tx_rate, nvlink_rx_rate; /* bytes/s */
+    unsigned long long ecc_corrected, ecc_uncorrected;
+    unsigned int nxids;
+    unsigned int xids[MAX_XIDS];
     nvmlReturn_t fail[F_COUNT];
 };
 typedef struct nvmlDevice_st *nvmlDevice_t;
@@ -143,6 +194,15 @@ static unsigned int device_count;
 static int initialised;
 static int no_fields;
 static long long epoch_us; /* counters start at zero at init */
+/* Outside the devices, which load_state rebuilds on every call: how many of each device's
+ * XID lines an event set has already delivered, and the sets. */
+static unsigned int xids_delivered[MAX_DEVICES];
+struct nvmlEventSet_st {
+    int in_use;
+    unsigned int devices; /* bit i: device i registered for XID events */
+};
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+static struct nvmlEventSet_st event_sets[MAX_EVENT_SETS];
 static char state_file[4096];
 
 static long long now_us(void) {
@@ -168,6 +228,13 @@ static void set_defaults(struct nvmlDevice_st *d, unsigned int i) {
     d->nprocs = 1;
     d->pids[0] = 4242 + i;
     d->proc_bytes[0] = d->used - 200ULL * MIB;
+    d->temp_c = 62 + i;
+    d->sm_mhz = 1965;
+    d->mem_mhz = 3996;
+    d->link_gen = 5;
+    d->link_width = 16;
+    d->nvlink_tx_rate = 40000000000ULL;
+    d->nvlink_rx_rate = 38000000000ULL;
 }
 
 static void apply_line(struct nvmlDevice_st *d, const char *key, const char *a, const char *b,
@@ -190,6 +257,26 @@ static void apply_line(struct nvmlDevice_st *d, const char *key, const char *a, 
             d->proc_bytes[d->nprocs] = strcmp(b, "na") ? strtoull(b, NULL, 10) : NOT_AVAILABLE;
             d->nprocs++;
         }
+    } else if (!strcmp(key, "temp") && a) d->temp_c = strtoul(a, NULL, 10);
+    else if (!strcmp(key, "clocks") && a && b) {
+        d->sm_mhz = strtoul(a, NULL, 10);
+        d->mem_mhz = strtoul(b, NULL, 10);
+    } else if (!strcmp(key, "reasons") && a) d->clock_events = strtoull(a, NULL, 0);
+    else if (!strcmp(key, "energy") && a) {
+        d->energy_fixed = 1;
+        d->energy_mj = strtoull(a, NULL, 10);
+    } else if (!strcmp(key, "link") && a && b) {
+        d->link_gen = strtoul(a, NULL, 10);
+        d->link_width = strtoul(b, NULL, 10);
+    } else if (!strcmp(key, "replay") && a) d->replays = strtoul(a, NULL, 10);
+    else if (!strcmp(key, "nvlink") && a && b) {
+        d->nvlink_tx_rate = strtoull(a, NULL, 10);
+        d->nvlink_rx_rate = strtoull(b, NULL, 10);
+    } else if (!strcmp(key, "ecc") && a && b) {
+        d->ecc_corrected = strtoull(a, NULL, 10);
+        d->ecc_uncorrected = strtoull(b, NULL, 10);
+    } else if (!strcmp(key, "xid") && a) {
+        if (d->nxids < MAX_XIDS) d->xids[d->nxids++] = strtoul(a, NULL, 10);
     } else if (!strcmp(key, "fail") && a && b) {
         for (int c = 0; c < F_COUNT; c++)
             if (!strcmp(a, call_names[c])) d->fail[c] = atoi(b);
@@ -252,6 +339,8 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     const char *delay = getenv("FAKE_NVML_DELAY_MS");
     delay_ms = delay ? atoi(delay) : 0;
     epoch_us = now_us();
+    memset(xids_delivered, 0, sizeof xids_delivered);
+    memset(event_sets, 0, sizeof event_sets);
     initialised = 1;
     load_state();
     return NVML_SUCCESS;
@@ -274,6 +363,7 @@ const char *nvmlErrorString(nvmlReturn_t rc) {
     case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
     case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
@@ -403,6 +493,17 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_
         } else if (v->fieldId == FI_PCIE_COUNT_RX_BYTES) {
             v->nvmlReturn = NVML_SUCCESS;
             v->value.ullVal = (unsigned long long)((double)d->pcie_rx_rate * seconds);
+        } else if (v->fieldId == FI_NVLINK_THROUGHPUT_DATA_TX
+                   || v->fieldId == FI_NVLINK_THROUGHPUT_DATA_RX) {
+            /* KiB since init; one link (scopeId 0..17) carries an equal share. */
+            double rate = (double)(v->fieldId == FI_NVLINK_THROUGHPUT_DATA_TX
+                                   ? d->nvlink_tx_rate : d->nvlink_rx_rate);
+            if (v->scopeId != ALL_LINKS) rate /= NVLINK_LINKS;
+            v->nvmlReturn = d->fail[F_NVLINK] ? d->fail[F_NVLINK]
+                : v->scopeId == ALL_LINKS || v->scopeId < NVLINK_LINKS
+                    ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+            if (v->nvmlReturn == NVML_SUCCESS)
+                v->value.ullVal = (unsigned long long)(rate * seconds / 1024.0);
         } else {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         }
@@ -477,7 +578,6 @@ NOT_SUPPORTED_1(nvmlDeviceGetPciInfo_v3, void *)
 NOT_SUPPORTED_1(nvmlDeviceGetPerformanceState, int *)
 NOT_SUPPORTED_1(nvmlDeviceGetPersistenceMode, int *)
 NOT_SUPPORTED_1(nvmlDeviceGetPowerManagementLimit, unsigned int *)
-NOT_SUPPORTED_2(nvmlDeviceGetTemperature, int, unsigned int *)
 
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, void *samples,
                                              unsigned int *count, unsigned long long since) {
@@ -486,9 +586,166 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, void *samples,
     return rc ? rc : NVML_ERROR_NOT_SUPPORTED;
 }
 
+
+/* ---- health and interconnect ---- */
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *temp) {
+    nvmlReturn_t rc = check(d, F_TEMPERATURE);
+    if (rc) return rc;
+    if (!temp || sensor != 0) return NVML_ERROR_INVALID_ARGUMENT; /* 0: the GPU core */
+    *temp = d->temp_c;
+    return NVML_SUCCESS;
+}
+
+#ifndef NO_TEMPERATURE_V
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t d, nvmlTemperature_t *temp) {
+    nvmlReturn_t rc = check(d, F_TEMPERATURE);
+    if (rc) return rc;
+    if (!temp || temp->sensorType != 0) return NVML_ERROR_INVALID_ARGUMENT;
+    if (temp->version != nvmlTemperature_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    temp->temperature = (int)d->temp_c;
+    return NVML_SUCCESS;
+}
+#endif
+
+/* type: 0 graphics, 1 SM, 2 memory, 3 video. */
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *clock) {
+    nvmlReturn_t rc = check(d, F_CLOCKS);
+    if (rc) return rc;
+    if (!clock || type < 0 || type > 3) return NVML_ERROR_INVALID_ARGUMENT;
+    *clock = type == 2 ? d->mem_mhz : type == 3 ? 1710 : d->sm_mhz;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t clock_events(nvmlDevice_t d, unsigned long long *reasons) {
+    nvmlReturn_t rc = check(d, F_CLOCK_EVENTS);
+    if (rc) return rc;
+    if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+    *reasons = d->clock_events;
+    return NVML_SUCCESS;
+}
+
+#ifndef NO_CLOCKS_EVENT_REASONS
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d,
+                                                    unsigned long long *reasons) {
+    return clock_events(d, reasons);
+}
+#endif
+
+/* Every driver still has the old name. */
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d,
+                                                       unsigned long long *reasons) {
+    return clock_events(d, reasons);
+}
+
+/* mJ since the driver loaded: grows at the power draw (mW x s = mJ) unless fixed. */
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *energy) {
+    nvmlReturn_t rc = check(d, F_ENERGY);
+    if (rc) return rc;
+    if (!energy) return NVML_ERROR_INVALID_ARGUMENT;
+    double seconds = (double)(now_us() - epoch_us) / 1e6;
+    *energy = d->energy_fixed ? d->energy_mj
+        : 5000000000ULL + (unsigned long long)((double)d->power_mw * seconds);
+    return NVML_SUCCESS;
+}
+
+/* which: 0 current generation, 1 current width; the maximum is a B200's Gen5 x16. */
+static nvmlReturn_t link_value(nvmlDevice_t d, int which, unsigned int *out) {
+    nvmlReturn_t rc = check(d, F_PCIE_LINK);
+    if (rc) return rc;
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    *out = which == 0 ? d->link_gen : which == 1 ? d->link_width : which == 2 ? 5 : 16;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t d, unsigned int *gen) {
+    return link_value(d, 0, gen);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t d, unsigned int *width) {
+    return link_value(d, 1, width);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int *gen) {
+    return link_value(d, 2, gen);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t d, unsigned int *width) {
+    return link_value(d, 3, width);
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t d, unsigned int *count) {
+    nvmlReturn_t rc = check(d, F_REPLAY);
+    if (rc) return rc;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = d->replays;
+    return NVML_SUCCESS;
+}
+
+/* error_type: 0 corrected, 1 uncorrected; counter_type: 0 volatile, 1 aggregate (the same
+ * here: nothing from before this driver load). */
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int error_type, int counter_type,
                                          unsigned long long *count) {
-    (void)error_type; (void)counter_type; (void)count;
-    nvmlReturn_t rc = check(d, F_HANDLE);
-    return rc ? rc : NVML_ERROR_NOT_SUPPORTED;
+    nvmlReturn_t rc = check(d, F_ECC);
+    if (rc) return rc;
+    if (!count || error_type < 0 || error_type > 1 || counter_type < 0 || counter_type > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = error_type == 0 ? d->ecc_corrected : d->ecc_uncorrected;
+    return NVML_SUCCESS;
+}
+
+/* ---- events: XID critical errors, from the state file's xid lines ---- */
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < MAX_EVENT_SETS; i++) {
+        if (!event_sets[i].in_use) {
+            event_sets[i].in_use = 1;
+            event_sets[i].devices = 0;
+            *set = &event_sets[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_UNKNOWN;
+}
+
+static int valid_set(nvmlEventSet_t set) {
+    return set >= event_sets && set < event_sets + MAX_EVENT_SETS && set->in_use;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types,
+                                      nvmlEventSet_t set) {
+    nvmlReturn_t rc = check(d, F_EVENTS);
+    if (rc) return rc;
+    if (!valid_set(set)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & EVENT_XID_CRITICAL) set->devices |= 1u << d->index;
+    return NVML_SUCCESS;
+}
+
+/* Never blocks, whatever the timeout: the collector only ever polls with 0 ms. */
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                 unsigned int timeoutms) {
+    (void)timeoutms;
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid_set(set) || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    load_state();
+    for (unsigned int i = 0; i < device_count; i++) {
+        struct nvmlDevice_st *d = &devices[i];
+        if (!(set->devices & (1u << i)) || xids_delivered[i] >= d->nxids) continue;
+        memset(data, 0, sizeof *data);
+        data->device = d;
+        data->eventType = EVENT_XID_CRITICAL;
+        data->eventData = d->xids[xids_delivered[i]++];
+        data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_TIMEOUT;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!valid_set(set)) return NVML_ERROR_INVALID_ARGUMENT;
+    set->in_use = 0;
+    return NVML_SUCCESS;
 }

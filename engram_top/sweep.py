@@ -1,0 +1,215 @@
+"""The bench's load levels, one row each, and the load sweep.
+
+Every level of a bench is its own row (slo.LevelStats): the load, throughput, latency
+percentiles, goodput and attainment, queue time, retractions and KV usage. A plan's [sweep]
+raises the load through its `loads`: those up to `live_up_to` are driven over HTTP against
+the real (or simulated) server; above that, where this machine cannot drive the load, a
+simulated node's levels come from the simulator's deterministic model (simnode.model, the
+same scheduler the simulated server runs, in virtual time), marked `modelled` in every table
+and plot. The model also runs at the live loads, so the report shows how far it is from what
+was measured there.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from collectors import promtext
+from collectors.pages import PageClient, PageError
+from engram_top import reference, slo
+from engram_top.simnode import memory, model
+from engram_top.slo import LevelStats, Slo
+
+KINDS = ("rate", "concurrency")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    kind: str  # "rate" (requests/s, node time, Poisson arrivals) or "concurrency"
+    loads: tuple[float, ...]  # raised in this order
+    live_up_to: float  # loads above this are modelled
+    requests: int  # per live level
+    modelled_requests: int  # per modelled level
+    seed: int = 1
+
+
+def parse(where: str, table: Any, problems: list[str]) -> SweepSpec | None:
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        problems.append(f"{where}: sweep: should be a table [sweep]")
+        return None
+    known = {"kind", "loads", "live_up_to", "requests", "modelled_requests"}
+    for key in sorted(set(table) - known):
+        problems.append(f"{where}: sweep.{key}: unknown key")
+    kind = table.get("kind", "rate")
+    loads = table.get("loads")
+    ok = True
+    if kind not in KINDS:
+        problems.append(f"{where}: sweep.kind: one of {', '.join(KINDS)}, got {kind!r}")
+        ok = False
+    if not isinstance(loads, list) or not loads or not all(
+            _number(v) and v > 0 for v in loads) or loads != sorted(loads):
+        problems.append(f"{where}: sweep.loads: a rising list of numbers > 0")
+        ok = False
+    elif kind == "concurrency" and not all(float(v).is_integer() for v in loads):
+        problems.append(f"{where}: sweep.loads: whole numbers for kind = \"concurrency\"")
+        ok = False
+    live = table.get("live_up_to", 0)
+    if not _number(live) or live < 0:
+        problems.append(f"{where}: sweep.live_up_to: a number >= 0, got {live!r}")
+        ok = False
+    counts = {}
+    for key, default in (("requests", 32), ("modelled_requests", 400)):
+        v = table.get(key, default)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            problems.append(f"{where}: sweep.{key}: an integer >= 1, got {v!r}")
+            ok = False
+        counts[key] = v
+    if not ok:
+        return None
+    return SweepSpec(kind, tuple(float(v) for v in loads), float(live),
+                     counts["requests"], counts["modelled_requests"])
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def live_loads(spec: SweepSpec) -> tuple[float, ...]:
+    return tuple(x for x in spec.loads if x <= spec.live_up_to)
+
+
+# --------------------------------------------------------------------------- live levels
+
+
+@dataclass(frozen=True)
+class ServerMark:
+    """The server's own counters at a level's start or end (SGLang's /metrics)."""
+
+    queue_sum_s: float | None
+    queue_count: float | None
+    retracted: float | None
+
+
+def _largest(families: dict[str, promtext.Family], name: str) -> float | None:
+    # Every TP rank's scheduler may report the same batch: the largest speaks for the server.
+    fam = families.get(name) or families.get(name.removesuffix("_total"))
+    values = [x.value for x in fam.samples if not x.name.endswith("_created")] if fam else []
+    return max(values) if values else None
+
+
+def _histogram_part(families: dict[str, promtext.Family], name: str,
+                    part: str) -> float | None:
+    fam = families.get(name)
+    values = [x.value for x in fam.samples if x.name == f"{name}_{part}"] if fam else []
+    return sum(values) if values else None
+
+
+async def mark(client: PageClient) -> ServerMark | None:
+    """The counters now; None when the page cannot be had (the level's row then has no
+    queue time or retraction count, and says nothing false)."""
+    try:
+        page = await client.get("/metrics", deadline_s=5.0, limit_bytes=16 * 1024 * 1024)
+        families = promtext.parse(page.text)
+    except (PageError, TimeoutError, OSError, promtext.PromTextError):
+        return None
+    return ServerMark(_histogram_part(families, "sglang:queue_time_seconds", "sum"),
+                      _histogram_part(families, "sglang:queue_time_seconds", "count"),
+                      _largest(families, "sglang:num_retracted_requests_total"))
+
+
+def server_deltas(start: ServerMark | None, end: ServerMark | None,
+                  serve_scale: float) -> dict[str, Any]:
+    """A level's mean queue time (node seconds) and retractions, from its two marks."""
+    out: dict[str, Any] = {}
+    if start is None or end is None:
+        return out
+    if None not in (start.queue_sum_s, end.queue_sum_s, start.queue_count, end.queue_count):
+        n = end.queue_count - start.queue_count  # type: ignore[operator]
+        if n > 0:
+            out["queue_mean_s"] = (end.queue_sum_s - start.queue_sum_s) / n / serve_scale  # type: ignore[operator]
+    if start.retracted is not None and end.retracted is not None:
+        out["retractions"] = round(end.retracted - start.retracted)
+    return out
+
+
+def kv_usage(points: Sequence[tuple[float, float]], start: float,
+             end: float) -> dict[str, Any]:
+    """The KV pool's usage over a level, from the session's series (monotonic times)."""
+    inside = [v for t, v in points if start <= t <= end]
+    if not inside:
+        return {}
+    return {"kv_usage_max": max(inside), "kv_usage_mean": sum(inside) / len(inside)}
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def modelled_level(placement: str, load: float, kind: str, lengths: list[tuple[int, int]],
+                   slos: Sequence[Slo], seed: int) -> LevelStats:
+    """One level of ``placement`` on the simulated node, in the model's virtual time."""
+    ref = reference.default()
+    service = ref.placements[placement].service
+    capacity = memory.plan(ref, placement).kv_tokens
+    if kind == "rate":
+        run = model.simulate_open_level(service, capacity, load, lengths,
+                                        random.Random(seed * 7919 + round(load * 1000)))
+    else:
+        run = model.simulate_level(service, capacity, int(load), lengths)
+    times = [{"ttft": r.ttft, "tpot": r.tpot if r.output_len > 1 else None, "e2e": r.e2e}
+             for r in run.requests]
+    queue = [r.queue for r in run.requests]
+    return slo.level_stats(
+        times, 0, run.duration, slos, load=load, kind=kind, modelled=True,
+        output_tokens=run.output_tokens,
+        queue_mean_s=sum(queue) / len(queue) if queue else None,
+        retractions=run.retractions, kv_usage_max=run.kv_usage_max,
+        kv_usage_mean=run.kv_usage_mean,
+        notes=("modelled: the simulator's scheduler in virtual time",))
+
+
+def lengths(input_len: int, output_len: int, range_ratio: float, count: int,
+            seed: int) -> list[tuple[int, int]]:
+    """The level's request lengths, drawn as bench_serving's random dataset draws them."""
+    rng = random.Random(seed)
+
+    def draw(full: int) -> int:
+        return rng.randint(max(1, int(full * range_ratio)), full)
+    return [(draw(input_len), draw(output_len)) for _ in range(count)]
+
+
+# --------------------------------------------------------------------------- the summary
+
+
+def summary(levels: dict[str, list[LevelStats]], baseline: str,
+            slos: Sequence[Slo]) -> dict[str, Any]:
+    """Each scenario's highest load within the SLOs, and where each other scenario's
+    goodput overtakes the baseline's for good (the crossover)."""
+    out: dict[str, Any] = {
+        "slo": [s.label for s in slos],
+        "highest_within_slo": {name: slo.highest_within(lvs) if slos else None
+                               for name, lvs in levels.items()},
+        "crossover": {}}
+    base = levels.get(baseline, [])
+    for name, lvs in levels.items():
+        if name != baseline and base:
+            out["crossover"][name] = {"over": baseline, **slo.crossover(base, lvs)}
+    return out
+
+
+def crossover_sentence(name: str, c: dict[str, Any], unit: str) -> str:
+    over = c["over"]
+    if c["at"] is None:
+        return f"{name}'s goodput does not overtake {over}'s within the sweep."
+    how = " (in the modelled range)" if c.get("modelled") else ""
+    if c["where"] == "below":
+        return f"{name}'s goodput is above {over}'s from the lowest load swept " \
+               f"({c['at']:g} {unit}){how}."
+    lo, hi = c["between"]
+    return (f"{name}'s goodput overtakes {over}'s above {c['at']:.3g} {unit} (between the "
+            f"levels at {lo:g} and {hi:g}){how}.")
