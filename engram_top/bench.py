@@ -401,7 +401,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
         goodput_rps=_run_goodput(levels, plan.slos), slo_attainment=_run_attainment(levels,
                                                                                   plan.slos),
         completed=len(result.records), failed=result.failed,
-        duration_s=result.duration_s * serve, notes=tuple(notes)), levels
+        duration_s=result.duration_s / serve, notes=tuple(notes)), levels
 
 
 def _live_levels(plan: Plan, result: DriverResult,
@@ -422,7 +422,7 @@ def _live_levels(plan: Plan, result: DriverResult,
         extra = {**sweep.server_deltas(m0, m1, serve), **sweep.kv_usage(points, t0, t1)}
         out.append(slo.level_stats(
             times, sum(1 for f in result.failures if f.level == i),
-            result.level_durations[i] * serve, plan.slos,
+            result.level_durations[i] / serve, plan.slos,
             load=level.rate if level.rate is not None else float(level.concurrency or 1),
             kind="rate" if level.rate is not None else "concurrency", modelled=False,
             output_tokens=sum(r.output_len for r in records), **extra))

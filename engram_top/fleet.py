@@ -24,7 +24,7 @@ from collectors.units import GIB
 from engram_top.compare import RunResult
 from engram_top.config import Thresholds
 from engram_top.fleet_detail import HISTORY_S, NodeDetail, history_step
-from engram_top.metrics import KV, KV_RATIO, THROUGHPUT, WEIGHTS, Metric, Registry, ms
+from engram_top.metrics import ENERGY, KV, KV_RATIO, THROUGHPUT, WEIGHTS, Metric, Registry, ms
 
 HOST_TABLES_MIN_BYTES = 64 * GIB  # shared or huge-page memory this large: Engram tables
 
@@ -38,7 +38,8 @@ TTFT_P99 = Metric("ttft_p99_ms", "p99 TTFT", "ms", "lower",
                   extract=lambda r: ms(r.ttft_p99_s), panel="latency")
 TPOT_P99 = Metric("tpot_p99_ms", "p99 TPOT", "ms", "lower",
                   extract=lambda r: ms(r.tpot_p99_s), panel="latency")
-METRICS = Registry((WEIGHTS, KV, KV_RATIO, TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, THROUGHPUT))
+METRICS = Registry((WEIGHTS, KV, KV_RATIO, TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, THROUGHPUT,
+                    ENERGY))
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,14 @@ class FleetRow:
     alerts: tuple[str, ...]
     missing: tuple[str, ...]
     age_s: float
+    power_w: float | None = None  # every GPU's draw (dcgm-exporter), summed
+
+    @property
+    def joules_per_token(self) -> float | None:
+        """The node's GPUs' draw over its output rate: energy per output token."""
+        if self.power_w is None or not self.output_tok_s:
+            return None
+        return self.power_w / self.output_tok_s
 
     @property
     def hbm_pct(self) -> float | None:
@@ -135,7 +144,9 @@ def row(data: FleetNodeData, age_s: float, t: Thresholds, stale_after_s: float) 
         ttft_p50=lat.get("ttft_p50"), ttft_p99=lat.get("ttft_p99"),
         tpot_p50=lat.get("tpot_p50"), tpot_p99=lat.get("tpot_p99"),
         output_tok_s=lat.get("output_tok_s"), running=s.get("num_running_reqs"),
-        alerts=(), missing=data.missing, age_s=age_s)
+        alerts=(), missing=data.missing, age_s=age_s,
+        power_w=sum(g.power_w for g in data.gpus if g.power_w is not None)
+        if data.gpus and all(g.power_w is not None for g in data.gpus) else None)
     return _with_alerts(r, t)
 
 
@@ -176,6 +187,7 @@ def results(rows: list[FleetRow]) -> list[RunResult]:
             weights_gb=r.weights_gb, kv_tokens=r.kv_tokens,
             ttft_p50_s=r.ttft_p50, tpot_p50_s=r.tpot_p50, ttft_p99_s=r.ttft_p99,
             tpot_p99_s=r.tpot_p99, output_tok_s=r.output_tok_s,
+            joules_per_token=r.joules_per_token,
             notes=("latencies: Prometheus's histogram_quantile over the rate window",)))
     return out
 
@@ -192,7 +204,8 @@ def node_json(r: FleetRow) -> dict[str, Any]:
                      "total_bytes": r.host_total},
             "latency_s": {"ttft_p50": r.ttft_p50, "ttft_p99": r.ttft_p99,
                           "tpot_p50": r.tpot_p50, "tpot_p99": r.tpot_p99},
-            "output_tok_s": r.output_tok_s, "alerts": list(r.alerts),
+            "output_tok_s": r.output_tok_s, "gpu_power_w": r.power_w,
+            "joules_per_token": r.joules_per_token, "alerts": list(r.alerts),
             "missing": list(r.missing), "age_s": round(r.age_s, 1)}
 
 

@@ -210,20 +210,29 @@ def bench_charts(out: Path, levels: dict[str, list[LevelStats]],
     return charts, "" if charts else "charts: nothing to draw (no level ran)"
 
 
-def history_chart(path: Path, lines: dict[str, list[tuple[float, float]]],
-                  title: str, ylabel: str) -> None:
-    """One PNG of time series (seconds ago, value), for a snapshot's history."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3))
-    for i, (name, pts) in enumerate(lines.items()):
-        if pts:
-            ax.plot([t for t, _ in pts], [v for _, v in pts], color=OTHER[i % len(OTHER)]
-                    if name not in COLOURS else COLOURS[name], label=name, linewidth=1.2)
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel("seconds before the snapshot")
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    if lines:
-        ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+def history_png(path: Path, panels: dict[str, tuple[str, dict[str, list[tuple[float, float]]]]]
+                ) -> None:
+    """A 2x2 picture of time series, one chart per panel: {title: (y label, {line: [(seconds
+    before now, value)]})}. The object API, not pyplot: a snapshot writes it on a worker
+    thread while the dashboard goes on."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(11, 6))
+    FigureCanvasAgg(fig)
+    for i, (title, (ylabel, lines)) in enumerate(list(panels.items())[:4]):
+        ax = fig.add_subplot(2, 2, i + 1)
+        for j, (name, pts) in enumerate(lines.items()):
+            if pts:
+                ax.plot([t for t, _ in pts], [v for _, v in pts], linewidth=1.1,
+                        color=COLOURS.get(name, OTHER[j % len(OTHER)]), label=name)
+        if not any(lines.values()):
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_xlabel("seconds before the snapshot", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        if len(lines) > 1:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)

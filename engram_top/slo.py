@@ -224,9 +224,11 @@ def highest_within(levels: Sequence[LevelStats]) -> float | None:
 
 
 def crossover(a: Sequence[LevelStats], b: Sequence[LevelStats]) -> dict[str, Any]:
-    """The load above which ``b``'s goodput beats ``a``'s at every level swept: where the
-    difference last crosses zero, interpolated linearly between the two levels around it.
-    ``at`` is None when b never ends ahead; "below" when b is ahead from the lowest load."""
+    """Where ``b``'s goodput overtakes ``a``'s as the load rises: the first load at which
+    the difference turns positive, interpolated linearly between the two levels around it
+    (``at``; "below" when b is ahead from the lowest load), and where it falls behind again
+    if it does (``until``, None when it stays ahead to the highest load swept). ``at`` is
+    None when b is never ahead."""
     by_a = {lv.load: lv.goodput_rps for lv in a}
     loads = sorted(lv.load for lv in b if lv.load in by_a and lv.goodput_rps is not None
                    and by_a[lv.load] is not None)
@@ -234,17 +236,29 @@ def crossover(a: Sequence[LevelStats], b: Sequence[LevelStats]) -> dict[str, Any
             if lv.load in loads}
     if not loads:
         return {"at": None, "where": "no common level"}
-    behind = [x for x in loads if diff[x] <= 0]
-    if not behind:
-        return {"at": loads[0], "where": "below", "modelled": _modelled(a, b, loads[0])}
-    last = behind[-1]
-    if last == loads[-1]:
+    first = next((i for i, x in enumerate(loads) if diff[x] > 0), None)
+    if first is None:
         return {"at": None, "where": "never within the sweep"}
-    nxt = loads[loads.index(last) + 1]
-    d0, d1 = diff[last], diff[nxt]
-    at = last + (nxt - last) * (-d0) / (d1 - d0)
-    return {"at": at, "where": "between", "between": [last, nxt],
-            "modelled": _modelled(a, b, nxt)}
+    out: dict[str, Any]
+    if first == 0:
+        out = {"at": loads[0], "where": "below"}
+    else:
+        lo, hi = loads[first - 1], loads[first]
+        out = {"at": _zero(lo, hi, diff[lo], diff[hi]), "where": "between", "between": [lo, hi]}
+    back = next((i for i in range(first + 1, len(loads)) if diff[loads[i]] <= 0), None)
+    if back is None:
+        out["until"] = None
+    else:
+        lo, hi = loads[back - 1], loads[back]
+        out["until"] = _zero(lo, hi, diff[lo], diff[hi])
+        out["until_between"] = [lo, hi]
+    out["modelled"] = _modelled(a, b, loads[first])
+    return out
+
+
+def _zero(x0: float, x1: float, d0: float, d1: float) -> float:
+    """Where a line through (x0, d0) and (x1, d1) crosses zero."""
+    return x0 + (x1 - x0) * (-d0) / (d1 - d0) if d1 != d0 else x1
 
 
 def _modelled(a: Sequence[LevelStats], b: Sequence[LevelStats], load: float) -> bool:

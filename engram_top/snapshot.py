@@ -25,7 +25,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from collectors.units import NA, gib_text, ms_text, percent, weights_gb
+from collectors.source import LOCAL
+from collectors.units import GIB, NA, gib_text, ms_text, percent, weights_gb
 from engram_top import facts
 from engram_top.compare import Comparison, RunResult, to_json, to_markdown
 from engram_top.redact import REDACTED, redact, redact_text
@@ -183,6 +184,7 @@ class Prepared:
                 _put(tmp / file, redact_text(text, self.secrets, placeholder).encode())
             _put(tmp / "timeseries.csv", frame.to_csv(index=False).encode())
             _write_parquet(tmp / "timeseries.parquet", frame)
+            _history_png(tmp / "history.png", self.series)
             _fsync_dir(tmp)
             final = _rename_free(tmp, parent, self.base)
         except OSError as exc:
@@ -312,6 +314,36 @@ def _frame(taken: SeriesPoints):  # type: ignore[no-untyped-def]
     return frame
 
 
+HISTORY = {  # the history PNG's charts: (source, metric) -> (title, y label, scale)
+    ("gpu", "used"): ("HBM used per GPU", "GiB", 1 / GIB),
+    ("server", "token_usage"): ("KV cache usage", "%", 100.0),
+    ("host", "used"): ("Host RAM used", "GiB", 1 / GIB),
+    ("server", "ttft.p50"): ("TTFT p50", "ms", 1000.0),
+}
+
+
+def _history_png(path: Path, taken: SeriesPoints) -> None:
+    """The history charts as one PNG beside screen.svg (the series' last hour at most)."""
+    from engram_top import plots  # matplotlib only when there is something to draw
+    panels: dict[str, tuple[str, dict[str, list[tuple[float, float]]]]] = {
+        title: (unit, {}) for title, unit, _ in HISTORY.values()}
+    for key, (_, points) in sorted(taken.points.items(), key=lambda kv: kv[0].name):
+        spec = HISTORY.get((key.source, key.metric))
+        if spec is None:
+            continue
+        title, _, scale = spec
+        # An attached server's series are under its URL: a line of its own, by number (a
+        # picture cannot be scrubbed of a secret in a URL, so it never holds one).
+        lines = panels[title][1]
+        name = f"GPU {key.label('gpu')}" if key.label("gpu") is not None else \
+            key.source if key.node == LOCAL else f"{key.source} {len(lines) + 1}"
+        pts = [(t - taken.now_mono, v * scale) for t, v in points
+               if taken.now_mono - t <= 3600]
+        lines[name] = pts
+    if any(pts for _, lines in panels.values() for pts in lines.values()):
+        plots.history_png(path, panels)  # a fleet's snapshot has no such series: no picture
+
+
 def _write_parquet(path: Path, frame: Any) -> None:
     # fastparquet's own writer: pandas 3 deprecates its fastparquet engine, and pyarrow is a
     # 55 MB wheel for one file.
@@ -346,6 +378,7 @@ def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) 
                   if isinstance(a, dict) else f"- {a}" for a in alerts]
     lines += ["", "## Files", "",
               "- screen.svg: the dashboard as rendered (absent when taken without a screen)",
+              "- history.png: HBM per GPU, KV usage, host RAM and TTFT over the last hour",
               "- snapshot.json: every reading, the runs, scenario definitions, the comparison",
               "- timeseries.parquet, timeseries.csv: the series, one row per point",
               "", "Secrets (API keys, tokens) are replaced by `<redacted>` (`[redacted]` in this "

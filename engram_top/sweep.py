@@ -208,8 +208,14 @@ def crossover_sentence(name: str, c: dict[str, Any], unit: str) -> str:
         return f"{name}'s goodput does not overtake {over}'s within the sweep."
     how = " (in the modelled range)" if c.get("modelled") else ""
     if c["where"] == "below":
-        return f"{name}'s goodput is above {over}'s from the lowest load swept " \
-               f"({c['at']:g} {unit}){how}."
-    lo, hi = c["between"]
-    return (f"{name}'s goodput overtakes {over}'s above {c['at']:.3g} {unit} (between the "
-            f"levels at {lo:g} and {hi:g}){how}.")
+        text = f"{name}'s goodput is above {over}'s from the lowest load swept " \
+               f"({c['at']:g} {unit}){how}"
+    else:
+        lo, hi = c["between"]
+        text = (f"{name}'s goodput overtakes {over}'s above {c['at']:.3g} {unit} (between "
+                f"the levels at {lo:g} and {hi:g}){how}")
+    if c.get("until") is None:
+        return text + ", and stays ahead to the highest load swept."
+    lo, hi = c["until_between"]
+    return text + (f"; it falls behind again above {c['until']:.3g} {unit} (between {lo:g} "
+                   f"and {hi:g}), where {name} breaks down too.")

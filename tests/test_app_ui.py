@@ -187,7 +187,7 @@ async def test_s_writes_a_snapshot_folder_and_a_bad_folder_is_reported(tmp_path)
         assert len(folders) == 2
         for folder in folders:
             assert sorted(p.name for p in folder.iterdir()) == [
-                "screen.svg", "snapshot.json", "summary.md", "timeseries.csv",
+                "history.png", "screen.svg", "snapshot.json", "summary.md", "timeseries.csv",
                 "timeseries.parquet"]
         svg = html.unescape((folder / "screen.svg").read_text()).replace("\xa0", " ")
         assert "HBM per GPU" in svg and "42.70M" in svg

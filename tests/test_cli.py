@@ -95,7 +95,8 @@ def test_snapshot_device(snapshots: dict[str, SnapshotRun]) -> None:
     run = snapshots["device"]
     snap = run.snapshot()
     assert sorted(p.name for p in run.folder.iterdir()) == [
-        "screen.svg", "snapshot.json", "summary.md", "timeseries.csv", "timeseries.parquet"]
+        "history.png", "screen.svg", "snapshot.json", "summary.md", "timeseries.csv",
+        "timeseries.parquet"]
     assert "11.84M" in (run.folder / "screen.svg").read_text()
     assert snap["run"]["state"] == "ready"
     assert snap["run"]["placement"] == "device"

@@ -95,6 +95,9 @@ async def test_every_figure_comes_through_prometheus_as_the_node_exposes_it(demo
         assert 0 < r.ttft_p50 < r.ttft_p99  # type: ignore[operator]
         assert 0 < r.tpot_p50 < r.tpot_p99  # type: ignore[operator]
         assert not r.missing
+        # Energy per token: the GPUs' draw (350-950 W each in the demo) over the output.
+        assert r.power_w is not None and 4 * 350 <= r.power_w <= 4 * 950
+        assert r.joules_per_token == pytest.approx(r.power_w / r.output_tok_s)  # type: ignore[operator]
     # The first node's host is this machine, through the real node-exporter.
     assert demo.nodes[0].real_host
     assert rows["sim-000"].host_total == psutil.virtual_memory().total

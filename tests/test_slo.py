@@ -58,19 +58,24 @@ def stats(load: float, goodput: float, meets: bool = True) -> LevelStats:
                       meets_slo=meets)
 
 
-def test_the_crossover_is_interpolated_where_the_difference_last_turns_positive() -> None:
+def test_the_crossover_is_interpolated_where_the_difference_first_turns_positive() -> None:
     device = [stats(1, 1.0), stats(4, 3.5), stats(16, 10.0), stats(64, 4.0)]
     host = [stats(1, 0.9), stats(4, 3.2), stats(16, 11.0), stats(64, 12.0)]
     c = slo.crossover(device, host)
     assert c["where"] == "between" and c["between"] == [4, 16]
     assert c["at"] == pytest.approx(4 + 12 * 0.3 / 1.3) and c["modelled"] is False
-    assert slo.crossover(host, device)["at"] is None  # device never ends ahead
-    ahead = slo.crossover([stats(1, 0.5), stats(4, 1.0)], [stats(1, 1.0), stats(4, 2.0)])
-    assert ahead == {"at": 1, "where": "below", "modelled": False}
-    # Ahead, then behind again at the top: the crossover is the last one.
-    back = [stats(1, 1.0), stats(4, 5.0), stats(16, 1.0), stats(64, 9.0)]
-    c = slo.crossover(device, back)
-    assert c["between"] == [16, 64] and c["modelled"] is True
+    assert c["until"] is None  # ahead to the top of the sweep
+    # The other way round: ahead from the start, behind from between 4 and 16 on.
+    back = slo.crossover(host, device)
+    assert back["where"] == "below" and back["at"] == 1
+    assert back["until"] == pytest.approx(4 + 12 * 0.3 / 1.3)
+    assert back["until_between"] == [4, 16]
+    assert slo.crossover([stats(1, 2.0)], [stats(1, 1.0)])["at"] is None  # never ahead
+    # Ahead in the middle only: where it first overtakes, and where it falls back.
+    mid = [stats(1, 1.0), stats(4, 5.0), stats(16, 1.0), stats(64, 9.0)]
+    c = slo.crossover(device, mid)
+    assert c["between"] == [1, 4] and c["until_between"] == [4, 16]
+    assert c["at"] == 1 and c["modelled"] is False  # level with the baseline at 1
 
 
 def test_the_highest_load_within_the_slo_stops_at_the_first_break() -> None:

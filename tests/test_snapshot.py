@@ -49,8 +49,10 @@ def test_folder_holds_the_whole_story(tmp_path: Path) -> None:
     out = write_folder(tmp_path / "snaps", store, reference.default(),
                        svg="<svg><text>HBM per GPU</text></svg>", extra={"source": "test"})
     assert out.parent == tmp_path / "snaps" and FOLDER.match(out.name)
-    assert sorted(read_files(out)) == ["screen.svg", "snapshot.json", "summary.md",
-                                       "timeseries.csv", "timeseries.parquet"]
+    assert sorted(read_files(out)) == ["history.png", "screen.svg", "snapshot.json",
+                                       "summary.md", "timeseries.csv", "timeseries.parquet"]
+    png = (out / "history.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # four charts drawn
     assert list((tmp_path / "snaps").iterdir()) == [out]  # no temporary folder left
 
     data = json.loads((out / "snapshot.json").read_text())
@@ -177,7 +179,7 @@ def test_snapshots_of_the_same_name_written_at_once_both_land(tmp_path: Path) ->
     assert [p.name for p in paths] == ["same", "same-2"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["same", "same-2"]
     first, second = read_files(paths[0]), read_files(paths[1])
-    assert first.keys() == second.keys() and len(first) == 4  # no screen.svg: svg=None
+    assert first.keys() == second.keys() and len(first) == 5  # no screen.svg: svg=None
     assert first["timeseries.csv"] == second["timeseries.csv"]  # taken from the same store
 
 
@@ -326,8 +328,8 @@ async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
     assert snap["kv"]["capacity_tokens"] == 11_840_000
 
     files = read_files(out)
-    assert sorted(files) == ["screen.svg", "snapshot.json", "summary.md", "timeseries.csv",
-                             "timeseries.parquet"]
+    assert sorted(files) == ["history.png", "screen.svg", "snapshot.json", "summary.md",
+                             "timeseries.csv", "timeseries.parquet"]
     for name, data in files.items():
         for secret in (HF_TOKEN, API_KEY):
             assert secret.encode() not in data, f"{secret} in {name}"

@@ -66,6 +66,8 @@ COLUMNS: tuple[Column, ...] = (
      lambda r: r.tpot_p99 or 0, 135),
     ("tok", "out tok/s", 9, lambda r: DASH if r.output_tok_s is None else f"{r.output_tok_s:,.0f}",
      lambda r: r.output_tok_s or 0, 110),
+    ("energy", "J/tok", 6, lambda r: DASH if r.joules_per_token is None
+     else f"{r.joules_per_token:.1f}", lambda r: r.joules_per_token or 0, 165),
     ("alerts", "alerts", 24, lambda r: ", ".join(r.alerts + r.missing[:1]) or "",
      lambda r: (-len(r.alerts), r.node), 0),
 )
