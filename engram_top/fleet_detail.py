@@ -124,7 +124,6 @@ class NodeDetail:
             launched_wall=wall_clock(), launched_at=now, state=RunState.ATTACHED,
             url=url, owned=False, title=f"{node} through Prometheus"))
         self.last_wall = 0.0  # the newest reading's wall time: older ones are not added
-        self.history_points = 0
 
     def _at(self, wall: float) -> float:
         return self.clock() - (self.wall_clock() - wall)
@@ -160,7 +159,6 @@ class NodeDetail:
         if not now_in:
             self._keep(old)
         self.last_wall = max(self.last_wall, last)
-        self.history_points = len(taken)
         return len(taken)
 
     def _keep(self, old: RunStore) -> None:

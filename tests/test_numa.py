@@ -215,17 +215,19 @@ def sim_node(tmp_path: Path):  # type: ignore[no-untyped-def]
                                                host_anon_bytes=2 * GIB))
     ranks = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
              for _ in range(spec.gpus)]
-    extra = mem.host_pinned_extra_bytes // spec.gpus
-    for r, proc in enumerate(ranks):
-        shmem = extra + (mem.host_table_bytes if r == 0 else 0)
-        state.write_proc(node_dir, state.ProcState(
-            proc.pid, psutil.Process(proc.pid).create_time(), f"sglang::scheduler_TP{r}",
-            gpu_bytes={r: 100 * GIB}, host_anon_bytes=GIB, host_shmem_bytes=shmem,
-            host_hugepage_bytes=mem.host_table_bytes if r == 0 else 0))
-    yield node_dir, mem, spec
-    for proc in ranks:
-        proc.kill()
-        proc.wait()
+    try:  # the stand-in ranks go on every path, a failed set-up included
+        extra = mem.host_pinned_extra_bytes // spec.gpus
+        for r, proc in enumerate(ranks):
+            shmem = extra + (mem.host_table_bytes if r == 0 else 0)
+            state.write_proc(node_dir, state.ProcState(
+                proc.pid, psutil.Process(proc.pid).create_time(), f"sglang::scheduler_TP{r}",
+                gpu_bytes={r: 100 * GIB}, host_anon_bytes=GIB, host_shmem_bytes=shmem,
+                host_hugepage_bytes=mem.host_table_bytes if r == 0 else 0))
+        yield node_dir, mem, spec
+    finally:
+        for proc in ranks:
+            proc.kill()
+            proc.wait()
 
 
 def test_the_simulated_host_has_two_sockets_and_the_shared_tables_on_node_0(sim_node) -> None:

@@ -258,40 +258,28 @@ def simulate_level(service: ServiceModel, kv_capacity: int, concurrency: int,
     sched = Scheduler(service, kv_capacity)
     todo = deque(lengths)
     count = len(lengths)
-    results: list[RequestResult] = []
+    tally = _Tally(level, kv_capacity)
     now = 0.0
-    done = output_tokens = 0
-    usage_max = usage_area = 0.0
     for i in range(min(concurrency, len(todo))):
         inp, out = todo.popleft()
         sched.submit(Request(f"r{level}-{i}", inp, out, 0.0))
-    while done < count:
+    while len(tally.results) < count:
         step = sched.next_step(now)
         if step is None:  # idle until the next arrival, then the batch window
             assert sched.waiting, "closed loop stalled"
             now = max(now, sched.waiting[0].arrival) + BATCH_WINDOW_S
             continue
         now += step.duration
-        usage = sched.kv_used / kv_capacity
-        usage_max = max(usage_max, usage)
-        usage_area += usage * step.duration
+        tally.step(sched, step.duration)
         for req in sched.finish(step, now):
             if req.finished_at is None:
                 continue
-            done += 1
-            output_tokens += req.generated
-            assert req.first_token_at is not None and req.admitted_at is not None
-            ttft = req.first_token_at - req.arrival
-            e2e = req.finished_at - req.arrival
-            tpot = (e2e - ttft) / (req.generated - 1) if req.generated > 1 else 0.0
-            results.append(RequestResult(level, req.input_len, req.generated, ttft, tpot, e2e,
-                                         req.admitted_at - req.arrival, req.retractions))
+            tally.finished(req)
             if todo:
                 inp, out = todo.popleft()
                 sched.submit(Request(f"r{level}-{count - len(todo)}", inp, out,
                                      now + CLIENT_GAP_S))
-    return LevelRun(tuple(results), now, output_tokens, sched.retracted_total, usage_max,
-                    usage_area / now if now > 0 else 0.0)
+    return tally.run(now, sched)
 
 
 def simulate_closed_loop(service: ServiceModel, kv_capacity: int,
@@ -322,11 +310,9 @@ def simulate_open_level(service: ServiceModel, kv_capacity: int, rate: float,
     for i, (inp, out) in enumerate(lengths):
         arrivals.append(Request(f"r{level}-{i}", inp, out, t))
         t += rng.expovariate(rate)
-    results: list[RequestResult] = []
+    tally = _Tally(level, kv_capacity)
     now = 0.0
-    output_tokens = 0
-    usage_max = usage_area = 0.0
-    while len(results) < len(lengths):
+    while len(tally.results) < len(lengths):
         while arrivals and arrivals[0].arrival <= now:
             sched.submit(arrivals.popleft())
         step = sched.next_step(now)
@@ -335,18 +321,40 @@ def simulate_open_level(service: ServiceModel, kv_capacity: int, rate: float,
             now = max(now, arrivals[0].arrival) + BATCH_WINDOW_S
             continue
         now += step.duration
-        usage = sched.kv_used / kv_capacity
-        usage_max = max(usage_max, usage)
-        usage_area += usage * step.duration
+        tally.step(sched, step.duration)
         for req in sched.finish(step, now):
-            if req.finished_at is None:
-                continue
-            output_tokens += req.generated
-            assert req.first_token_at is not None and req.admitted_at is not None
-            ttft = req.first_token_at - req.arrival
-            e2e = req.finished_at - req.arrival
-            tpot = (e2e - ttft) / (req.generated - 1) if req.generated > 1 else 0.0
-            results.append(RequestResult(level, req.input_len, req.generated, ttft, tpot, e2e,
-                                         req.admitted_at - req.arrival, req.retractions))
-    return LevelRun(tuple(results), now, output_tokens, sched.retracted_total, usage_max,
-                    usage_area / now if now > 0 else 0.0)
+            if req.finished_at is not None:
+                tally.finished(req)
+    return tally.run(now, sched)
+
+
+@dataclass
+class _Tally:
+    """What an offline level gathers as it runs: finished requests, output tokens and the
+    KV pool's usage over time."""
+
+    level: int
+    kv_capacity: int
+    results: list[RequestResult] = field(default_factory=list)
+    output_tokens: int = 0
+    usage_max: float = 0.0
+    usage_area: float = 0.0
+
+    def step(self, sched: Scheduler, duration: float) -> None:
+        usage = sched.kv_used / self.kv_capacity
+        self.usage_max = max(self.usage_max, usage)
+        self.usage_area += usage * duration
+
+    def finished(self, req: Request) -> None:
+        assert req.first_token_at is not None and req.finished_at is not None
+        assert req.admitted_at is not None
+        self.output_tokens += req.generated
+        ttft = req.first_token_at - req.arrival
+        e2e = req.finished_at - req.arrival
+        tpot = (e2e - ttft) / (req.generated - 1) if req.generated > 1 else 0.0
+        self.results.append(RequestResult(self.level, req.input_len, req.generated, ttft, tpot,
+                                          e2e, req.admitted_at - req.arrival, req.retractions))
+
+    def run(self, duration: float, sched: Scheduler) -> LevelRun:
+        return LevelRun(tuple(self.results), duration, self.output_tokens, sched.retracted_total,
+                        self.usage_max, self.usage_area / duration if duration > 0 else 0.0)
