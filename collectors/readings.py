@@ -207,6 +207,9 @@ class ServerData:
     itl: Quantiles | None = None
     e2e: Quantiles | None = None
     queue_time: Quantiles | None = None
+    # vLLM's per-request time per output token (one observation a request: its decode time
+    # over its tokens): not the inter-token latency, so never shown as it.
+    tpot: Quantiles | None = None
     output_tokens_per_s: float | None = None
     requests_per_s: float | None = None
     window_s: float | None = None

@@ -5,13 +5,11 @@ do in SGLang's Grafana board)."""
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 from collectors import promtext
-from collectors.base import FailureTracker, TooLarge, describe
-from collectors.pages import ConnectFailed, Page, PageClient, PageError
-from collectors.readings import Reading, ServerData, Status, finite, spell
+from collectors.engine_http import EngineCollector
+from collectors.readings import spell
 from collectors.units import MIB
 from collectors.windowed import WindowedHistogram, WindowedRate
 
@@ -192,102 +190,14 @@ def page_figures(fams: dict[str, promtext.Family]) -> dict[str, Any]:
     return out
 
 
-class SglangCollector:
-    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 2.0,
-                 deadline_s: float = 5.0, window_s: float = 30.0, info_every_s: float = 15.0,
-                 health_every_s: float = 5.0, source: str | None = None,
-                 auth: tuple[str, str] | None = None) -> None:
-        self.url = url.rstrip("/")
-        self.window_s = window_s
-        self.info_every_s = info_every_s
-        # A read timeout alone never trips on a page that drips a byte a second.
-        # Each request gets this long in all, so a poll always ends and the next one goes.
-        self.deadline_s = deadline_s
-        self.tracker = FailureTracker(source or f"sglang {self.url}")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # Loopback or a node's own network only; never follows redirects to elsewhere.
-        self.client = PageClient(self.url, headers=headers, auth=auth, connect_timeout_s=timeout)
-        self._windows = {k: WindowedHistogram(window_s) for k in HISTOGRAMS}
-        self._rates = {k: WindowedRate(window_s) for k in COUNTERS}
-        self._info: dict[str, Any] | None = None
-        self._info_at = 0.0
-        self.health_every_s = health_every_s
-        self._healthy_at: float | None = None  # when /health last said 200
+class SglangCollector(EngineCollector):
+    PAGE_LIMITS = PAGE_LIMITS
+    SOURCE = "sglang"
 
-    async def close(self) -> None:
-        await self.client.aclose()
-
-    async def poll(self) -> Reading[ServerData]:
-        try:
-            return await self._poll()
-        except Exception as exc:  # a collector never lets a failure escape
-            return self.tracker.fail(Status.ERROR, describe(exc))
-
-    async def _get(self, path: str) -> Page:
-        """GET within the deadline and the size a page of its kind can have: TimeoutError
-        (the builtin) or TooLarge past them."""
-        return await self.client.get(path, deadline_s=self.deadline_s,
-                                     limit_bytes=PAGE_LIMITS.get(path, 16 * MIB))
-
-    async def _poll(self) -> Reading[ServerData]:
-        now = time.monotonic()
-        # A server that was healthy and answers /metrics is asked /health only every
-        # health_every_s: one request a poll instead of two, where most of a poll's cost
-        # is the HTTP round trip. Starting, failing or due, it is asked every poll.
-        if self._healthy_at is None or now - self._healthy_at >= self.health_every_s:
-            try:
-                health = await self._get("/health")
-            except ConnectFailed as exc:
-                return self._refused(exc)
-            except TimeoutError:
-                return self.tracker.fail(Status.ERROR, f"{self.url}/health gave no whole answer "
-                                                       f"within {self.deadline_s:g} s")
-            except (TooLarge, PageError) as exc:
-                return self.tracker.fail(Status.ERROR, f"/health: {exc}")
-            if health.status_code not in (200, 503):
-                self._healthy_at = None
-                return self.tracker.fail(Status.ERROR,
-                                         f"/health answered HTTP {health.status_code}")
-            self._healthy_at = now if health.status_code == 200 else None
-        healthy = self._healthy_at is not None
-        fields: dict[str, Any] = {"url": self.url, "healthy": healthy}
-        problems: list[str] = []
-        if self._info is None or now - self._info_at > self.info_every_s:
-            try:
-                self._info = await self._server_info()
-                self._info_at = now
-            except TimeoutError:
-                problems.append(f"server_info: no whole answer within {self.deadline_s:g} s")
-            except (PageError, ValueError) as exc:
-                problems.append(f"server_info: {describe(exc)}")
-        if self._info is not None:
-            fields.update(self._info)
-        try:
-            fields.update(await self._metrics(now))
-        except ConnectFailed as exc:
-            return self._refused(exc)  # it went away since its last /health
-        except promtext.PromTextError as exc:
-            problems.append(f"metrics page: {exc}")
-        except TimeoutError:
-            problems.append(f"/metrics: no whole page within {self.deadline_s:g} s")
-        except (PageError, ValueError) as exc:
-            problems.append(f"metrics: {describe(exc)}")
-        data = finite(ServerData(**fields))
-        if problems:
-            self._healthy_at = None  # ask /health again next time
-            return self.tracker.fail(Status.ERROR, "; ".join(problems), data)
-        if not healthy:
-            # SGLang answers 503 while it warms up and again while it shuts down.
-            return self.tracker.ok(data, Status.STARTING,
-                                   "not serving (/health 503: starting, or shutting down)")
-        return self.tracker.ok(data)
-
-    def _refused(self, exc: ConnectFailed) -> Reading[ServerData]:
-        self._healthy_at = None
-        if exc.refused:
-            return self.tracker.fail(Status.ERROR,
-                                     f"no server at {self.url} (connection refused)")
-        return self.tracker.fail(Status.ERROR, f"cannot reach {self.url}: {exc}")
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self._windows = {k: WindowedHistogram(self.window_s) for k in HISTOGRAMS}
+        self._rates = {k: WindowedRate(self.window_s) for k in COUNTERS}
 
     async def _server_info(self) -> dict[str, Any]:
         resp = await self._get("/server_info")

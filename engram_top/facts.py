@@ -258,7 +258,20 @@ def latency_facts(store: RunStore) -> LatencyView | None:
         return None
     return LatencyView(window_s=s.window_s, output_tokens_per_s=s.output_tokens_per_s,
                        requests_per_s=s.requests_per_s, gen_throughput=s.gen_throughput,
-                       unavailable=_why(s, LATENCY_FIELDS), ttft=s.ttft, itl=s.itl, e2e=s.e2e)
+                       unavailable=_why(s, LATENCY_FIELDS), ttft=s.ttft, itl=s.itl, e2e=s.e2e,
+                       tpot=s.tpot, engine=engine_of(store))
+
+
+def engine_of(store: RunStore) -> str:
+    """Whose dialect the watched server speaks, as the panels name it."""
+    return store.run.engine if store.run is not None else "SGLang"
+
+
+def not_reported(store: RunStore) -> dict[str, str]:
+    """Figures the watched server's engine does not report at all (field -> why)."""
+    s: ServerData | None = store.data("server")
+    why = s.extra.get("not_reported") if s is not None else None
+    return dict(why) if isinstance(why, dict) else {}
 
 
 def run_facts(store: RunStore) -> RunView | None:

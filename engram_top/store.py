@@ -154,6 +154,9 @@ class RunFacts:
     # Engram placement and prefetch verdict as the engine reads them (EngramSetting's data).
     model: str | None = None
     engram: dict[str, Any] = field(default_factory=dict)
+    # Whose dialect its server speaks ("SGLang", "vLLM"): what the panels call its figures
+    # and which of them mean something else on another engine.
+    engine: str = "SGLang"
 
     @property
     def ready_s(self) -> float | None:

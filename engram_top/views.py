@@ -143,6 +143,8 @@ class LatencyView:
     ttft: Quantiles | None
     itl: Quantiles | None
     e2e: Quantiles | None
+    tpot: Quantiles | None = None  # vLLM's per-request time per output token: not the ITL
+    engine: str = "SGLang"  # whose histograms these are
 
 
 @dataclass(frozen=True)

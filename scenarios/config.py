@@ -22,7 +22,7 @@ INTERFACES = ("env", "config", "none")
 # key -> (accepted types, description for messages)
 FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "title": ((str,), "a string"),
-    "kind": ((str,), "an engine's kind (sglang, simulated, ...)"),
+    "kind": ((str,), "an engine's kind (sglang, vllm, simulated, ...)"),
     "placement": ((str,), f"one of {', '.join(PLACEMENTS)}, or a label of your own"),
     "python": ((str,), "the interpreter of the engine's environment (a path)"),
     "model_path": ((str,), "a path or model id"),
@@ -124,7 +124,7 @@ class Scenario:
             if flag in SECRET_FLAGS:
                 out.append(f"args holds {flag}: its value is visible to every local user "
                            f"(ps); {SECRET_FLAGS[flag]}")
-        if self.api_key and not self.key_by_file:
+        if self.api_key and not self.key_by_file and not self.engine.key_in_env:
             out.append("api_key: its own --config in args leaves no file for the key, so it "
                        "goes on the command line, visible to every local user (ps)")
         return out

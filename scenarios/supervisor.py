@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import socket
 import statistics
 import time
@@ -82,6 +83,9 @@ class Run:
     members: dict[int, tuple[float, str]] = field(default_factory=dict)
     degraded: str | None = None  # why, once a member died
     key_file: Path | None = None  # the API key, handed over in a 0600 file
+    # The run's own temporary folder (engines whose servers leave files behind), removed
+    # once the server's processes are gone.
+    scratch: Path | None = None
     baseline_note: str | None = None  # why there is no HBM baseline, when there is none
 
     def __post_init__(self) -> None:
@@ -135,6 +139,11 @@ def _drop_key_file(run: Run) -> None:
     if run.key_file is not None:
         with contextlib.suppress(OSError):
             run.key_file.unlink()
+
+
+def _drop_scratch(run: Run) -> None:
+    if run.scratch is not None:
+        shutil.rmtree(run.scratch, ignore_errors=True)
 
 
 def server_members(pid: int) -> dict[int, tuple[float, str]]:
@@ -232,6 +241,7 @@ class Supervisor:
                 "create_time": run.proc.create_time, "log_path": str(run.log_path),
                 "launched_wall": run.launched_wall, "port": run.scenario.port,
                 "key_file": None if run.key_file is None else str(run.key_file),
+                "scratch": None if run.scratch is None else str(run.scratch),
                 "baseline_gpu": {str(k): v for k, v in run.baseline_gpu.items()},
                 "baseline_host_used": run.baseline_host_used,
                 "baseline_host_shmem": run.baseline_host_shmem}
@@ -247,6 +257,7 @@ class Supervisor:
             (self.state_dir / "current.json").unlink()
         if run is not None:
             _drop_key_file(run)
+            _drop_scratch(run)
 
     def adopt(self, scenarios: dict[str, Scenario]) -> Run | None:
         """Take over the server an earlier engram-top left running from this state folder."""
@@ -270,6 +281,8 @@ class Supervisor:
                   baseline_host_shmem=data.get("baseline_host_shmem"))
         if isinstance(data.get("key_file"), str):
             run.key_file = Path(data["key_file"])
+        if isinstance(data.get("scratch"), str):
+            run.scratch = Path(data["scratch"])
         self.current = run
         self._tell(run)
         self.on_event("info", f"found {sc.name} still running (pid {run.pid}), launched "
@@ -334,16 +347,19 @@ class Supervisor:
         log_path = self.state_dir / "logs" / f"{run_name}.log"
         key_file = self._key_file(scenario, run_name)
         argv = scenario.argv(key_file, self.node_dir)
+        scratch, env = self._scratch(scenario, run_name)
         try:
-            proc = ManagedProcess.start(LaunchSpec(argv, log_path, scenario.launch_env()))
+            proc = ManagedProcess.start(LaunchSpec(argv, log_path, env))
         except OSError as exc:
             if key_file is not None:
                 key_file.unlink(missing_ok=True)
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
             raise SupervisorError(f"cannot launch '{scenario.name}': {argv[0]}: "
                                   f"{exc.strerror or exc}") from exc
         run = Run(scenario, proc, log_path, time.monotonic(), time.time(), gpu, host,
                   self.estimate(scenario), baseline_host_shmem=shmem, key_file=key_file,
-                  baseline_note=None if note is None else note[1])
+                  scratch=scratch, baseline_note=None if note is None else note[1])
         self.current = run
         self._tell(run)
         self._save_current(run)
@@ -352,6 +368,22 @@ class Supervisor:
             self.on_event(*note)
         self._follow_task = asyncio.create_task(self._follow(run), name=f"follow {scenario.name}")
         return run
+
+    def _scratch(self, scenario: Scenario,
+                 run_name: str) -> tuple[Path | None, dict[str, str]]:
+        """The run's temporary folder, for an engine that asks for one, and the launch
+        environment with it (the scenario file's env still wins)."""
+        env = scenario.launch_env()
+        probe = scenario.engine.scratch_env(Path("."))
+        if not probe:
+            return None, env
+        folder = self.state_dir / "scratch" / run_name
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SupervisorError(f"cannot make the run's temporary folder {folder}: "
+                                  f"{exc.strerror or exc}") from exc
+        return folder, {**scenario.engine.scratch_env(folder), **env}
 
     def _key_file(self, scenario: Scenario, run_name: str) -> Path | None:
         """The API key in a 0600 file for the server to read, out of the argv that `ps`
@@ -437,7 +469,10 @@ class Supervisor:
                 if event.signal is Signal.HTTP_UP:
                     run.http_up = True
                 elif event.signal is Signal.READY and run.state == RunState.STARTING:
-                    self._mark_ready(run, at)
+                    if run.scenario.engine.readiness.log_decides:
+                        self._mark_ready(run, at)
+                    else:  # its ready line says only that HTTP is up: /health decides
+                        run.http_up = True
         phase, run.phase = run.phase, run.parser.current_phase()
         if new or phase != run.phase:
             self._tell(run)
@@ -481,11 +516,16 @@ class Supervisor:
         try:
             # A whole answer within the deadline: a /health that drips a byte a second would
             # otherwise hold the follow loop (and its readiness timeout) forever.
-            page = await client.get(sc.engine.readiness.health_path,
-                                    deadline_s=HEALTH_DEADLINE_S, limit_bytes=HEALTH_LIMIT)
+            rule = sc.engine.readiness
+            page = await client.get(rule.health_path, deadline_s=HEALTH_DEADLINE_S,
+                                    limit_bytes=HEALTH_LIMIT)
+            if page.status_code != 200 or rule.confirm_path is None:
+                return page.status_code == 200
+            page = await client.get(rule.confirm_path, deadline_s=HEALTH_DEADLINE_S,
+                                    limit_bytes=sc.engine.page_limit(rule.confirm_path))
         except (PageError, TooLarge, TimeoutError):
             return False
-        return page.status_code == 200
+        return page.status_code == 200 and rule.confirm_text in page.text
 
     @staticmethod
     def _last_error(run: Run) -> str:

@@ -215,11 +215,14 @@ def _server_hbm(gpu: GpuView, store: RunStore) -> list[Text]:
     weights = gpu.weights_gb
     kv = gpu.kv_cache_gb
     graphs = r0.get("graph_mem_usage_gb")
+    engine = facts.engine_of(store)
     if weights is None:
-        return [Text("SGLang's breakdown appears as the weights load", style="dim")]
+        return [Text(f"{engine}'s breakdown appears as the weights load"
+                     + (" (from its log: its metrics give no weights)" if engine == "vLLM"
+                        else ""), style="dim")]
     parts = [("weights", weights, "cyan"), ("KV pool", kv, "magenta"), ("graphs", graphs, "blue")]
     shown = [(v * GIB, st) for _, v, st in parts if v is not None]
-    label = f"GPU {gpu.index} by SGLang"
+    label = f"GPU {gpu.index} by {engine}"
     lines = [[Text(label, style="bold"), bar(shown, gpu.total_bytes, 28)],
              ["", Text.assemble(*[(f"{name} {weights_gb(v)} GB  " if name == "weights" else
                                    f"{name} {sglang_gb(v)} GB  ", st)
@@ -261,7 +264,7 @@ def kv_panel(store: RunStore, rows: int | None = None,
              cols: int | None = None) -> Group:
     """The KV pool; on a short panel the rows that matter most (capacity, use, requests,
     what is not a number) stay and the others go first."""
-    out = [(0, w) for w in _warnings(store, "server", "SGLang")]
+    out = [(0, w) for w in _warnings(store, "server", facts.engine_of(store))]
     kv = facts.kv_facts(store)
     if kv is None or kv.capacity_tokens is None:
         return _waiting([w for _, w in out],
@@ -279,7 +282,10 @@ def kv_panel(store: RunStore, rows: int | None = None,
     used = f"{percent(usage, 1)}" + (f" {worst.upper()}" if worst and worst != "full" else "")
     out.append((1, row("in use", Text.assemble(
         bar([(usage or 0.0, "magenta")], 1.0, 12 if room is None or room >= 44 else 8),
-        (" ", "grey37"), used, f" · {tokens(kv.used_tokens)} tokens"))))
+        (" ", "grey37"), used,
+        # An engine that gives the usage as a fraction only: no token count made up.
+        "" if kv.used_tokens is None and "num_used_tokens" in facts.not_reported(store)
+        else f" · {tokens(kv.used_tokens)} tokens"))))
     if kv.pools or split:  # a hybrid model's pools (DeepSeek-V4.x): the full one is the capacity
         sizes = kv.pools or {}
         each = [f"{name} {percent(split[name], 1)}" if name in split else None
@@ -295,9 +301,12 @@ def kv_panel(store: RunStore, rows: int | None = None,
     if kv.available_tokens is not None or kv.evictable_tokens is not None:
         out.append((3, row("free", f"{tokens(kv.available_tokens)} available · "
                                    f"{tokens(kv.evictable_tokens)} evictable")))
-    retracted = "" if kv.retracted is None else f" · {kv.retracted} retracted"
+    # vLLM preempts where SGLang retracts: the same pressure, in the engine's own word.
+    word = "preempted" if facts.engine_of(store) == "vLLM" else "retracted"
+    retracted = "" if kv.retracted is None else f" · {kv.retracted} {word}"
     if kv.retracted_per_s:
-        retracted += f" ({kv.retracted_per_s:.2f}/s)"
+        retracted += (f" ({kv.retracted_per_s:.2f}/s)" if retracted
+                      else f" · {word} {kv.retracted_per_s:.2f}/s")
     out.append((1, row("requests", f"{kv.running if kv.running is not None else '–'} running · "
                                    f"{kv.queued if kv.queued is not None else '–'} queued"
                                    f"{retracted}")))
@@ -448,12 +457,15 @@ def engram_rows(store: RunStore, cols: int | None = None) -> list[tuple[int, Tex
 
 def latency_panel(store: RunStore, rows: int | None = None,
                   cols: int | None = None) -> Group:
-    out = _warnings(store, "server", "SGLang")
+    out = _warnings(store, "server", facts.engine_of(store))
     lat = facts.latency_facts(store)
     if lat is None:
         return _waiting(out, "no latency yet (the server reports once it serves)")
     table: list[list[Text | str]] = [[Text(h, style="bold") for h in ("", "p50", "p99", "mean")]]
-    for q, label in ((lat.ttft, "TTFT"), (lat.itl, "TPOT (ITL)"), (lat.e2e, "end to end")):
+    shown = [(lat.ttft, "TTFT"), (lat.itl, "TPOT (ITL)"), (lat.e2e, "end to end")]
+    if lat.tpot is not None:  # vLLM's per-request figure, apart from the inter-token one
+        shown.insert(2, (lat.tpot, "TPOT/request"))
+    for q, label in shown:
         if q is None:
             table.append([Text(label, style="bold"), "–", "–", "–"])
         else:
@@ -478,7 +490,7 @@ def latency_panel(store: RunStore, rows: int | None = None,
             figures.append(["", Text(load["last_error"][:80], style="red")])
     out += columns(figures)
     out += _unavailable(lat.unavailable)
-    out.append(Text(f"window {lat.window_s or 0:.0f} s, from SGLang's histograms",
+    out.append(Text(f"window {lat.window_s or 0:.0f} s, from {lat.engine}'s histograms",
                     style="dim"))
     return Group(*out)
 
@@ -579,14 +591,23 @@ def header(store: RunStore, now: float, width: int | None = None,
 # SGLang's prefix, "[2026-11-29 11:03:58 TP0] " (ranks: TP, DP, PP, EP, ...): 26 columns of a
 # narrow pane before the message starts. The pane shows the time and ranks; the file keeps it.
 LOG_PREFIX = re.compile(r"^\[\d{4}-\d{2}-\d{2} (\d{2}:\d{2}:\d{2})((?: [A-Z]{2}\d+)*)\] ")
+# vLLM's, "(EngineCore pid=3561) INFO 12-02 12:24:53 [core.py:133] ": 58 columns. The pane
+# keeps the time, the process (its first word) and a level that is not INFO.
+VLLM_PREFIX = re.compile(r"^\((\w+)(?: rank=\d+)? pid=\d+\) (DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+                         r"\d\d-\d\d (\d\d:\d\d:\d\d)(?:\.\d+)? \[[\w./-]+:\d+\] ")
 
 
 def log_line(line: str, style: str = "") -> Text:
     """A server log line for the log pane: a short, dim time and rank, then the message."""
     m = LOG_PREFIX.match(line)
-    if m is None:
+    if m is not None:
+        text = Text(f"{m.group(1)}{m.group(2)} ", style="dim")
+    elif (v := VLLM_PREFIX.match(line)) is not None:
+        level = "" if v.group(2) == "INFO" else f" {v.group(2)}"
+        text = Text(f"{v.group(3)} {v.group(1)}{level} ", style="dim")
+        m = v
+    else:
         return Text(line, style=style)
-    text = Text(f"{m.group(1)}{m.group(2)} ", style="dim")
     text.append(line[m.end():], style=style)
     return text
 

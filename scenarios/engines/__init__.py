@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from scenarios.engines import sglang, simulated
+from scenarios.engines import sglang, simulated, vllm
 from scenarios.engines.base import (
     PLACEMENTS,
     Engine,
@@ -75,6 +75,7 @@ def _load_plugins() -> None:
 
 register(sglang.ENGINE)
 register(simulated.ENGINE)
+register(vllm.ENGINE)
 BUILT_IN = tuple(_ENGINES)
 # What an attached server or a log read on its own is taken to speak, unless told.
 DEFAULT = sglang.ENGINE.kind

@@ -74,6 +74,12 @@ class Readiness:
     health_only_after_s: float = 15.0
     probe_after_s: float = 5.0
     http_phases: tuple[str, ...] = ("http", "warmup", "ready")
+    # False: the log's ready line only says HTTP is up; /health (and the page below) decide.
+    log_decides: bool = True
+    # A page that must also answer 200 with this text in it before the server counts as
+    # ready (vLLM: /metrics with its families), or None.
+    confirm_path: str | None = None
+    confirm_text: str = ""
 
 
 class LogFollower:
@@ -107,6 +113,7 @@ class Engine:
 
     kind = ""  # the scenario files' `kind`
     label = ""  # how people name it, for messages
+    speaks = "SGLang"  # whose log, HTTP and metrics dialect its servers speak
     article = "a"  # "an SGLang scenario"
     required: tuple[str, ...] = ()  # scenario keys it cannot do without
     # Its servers run on the simulated node (their GPUs are that node's, in a folder),
@@ -119,6 +126,9 @@ class Engine:
     own_polls: tuple[str, ...] = ()
     # Words of a log line worth quoting when a start fails.
     error_markers: tuple[str, ...] = ("Traceback", "Error:")
+    # The API key travels in the server's environment (which only its user can read),
+    # rather than in a file or on the argv.
+    key_in_env = False
 
     def problems(self, m: dict[str, Any]) -> list[tuple[str, str]]:
         """(key, what is wrong) for a scenario table (defaults applied) this engine cannot
@@ -138,6 +148,12 @@ class Engine:
     def key_file_text(self, sc: Scenario) -> str | None:
         """What the API key file holds, or None when the key (if any) goes on the argv."""
         return None
+
+    def scratch_env(self, folder: Path) -> dict[str, str]:
+        """The environment that sends what the server leaves behind (temporary files) into
+        ``folder``, a folder of the run's own that goes when the run ends; {} for an engine
+        that needs none (then no folder is made)."""
+        return {}
 
     def check(self, sc: Scenario) -> None:
         """What would refuse this scenario on this machine (a missing interpreter or model

@@ -1,0 +1,124 @@
+"""The polling loop every engine's HTTP collector shares: a poll never raises, never
+outlasts its deadline, and asks /health only as often as it must."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from collectors import promtext
+from collectors.base import FailureTracker, TooLarge, describe
+from collectors.pages import ConnectFailed, Page, PageClient, PageError
+from collectors.readings import Reading, ServerData, Status, finite
+from collectors.units import MIB
+
+
+class EngineCollector:
+    """Polls one server: /health on a cadence, an info call now and then, /metrics every
+    poll. Subclasses say which pages and how to read them (``_server_info``, ``_metrics``,
+    ``PAGE_LIMITS``); the deadlines, the health cadence and failures-as-readings are here."""
+
+    PAGE_LIMITS: dict[str, int] = {"/health": MIB}
+    SOURCE = "server"  # the reading's source prefix
+
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 2.0,
+                 deadline_s: float = 5.0, window_s: float = 30.0, info_every_s: float = 15.0,
+                 health_every_s: float = 5.0, source: str | None = None,
+                 auth: tuple[str, str] | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.window_s = window_s
+        self.info_every_s = info_every_s
+        # A read timeout alone never trips on a page that drips a byte a second.
+        # Each request gets this long in all, so a poll always ends and the next one goes.
+        self.deadline_s = deadline_s
+        self.tracker = FailureTracker(source or f"{self.SOURCE} {self.url}")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # Loopback or a node's own network only; never follows redirects to elsewhere.
+        self.client = PageClient(self.url, headers=headers, auth=auth, connect_timeout_s=timeout)
+        self._info: dict[str, Any] | None = None
+        self._info_at = 0.0
+        self.health_every_s = health_every_s
+        self._healthy_at: float | None = None  # when /health last said 200
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def poll(self) -> Reading[ServerData]:
+        try:
+            return await self._poll()
+        except Exception as exc:  # a collector never lets a failure escape
+            return self.tracker.fail(Status.ERROR, describe(exc))
+
+    async def _get(self, path: str) -> Page:
+        """GET within the deadline and the size a page of its kind can have: TimeoutError
+        (the builtin) or TooLarge past them."""
+        return await self.client.get(path, deadline_s=self.deadline_s,
+                                     limit_bytes=self.PAGE_LIMITS.get(path, 16 * MIB))
+
+    async def _poll(self) -> Reading[ServerData]:
+        now = time.monotonic()
+        # A server that was healthy and answers /metrics is asked /health only every
+        # health_every_s: one request a poll instead of two, where most of a poll's cost
+        # is the HTTP round trip. Starting, failing or due, it is asked every poll.
+        if self._healthy_at is None or now - self._healthy_at >= self.health_every_s:
+            try:
+                health = await self._get("/health")
+            except ConnectFailed as exc:
+                return self._refused(exc)
+            except TimeoutError:
+                return self.tracker.fail(Status.ERROR, f"{self.url}/health gave no whole answer "
+                                                       f"within {self.deadline_s:g} s")
+            except (TooLarge, PageError) as exc:
+                return self.tracker.fail(Status.ERROR, f"/health: {exc}")
+            if health.status_code not in (200, 503):
+                self._healthy_at = None
+                return self.tracker.fail(Status.ERROR,
+                                         f"/health answered HTTP {health.status_code}")
+            self._healthy_at = now if health.status_code == 200 else None
+        healthy = self._healthy_at is not None
+        fields: dict[str, Any] = {"url": self.url, "healthy": healthy}
+        problems: list[str] = []
+        if self._info is None or now - self._info_at > self.info_every_s:
+            try:
+                self._info = await self._server_info()
+                self._info_at = now
+            except TimeoutError:
+                problems.append(f"server_info: no whole answer within {self.deadline_s:g} s")
+            except (PageError, ValueError) as exc:
+                problems.append(f"server_info: {describe(exc)}")
+        if self._info is not None:
+            fields.update(self._info)
+        try:
+            fields.update(await self._metrics(now))
+        except ConnectFailed as exc:
+            return self._refused(exc)  # it went away since its last /health
+        except promtext.PromTextError as exc:
+            problems.append(f"metrics page: {exc}")
+        except TimeoutError:
+            problems.append(f"/metrics: no whole page within {self.deadline_s:g} s")
+        except (PageError, ValueError) as exc:
+            problems.append(f"metrics: {describe(exc)}")
+        data = finite(ServerData(**fields))
+        if problems:
+            self._healthy_at = None  # ask /health again next time
+            return self.tracker.fail(Status.ERROR, "; ".join(problems), data)
+        if not healthy:
+            # SGLang answers 503 while it warms up and again while it shuts down.
+            return self.tracker.ok(data, Status.STARTING,
+                                   "not serving (/health 503: starting, or shutting down)")
+        return self.tracker.ok(data)
+
+    def _refused(self, exc: ConnectFailed) -> Reading[ServerData]:
+        self._healthy_at = None
+        if exc.refused:
+            return self.tracker.fail(Status.ERROR,
+                                     f"no server at {self.url} (connection refused)")
+        return self.tracker.fail(Status.ERROR, f"cannot reach {self.url}: {exc}")
+
+    async def _server_info(self) -> dict[str, Any]:
+        """ServerData fields from the engine's info endpoints (asked every info_every_s)."""
+        raise NotImplementedError
+
+    async def _metrics(self, now: float) -> dict[str, Any]:
+        """ServerData fields from one /metrics page (windowed figures included)."""
+        raise NotImplementedError
