@@ -19,6 +19,7 @@ import re
 import shutil
 import socket
 import statistics
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
@@ -372,17 +373,17 @@ class Supervisor:
     def _scratch(self, scenario: Scenario,
                  run_name: str) -> tuple[Path | None, dict[str, str]]:
         """The run's temporary folder, for an engine that asks for one, and the launch
-        environment with it (the scenario file's env still wins)."""
+        environment with it (the scenario file's env still wins). In the system's temporary
+        folder, with a short name: a server's IPC socket paths in it must stay under the
+        107 bytes a Unix socket address holds, which a state folder's depth would pass."""
         env = scenario.launch_env()
-        probe = scenario.engine.scratch_env(Path("."))
-        if not probe:
+        if not scenario.engine.scratch_env(Path(".")):
             return None, env
-        folder = self.state_dir / "scratch" / run_name
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            folder = Path(tempfile.mkdtemp(prefix="engram-top-"))
         except OSError as exc:
-            raise SupervisorError(f"cannot make the run's temporary folder {folder}: "
-                                  f"{exc.strerror or exc}") from exc
+            raise SupervisorError(f"cannot make {run_name}'s temporary folder in "
+                                  f"{tempfile.gettempdir()}: {exc.strerror or exc}") from exc
         return folder, {**scenario.engine.scratch_env(folder), **env}
 
     def _key_file(self, scenario: Scenario, run_name: str) -> Path | None:
