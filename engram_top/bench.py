@@ -321,7 +321,8 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
     if not await session.supervisor.wait_ready(run):
         say(f"  {name} did not become ready: {run.failure or run.state}")
         return RunResult(scenario=name, placement=sc.placement, source="bench", trial=trial,
-                         gpus=plan.gpus, notes=(f"not ready: {run.failure or run.state}",)), []
+                         gpus=plan.gpus, engine=sc.engine.display,
+                         notes=(f"not ready: {run.failure or run.state}",)), []
     say(f"  ready after {run.ready_s:.1f} s; measuring")
     await asyncio.sleep(1.5)  # a fresh poll of every source after ready
     # A plan's rates are node time: the simulated node serves `serve` times faster.
@@ -382,7 +383,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
         notes.append(f"{THROTTLED}: {'; '.join(bound.results.throttled)}")
     return RunResult(
         scenario=name, placement=sc.placement, source="bench", trial=trial,
-        gpus=plan.gpus or (len(gpus) or None),
+        engine=sc.engine.display, gpus=plan.gpus or (len(gpus) or None),
         weights_gb=weights, kv_tokens=kv_tokens,
         host_delta_gib=host.delta_gib if host else None,
         ready_s=None if run.ready_s is None
@@ -456,7 +457,8 @@ def _markdown(plan: Plan, results: list[RunResult], table: str,
              f"(range ratio {wl.range_ratio:g}), seed {wl.seed}, {wl.warmup_requests} warm-up "
              f"request(s) excluded, streaming {wl.endpoint}.",
              "Measured: TTFT, TPOT (bench_serving's definitions) and output throughput by the "
-             "client; weights and KV capacity from SGLang's /metrics; host memory as used "
+             "client; weights and KV capacity from each server's own figures (SGLang's "
+             "/metrics; vLLM's cache_config_info, and its log for weights); host memory as used "
              "(MemTotal - MemAvailable) minus the pre-launch baseline; time to ready from "
              "launch to the ready line.", ""]
     failed = [r for r in results if r.completed == 0]

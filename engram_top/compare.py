@@ -65,6 +65,9 @@ class RunResult:
     failed: int = 0
     duration_s: float | None = None
     notes: tuple[str, ...] = ()
+    # The engine that served it ("SGLang", "vLLM", "vLLM (simulated)"); None where the
+    # source does not say (reports written before engines were named).
+    engine: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -94,7 +97,7 @@ class RunResult:
 
 
 _INT_FIELDS = {"trial", "gpus", "kv_tokens", "completed", "failed"}
-_STR_FIELDS = {"scenario", "placement", "source"}
+_STR_FIELDS = {"scenario", "placement", "source", "engine"}
 _REQUIRED = {"scenario", "source", "trial", "completed", "failed"}
 
 
@@ -125,6 +128,13 @@ THROTTLED = "throttled while serving"
 def _throttled(results: list[RunResult]) -> tuple[str, ...]:
     return tuple(f"trial {r.trial + 1}: {note[len(THROTTLED):].lstrip(': ')}"
                  for r in results for note in r.notes if note.startswith(THROTTLED))
+
+
+# Said under any comparison of two engines: their TPOTs are the same figure here.
+MIXED_TPOT = ("TPOT is the same figure on both engines: the client's (bench_serving's "
+              "definition) in a bench, each server's inter-token latency histogram live; "
+              "vLLM's per-request request_time_per_output_token is shown apart, never "
+              "compared.")
 
 
 # ----------------------------------------------------------------------------- the table
@@ -182,6 +192,19 @@ class Comparison:
     placements: dict[str, str] = field(default_factory=dict)
     # Each scenario's trials that ran on a throttled GPU: "trial 2: GPU 1 sw_power_cap".
     throttled: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Each scenario's engine, where its runs name one.
+    engines: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def mixed_engines(self) -> bool:
+        """Runs of more than one engine: rows whose figure means something else on each
+        are marked (Metric.engine_note)."""
+        return len({e.split(" (")[0] for e in self.engines.values()}) > 1
+
+    def engine_placement(self, scenario: str) -> str:
+        """"vLLM · host-prefetch": which engine and placement a column is."""
+        parts = [self.engines.get(scenario), self.placements.get(scenario)]
+        return " · ".join(p for p in parts if p) or "–"
 
     def row(self, key: str) -> Row:
         for row in self.rows:
@@ -222,6 +245,8 @@ def compare(results: list[RunResult], baseline: str, *,
         placements={s: p for s, rs in by_scenario.items()
                     if (p := next((r.placement for r in rs if r.placement), None))},
         throttled={s: t for s, rs in by_scenario.items() if (t := _throttled(rs))},
+        engines={s: e for s, rs in by_scenario.items()
+                 if (e := next((r.engine for r in rs if r.engine), None))},
     )
 
 
@@ -422,6 +447,11 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "reference_path": c.reference_path,
         "rows": [_row_json(row) for row in c.rows],
         "throttled": {s: list(t) for s, t in c.throttled.items()},
+        "engines": dict(c.engines),
+        "placements": dict(c.placements),
+        # Rows whose figure means something else on each engine, and what (mixed runs).
+        "engine_notes": {row.metric.key: row.metric.engine_note for row in c.rows
+                         if c.mixed_engines and row.metric.engine_note},
     }
 
 
@@ -441,9 +471,14 @@ def to_markdown(c: Comparison) -> str:
     if has_ref:
         head.append("seed reference")
     lines = [_header_line(c), "", _md_row(head), _md_row(["---"] * len(head))]
+    if c.engines:  # which engine and placement each column is
+        lines.append(_md_row(["engine · placement", "", ""]
+                             + [c.engine_placement(s) for s in c.scenarios]
+                             + ([""] if has_ref else [])))
     noisy = assumed = False
     for row in c.rows:
-        cells = [row.metric.label, row.metric.unit, row.metric.better]
+        label = row.metric.label + (" ‡" if c.mixed_engines and row.metric.engine_note else "")
+        cells = [label, row.metric.unit, row.metric.better]
         for s in c.scenarios:
             cell = row.cells[s]
             cells.append(_fmt_cell(row.metric, cell, c.trials[s]))
@@ -508,6 +543,10 @@ def _footnotes(c: Comparison, noisy: bool, assumed: bool) -> list[str]:
     notes = ["Intervals: paired by trial index (t, n-1 df) when both scenarios ran the same "
              "trials, else Welch on the difference of means over the baseline mean."]
     notes += [row.metric.note for row in c.rows if row.metric.note]
+    if c.mixed_engines:
+        notes += [f"‡ not the same figure on both engines: {row.metric.engine_note}."
+                  for row in c.rows if row.metric.engine_note]
+        notes.append(MIXED_TPOT)
     notes += [f"⚠ {s} {THROTTLED}: {'; '.join(t)}." for s, t in c.throttled.items()]
     if noisy:
         notes.append("~ the 95% interval spans zero: the difference is smaller than the "

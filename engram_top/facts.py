@@ -419,7 +419,8 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
     throttled = (f"{THROTTLED}: {'; '.join(r.throttled)}",) if r.throttled else ()
     return RunResult(
         scenario=run.scenario, placement=run.placement, source=source, trial=trial,
-        gpus=r.gpus, weights_gb=r.weights_gb, kv_tokens=r.kv_tokens,
+        engine=run.engine_name or None, gpus=r.gpus, weights_gb=r.weights_gb,
+        kv_tokens=r.kv_tokens,
         host_delta_gib=r.host_delta_gib,
         # Start-up in node time: a simulated node started x time_scale faster than the
         # node (and the seed) would; a real node's time_scale is 1.

@@ -67,6 +67,9 @@ class Metric:
     seed_value: Callable[[Placement], float] | None = None
     seed_delta: str | None = None
     seed_note: str = ""  # how a ratio's seed figure is derived
+    # What the figure is on each engine, where the engines mean different things by it:
+    # said (and the row marked) whenever a comparison holds runs of more than one engine.
+    engine_note: str = ""
 
     def __post_init__(self) -> None:
         ways = [w for w in (self.extract, self.priced, self.ratio_of) if w is not None]
@@ -128,11 +131,17 @@ WEIGHTS = Metric("weights_gb", "weights per GPU", "GB", "lower",
                  extract=lambda r: r.weights_gb,
                  fmt=fixed(3), screen_fmt=fixed(3),  # SGLang prints weights to 3 decimals
                  panel="HBM", note="GB is SGLang's label for weights; it computes GiB.",
-                 seed_field="weights_gb_per_gpu", seed_value=lambda p: p.weights_gib)
+                 seed_field="weights_gb_per_gpu", seed_value=lambda p: p.weights_gib,
+                 engine_note="weights: SGLang's own figure (its /metrics or load line); vLLM "
+                             "reports none on /metrics: its log's \"Model loading took\" "
+                             "(on GPUs), else n/a")
 KV = Metric("kv_tokens", "KV capacity", "tokens", "higher",
             extract=lambda r: None if r.kv_tokens is None else float(r.kv_tokens),
             fmt=millions, screen_fmt=millions, panel="KV pool",
-            seed_field="kv_tokens", seed_value=lambda p: float(p.kv_tokens))
+            seed_field="kv_tokens", seed_value=lambda p: float(p.kv_tokens),
+            engine_note="KV capacity: SGLang's max_total_num_tokens (the full pool on hybrid "
+                        "models); vLLM's kv_cache_size_tokens (cache_config_info), whole "
+                        "blocks of its block size")
 KV_RATIO = Metric("kv_ratio", "KV capacity vs baseline", "x", "higher", ratio_of=KV.key,
                   fmt=fixed(3, "x"), screen_fmt=fixed(3, "x"), panel="KV pool",
                   seed_note="placement KV tokens / device KV tokens "
@@ -141,7 +150,9 @@ HOST = Metric("host_delta_gib", "host memory delta", "GiB", "lower", delta="abso
               extract=lambda r: r.host_delta_gib, fmt=fixed(1), panel="host RAM",
               seed_field="host_delta_gib", seed_value=lambda p: p.host_delta_gib)
 READY = Metric("ready_s", "time to ready", "s", "lower", extract=lambda r: r.ready_s,
-               panel="start-up", seed_field="ready_s", seed_value=lambda p: p.ready_s)
+               panel="start-up", seed_field="ready_s", seed_value=lambda p: p.ready_s,
+               engine_note="time to ready: SGLang to its ready line; vLLM to /health and a "
+                           "first /metrics page (its port opens only once its engine is up)")
 TTFT = Metric("ttft_mean_ms", "mean TTFT", "ms", "lower",
               extract=lambda r: ms(r.ttft_mean_s), panel="latency", seed_delta="ttft_mean")
 TPOT = Metric("tpot_mean_ms", "mean TPOT", "ms", "lower",

@@ -68,7 +68,14 @@ def _legend_note(ax: Any, levels: dict[str, list[LevelStats]]) -> None:
         ax.plot([], [], "o", markerfacecolor="white", color="grey",
                 label="hollow: modelled (simulator)")
         ax.plot([], [], "o", color="grey", label="filled: measured over HTTP")
-    ax.legend(fontsize=8)
+    _legend(ax, 8)
+
+
+def _legend(ax: Any, size: int) -> None:
+    """A legend where something is labelled (a chart of unlabelled lines needs none, and
+    matplotlib warns on an empty one)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=size)
 
 
 def goodput_chart(out: Path, levels: dict[str, list[LevelStats]],
@@ -184,7 +191,7 @@ def deltas_chart(out: Path, comparison: Any, baseline: str) -> list[str]:
     ax.set_ylabel(f"change vs {baseline}, % (95% interval)")
     ax.set_title("Headline deltas against the baseline", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
+    _legend(ax, 8)
     files = _save(fig, out, "deltas")
     plt.close(fig)
     return files
@@ -233,6 +240,6 @@ def history_png(path: Path, panels: dict[str, tuple[str, dict[str, list[tuple[fl
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         if len(lines) > 1:
-            ax.legend(fontsize=7)
+            _legend(ax, 7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -354,7 +354,8 @@ class Session:
             scenario=shown, placement="?", node=self.store.node, time_scale=1.0,
             launched_wall=time.time(), launched_at=time.monotonic(), state=RunState.ATTACHED,
             url=shown, owned=False, title="attached: its lifetime is not ours",
-            own_polls=engine.own_polls, server_node=shown, engine=engine.speaks)
+            own_polls=engine.own_polls, server_node=shown, engine=engine.speaks,
+            engine_name=engine.display)
         self.store.set_run(facts)
         name = f"server {shown}"
         if shown not in self._attached_env:
@@ -390,6 +391,7 @@ class Session:
                          expected_ready_s=estimate, baseline_host_used=run.baseline_host_used,
                          baseline_gpu_used=dict(run.baseline_gpu), title=sc.title,
                          planned_ready_s=planned, engine=engine.speaks,
+                         engine_name=engine.display,
                          model=sc.model_path or (self.ref.model if engine.follows_reference
                                                  else None))
         facts.log_lines = run.lines

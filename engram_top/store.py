@@ -157,6 +157,7 @@ class RunFacts:
     # Whose dialect its server speaks ("SGLang", "vLLM"): what the panels call its figures
     # and which of them mean something else on another engine.
     engine: str = "SGLang"
+    engine_name: str = ""  # as a comparison names it: "vLLM", "SGLang (simulated)"
 
     @property
     def ready_s(self) -> float | None:

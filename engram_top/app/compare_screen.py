@@ -43,14 +43,24 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
         head += f" n={c.trials[name]}"
         longest = max(len(word) for word in head.split())
         t.add_column(head, justify="right", min_width=longest, overflow="fold")
+    if c.engines:  # which engine and placement each column is
+        t.add_row("engine · placement", *[Text(c.engine_placement(s), style="cyan")
+                                          for s in c.scenarios])
     panel = None
+    marked = []
     for row in c.rows:
         if row.metric.panel != panel:
             panel = row.metric.panel
             t.add_row(Text(panel, style="dim italic"), *[""] * len(c.scenarios))
         cells = [_cell(row.metric, row.cells[s], _seed(row, c.placements.get(s)))
                  for s in c.scenarios]
-        t.add_row(f"{row.metric.label} ({row.metric.unit})", *cells)
+        # Two engines that mean different things by a figure: marked, and said below.
+        mark = " ‡" if c.mixed_engines and row.metric.engine_note else ""
+        if mark:
+            marked.append(row.metric.engine_note)
+        t.add_row(f"{row.metric.label} ({row.metric.unit}){mark}", *cells)
+    if marked:
+        t.caption = f"{t.caption}\n" + "\n".join(f"‡ {note}" for note in marked)
     if c.throttled:  # a run on a GPU held down is no fair side of the comparison
         t.add_row(Text("GPU health", style="dim italic"), *[""] * len(c.scenarios))
         t.add_row("throttled while serving", *[

@@ -130,6 +130,11 @@ class Engine:
     # rather than in a file or on the argv.
     key_in_env = False
 
+    @property
+    def display(self) -> str:
+        """What a comparison's engine column says: "vLLM", "SGLang (simulated)"."""
+        return self.speaks + (" (simulated)" if self.simulated_node else "")
+
     def problems(self, m: dict[str, Any]) -> list[tuple[str, str]]:
         """(key, what is wrong) for a scenario table (defaults applied) this engine cannot
         run; the required keys are checked already."""
