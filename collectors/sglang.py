@@ -215,6 +215,9 @@ class SglangCollector(EngineCollector):
             raise ValueError("/metrics is 404: start SGLang with --enable-metrics")
         resp.raise_for_status()
         fams = canonical(promtext.parse(resp.text))
+        if not any(n.startswith("sglang:") for n in fams) \
+                and any(n.startswith(("vllm:", "vllm_")) for n in fams):
+            raise ValueError("/metrics is a vLLM server's page: watch it with --engine vllm")
         out = page_figures(fams)
         for key, names in HISTOGRAMS.items():
             fam = find(fams, names)

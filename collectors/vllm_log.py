@@ -83,6 +83,7 @@ _SECRET = re.compile(r"(?:^|_)(?:api_key|key|token|secret|password)$", re.IGNORE
 # Message fragments that open a phase (checked in this order).
 _OPENS: tuple[tuple[str, str], ...] = (
     ("distributed_init_method=", "distributed_init"),
+    ("is assigned as DP rank", "distributed_init"),
     ("Starting to load model", "weights"),
     ("Loading model weights", "weights"),
     ("Loading safetensors checkpoint shards", "weights"),

@@ -41,9 +41,8 @@ def scenario_copy(tmp_path: Path, key: bool = False) -> Path:
     (nothing left in the home folder) and, if asked, an API key on the 64 MiB variant."""
     text = (ROOT / "scenarios" / "tiny-cpu-vllm.toml").read_text()
     text = text.replace('"../.venv-vllm', f'"{VENV}')
-    text = text.replace('host = "127.0.0.1"\n',
-                        f'host = "127.0.0.1"\nenv = {{ VLLM_CACHE_ROOT = "{tmp_path / "cache"}" }}\n',
-                        1)
+    cache = f'env = {{ VLLM_CACHE_ROOT = "{tmp_path / "cache"}" }}\n'
+    text = text.replace('host = "127.0.0.1"\n', 'host = "127.0.0.1"\n' + cache, 1)
     if key:
         text = text.replace("[scenarios.vllm-kv64m]\n",
                             f'[scenarios.vllm-kv64m]\napi_key = "{API_KEY}"\n')

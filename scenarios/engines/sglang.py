@@ -85,8 +85,11 @@ class SGLangSpeaker(Engine):
             raise ValueError(f"not a Prometheus metrics page: it is {kind.summary}") from exc
         kind = page_kind.of_families(fams)
         if kind.kind != "sglang":  # another exporter's page: what it is, not a list of nulls
-            return {"page": kind.kind, "sglang": False, "summary": kind.summary,
-                    "found": kind.found}
+            out = {"page": kind.kind, "sglang": False, "summary": kind.summary,
+                   "found": kind.found}
+            if kind.kind == "vllm":
+                out["hint"] = "a vLLM server's page: read it with --engine vllm"
+            return out
         figures = page_figures(fams)
         out: dict[str, object] = {
             "page": "sglang",

@@ -107,7 +107,7 @@ class VllmSpeaker(Engine):
         """Device when the tables were kept on the GPU (cpu_offload false); host with its
         side-stream prefetch when the log says they were offloaded, or when an Engram model
         runs with vLLM's default; nothing for a model without Engram layers."""
-        offload = engram_offload(sc.args if sc is not None else (), args)
+        offload = engram_offload(self.argv(sc, None, None) if sc is not None else (), args)
         logged = startup.get("engram_config") or {}
         if logged.get("placement") == "cpu":
             layout = "shared" if logged.get("replication") == "shared" else "private"
