@@ -54,6 +54,16 @@ GUARD_MAX_AGE_S = 0.5  # how old a GPU reading the supervisor's baseline and gua
 GUARD_WAIT_S = 10.0  # how long they wait for a query in flight (a hung driver: then said)
 
 
+def fit_context(input_len: int, output_len: int, context: int | None) -> tuple[int, int]:
+    """The demo load's lengths, cut to fit a model whose context is shorter than a prompt
+    and its output (a small model refuses every such request): the output keeps up to
+    a quarter of the context, the prompt the rest."""
+    if context is None or input_len + output_len <= context:
+        return input_len, output_len
+    output_len = max(1, min(output_len, context // 4))
+    return max(1, context - output_len), output_len
+
+
 def logged_args(startup: dict[str, Any]) -> dict[str, Any]:
     """The server args its log printed (start-up facts as plain data): every key it gave,
     the typed reading over the raw text where there is one."""
@@ -563,13 +573,25 @@ class Session:
         from scenarios.load_process import LoadProcess
         # A simulated node serves `serve` times faster: the bounds are in node time.
         _, serve = sc.engine.clock(sc)
-        self.load = LoadProcess(sc.url, concurrency=spec.concurrency, input_len=spec.input_len,
-                                output_len=spec.output_len, range_ratio=spec.range_ratio,
+        input_len, output_len = fit_context(spec.input_len, spec.output_len,
+                                            self._context_len())
+        self.load = LoadProcess(sc.url, concurrency=spec.concurrency, input_len=input_len,
+                                output_len=output_len, range_ratio=spec.range_ratio,
                                 seed=spec.seed, api_key=sc.api_key,
                                 bounds=slo_bounds(self.slos, serve))
         self._load_since, self._load_serve = time.monotonic(), serve
         await self.load.start()
-        self.store.event("info", f"load started: {spec.concurrency} streams, closed loop")
+        fitted = "" if (input_len, output_len) == (spec.input_len, spec.output_len) else (
+            f", prompts up to {input_len} and outputs up to {output_len} tokens to fit the "
+            f"model's context of {self._context_len()}")
+        self.store.event("info", f"load started: {spec.concurrency} streams, closed loop"
+                         + fitted)
+
+    def _context_len(self) -> int | None:
+        """The watched model's context length, as its start-up log gave it."""
+        run = self.store.run
+        value = (run.startup or {}).get("context_len") if run is not None else None
+        return value if isinstance(value, int) and value > 1 else None
 
     async def _stop_load(self) -> None:
         if self.load is not None:

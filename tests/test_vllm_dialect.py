@@ -318,3 +318,12 @@ def test_vllm_scenarios_launch_as_the_engine_wants(tmp_path: Path) -> None:
     k = load(keyed).scenarios["k"]
     assert "sk-x" not in " ".join(k.argv()) and k.launch_env()["VLLM_API_KEY"] == "sk-x"
     assert k.exposed_secrets() == [] and "HF_HUB_OFFLINE" not in k.launch_env()
+
+
+def test_the_demo_load_fits_a_model_whose_context_is_short() -> None:
+    from engram_top.session import fit_context
+    assert fit_context(512, 128, None) == (512, 128)  # nothing known: as asked
+    assert fit_context(512, 128, 4096) == (512, 128)  # it fits
+    assert fit_context(512, 128, 512) == (384, 128)  # the tiny vLLM's 512: a quarter out
+    assert fit_context(24, 600, 512) == (384, 128)
+    assert fit_context(8, 8, 2) == (1, 1)
