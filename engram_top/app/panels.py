@@ -321,6 +321,13 @@ def kv_panel(store: RunStore, rows: int | None = None,
     out += [(2 if i == 0 else 4, Text(problem, style="yellow", no_wrap=True,
                                       overflow="ellipsis"))
             for i, problem in enumerate(kv.page_problems[:3])]
+    missing = facts.not_reported(store)
+    if missing:  # an engine without these figures: said once, not shown as zeros
+        names = {"num_used_tokens": "tokens in use", "weight_gb": "weights",
+                 "graph_gb": "graph memory"}
+        said = ", ".join(names.get(k, k) for k in missing)
+        out.append((6, Text(f"{facts.engine_of(store)} does not report {said}",
+                            style="dim", no_wrap=True, overflow="ellipsis")))
     if store.run is not None:
         out.append((6, Text(f"placement: {store.run.placement}", style="dim")))
     return Group(*fit(out, rows))
