@@ -36,7 +36,7 @@ from engram_top.simnode.metrics import (
     Histogram,
     MetricsPage,
 )
-from engram_top.simnode.model import BATCH_WINDOW_S, Request, Scheduler
+from engram_top.simnode.model import BATCH_WINDOW_S, Request, Scheduler, Step
 from engram_top.simnode.startup import RankHandle, log
 from scenarios.workload import PROMPT_TOKENS_FIELD
 
@@ -49,6 +49,13 @@ CONTEXT_LEN = server_args.CONTEXT_LEN  # as the start-up log's scheduler summary
 
 
 class ServerCore:
+    """The simulated server's model and state, speaking SGLang; a dialect of its own
+    (engram_top.simnode.vllm) overrides the metrics, the hooks a request and a step call,
+    and the length check, and keeps the model."""
+
+    # SGLang's V4.1 builds log per-layer Engram statistics (host placements only).
+    logs_engram_stats = True
+
     def __init__(self, ref: Reference, placement: Placement, mem: MemoryPlan, args: Any,
                  version: str) -> None:
         self.ref = ref
@@ -218,16 +225,21 @@ class ServerCore:
                 queue = self.streams.get(req)
                 if queue is not None:
                     queue.put_nowait(end)
-            if step.kind == "decode":
-                self._log_decode(step.tokens)
-            else:
-                full_usage, swa_usage = self.usages()
-                log(f"Prefill batch, #new-seq: {len(step.requests)}, #new-token: {step.tokens}, "
-                    f"#cached-token: 0, full token usage: {full_usage:.2f}, "
-                    f"swa token usage: {swa_usage:.2f}, #running-req: {running_before}, "
-                    f"#queue-req: {len(self.sched.waiting)}, #pending-token: 0, "
-                    f"cuda graph: False, input throughput (token/s): "
-                    f"{step.tokens / max(1e-9, step.duration * scale):.2f}", 0)
+            self.log_step(step, running_before)
+
+    def log_step(self, step: Step, running_before: int) -> None:
+        """SGLang's batch lines: every prefill batch, every DECODE_LOG_INTERVAL-th decode."""
+        if step.kind == "decode":
+            self._log_decode(step.tokens)
+            return
+        full_usage, swa_usage = self.usages()
+        scale = self.args.serve_scale
+        log(f"Prefill batch, #new-seq: {len(step.requests)}, #new-token: {step.tokens}, "
+            f"#cached-token: 0, full token usage: {full_usage:.2f}, "
+            f"swa token usage: {swa_usage:.2f}, #running-req: {running_before}, "
+            f"#queue-req: {len(self.sched.waiting)}, #pending-token: 0, "
+            f"cuda graph: False, input throughput (token/s): "
+            f"{step.tokens / max(1e-9, step.duration * scale):.2f}", 0)
 
     async def _gather_burst(self, scale: float) -> None:
         """After idling, wait until arrivals pause for a batch window (at most BURST_MAX_S):
@@ -264,7 +276,8 @@ class ServerCore:
         while True:
             await asyncio.sleep(period)
             ticks += 1
-            if self.engram is not None and ticks % round(LOG_INTERVAL_S / period) == 0:
+            if self.logs_engram_stats and self.engram is not None \
+                    and ticks % round(LOG_INTERVAL_S / period) == 0:
                 for line in self.engram.lines():
                     log(line, 0)
             util = min(100.0, 100.0 * self.busy_s / period)
@@ -289,7 +302,7 @@ class ServerCore:
         queue: asyncio.Queue[float | None] = asyncio.Queue()
         self.streams[req] = queue
         self.wake.set()
-        self.counters["sglang:prompt_tokens_total"] += input_len
+        self.on_submit(req)
         last = arrived
         finished = False
         n = 0
@@ -300,18 +313,8 @@ class ServerCore:
                 if t is None:
                     break
                 n += 1  # one queue item per token; req.generated may already be ahead
-                if n == 1:
-                    self.histograms["sglang:time_to_first_token_seconds"].observe(t - arrived)
-                    # Service times run scaled by --serve-scale; so does the prefill here.
-                    prefill = (self.placement.service.prefill_time_s(input_len)
-                               * self.args.serve_scale)
-                    self.histograms["sglang:queue_time_seconds"].observe(
-                        max(0.0, t - arrived - prefill))
-                else:
-                    itl = self.histograms["sglang:inter_token_latency_seconds"]
-                    itl.observe_interval(t - last, 1)
+                self.on_token(req, n, t, last)
                 last = t
-                self.counters["sglang:generation_tokens_total"] += 1
                 if n == 1:  # about to be written: no client can have it before this
                     first_ready = time.monotonic()
                 yield n, t
@@ -328,14 +331,45 @@ class ServerCore:
                               "finished": time.monotonic(), "planned_first_token":
                               req.first_token_at, "planned_finished": req.finished_at,
                               "input_len": input_len, "output_len": n})
-            e2e = self.histograms["sglang:e2e_request_latency_seconds"]
-            e2e.observe(time.monotonic() - arrived)
-            self.counters["sglang:num_requests_total"] += 1
+            self.on_finish(req, n, last, time.monotonic())
         finally:
             self.streams.pop(req, None)
             if not finished:
                 self.sched.abort(req)
-                self.counters["sglang:num_aborted_requests_total"] += 1
+                self.on_abort(req)
+
+    # ------------------------------------------------------------------ what requests record
+    # In SGLang's metric names; another dialect overrides these four.
+    def on_submit(self, req: Request) -> None:
+        self.counters["sglang:prompt_tokens_total"] += req.input_len
+
+    def on_token(self, req: Request, n: int, t: float, last: float) -> None:
+        """The ``n``-th token of ``req`` left at ``t``; the one before at ``last`` (the
+        arrival, for the first)."""
+        if n == 1:
+            self.histograms["sglang:time_to_first_token_seconds"].observe(t - req.arrival)
+            # Service times run scaled by --serve-scale; so does the prefill here.
+            prefill = (self.placement.service.prefill_time_s(req.input_len)
+                       * self.args.serve_scale)
+            self.histograms["sglang:queue_time_seconds"].observe(
+                max(0.0, t - req.arrival - prefill))
+        else:
+            itl = self.histograms["sglang:inter_token_latency_seconds"]
+            itl.observe_interval(t - last, 1)
+        self.counters["sglang:generation_tokens_total"] += 1
+
+    def on_finish(self, req: Request, n: int, last: float, now: float) -> None:
+        """``req`` wrote its ``n`` tokens, the last at ``last``; its stream ends ``now``."""
+        e2e = self.histograms["sglang:e2e_request_latency_seconds"]
+        e2e.observe(now - req.arrival)
+        self.counters["sglang:num_requests_total"] += 1
+
+    def on_abort(self, req: Request) -> None:
+        self.counters["sglang:num_aborted_requests_total"] += 1
+
+    def check_length(self, input_len: int, max_new: int) -> None:
+        """ValueError (HTTP 400) for a request past the context; see _check_length."""
+        _check_length(input_len, max_new)
 
     def server_info(self) -> dict[str, Any]:
         a = self.args
@@ -401,6 +435,129 @@ def _check_length(input_len: int, max_new: int) -> None:
             f"within the limit.")
 
 
+Handler = Callable[[HttpRequest], Awaitable[Response]]
+ErrorReply = Callable[[int, str], Response]
+
+
+async def read_body(request: HttpRequest) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise ValueError(f"invalid JSON body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    return body
+
+
+def _chat_input_len(body: dict[str, Any]) -> int:
+    """A chat request's prompt: the words of its messages' text (or the simulator's own
+    token-count field)."""
+    count = body.get(PROMPT_TOKENS_FIELD)
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        return count
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("request needs 'messages' (a non-empty list)")
+    words = 0
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        parts = content if isinstance(content, list) else [content]
+        for part in parts:
+            text = part.get("text") if isinstance(part, dict) else part
+            if isinstance(text, str):
+                words += len(text.split())
+    return max(1, words)
+
+
+def openai_handlers(core: ServerCore, error: ErrorReply) -> tuple[Handler, Handler]:
+    """/v1/completions and /v1/chat/completions, as SGLang and vLLM both serve them (each
+    dialect gives its own error body)."""
+
+    def _text(start: int, end: int) -> str:
+        return "".join(" " + _word(i) for i in range(start, end))
+
+    async def serve(request: HttpRequest, chat: bool) -> Response:
+        arrived = request.scope["arrived"]
+        try:
+            body = await read_body(request)
+            n_in = _chat_input_len(body) if chat else _input_len(body, "prompt")
+            # A chat request without a limit gets the completions' default: the simulator
+            # writes no end of sentence to stop at.
+            max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16) \
+                if chat else int(body.get("max_tokens", 16))
+            if max_new < 1:
+                raise ValueError("max_tokens must be >= 1")
+            core.check_length(n_in, max_new)
+            cid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+            gen = core.generate(n_in, max_new, cid, arrived)
+        except (ValueError, TypeError) as exc:
+            return error(400, str(exc))
+        created = int(time.time())
+        model = body.get("model") or core.model_name
+        kind = "chat.completion" if chat else "text_completion"
+
+        def usage(n: int) -> dict[str, int]:
+            return {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}
+
+        def choice(text: str, done: bool, stream: bool) -> dict[str, Any]:
+            reason = "length" if done else None
+            if not chat:
+                return {"index": 0, "text": text, "logprobs": None, "finish_reason": reason,
+                        "matched_stop": None}
+            key = "delta" if stream else "message"
+            return {"index": 0, key: {"role": "assistant", "content": text},
+                    "logprobs": None, "finish_reason": reason}
+
+        if not body.get("stream"):
+            n = 0
+            async for got, _ in gen:
+                n = got
+            return JSONResponse({"id": cid, "object": kind, "created": created,
+                                 "model": model, "choices": [choice(
+                                     " ".join(_word(i) for i in range(n)), True, False)],
+                                 "usage": usage(n)})
+        opts = body.get("stream_options") or {}
+        interval = max(1, core.args.stream_interval)
+        chunk_kind = "chat.completion.chunk" if chat else kind
+
+        async def events() -> AsyncIterator[bytes]:
+            sent = 0
+            async for n, _ in gen:
+                if n % interval and n != max_new:
+                    continue
+                text = _text(sent, n)
+                sent = n
+                payload = {"id": cid, "object": chunk_kind, "created": created,
+                           "model": model, "choices": [choice(text, n == max_new, True)]}
+                if opts.get("continuous_usage_stats"):
+                    payload["usage"] = usage(n)
+                yield f"data: {json.dumps(payload)}\n\n".encode()
+            if opts.get("include_usage"):
+                tail = {"id": cid, "object": chunk_kind, "created": created,
+                        "model": model, "choices": [], "usage": usage(sent)}
+                yield f"data: {json.dumps(tail)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def completions(request: HttpRequest) -> Response:
+        return await serve(request, chat=False)
+
+    async def chat_completions(request: HttpRequest) -> Response:
+        return await serve(request, chat=True)
+
+    return completions, chat_completions
+
+
+def stamped(app: ASGIApp) -> ASGIApp:
+    async def wrapper(scope: Scope, receive: Receive, send: Send) -> None:
+        # A request's ground-truth arrival is the first moment the application sees it,
+        # before routing and middleware: those are the server's time, not the network's.
+        scope["arrived"] = time.monotonic()
+        await app(scope, receive, send)
+    return wrapper
+
+
 def build_app(core: ServerCore) -> ASGIApp:
     api_key = core.args.api_key
 
@@ -411,8 +568,7 @@ def build_app(core: ServerCore) -> ASGIApp:
         return auth.lower().startswith("bearer ") and auth[7:] == api_key or \
             request.headers.get("x-api-key") == api_key
 
-    def guarded(handler: Callable[[HttpRequest], Awaitable[Response]]) \
-            -> Callable[[HttpRequest], Awaitable[Response]]:
+    def guarded(handler: Handler) -> Handler:
         # Every route but /health* and /metrics needs the key, /server_info included: it
         # echoes the server's arguments, the key among them (SGLang's auth middleware).
         async def checked(request: HttpRequest) -> Response:
@@ -449,18 +605,11 @@ def build_app(core: ServerCore) -> ASGIApp:
         return PlainTextResponse(core.render_metrics(),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    async def read_body(request: HttpRequest) -> dict[str, Any]:
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            raise ValueError(f"invalid JSON body: {exc}") from exc
-        if not isinstance(body, dict):
-            raise ValueError("the body must be a JSON object")
-        return body
-
     def error(status: int, message: str) -> Response:
         return JSONResponse({"error": {"message": message, "type": "invalid_request_error",
                                        "code": status}}, status_code=status)
+
+    completions, chat_completions = openai_handlers(core, error)
 
     async def generate(request: HttpRequest) -> Response:
         arrived = request.scope["arrived"]
@@ -471,7 +620,7 @@ def build_app(core: ServerCore) -> ASGIApp:
             max_new = int(params.get("max_new_tokens", 128))
             if max_new < 1:
                 raise ValueError("max_new_tokens must be >= 1")
-            _check_length(n_in, max_new)
+            core.check_length(n_in, max_new)
             rid = uuid.uuid4().hex
             gen = core.generate(n_in, max_new, rid, arrived)
         except (ValueError, TypeError) as exc:
@@ -506,60 +655,6 @@ def build_app(core: ServerCore) -> ASGIApp:
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    async def completions(request: HttpRequest) -> Response:
-        arrived = request.scope["arrived"]
-        try:
-            body = await read_body(request)
-            n_in = _input_len(body, "prompt")
-            max_new = int(body.get("max_tokens", 16))
-            if max_new < 1:
-                raise ValueError("max_tokens must be >= 1")
-            _check_length(n_in, max_new)
-            cid = f"cmpl-{uuid.uuid4().hex}"
-            gen = core.generate(n_in, max_new, cid, arrived)
-        except (ValueError, TypeError) as exc:
-            return error(400, str(exc))
-        created = int(time.time())
-        model = body.get("model") or core.ref.model
-
-        def usage(n: int) -> dict[str, int]:
-            return {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}
-
-        if not body.get("stream"):
-            n = 0
-            async for got, _ in gen:
-                n = got
-            return JSONResponse({"id": cid, "object": "text_completion", "created": created,
-                                 "model": model, "choices": [{
-                                     "index": 0, "text": " ".join(_word(i) for i in range(n)),
-                                     "logprobs": None, "finish_reason": "length",
-                                     "matched_stop": None}], "usage": usage(n)})
-        opts = body.get("stream_options") or {}
-        interval = max(1, core.args.stream_interval)
-
-        async def events() -> AsyncIterator[bytes]:
-            sent = 0
-            async for n, _ in gen:
-                if n % interval and n != max_new:
-                    continue
-                text = "".join(" " + _word(i) for i in range(sent, n))
-                sent = n
-                payload = {"id": cid, "object": "text_completion", "created": created,
-                           "model": model, "choices": [{
-                               "index": 0, "text": text, "logprobs": None,
-                               "finish_reason": "length" if n == max_new else None,
-                               "matched_stop": None}]}
-                if opts.get("continuous_usage_stats"):
-                    payload["usage"] = usage(n)
-                yield f"data: {json.dumps(payload)}\n\n".encode()
-            if opts.get("include_usage"):
-                tail = {"id": cid, "object": "text_completion", "created": created,
-                        "model": model, "choices": [], "usage": usage(sent)}
-                yield f"data: {json.dumps(tail)}\n\n".encode()
-            yield b"data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
     routes = [
         Route("/health", health), Route("/health_generate", health),
         Route("/server_info", guarded(server_info)),
@@ -570,12 +665,6 @@ def build_app(core: ServerCore) -> ASGIApp:
         Route("/sim/requests", guarded(sim_requests)),
         Route("/generate", guarded(generate), methods=["POST", "PUT"]),
         Route("/v1/completions", guarded(completions), methods=["POST"]),
+        Route("/v1/chat/completions", guarded(chat_completions), methods=["POST"]),
     ]
-    app = Starlette(routes=routes)
-
-    async def stamped(scope: Scope, receive: Receive, send: Send) -> None:
-        # A request's ground-truth arrival is the first moment the application sees it,
-        # before routing and middleware: those are the server's time, not the network's.
-        scope["arrived"] = time.monotonic()
-        await app(scope, receive, send)
-    return stamped
+    return stamped(Starlette(routes=routes))

@@ -36,14 +36,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-dir", type=Path, required=True)
     parser.add_argument("--gpu", type=int, required=True)
     parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--name", default=None,
+                        help="its process name (default SGLang's sglang::scheduler_TP<rank>)")
     args = parser.parse_args(argv)
+    name = args.name or f"sglang::scheduler_TP{args.rank}"
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    _prctl(PR_SET_NAME, f"sglang::TP{args.rank}".encode())
+    # The kernel keeps 15 bytes of a name: a long one is cut to its engine and rank.
+    short = name if len(name) <= 15 else f"{name.split('::')[0]}::TP{args.rank}"
+    _prctl(PR_SET_NAME, short.encode())
     if os.getppid() == 1:
         return 0  # the parent died before we could ask to follow it
     pid = os.getpid()
     state = ProcState(pid=pid, create_time=psutil.Process(pid).create_time(),
-                      name=f"sglang::scheduler_TP{args.rank}")
+                      name=name)
 
     def leave(*_: object) -> None:
         remove_proc(args.node_dir, pid)

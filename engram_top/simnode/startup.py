@@ -85,12 +85,15 @@ class RankHandle:
             raise StartupFailed(f"Rank {self.rank} scheduler died: {exc}") from exc
 
 
-def spawn_ranks(node_dir: Path, gpus: int) -> list[RankHandle]:
+def spawn_ranks(node_dir: Path, gpus: int, name: str | None = None) -> list[RankHandle]:
+    """One process per GPU; ``name``: its process name, ``{rank}`` filled in (default
+    SGLang's scheduler's)."""
     ranks = []
     for r in range(gpus):
+        named = ["--name", name.format(rank=r)] if name else []
         proc = subprocess.Popen(
             [sys.executable, "-m", "engram_top.simnode.rank", "--node-dir", str(node_dir),
-             "--gpu", str(r), "--rank", str(r)],
+             "--gpu", str(r), "--rank", str(r), *named],
             stdin=subprocess.PIPE, text=True)
         ranks.append(RankHandle(r, proc))
     return ranks
@@ -145,20 +148,60 @@ class Startup:
             log(f"RuntimeError: simulated failure during {phase} (--fail-at {phase})")
             raise StartupFailed(f"simulated failure during {phase}")
 
+    # ------------------------------------------------------------------ the memory
+    # What each phase does to the ranks' HBM and the host, whichever dialect logs it.
+    def main_host(self) -> None:
+        """The main (tokenizer + HTTP) process's share of the host memory, from launch."""
+        self.on_main_host(int(self.mem.host_process_bytes * MAIN_HOST_SHARE))
+
+    def dist_memory(self, frac: float) -> None:
+        """``frac`` of the distributed init done: CUDA contexts and comm buffers."""
+        mem = self.mem
+        proc_share = mem.host_process_bytes * (1 - MAIN_HOST_SHARE) / len(self.ranks)
+        for r in self.ranks:
+            r.gpu_bytes = int(mem.context_bytes * frac)
+            r.host_anon = int(proc_share * frac)
+
+    def weights_memory(self, frac: float) -> None:
+        """``frac`` of the weights loaded; a host placement's tables are faulted in first,
+        then pinned."""
+        mem = self.mem
+        for r in self.ranks:
+            r.gpu_bytes = mem.context_bytes + int(mem.weights_bytes * frac)
+        if not self.host:
+            return
+        fill = 0.85
+        table_frac = min(1.0, frac / fill)
+        lead = self.ranks[0]  # rank 0 creates the shared memfd the others map
+        lead.host_shmem = int(mem.host_table_bytes * table_frac)
+        lead.host_huge = lead.host_shmem
+        pin = max(0.0, (frac - fill) / (1 - fill))
+        for r in self.ranks:
+            r.host_shmem = (lead.host_shmem if r is lead else 0) + int(
+                mem.host_pinned_extra_bytes / len(self.ranks) * pin)
+
+    def kv_memory(self) -> None:
+        """The KV pools allocated, all at once."""
+        for r in self.ranks:
+            r.gpu_bytes += self.mem.kv_bytes
+
+    def graphs_memory(self) -> Callable[[float], None]:
+        """From now, ``frac`` of the device graphs captured."""
+        base = {r.rank: r.gpu_bytes for r in self.ranks}
+
+        def grow(frac: float) -> None:
+            for r in self.ranks:
+                r.gpu_bytes = base[r.rank] + int(self.mem.graphs_bytes * frac)
+        return grow
+
+    # ------------------------------------------------------------------ SGLang's lines
     async def run(self) -> None:
         mem = self.mem
-        n_ranks = len(self.ranks)
-        proc_share = mem.host_process_bytes * (1 - MAIN_HOST_SHARE) / n_ranks
-        self.on_main_host(int(mem.host_process_bytes * MAIN_HOST_SHARE))
+        self.main_host()
         t0 = time.monotonic()
         for r in self.ranks:
             log("Init torch distributed begin.", r.rank)
-
-        def dist(frac: float) -> None:
-            for r in self.ranks:
-                r.gpu_bytes = int(mem.context_bytes * frac)
-                r.host_anon = int(proc_share * frac)
-        await self.ramp(self.phase_s["distributed_init"], 4, dist)
+        await self.ramp(self.phase_s["distributed_init"], 4, self.dist_memory)
         self.check_fail("distributed_init")
         for r in self.ranks:
             log(f"Init torch distributed ends. elapsed={time.monotonic() - t0:.2f} s, "
@@ -173,21 +216,10 @@ class Startup:
         for r in self.ranks:
             log(f"Load weight begin. avail mem={self.avail_gb(r):.2f} GB", r.rank)
         shards = 64
-        fill = 0.85 if self.host else 1.0  # host tables are faulted in first, then pinned
         progress = {"shard": 0}
 
         def weights(frac: float) -> None:
-            for r in self.ranks:
-                r.gpu_bytes = mem.context_bytes + int(mem.weights_bytes * frac)
-            if self.host:
-                table_frac = min(1.0, frac / fill)
-                lead = self.ranks[0]  # rank 0 creates the shared memfd the others map
-                lead.host_shmem = int(mem.host_table_bytes * table_frac)
-                lead.host_huge = lead.host_shmem
-                pin = max(0.0, (frac - fill) / (1 - fill)) if fill < 1 else 0.0
-                for r in self.ranks:
-                    r.host_shmem = (lead.host_shmem if r is lead else 0) + int(
-                        mem.host_pinned_extra_bytes / len(self.ranks) * pin)
+            self.weights_memory(frac)
             shard = int(frac * shards)
             if shard >= progress["shard"] + 8 or shard == shards:
                 progress["shard"] = shard
@@ -212,8 +244,7 @@ class Startup:
             log("Using KV cache dtype: torch.float8_e4m3fn", r.rank)
         await self.ramp(self.phase_s["kv_pool"], 2, lambda f: None)
         self.check_fail("kv_pool")
-        for r in self.ranks:
-            r.gpu_bytes += mem.kv_bytes
+        self.kv_memory()
         total_gb = self.ref.gpu_total_bytes / GIB
         rest_gb = mem.kv_bytes / GIB
         # Profiled after the weights: what the static fraction leaves for KV is rest_memory,
@@ -234,15 +265,11 @@ class Startup:
     async def graphs(self) -> None:
         mem = self.mem
         t0 = time.monotonic()
-        base = {r.rank: r.gpu_bytes for r in self.ranks}
+        grow = self.graphs_memory()
         for r in self.ranks:
             log(f"Capture cuda graph begin. This can take up to several minutes. "
                 f"avail mem={self.avail_gb(r):.2f} GB", r.rank)
         log("Capture cuda graph bs [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256]", 0)
-
-        def grow(frac: float) -> None:
-            for r in self.ranks:
-                r.gpu_bytes = base[r.rank] + int(mem.graphs_bytes * frac)
         await self.ramp(self.phase_s["graphs"], 10, grow)
         self.check_fail("graphs")
         for r in self.ranks:
