@@ -11,7 +11,8 @@ can come back: torch.compile runs before the KV cache is sized, graph capture af
   - launching: the banner (version, model), ``non-default args: {...}``;
   - distributed_init: ``world_size=.. rank=.. distributed_init_method=``;
   - weights: ``Starting to load model``, ``Model loading took X GiB [memory] and Y s``;
-  - graphs: torch.compile (``Compiling a graph``, ``torch.compile takes``, the CPU's
+  - graphs: torch.compile (``Starting torch.compile``, ``Compiling a graph``,
+    ``torch.compile takes``/``took``, the CPU's
     ``Warming up model for the compilation``), CUDA graph capture (``Capturing CUDA
     graphs``, ``Graph capturing finished in N secs, took X GiB``);
   - kv_pool: ``Available KV cache memory: X GiB``, the CPU's ``Explicitly set (X/Y) GiB for
@@ -66,7 +67,10 @@ _KV_TOKENS = re.compile(r"(?P<dev>[A-Z]+(?: \+ host)?) KV cache size: (?P<n>[\d,
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: (\d+(?:\.\d+)?)x")
 _BLOCKS = re.compile(r"# (?:GPU|CPU|XPU|NPU|HPU) blocks: (\d+)")
 _CAPTURED = re.compile(r"Graph capturing finished in (\d+(?:\.\d+)?) secs?, took " + _GIB)
-_COMPILE = re.compile(r"torch\.compile takes (\d+(?:\.\d+)?) s in total")
+# "takes" in the 0.9 era; 0.32's monitor.py says "took" (and "torch.compile and initial
+# profiling/warmup run together took" when it compiles without its AOT path).
+_COMPILE = re.compile(r"torch\.compile(?: and initial profiling/warmup run together)? "
+                      r"t(?:akes|ook) (\d+(?:\.\d+)?) s in total")
 _INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (\d+(?:\.\d+)?)"
                    r" s(?: \(compilation: (\d+(?:\.\d+)?) s)?")
 _PROFILE = re.compile(r"Memory profiling takes (\d+(?:\.\d+)?) seconds")
@@ -88,6 +92,7 @@ _OPENS: tuple[tuple[str, str], ...] = (
     ("Loading model weights", "weights"),
     ("Loading safetensors checkpoint shards", "weights"),
     ("Warming up model for the compilation", "graphs"),
+    ("Starting torch.compile", "graphs"),
     ("Compiling a graph for", "graphs"),
     ("Dynamo bytecode transform time", "graphs"),
     ("Capturing CUDA graph", "graphs"),
