@@ -184,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("sim", help="the simulated node")
     simsub = sim.add_subparsers(dest="sim_command", required=True)
     from engram_top.simnode import options
-    options.add_arguments(simsub.add_parser("serve", help="run one simulated SGLang server"))
+    options.add_arguments(simsub.add_parser(
+        "serve", help="run one simulated server (SGLang's dialect, or vLLM's)"))
     return parser
 
 

@@ -9,9 +9,14 @@ from pathlib import Path
 
 from engram_top import reference
 
+DIALECTS = ("sglang", "vllm")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--placement", choices=reference.PLACEMENTS, default="device")
+    p.add_argument("--dialect", choices=DIALECTS, default="sglang",
+                   help="whose start-up log, endpoints and metrics it speaks (the same model "
+                        "behind either; vLLM has no host placement)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--time-scale", type=float, default=1.0,

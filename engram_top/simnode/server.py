@@ -1,9 +1,13 @@
-"""`engram-top sim serve`: one simulated SGLang server for DeepSeek-V4.1-Flash on a 4x B200 node.
+"""`engram-top sim serve`: one simulated server for DeepSeek-V4.1-Flash on a 4x B200 node.
 
 A real process with real HTTP on loopback: SGLang's start-up log, its endpoints and metrics,
 and a continuous-batching scheduler (engram_top.simnode.model) whose service times follow
 the placement's calibrated model. Like SGLang, the port opens only after the model is loaded
 and the KV pool and graphs are ready; /health answers 503 until the warm-up request is done.
+
+With ``--dialect vllm`` the same model speaks vLLM's log, endpoints and metrics instead
+(engram_top.simnode.vllm): its port is bound at launch and listened on once the engine is
+up, and /health is 200 from then on.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ import uvicorn
 
 from engram_top import reference
 from engram_top.simnode import exporters, memory, server_args, state
+from engram_top.simnode import vllm as simvllm
 from engram_top.simnode.http import ServerCore, build_app
 from engram_top.simnode.options import add_arguments
 from engram_top.simnode.startup import Startup, StartupFailed, log, spawn_ranks
 
 VERSION = "0.5.23+engram-top-sim"
+VLLM_PLACEMENTS = ("device", "host-prefetch")  # vLLM has no synchronous host placement
 
 
 def default_node_dir() -> Path:
@@ -38,8 +44,8 @@ def default_node_dir() -> Path:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="engram-top sim serve",
-                                description="Run one simulated SGLang server "
-                                            "(DeepSeek-V4.1-Flash, TP4).")
+                                description="Run one simulated server, SGLang's dialect or "
+                                            "vLLM's (DeepSeek-V4.1-Flash, TP4).")
     add_arguments(p)
     return p.parse_args(argv)
 
@@ -53,73 +59,108 @@ class _UvicornServer(uvicorn.Server):
 async def serve(args: argparse.Namespace) -> int:
     ref = reference.default()
     placement = ref.placements[args.placement]
+    vllm = args.dialect == "vllm"
+    say = simvllm.log if vllm else log
     node_dir = args.node_dir or default_node_dir()
     spec = state.ensure_node(node_dir, ref)
     if spec.gpus != ref.gpus:
-        log(f"Node {node_dir} has {spec.gpus} GPUs; the model needs TP{ref.gpus}")
+        say(f"Node {node_dir} has {spec.gpus} GPUs; the model needs TP{ref.gpus}")
         return 1
     mem = memory.plan(ref, args.placement)
     me = psutil.Process()
-    main_state = state.ProcState(pid=me.pid, create_time=me.create_time(), name="sglang::main")
+    main_state = state.ProcState(pid=me.pid, create_time=me.create_time(),
+                                 name="vllm::APIServer" if vllm else "sglang::main")
     stop = asyncio.Event()
+    signals: list[str] = []
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, lambda s=sig: (signals.append(s.name), stop.set()))
 
-    # What SGLang prints as ServerArgs applies its DeepSeek-V4 defaults, then the args.
-    log(f"Use dsv4 attention backend for DeepseekV4ForCausalLM, setting page_size to "
-        f"{memory.PAGE_SIZE}.")
-    log(f"Setting KV cache dtype to {server_args.KV_CACHE_DTYPE} for DeepseekV4ForCausalLM.")
-    log(f"INFO server_args.py:1187: Setting swa_full_tokens_ratio to "
-        f"{ref.kv_pools.swa_full_tokens_ratio} for DeepseekV4ForCausalLM.")
-    log(server_args.repr_line(server_args.build(ref, placement, mem, args)))
-    for key, value in placement.env.items():
-        log(f"env {key}={value}")
+    sock = None
+    if vllm:
+        simvllm.preamble(ref, placement, mem, args)
+        try:
+            sock = simvllm.bind(args.host, args.port)
+        except OSError as exc:
+            simvllm.raw(f"OSError: [Errno {exc.errno}] {exc.strerror}")
+            return 1
+    else:
+        # What SGLang prints as ServerArgs applies its DeepSeek-V4 defaults, then the args.
+        log(f"Use dsv4 attention backend for DeepseekV4ForCausalLM, setting page_size to "
+            f"{memory.PAGE_SIZE}.")
+        log(f"Setting KV cache dtype to {server_args.KV_CACHE_DTYPE} for "
+            f"DeepseekV4ForCausalLM.")
+        log(f"INFO server_args.py:1187: Setting swa_full_tokens_ratio to "
+            f"{ref.kv_pools.swa_full_tokens_ratio} for DeepseekV4ForCausalLM.")
+        log(server_args.repr_line(server_args.build(ref, placement, mem, args)))
+        for key, value in placement.env.items():
+            log(f"env {key}={value}")
     # The node's exporters run whatever the server's phase, as a real node's do.
     try:
         exporters_up = await exporters.start(
             node_dir, args.host, args.dcgm_exporter_port, args.node_exporter_port,
             args.exporter_hostname)
     except OSError as exc:
-        log(f"Initialization failed. The simulated exporters cannot listen: {exc}")
+        say(f"Initialization failed. The simulated exporters cannot listen: {exc}")
+        if sock is not None:
+            sock.close()
         return 1
     for name, listener in exporters_up.items():
-        log(f"simulated {name}-exporter serving /metrics on {args.host}:"
+        say(f"simulated {name}-exporter serving /metrics on {args.host}:"
             f"{exporters.port_of(listener)}")
-    ranks = spawn_ranks(node_dir, ref.gpus)
+    ranks = spawn_ranks(node_dir, ref.gpus, "VLLM::Worker_TP{rank}" if vllm else None)
 
     def main_host(nbytes: int) -> None:
         main_state.host_anon_bytes = nbytes
         state.write_proc(node_dir, main_state)
 
-    core = ServerCore(ref, placement, mem, args, VERSION)
-    startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
+    if vllm:
+        vcore = simvllm.VllmCore(ref, placement, mem, args, simvllm.VERSION)
+        core: ServerCore = vcore
+        startup: Startup = simvllm.VllmStartup(ref, placement, mem, ranks, args.time_scale,
+                                               args.fail_at, main_host)
+        app, log_config = simvllm.build_app(vcore), simvllm.uvicorn_log_config()
+    else:
+        core = ServerCore(ref, placement, mem, args, VERSION)
+        startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
+        app, log_config = build_app(core), _uvicorn_log_config()
     server: _UvicornServer | None = None
     rc = 0
     try:
         await _until_stopped(startup.run(), stop)
         await _until_stopped(startup.wait_phase("http"), stop)
-        config = uvicorn.Config(build_app(core), host=args.host, port=args.port,
-                                log_config=_uvicorn_log_config(), lifespan="on")
+        if vllm:
+            simvllm.http_lines(args)
+            core.ready = True  # once it listens, vLLM's engine is up
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_config=log_config,
+                                lifespan="on")
         server = _UvicornServer(config)
-        serving = asyncio.create_task(server.serve())
+        serving = asyncio.create_task(server.serve(sockets=[sock] if sock else None))
         while not server.started:
             if serving.done():
                 raise StartupFailed(f"the HTTP server did not start on port {args.port}")
             await asyncio.sleep(0.01)
         core.start(ranks)
-        await _until_stopped(_warm_up(args, placement, core, startup), stop)
-        core.ready = True
+        if not vllm:
+            await _until_stopped(_warm_up(args, placement, core, startup), stop)
+            core.ready = True
         core.startup_seconds = time.monotonic() - core.launched
-        log("The server is fired up and ready to roll!")
+        if not vllm:
+            log("The server is fired up and ready to roll!")
         await stop.wait()
     except StartupFailed as exc:
-        log(f"Initialization failed. {exc}")
+        if vllm:
+            simvllm.failed(str(exc))
+        else:
+            log(f"Initialization failed. {exc}")
         rc = 1
     except _Stopped:
         pass
     finally:
-        log("Shutting down.")
+        if vllm:
+            simvllm.shutdown_lines(signals[0] if signals else "SIGTERM", len(ranks))
+        else:
+            log("Shutting down.")
         if server is not None:
             server.should_exit = True
             with contextlib.suppress(Exception):
@@ -136,6 +177,8 @@ async def serve(args: argparse.Namespace) -> int:
         state.remove_proc(node_dir, main_state.pid)
         for listener in exporters_up.values():
             listener.close()
+        if sock is not None:
+            sock.close()
     return rc
 
 
@@ -215,6 +258,11 @@ def main(argv: list[str] | None = None, args: argparse.Namespace | None = None) 
             print(f"engram-top sim serve: --api-key-file {args.api_key_file}: cannot read: "
                   f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
             return 2
+    if args.dialect == "vllm" and args.placement not in VLLM_PLACEMENTS:
+        print(f"engram-top sim serve: vLLM has no '{args.placement}' placement: it keeps the "
+              f"Engram tables in HBM (device) or in pinned host memory read ahead on a side "
+              f"stream (host-prefetch, its default)", file=sys.stderr)
+        return 2
     return asyncio.run(serve(args))
 
 
