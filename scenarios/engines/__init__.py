@@ -76,6 +76,7 @@ def _load_plugins() -> None:
 register(sglang.ENGINE)
 register(simulated.ENGINE)
 register(vllm.ENGINE)
+register(simulated.VLLM_ENGINE)
 BUILT_IN = tuple(_ENGINES)
 # What an attached server or a log read on its own is taken to speak, unless told.
 DEFAULT = sglang.ENGINE.kind
