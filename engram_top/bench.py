@@ -335,7 +335,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
                         if sc.api_key else None)
 
     async def on_level(index: int, when: str) -> None:
-        marks[(index, when)] = (time.monotonic(), await sweep.mark(client))
+        marks[(index, when)] = (time.monotonic(), await sweep.mark(client, sc.engine.mark_names))
 
     gpu_before = session.store.last_ok.get("gpu")  # the energy counters as it starts
     try:

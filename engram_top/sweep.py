@@ -110,17 +110,24 @@ def _histogram_part(families: dict[str, promtext.Family], name: str,
     return sum(values) if values else None
 
 
-async def mark(client: PageClient) -> ServerMark | None:
+# An SGLang server's queue-time histogram and retraction counter (an engine names its own).
+SGLANG_MARKS = ("sglang:queue_time_seconds", "sglang:num_retracted_requests_total")
+
+
+async def mark(client: PageClient,
+               names: tuple[str, str] = SGLANG_MARKS) -> ServerMark | None:
     """The counters now; None when the page cannot be had (the level's row then has no
-    queue time or retraction count, and says nothing false)."""
+    queue time or retraction count, and says nothing false). ``names``: the engine's
+    queue-time histogram and its retraction (vLLM: preemption) counter."""
     try:
         page = await client.get("/metrics", deadline_s=5.0, limit_bytes=16 * 1024 * 1024)
         families = promtext.parse(page.text)
     except (PageError, TimeoutError, OSError, promtext.PromTextError):
         return None
-    return ServerMark(_histogram_part(families, "sglang:queue_time_seconds", "sum"),
-                      _histogram_part(families, "sglang:queue_time_seconds", "count"),
-                      _largest(families, "sglang:num_retracted_requests_total"))
+    queue, retracted = names
+    return ServerMark(_histogram_part(families, queue, "sum"),
+                      _histogram_part(families, queue, "count"),
+                      _largest(families, retracted))
 
 
 def server_deltas(start: ServerMark | None, end: ServerMark | None,

@@ -199,5 +199,10 @@ async def test_bench_over_the_two_real_vllm_variants(tmp_path: Path) -> None:
         assert r["weights_gb"] is None  # vLLM reports none, and nothing is made up
     rows = {row["key"]: row for row in report["comparison"]["rows"]}
     assert rows["kv_ratio"]["cells"]["vllm-kv64m"]["mean"] == pytest.approx(2.0)
+    # Each level's queue time and preemptions from vLLM's own counters.
+    for levels in report["levels"].values():
+        for level in levels:
+            assert level["queue_mean_s"] is not None and level["queue_mean_s"] >= 0
+            assert level["retractions"] == 0
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| engine · placement |  |  | vLLM · kv-32m | vLLM · kv-64m |" in md

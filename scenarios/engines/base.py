@@ -126,6 +126,9 @@ class Engine:
     own_polls: tuple[str, ...] = ()
     # Words of a log line worth quoting when a start fails.
     error_markers: tuple[str, ...] = ("Traceback", "Error:")
+    # Its /metrics names of the queue-time histogram and the counter of requests pushed out
+    # for want of KV room (SGLang retracts, vLLM preempts): a bench level's server marks.
+    mark_names = ("sglang:queue_time_seconds", "sglang:num_retracted_requests_total")
     # The API key travels in the server's environment (which only its user can read),
     # rather than in a file or on the argv.
     key_in_env = False
