@@ -168,6 +168,12 @@ class Quantiles:
     # bound ("> 30 s"), not the quantile itself.
     p50_over: bool = False
     p99_over: bool = False
+    # The quantile fell in the lowest bucket (0 to first_bound): the value is Prometheus's
+    # interpolation from 0, so it reads "< first_bound" (vLLM's queue time: "< 300 ms"
+    # where the interpolation would say 150 ms of waiting that nobody waited).
+    p50_under: bool = False
+    p99_under: bool = False
+    first_bound: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,18 @@ def quantile_bound(q: float, buckets: Sequence[tuple[float, float]]
     return start + (end - start) * (rank / count), False
 
 
+def first_bound(buckets: Sequence[tuple[float, float]]) -> float | None:
+    """The lowest finite bucket's bound, when it is above 0 (a quantile below it is an
+    interpolation from 0, known only to be at most the bound)."""
+    finite = [b for b, _ in buckets if math.isfinite(b)]
+    low = min(finite) if finite else None
+    return low if low is not None and low > 0 else None
+
+
+def _under(value: float | None, first: float | None) -> bool:
+    return value is not None and first is not None and value < first
+
+
 class _HistPoint(NamedTuple):
     t: float
     bounds: tuple[float, ...]
@@ -162,8 +174,10 @@ class WindowedHistogram:
         mean = d.sum / d.count if math.isfinite(d.sum) else None
         p50, p50_over = quantile_bound(0.5, d.buckets)
         p99, p99_over = quantile_bound(0.99, d.buckets)
+        first = first_bound(d.buckets)
         return Quantiles(p50=p50, p99=p99, mean=mean, count=d.count,
-                         p50_over=p50_over, p99_over=p99_over)
+                         p50_over=p50_over, p99_over=p99_over, first_bound=first,
+                         p50_under=_under(p50, first), p99_under=_under(p99, first))
 
 
 class WindowedRate:

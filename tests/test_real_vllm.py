@@ -140,7 +140,7 @@ async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
         # The panels say what vLLM has, and what it does not.
         from engram_top.app import panels
         kv = text_of(panels.kv_panel(store, cols=100))
-        assert "65.5k tokens" in kv and "does not report" in kv and "tokens in use" in kv, kv
+        assert "65.5k tokens" in kv and "metrics give no" in kv and "tokens in use" in kv, kv
         latency = text_of(panels.latency_panel(store, cols=100))
         assert "from vLLM's histograms" in latency and "TPOT/request" in latency, latency
         first_scratch = run.scratch

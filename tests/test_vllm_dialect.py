@@ -327,3 +327,19 @@ def test_the_demo_load_fits_a_model_whose_context_is_short() -> None:
     assert fit_context(512, 128, 512) == (384, 128)  # the tiny vLLM's 512: a quarter out
     assert fit_context(24, 600, 512) == (384, 128)
     assert fit_context(8, 8, 2) == (1, 1)
+
+
+def test_a_quantile_in_the_lowest_bucket_reads_below_its_bound() -> None:
+    from collectors.promtext import Histogram
+    from collectors.windowed import WindowedHistogram
+    from engram_top.app.panels import quantile
+    w = WindowedHistogram(30.0)
+    # vLLM's queue-time buckets start at 0.3 s: requests that did not wait at all.
+    w.add(0.0, Histogram(((0.3, 0.0), (0.5, 0.0), (float("inf"), 0.0)), 0.0, 0.0))
+    w.add(1.0, Histogram(((0.3, 40.0), (0.5, 40.0), (float("inf"), 40.0)), 0.004, 40.0))
+    q = w.quantiles(1.0)
+    assert q.p50 == pytest.approx(0.15) and q.p50_under and q.first_bound == 0.3
+    assert quantile(q, "p50") == "< 300.0 ms" and quantile(q, "p99") == "< 300.0 ms"
+    w.add(2.0, Histogram(((0.3, 40.0), (0.5, 100.0), (float("inf"), 100.0)), 20.0, 100.0))
+    q = w.quantiles(2.0)
+    assert not q.p99_under and quantile(q, "p99").endswith("ms")

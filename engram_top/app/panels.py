@@ -326,7 +326,7 @@ def kv_panel(store: RunStore, rows: int | None = None,
         names = {"num_used_tokens": "tokens in use", "weight_gb": "weights",
                  "graph_gb": "graph memory"}
         said = ", ".join(names.get(k, k) for k in missing)
-        out.append((6, Text(f"{facts.engine_of(store)} does not report {said}",
+        out.append((6, Text(f"{facts.engine_of(store)}'s metrics give no {said}",
                             style="dim", no_wrap=True, overflow="ellipsis")))
     if store.run is not None:
         out.append((6, Text(f"placement: {store.run.placement}", style="dim")))
@@ -504,9 +504,12 @@ def latency_panel(store: RunStore, rows: int | None = None,
 
 def quantile(q: Quantiles | None, which: str) -> str:
     """A windowed quantile; one that fell in the histogram's +Inf bucket is only known to
-    be above its highest bound, and says so ("> 30 s")."""
+    be above its highest bound, and says so ("> 30 s"); one in its lowest bucket, below
+    that bound ("< 300 ms")."""
     if q is None:
         return latency(None)
+    if getattr(q, f"{which}_under", False) and q.first_bound is not None:
+        return "< " + latency(q.first_bound)
     value = getattr(q, which)
     return ("> " if getattr(q, f"{which}_over", False) else "") + latency(value)
 
