@@ -460,7 +460,7 @@ def _markdown(plan: Plan, results: list[RunResult], table: str,
              "client; weights and KV capacity from each server's own figures (SGLang's "
              "/metrics; vLLM's cache_config_info, and its log for weights); host memory as used "
              "(MemTotal - MemAvailable) minus the pre-launch baseline; time to ready from "
-             "launch to the ready line.", ""]
+             "launch to the ready line (vLLM: to /health and a first /metrics page).", ""]
     failed = [r for r in results if r.completed == 0]
     for r in failed:
         lines.append(f"- {r.scenario} trial {r.trial + 1}: no measurement ({'; '.join(r.notes)})")
