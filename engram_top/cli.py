@@ -167,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--gpus", type=int, default=None,
                       help="GPUs of the imported bench_serving runs (for the cost row)")
     cmp_.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    _probe_argument(cmp_)
+
+    pr = sub.add_parser("probe", help="time what each Engram placement costs per decode step "
+                                      "on this machine's GPU (needs torch); writes probe.json "
+                                      "and probe.md")
+    from engram_top import probe
+    probe.add_arguments(pr)
 
     stop = sub.add_parser("stop", help="headless: stop the server a scenario file's run or "
                                        "switch left running")
@@ -245,6 +252,9 @@ def _main(argv: list[str]) -> int:
         return run_until_signal(lambda: bench(args), "bench")
     if args.command == "compare":
         return compare_files(args)
+    if args.command == "probe":
+        from engram_top import probe
+        return probe.run(args)
     if args.command == "inspect-log":
         return inspect_log(args.file, args.engine)
     if args.command == "inspect-metrics":
@@ -289,6 +299,19 @@ def _dashboard_arguments(p: argparse.ArgumentParser) -> None:
                         "~/.config/engram-top/config.toml)")
     p.add_argument("--snapshot-dir", type=Path, default=Path("snapshots"), metavar="DIR",
                    help="where the s key writes snapshot folders (default: ./snapshots)")
+    _probe_argument(p)
+
+
+def _probe_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--probe", type=Path, default=None, metavar="PROBE_JSON",
+                   help="adds a column of the TPOT changes an `engram-top probe` predicted "
+                        "(its probe.json) beside the measured runs")
+
+
+def _load_probe(path: Path | None):  # type: ignore[no-untyped-def]
+    """The --probe file's predictions; None without one. Raises ProbeFileError."""
+    from engram_top.probe_report import load_probe
+    return None if path is None else load_probe(path)
 
 
 def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-def]
@@ -297,15 +320,21 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
     from engram_top.app.main import EngramTopApp
     from engram_top.config import load_config
     from engram_top.importers import BenchFileError, load_runs
+    from engram_top.probe_report import ProbeFileError
     try:
         runs = [r for path in args.compare_with for r in load_runs(path)]
     except BenchFileError as exc:
         print(f"engram-top: --compare-with: {exc}", file=sys.stderr)
         return None
+    try:
+        probe = _load_probe(args.probe)
+    except ProbeFileError as exc:
+        print(f"engram-top: --probe: {exc}", file=sys.stderr)
+        return None
     config, error = load_config(args.config)
     return EngramTopApp(session, compare_with=runs, price_per_gpu_hour=args.price_per_gpu_hour,
                         config=config, config_error=error, snapshot_dir=args.snapshot_dir,
-                        own_process=True, **kw)
+                        own_process=True, probe=probe, **kw)
 
 
 STATE_DIR_HELP = ("the scenario file's state folder: server logs, start-up history, the "
@@ -525,9 +554,11 @@ async def bench(args: argparse.Namespace) -> int:
 def compare_files(args: argparse.Namespace) -> int:
     from engram_top.compare import compare, to_json, to_markdown
     from engram_top.importers import BenchFileError, load_runs, report_price
+    from engram_top.probe_report import ProbeFileError
     try:
         results = [r for path in args.files for r in load_runs(path, gpus=args.gpus)]
-    except BenchFileError as exc:
+        probe = _load_probe(args.probe)
+    except (BenchFileError, ProbeFileError) as exc:
         print(f"engram-top compare: {exc}", file=sys.stderr)
         return 2
     if args.baseline not in {r.scenario for r in results}:
@@ -545,7 +576,7 @@ def compare_files(args: argparse.Namespace) -> int:
             return 2
         price = prices.pop() if prices else None
     c = compare(results, args.baseline, price_per_gpu_hour=price,
-                reference=reference.default())
+                reference=reference.default(), probe=probe)
     if args.json:
         _print_json(to_json(c))
     else:

@@ -16,7 +16,8 @@ from pathlib import PurePath
 from typing import Any
 
 from collectors.units import pct_change
-from engram_top.metrics import METRICS, Metric, Registry
+from engram_top.metrics import METRICS, TPOT, Metric, Registry
+from engram_top.probe_report import HOST_MODES, ProbeReport
 from engram_top.reference import Reference
 
 # Two-sided 95% Student t critical values, t(0.975, df) for df 1..30 (checked against
@@ -194,6 +195,8 @@ class Comparison:
     throttled: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Each scenario's engine, where its runs name one.
     engines: dict[str, str] = field(default_factory=dict)
+    # What an `engram-top probe` predicted (a column of its own, never a measured cell).
+    probe: ProbeReport | None = None
 
     @property
     def mixed_engines(self) -> bool:
@@ -215,7 +218,8 @@ class Comparison:
 
 def compare(results: list[RunResult], baseline: str, *,
             price_per_gpu_hour: float | None = None,
-            reference: Reference | None = None, metrics: Registry = METRICS) -> Comparison:
+            reference: Reference | None = None, metrics: Registry = METRICS,
+            probe: ProbeReport | None = None) -> Comparison:
     """Tabulate results per scenario against `baseline` (a scenario name): a row per metric
     of `metrics`, in its order; a priced one only when there is a price."""
     scenarios = _scenarios(results)
@@ -247,6 +251,7 @@ def compare(results: list[RunResult], baseline: str, *,
         throttled={s: t for s, rs in by_scenario.items() if (t := _throttled(rs))},
         engines={s: e for s, rs in by_scenario.items()
                  if (e := next((r.engine for r in rs if r.engine), None))},
+        probe=probe,
     )
 
 
@@ -452,6 +457,9 @@ def to_json(c: Comparison) -> dict[str, Any]:
         # Rows whose figure means something else on each engine, and what (mixed runs).
         "engine_notes": {row.metric.key: row.metric.engine_note for row in c.rows
                          if c.mixed_engines and row.metric.engine_note},
+        # Predictions, apart from the measured cells; null without a probe.
+        "probe": None if c.probe is None else {
+            **c.probe.to_json(), "label": c.probe.label(), "row": PROBE_ROW},
     }
 
 
@@ -470,11 +478,14 @@ def to_markdown(c: Comparison) -> str:
     head += [f"{s} (baseline)" if s == c.baseline else s for s in c.scenarios]
     if has_ref:
         head.append("seed reference")
+    if c.probe is not None:
+        head.append(c.probe.label())
     lines = [_header_line(c), "", _md_row(head), _md_row(["---"] * len(head))]
     if c.engines:  # which engine and placement each column is
         lines.append(_md_row(["engine · placement", "", ""]
                              + [c.engine_placement(s) for s in c.scenarios]
-                             + ([""] if has_ref else [])))
+                             + ([""] if has_ref else [])
+                             + ([""] if c.probe is not None else [])))
     noisy = assumed = False
     for row in c.rows:
         label = row.metric.label + (" ‡" if c.mixed_engines and row.metric.engine_note else "")
@@ -486,6 +497,8 @@ def to_markdown(c: Comparison) -> str:
         if has_ref:
             cells.append(_fmt_reference(row))
             assumed = assumed or any(f.assumed for f in row.reference)
+        if c.probe is not None:
+            cells.append(probe_cell(c.probe) if row.metric.key == PROBE_ROW else "")
         lines.append(_md_row(cells))
     lines += ["", *_footnotes(c, noisy, assumed)]
     return "\n".join(lines) + "\n"
@@ -554,7 +567,33 @@ def _footnotes(c: Comparison, noisy: bool, assumed: bool) -> list[str]:
     if assumed:
         where = PurePath(c.reference_path).name if c.reference_path else "seeds/"
         notes.append(f"† assumption: the seed does not give this figure ({where} says why).")
+    if c.probe is not None:
+        notes.append(probe_note(c.probe))
     if c.price_per_gpu_hour is not None:
         notes.append(f"Cost at ${c.price_per_gpu_hour:g} per GPU-hour (US dollars, as GPU "
                      "hours are usually priced) x the run's GPUs.")
     return notes
+
+
+# ----------------------------------------------------------------------------- probe column
+
+PROBE_ROW = TPOT.key  # the one figure a probe predicts
+
+
+def probe_cell(p: ProbeReport) -> str:
+    """"batch 8: host +4.10%, host-prefetch +0.52% · batch 64: ..." (vs device)."""
+    return " · ".join(
+        f"batch {b.batch}: " + ", ".join(f"{m} {pct_change(b.predicted_tpot_change[m])}"
+                                         for m in HOST_MODES)
+        for b in p.batches) + " vs device"
+
+
+def probe_note(p: ProbeReport) -> str:
+    where = PurePath(p.path).name
+    text = (f"Predicted by probe ({where}, {p.created}, {p.device_name}): each host "
+            "placement's extra time per synthetic decode step over the device step, divided "
+            f"by the device step; compute: {p.compute}. A prediction, not a measurement of "
+            "these runs.")
+    if not p.meaningful_for_placement:
+        text += " ⚠ This probe ran on a CPU: its figures are not meaningful for placement."
+    return text

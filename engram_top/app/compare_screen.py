@@ -9,6 +9,8 @@ registered metrics (engram_top.metrics)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -19,8 +21,9 @@ from textual.widgets import Static
 
 from collectors.units import pct_change
 from engram_top import facts
-from engram_top.compare import Cell, Comparison, Row, RunResult
+from engram_top.compare import PROBE_ROW, Cell, Comparison, Row, RunResult
 from engram_top.metrics import Metric, Registry
+from engram_top.probe_report import HOST_MODES, ProbeReport
 from engram_top.reference import Reference
 from engram_top.store import RunStore
 
@@ -43,30 +46,61 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
         head += f" n={c.trials[name]}"
         longest = max(len(word) for word in head.split())
         t.add_column(head, justify="right", min_width=longest, overflow="fold")
+    # A probe's predictions: a column of their own, apart from every measured cell.
+    probe = [] if c.probe is None else [c.probe]
+    for p in probe:
+        cell = _probe_cell(p)
+        head = "predicted by probe " + (p.device_name if p.meaningful_for_placement
+                                        else "(CPU: not meaningful)")
+        widest = max(len(line) for line in cell.plain.split("\n"))  # a line per batch, unwrapped
+        t.add_column(head, justify="right", overflow="fold", min_width=widest,
+                     style="italic" if p.meaningful_for_placement else "dim italic")
+        t.caption = f"{t.caption}\npredicted by probe: {_probe_caption(p)}"
+    blank = [""] * (len(c.scenarios) + len(probe))
     if c.engines:  # which engine and placement each column is
         t.add_row("engine · placement", *[Text(c.engine_placement(s), style="cyan")
-                                          for s in c.scenarios])
+                                          for s in c.scenarios], *[""] * len(probe))
     panel = None
     marked = []
     for row in c.rows:
         if row.metric.panel != panel:
             panel = row.metric.panel
-            t.add_row(Text(panel, style="dim italic"), *[""] * len(c.scenarios))
+            t.add_row(Text(panel, style="dim italic"), *blank)
         cells = [_cell(row.metric, row.cells[s], _seed(row, c.placements.get(s)))
                  for s in c.scenarios]
         # Two engines that mean different things by a figure: marked, and said below.
         mark = " ‡" if c.mixed_engines and row.metric.engine_note else ""
         if mark:
             marked.append(row.metric.engine_note)
+        cells += [cell if row.metric.key == PROBE_ROW else "" for _ in probe]
         t.add_row(f"{row.metric.label} ({row.metric.unit}){mark}", *cells)
     if marked:
         t.caption = f"{t.caption}\n" + "\n".join(f"‡ {note}" for note in marked)
     if c.throttled:  # a run on a GPU held down is no fair side of the comparison
-        t.add_row(Text("GPU health", style="dim italic"), *[""] * len(c.scenarios))
+        t.add_row(Text("GPU health", style="dim italic"), *blank)
         t.add_row("throttled while serving", *[
             Text("\n".join(c.throttled[s]), style="bold yellow") if s in c.throttled
-            else Text("–", style="dim") for s in c.scenarios])
+            else Text("–", style="dim") for s in c.scenarios], *[""] * len(probe))
     return t
+
+
+def _probe_cell(p: ProbeReport) -> Text:
+    """A line per batch, "b8 +4.1% · +0.5%", under "host · pf": the changes against device."""
+    lines = [f"b{b.batch} " + " · ".join(f"{b.predicted_tpot_change[m] * 100:+.1f}%"
+                                         for m in HOST_MODES) for b in p.batches]
+    text = Text("vs device: host · pf", style="dim")
+    for line in lines:
+        text.append(f"\n{line}")
+    if not p.meaningful_for_placement:
+        text.append("\nnot meaningful", style="bold yellow")
+    return text
+
+
+def _probe_caption(p: ProbeReport) -> str:
+    what = "a CPU run: NOT meaningful for placement" if not p.meaningful_for_placement \
+        else p.device_name
+    return (f"TPOT change per decode batch b (pf: host-prefetch) from {what}, synthetic "
+            "tables; a prediction, not a measured run")
 
 
 def _cell(metric: Metric, cell: Cell, seed: str | None = None) -> Text:
@@ -113,9 +147,10 @@ class CompareScreen(ModalScreen[None]):
     def __init__(self, store: RunStore, *, extra: list[RunResult] | None = None,
                  reference: Reference | None = None,
                  price_per_gpu_hour: float | None = None,
-                 metrics: Registry | None = None) -> None:
+                 metrics: Registry | None = None, probe: ProbeReport | None = None) -> None:
         super().__init__()
         self.metrics = metrics
+        self.probe = probe  # `--probe`: its predictions, a column beside the runs
         self.store = store
         self.extra = list(extra or [])
         self.reference = reference
@@ -134,9 +169,10 @@ class CompareScreen(ModalScreen[None]):
         self._draw()
 
     def _comparison(self) -> Comparison | None:
-        return facts.comparison(self.store.runs, baseline=self.baseline, extra=self.extra,
-                                reference=self.reference, price_per_gpu_hour=self.price,
-                                metrics=self.metrics)
+        c = facts.comparison(self.store.runs, baseline=self.baseline, extra=self.extra,
+                             reference=self.reference, price_per_gpu_hour=self.price,
+                             metrics=self.metrics)
+        return c if c is None or self.probe is None else dataclasses.replace(c, probe=self.probe)
 
     def _draw(self) -> None:
         c = self._comparison()

@@ -36,6 +36,7 @@ from engram_top.store import RunFacts, RunStore
 if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of milliseconds
     from engram_top import snapshot
     from engram_top.compare import RunResult
+    from engram_top.probe_report import ProbeReport
     from engram_top.replay import ReplaySession
 
 # The screen follows the readings: redrawn as often as the sources are polled (every 1 s
@@ -173,7 +174,8 @@ class EngramTopApp(App[int]):
                  compare_with: Sequence[RunResult] = (),
                  price_per_gpu_hour: float | None = None,
                  config: UserConfig | None = None, config_error: str | None = None,
-                 snapshot_dir: Path = Path("snapshots"), own_process: bool = False) -> None:
+                 snapshot_dir: Path = Path("snapshots"), own_process: bool = False,
+                 probe: ProbeReport | None = None) -> None:
         super().__init__()
         # The dashboard is the process (the CLI): SIGTERM, SIGHUP and SIGINT quit it as `q`
         # does, and a crash's traceback is the CLI's to file, not the terminal's to show.
@@ -195,6 +197,7 @@ class EngramTopApp(App[int]):
             session.store.clock = clock
         self.clock = session.store.clock
         self.compare_with = list(compare_with)  # runs loaded from files, for the comparison
+        self.compare_probe = probe  # --probe: predictions, a column of the comparison
         self.price_per_gpu_hour = price_per_gpu_hour
         self._closed = False
         self._scenario_columns = 0  # how many of SCENARIO_COLUMNS the list shows
@@ -599,7 +602,8 @@ class EngramTopApp(App[int]):
         from engram_top.app.compare_screen import CompareScreen
         self.push_screen(CompareScreen(self.session.store, extra=self.compare_with,
                                        reference=self.reference,
-                                       price_per_gpu_hour=self.price_per_gpu_hour))
+                                       price_per_gpu_hour=self.price_per_gpu_hour,
+                                       probe=self.compare_probe))
 
     def action_help(self) -> None:
         """The keys in force (remaps included), the app's and the screen's; a widget's own
