@@ -1,9 +1,11 @@
-"""`engram-top probe` on this CPU: the probe's CPU path end to end with the SGLang
-environment's torch (the app's venv has none, and must not), and its predictions as a
-column of `compare` and of the compare screen."""
+"""`engram-top probe` and benchmarks/gpu_check.py on this CPU: the probe's CPU path end to
+end with the SGLang environment's torch (the app's venv has none, and must not), its
+predictions as a column of `compare` and of the compare screen, and the GPU check with NVML
+missing, then against the stand-in NVML and a stand-in nvidia-smi."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -228,3 +230,58 @@ async def test_compare_screen_shows_the_probe_column(tmp_path: Path) -> None:
         assert "not meaningful" in text  # a CPU probe, said in its column and caption
         assert "a CPU run: NOT meaningful for placement" in text
         assert "26.0" in text and "28.8 +10.9%" in text  # the measured TPOT cells as ever
+
+
+# ----------------------------------------------------------------------------- gpu_check
+
+def test_gpu_check_on_this_cpu(sglang_python: Path, tmp_path: Path) -> None:
+    """The SGLang environment has torch and psutil but neither nvidia-ml-py nor Textual nor
+    pandas, as the lent GPU node's Python lacks the app's dependencies."""
+    res = subprocess.run([str(sglang_python), "benchmarks/gpu_check.py", "--out",
+                          str(tmp_path), "--probe-seconds", "0.05"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "NVML missing: nvidia-ml-py is not installed" in res.stdout
+    assert "skipped: pinned memory needs CUDA" in res.stdout
+    assert "README.md: \"pinned host memory shows up there\" (found)" in res.stdout
+    assert "NOT MEANINGFUL FOR PLACEMENT" in res.stdout
+    md = (tmp_path / "gpu_check.md").read_text()
+    assert md.startswith("# gpu_check (") and "## The probe at its default sizes" in md
+    data = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert "failed" not in data and "missing" in data["nvml"]
+    assert not load_probe(tmp_path / "probe" / "probe.json").meaningful_for_placement
+
+
+def test_gpu_check_against_the_stand_in_nvml_and_nvidia_smi(tmp_path: Path) -> None:
+    """The comparison's reading of nvidia-smi's CSV, its units, and the field-by-field retry
+    when nvidia-smi refuses a field: against answers from the same stand-in library."""
+    spec = importlib.util.spec_from_file_location(  # by path: tests/ is not a package
+        "nvml_stub_build", ROOT / "tests" / "nvml_stub" / "build.py")
+    assert spec and spec.loader
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    if not build.gcc_available():
+        pytest.skip("gcc is needed to build the stand-in libnvidia-ml.so.1")
+    lib = build.build(tmp_path / "lib")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nexec {sys.executable} "
+                   f"{ROOT / 'tests' / 'nvml_stub' / 'fake_nvidia_smi.py'} \"$@\"\n")
+    smi.chmod(0o755)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "FAKE_SMI_REFUSE": "memory.reserved"}
+    res = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--out",
+                          str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    gpu0 = res.stdout.split("### GPU 0")[1].split("### GPU 1")[0]
+    rows = {cells[0]: cells[1:] for line in gpu0.splitlines() if line.startswith("| `")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+    assert len(rows) == 20
+    assert rows["`memory.reserved`"][1].startswith("refused: Field \"memory.reserved\"")
+    assert rows["`memory.reserved`"][2] == "only NVML"
+    assert rows["`memory.used`"] == ["150,000 MiB", "150000", "yes"]
+    assert all(r[2] == "yes" for name, r in rows.items() if name != "`memory.reserved`"), rows
+    assert "| 4242 | 149,800 | 149800 |" in gpu0  # per-process memory, both tools
+    assert "same order" in gpu0  # PCIe: the collector's counters beside dmon's throughput
