@@ -35,6 +35,7 @@ __all__ = [
     "parse",
     "problems",
     "renamed",
+    "summed",
 ]
 
 Labels = tuple[tuple[str, str], ...]
@@ -404,6 +405,20 @@ def histogram_series(family: Family,
             count = bs[-1][1] if bs and bs[-1][0] == math.inf else math.nan
         out[key] = Histogram(tuple(bs), sums.get(key, math.nan), count)
     return out
+
+
+def summed(series: list[Histogram]) -> Histogram:
+    """Several series of one histogram added bucket by bucket: sum by (le) (...)."""
+    if len(series) == 1:
+        return series[0]
+    counts: dict[float, float] = {}
+    total = count = 0.0
+    for hist in series:
+        for bound, c in hist.buckets:
+            counts[bound] = counts.get(bound, 0.0) + c
+        total += hist.sum
+        count += hist.count
+    return Histogram(buckets=tuple(sorted(counts.items())), sum=total, count=count)
 
 
 def _shown(labels: Labels) -> str:

@@ -315,19 +315,8 @@ PLACEMENT_ARGS = (
 def merged_histogram(family: promtext.Family) -> promtext.Histogram:
     """The series that count (see :func:`primary`) summed by bucket: sum by (le) (...)."""
     by_labels = promtext.histogram_series(family)
-    series = [by_labels[ls] for members in primary(list(by_labels)).values()
-              for ls in members]
-    if len(series) == 1:
-        return series[0]
-    counts: dict[float, float] = {}
-    total = 0.0
-    count = 0.0
-    for hist in series:
-        for bound, c in hist.buckets:
-            counts[bound] = counts.get(bound, 0.0) + c
-        total += hist.sum
-        count += hist.count
-    return promtext.Histogram(buckets=tuple(sorted(counts.items())), sum=total, count=count)
+    return promtext.summed([by_labels[ls] for members in primary(list(by_labels)).values()
+                            for ls in members])
 
 
 RANK_GAUGES = {"weight_gb": "sglang:weight_memory_usage_gb",

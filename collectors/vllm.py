@@ -19,6 +19,7 @@ from typing import Any
 
 from collectors import promtext
 from collectors.engine_http import EngineCollector
+from collectors.readings import spell
 from collectors.units import GIB, MIB
 from collectors.windowed import WindowedHistogram, WindowedRate
 
@@ -101,13 +102,9 @@ def gauge_figure(fam: promtext.Family | None, how: str) -> tuple[float | None, s
         key = _engine(s.labels)
         per_engine[key] = per_engine.get(key, 0.0) + s.value
     if not per_engine:
-        return (None, None) if bad is None else (None, f"n/a: {_spell(bad)} from the server")
+        return (None, None) if bad is None else (None, f"n/a: {spell(bad)} from the server")
     values = list(per_engine.values())
     return (max(values) if how == MAX else sum(values)), None
-
-
-def _spell(value: float) -> str:
-    return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
 
 
 def counter_figure(fam: promtext.Family | None) -> float | None:
@@ -123,17 +120,7 @@ def counter_figure(fam: promtext.Family | None) -> float | None:
 
 def merged_histogram(fam: promtext.Family) -> promtext.Histogram:
     """Every engine's series summed by bucket."""
-    series = list(promtext.histogram_series(fam).values())
-    if len(series) == 1:
-        return series[0]
-    counts: dict[float, float] = {}
-    total = count = 0.0
-    for hist in series:
-        for bound, c in hist.buckets:
-            counts[bound] = counts.get(bound, 0.0) + c
-        total += hist.sum
-        count += hist.count
-    return promtext.Histogram(buckets=tuple(sorted(counts.items())), sum=total, count=count)
+    return promtext.summed(list(promtext.histogram_series(fam).values()))
 
 
 def cache_config(fams: dict[str, promtext.Family]) -> list[dict[str, str]]:
