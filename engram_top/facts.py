@@ -20,7 +20,7 @@ from engram_top import energy
 from engram_top.figures import RunFigures
 from engram_top.reference import Reference
 from engram_top.store import RunFacts, RunStore
-from scenarios.runstate import RunState
+from scenarios.runstate import LIVE, RunState
 
 if TYPE_CHECKING:  # the comparison's code loads when a comparison is made
     from engram_top.compare import Comparison, RunResult
@@ -105,6 +105,19 @@ def gpu_facts(store: RunStore) -> list[GpuView]:
             ecc_uncorrected=dev.ecc_uncorrected, xids=dev.xids,
         ))
     return out
+
+
+def run_host_delta_bytes(store: RunStore, run: RunFacts | None) -> float | None:
+    """What a run has taken of host memory since its launch: while it is the store's run and
+    live, the Host RAM panel's own figure (the latest reading against the run's baseline),
+    so the scenario list and the panel never disagree; else the figure kept with the run
+    (its results, from the last time it was live)."""
+    if run is not None and run is store.run and run.state in LIVE:
+        host = host_facts(store)
+        if host is not None and host.delta_bytes is not None:
+            return host.delta_bytes
+    kept = run.results.host_delta_gib if run is not None else None
+    return None if kept is None else kept * GIB
 
 
 def host_facts(store: RunStore) -> HostView | None:

@@ -383,3 +383,31 @@ async def test_a_start_up_says_what_it_waits_for_and_a_stop_marks_the_last_figur
         assert not any("is starting" in e for e in events(session))
         await quit_app(app, pilot)
     assert not strays(tmp_path)
+
+
+@pytest.mark.timeout(90)
+async def test_through_a_launch_the_scenario_row_s_host_delta_is_the_host_ram_panel_s(
+        tmp_path: Path) -> None:
+    """Once, 3 s into a launch, the row read +6.5 GiB while the panel read +17.5 GiB. While
+    the host placement's tables grow, every frame shows one figure in both places."""
+    import re
+    session = Session(SessionOptions(scenario_file=DEMO, start="host", state_dir=tmp_path / "s",
+                                     free_ports=True, time_scale=0.05, poll_interval=0.5,
+                                     load=None))
+    app = EngramTopApp(session)
+    seen: list[tuple[str, str, str]] = []  # (run state, panel's Δ, row's host Δ)
+
+    def look() -> bool:
+        run = session.store.run
+        found = re.search(r"│ ?Δ +(–|[+-][\d,.]+ GiB)", screen_text(app))
+        if run is not None and run.scenario == "host" and found and app._rows:
+            seen.append((str(run.state), found.group(1), row(app, "host")[5]))
+        return ready(session, "host")()
+
+    async with app.run_test(size=SIZE) as pilot:  # 150 columns: the list shows host Δ
+        await until(pilot, look, 60, "the server to be ready")
+        growing = {panel for state, panel, _ in seen if state == "starting" and panel != "–"}
+        assert len(growing) >= 3, seen  # the tables grew while we looked
+        assert [s for s in seen if s[1] != s[2]] == [], seen
+        await quit_app(app, pilot)
+    assert not strays(tmp_path)

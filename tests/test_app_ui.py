@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import re
 from pathlib import Path
 
 import pytest
 from helpers import GIB, StaticSession, screen_text, until
 from scene import NOW, WALL, frozen_time_zone, scene_store
 from textual.command import CommandList, CommandPalette
-from textual.widgets import RichLog
+from textual.widgets import DataTable, RichLog
 
 from collectors.readings import GpuData, Reading, Status
 from engram_top.app.compare_screen import CompareScreen
@@ -283,3 +284,37 @@ def test_a_starting_header_and_the_scenario_list_fit_a_100_column_terminal() -> 
     assert "host-prefetch · STARTING" in text and "loading weights · 12.3 s of ~27.3 s" in text
     # The list's state column holds its phase whole ("▸ weights", not "▸ loading wei–").
     assert all(len(f"▸ {label}") <= 11 for label in PHASE_SHORT.values())
+
+
+def host_delta_shown(app: EngramTopApp, scenario: str) -> tuple[str, str]:
+    """The Host RAM panel's Δ ("+6.4 GiB", or "–") and the scenario list's host Δ cell for
+    ``scenario``, as they are on screen at this moment."""
+    found = re.search(r"│ ?Δ +(–|[+-][\d,.]+ GiB)", screen_text(app))
+    assert found is not None, screen_text(app)
+    table = app.query_one("#scenarios", DataTable)
+    assert str(list(table.columns.values())[5].label) == "host Δ"
+    cells = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+    (cell,) = [row[5] for row in cells if row[0].strip(" ▶") == scenario]
+    return found.group(1), cell
+
+
+async def test_a_launch_s_host_delta_is_the_host_ram_panel_s() -> None:
+    """3 s into a launch the scenario row once read +6.5 GiB while the Host RAM panel read
+    +17.5: the row had the run's figures of the last second. The live run's row and the panel
+    take one figure and write it one way, even where rounding it twice would differ."""
+    store = scene_store()
+    run = store.run
+    run.state, run.phase, run.ready_at = "starting", "weights", None
+    run.results = dataclasses.replace(run.results, host_delta_gib=17.5)  # an older figure
+    used = 40 * GIB + round(6.4496 * GIB)  # 6.4496 GiB over the baseline: +6.4, not +6.5
+    store.add("host", Reading("host", Status.OK, dataclasses.replace(
+        store.data("host"), used_bytes=used, available_bytes=2048 * GIB - used), at=NOW))
+    app = EngramTopApp(StaticSession(store), clock=lambda: NOW)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.query_one("#scenarios").row_count > 0, 5, "the list")
+        assert host_delta_shown(app, "host-prefetch") == ("+6.4 GiB", "+6.4 GiB")
+        # Stopped, the row keeps the run's own figure; the panel goes on "since launch".
+        run.state = "stopped"
+        store.bump("run")
+        await until(pilot, lambda: host_delta_shown(app, "host-prefetch")[1] == "+17.5 GiB",
+                    5, "the row to show the run's figure")

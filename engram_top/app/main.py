@@ -380,15 +380,10 @@ class EngramTopApp(App[int]):
             current = store.run is not None and f is store.run
             state = "–" if f is None else (f.state if f.state != "starting"
                                            else f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}")
-            delta = r.host_delta_gib
-            if current and f is not None and f.state in ("starting", "ready", "attached"):
-                # The live figure, as the Host RAM panel has it this very moment.
-                host = facts.host_facts(store)
-                delta = host.delta_gib if host is not None and host.delta_gib is not None \
-                    else delta
+            # The live run's is the Host RAM panel's own figure, written the same way.
+            delta = panels.host_delta(facts.run_host_delta_bytes(store, f))
             row = (("▶ " if current else "  ") + name, state,
-                   seconds(r.ready_s), tokens(r.kv_tokens), weights_gb(r.weights_gb),
-                   "–" if delta is None else f"{delta:+.1f} GiB")
+                   seconds(r.ready_s), tokens(r.kv_tokens), weights_gb(r.weights_gb), delta)
             rows.append(row[:self._scenario_columns])
         if tuple(rows) == self._rows:
             return

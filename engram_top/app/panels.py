@@ -376,8 +376,9 @@ def host_panel(store: RunStore, rows: int | None = None,
     out.append((1, row("used", Text.assemble(bar([(h.used_bytes, "blue")], h.total_bytes, 12),
                                              " ", f"{gib(h.used_bytes)} of "
                                                   f"{gib(h.total_bytes, 0)} GiB"), width)))
+    # The scenario list's host Δ of the live run is this figure (facts.run_host_delta_bytes)
     delta = h.delta_bytes
-    out.append((1, row("Δ", Text("–" if delta is None else f"{gib_change(delta)} GiB since launch",
+    out.append((1, row("Δ", Text("–" if delta is None else f"{host_delta(delta)} since launch",
                                  style="bold green" if (delta or 0) > 50 * GIB else ""), width)))
     # Pinned host memory (the Engram tables) shows in Shmem and huge pages (the help says).
     out.append((3, row("Shmem", f"{gib(h.shmem_bytes)} GiB · huge pages "
@@ -391,6 +392,12 @@ def host_panel(store: RunStore, rows: int | None = None,
     room = rows - sum(rank < NUMA_RANK for rank, _ in [*out, swap, *engram]) if rows else None
     out += [*numa_rows(h, room), swap, *engram]
     return Group(*fit(out, rows))
+
+
+def host_delta(delta_bytes: float | None) -> str:
+    """Host memory taken since a launch, as the Host RAM panel and the scenario list both
+    write it: "+195.4 GiB"."""
+    return "–" if delta_bytes is None else f"{gib_change(delta_bytes)} GiB"
 
 
 NUMA_RANK = 5  # below the Engram and Shmem rows; above a swap that holds nothing
