@@ -96,7 +96,8 @@ def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, no
     the axis are drawn at its edge. Too small a box gives the title alone.
     """
     start = now - t_window
-    seen = [v for line in lines for v in _visible(line.points, start, now)]
+    visible = [_visible(line.points, start, now) for line in lines]
+    seen = [v for values in visible for v in values]
     if y_max is None:
         y_max = nice_max(max(seen, default=0.0) - y_min) + y_min
     if y_max <= y_min:
@@ -113,7 +114,8 @@ def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, no
     label_w = max(len(s) for s in labels.values())
     cols = width - label_w - 1
     out = Text(no_wrap=True, overflow="crop")
-    out.append_text(_title_line(lines, title, width, start, now, fmt))
+    out.append_text(_title_line(lines, [values[-1] if values else None for values in visible],
+                                title, width, fmt))
     if rows < 1 or cols < 2 or t_window <= 0:
         return out
 
@@ -123,6 +125,10 @@ def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, no
 
     top = dots_y - 1
     floor = math.floor
+
+    def dot_row(y: float) -> int:
+        """The dot row a height is drawn at, from the bottom (clamped to the axis)."""
+        return floor((top if y > top else 0.0 if y < 0.0 else y) + 0.5)
 
     def plot(x: int, y: float, colour: str) -> None:
         if not 0 <= x < dots_x:
@@ -139,10 +145,16 @@ def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, no
     for line in lines:
         for run in split_gaps(line.points, line.gap_s):
             pts = [to_dots(p) for p in run if p[0] <= now]
-            if pts and all(y == pts[0][1] for _, y in pts):
-                _draw_flat(pts, line.colour, plot)  # an idle node's lines: the common case
+            if not pts:
+                continue
+            # An idle node's lines, the common case: every point in one dot row (a flat
+            # line, or one whose jitter is less than a dot). Joined, they would fill that
+            # row from the first column to the last, as _draw_flat does without the joins.
+            row = dot_row(pts[0][1])
+            if all(dot_row(y) == row for _, y in pts):
+                _draw_flat(pts, row, line.colour, plot)
             else:
-                _draw_run(pts, line.colour, plot)
+                _draw_run(pts, top, line.colour, plot)
 
     chars = [[chr(_BRAILLE + bits) if bits else " " for bits in row] for row in cells]
     if not seen and cols >= len(NO_DATA):
@@ -169,26 +181,33 @@ def _round(value: float) -> int:
     return math.floor(value + 0.5)
 
 
-def _draw_run(pts: list[tuple[float, float]], colour: str,
+def _draw_run(pts: list[tuple[float, float]], top: int, colour: str,
               plot: Callable[[int, float, str], None]) -> None:
-    """Join consecutive points of one run (in dot coordinates); a lone point is one dot."""
+    """Join consecutive points of one run (in dot coordinates, rows 0 to top); a lone point
+    is one dot."""
     cols = _columns(pts)
     for x, _, lo, hi, _ in cols:
-        for y in range(_round(lo), _round(hi) + 1):
+        for y in _rows(_round(lo), _round(hi), top):
             plot(x, y, colour)
     for (a, _, _, _, y0), (b, y1, _, _, _) in zip(cols, cols[1:], strict=False):
-        _join(a, y0, b, y1, colour, plot)
+        _join(a, y0, b, y1, top, colour, plot)
 
 
-def _draw_flat(pts: list[tuple[float, float]], colour: str,
+def _rows(low: int, high: int, top: int) -> range:
+    """Dot rows low to high, as plot draws them: a row beyond the axis is drawn at its edge,
+    so the range stops there (a value a billion times the axis costs no billion dots)."""
+    return range(min(max(low, 0), top), min(max(high, 0), top) + 1)
+
+
+def _draw_flat(pts: list[tuple[float, float]], y: float, colour: str,
                plot: Callable[[int, float, str], None]) -> None:
-    """What _draw_run draws for a run of one value, a dot a column from its first column in
-    the window (the left edge when it began before) to its last, without the joins."""
+    """What _draw_run draws for a run whose points are all drawn in one dot row (at y), a
+    dot a column from its first column in the window (the left edge when it began before)
+    to its last, without the joins."""
     inside = [x for x, _ in pts if x >= 0]
     if not inside:
         return  # wholly before the window
     first = 0 if pts[0][0] < 0 else _round(inside[0])
-    y = pts[0][1]
     for x in range(first, _round(inside[-1]) + 1):
         plot(x, y, colour)
 
@@ -215,7 +234,7 @@ def _columns(pts: list[tuple[float, float]]) -> list[tuple[int, float, float, fl
     return out
 
 
-def _join(a: int, y0: float, b: int, y1: float, colour: str,
+def _join(a: int, y0: float, b: int, y1: float, top: int, colour: str,
           plot: Callable[[int, float, str], None]) -> None:
     """A line from column a to column b (a < b). Each column covers the line's heights from
     half a column before to half after, so a steep rise reads as a line, not two dots.
@@ -233,11 +252,11 @@ def _join(a: int, y0: float, b: int, y1: float, colour: str,
         yb = y0 + slope * (min(x + 0.5, b) - a)
         if ya > yb:
             ya, yb = yb, ya
-        for y in range(floor(ya + 0.5), floor(yb + 0.5) + 1):
+        for y in _rows(floor(ya + 0.5), floor(yb + 0.5), top):
             plot(x, y, colour)
 
 
-def _title_line(lines: Sequence[Line], title: str, width: int, start: float, now: float,
+def _title_line(lines: Sequence[Line], latest: Sequence[float | None], title: str, width: int,
                 fmt: Callable[[float], str]) -> Text:
     """The title, then each line's colour key, label and latest value while they fit; then
     without the values; then with short labels ("GPU3" as "3"); then as many keys as fit
@@ -246,13 +265,12 @@ def _title_line(lines: Sequence[Line], title: str, width: int, start: float, now
     def legend(with_values: bool, short: bool, upto: int | None = None) -> Text:
         text = Text(f"{title}  " if title else "", style="bold")
         shown = lines if upto is None else lines[:upto]
-        for line in shown:
-            values = _visible(line.points, start, now)
+        for line, last in zip(shown, latest, strict=False):  # last: its latest value in view
             label = line.label.removeprefix("GPU") if short else line.label
             text.append("■ ", style=line.colour)
-            if with_values and values:
+            if with_values and last is not None:
                 text.append(f"{label} ")
-                text.append(f"{fmt(values[-1])}  ", style="bold")
+                text.append(f"{fmt(last)}  ", style="bold")
             else:
                 text.append(f"{label}  ")
         if upto is not None and upto < len(lines):

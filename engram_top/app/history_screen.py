@@ -9,15 +9,20 @@ read from the store's series; a source that stopped answering leaves a gap.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
+from textual.content import Content
 from textual.events import Resize
+from textual.geometry import Region
 from textual.screen import Screen
+from textual.strip import Strip
+from textual.visual import Visual
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
@@ -43,9 +48,22 @@ def window_points(series: Series | None, start: float, now: float,
     (the coarse tier's steps are coarse_every times longer and are not gaps)."""
     if series is None or not series.fine:
         return [], None
+    fine = series.fine
+    if fine[0][0] < start:
+        # The fine tier covers the window (the trend strip's case, redrawn every 2 s): read
+        # back from its end to the point before the window, never the whole series.
+        step = _median_step(fine)
+        points: list[tuple[float, float]] = []
+        for t, v in reversed(fine):
+            if t <= now:
+                points.append((t, v * scale))
+            if t < start:
+                break  # the point before the window, so the line enters it
+        points.reverse()
+        return points, None if step is None else 3 * step
     everything = series.points()
-    coarse_in_view = everything[0][0] < series.fine[0][0] and series.fine[0][0] > start
-    step = _median_step(list(series.coarse) if coarse_in_view else list(series.fine))
+    coarse_in_view = everything[0][0] < fine[0][0] and fine[0][0] > start
+    step = _median_step(series.coarse if coarse_in_view else fine)
     for i, (t, _) in enumerate(everything):
         if t >= start:
             first = max(0, i - 1)  # one point before the window, so the line enters it
@@ -56,8 +74,9 @@ def window_points(series: Series | None, start: float, now: float,
     return points, None if step is None else 3 * step
 
 
-def _median_step(points: list[tuple[float, float]]) -> float | None:
-    steps = sorted(b[0] - a[0] for a, b in zip(points, points[1:], strict=False))
+def _median_step(points: Sequence[tuple[float, float]]) -> float | None:
+    times = [t for t, _ in points]
+    steps = sorted(map(operator.sub, times[1:], times[:-1]))
     return steps[len(steps) // 2] if steps else None
 
 
@@ -94,30 +113,90 @@ def window_label(seconds: float) -> str:
 
 
 class ChartView(Widget):
-    """One chart, drawn at whatever size its grid cell has now (so a resize redraws it)."""
+    """One chart, drawn at whatever size its grid cell has now (so a resize redraws it).
+
+    It renders line by line (Textual's line API), each line through the same conversion a
+    whole Text gets, and keeps each line's strip: a redraw repaints only the lines that
+    look different. A line growing by a dot, or a legend's value moving, repaints that line
+    of the chart, not all of it (while the trend strip's two minutes fill, every redraw
+    changes something, and usually one or two lines)."""
+
+    ALLOW_SELECT = False  # a chart's braille dots are no text to copy
 
     def __init__(self, draw: Draw, *, id: str) -> None:
         super().__init__(id=id, classes="history-chart")
         self.draw = draw
-        self._drawn: tuple[tuple[int, int], object, Text] | None = None  # size, key, chart
+        self._chart_size: tuple[int, int] | None = None  # the size the lines were drawn at
+        self._chart_lines: list[Text] = []
+        self._chart_keys: list[tuple[object, ...]] = []
+        self._chart_strips: dict[int, Strip] = {}  # rendered lines, by row
+
+    def _take(self, chart: Text, size: tuple[int, int]) -> list[int] | None:
+        """Keep a new drawing; the rows that changed (None: all of them)."""
+        lines = chart.split("\n", allow_blank=True)
+        for line in lines:
+            line.no_wrap = True  # as the whole chart is (split leaves it out)
+        keys = [_key(line) for line in lines]
+        changed = None
+        if size == self._chart_size and len(keys) == len(self._chart_keys):
+            changed = [y for y, (old, new) in enumerate(zip(self._chart_keys, keys, strict=True))
+                       if old != new]
+        self._chart_size, self._chart_lines, self._chart_keys = size, lines, keys
+        if changed is None:
+            self._chart_strips.clear()
+        else:
+            for y in changed:
+                self._chart_strips.pop(y, None)
+        return changed
+
+    def _current_size(self) -> tuple[int, int]:
+        return (self.content_size.width, self.content_size.height)
 
     def render(self) -> Text:
-        size = (self.content_size.width, self.content_size.height)
-        if self._drawn is None or self._drawn[0] != size:
-            chart = self.draw(*size)
-            self._drawn = (size, _key(chart), chart)
-        return self._drawn[2]
+        """The whole chart as one Text (what it shows; the screen draws it line by line)."""
+        size = self._current_size()
+        if size != self._chart_size:
+            self._take(self.draw(*size), size)
+        text = Text("\n").join(self._chart_lines)
+        text.no_wrap, text.overflow = True, "crop"
+        return text
+
+    def render_line(self, y: int) -> Strip:
+        size = self._current_size()
+        if size != self._chart_size:
+            self._take(self.draw(*size), size)
+        strip = self._chart_strips.get(y)
+        if strip is None:
+            width = size[0]
+            if 0 <= y < len(self._chart_lines):
+                content = Content.from_rich_text(self._chart_lines[y], console=self.app.console)
+                strips = Visual.to_strips(self, content, width, 1, self.visual_style,
+                                          apply_selection=False)
+                strip = strips[0] if strips else Strip.blank(width)
+            else:
+                strip = Strip.blank(width, self.visual_style.rich_style)
+            self._chart_strips[y] = strip
+        return strip
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> ChartView:
+        if repaint and not regions:
+            self._chart_strips.clear()  # all of it: a style or the theme may have changed
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def notify_style_update(self) -> None:
+        self._chart_strips.clear()
+        super().notify_style_update()
 
     def redraw(self) -> None:
-        """Draw it again, and repaint only if it looks different: a flat line moving on
-        with time, or a window with nothing new in it, costs a draw but no repaint."""
-        size = (self.content_size.width, self.content_size.height)
-        chart = self.draw(*size)
-        key = _key(chart)
-        if self._drawn is not None and self._drawn[0] == size and self._drawn[1] == key:
-            return
-        self._drawn = (size, key, chart)
-        self.refresh()
+        """Draw it again, and repaint only the lines that look different: a flat line moving
+        on with time, or a window with nothing new in it, costs a draw but no repaint."""
+        size = self._current_size()
+        changed = self._take(self.draw(*size), size)
+        if changed is None:
+            self.refresh()
+        elif changed:
+            self.refresh(*[Region(0, y, size[0], 1) for y in changed])
 
 
 def _key(text: Text) -> tuple[object, ...]:
