@@ -1,5 +1,5 @@
 """A bordered panel of the dashboard, drawn by one of panels.py's functions from a RunStore,
-redrawn only when its sources' versions move and then only if its lines changed."""
+redrawn only when its sources' versions move, and then only the lines that changed."""
 
 from __future__ import annotations
 
@@ -8,13 +8,22 @@ from typing import Any
 
 from rich.console import Group
 from rich.text import Text
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.visual import RichVisual, Visual
 from textual.widgets import Static
 
 from engram_top.store import RunStore
 
+LineKey = tuple[object, ...]
+
 
 class Panel(Static):
-    """A bordered panel redrawn from the store when one of its sources has a new version."""
+    """A bordered panel redrawn from the store when one of its sources has a new version.
+
+    A panel of lines of text (every panel of the dashboard) is drawn line by line, each
+    line as Textual draws it within the whole: a new reading that moves one figure, or a
+    trend that grows by a bar, repaints the screen lines that changed and no others."""
 
     def __init__(self, title: str, render_fn: Callable[[RunStore], Any],
                  sources: tuple[str, ...], *, id: str) -> None:
@@ -23,7 +32,12 @@ class Panel(Static):
         self.render_fn = render_fn
         self.sources = sources
         self._seen: tuple[int, ...] | None = None
-        self._shown_lines: tuple[object, ...] | None = None
+        self._shown_lines: tuple[LineKey, ...] | None = None
+        # What it shows as lines (None: something else, drawn as a Static draws it).
+        self._panel_lines: list[Text] | None = None
+        self._panel_rows: list[Strip] | None = None  # the lines' screen rows, at _rows_width
+        self._rows_width = 0
+        self._line_strips: dict[LineKey, list[Strip]] = {}  # each line's rows, by its key
 
     def refresh_from(self, store: RunStore, force: bool = False) -> None:
         version = store.version(*self.sources)
@@ -37,8 +51,72 @@ class Panel(Static):
         if shown is not None and shown == self._shown_lines and not force:
             return  # a new reading with the same figures: nothing to redraw
         self._shown_lines = shown
-        # Its size is the grid's, never its content's: no layout pass for a new value.
-        self.update(content, layout=False)
+        if shown is None or not isinstance(content, Group):
+            self._panel_lines = None
+            # Its size is the grid's, never its content's: no layout pass for a new value.
+            self.update(content, layout=False)
+            return
+        self._panel_lines = list(content.renderables)
+        before, width = self._panel_rows, self.size.width
+        self._panel_rows = None
+        if force or before is None or not width or width != self._rows_width:
+            self.refresh()
+            return
+        after = self._rows(width, shown)
+        changed = [y for y in range(max(len(before), len(after)))
+                   if y >= len(before) or y >= len(after) or before[y] != after[y]]
+        if changed:
+            self.refresh(*[Region(0, y, width, 1) for y in changed])
+
+    def _rows(self, width: int, keys: tuple[LineKey, ...] | None = None) -> list[Strip]:
+        """The screen rows of its lines at this width: a line already drawn at this width is
+        not drawn again, and only the lines shown now are kept."""
+        if self._panel_rows is not None and self._rows_width == width:
+            return self._panel_rows
+        lines = self._panel_lines or []
+        keys = keys if keys is not None and len(keys) == len(lines) else \
+            tuple(text_key(line) for line in lines)
+        if width != self._rows_width:
+            self._line_strips = {}
+        drawn: dict[LineKey, list[Strip]] = {}
+        rows: list[Strip] = []
+        for line, key in zip(lines, keys, strict=True):
+            strips = drawn.get(key) or self._line_strips.get(key)
+            if strips is None:
+                # Each Text as the panel's Group would have it (RichVisual, the widget's
+                # style): the same cells as drawing the whole.
+                strips = Visual.to_strips(self, RichVisual(self, line), width, None,
+                                          self.visual_style)
+            drawn[key] = strips
+            rows += strips
+        self._line_strips, self._panel_rows, self._rows_width = drawn, rows, width
+        return rows
+
+    def render(self) -> Any:
+        if self._panel_lines is None:
+            return super().render()
+        return Group(*self._panel_lines)
+
+    def render_line(self, y: int) -> Strip:
+        if self._panel_lines is None:
+            return super().render_line(y)
+        width, height = self.size
+        rows = self._rows(width)
+        if 0 <= y < min(len(rows), height):
+            return rows[y]
+        return Strip.blank(width, self.visual_style.rich_style)
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> Panel:
+        if repaint and not regions:  # all of it: a style or the theme may have changed
+            self._panel_rows = None
+            self._line_strips = {}
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def notify_style_update(self) -> None:
+        self._panel_rows = None
+        self._line_strips = {}
+        super().notify_style_update()
 
     def on_resize(self) -> None:
         # Its height changed: the next refresh lays its rows out again.
