@@ -319,13 +319,15 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
     (and the reason on stderr) when a --compare-with file cannot be read."""
     from engram_top.app.main import EngramTopApp
     from engram_top.config import load_config
-    from engram_top.importers import BenchFileError, load_runs
     from engram_top.probe_report import ProbeFileError
-    try:
-        runs = [r for path in args.compare_with for r in load_runs(path)]
-    except BenchFileError as exc:
-        print(f"engram-top: --compare-with: {exc}", file=sys.stderr)
-        return None
+    runs = []
+    if args.compare_with:  # the file readers (and the recording's) only when asked for
+        from engram_top.importers import BenchFileError, load_runs
+        try:
+            runs = [r for path in args.compare_with for r in load_runs(path)]
+        except BenchFileError as exc:
+            print(f"engram-top: --compare-with: {exc}", file=sys.stderr)
+            return None
     try:
         probe = _load_probe(args.probe)
     except ProbeFileError as exc:
@@ -354,9 +356,9 @@ def _record_arguments(p: argparse.ArgumentParser) -> None:
 def _run_recorded(app, args: argparse.Namespace,  # type: ignore[no-untyped-def]
                   state_dir: Path | None) -> int:
     """Run the dashboard; its session is recorded (issue 5) unless --no-record."""
-    from engram_top import recording
     recorder = None
     if not args.no_record:
+        from engram_top import recording  # with its redaction's patterns: ~9 ms of a start
         path = args.record or recording.default_path(state_dir)
         if args.record is None:
             recording.prune(path.parent, recording.KEEP_RECORDINGS - 1)

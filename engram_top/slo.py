@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engram_top.compare import t95
-
 METRICS = ("ttft", "tpot", "e2e")
 PERCENTILES = (50, 90, 95, 99)
 Z95 = 1.959964
@@ -189,6 +187,7 @@ def merge_trials(trials: Sequence[LevelStats]) -> LevelStats:
     if len(goodputs) >= 2:
         m = sum(goodputs) / len(goodputs)
         sd = math.sqrt(sum((g - m) ** 2 for g in goodputs) / (len(goodputs) - 1))
+        from engram_top.compare import t95  # the comparison's module: not at start
         half = t95(len(goodputs) - 1) * sd / math.sqrt(len(goodputs))
         interval = (max(0.0, m - half), m + half)
     lat = {m: {k: mean([t.latency[m][k] for t in trials]) for k in first.latency[m]}
