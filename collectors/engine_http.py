@@ -39,6 +39,8 @@ class EngineCollector:
         self._info_at = 0.0
         self.health_every_s = health_every_s
         self._healthy_at: float | None = None  # when /health last said 200
+        self._page_text: str | None = None  # the last /metrics page parsed, and its families
+        self._page_families: dict[str, promtext.Family] = {}
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -54,6 +56,15 @@ class EngineCollector:
         (the builtin) or TooLarge past them."""
         return await self.client.get(path, deadline_s=self.deadline_s,
                                      limit_bytes=self.PAGE_LIMITS.get(path, 16 * MIB))
+
+    def _families(self, text: str) -> dict[str, promtext.Family]:
+        """A /metrics page's families. An idle server's page is the same from one poll to
+        the next: it is parsed once (what the readers take from the families is pure, and
+        the windows still get a point every poll). PromTextError for a page it cannot read."""
+        if text != self._page_text:
+            self._page_families = promtext.parse(text)
+            self._page_text = text
+        return self._page_families
 
     async def _poll(self) -> Reading[ServerData]:
         now = time.monotonic()

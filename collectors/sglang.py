@@ -214,7 +214,7 @@ class SglangCollector(EngineCollector):
         if resp.status_code == 404:
             raise ValueError("/metrics is 404: start SGLang with --enable-metrics")
         resp.raise_for_status()
-        fams = canonical(promtext.parse(resp.text))
+        fams = canonical(self._families(resp.text))
         if not any(n.startswith("sglang:") for n in fams) \
                 and any(n.startswith(("vllm:", "vllm_")) for n in fams):
             raise ValueError("/metrics is a vLLM server's page: watch it with --engine vllm")

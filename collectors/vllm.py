@@ -240,7 +240,7 @@ class VllmCollector(EngineCollector):
         if resp.status_code == 404:
             raise ValueError("/metrics is 404: is this a vLLM server?")
         resp.raise_for_status()
-        fams = canonical(promtext.parse(resp.text))
+        fams = canonical(self._families(resp.text))
         if not is_vllm_page(fams):
             raise ValueError("/metrics has no vllm: families: is this a vLLM server?")
         out = page_figures(fams)

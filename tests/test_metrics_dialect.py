@@ -161,6 +161,34 @@ async def test_the_collector_reads_an_old_server_over_http() -> None:
     assert d.queue_time is not None and d.queue_time.p99_over and d.queue_time.p99 == 30.0
 
 
+async def test_an_unchanged_page_is_parsed_once_and_read_every_poll(monkeypatch) -> None:
+    """An idle server's /metrics is the same page every second: it is parsed once, and each
+    poll still reads its figures and gives the windows a point; a new page is parsed."""
+    def page(running: int, first_tokens: int) -> str:
+        n = first_tokens
+        return "\n".join([
+            "# TYPE sglang:num_requests_running gauge", f"sglang:num_requests_running {running}",
+            "# TYPE sglang:generation_tokens_total counter", "sglang:generation_tokens_total 100",
+            _hist("sglang:time_to_first_token_seconds", (n, n, n, n, n, n))]) + "\n"
+    parsed: list[str] = []
+    real_parse = promtext.parse
+    monkeypatch.setattr(promtext, "parse", lambda text: parsed.append(text) or real_parse(text))
+    with PageServer(page(3, 2)) as server:
+        collector = SglangCollector(server.url, window_s=60.0)
+        try:
+            readings = [await collector.poll() for _ in range(3)]
+            server.page = page(4, 5)
+            readings.append(await collector.poll())
+        finally:
+            await collector.close()
+    assert all(r.ok for r in readings), [r.message for r in readings]
+    assert len(parsed) == 2  # the same page three times, then a new one
+    assert [r.data.num_running_reqs for r in readings] == [3, 3, 3, 4]
+    assert all(r.data.output_tokens_per_s == 0.0 for r in readings[1:])  # counted each poll
+    # The window kept the unchanged pages' points: three first tokens since them.
+    assert [r.data.ttft.count for r in readings[1:]] == [0, 0, 3]
+
+
 # --------------------------------------------------------------------------- other pages
 
 DCGM = "\n".join([
