@@ -18,7 +18,9 @@ stream becomes the worker thread alone); those figures are labelled not meaningf
 torch is imported lazily: engram-top does not install it, and this module must stay
 importable without it (and without Textual: benchmarks/gpu_check.py runs it on a GPU node
 that has neither the app nor its dependencies). It imports nothing of engram_top but
-probe_report. Also runnable as `python -m engram_top.probe` from a torch environment.
+probe_report. statistics and the thread pool are imported where used too: the CLI imports
+this module for its arguments on every start, the dashboard's included. Also runnable as
+`python -m engram_top.probe` from a torch environment.
 """
 
 from __future__ import annotations
@@ -26,10 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -224,6 +224,8 @@ class _Rig:
                              f"{'pinned ' if cuda else ''}host): {exc}; try a smaller "
                              "--rows-gib") from None
         self.side = torch.cuda.Stream() if cuda else None
+        from concurrent.futures import ThreadPoolExecutor
+
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="probe-prefetch")
         self.weight = torch.full((s.hidden, s.hidden), 0.001, dtype=self.dtype, device=self.gpu)
         self.repeats = 1
@@ -374,6 +376,8 @@ def _timed(rig: _Rig, mode: str, seconds: float) -> dict[str, Any]:
     records = steps(MIN_STEPS, time.perf_counter() + seconds)
     if rig.cuda:
         rig.torch.cuda.synchronize()  # every copy's end event has happened
+    import statistics
+
     step = [s for s, _, _ in records]
     gather = [g for _, g, _ in records if g is not None]
     copy = [rig.copy_ms(c) for _, _, c in records if c is not None]

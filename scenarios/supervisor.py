@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import socket
-import statistics
 import tempfile
 import time
 from collections import deque
@@ -219,6 +218,8 @@ class Supervisor:
     def estimate(self, scenario: Scenario) -> float | None:
         """Median time to ready of the last runs of this scenario, if any."""
         past = self._history().get(self._key(scenario), [])[-5:]
+        import statistics  # here: it brings fractions, decimal and random, 6 ms of a start
+
         return statistics.median(past) if past else None
 
     def _remember(self, run: Run) -> None:
