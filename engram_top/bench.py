@@ -37,6 +37,7 @@ from engram_top.slo import LevelStats, Slo
 from engram_top.store import node_time as startup_in_node_time
 from engram_top.sweep import SweepSpec
 from scenarios import config
+from scenarios.engines.base import Mark
 from scenarios.workload import DriverResult, Level, WorkloadSpec, run_workload
 
 # key -> (kind, default). Kinds: "count" (int >= 1), "int", "pos" (finite > 0),
@@ -330,12 +331,12 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
         plan.workload, count_prompts=bool(getattr(sc.engine, "simulated_node", False)),
         levels=tuple(dataclasses.replace(lv, rate=lv.rate / serve) if lv.rate else lv
                      for lv in plan.workload.levels))
-    marks: dict[tuple[int, str], tuple[float, sweep.ServerMark | None]] = {}
+    marks: dict[tuple[int, str], tuple[float, Mark | None]] = {}
     client = PageClient(sc.url, headers={"Authorization": f"Bearer {sc.api_key}"}
                         if sc.api_key else None)
 
     async def on_level(index: int, when: str) -> None:
-        marks[(index, when)] = (time.monotonic(), await sweep.mark(client, sc.engine.mark_names))
+        marks[(index, when)] = (time.monotonic(), await sweep.mark(client, sc.engine.mark_figures))
 
     gpu_before = session.store.last_ok.get("gpu")  # the energy counters as it starts
     try:
@@ -406,7 +407,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
 
 
 def _live_levels(plan: Plan, result: DriverResult,
-                 marks: dict[tuple[int, str], tuple[float, sweep.ServerMark | None]],
+                 marks: dict[tuple[int, str], tuple[float, Mark | None]],
                  store: Any, serve: float) -> list[LevelStats]:
     """One row per level the driver ran, in node time."""
     series = store.line("server", "token_usage")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from collectors.pages import PageClient, PageError
 from engram_top import reference, slo
 from engram_top.simnode import memory, model
 from engram_top.slo import LevelStats, Slo
+from scenarios.engines.base import Mark
 
 KINDS = ("rate", "concurrency")
 
@@ -87,50 +88,19 @@ def live_loads(spec: SweepSpec) -> tuple[float, ...]:
 # --------------------------------------------------------------------------- live levels
 
 
-@dataclass(frozen=True)
-class ServerMark:
-    """The server's own counters at a level's start or end (SGLang's /metrics)."""
-
-    queue_sum_s: float | None
-    queue_count: float | None
-    retracted: float | None
-
-
-def _largest(families: dict[str, promtext.Family], name: str) -> float | None:
-    # Every TP rank's scheduler may report the same batch: the largest speaks for the server.
-    fam = families.get(name) or families.get(name.removesuffix("_total"))
-    values = [x.value for x in fam.samples if not x.name.endswith("_created")] if fam else []
-    return max(values) if values else None
-
-
-def _histogram_part(families: dict[str, promtext.Family], name: str,
-                    part: str) -> float | None:
-    fam = families.get(name)
-    values = [x.value for x in fam.samples if x.name == f"{name}_{part}"] if fam else []
-    return sum(values) if values else None
-
-
-# An SGLang server's queue-time histogram and retraction counter (an engine names its own).
-SGLANG_MARKS = ("sglang:queue_time_seconds", "sglang:num_retracted_requests_total")
-
-
 async def mark(client: PageClient,
-               names: tuple[str, str] = SGLANG_MARKS) -> ServerMark | None:
-    """The counters now; None when the page cannot be had (the level's row then has no
-    queue time or retraction count, and says nothing false). ``names``: the engine's
-    queue-time histogram and its retraction (vLLM: preemption) counter."""
+               figures: Callable[[dict[str, promtext.Family]], Mark]) -> Mark | None:
+    """The server's own counters now, as its engine reads them from /metrics (``figures``:
+    the engine's mark_figures); None when the page cannot be had (the level's row then has
+    no queue time or retraction count, and says nothing false)."""
     try:
         page = await client.get("/metrics", deadline_s=5.0, limit_bytes=16 * 1024 * 1024)
-        families = promtext.parse(page.text)
+        return figures(promtext.parse(page.text))
     except (PageError, TimeoutError, OSError, promtext.PromTextError):
         return None
-    queue, retracted = names
-    return ServerMark(_histogram_part(families, queue, "sum"),
-                      _histogram_part(families, queue, "count"),
-                      _largest(families, retracted))
 
 
-def server_deltas(start: ServerMark | None, end: ServerMark | None,
+def server_deltas(start: Mark | None, end: Mark | None,
                   serve_scale: float) -> dict[str, Any]:
     """A level's mean queue time (node seconds) and retractions, from its two marks."""
     out: dict[str, Any] = {}

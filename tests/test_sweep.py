@@ -1,6 +1,7 @@
 """The load sweep: the simulated node's model makes its KV pool bind under long contexts,
-the crossover it finds between placements, a sweep plan's checks, and a short sweep run
-end to end over HTTP (its live levels) and in the model (the rest)."""
+the crossover it finds between placements, a sweep plan's checks, a level's server marks
+over every scheduler of a page, and a short sweep run end to end over HTTP (its live
+levels) and in the model (the rest)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import PageServer
 
+from collectors.pages import PageClient
 from engram_top import sweep
 from engram_top.bench import PlanError, load_plan
 from engram_top.slo import Slo
+from scenarios import engines
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGRAM_TOP = Path(sys.executable).with_name("engram-top")
@@ -134,3 +138,52 @@ def test_a_sweep_runs_live_then_modelled_and_writes_its_decision(tmp_path: Path)
     assert rows["goodput_rps"]["cells"]["device"]["mean"] == pytest.approx(
         results["device"]["goodput_rps"])
     assert (out / "goodput.png").stat().st_size > 10_000
+
+
+def _queue(labels: str, count: int, total: float, name: str) -> str:
+    return (f'{name}_bucket{{{labels},le="1.0"}} {count - 1}\n'
+            f'{name}_bucket{{{labels},le="+Inf"}} {count}\n'
+            f"{name}_sum{{{labels}}} {total}\n{name}_count{{{labels}}} {count}\n")
+
+
+SGLANG_PAGE = (
+    "# TYPE sglang:num_retracted_requests_total counter\n"
+    # Each DP rank's scheduler counts its own retractions; its TP ranks repeat them.
+    'sglang:num_retracted_requests_total{dp_rank="0",tp_rank="0"} 5\n'
+    'sglang:num_retracted_requests_total{dp_rank="0",tp_rank="1"} 5\n'
+    'sglang:num_retracted_requests_total{dp_rank="1",tp_rank="0"} 2\n'
+    'sglang:num_retracted_requests_total{dp_rank="1",tp_rank="1"} 2\n'
+    "# TYPE sglang:queue_time_seconds histogram\n"
+    + _queue('dp_rank="0",tp_rank="0"', 4, 2.0, "sglang:queue_time_seconds")
+    + _queue('dp_rank="0",tp_rank="1"', 4, 2.0, "sglang:queue_time_seconds")
+    + _queue('dp_rank="1",tp_rank="0"', 6, 3.0, "sglang:queue_time_seconds")
+    + _queue('dp_rank="1",tp_rank="1"', 6, 3.0, "sglang:queue_time_seconds"))
+VLLM_PAGE = (
+    "# TYPE vllm:num_preemptions counter\n"  # two engines (data parallel), each its own count
+    'vllm:num_preemptions_total{engine="0",model_name="m"} 3\n'
+    'vllm:num_preemptions_created{engine="0",model_name="m"} 1.7e9\n'
+    'vllm:num_preemptions_total{engine="1",model_name="m"} 4\n'
+    "# TYPE vllm:request_queue_time_seconds histogram\n"
+    + _queue('engine="0",model_name="m"', 3, 1.5, "vllm:request_queue_time_seconds")
+    + _queue('engine="1",model_name="m"', 5, 2.5, "vllm:request_queue_time_seconds"))
+
+
+@pytest.mark.parametrize(("kind", "page", "want"), [
+    ("sglang", SGLANG_PAGE, (5.0, 10.0, 7.0)),
+    ("vllm", VLLM_PAGE, (4.0, 8.0, 7.0)),
+    ("sglang", "# TYPE sglang:num_retracted_requests_total counter\n"
+               "sglang:num_retracted_requests_total 1\n", (None, None, 1.0)),
+    ("vllm", SGLANG_PAGE, (None, None, None)),  # another engine's page: nothing false
+])
+async def test_a_levels_marks_count_every_scheduler_once(kind: str, page: str,
+                                                         want: tuple) -> None:
+    with PageServer(page) as server:
+        client = PageClient(server.url)
+        try:
+            got = await sweep.mark(client, engines.get(kind).mark_figures)
+            server.page = "sglang:num_retracted_requests_total{oops 1\n"
+            broken = await sweep.mark(client, engines.get(kind).mark_figures)
+        finally:
+            await client.aclose()
+    assert tuple(got) == want
+    assert broken is None  # a page that cannot be read: no mark, the row says nothing

@@ -10,21 +10,40 @@ scenario's kind and ask it; none of them branches on the kind.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from collectors.readings import Reading, ServerData
 from collectors.units import MIB
 from scenarios.engines.engram import EngramSetting
 
 if TYPE_CHECKING:  # the scenario type only for hints: scenarios.config imports us
+    from collectors.promtext import Family, Histogram
     from collectors.startup_facts import StartupFacts
     from scenarios.config import Scenario
 
 # Where the Engram tables live: the seed's three placements.
 PLACEMENTS = ("device", "host", "host-prefetch")
+
+
+class Mark(NamedTuple):
+    """A server's own counters at one moment (see :meth:`Engine.mark_figures`)."""
+
+    queue_sum_s: float | None
+    queue_count: float | None
+    retracted: float | None
+
+    @classmethod
+    def of(cls, queue: Histogram | None, retracted: float | None) -> Mark:
+        """From the merged queue-time histogram and the counter; a NaN (no _sum, no +Inf
+        bucket) is no figure."""
+        def finite(x: float | None) -> float | None:
+            return x if x is not None and math.isfinite(x) else None
+        return cls(finite(queue.sum) if queue else None, finite(queue.count) if queue else None,
+                   finite(retracted))
 
 
 class EngineError(ValueError):
@@ -126,12 +145,16 @@ class Engine:
     own_polls: tuple[str, ...] = ()
     # Words of a log line worth quoting when a start fails.
     error_markers: tuple[str, ...] = ("Traceback", "Error:")
-    # Its /metrics names of the queue-time histogram and the counter of requests pushed out
-    # for want of KV room (SGLang retracts, vLLM preempts): a bench level's server marks.
-    mark_names = ("sglang:queue_time_seconds", "sglang:num_retracted_requests_total")
     # The API key travels in the server's environment (which only its user can read),
     # rather than in a file or on the argv.
     key_in_env = False
+
+    def mark_figures(self, families: dict[str, Family]) -> Mark:
+        """A bench level's server marks from one parsed /metrics page: its queue-time
+        histogram's sum and count and its count of requests pushed out for want of KV room
+        (SGLang retracts, vLLM preempts), each over every scheduler of the server, or None
+        where the page has none (a level's row then says nothing false)."""
+        return Mark(None, None, None)
 
     @property
     def display(self) -> str:

@@ -24,7 +24,14 @@ from collectors.sglang import (
 )
 from collectors.windowed import quantile_bound
 from scenarios.engines import engram
-from scenarios.engines.base import PLACEMENTS, Engine, EngineError, LogParser, ServerCollector
+from scenarios.engines.base import (
+    PLACEMENTS,
+    Engine,
+    EngineError,
+    LogParser,
+    Mark,
+    ServerCollector,
+)
 
 if TYPE_CHECKING:
     from scenarios.config import Scenario
@@ -73,6 +80,12 @@ class SGLangSpeaker(Engine):
 
     def page_limit(self, path: str) -> int:
         return PAGE_LIMITS.get(path, super().page_limit(path))
+
+    def mark_figures(self, families: dict[str, promtext.Family]) -> Mark:
+        fams = canonical(families)
+        queue = find(fams, HISTOGRAMS["queue_time"])
+        h = merged_histogram(queue) if queue is not None and queue.type == "histogram" else None
+        return Mark.of(h, counter_figure(find(fams, COUNTERS["retracted"])))
 
     def inspect_metrics(self, text: str) -> dict[str, object]:
         from collectors import page_kind  # a command's, not a dashboard's

@@ -14,10 +14,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scenarios.engines.base import Engine, EngineError, LogFollower, LogParser, Readiness
+from scenarios.engines.base import (
+    Engine,
+    EngineError,
+    LogFollower,
+    LogParser,
+    Mark,
+    Readiness,
+)
 from scenarios.engines.engram import EngramSetting
 
 if TYPE_CHECKING:
+    from collectors.promtext import Family
     from collectors.vllm import VllmCollector
     from scenarios.config import Scenario
 
@@ -46,7 +54,6 @@ class VllmSpeaker(Engine):
 
     speaks = "vLLM"
     own_polls = OWN_POLLS
-    mark_names = ("vllm:request_queue_time_seconds", "vllm:num_preemptions_total")
     error_markers = FAILURE_MARKERS
     # vLLM opens its port only once the engine is up, and its /health is 200 from then
     # on: ready is /health 200 and a first /metrics page with vLLM's families on it.
@@ -68,6 +75,13 @@ class VllmSpeaker(Engine):
     def page_limit(self, path: str) -> int:
         from collectors.vllm import PAGE_LIMITS
         return PAGE_LIMITS.get(path, super().page_limit(path))
+
+    def mark_figures(self, families: dict[str, Family]) -> Mark:
+        from collectors import vllm as v
+        fams = v.canonical(families)
+        queue = v.find(fams, v.HISTOGRAMS["queue_time"])
+        h = v.merged_histogram(queue) if queue is not None and queue.type == "histogram" else None
+        return Mark.of(h, v.counter_figure(v.find(fams, v.COUNTERS["retracted"])))
 
     def inspect_metrics(self, text: str) -> dict[str, object]:
         from collectors import promtext
