@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --recording: which session of the file (default: the last)")
     snap.add_argument("--api-key", default=os.environ.get("ENGRAM_TOP_API_KEY"),
                       help="with --attach: the server's key (default: $ENGRAM_TOP_API_KEY)")
-    _engine_argument(snap, "with --attach: the engine the server runs")
+    _engine_argument(snap, "with --attach: the engine the server runs", detected=True)
     _demo_arguments(snap)
     snap.add_argument("--after", type=_non_negative, default=5.0,
                       help="seconds to keep watching after the server is ready (default 5)")
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     att = sub.add_parser("attach", help="watch servers someone else started (never stops them)")
     att.add_argument("urls", nargs="+", metavar="URL")
-    _engine_argument(att, "the engine the servers run")
+    _engine_argument(att, "the engine the servers run", detected=True)
     att.add_argument("--api-key", default=os.environ.get("ENGRAM_TOP_API_KEY"),
                      help="for servers started with --api-key (default: $ENGRAM_TOP_API_KEY, "
                           "which, unlike this option, `ps` does not show)")
@@ -709,13 +709,17 @@ class _RecordingSource:
         await self.replay.close()
 
 
-def _engine_argument(parser: argparse.ArgumentParser, what: str) -> None:
+def _engine_argument(parser: argparse.ArgumentParser, what: str, *,
+                     detected: bool = False) -> None:
     # The kinds are checked once parsed (_main), not listed as choices here: listing them
     # would look up every installed package's entry points at each start, for every
     # command, a tenth of a second before a dashboard's first frame.
     from scenarios import engines
-    parser.add_argument("--engine", default=engines.DEFAULT, metavar="KIND",
-                        help=f"{what} (default: {engines.DEFAULT}; built in: "
+    default = (f"the one whose names the server's /metrics page has, else {engines.DEFAULT}"
+               if detected else engines.DEFAULT)
+    parser.add_argument("--engine", default=None if detected else engines.DEFAULT,
+                        metavar="KIND",
+                        help=f"{what} (default: {default}; built in: "
                              f"{', '.join(engines.BUILT_IN)}; plugins add theirs)")
 
 

@@ -29,6 +29,7 @@ from collectors.source import NodeSource, Source, SourceKey
 from engram_top import reference
 from engram_top.alerts import CHECK_EVERY_S, AlertWatch
 from engram_top.config import Thresholds
+from engram_top.engine_detect import DetectingCollector
 from engram_top.facts import summary
 from engram_top.simnode import state
 from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
@@ -38,6 +39,7 @@ from engram_top.slo import bounds as slo_bounds
 from engram_top.store import RunFacts, RunStore
 from scenarios import config, engines
 from scenarios.config import Scenario, ScenarioFile
+from scenarios.engines.base import Engine, ServerCollector
 from scenarios.runstate import ENDED, RunState
 from scenarios.statelock import StateLock
 from scenarios.supervisor import Run, Supervisor, SupervisorError
@@ -167,6 +169,7 @@ class Session:
         self._polls: dict[str, asyncio.Task[None]] = {}
         # The Engram switches in an attached local server's environment, by URL.
         self._attached_env: dict[str, dict[str, str]] = {}
+        self._attached_engine: dict[str, Engine] = {}  # what a page said, without --engine
         # By scenario: (launch, parser, its version) whose facts the store holds.
         self._startup_seen: dict[str, tuple[float, int, int | None]] = {}
         self._steering: asyncio.Task[None] | None = None
@@ -359,7 +362,8 @@ class Session:
         A password in the URL (http://user:PASS@host) goes to the collector alone: the
         store, the screen, recordings and snapshots know the server by its URL without it."""
         shown, auth = split_credentials(url)
-        engine = engines.get(self.options.engine or engines.DEFAULT)
+        engine = self._attached_engine.get(shown) or engines.get(self.options.engine
+                                                                 or engines.DEFAULT)
         facts = self.store.facts_for(shown) or RunFacts(
             scenario=shown, placement="?", node=self.store.node, time_scale=1.0,
             launched_wall=time.time(), launched_at=time.monotonic(), state=RunState.ATTACHED,
@@ -374,7 +378,11 @@ class Session:
             self._tasks.append(asyncio.create_task(self._read_environ(shown),
                                                    name=f"environ {shown}"))
         if name not in self.sources:  # watched again: its collector (and password) stays
-            collector = engine.collector(shown, api_key=self.options.api_key, auth=auth)
+            collector: ServerCollector = (
+                engine.collector(shown, api_key=self.options.api_key, auth=auth)
+                if self.options.engine else
+                DetectingCollector(shown, api_key=self.options.api_key, auth=auth,
+                                   on_engine=lambda e: self._attached_speaks(shown, e)))
             self.add_source(NodeSource(name, collector.poll, collector.close, node=shown,
                                        kind="server"))
 
@@ -534,14 +542,27 @@ class Session:
                                    / self._load_serve}
             await asyncio.sleep(0.25)
 
+    def _attached_speaks(self, url: str, engine: Engine) -> None:
+        """An attached server's page named its engine (no --engine given): its facts and
+        the placement reading follow that engine from now on."""
+        self._attached_engine[url] = engine
+        facts = self.store.facts_for(url)
+        if facts is not None:
+            facts.engine, facts.engine_name = engine.speaks, engine.display
+            facts.own_polls = engine.own_polls
+            self.store.bump("run")
+        self.announce(f"{url}: its /metrics page is {engine.speaks}'s, so it is read as "
+                      f"{engine.speaks} (--engine {engine.kind} says so up front)")
+
     def _read_engram(self, facts: RunFacts) -> None:
         """The watched run's model, Engram placement and prefetch verdict, from what its
         engine can tell: the scenario, the server's environment and args, its log, its GPU."""
         run = self.run
         ours = run is not None and facts.owned and facts.launched_at == run.launched_at
         sc = run.scenario if ours and run is not None else None
-        engine = sc.engine if sc is not None else engines.get(self.options.engine
-                                                               or engines.DEFAULT)
+        engine = sc.engine if sc is not None else (
+            self._attached_engine.get(facts.url or "")
+            or engines.get(self.options.engine or engines.DEFAULT))
         server = self.store.data("server")
         info_args = server.extra.get("server_args") if server is not None else None
         args = {**(info_args if isinstance(info_args, dict) else {}),

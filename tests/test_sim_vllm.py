@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -424,3 +425,40 @@ async def test_the_dashboard_fills_the_vllm_panels(tmp_path: Path) -> None:
         assert "vLLM" in text and "READY" in text
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running, 15, "the app to quit")
+
+
+async def test_attach_without_engine_reads_a_vllm_server_as_vllm(
+        servers: dict[str, SimServer], tmp_path: Path) -> None:
+    # `engram-top attach URL` with no --engine: the page's vllm: names decide, and the
+    # panels show vLLM's figures rather than the SGLang reader's "not my page".
+    from engram_top.app.main import EngramTopApp
+    from engram_top.session import Session, SessionOptions
+    server = ready(servers, "host-prefetch")
+    session = Session(SessionOptions(attach=(server.url,), load=None, poll_interval=0.5,
+                                     state_dir=tmp_path / "state"))
+    app = EngramTopApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: session.store.run is not None
+                    and session.store.run.engine == "vLLM", 20, "the engine read off its page")
+        await until(pilot, lambda: "42.70M" in screen_text(app), 20, "its KV capacity")
+        server_data = session.store.data("server")
+        assert server_data is not None and server_data.extra.get("engine") == "vllm"
+        assert any("its /metrics page is vLLM's" in e.text for e in session.store.events)
+        assert "vLLM server's page" not in screen_text(app)
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, 15, "the app to quit")
+
+
+def test_a_snapshot_of_an_attached_vllm_server_names_its_engine(
+        servers: dict[str, SimServer], tmp_path: Path) -> None:
+    server = ready(servers, "host-prefetch")
+    # No --engine: the CLI leaves it to the page.
+    out = subprocess.run([*ENGRAM_TOP, "snapshot", "--attach", server.url, "--after", "1",
+                          "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")})
+    assert out.returncode == 0, out.stderr
+    (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("engram-top-")]
+    snap = json.loads((folder / "snapshot.json").read_text())
+    assert snap["runs"][0]["engine"] == "vLLM"
+    assert snap["readings"]["server"]["data"]["extra"]["engine"] == "vllm"

@@ -143,6 +143,9 @@ class Engine:
     readiness = Readiness()
     # Access-log fragments of the dashboard's own polls, hidden in the log pane.
     own_polls: tuple[str, ...] = ()
+    # How its /metrics families' names begin: a server attached without --engine is
+    # read by the engine whose names its page has.
+    page_prefixes: tuple[str, ...] = ()
     # Words of a log line worth quoting when a start fails.
     error_markers: tuple[str, ...] = ("Traceback", "Error:")
     # The API key travels in the server's environment (which only its user can read),

@@ -68,6 +68,7 @@ class SGLangSpeaker(Engine):
 
     own_polls = OWN_POLLS
     error_markers = FAILURE_MARKERS  # the same words the log pane marks
+    page_prefixes = ("sglang:", "sglang_")  # a gateway may spell the colon as _
 
     def parser(self) -> LogParser:
         # Loaded with the first log to read: attach without a log never needs it.

@@ -54,6 +54,7 @@ class VllmSpeaker(Engine):
 
     speaks = "vLLM"
     own_polls = OWN_POLLS
+    page_prefixes = ("vllm:", "vllm_")
     error_markers = FAILURE_MARKERS
     # vLLM opens its port only once the engine is up, and its /health is 200 from then
     # on: ready is /health 200 and a first /metrics page with vLLM's families on it.
