@@ -77,7 +77,10 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SimS
 
 
 def ready(servers: dict[str, SimServer], name: str) -> SimServer:
-    return servers[name].wait_ready()
+    server = servers[name]
+    if server.stopped is not None:  # said plainly, rather than a wait for a dead port
+        pytest.fail(f"sim server vllm-{name} was already stopped by another test")
+    return server.wait_ready()
 
 
 def facts_of(server: SimServer, needle: str = "Application startup complete."):  # type: ignore[no-untyped-def]
@@ -433,14 +436,14 @@ async def test_attach_without_engine_reads_a_vllm_server_as_vllm(
     # panels show vLLM's figures rather than the SGLang reader's "not my page".
     from engram_top.app.main import EngramTopApp
     from engram_top.session import Session, SessionOptions
-    server = ready(servers, "host-prefetch")
-    session = Session(SessionOptions(attach=(server.url,), load=None, poll_interval=0.5,
-                                     state_dir=tmp_path / "state"))
+    server = ready(servers, "device")  # host-prefetch's is stopped by a test above
+    session = Session(SessionOptions(attach=(server.url,), api_key=server.api_key, load=None,
+                                     poll_interval=0.5, state_dir=tmp_path / "state"))
     app = EngramTopApp(session)
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: session.store.run is not None
                     and session.store.run.engine == "vLLM", 20, "the engine read off its page")
-        await until(pilot, lambda: "42.70M" in screen_text(app), 20, "its KV capacity")
+        await until(pilot, lambda: "11.84M" in screen_text(app), 20, "its KV capacity")
         server_data = session.store.data("server")
         assert server_data is not None and server_data.extra.get("engine") == "vllm"
         assert any("its /metrics page is vLLM's" in e.text for e in session.store.events)
@@ -451,12 +454,13 @@ async def test_attach_without_engine_reads_a_vllm_server_as_vllm(
 
 def test_a_snapshot_of_an_attached_vllm_server_names_its_engine(
         servers: dict[str, SimServer], tmp_path: Path) -> None:
-    server = ready(servers, "host-prefetch")
+    server = ready(servers, "device")
     # No --engine: the CLI leaves it to the page.
     out = subprocess.run([*ENGRAM_TOP, "snapshot", "--attach", server.url, "--after", "1",
                           "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")})
+                         env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"),
+                              "ENGRAM_TOP_API_KEY": server.api_key or ""})
     assert out.returncode == 0, out.stderr
     (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("engram-top-")]
     snap = json.loads((folder / "snapshot.json").read_text())
