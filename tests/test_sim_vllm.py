@@ -196,8 +196,11 @@ def test_the_parser_reads_the_models_figures_from_its_log(
     # torch.compile before the KV cache is sized, graph capture after (its phase again).
     assert [s.phase for s in f.timeline] == ["distributed_init", "weights", "graphs",
                                              "kv_pool", "graphs", "http", "ready"]
-    # Launch to ready: the seed's ready_s, scaled.
-    assert f.ready_at - f.launch_at == pytest.approx(seed.ready_s * 0.02, abs=1.5)
+    # Launch to ready: the seed's ready_s, scaled. vLLM's lines carry whole seconds (each
+    # end up to 1 s early), and on a loaded machine the first line comes late after the
+    # launch the clock counts from: up to 1 s long, up to 2 s short.
+    took = f.ready_at - f.launch_at
+    assert seed.ready_s * 0.02 - 2.0 <= took <= seed.ready_s * 0.02 + 1.0, took
     if name == "device":
         assert f.server_args.raw["engram_config"] == {"cpu_offload": False}
         assert f.engram_config == {}
