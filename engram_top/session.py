@@ -362,8 +362,7 @@ class Session:
         A password in the URL (http://user:PASS@host) goes to the collector alone: the
         store, the screen, recordings and snapshots know the server by its URL without it."""
         shown, auth = split_credentials(url)
-        engine = self._attached_engine.get(shown) or engines.get(self.options.engine
-                                                                 or engines.DEFAULT)
+        engine = self._attached_engine_of(shown)
         facts = self.store.facts_for(shown) or RunFacts(
             scenario=shown, placement="?", node=self.store.node, time_scale=1.0,
             launched_wall=time.time(), launched_at=time.monotonic(), state=RunState.ATTACHED,
@@ -542,6 +541,11 @@ class Session:
                                    / self._load_serve}
             await asyncio.sleep(0.25)
 
+    def _attached_engine_of(self, url: str) -> Engine:
+        """The engine an attached server runs: what its page said, else --engine's."""
+        return self._attached_engine.get(url) or engines.get(self.options.engine
+                                                             or engines.DEFAULT)
+
     def _attached_speaks(self, url: str, engine: Engine) -> None:
         """An attached server's page named its engine (no --engine given): its facts and
         the placement reading follow that engine from now on."""
@@ -560,9 +564,7 @@ class Session:
         run = self.run
         ours = run is not None and facts.owned and facts.launched_at == run.launched_at
         sc = run.scenario if ours and run is not None else None
-        engine = sc.engine if sc is not None else (
-            self._attached_engine.get(facts.url or "")
-            or engines.get(self.options.engine or engines.DEFAULT))
+        engine = sc.engine if sc is not None else self._attached_engine_of(facts.url or "")
         server = self.store.data("server")
         info_args = server.extra.get("server_args") if server is not None else None
         args = {**(info_args if isinstance(info_args, dict) else {}),
