@@ -323,11 +323,14 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
     runs = []
     if args.compare_with:  # the file readers (and the recording's) only when asked for
         from engram_top.importers import BenchFileError, load_runs
+        notes: list[str] = []
         try:
-            runs = [r for path in args.compare_with for r in load_runs(path)]
+            runs = [r for path in args.compare_with for r in load_runs(path, notes=notes)]
         except BenchFileError as exc:
             print(f"engram-top: --compare-with: {exc}", file=sys.stderr)
             return None
+        for note in notes:  # a recording's lines skipped: said where the user looks
+            session.store.event("warning", f"--compare-with: {note}")
     try:
         probe = _load_probe(args.probe)
     except ProbeFileError as exc:
@@ -557,12 +560,16 @@ def compare_files(args: argparse.Namespace) -> int:
     from engram_top.compare import compare, to_json, to_markdown
     from engram_top.importers import BenchFileError, load_runs, report_price
     from engram_top.probe_report import ProbeFileError
+    notes: list[str] = []
     try:
-        results = [r for path in args.files for r in load_runs(path, gpus=args.gpus)]
+        results = [r for path in args.files
+                   for r in load_runs(path, gpus=args.gpus, notes=notes)]
         probe = _load_probe(args.probe)
     except (BenchFileError, ProbeFileError) as exc:
         print(f"engram-top compare: {exc}", file=sys.stderr)
         return 2
+    for note in notes:  # a recording's lines skipped: the comparison is of the rest
+        print(f"engram-top compare: {note}", file=sys.stderr)
     if args.baseline not in {r.scenario for r in results}:
         known = ", ".join(sorted({r.scenario for r in results}))
         print(f"engram-top compare: no runs of '{args.baseline}' (runs: {known})",
@@ -636,6 +643,9 @@ async def take_snapshot(args: argparse.Namespace) -> int:
     except RecordingError as exc:
         print(f"engram-top snapshot: {exc}", file=sys.stderr)
         return 2
+    notes = getattr(session, "notes", [])  # a recording's: its sessions, lines skipped
+    for note in notes:
+        print(f"engram-top snapshot: {note}", file=sys.stderr)
     try:
         await session.start()
         ready = await session.wait_ready(timeout)
@@ -653,7 +663,8 @@ async def take_snapshot(args: argparse.Namespace) -> int:
             svg = None
         # Written before close: closing stops the server, and the run would read "stopped".
         path = snapshot.write_folder(
-            args.out, session.store, session.ref, svg=svg, extra={"source": describe},
+            args.out, session.store, session.ref, svg=svg,
+            extra={"source": describe, **({"notes": notes} if notes else {})},
             secrets=[getattr(getattr(session, "options", None), "api_key", None) or ""])
     except snapshot.SnapshotError as exc:
         print(f"engram-top snapshot: {exc}", file=sys.stderr)
@@ -693,6 +704,7 @@ class _RecordingSource:
         # RecordingError: the caller says it.
         self.replay = ReplaySession(path, paused=True, session=session,
                                     thresholds=user_thresholds())
+        self.notes = self.replay.notes
         self.store = self.replay.store
         self.alerts = self.replay.alerts
         self.store.clock = self.replay.clock

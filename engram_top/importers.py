@@ -62,6 +62,9 @@ def load_bench_serving(path: Path, *, scenario: str | None = None,
 
 def _read(path: Path) -> str:
     try:
+        if path.exists() and not path.is_file():  # a folder, or a pipe that blocks the read
+            raise BenchFileError(f"{path}: not a file of results (a folder, a pipe or a "
+                                 "device)")
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BenchFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
@@ -192,13 +195,15 @@ def _spelling(record: dict[str, Any]) -> str:
     return "older" if older else "unknown"
 
 
-def load_runs(path: Path, *, gpus: int | None = None) -> list[RunResult]:
+def load_runs(path: Path, *, gpus: int | None = None,
+              notes: list[str] | None = None) -> list[RunResult]:
     """Runs from any file a comparison takes: an engram-top recording (its finished runs),
     a bench_serving JSONL file, or an `engram-top bench` report.json. BenchFileError names
-    the file (and line) that cannot be read."""
+    the file (and line) that cannot be read; a recording's lines that cannot be read are
+    skipped, and said in ``notes``."""
     try:
         if recording.is_recording(path):
-            return recording.runs_from_recording(path)
+            return recording.runs_from_recording(path, notes)
     except RecordingError as exc:
         raise BenchFileError(str(exc)) from exc
     if path.suffix == ".jsonl":

@@ -1,6 +1,7 @@
 """Recording: every reading, event, run-facts change, load figure and server log line of a
 session appended to a JSON-lines file as it arrives (engram_top.recording_format says what
-the lines hold), and reading such a file back: runs for the comparison, records for a replay.
+the lines hold). Reading such a file back (runs for the comparison, records for a replay)
+is engram_top.recording_read's; its names are here too, where callers have always found them.
 """
 
 
@@ -8,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
-import math
 import os
 import time
 from collections.abc import Callable
@@ -20,32 +19,27 @@ from typing import Any
 from collectors.readings import Reading
 from collectors.source import SourceKey
 from engram_top import facts as facts_mod
-from engram_top.compare import RunResult
 from engram_top.paths import state_base
 from engram_top.recording_format import (
     FLUSH_S,
     FORMAT,
-    MAX_T,
     PATCH_FIELDS,
     TICK_S,
-    Patch,
-    RecordingError,
-    check_time,
-    decode_facts_fields,
-    decode_fields,
-    decode_reading,
     encode_facts,
     encode_reading,
     engram_top_version,
     loose,
     patch_of,
     scenarios_plain,
-    unloose,
-    update_facts,
 )
+from engram_top.recording_format import RecordingError as RecordingError
+from engram_top.recording_read import Recording as Recording
+from engram_top.recording_read import is_recording as is_recording
+from engram_top.recording_read import read_recording as read_recording
+from engram_top.recording_read import read_sessions as read_sessions
+from engram_top.recording_read import runs_from_recording as runs_from_recording
 from engram_top.redact import redact, redact_text
-from engram_top.store import Event, RunFacts, RunStore
-from scenarios import engines
+from engram_top.store import RunFacts, RunStore
 from scenarios.private import open_private
 
 # --------------------------------------------------------------------------- recording
@@ -327,172 +321,3 @@ class Recorder:
                 self._write_reading(key, good)
             self._write_reading(key, reading)
         self._flush_if_due()
-
-
-# --------------------------------------------------------------------------- reading a file
-
-
-@dataclasses.dataclass
-class Recording:
-    """A parsed recording: monotonic times already on the replay's clock (``origin`` + t).
-
-    One session of a file: a file that two sessions wrote to (an old --record path used
-    twice) holds two, each from its header line on; ``session`` says which of ``sessions``
-    this is (1-based)."""
-
-    path: Path
-    header: dict[str, Any]
-    records: list[tuple[float, str, Any]]  # (t, type, payload), in time order
-    first_runs: dict[str, dict[str, Any]]  # run id -> the fields of its first record
-    skipped: int = 0  # a truncated last line
-    session: int = 1
-    sessions: int = 1
-
-    @property
-    def duration(self) -> float:
-        return self.records[-1][0] if self.records else 0.0
-
-
-def read_sessions(path: Path | str, origin: float = 0.0) -> list[Recording]:
-    """Every session of a recording file, in file order; RecordingError names PATH:LINE on
-    anything it cannot read."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise RecordingError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    text = raw.decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    truncated_ok = not text.endswith("\n")  # a last line without newline may be half a line
-    if lines and lines[-1] == "":
-        lines.pop()
-    if not lines:
-        raise RecordingError(f"{path}: empty: not an engram-top recording")
-    sessions: list[Recording] = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines) and truncated_ok and number > 1:
-                sessions[-1].skipped += 1
-                break
-            raise RecordingError(f"{path}:{number}: not JSON ({exc.msg} at column "
-                                 f"{exc.colno})") from None
-        except RecursionError:
-            raise RecordingError(f"{path}:{number}: not a record (nested too deeply to "
-                                 "read)") from None
-        try:
-            if isinstance(obj, dict) and obj.get("type") == "header":
-                sessions.append(Recording(path, _check_header(obj), [], {},
-                                          session=len(sessions) + 1))
-            elif not sessions:
-                raise ValueError("not an engram-top recording (no header line)")
-            else:
-                _take_record(sessions[-1], obj, origin)
-        except ValueError as exc:
-            raise RecordingError(f"{path}:{number}: {exc}") from None
-    for rec in sessions:
-        rec.sessions = len(sessions)
-        rec.records.sort(key=lambda r: r[0])  # stable: same-time records keep their order
-    return sessions
-
-
-def read_recording(path: Path | str, origin: float = 0.0,
-                   session: int | None = None) -> Recording:
-    """One session of a recording: ``session`` (1-based), by default the last one."""
-    sessions = read_sessions(path, origin)
-    index = len(sessions) if session is None else session
-    if not 1 <= index <= len(sessions):
-        raise RecordingError(f"{path}: no session {session}: it holds {len(sessions)}")
-    return sessions[index - 1]
-
-
-def is_recording(path: Path | str) -> bool:
-    """Whether the file starts with a recording's header line (an unreadable file: False)."""
-    try:
-        with open(path, "rb") as f:
-            first = f.readline(65536)
-        obj = json.loads(first)
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(obj, dict) and obj.get("type") == "header" and "format" in obj
-
-
-def _check_header(obj: Any) -> dict[str, Any]:
-    if not isinstance(obj, dict) or obj.get("type") != "header":
-        raise ValueError("not an engram-top recording (no header line)")
-    if obj.get("format") != FORMAT:
-        raise ValueError(f"recording format {obj.get('format')!r}; this engram-top reads "
-                         f"format {FORMAT}")
-    return obj
-
-
-def _take_record(rec: Recording, obj: Any, origin: float) -> None:
-    if not isinstance(obj, dict):
-        raise ValueError("expected a JSON object")
-    kind = obj.get("type")
-    t = obj.get("t")
-    if not isinstance(t, int | float) or isinstance(t, bool):
-        raise ValueError(f"{kind or 'record'}: 't' missing or not a number")
-    if not 0 <= t <= MAX_T:  # also NaN
-        raise ValueError(f"{kind}: 't' is {t}: not a time within a recording "
-                         f"(0 to {MAX_T / 86400:.0f} days from its start)")
-    if kind == "reading":
-        if not isinstance(obj.get("kind"), str):
-            raise ValueError("reading: 'kind' missing")
-        payload: Any = (obj["kind"], decode_reading(obj.get("reading"), origin, "reading"))
-    elif kind == "event":
-        ev = {k: obj.get(k) for k in ("wall", "level", "text")}
-        check_time(ev["wall"], "event.wall")
-        payload = decode_fields(Event, ev, "event")
-    elif kind == "run":
-        rid = obj.get("run")
-        if not isinstance(rid, str):
-            raise ValueError("run: 'run' missing")
-        fields = decode_facts_fields(obj.get("facts"), origin, "run.facts")
-        if rid not in rec.first_runs:
-            if any(isinstance(v, Patch) for v in fields.values()):
-                raise ValueError(f"run {rid}: its first record patches what it never set")
-            RunFacts(**fields)  # the first record of a run must hold all it needs
-            # Recordings from before runs carried their engine's own-poll patterns were all
-            # of servers that speak the default engine's dialect.
-            fields.setdefault("own_polls", engines.get(engines.DEFAULT).own_polls)
-            rec.first_runs[rid] = fields
-        payload = (rid, bool(obj.get("set")), fields)
-    elif kind == "log":
-        lines = obj.get("lines")
-        if not isinstance(obj.get("run"), str) or not isinstance(lines, list) or not all(
-                isinstance(x, list) and len(x) == 2 and isinstance(x[1], str)
-                and isinstance(x[0], int | float) and math.isfinite(x[0]) for x in lines):
-            raise ValueError("log: expected 'run' and 'lines' as [[t, text], ...]")
-        payload = (obj["run"], [(float(a) + origin, s) for a, s in lines])
-    elif kind == "load":
-        if not isinstance(obj.get("load"), dict):
-            raise ValueError("load: expected an object")
-        payload = unloose(obj["load"])
-    elif kind == "end":
-        payload = None
-    else:
-        raise ValueError(f"unknown record type {kind!r}")
-    rec.records.append((float(t), kind, payload))
-
-
-def runs_from_recording(path: Path | str) -> list[RunResult]:
-    """Every run of a recording that became ready and has figures, as RunResults for the
-    comparison (source "recording:<file name>", trials numbered per scenario from 0). A run
-    still serving when the recording ended counts with the figures it had then."""
-    sessions = read_sessions(path)
-    done: list[RunFacts] = []
-    for rec in sessions:  # every session of the file: run ids are per session
-        runs: dict[str, RunFacts] = {}
-        for _, kind, payload in rec.records:
-            if kind == "run":
-                rid, _, fields = payload
-                if rid not in runs:
-                    runs[rid] = RunFacts(**fields)
-                else:
-                    update_facts(runs[rid], fields)
-        done += [r for r in runs.values() if r.ready_at is not None]
-    return facts_mod.run_results(done, source=f"recording:{Path(path).name}")
-
-

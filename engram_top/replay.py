@@ -5,6 +5,7 @@ shows it on any machine, with play, pause, seek and speed."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections import deque
 from collections.abc import Callable
@@ -34,8 +35,11 @@ class ScenarioList:
 
     def __init__(self, data: dict[str, Any]) -> None:
         self.data = data
-        self.name = data.get("name", "")
-        self.scenarios: dict[str, Any] = dict(data.get("scenarios") or {})
+        name, scenarios = data.get("name"), data.get("scenarios")
+        self.name = name if isinstance(name, str) else ""  # a damaged header: no list
+        self.scenarios: dict[str, Any] = {k: v for k, v in scenarios.items()
+                                          if isinstance(v, dict)} \
+            if isinstance(scenarios, dict) else {}
 
 
 class ReplayStore(RunStore):
@@ -95,7 +99,7 @@ class ReplaySession:
         self.origin = clock()
         self.recording: Recording = (open_recording(path, self.origin, session) if lazy
                                      else read_recording(path, self.origin, session))
-        self._told_damage = False
+        self._told_read = False
         self.path = self.recording.path
         self.store = ReplayStore()
         self.store.clock = self.clock  # ages on screen run in recording time
@@ -114,16 +118,12 @@ class ReplaySession:
         # Evaluated again as the recording plays, with this user's thresholds; its own
         # events already hold what the live run said, so nothing is announced twice.
         self.alerts = AlertWatch(self.store, thresholds, announce=False)
-        if self.recording.skipped:  # said first, and again after every rebuild
-            note = Event(time.time(), "warning", f"{self.path.name}: skipped a truncated last "
-                                                 "line (was the recording process killed?)")
-            self.recording.records.insert(0, (0.0, "event", note))
-        rec = self.recording
-        if rec.sessions > 1:
-            note = Event(time.time(), "info", f"{self.path.name} holds {rec.sessions} sessions "
-                                              f"(a --record file used twice): this is session "
-                                              f"{rec.session} (--session N for another)")
-            rec.records.insert(0, (0.0, "event", note))
+        # What the file holds beside its data (its sessions, lines skipped): said first,
+        # and again after every rebuild.
+        self.notes: list[str] = [text for _, text in self.recording.notes()]
+        self._notes = [Event(time.time(), level, text)
+                       for level, text in self.recording.notes()]
+        self._put_notes()
         self._apply_until(0.0)
 
     # ------------------------------------------------------------------ the app's surface
@@ -240,31 +240,63 @@ class ReplaySession:
             if self._playing and pos >= self.duration:
                 self._playing = False  # the end: stay on the last moment
                 self._anchor(self.duration)
-            self._tell_damage()
+            self._tell_read()
             delay = 0.1
             if self._playing and self._index < len(records):
                 delay = min(delay, max(0.005, (records[self._index][0] - pos) / self._speed))
             await asyncio.sleep(delay)
 
-    def _tell_damage(self) -> None:
-        """A damaged line the reading thread met: said once the replay gets there."""
+    def _tell_read(self) -> None:
+        """Once the reading thread is done: the lines it skipped beyond those said at the
+        opening; a file it could no longer read, once the replay gets there."""
         rec = self.recording
-        error = getattr(rec, "error", None)
-        if error is None or self._told_damage or self._index < len(rec.records):
+        if not isinstance(rec, LazyRecording) or self._told_read:
             return
-        self._told_damage = True
-        self.store.put_event(Event(time.time(), "error", f"{error}: the replay stops here"))
-        if self._playing:
-            self.pause()
+        if rec.error is not None and self._index >= len(rec.records):
+            self._told_read = True
+            self._note("error", f"{rec.error}: the replay stops here")
+            if self._playing:
+                self.pause()
+        elif rec.loaded:
+            self._told_read = True
+            for _, text in rec.notes():
+                if text not in self.notes:  # more skipped than the opening knew
+                    self._note("warning", text)
+
+    def _note(self, level: str, text: str) -> None:
+        self.notes.append(text)
+        note = Event(time.time(), level, text)
+        self._notes.append(note)
+        self.store.put_event(note)
+
+    def _put_notes(self) -> None:
+        for note in self._notes:
+            self.store.put_event(note)
 
     def _rebuild(self) -> None:
         self.store.reset()
         self.alerts.reset()
         self._runs = {}
         self._index = 0
-        self._told_damage = False
+        self._put_notes()
+
+    def _take_late(self) -> None:
+        """Records the reading thread found out of time order, put in their place; one
+        before what was applied already means the store is built again up to here."""
+        rec = self.recording
+        late = rec.take_late() if isinstance(rec, LazyRecording) else []
+        if not late:
+            return
+        earliest = len(rec.records)
+        for record in late:
+            at = bisect.bisect_right(rec.records, record[0], key=lambda r: r[0])
+            rec.records.insert(at, record)
+            earliest = min(earliest, at)
+        if earliest < self._index:
+            self._rebuild()  # then applied again up to where it was, by the caller
 
     def _apply_until(self, pos: float) -> None:
+        self._take_late()
         records = self.recording.records
         while self._index < len(records) and records[self._index][0] <= pos:
             _, kind, payload = records[self._index]

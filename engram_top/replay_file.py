@@ -1,15 +1,17 @@
 """A recording opened for the dashboard's replay at once, and read on a thread while it plays.
 
-`read_recording` parses a whole file before anything shows: two seconds for an hour on this
-kind of machine. A replay needs only its first seconds to draw its first frame, so this
-opens a file in a few milliseconds: one pass over its bytes finds the sessions (their header
-lines) and the selected session's last record (its duration, a half-written last line), the
-first few hundred lines are read at once (so a damaged file is refused as FILE:LINE as it
-always was), and a thread reads the rest in order. The replay applies what has been read;
-a seek past it catches up as the thread goes (`fraction` says how far it is).
+`read_recording` parses a whole session before anything shows: two seconds for an hour on
+this kind of machine. A replay needs only its first seconds to draw its first frame, so this
+opens a file in a few milliseconds: the scan finds the sessions (engram_top.recording_scan),
+the end of the selected one gives its duration (and whether its last line is half written),
+the first hundred lines are read at once, and a thread reads the rest in order. The replay
+applies what has been read; a seek past it catches up as the thread goes (`fraction` says
+how far it is).
 
-A damaged line further on does not stop the opening: the thread stops there, `error` says
-FILE:LINE and what is wrong, and the replay plays up to it and says so.
+A line that cannot be read is skipped and named (``skips``), as the whole read does; a
+record earlier in time than what was handed over already waits in ``take_late`` for the
+replay to put in its place. Only a file that can no longer be read stops the thread:
+``error`` says so, and the replay plays up to there.
 """
 
 from __future__ import annotations
@@ -19,35 +21,47 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from engram_top.recording import Recording, RecordingError, _check_header, _take_record
-from engram_top.recording_format import MAX_T
+from engram_top.recording_format import MAX_T, RecordingError
+from engram_top.recording_read import Recording, SessionReader, new_recording
+from engram_top.recording_scan import (
+    Scan,
+    Skip,
+    Span,
+    open_file,
+    parse_line,
+    read_lines,
+    scan,
+)
 
-EAGER_LINES = 100  # read before the replay opens: its first frame, and a damaged head
+EAGER_LINES = 100  # read before the replay opens: its first frame
 CHUNK = 500  # records a reading thread hands over at a time, in time order
-# A header line's start, as the recorder writes it and as a hand-written test file may.
-_HEADERS = (b'{"type":"header"', b'{"type": "header"')
 _TAIL = 64 * 1024  # how much of the end is read for the duration
 
 
 class LazyRecording(Recording):
     """One session of a recording file, read as it plays. The same fields as a Recording
-    (records, first_runs, duration, ...), with ``records`` growing until ``loaded``."""
+    (records, first_runs, duration, skips ...), with ``records`` growing until ``loaded``."""
 
-    def __init__(self, path: Path, header: dict[str, Any], *, start: int, end: int,
-                 first_line: int, duration: float, origin: float, session: int,
-                 sessions: int, skipped: int, truncated_tail: bool) -> None:
-        super().__init__(path, header, [], {}, skipped=skipped, session=session,
-                         sessions=sessions)
-        self._start, self._end, self._line = start, end, first_line
-        self._duration = duration
-        self._origin = origin
-        self._truncated_tail = truncated_tail  # the file's last line, half written
-        self._pos = start  # bytes read so far
+    def __init__(self, found: Scan, span: Span, origin: float) -> None:
+        base = new_recording(found, span)
+        super().__init__(base.path, base.header, [], {}, skips=base.skips,
+                         session=base.session, sessions=base.sessions, lines=base.lines)
+        index = found.spans.index(span)
+        self._reader = SessionReader(self, found.skips, origin)
+        self._start, self._end = span.start, span.end
+        self._pos, self._line = span.start, span.line + 1  # bytes and lines read so far
+        last = index == len(found.spans) - 1
+        self._duration, tail_skip = _tail(found.path, span, last and found.truncated)
+        self._tail_line = None if tail_skip is None else tail_skip.line
+        if tail_skip is not None:  # known now: said at the opening with the rest
+            self.skips.append(tail_skip)
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._late: list[tuple[float, str, Any]] = []
         self._thread: threading.Thread | None = None
         self.loaded = False
         self.error: RecordingError | None = None
-        self._read(EAGER_LINES)  # raises RecordingError: refused at once, as before
+        self._read(EAGER_LINES)  # raises RecordingError: a file that cannot be read
 
     @property
     def duration(self) -> float:
@@ -80,6 +94,13 @@ class LazyRecording(Recording):
         if self._thread is not None:
             self._thread.join(timeout=5.0)
 
+    def take_late(self) -> list[tuple[float, str, Any]]:
+        """Records read after later ones were handed over (the file had them out of time
+        order): the replay puts them in their place."""
+        with self._lock:
+            late, self._late = self._late, []
+        return late
+
     def _read_rest(self) -> None:
         try:
             self._read(None)
@@ -88,130 +109,72 @@ class LazyRecording(Recording):
 
     def _read(self, limit: int | None) -> None:
         """Read up to ``limit`` more lines (all with None), handing records over in chunks
-        sorted by time (the recorder writes them nearly in order: a reading's time is when
-        it was taken, a little before it is written)."""
+        sorted by time."""
         chunk: list[tuple[float, str, Any]] = []
         done = 0
-        with open(self.path, "rb") as f:
-            f.seek(self._pos)
-            while self._pos < self._end and (limit is None or done < limit):
-                if self._stop.is_set():
-                    return
-                raw = f.readline(self._end - self._pos)
-                self._pos += len(raw)
-                self._line += 1
-                done += 1
-                last = self._pos >= self._end
-                self._take(raw, chunk, last)
-                if len(chunk) >= CHUNK:
-                    self._hand_over(chunk)
-        self._hand_over(chunk)
+        try:
+            with open_file(self.path) as f:
+                for number, raw, newline, pos in read_lines(f, self._pos, self._end,
+                                                            self._line):
+                    if self._stop.is_set():
+                        return
+                    self._pos, self._line = pos, number + 1
+                    if number != self._tail_line:  # the half last line: skipped already
+                        record = self._reader.take(number, raw, newline)
+                        if record is not None:
+                            chunk.append(record)
+                    done += 1
+                    if len(chunk) >= CHUNK:
+                        self._hand_over(chunk)
+                    if limit is not None and done >= limit:
+                        break
+        except OSError as exc:
+            raise RecordingError(f"{self.path}:{self._line}: cannot read further: "
+                                 f"{exc.strerror or exc}") from None
+        finally:
+            self._hand_over(chunk)
         if self._pos >= self._end:
             self.loaded = True
 
-    def _take(self, raw: bytes, chunk: list[tuple[float, str, Any]], last: bool) -> None:
-        line = raw.decode("utf-8", errors="replace").rstrip("\n")
-        if not line:
-            return
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if last and self._truncated_tail:
-                return  # the half line a killed recorder leaves: counted at the opening
-            raise RecordingError(f"{self.path}:{self._line}: not JSON ({exc.msg} at column "
-                                 f"{exc.colno})") from None
-        except RecursionError:
-            raise RecordingError(f"{self.path}:{self._line}: not a record (nested too deeply "
-                                 "to read)") from None
-        holder = Recording(self.path, self.header, chunk, self.first_runs)
-        try:
-            _take_record(holder, obj, self._origin)
-        except ValueError as exc:
-            raise RecordingError(f"{self.path}:{self._line}: {exc}") from None
-
     def _hand_over(self, chunk: list[tuple[float, str, Any]]) -> None:
-        if chunk:
-            chunk.sort(key=lambda r: r[0])  # stable: same-time records keep their order
-            self.records.extend(chunk)  # one step: the replay never sees half a chunk
-            chunk.clear()
+        if not chunk:
+            return
+        chunk.sort(key=lambda r: r[0])  # stable: same-time records keep their order
+        with self._lock:
+            latest = self.records[-1][0] if self.records else None
+            cut = 0
+            if latest is not None:
+                while cut < len(chunk) and chunk[cut][0] < latest:
+                    cut += 1
+            self._late.extend(chunk[:cut])
+            self.records.extend(chunk[cut:])  # one step: the replay never sees half a chunk
+        chunk.clear()
 
 
 def open_recording(path: Path | str, origin: float = 0.0,
                    session: int | None = None) -> LazyRecording:
-    """One session of a recording (by default the last), ready to play at once."""
-    path = Path(path)
+    """One session of a recording (by default the last readable one), ready to play at
+    once. RecordingError when the file cannot be read or holds no readable session."""
+    found = scan(Path(path))
+    return LazyRecording(found, found.pick(session), origin)
+
+
+def _tail(path: Path, span: Span, truncated: bool) -> tuple[float, Skip | None]:
+    """(the latest time among the session's last lines, its last line when that is a
+    killed recorder's half line). Other lines that do not parse are the reading's to name."""
+    begin = max(span.start, span.end - _TAIL)
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise RecordingError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if not data.strip():
-        raise RecordingError(f"{path}: empty: not an engram-top recording")
-    starts = _header_lines(data)
-    if not starts or starts[0] != 0:
-        # What the full reader says for a file without a header first: its first line.
-        first = data.split(b"\n", 1)[0].decode("utf-8", errors="replace")
-        try:
-            obj = json.loads(first)
-        except json.JSONDecodeError as exc:
-            raise RecordingError(f"{path}:1: not JSON ({exc.msg} at column {exc.colno})") \
-                from None
-        except RecursionError:
-            raise RecordingError(f"{path}:1: not a record (nested too deeply to "
-                                 "read)") from None
-        raise RecordingError(f"{path}:1: not an engram-top recording (no header line)") \
-            if not (isinstance(obj, dict) and obj.get("type") == "header") else \
-            RecordingError(f"{path}:1: {_header_problem(obj)}")
-    index = len(starts) if session is None else session
-    if not 1 <= index <= len(starts):
-        raise RecordingError(f"{path}: no session {session}: it holds {len(starts)}")
-    start = starts[index - 1]
-    end = starts[index] if index < len(starts) else len(data)
-    head_end = data.find(b"\n", start, end)
-    head_end = end if head_end < 0 else head_end
-    line_no = data.count(b"\n", 0, start) + 1
-    try:
-        header = _check_header(json.loads(data[start:head_end]))
-    except (ValueError, RecursionError) as exc:
-        raise RecordingError(f"{path}:{line_no}: {exc}") from None
-    truncated = end == len(data) and not data.endswith(b"\n")
-    duration, skipped = _tail(data, head_end, end, truncated)
-    return LazyRecording(path, header, start=head_end + 1 if head_end < end else end, end=end,
-                         first_line=line_no, duration=duration, origin=origin,
-                         session=index, sessions=len(starts), skipped=skipped,
-                         truncated_tail=truncated)
-
-
-def _header_lines(data: bytes) -> list[int]:
-    """Where each header line starts: bytes.find, not a regex (a regex's line anchors cost a
-    tenth of a second over an hour's file)."""
-    out: list[int] = []
-    for needle in _HEADERS:
-        at = data.find(needle)
-        while at >= 0:
-            if at == 0 or data[at - 1] == 0x0A:
-                out.append(at)
-            at = data.find(needle, at + 1)
-    return sorted(out)
-
-
-def _header_problem(obj: Any) -> str:
-    try:
-        _check_header(obj)
-    except ValueError as exc:
-        return str(exc)
-    return "unreadable header"
-
-
-def _tail(data: bytes, start: int, end: int, truncated: bool) -> tuple[float, int]:
-    """(the latest time among the session's last lines, 1 if its last line is a killed
-    recorder's half line). Lines that do not parse are left to the reading to name."""
-    tail = data[max(start, end - _TAIL):end].split(b"\n")
-    skipped = 0
-    if truncated and tail:
-        try:
-            json.loads(tail[-1])
-        except (ValueError, RecursionError):
-            skipped = 1
+        with open_file(path) as f:
+            f.seek(begin)
+            tail = f.read(span.end - begin).split(b"\n")
+    except (OSError, RecordingError):
+        return 0.0, None  # the reading says what is wrong
+    skip = None
+    whole = len(tail) > 1 or begin == span.start  # the last line, not the end of a long one
+    if truncated and whole and tail[-1].strip():
+        _, problem = parse_line(tail[-1], newline=False)
+        if problem is not None:
+            skip = Skip(span.last_line, problem)
     latest = 0.0
     for raw in tail[-64:]:
         try:
@@ -220,4 +183,4 @@ def _tail(data: bytes, start: int, end: int, truncated: bool) -> tuple[float, in
             continue
         if isinstance(t, int | float) and not isinstance(t, bool) and 0 <= t <= MAX_T:
             latest = max(latest, float(t))  # a damaged time is the reading's to name
-    return latest, skipped
+    return latest, skip

@@ -369,6 +369,9 @@ def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) 
         lines.append(f"Run: {run['scenario']}, state {run['state']}"
                      + ("" if ready is None else f", ready after {ready:.1f} s "
                         f"(node-equivalent {run['ready_s_node']:.1f} s)") + ".")
+    notes = data.get("notes")  # what the source said of itself: a recording's damage
+    if isinstance(notes, list) and notes:
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in notes]
     lines += ["", "## Comparison", "", comparison_md.rstrip(), "", "## Readings now", ""]
     lines += _readings(data)
     alerts = data.get("alerts")
