@@ -21,6 +21,7 @@ EXPORTERS: tuple[tuple[str, str], ...] = (
     ("node_", "node-exporter"),
     ("prometheus_", "prometheus"),
 )
+ENGINES = ("sglang", "vllm")  # exporters that are inference engines
 _SMI_GPU = re.compile(r"^\|\s+\d+\s+(NVIDIA[^|]*?)\s{2,}", re.MULTILINE)
 MAX_NAMED = 8  # families named in a summary
 
@@ -50,9 +51,15 @@ def of_families(fams: dict[str, Family]) -> PageKind:
     if kind == "node-exporter":
         return _node(fams)
     names = sorted(n for n in fams if any(n.startswith(p) for p, k in EXPORTERS if k == kind))
+    # Another engine's names beside these (a gateway's page, compatibility names): said,
+    # and which one the page was read as.
+    others = {k: n for k, n in counts.items() if k != kind and k in ENGINES}
+    also = "".join(f"; it also holds {n} of {k}'s famil{'y' if n == 1 else 'ies'}"
+                   + (", as many: read as the default engine's" if n == counts[kind] else "")
+                   for k, n in sorted(others.items()))
     return PageKind(kind, f"a {kind} page: {len(names)} families ({', '.join(names[:MAX_NAMED])}"
-                          f"{', ...' if len(names) > MAX_NAMED else ''})",
-                    {"families": len(names)})
+                          f"{', ...' if len(names) > MAX_NAMED else ''}){also}",
+                    {"families": len(names), **({"other_engines": others} if others else {})})
 
 
 def _label_values(fams: dict[str, Family], prefix: str, label: str) -> set[str]:

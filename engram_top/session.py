@@ -381,7 +381,8 @@ class Session:
                 engine.collector(shown, api_key=self.options.api_key, auth=auth)
                 if self.options.engine else
                 DetectingCollector(shown, api_key=self.options.api_key, auth=auth,
-                                   on_engine=lambda e: self._attached_speaks(shown, e)))
+                                   on_engine=lambda e, note: self._attached_speaks(
+                                       shown, e, note)))
             self.add_source(NodeSource(name, collector.poll, collector.close, node=shown,
                                        kind="server"))
 
@@ -546,16 +547,18 @@ class Session:
         return self._attached_engine.get(url) or engines.get(self.options.engine
                                                              or engines.DEFAULT)
 
-    def _attached_speaks(self, url: str, engine: Engine) -> None:
-        """An attached server's page named its engine (no --engine given): its facts and
-        the placement reading follow that engine from now on."""
+    def _attached_speaks(self, url: str, engine: Engine, note: str | None = None) -> None:
+        """An attached server's page named its engine (no --engine given), or changed it
+        (``note`` says how, and what a page of several engines' names was read as): its
+        facts and the placement reading follow that engine from now on."""
         self._attached_engine[url] = engine
         facts = self.store.facts_for(url)
         if facts is not None:
             facts.engine, facts.engine_name = engine.speaks, engine.display
             facts.own_polls = engine.own_polls
             self.store.bump("run")
-        self.announce(f"{url}: its /metrics page is {engine.speaks}'s, so it is read as "
+        self.announce(f"{url}: {note}" if note else
+                      f"{url}: its /metrics page is {engine.speaks}'s, so it is read as "
                       f"{engine.speaks} (--engine {engine.kind} says so up front)")
 
     def _read_engram(self, facts: RunFacts) -> None:
