@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -19,6 +20,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from collectors.safetext import visible
 from collectors.units import pct_change
 from engram_top import facts
 from engram_top.compare import PROBE_ROW, Cell, Comparison, Row, RunResult
@@ -32,16 +34,17 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
     """One column per scenario (its name never cut: a header wraps between words), a row
     per figure under its panel's heading, and the seed's figure for the scenario's placement
     in its own cell: one cell, at most three short lines, so a 100-column terminal holds
-    three scenarios."""
+    three scenarios. Names come from files and servers: a Table reads its strings as Rich
+    markup, so each is made visible and escaped (a name holding "[/]" would break it)."""
     live = store.run.scenario if store.run is not None else None  # the run on screen
-    t = Table(title=f"baseline: {c.baseline}  ·  b: next baseline  ·  ↑↓ PgUp PgDn: scroll  ·  "
-                    "esc: close",
+    t = Table(title=f"baseline: {_name(c.baseline)}  ·  b: next baseline  ·  "
+                    "↑↓ PgUp PgDn: scroll  ·  esc: close",
               caption="mean of n runs · Δ vs baseline [95% interval] · ~ within the noise · "
                       "seed: the seed benchmark's figure for that placement",
               expand=True)
     t.add_column("figure", style="bold", no_wrap=True)
     for name in c.scenarios:
-        head = ("▶ " if name == live else "") + name
+        head = ("▶ " if name == live else "") + _name(name)
         head += " (baseline)" if name == c.baseline else ""
         head += f" n={c.trials[name]}"
         longest = max(len(word) for word in head.split())
@@ -50,7 +53,7 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
     probe = [] if c.probe is None else [c.probe]
     for p in probe:
         cell = _probe_cell(p)
-        head = "predicted by probe " + (p.device_name if p.meaningful_for_placement
+        head = "predicted by probe " + (_name(p.device_name) if p.meaningful_for_placement
                                         else "(CPU: not meaningful)")
         widest = max(len(line) for line in cell.plain.split("\n"))  # a line per batch, unwrapped
         t.add_column(head, justify="right", overflow="fold", min_width=widest,
@@ -58,7 +61,7 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
         t.caption = f"{t.caption}\npredicted by probe: {_probe_caption(p)}"
     blank = [""] * (len(c.scenarios) + len(probe))
     if c.engines:  # which engine and placement each column is
-        t.add_row("engine · placement", *[Text(c.engine_placement(s), style="cyan")
+        t.add_row("engine · placement", *[Text(visible(c.engine_placement(s)), style="cyan")
                                           for s in c.scenarios], *[""] * len(probe))
     panel = None
     marked = []
@@ -79,7 +82,8 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
     if c.throttled:  # a run on a GPU held down is no fair side of the comparison
         t.add_row(Text("GPU health", style="dim italic"), *blank)
         t.add_row("throttled while serving", *[
-            Text("\n".join(c.throttled[s]), style="bold yellow") if s in c.throttled
+            Text("\n".join(map(visible, c.throttled[s])), style="bold yellow")
+            if s in c.throttled
             else Text("–", style="dim") for s in c.scenarios], *[""] * len(probe))
     return t
 
@@ -98,9 +102,14 @@ def _probe_cell(p: ProbeReport) -> Text:
 
 def _probe_caption(p: ProbeReport) -> str:
     what = "a CPU run: NOT meaningful for placement" if not p.meaningful_for_placement \
-        else p.device_name
+        else _name(p.device_name)
     return (f"TPOT change per decode batch b (pf: host-prefetch) from {what}, synthetic "
             "tables; a prediction, not a measured run")
+
+
+def _name(text: str) -> str:
+    """A name from outside, for a string the Table reads as markup."""
+    return escape(visible(text))
 
 
 def _cell(metric: Metric, cell: Cell, seed: str | None = None) -> Text:

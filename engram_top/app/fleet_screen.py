@@ -16,9 +16,11 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Input, Static
 
+from collectors.safetext import visible
 from collectors.units import GIB, gib, percent, tokens
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.node_screen import NodeScreen
+from engram_top.app.safe import SafeOutput, safe
 from engram_top.fleet import FleetRow, FleetSession
 from engram_top.store import RunStore
 
@@ -77,7 +79,7 @@ def columns_for(width: int) -> list[Column]:
     return [c for c in COLUMNS if width >= c[5]]
 
 
-class FleetApp(App[int]):
+class FleetApp(SafeOutput, App[int]):
     TITLE = "engram-top fleet"
     CSS_PATH = "app.tcss"  # the dashboard's panels and history screen, for a node's detail
     CSS = """
@@ -146,7 +148,8 @@ class FleetApp(App[int]):
 
     def _draw(self) -> None:
         every = self.session.rows()  # once a refresh: the header and the table share it
-        self.query_one("#fleet-header", Static).update(self.header(every))
+        # The header quotes Prometheus (its errors, odd values): no control goes through.
+        self.query_one("#fleet-header", Static).update(safe(self.header(every), "\n"))
         table = self.query_one("#fleet", DataTable)
         cols = columns_for(self.size.width)
         rows = self.rows(every)
@@ -190,13 +193,14 @@ class FleetApp(App[int]):
             style = "yellow"
         elif c[0] == "placement" and r.placement_inferred:
             style = "dim"
-        return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+        # Node, placement and alerts are Prometheus labels: shown, never sent on.
+        return Text(visible(text), style=style, no_wrap=True, overflow="ellipsis")
 
     def header(self, rows: list[FleetRow]) -> Text:
         s = self.session
         t = Text()
         t.append("engram-top fleet", style="bold")
-        t.append(f"  ·  {s.url}  ·  ")
+        t.append(f"  ·  {visible(s.url)}  ·  ")
         shown = sum(1 for r in rows if r.matches(self.filter_text))
         t.append(f"{len(rows)} nodes" + (f", {shown} shown" if self.filter_text else ""))
         alerts = sum(1 for r in rows if r.alerts)
@@ -207,7 +211,7 @@ class FleetApp(App[int]):
             t.append("\nasking Prometheus…", style="dim")
         elif not status.ok:
             since = status.failing_since or status.at
-            t.append(f"\n{status.message}", style="bold red")
+            t.append(f"\n{visible(status.message)}", style="bold red")
             wall = time.time() - (time.monotonic() - since)
             kept = "; the figures below are the last it gave" if rows else ""
             t.append(f"  (since {time.strftime('%H:%M:%S', time.localtime(wall))}{kept})",

@@ -26,9 +26,11 @@ from textual.visual import Visual
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
+from collectors.safetext import visible
 from collectors.units import GIB, gib, percent
 from engram_top import facts
 from engram_top.app.charts import PALETTE, Line, chart, rate_unit
+from engram_top.app.safe import cell, safe_text
 from engram_top.store import LOCAL, RunStore, Series
 
 REFRESH_S = 0.5  # at most 2 Hz, as the dashboard
@@ -133,7 +135,8 @@ class ChartView(Widget):
 
     def _take(self, chart: Text, size: tuple[int, int]) -> list[int] | None:
         """Keep a new drawing; the rows that changed (None: all of them)."""
-        lines = chart.split("\n", allow_blank=True)
+        # A legend may name what a server or Prometheus labelled: no control goes through.
+        lines = [safe_text(line) for line in chart.split("\n", allow_blank=True)]
         for line in lines:
             line.no_wrap = True  # as the whole chart is (split leaves it out)
         keys = [_key(line) for line in lines]
@@ -342,7 +345,7 @@ class HistoryScreen(Screen[None]):
         run = self.store.run
         if run is not None:
             text.append(" · run ")
-            text.append(run.scenario, style="bold cyan")
+            text.append(visible(run.scenario), style="bold cyan")
             text.append(": KV and latency since its launch", style="dim")
         return text
 
@@ -369,9 +372,10 @@ class HistoryScreen(Screen[None]):
             for label in ("GPU", "pid", "process", "used GiB", "share"):
                 table.add_column(label, key=label)
         for gpu, pid, name, used, share in rows:
+            name = visible(name)  # any process can name itself, controls and all
             if len(name) > name_w:
                 name = name[: name_w - 1] + "…"
-            table.add_row(gpu, pid, name, Text(used, justify="right"),
+            table.add_row(gpu, pid, cell(name), Text(used, justify="right"),
                           Text(share, justify="right"))
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1))
@@ -385,7 +389,7 @@ class HistoryScreen(Screen[None]):
             text.append(" · no process holds GPU memory", style="dim")
         if st.status not in ("ok", "starting", "none"):
             age = st.last_good_age_s
-            text.append(f" · {st.message}"
+            text.append(f" · {visible(st.message)}"
                         + ("" if age is None else f" (as of {age:.0f} s ago)"),
                         style="yellow")
         return text

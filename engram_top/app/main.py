@@ -20,15 +20,18 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.css.query import NoMatches
+from textual.markup import escape as escape_markup
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, RichLog, Static
 
+from collectors.safetext import visible
 from collectors.units import seconds, tokens, weights_gb
 from engram_top import facts, reference
 from engram_top.alerts import AlertChange
 from engram_top.app import panels
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
 from engram_top.app.panel import Panel, text_key
+from engram_top.app.safe import SafeOutput, cell, safe
 from engram_top.config import UserConfig
 from engram_top.figures import RunFigures
 from engram_top.store import RunFacts, RunStore
@@ -85,7 +88,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.question = question
 
     def compose(self) -> ComposeResult:
-        yield Static(Text.assemble((self.question, "bold"), "\n\n",
+        yield Static(Text.assemble((visible(self.question), "bold"), "\n\n",
                                    ("y", "bold cyan"), " yes   ", ("n", "bold cyan"), " no"),
                      id="confirm")
 
@@ -103,8 +106,8 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         text = Text("Keys\n\n", style="bold")
         for key, description in self.keys:
-            text.append(f"{key:>10}  ", style="bold cyan")
-            text.append(f"{description}\n")
+            text.append(f"{visible(key):>10}  ", style="bold cyan")
+            text.append(f"{visible(description)}\n")
         text.append("\nEvery action is also in the command palette (ctrl+p), and keys can be "
                     "remapped in the config file (README: Configuration).\n\n", style="dim")
         text.append("HBM per GPU comes from NVML; KV pool and latency from SGLang's "
@@ -133,10 +136,10 @@ def _replay_line(replay: ReplaySession) -> tuple[Text, Text]:
                           f" {clock(replay.position)}/{clock(replay.duration)} "
                           f"×{replay.speed:g} ",
                           (f"reading {read:.0%} ", "dim") if read < 1 else ""),
-            Text(replay.path.name, style="dim"))
+            Text(visible(replay.path.name), style="dim"))
 
 
-class EngramTopApp(App[int]):
+class EngramTopApp(SafeOutput, App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "engram-top"
     # Classes the stylesheet lays out by: 100x30 is the smallest supported terminal.
@@ -354,6 +357,7 @@ class EngramTopApp(App[int]):
     def _show(self, selector: str, content: Text) -> None:
         """A line of fixed height (header, events) given new content only when it differs:
         the same text again costs no repaint."""
+        content = safe(content, "\n")  # names, messages and files quoted in it
         key = text_key(content)
         if self._shown.get(selector) != key:
             self._shown[selector] = key
@@ -391,7 +395,7 @@ class EngramTopApp(App[int]):
         cursor = table.cursor_row
         table.clear()
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(cell(c) for c in row))  # scenario names come from a file
         self._rows = tuple(rows)
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1))
@@ -409,7 +413,7 @@ class EngramTopApp(App[int]):
             self._log_source, self._log_last = lines, None
             log.clear()
             if run is not None and run.log_path:
-                log.write(Text(f"── {run.scenario}: {run.log_path}", style="dim"))
+                log.write(safe(Text(f"── {run.scenario}: {run.log_path}", style="dim")))
         if not lines:
             return
         # What came after the last entry written, found by identity from the end: the
@@ -428,7 +432,10 @@ class EngramTopApp(App[int]):
         for _, line in recent[start:]:
             if run is not None and facts.is_own_poll(line, run.own_polls):
                 continue  # our own /health and /metrics polls: noise here, kept in the file
-            log.write(panels.log_line(line, styles.get(facts.classify_log_line(line) or "", "")))
+            style = styles.get(facts.classify_log_line(line) or "", "")
+            # The server's own bytes: an ESC or a C1 in them is shown, never sent on (made
+            # visible before it is a Text, which would drop BEL, BS, VT, FF and CR unseen).
+            log.write(panels.log_line(visible(line, "\t"), style))
 
     # ------------------------------------------------------------------ control
     def _serving(self) -> str | None:
@@ -505,12 +512,12 @@ class EngramTopApp(App[int]):
         for alert in alerts:
             text.append(time.strftime("%H:%M:%S ", time.localtime(alert.since)), style="dim")
             style = "bold red" if alert.severity == "error" else "bold yellow"
-            text.append(f"⚠ {alert.message}\n", style=style)
+            text.append(f"⚠ {visible(alert.message)}\n", style=style)
         events = list(store.events)[-(2 - len(alerts)):] if len(alerts) < 2 else []
         for e in events:
             style = {"error": "red", "warning": "yellow"}.get(e.level, "")
             text.append(time.strftime("%H:%M:%S ", time.localtime(e.wall)), style="dim")
-            text.append(e.text[:160] + "\n", style=style)
+            text.append(visible(e.text[:160]) + "\n", style=style)
         return text
 
     def action_snapshot(self) -> None:
@@ -640,8 +647,9 @@ class EngramTopApp(App[int]):
         if self.replay is not None:
             return
         for name in self._scenario_names():
-            yield SystemCommand(f"Start or switch to {name}", f"stop the running server "
-                                f"if any, then start {name}",
+            shown = escape_markup(visible(name))  # the palette reads titles as markup
+            yield SystemCommand(f"Start or switch to {shown}", f"stop the running server "
+                                f"if any, then start {shown}",
                                 partial(self._start_named, name))
 
     def _start_named(self, name: str) -> None:

@@ -14,6 +14,7 @@ from textual.widgets import Footer, Static
 from engram_top.app import panels
 from engram_top.app.history_screen import HistoryScreen
 from engram_top.app.panel import Panel
+from engram_top.app.safe import safe
 from engram_top.fleet import FleetSession
 from engram_top.fleet_detail import HISTORY_S
 
@@ -60,28 +61,32 @@ class NodeScreen(Screen[None]):
             self.session.feed(d)
             for panel in self.query(Panel):
                 panel.refresh_from(d.store, force=force)
-        self.query_one("#node-head", Static).update(self._head())
-        self.query_one("#node-foot", Static).update(self._foot())
+        # Prometheus's labels and answers: shown with their controls visible.
+        self.query_one("#node-head", Static).update(safe(self._head()))
+        self.query_one("#node-foot", Static).update(safe(self._foot(), "\n"))
 
     def _head(self) -> Text:
         r = self.session.row_of(self.node)
         if r is None or self.detail is None:
-            return Text(f"{self.node}: Prometheus reports nothing for this node", style="yellow")
+            return Text(f"{safe(self.node)}: Prometheus reports nothing for this node",
+                        style="yellow")
         entry = self.session.nodes[self.node]
-        placement = r.placement + (" (inferred from host memory)" if r.placement_inferred
-                                   else "")
-        return Text.assemble((self.node, "bold"), f"  placement {placement}  ·  {r.state}  ·  "
+        # Labels made visible before they are Text (Rich drops BEL, BS, VT, FF and CR unseen).
+        placement = safe(r.placement) + (" (inferred from host memory)" if r.placement_inferred
+                                         else "")
+        return Text.assemble((safe(self.node), "bold"),
+                             f"  placement {placement}  ·  {r.state}  ·  "
                              f"read {self.session.clock() - entry[0]:.0f} s ago",
                              ("  h history · esc back", "dim"), no_wrap=True,
                              overflow="ellipsis")
 
     def _foot(self) -> Text:
         r = self.session.row_of(self.node)
-        t = Text(self.history_note, style="dim")
+        t = Text(safe(self.history_note), style="dim")
         if r is not None and r.alerts:
-            t.append("\n" + "  ".join(f"⚠ {a}" for a in r.alerts), style="bold yellow")
+            t.append("\n" + "  ".join(f"⚠ {safe(a)}" for a in r.alerts), style="bold yellow")
         if r is not None and r.missing:
-            t.append("\nmissing: " + "; ".join(r.missing), style="yellow")
+            t.append("\nmissing: " + "; ".join(map(safe, r.missing)), style="yellow")
         return t
 
     def action_history(self) -> None:

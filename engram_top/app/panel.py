@@ -13,6 +13,7 @@ from textual.strip import Strip
 from textual.visual import RichVisual, Visual
 from textual.widgets import Static
 
+from engram_top.app.safe import safe
 from engram_top.store import RunStore
 
 LineKey = tuple[object, ...]
@@ -47,6 +48,8 @@ class Panel(Static):
         # The lines it has: a short panel keeps its most important rows (panels.fit).
         size = self.content_size
         content = self.render_fn(store, rows=size.height or None, cols=size.width or None)
+        # Its lines quote servers, labels and files: no control reaches the terminal.
+        content = safe(content)
         shown = same_as_shown(content)
         if shown is not None and shown == self._shown_lines and not force:
             return  # a new reading with the same figures: nothing to redraw

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
+from collectors.safetext import visible
 from collectors.units import (
     GIB,
     MIB,
@@ -73,7 +74,7 @@ def source_line(store: RunStore, kind: str, label: str) -> Text | None:
                     style="dim yellow")
     stale = "no good reading yet" if age is None else f"last good value {age:.0f} s old"
     style = "yellow" if st.status == "unavailable" else "bold red"
-    return Text(f"{label}: {st.message} ({stale})", style=style)
+    return Text(f"{label}: {visible(st.message)} ({stale})", style=style)
 
 
 def _warnings(store: RunStore, kind: str, label: str) -> list[Any]:
@@ -570,8 +571,9 @@ def header(store: RunStore, now: float, width: int | None = None,
         parts.append(("lead file", lead[1]))
         parts.append(("lead end", Text("  ")))
     parts.append(("program", Text("engram-top · ", style="bold")))
-    parts.append(("node", Text(f"{run.node} · ")))
-    parts.append(("scenario", Text.assemble((f"{run.scenario} ", "bold cyan"), "· ")))
+    # Visible here, so that the widths the line is fitted by are the ones shown.
+    parts.append(("node", Text(f"{visible(run.node)} · ")))
+    parts.append(("scenario", Text.assemble((f"{visible(run.scenario)} ", "bold cyan"), "· ")))
     # Each part ends with its own blank and none starts with one: a viewer that drops a
     # leading blank of a styled run (some SVG renderers do) cannot glue two words.
     parts.append(("state", Text(f"{state.upper()} ", style=STATE_STYLES.get(state, "bold red"))))
