@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.pages import PageClient
+from collectors.safetext import visible
 from engram_top import energy, facts, reference, slo, sweep
 from engram_top.alerts import AlertChange
 from engram_top.compare import THROTTLED, RunResult, compare, to_json, to_markdown
@@ -469,7 +470,8 @@ def _markdown(plan: Plan, results: list[RunResult], table: str,
     lines += [f"- {n}" for n in notes]
     # Raised during the runs, with the user's thresholds, as the dashboard would have shown.
     lines += [f"- alert during {a['scenario'] or 'the bench'}: {a['message']}" for a in alerts]
-    return "\n".join([*lines, "", table, ""])
+    # Names and servers' errors: a line each, no control (the table is made so already).
+    return "\n".join([*map(visible, lines), "", table, ""])
 
 
 def _csv(rows: list[dict[str, Any]]) -> str:
@@ -481,7 +483,9 @@ def _csv(rows: list[dict[str, Any]]) -> str:
     writer = csv.DictWriter(buf, fieldnames=fields)
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()})
+        # A server's error text, a scenario's name: no control in a file read with cat.
+        writer.writerow({k: (f"{v:.3f}" if isinstance(v, float) else
+                             visible(v) if isinstance(v, str) else v) for k, v in row.items()})
     return buf.getvalue()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from collectors.safetext import table_cell, visible
 from engram_top import sweep
 from engram_top.slo import LevelStats
 
@@ -44,7 +45,7 @@ def _row(name: str, lv: LevelStats) -> str:
     kv = "–" if lv.kv_usage_max is None else \
         f"{_pct(lv.kv_usage_max)} / {_pct(lv.kv_usage_mean)}"
     meets = "–" if lv.meets_slo is None else ("yes" if lv.meets_slo else "**no**")
-    return (f"| {name} | {lv.load:g} | {'modelled' if lv.modelled else 'live'} | "
+    return (f"| {table_cell(name)} | {lv.load:g} | {'modelled' if lv.modelled else 'live'} | "
             f"{lv.requests + lv.failed} | {_num(lv.output_tok_s, 4)} | "
             f"{' / '.join(_ms(t.get(q)) for q in ('p50', 'p90', 'p95', 'p99'))} | "
             f"{' / '.join(_ms(p.get(q)) for q in ('p50', 'p90', 'p95', 'p99'))} | "
@@ -86,7 +87,7 @@ def levels_markdown(plan: Plan, levels: dict[str, list[LevelStats]],
             for name, lv in fidelity:
                 m = lv.model or {}
                 lines.append(
-                    f"| {name} | {lv.load:g} | {_num(lv.goodput_rps, 4)} / "
+                    f"| {table_cell(name)} | {lv.load:g} | {_num(lv.goodput_rps, 4)} / "
                     f"{_num(m.get('goodput_rps'), 4)} | {_ms(lv.latency['ttft']['p99'])} / "
                     f"{_ms(m.get('ttft_p99_s'))} | {_ms(lv.latency['tpot']['p99'])} / "
                     f"{_ms(m.get('tpot_p99_s'))} |")
@@ -101,4 +102,4 @@ def levels_markdown(plan: Plan, levels: dict[str, list[LevelStats]],
                 lines += [f"![{titles.get(key, key)}]({png})", ""]
     elif why_no_charts:
         lines += ["", why_no_charts]
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(visible, lines)) + "\n"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from engram_top import reference
 from engram_top.lifetime import run_dashboard, run_until_signal, say, write_crash_report
+from engram_top.output import visible_output
 from engram_top.paths import state_base
 
 DEFAULT_TIME_SCALE = 0.1  # the device placement is ready in 12.5 s instead of 125 s
@@ -197,22 +198,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _main(sys.argv[1:] if argv is None else argv)
-    except KeyboardInterrupt:  # before or after a command's own handling: no traceback
-        say("engram-top: interrupted")
-        return 130
-    except BrokenPipeError:
-        # Whoever read our output has gone (`| head`): nothing left to say to anyone. The
-        # descriptor goes to /dev/null, or Python's exit would try to flush it again.
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
-    except Exception as exc:  # a bug, or a fault no message was written for yet
-        where = write_crash_report(None, exc)
-        say(f"engram-top: internal error: {type(exc).__name__}: {exc}"
-            + (f". Details: {where}" if where else ""))
-        return 1
+    argv = sys.argv[1:] if argv is None else argv
+    # What a command prints quotes servers, labels and files: every line goes out with its
+    # controls made visible (a simulated server's own log, `sim`, is written as it is).
+    with contextlib.nullcontext() if argv[:1] == ["sim"] else visible_output():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:  # before or after a command's own handling: no traceback
+            say("engram-top: interrupted")
+            return 130
+        except BrokenPipeError:
+            # Whoever read our output has gone (`| head`): nothing left to say to anyone.
+            # The descriptor goes to /dev/null, or Python's exit would flush it again.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
+        except Exception as exc:  # a bug, or a fault no message was written for yet
+            where = write_crash_report(None, exc)
+            say(f"engram-top: internal error: {type(exc).__name__}: {exc}"
+                + (f". Details: {where}" if where else ""))
+            return 1
 
 
 def _main(argv: list[str]) -> int:
@@ -759,7 +764,9 @@ def inspect_metrics(source: str, kind: str) -> int:
             text = asyncio.run(_fetch(base if base.endswith("/metrics") else base + "/metrics",
                                       engine.page_limit("/metrics")))
         else:
-            text = Path(source).read_text(errors="replace")
+            # As it came over HTTP: a CR inside a label value is no line end.
+            with open(source, errors="replace", newline="") as f:
+                text = f.read()
     except TimeoutError:
         print(f"engram-top inspect-metrics: {source}: no whole page within {FETCH_DEADLINE_S:g} "
               "s", file=sys.stderr)

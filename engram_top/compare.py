@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import PurePath
 from typing import Any
 
+from collectors.safetext import table_cell, visible
 from collectors.units import pct_change
 from engram_top.metrics import METRICS, TPOT, Metric, Registry
 from engram_top.probe_report import HOST_MODES, ProbeReport
@@ -501,7 +502,8 @@ def to_markdown(c: Comparison) -> str:
             cells.append(probe_cell(c.probe) if row.metric.key == PROBE_ROW else "")
         lines.append(_md_row(cells))
     lines += ["", *_footnotes(c, noisy, assumed)]
-    return "\n".join(lines) + "\n"
+    # Scenario names and notes come from files: each line stays one line, with no control.
+    return "\n".join(map(visible, lines)) + "\n"
 
 
 def _header_line(c: Comparison) -> str:
@@ -517,7 +519,7 @@ def _header_line(c: Comparison) -> str:
 
 
 def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+    return "| " + " | ".join(map(table_cell, cells)) + " |"
 
 
 def _fmt_cell(metric: Metric, cell: Cell, trials: int) -> str:

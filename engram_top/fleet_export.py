@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from collectors.safetext import table_cell, visible
 from collectors.units import GIB
 from engram_top import compare, fleet
 from engram_top.snapshot import Prepared, SeriesPoints
@@ -72,14 +73,16 @@ def summary(session: fleet.FleetSession, rows: list[fleet.FleetRow],
     for r in rows:
         def f(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
             return "–" if v is None else f"{v / scale:.{digits}f}"
-        out.append(f"| {r.node} | {r.placement} | {r.state} | {f(r.hbm_max, GIB)} | "
+        # Node, placement and alerts are Prometheus labels: one cell each, whatever they hold.
+        out.append(f"| {table_cell(r.node)} | {table_cell(r.placement)} | "
+                   f"{table_cell(r.state)} | {f(r.hbm_max, GIB)} | "
                    f"{f(None if r.kv_usage is None else 100 * r.kv_usage)}% | "
                    f"{f(r.kv_tokens, 1e6, 2)}M | {f(r.host_available, GIB)} | "
                    f"{f(None if r.ttft_p99 is None else r.ttft_p99 * 1000)} | "
                    f"{f(None if r.tpot_p99 is None else r.tpot_p99 * 1000)} | "
-                   f"{f(r.output_tok_s)} | {', '.join(r.alerts + r.missing) or ''} |")
+                   f"{f(r.output_tok_s)} | {table_cell(', '.join(r.alerts + r.missing))} |")
     if comparison is not None:
         out += ["", "## Placements across nodes (each node one trial)", "",
-                compare.to_markdown(comparison)]
-    return "\n".join(out) + "\n"
+                *compare.to_markdown(comparison).rstrip("\n").split("\n")]
+    return "\n".join(map(visible, out)) + "\n"
 

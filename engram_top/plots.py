@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from collectors.safetext import visible
 from engram_top.slo import LevelStats
 
 COLOURS = {"device": "#1f77b4", "host": "#ff7f0e", "host-prefetch": "#2ca02c"}
@@ -29,8 +30,21 @@ def _colour(name: str, i: int) -> str:
     return COLOURS.get(name, OTHER[i % len(OTHER)])
 
 
+def _plain_text(fig: Any) -> None:
+    """Every text of the figure read as it is written: names come from files and servers,
+    so their controls are made visible, and a $ is a dollar sign, never the start of
+    matplotlib's mathtext (a name holding "$\\frac" would end the chart's drawing)."""
+    from matplotlib.text import Text
+    for artist in fig.findobj(Text):
+        text = artist.get_text()
+        shown = visible(text, "\n").replace("$", r"\$")
+        if shown != text:
+            artist.set_text(shown)
+
+
 def _save(fig: Any, out: Path, stem: str) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
+    _plain_text(fig)
     files = []
     for ext in ("png", "svg"):
         path = out / f"{stem}.{ext}"
@@ -241,5 +255,6 @@ def history_png(path: Path, panels: dict[str, tuple[str, dict[str, list[tuple[fl
         ax.grid(alpha=0.3)
         if len(lines) > 1:
             _legend(ax, 7)
+    _plain_text(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from collectors.safetext import visible
 from collectors.source import LOCAL
 from collectors.units import GIB, NA, gib_text, ms_text, percent, weights_gb
 from engram_top import facts
@@ -171,7 +172,8 @@ class Prepared:
         # The series' only free text is their names: scrubbed once each, the frame needs no
         # scan of its own (a megabyte of numbers through every pattern took a third of a
         # second).
-        names = {n: redact_text(n, self.secrets) for n in frame["series"].unique()}
+        # Made visible too: a name holds labels a server or Prometheus chose.
+        names = {n: visible(redact_text(n, self.secrets)) for n in frame["series"].unique()}
         frame["series"] = frame["series"].map(names)
         parent = self.parent
         _make_parent(parent)
@@ -181,7 +183,10 @@ class Prepared:
             tmp = Path(tempfile.mkdtemp(prefix=f".{self.base}.tmp-", dir=parent))
             for file, text in self.texts.items():
                 placeholder = PLACEHOLDERS.get(Path(file).suffix, REDACTED)
-                _put(tmp / file, redact_text(text, self.secrets, placeholder).encode())
+                # No control in any file: summary.md, screen.svg and snapshot.json are read
+                # with cat and less too (their lines and their own escapes are kept).
+                text = visible(redact_text(text, self.secrets, placeholder), "\n")
+                _put(tmp / file, text.encode())
             _put(tmp / "timeseries.csv", frame.to_csv(index=False).encode())
             _write_parquet(tmp / "timeseries.parquet", frame)
             _history_png(tmp / "history.png", self.series)
@@ -372,7 +377,8 @@ def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) 
     notes = data.get("notes")  # what the source said of itself: a recording's damage
     if isinstance(notes, list) and notes:
         lines += ["", "## Notes", ""] + [f"- {note}" for note in notes]
-    lines += ["", "## Comparison", "", comparison_md.rstrip(), "", "## Readings now", ""]
+    lines += ["", "## Comparison", "", *comparison_md.rstrip().split("\n"), "",
+              "## Readings now", ""]
     lines += _readings(data)
     alerts = data.get("alerts")
     if alerts:
@@ -386,7 +392,8 @@ def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) 
               "- timeseries.parquet, timeseries.csv: the series, one row per point",
               "", "Secrets (API keys, tokens) are replaced by `<redacted>` (`[redacted]` in this "
               "file) in every file.", ""]
-    return "\n".join(lines)
+    # Names, messages and verdicts come from servers and files: a line each, no control.
+    return "\n".join(map(visible, lines))
 
 
 def _readings(data: dict[str, Any]) -> list[str]:
