@@ -21,6 +21,9 @@ Faults (endpoint=mode):
   health=drip         /health's body one byte per DRIP_S seconds (it never ends in time)
   stream=stall:K      K tokens, then silence on an open connection
   stream=truncate:K   K tokens, then a clean end of the stream without [DONE]
+  info=inject         /server_info's strings (version, model path, a server arg) hold INJECT
+  metrics=inject      the page's label values and a HELP text hold INJECT
+  log=inject          (as a process) log lines holding INJECT before the ready line
 """
 
 from __future__ import annotations
@@ -38,11 +41,41 @@ PAGE = (HERE.parent / "data" / "sglang-cpu" / "metrics.txt").read_text()
 SERVER_INFO = json.loads((HERE.parent / "data" / "sglang-cpu" / "server_info.json").read_text())
 DRIP_S = 1.0
 READY_LINE = "The server is fired up and ready to roll!"
+# What a compromised server puts in its strings: an OSC that sets the terminal's title, CSI
+# sequences that clear it and colour it, every other C0 control (a newline would only start
+# a new line of a page or a log), DEL, every C1 control (0x9b is an 8-bit CSI), and the bidi
+# and zero-width controls that make a name read as another.
+INJECT = ("\x1b]0;pwned\x07\x1b[2J\x1b[31m"
+          + "".join(chr(c) for c in range(0x20) if c != 0x0A) + "\x7f"
+          + "".join(chr(c) for c in range(0x80, 0xA0)) + "\u202e\u2066\u200b\ufeff")
+
+
+def injected_page(page: str) -> str:
+    """The page with INJECT in every label value and in one HELP text (escaped as the
+    exposition format asks: backslash, quote and newline; the rest goes as it is)."""
+    value = INJECT.replace("\\", "\\\\").replace('"', '\\"')
+    out = []
+    for line in page.split("\n"):
+        if line.startswith("# HELP sglang:num_running_reqs"):
+            line += " " + value
+        elif line and not line.startswith("#") and '="' in line:
+            line = line.replace('="', f'="{value}', 1)
+        out.append(line)
+    return "\n".join(out)
+
+
+def injected_info() -> dict[str, object]:
+    info = dict(SERVER_INFO)
+    for key in ("version", "model_path", "attention_backend", "served_model_name"):
+        info[key] = f"{info.get(key) or key}{INJECT}"
+    return info
 
 
 def metrics_page(mode: str) -> str:
     """The recorded page, with one rank's running requests and token usage made NaN or +Inf
     (as a broken exporter or a division by zero in a scheduler would print them)."""
+    if mode == "inject":
+        return injected_page(PAGE)
     if mode not in ("nan", "inf"):
         return PAGE
     value = "NaN" if mode == "nan" else "+Inf"
@@ -149,7 +182,8 @@ class BadServer:
             body = b"." * 30 if mode == "drip" else b""  # something to drip: 30 s of it
             return await self._send(writer, 200, body, "text/plain", mode)
         if path in ("/server_info", "/get_server_info"):
-            return await self._send(writer, 200, json.dumps(SERVER_INFO).encode(),
+            info = injected_info() if self.faults.get("info") == "inject" else SERVER_INFO
+            return await self._send(writer, 200, json.dumps(info).encode(),
                                     "application/json")
         if path == "/metrics" and self.faults.get("metrics") == "endless":
             return await self._endless(writer)
@@ -231,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     async def run() -> None:
         await server.serve()
         print(f"[2026-12-01 00:00:00] faults: {faults or 'none'}", flush=True)
+        if faults.get("log") == "inject":  # with SGLang's prefix, and without one
+            print(f"[2026-12-01 00:00:00] injected: {INJECT}", flush=True)
+            print(f"bare {INJECT}", flush=True)
         print(f"[2026-12-01 00:00:00] {READY_LINE}", flush=True)
         await asyncio.Event().wait()
 
