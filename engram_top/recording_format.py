@@ -354,12 +354,91 @@ def decode_facts_fields(data: Any, origin: float, where: str) -> dict[str, Any]:
             out[k] = Patch(values, tuple(str(d) for d in drop))
         else:
             out[k] = decode(v, hints[k], f"{where}.{k}")
+    startup = out.get("startup")
+    check_startup(startup.set if isinstance(startup, Patch) else startup, f"{where}.startup")
+    check_engram(out.get("engram"), f"{where}.engram")
     for name in (*MONO_FIELDS, "launched_wall"):
         check_time(out.get(name), f"{where}.{name}")
     for name in MONO_FIELDS:
         if out.get(name) is not None:
             out[name] += origin
     return out
+
+
+# The start-up facts are plain data (whatever an engine's log parser learnt), read by the
+# panels by shape: a recording's must have the shapes the parsers write, or a damaged value
+# would reach a panel as something it cannot read.
+_STARTUP_SHAPES: dict[str, tuple[type, type | None]] = {
+    "ranks": (dict, dict), "engram_layers": (dict, dict), "engram_tables": (list, dict),
+    "errors": (list, dict), "pool_sizes": (dict, None), "decode": (dict, None),
+    "prefill": (dict, None), "server_args": (dict, None), "engram_config": (dict, None),
+}
+_STARTUP_NUMBERS = ("last_line_at", "max_total_num_tokens", "kv_capacity_tokens")
+
+
+def check_startup(startup: Any, where: str) -> None:
+    if not isinstance(startup, dict):
+        return
+    for key, (outer, inner) in _STARTUP_SHAPES.items():
+        value = startup.get(key)
+        if value is None:
+            continue
+        items = value.values() if isinstance(value, dict) else value
+        if outer is list and isinstance(value, tuple):
+            outer = tuple  # a parser's tuple, kept a tuple by the format
+        if not isinstance(value, outer) or (inner is not None and not all(
+                isinstance(v, inner) for v in items)):
+            kind = f"{outer.__name__} of {inner.__name__}s" if inner else outer.__name__
+            raise ValueError(f"{where}.{key}: expected a {kind}, got {type(value).__name__}")
+    for key in _STARTUP_NUMBERS:
+        _number(startup.get(key), f"{where}.{key}")
+    _named_numbers(startup, where, 0)
+
+
+# The parsers' figures are named by their unit: a value so named is a number (or nothing).
+_NUMBER_NAMES = ("_gb", "_mib", "_s", "_at", "_pct", "tokens", "lookups")
+_VERBATIM = ("args", "config")
+
+
+def _named_numbers(value: Any, where: str, depth: int) -> None:
+    if depth > 4:  # deeper than any parser writes: nothing read there
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, str) and k.endswith(_VERBATIM):
+                continue  # a server's own arguments, as it printed them
+            if isinstance(k, str) and k.endswith(_NUMBER_NAMES):
+                _numbers(v, f"{where}.{k}", depth + 1)
+            else:
+                _named_numbers(v, f"{where}.{k}", depth + 1)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value[:1000]):
+            _named_numbers(v, f"{where}[{i}]", depth + 1)
+
+
+def _numbers(value: Any, where: str, depth: int) -> None:
+    """A figure named by its unit: a number, or figures by name (timings by phase)."""
+    if isinstance(value, dict) and depth <= 4:
+        for k, v in value.items():
+            _numbers(v, f"{where}.{k}", depth + 1)
+    elif isinstance(value, list | tuple) and depth <= 4:
+        for i, v in enumerate(value[:1000]):
+            _numbers(v, f"{where}[{i}]", depth + 1)
+    else:
+        _number(value, where)
+
+
+def _number(value: Any, where: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ValueError(f"{where}: expected a number, got {type(value).__name__}")
+    check_time(value, where)
+
+
+def check_engram(engram: Any, where: str) -> None:
+    """A run's Engram reading, as EngramSetting.to_dict() writes it (or nothing)."""
+    if isinstance(engram, dict) and engram:
+        from scenarios.engines.engram import EngramSetting
+        decode_fields(EngramSetting, engram, where)
 
 
 def check_time(value: Any, where: str) -> None:

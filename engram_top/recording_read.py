@@ -109,6 +109,10 @@ class SessionReader:
                 record = self._record(obj)
             except ValueError as exc:
                 problem = str(exc)
+            except RecursionError:
+                problem = "not a record (nested too deeply to read)"
+            except Exception as exc:  # noqa: BLE001 (a line never stops the reading)
+                problem = f"cannot be read ({type(exc).__name__}: {exc})"
             else:
                 if record is not None and record[0] < self.latest:
                     self.rec.disorder.append(number)
@@ -227,10 +231,33 @@ def take_record(obj: dict[str, Any], origin: float,
             raise ValueError("log: expected 'run' and 'lines' as [[t, text], ...]")
         payload = (obj["run"], [(float(a) + origin, s) for a, s in lines])
     elif kind == "load":
-        if not isinstance(obj.get("load"), dict):
+        payload = unloose(obj["load"]) if isinstance(obj.get("load"), dict) else None
+        if not isinstance(payload, dict):
             raise ValueError("load: expected an object")
-        payload = unloose(obj["load"])
+        check_load(payload)
     return float(t), kind, payload
+
+
+_LOAD_COUNTS = ("concurrency", "sent", "completed", "failed", "output_tokens", "good")
+
+
+def check_load(load: dict[str, Any]) -> None:
+    """The synthetic load's counters as the session writes them (the panel reads them)."""
+    if not load:
+        return  # no load: as a fresh store has it
+    missing = [k for k in ("concurrency", "completed", "failed") if k not in load]
+    if missing:
+        raise ValueError(f"load: missing {missing}")
+    for key in _LOAD_COUNTS:
+        value = load.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"load.{key}: expected a whole number, got {value!r}"[:200])
+    node_s = load.get("node_s")
+    if node_s is not None and (isinstance(node_s, bool) or not isinstance(node_s, int | float)
+                               or not math.isfinite(node_s)):
+        raise ValueError(f"load.node_s: expected seconds, got {node_s!r}"[:200])
+    if not isinstance(load.get("last_error"), str | None):
+        raise ValueError("load.last_error: expected text")
 
 
 def _run_payload(obj: dict[str, Any], origin: float,

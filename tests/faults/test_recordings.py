@@ -320,3 +320,66 @@ def test_a_hundred_megabytes_of_damage_is_read_in_bounded_memory(
     assert snap["run"]["scenario"] == "host-prefetch"
     assert rss - base < 48 * 1024, f"{(rss - base) / 1024:.0f} MiB more than the plain file"
     assert end_state(big, 1) == {"run": "host", "ttft_ms": A_RUNS}
+
+
+def shaped_recording(path: Path) -> Path:
+    """A recording whose run carries start-up facts and an Engram reading, and a load:
+    the free-form data the panels read by shape."""
+    import time
+
+    from engram_top.recording import Recorder
+    from engram_top.store import RunFacts, RunStore
+    store = RunStore()
+    recorder = Recorder(store, path).start()
+    facts = RunFacts(scenario="host", placement="host", node="n", time_scale=1.0,
+                     launched_wall=time.time(), launched_at=time.monotonic(), state="ready",
+                     ready_at=time.monotonic(),
+                     startup={"ranks": {0: {"weights_gb": 71.5, "kv_tokens": 1000}},
+                              "engram_tables": [{"resident_mib": 2048.0, "pinned": True}],
+                              "startup_timings_s": {"weights": 12.5}},
+                     engram={"placement": "host", "layout": "shared", "pinned": True,
+                             "source": "log", "prefetch": "off", "reasons": ["x"]})
+    store.set_run(facts)
+    store.load = {"concurrency": 2, "sent": 4, "completed": 3, "failed": 1,
+                  "output_tokens": 96, "last_error": "", "good": 3, "slo": [], "node_s": 2.0}
+    recorder.sample()
+    recorder.close()
+    return path
+
+
+@pytest.mark.parametrize(("where", "value", "says"), [
+    (("facts", "startup", "ranks", "0"), 5,
+     "run.facts.startup.ranks: expected a dict of dicts, got dict"),
+    (("facts", "startup", "engram_tables"), [{"resident_mib": "lots"}],
+     "run.facts.startup.engram_tables[0].resident_mib: expected a number, got str"),
+    (("facts", "startup", "startup_timings_s", "weights"), [1, "x"],
+     "run.facts.startup.startup_timings_s.weights[1]: expected a number, got str"),
+    (("facts", "engram", "reasons"), 7, "run.facts.engram.reasons: expected a list, got int"),
+    (("load", "completed"), "many", "load.completed: expected a whole number, got 'many'"),
+    (("load",), {"$tuple": [1, 2]}, "load: expected an object"),
+])
+def test_a_record_of_the_wrong_shape_is_skipped_before_a_panel_reads_it(
+        tmp_path: Path, where: tuple[str, ...], value: Any, says: str) -> None:
+    """A value of the wrong shape deep in a record's free-form data (start-up facts, the
+    Engram reading, the load's counters) is named and its line skipped: it never reaches a
+    panel, which reads them by shape."""
+    from engram_top import reference, snapshot
+    from engram_top.app import panels
+    path = shaped_recording(tmp_path / "shaped.jsonl")
+    lines = path.read_text().splitlines()
+    kind = "load" if where[0] == "load" else "run"
+    at = max(i for i, line in enumerate(lines) if f'"type":"{kind}"' in line)
+    record = json.loads(lines[at])
+    target = record
+    for key in where[:-1]:
+        target = target[key]
+    target[where[-1]] = value
+    lines[at] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n")
+    replay = ReplaySession(path, paused=True)
+    assert f"{path}:{at + 1}: skipped: {says}; the rest was read" in replay.notes
+    replay.seek(replay.duration)
+    snapshot.snapshot_data(replay.store, reference.default(), None)
+    for panel in (panels.kv_panel, panels.host_panel, panels.latency_panel,
+                  panels.hbm_panel, panels.engram_rows):
+        panel(replay.store)
