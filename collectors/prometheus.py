@@ -15,20 +15,37 @@ pipelines and remote-write stores rewrite the colon).
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 import time
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
+from collectors.base import TooLarge
 from collectors.pages import PageClient, PageError
+from collectors.prom_answer import (
+    Labels,
+    Odd,
+    ShapeError,
+    in_range,
+    is_number_text,
+    labels_of,
+    number,
+    result_of,
+    say_range,
+    small_index,
+    value_of,
+)
 from collectors.readings import Reading, Status
 from collectors.source import LOCAL, Keyed, SourceKey
 from collectors.units import MIB
 
+T = TypeVar("T")
+
 DEADLINE_S = 5.0
 LIMIT_BYTES = 32 * 1024 * 1024
+PARSE_APART_BYTES = 1024 * 1024
 NODE_LABELS = ("node", "Hostname", "hostname", "instance")
 GROUP = "node, Hostname, hostname, instance, placement"
 
@@ -56,6 +73,7 @@ LATENCY = {  # figure -> (histogram, quantile)
     "tpot_p50": ("inter_token_latency_seconds", 0.5),
     "tpot_p99": ("inter_token_latency_seconds", 0.99),
 }
+LATENCY_FIGURES = (*LATENCY, "output_tok_s")
 
 
 def _names(names: Any) -> str:
@@ -135,6 +153,8 @@ class PromStatus:
     nodes: int
     series: int
     query_ms: float  # all the refresh's queries, end to end
+    odd: int = 0  # samples or values left out (no sample, no number, out of range)
+    odd_first: str = ""  # the first of them, in words
 
 
 class PromQLError(PageError):
@@ -148,32 +168,41 @@ class PrometheusSource:
     name = "prometheus"
 
     def __init__(self, url: str, *, window: str = "1m",
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, deadline_s: float = DEADLINE_S) -> None:
         self.url = url.rstrip("/")
         self.window = window
+        self.deadline_s = deadline_s
         self._headers = headers
         self.queries = queries(window)
         self._clients = {k: PageClient(self.url, headers=headers) for k in self.queries}
         self._failing_since: float | None = None
 
-    async def query(self, key: str) -> list[dict[str, Any]]:
+    async def query(self, key: str) -> list[Any]:
         return await self._answer(self._clients[key], key,
                                   "/api/v1/query?query=" + quote(self.queries[key], safe=""))
 
-    async def _answer(self, client: PageClient, key: str, path: str) -> list[dict[str, Any]]:
-        page = await client.get(path, deadline_s=DEADLINE_S, limit_bytes=LIMIT_BYTES)
+    async def _answer(self, client: PageClient, key: str, path: str) -> list[Any]:
+        """The `data.result` list of one query's answer; PageError (ShapeError, PromQLError)
+        for an answer that is not one, TimeoutError and TooLarge past the bounds."""
+        page = await client.get(path, deadline_s=self.deadline_s, limit_bytes=LIMIT_BYTES)
+        what = f"{self.url}: the answer to the {key} query"
         try:
-            body = page.json()
-        except ValueError as exc:
-            raise PageError(f"{self.url}: the answer to the {key} query is not JSON "
-                            f"(HTTP {page.status_code})") from exc
+            # A big fleet's answer (2,000 nodes: ~10 MB) is parsed off the event loop.
+            body = await asyncio.to_thread(page.json) if len(page.content) > PARSE_APART_BYTES \
+                else page.json()
+        except RecursionError:  # JSON nested past Python's recursion limit: nobody's answer
+            raise ShapeError(f"{what} is nested too deeply to be an answer "
+                             f"(HTTP {page.status_code})") from None
+        except ValueError:
+            kind = page.headers.get("content-type", "").split(";")[0]
+            raise PageError(f"{what} is not JSON (HTTP {page.status_code}"
+                            f"{', ' + kind if kind else ''})") from None
         if not isinstance(body, dict) or body.get("status") != "success":
-            what = body.get("error", "") if isinstance(body, dict) else ""
-            kind = body.get("errorType", "") if isinstance(body, dict) else ""
+            error = _short(body.get("error", "")) if isinstance(body, dict) else ""
+            kind = _short(body.get("errorType", "")) if isinstance(body, dict) else ""
             raise PromQLError(f"{self.url}: the {key} query was refused "
-                              f"(HTTP {page.status_code} {kind}: {what})")
-        result = body.get("data", {}).get("result", [])
-        return result if isinstance(result, list) else []
+                              f"(HTTP {page.status_code} {kind}: {error})")
+        return result_of(body, what)
 
     async def history(self, data: FleetNodeData, start: float, end: float,
                       step: float) -> list[tuple[float, FleetNodeData]]:
@@ -188,20 +217,22 @@ class PrometheusSource:
         keys = ("gpu", "host", "server", "latency")
         clients = [PageClient(self.url, headers=self._headers) for _ in keys]
         try:
-            answers = await asyncio.gather(*(self._answer(c, k, "/api/v1/query_range?" + urlencode(
+            answers = await together(self._answer(c, k, "/api/v1/query_range?" + urlencode(
                 {"query": exprs[k], "start": f"{start:.3f}", "end": f"{end:.3f}",
-                 "step": f"{step:g}"})) for c, k in zip(clients, keys, strict=True)))
+                 "step": f"{step:g}"})) for c, k in zip(clients, keys, strict=True))
         finally:
             for c in clients:
                 await c.aclose()
         steps: dict[float, dict[str, list[dict[str, Any]]]] = {}
         for key, series in zip(keys, answers, strict=True):
             for s in series:
-                metric = s.get("metric", {}) if isinstance(s, dict) else {}
-                for point in s.get("values", []) if isinstance(s, dict) else ():
-                    try:
-                        t = float(point[0])
-                    except (TypeError, ValueError, IndexError):
+                metric = labels_of(s)
+                points = s.get("values") if metric is not None else None
+                for point in points if isinstance(points, list) else ():
+                    # Only the steps asked for: a time outside the span (or no number) is
+                    # some other server's, and would place a reading anywhere on the clock.
+                    t = number(point[0]) if isinstance(point, list) and point else None
+                    if t is None or not start - step <= t <= end + step:
                         continue
                     steps.setdefault(t, {k: [] for k in keys})[key].append(
                         {"metric": metric, "value": point})
@@ -213,46 +244,78 @@ class PrometheusSource:
         return out
 
     async def poll(self) -> list[Keyed]:
+        """Every node's reading and the server's own; whatever Prometheus (or whatever answers
+        in its place) does, one error reading that says what, never an exception."""
         started = time.monotonic()
+        odd = Odd()
         try:
             # Concurrently, each on its own connection: the refresh takes the slowest query.
-            answers = await asyncio.gather(*(self.query(k) for k in self.queries))
-        except (PageError, TimeoutError, OSError) as exc:
+            # The first to fail stops the others, so no query is left reading its
+            # connection when the next refresh asks on it.
+            answers = await together(self.query(k) for k in self.queries)
+            results = dict(zip(self.queries, answers, strict=True))
+            for key, items in results.items():
+                if items and not any(labels_of(i) is not None for i in items):
+                    raise ShapeError(f"{self.url}: an answer of an unexpected shape (none of "
+                                     f"the {key} query's {len(items)} results is a sample)")
+            # Off the event loop: at 2,000 nodes grouping takes a fair part of a second, and
+            # the screen answers keys meanwhile.
+            nodes = await asyncio.to_thread(group, results, None, odd)
+        except Exception as exc:  # any answer at all is said, never raised
             self._failing_since = self._failing_since or started
-            message = str(exc) or type(exc).__name__
-            if isinstance(exc, TimeoutError):
-                message = f"{self.url}: no whole answer within {DEADLINE_S:g} s"
             return [(SourceKey(LOCAL, "prometheus"), Reading(
-                "prometheus", Status.ERROR, message=f"Prometheus: {message}",
+                "prometheus", Status.ERROR, message=f"Prometheus: {self.why(exc)}",
                 failing_since=self._failing_since))]
-        results = dict(zip(self.queries, answers, strict=True))
-        try:
-            nodes = group(results)
-        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
-            # Valid JSON of another shape (a proxy's, a store's dialect): said, not raised.
-            self._failing_since = self._failing_since or started
-            return [(SourceKey(LOCAL, "prometheus"), Reading(
-                "prometheus", Status.ERROR, failing_since=self._failing_since,
-                message=f"Prometheus: {self.url}: an answer of an unexpected shape "
-                        f"({type(exc).__name__}: {exc})"))]
         self._failing_since = None
         ms = (time.monotonic() - started) * 1000
         series = sum(len(r) for r in answers)
         out: list[Keyed] = [(SourceKey(node, "fleet"), Reading("fleet", Status.OK, data=data))
                             for node, data in nodes.items()]
         out.append((SourceKey(LOCAL, "prometheus"), Reading(
-            "prometheus", Status.OK, data=PromStatus(self.url, len(nodes), series, ms))))
+            "prometheus", Status.OK, data=PromStatus(self.url, len(nodes), series, ms,
+                                                     odd.count, odd.first))))
         return out
+
+    def why(self, exc: BaseException) -> str:
+        """A failed refresh in words, naming the server."""
+        if isinstance(exc, TimeoutError):
+            return f"{self.url}: no whole answer within {self.deadline_s:g} s"
+        if isinstance(exc, TooLarge):
+            return (f"{self.url}: an answer over {LIMIT_BYTES // MIB} MiB, more than a fleet's "
+                    "could be; not read")
+        if isinstance(exc, (PageError, OSError)):
+            return _short(str(exc), 300) or f"{self.url}: {type(exc).__name__}"
+        return f"{self.url}: an answer that could not be read ({type(exc).__name__}: " \
+               f"{_short(str(exc))})"
 
     async def close(self) -> None:
         for client in self._clients.values():
             await client.aclose()
 
 
+async def together(aws: Iterable[Awaitable[T]]) -> list[T]:
+    """Every awaitable's result, run concurrently; when one fails, the others are cancelled
+    and awaited before its exception goes up (asyncio.gather would leave them running)."""
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            started = [tasks.create_task(aw) for aw in aws]  # type: ignore[arg-type]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [t.result() for t in started]
+
+
+def _short(v: Any, limit: int = 120) -> str:
+    text = v if isinstance(v, str) else repr(v)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _promql_re(value: str) -> str:
-    """``value`` matched literally inside a PromQL double-quoted regex: RE2's escapes, then
-    the string's own (a backslash and a quote)."""
-    return re.escape(value).replace("\\", "\\\\").replace('"', '\\"')
+    """``value`` matched literally inside a PromQL double-quoted regex: RE2's escapes (a
+    character that is not printable as RE2's \\x{...}, so no control character reaches the
+    query), then the string's own (a backslash and a quote)."""
+    pattern = "".join(re.escape(c) if c.isprintable() else f"\\x{{{ord(c):x}}}"
+                      for c in value)
+    return pattern.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def host_of(instance: str) -> str:
@@ -276,18 +339,40 @@ def node_of(labels: dict[str, str], aliases: dict[str, str] | None = None) -> st
     return (aliases or {}).get(host, host)
 
 
-def _value(sample: dict[str, Any]) -> float | None:
-    try:
-        v = float(sample["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
+def _samples(items: Any, key: str, odd: Odd | None) -> list[tuple[Labels, Any]]:
+    """(labels, raw value) of each sample of one query's answer; an item that is no sample
+    is left out, and counted in ``odd``."""
+    out = []
+    for item in items if isinstance(items, list) else ():
+        labels = labels_of(item)
+        if labels is None:
+            if odd is not None:
+                odd.add(f"a {key} result that is no sample ({_short(item, 60)})")
+            continue
+        out.append((labels, value_of(item)))
+    return out
 
 
-def group(results: dict[str, list[dict[str, Any]]],
-          only: str | None = None) -> dict[str, FleetNodeData]:
+def _figure(field_name: str, raw: Any, node: str, labels: Labels, odd: Odd | None
+            ) -> float | None:
+    """A sample's value as ``field_name``'s figure: None for NaN and ±Inf (Prometheus's own
+    "no figure"), and for a value that is no number or outside the field's range (counted in
+    ``odd``: a broken exporter's, said rather than shown)."""
+    v = number(raw)
+    if v is not None and in_range(field_name, v):
+        return v
+    if odd is not None and (v is not None or not is_number_text(raw)):
+        name = labels.get("__name__") or labels.get("figure") or field_name
+        odd.add(f"{node} {name} = {_short(raw, 40)}: "
+                + ("not a number" if v is None else f"outside {say_range(field_name)}"))
+    return None
+
+
+def group(results: dict[str, Any], only: str | None = None,
+          odd: Odd | None = None) -> dict[str, FleetNodeData]:
     """The queries' series, one FleetNodeData per node (sorted by name); ``only``: that
-    node's alone."""
+    node's alone. What is left out (no sample, no number, out of range) is counted in
+    ``odd``; nothing in ``results`` makes it raise."""
     placement: dict[str, str] = {}
     instances: dict[str, set[str]] = {}
     gpus: dict[str, dict[str, dict[str, Any]]] = {}
@@ -296,14 +381,16 @@ def group(results: dict[str, list[dict[str, Any]]],
     latency: dict[str, dict[str, float]] = {}
     down: dict[str, list[str]] = {}
     jobs: dict[str, set[str]] = {}
+    samples = {key: _samples(results.get(key), key, odd)
+               for key in ("gpu", "host", "server", "latency", "up")}
 
-    aliases = {host_of(s["metric"]["instance"]): s["metric"].get("Hostname")
-               or s["metric"].get("hostname")
-               for s in results.get("gpu", []) if isinstance(s.get("metric"), dict)
-               and s["metric"].get("instance") and not s["metric"].get("node")
-               and (s["metric"].get("Hostname") or s["metric"].get("hostname"))}
+    aliases: dict[str, str] = {}
+    for labels, _ in samples["gpu"]:
+        name = labels.get("Hostname") or labels.get("hostname")
+        if name and labels.get("instance") and not labels.get("node"):
+            aliases[host_of(labels["instance"])] = name
 
-    def seen(labels: dict[str, str]) -> str:
+    def seen(labels: Labels) -> str:
         node = node_of(labels, aliases)
         if only is not None and node != only:
             return ""  # another node's: skipped by every loop below
@@ -313,36 +400,35 @@ def group(results: dict[str, list[dict[str, Any]]],
             instances.setdefault(node, set()).add(labels["instance"])
         return node
 
-    for s in results.get("gpu", []):
-        labels, v = s.get("metric", {}), _value(s)
-        if not (node := seen(labels)):
+    for labels, raw in samples["gpu"]:
+        field_name = GPU_FIELDS.get(labels.get("__name__", ""))
+        if not field_name or not (node := seen(labels)):
             continue
         gpu = gpus.setdefault(node, {}).setdefault(labels.get("gpu", "?"), {
             "model": labels.get("modelName", "")})
-        field_name = GPU_FIELDS.get(labels.get("__name__", ""))
-        if field_name and v is not None:
+        if (v := _figure(field_name, raw, node, labels, odd)) is not None:
             gpu[field_name] = v
-    for s in results.get("host", []):
-        labels, v = s.get("metric", {}), _value(s)
+    for labels, raw in samples["host"]:
         name = HOST_FIELDS.get(labels.get("__name__", ""))
-        if name and v is not None and (node := seen(labels)):
+        if name and (node := seen(labels)) \
+                and (v := _figure(name, raw, node, labels, odd)) is not None:
             host.setdefault(node, {})[name] = v
-    for s in results.get("server", []):
-        labels, v = s.get("metric", {}), _value(s)
+    for labels, raw in samples["server"]:
         name = labels.get("__name__", "")[len("sglang:"):]
-        if name in SERVER_FIELDS and v is not None and (node := seen(labels)):
+        if name in SERVER_FIELDS and (node := seen(labels)) \
+                and (v := _figure(name, raw, node, labels, odd)) is not None:
             server.setdefault(node, {})[name] = v
-    for s in results.get("latency", []):
-        labels, v = s.get("metric", {}), _value(s)
-        if (node := seen(labels)) and v is not None and labels.get("figure"):
-            latency.setdefault(node, {})[labels["figure"]] = v
-    for s in results.get("up", []):
-        labels = s.get("metric", {})
+    for labels, raw in samples["latency"]:
+        name = labels.get("figure", "")
+        if name in LATENCY_FIGURES and (node := seen(labels)) \
+                and (v := _figure(name, raw, node, labels, odd)) is not None:
+            latency.setdefault(node, {})[name] = v
+    for labels, raw in samples["up"]:
         if not (node := seen(labels)):
             continue
         job = labels.get("job", "?")
         jobs.setdefault(node, set()).add(job)
-        if _value(s) == 0:
+        if _figure("up", raw, node, labels, odd) == 0:
             down.setdefault(node, []).append(f"{job} down ({labels.get('instance', '?')})")
     names = sorted(set(gpus) | set(host) | set(server) | set(latency) | set(jobs))
     out: dict[str, FleetNodeData] = {}
@@ -366,12 +452,13 @@ def group(results: dict[str, list[dict[str, Any]]],
 
 
 def _index(text: str) -> tuple[int, str]:
-    return (int(text), "") if text.isdigit() else (1 << 30, text)
+    i = small_index(text)
+    return (i, "") if i is not None else (1 << 30, text)
 
 
 def _gpu(index: str, g: dict[str, Any]) -> FleetGpu:
     def mib(name: str) -> int | None:
-        return int(g[name] * MIB) if name in g else None
+        return int(g[name] * MIB) if name in g else None  # in range: 16 TiB at most
     return FleetGpu(index=index, model=g.get("model", ""), used_bytes=mib("used_mib"),
                     free_bytes=mib("free_mib"), reserved_bytes=mib("reserved_mib"),
                     util_pct=g.get("util_pct"), power_w=g.get("power_w"),

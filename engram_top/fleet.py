@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.pages import PageError
 from collectors.prometheus import DEADLINE_S, FleetNodeData, PrometheusSource, PromStatus
 from collectors.readings import Reading, Status
 from collectors.units import GIB
@@ -27,6 +26,9 @@ from engram_top.fleet_detail import HISTORY_S, NodeDetail, history_step
 from engram_top.metrics import ENERGY, KV, KV_RATIO, THROUGHPUT, WEIGHTS, Metric, Registry, ms
 
 HOST_TABLES_MIN_BYTES = 64 * GIB  # shared or huge-page memory this large: Engram tables
+# The least pause between two refreshes, however slow the last one or small the interval:
+# a refresh loop never spins.
+MIN_PAUSE_S = 0.1
 
 # What a fleet can compare: Prometheus has quantiles from histograms, not per-request means,
 # and no start-up or host-delta figure (a node's memory before launch is not kept).
@@ -216,6 +218,7 @@ class FleetSession:
     url: str
     interval: float = 5.0
     window: str = "1m"
+    deadline_s: float = DEADLINE_S  # each query's whole answer, at most
     thresholds: Thresholds = field(default_factory=Thresholds)
     nodes: dict[str, tuple[float, FleetNodeData]] = field(default_factory=dict)
     status: Reading[Any] | None = None
@@ -226,7 +229,7 @@ class FleetSession:
     wall_clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
-        self.source = PrometheusSource(self.url, window=self.window)
+        self.source = PrometheusSource(self.url, window=self.window, deadline_s=self.deadline_s)
         self.walls: dict[str, float] = {}  # when each node's figures were read (wall clock)
         self._task: asyncio.Task[None] | None = None
 
@@ -236,11 +239,19 @@ class FleetSession:
     async def _loop(self) -> None:
         while True:
             started = time.monotonic()
-            await self.poll_once()
-            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+            try:
+                await self.poll_once()
+            except Exception as exc:  # a drawing callback's: the refreshes go on regardless
+                self._failed(exc)
+            await asyncio.sleep(max(MIN_PAUSE_S, self.interval - (time.monotonic() - started)))
 
     async def poll_once(self) -> None:
-        for key, reading in await self.source.poll():
+        try:
+            out = await self.source.poll()
+        except Exception as exc:  # what the source did not foresee: an error reading too
+            self._failed(exc)
+            out = []
+        for key, reading in out:
             if key.source == "fleet" and reading.data is not None:
                 self.nodes[key.node] = (reading.at, reading.data)
                 self.walls[key.node] = reading.wall
@@ -249,6 +260,14 @@ class FleetSession:
         self.polls += 1
         if self.on_poll is not None:
             self.on_poll()
+
+    def _failed(self, exc: Exception) -> None:
+        """A refresh that raised: an error reading with its words and since when."""
+        old = self.status
+        since = old.failing_since if old is not None and not old.ok else None
+        self.status = Reading("prometheus", Status.ERROR,
+                              message=f"Prometheus: {self.source.why(exc)}",
+                              failing_since=since or time.monotonic())
 
     @property
     def ok(self) -> bool:
@@ -292,14 +311,13 @@ class FleetSession:
                                          history_step(self.interval, span_s))
 
     async def load_history(self, d: NodeDetail, span_s: float = HISTORY_S) -> str:
-        """The node's history into its detail; what came of it, in words for the screen."""
+        """The node's history into its detail; what came of it, in words for the screen
+        (whatever the answers were: this never raises but for cancellation)."""
         try:
             points = await self.history(d.node, span_s)
-        except (PageError, TimeoutError, OSError) as exc:
-            if isinstance(exc, TimeoutError):
-                return f"history: Prometheus gave no whole answer within {DEADLINE_S:g} s"
-            return f"history: none ({exc or type(exc).__name__})"
-        taken = d.backfill(points)
+            taken = d.backfill(points)
+        except Exception as exc:
+            return f"history: none ({self.source.why(exc)})"
         if not taken:
             return "history: Prometheus holds nothing older for this node"
         return (f"history: {taken} readings over the last {span_s / 60:.0f} min, "
@@ -317,7 +335,9 @@ class FleetSession:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # The loop ends only by this cancel; whatever else ended it is no reason to fail
+            # a quit.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         await self.source.close()
         if self.demo is not None:

@@ -53,22 +53,23 @@ def run_fleet(args: argparse.Namespace) -> int:
             return 2
         print(f"engram-top fleet: starting {args.nodes} simulated nodes and Prometheus…",
               file=sys.stderr)
+        stopped: list[int] = []
         try:
-            demo, url = run_until_signal_value(_start_demo(args.nodes))
+            demo, url = run_until_signal_value(_start_demo(args.nodes), stopped)
         except PrometheusError as exc:
             _say("fleet", str(exc))
             return 1
         if demo is None:
-            return 130
+            return stopped[0] if stopped else 130  # 128 + the signal that stopped it
     window = args.window or (DEMO_WINDOW if args.demo else "1m")
     session = FleetSession(url, interval=args.interval, window=window,
                            thresholds=config.alerts, demo=demo)
     return run_dashboard(FleetApp(session, own_process=True), None)
 
 
-def run_until_signal_value(coro):  # type: ignore[no-untyped-def]
+def run_until_signal_value(coro, stopped: list[int] | None = None):  # type: ignore[no-untyped-def]
     """The demo's start under run_until_signal: (None, "") when a signal stopped it (what
-    it had started is stopped by its own error path)."""
+    it had started is stopped by its own error path), its exit code then in ``stopped``."""
     box: list[tuple[object, str]] = []
 
     async def main() -> int:
@@ -76,6 +77,8 @@ def run_until_signal_value(coro):  # type: ignore[no-untyped-def]
         return 0
 
     code = run_until_signal(main, "fleet")
+    if code and stopped is not None:
+        stopped.append(code)
     return box[0] if code == 0 and box else (None, "")
 
 

@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Callable
 
+from collectors.prom_answer import small_index
 from collectors.prometheus import FleetGpu, FleetNodeData
 from collectors.readings import GpuData, GpuDevice, HostData, Quantiles, Reading, ServerData, Status
 from collectors.source import LOCAL, SourceKey
@@ -37,7 +38,7 @@ def _device(i: int, g: FleetGpu) -> GpuDevice:
     used = g.used_bytes or 0
     total = g.total_bytes or used
     return GpuDevice(
-        index=int(g.index) if g.index.isdigit() else i, name=g.model or "GPU", uuid="",
+        index=i if (n := small_index(g.index)) is None else n, name=g.model or "GPU", uuid="",
         total_bytes=total, reserved_bytes=g.reserved_bytes or 0, used_bytes=used,
         free_bytes=g.free_bytes if g.free_bytes is not None else max(0, total - used),
         util_gpu_pct=None if g.util_pct is None else round(g.util_pct),

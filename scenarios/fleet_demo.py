@@ -14,12 +14,12 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scenarios import owned_folder
 from scenarios.process import ManagedProcess
 from scenarios.prometheus import (
     NODE_EXPORTER,
@@ -32,6 +32,7 @@ from scenarios.prometheus import (
 )
 
 JOBS = {"dcgm": "dcgm-exporter", "node": "node-exporter", "sglang": "sglang"}
+FOLDER_PREFIX = "engram-top-fleet-"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,9 @@ class FleetDemo:
         self.skip = skip  # "NODE:EXPORTER" left down, to show a node missing an exporter
         self.real_node_exporter = real_node_exporter and shutil.which(NODE_EXPORTER) is not None
         self._own_folder = folder is None
-        self.folder = folder or Path(tempfile.mkdtemp(prefix="engram-top-fleet-"))
+        # Our own temp folder says whose it is: one a killed demo left is removed here, by
+        # the next demo (with whatever it started, should anything of it still run).
+        self.folder = folder or owned_folder.make(FOLDER_PREFIX)
         self.nodes: list[DemoNode] = []
         self.exporters: ManagedProcess | None = None
         self.node_exporter: ManagedProcess | None = None
@@ -83,6 +86,7 @@ class FleetDemo:
             argv += ["--skip", item]
         # stdin a pipe we hold: the exporters end when this process does.
         self.exporters = start_child(argv, self.folder / "exporters.log", stdin=subprocess.PIPE)
+        self._started(self.exporters)
         table = await self._ports(ports_file, end)
         self.nodes = [DemoNode(n["node"], n["placement"], n["gpus"], n["ports"])
                       for n in table]
@@ -105,6 +109,7 @@ class FleetDemo:
                 [binary, f"--web.listen-address=127.0.0.1:{port}", "--no-collector.systemd",
                  "--collector.disable-defaults", "--collector.meminfo"],
                 self.folder / "node-exporter.log")
+            self._started(self.node_exporter)
             first = self.nodes[0]
             self.nodes[0] = DemoNode(first.node, first.placement, first.gpus,
                                      {**first.ports, "node": port}, real_host=True)
@@ -113,8 +118,14 @@ class FleetDemo:
         self.prometheus = Prometheus(self.folder / "prometheus", targets, self.scrape_s)
         self.prometheus.folder.mkdir(parents=True, exist_ok=True)
         self.prometheus.start()
+        assert self.prometheus.proc is not None
+        self._started(self.prometheus.proc)
         await self.prometheus.wait_ready(max(1.0, end - time.monotonic()))
         await self.prometheus.wait_scraped(len(targets) - down, max(1.0, end - time.monotonic()))
+
+    def _started(self, proc: ManagedProcess) -> None:
+        if self._own_folder:
+            owned_folder.note_child(self.folder, proc.pid)
 
     async def _ports(self, path: Path, end: float) -> list[dict[str, Any]]:
         assert self.exporters is not None

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,11 +63,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    # Linux: the child gets SIGTERM when the process that started it dies, even by SIGKILL,
-    # so a crashed engram-top leaves no Prometheus behind.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def _die_with(parent: int) -> Callable[[], None]:
+    """What the child runs before exec: the kernel's parent-death signal (Linux), so that
+    it gets SIGTERM when the process that started it dies, even by SIGKILL, which runs no
+    cleanup of ours. Chosen over a watchdog process (one more thing to outlive us) and over
+    sharing our process group (a terminal's Ctrl-C would reach the children before we could
+    stop them in order). The signal follows the *thread* that forked: start children from
+    the event loop's thread, never a worker thread that ends. A parent already gone by the
+    time the child asks (the race before prctl) means the child ends at once."""
+    def run() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+    return run
 
 
 def start_child(argv: list[str], log_path: Path, *, stdin: int | None = None,
@@ -77,7 +87,7 @@ def start_child(argv: list[str], log_path: Path, *, stdin: int | None = None,
         popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else stdin,
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                  env={**os.environ, **(env or {})},
-                                 preexec_fn=_die_with_parent)
+                                 preexec_fn=_die_with(os.getpid()))
     finally:
         log.close()
     return ManagedProcess(LaunchSpec(argv, log_path), popen)

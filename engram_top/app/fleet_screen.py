@@ -14,6 +14,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
 from collectors.safetext import visible
@@ -114,6 +115,9 @@ class FleetApp(SafeOutput, App[int]):
         self.stopped_by: signal.Signals | None = None
         self._shown: list[str] = []
         self._drawn: tuple[Any, ...] | None = None
+        self._every_rows: tuple[tuple[int, int], list[FleetRow]] | None = None
+        self._row_cells: dict[str, tuple[tuple[Any, ...], tuple[Text, ...]]] = {}
+        self._filter_timer: Timer | None = None
         self._closed = False
 
     def compose(self) -> ComposeResult:
@@ -129,8 +133,9 @@ class FleetApp(SafeOutput, App[int]):
         if not self.borrowed:
             self.session.on_poll = self.refresh_fleet
             await self.session.start()
-        # Between polls only ages change: a row turns stale, the header's age goes on.
-        self.set_interval(self.session.interval, self.refresh_fleet)
+        # Between polls only ages change: a row turns stale, the header's age goes on (in
+        # whole seconds: a redraw of two thousand rows is no thing to do more often).
+        self.set_interval(max(1.0, self.session.interval), self.refresh_fleet)
         self.refresh_fleet()
 
     # ------------------------------------------------------------------ drawing
@@ -146,14 +151,32 @@ class FleetApp(SafeOutput, App[int]):
         with contextlib.suppress(NoMatches):  # a tick during teardown: nothing to draw on
             self._draw()
 
+    def _every(self) -> list[FleetRow]:
+        """Every node's row, once a refresh and once a second at most (a row's age counts in
+        whole seconds): a key that only sorts or filters takes them as they are."""
+        when = (self.session.polls, int(self.session.clock()))
+        if self._every_rows is None or self._every_rows[0] != when:
+            self._every_rows = (when, self.session.rows())
+        return self._every_rows[1]
+
+    def _cells(self, cols: list[Column], r: FleetRow) -> tuple[Text, ...]:
+        """A row's cells, made again only when its figures, state or alerts changed (its
+        figures are those of one answer: the time they were read names them)."""
+        entry = self.session.nodes.get(r.node)
+        key = (tuple(c[0] for c in cols), entry[0] if entry else None, r.state, r.alerts)
+        hit = self._row_cells.get(r.node)
+        if hit is None or hit[0] != key:
+            hit = self._row_cells[r.node] = (key, tuple(self._cell(c, r) for c in cols))
+        return hit[1]
+
     def _draw(self) -> None:
-        every = self.session.rows()  # once a refresh: the header and the table share it
+        every = self._every()  # the header and the table share it
         # The header quotes Prometheus (its errors, odd values): no control goes through.
         self.query_one("#fleet-header", Static).update(safe(self.header(every), "\n"))
         table = self.query_one("#fleet", DataTable)
         cols = columns_for(self.size.width)
         rows = self.rows(every)
-        cells = [tuple(self._cell(c, r) for c in cols) for r in rows]
+        cells = [self._cells(cols, r) for r in rows]
         drawn = (tuple(c[0] for c in cols), tuple(cells), self.sort_key, self.descending)
         if drawn == self._drawn:
             return
@@ -213,7 +236,11 @@ class FleetApp(SafeOutput, App[int]):
             since = status.failing_since or status.at
             t.append(f"\n{visible(status.message)}", style="bold red")
             wall = time.time() - (time.monotonic() - since)
-            kept = "; the figures below are the last it gave" if rows else ""
+            kept = ""
+            if rows:
+                newest = max(at for at, _ in s.nodes.values())
+                kept = (f"; the figures below are the last it gave, "
+                        f"{max(0.0, s.clock() - newest):.0f} s old")
             t.append(f"  (since {time.strftime('%H:%M:%S', time.localtime(wall))}{kept})",
                      style="red")
         else:
@@ -222,6 +249,9 @@ class FleetApp(SafeOutput, App[int]):
             read = time.strftime("%H:%M:%S", time.localtime(status.wall))
             t.append(f"\nread at {read}  ·  {st.series} series "
                      f"in {st.query_ms:.0f} ms  ·  every {s.interval:g} s", style="dim")
+            if st.odd:
+                t.append(f"  ·  {st.odd} odd values left out, first: {st.odd_first}",
+                         style="yellow")
         if self.filter_text:
             t.append(f"  ·  filter: {self.filter_text}", style="bold")
         return t
@@ -252,7 +282,10 @@ class FleetApp(SafeOutput, App[int]):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.filter_text = event.value.strip()
-        self.refresh_fleet()
+        # Once the typing pauses: each key's redraw of a big fleet would queue behind the last.
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        self._filter_timer = self.set_timer(0.15, self.refresh_fleet)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.query_one("#fleet", DataTable).focus()

@@ -52,7 +52,10 @@ class NodeScreen(Screen[None]):
 
     async def _history(self) -> None:
         assert self.detail is not None
-        self.history_note = await self.session.load_history(self.detail)
+        try:
+            self.history_note = await self.session.load_history(self.detail)
+        except Exception as exc:  # a worker's exception would end the app: said here instead
+            self.history_note = f"history: none ({type(exc).__name__}: {exc})"
         self.draw(force=True)
 
     def draw(self, force: bool = False) -> None:

@@ -1,5 +1,6 @@
 """Fixtures of the fault matrix: the CLI with its own folders and tag (faultkit.Cli), and
-the misbehaving server (badserver.BadServer) on a thread of the test's process."""
+the misbehaving servers (badserver.BadServer, badprom.BadProm) on a thread of the test's
+process."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from badprom import BadProm
 from badserver import BadServer
 from faultkit import Cli
 
@@ -25,3 +27,9 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
 def bad_server() -> Iterator[BadServer]:
     with BadServer() as server:
         yield server
+
+
+@pytest.fixture
+def bad_prom() -> Iterator[BadProm]:
+    with BadProm() as prom:
+        yield prom

@@ -1,0 +1,159 @@
+"""What a Prometheus answer may be trusted to hold: its JSON envelope, its samples, and each
+figure's plausible range.
+
+Prometheus's HTTP API answers `{"status": "success", "data": {"result": [...]}}` with each
+sample `{"metric": {label: string}, "value": [time, "number"]}` (`values`: a list of those
+pairs, for a range query). A proxy, a remote store or a compromised server may answer
+anything that parses as JSON, so nothing here assumes a shape it has not checked: an envelope
+of another shape is one ShapeError for the whole answer, while one odd sample (not a dict,
+labels that are not strings, a value that is no number or one outside its field's range) is
+left out alone and counted, never the whole answer. NaN and ±Inf are ordinary Prometheus
+values (a quantile of no requests is NaN): they read as "no figure", uncounted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from collectors.pages import PageError
+from collectors.units import MIB
+
+Labels = dict[str, str]
+
+# Each figure's plausible range, as its exporter counts it. A value outside is a broken or
+# hostile exporter's, never a machine's: left out and said, so that no figure derived from it
+# (bytes from MiB, sums, percentages) overflows or misleads downstream.
+_GPU_MIB = (0.0, float(16 * MIB))  # 16 TiB of one GPU's memory, in MiB
+_HOST_BYTES = (0.0, float(2**50))  # 1 PiB of one machine's memory
+_RATE_BYTES = (0.0, 1e13)  # 10 TB/s over one GPU's PCIe or NVLink
+_RATIO = (0.0, 2.0)  # a pool's usage (0..1), with room for rounding
+_COUNT = (0.0, 1e12)
+_SECONDS = (0.0, 1e6)
+RANGES: dict[str, tuple[float, float]] = {
+    # dcgm-exporter
+    "used_mib": _GPU_MIB, "free_mib": _GPU_MIB, "reserved_mib": _GPU_MIB,
+    "util_pct": (0.0, 100.0), "power_w": (0.0, 100_000.0),
+    "pcie_tx": _RATE_BYTES, "pcie_rx": _RATE_BYTES, "nvlink_tx": _RATE_BYTES,
+    "nvlink_rx": _RATE_BYTES,
+    # node-exporter
+    "total": _HOST_BYTES, "available": _HOST_BYTES, "shmem": _HOST_BYTES,
+    "swap_total": _HOST_BYTES, "swap_free": _HOST_BYTES, "anon_huge": _HOST_BYTES,
+    "cached": _HOST_BYTES, "free": _HOST_BYTES, "huge_total": (0.0, float(2**40)),
+    "huge_free": (0.0, float(2**40)), "huge_size": (0.0, float(2**40)),
+    # SGLang
+    "token_usage": _RATIO, "full_token_usage": _RATIO, "swa_token_usage": _RATIO,
+    "num_running_reqs": _COUNT, "num_queue_reqs": _COUNT, "max_total_num_tokens": _COUNT,
+    "gen_throughput": (0.0, 1e9), "weight_memory_usage_gb": (0.0, 1e6),
+    "num_used_tokens": _COUNT,
+    # the latency query's figures (seconds, tokens/s) and `up`
+    "ttft_p50": _SECONDS, "ttft_p99": _SECONDS, "tpot_p50": _SECONDS, "tpot_p99": _SECONDS,
+    "output_tok_s": (0.0, 1e9), "up": (0.0, 1.0),
+}
+MAX_NUMBER_CHARS = 64  # "1.2345e+308" is 11; a longer "number" is somebody's payload
+
+
+class ShapeError(PageError):
+    """An answer that is JSON but not Prometheus's: said for the whole answer."""
+
+
+@dataclass
+class Odd:
+    """The samples and values left out of one refresh: how many, and the first, in words."""
+
+    count: int = 0
+    first: str = ""
+
+    def add(self, what: str) -> None:
+        self.count += 1
+        if not self.first:
+            self.first = what
+
+
+def result_of(body: Any, where: str) -> list[Any]:
+    """The `data.result` list of a successful answer, or ShapeError naming what was there."""
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, dict):
+        raise ShapeError(f"{where} has no data object (data is {_kind(data)})")
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise ShapeError(f"{where} has no result list (data.result is {_kind(result)})")
+    return result
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, list):
+        return "an empty list" if not v else "a list"
+    return {str: "a string", dict: "an object", bool: "a boolean"}.get(type(v), "a number")
+
+
+def labels_of(item: Any) -> Labels | None:
+    """A sample's labels; None when ``item`` is no sample (not an object, `metric` not an
+    object, a label value not a string)."""
+    if type(item) is not dict:
+        return None
+    metric = item.get("metric", {})
+    if type(metric) is not dict:
+        return None
+    for v in metric.values():  # the names are strings: JSON's object keys are
+        if type(v) is not str:
+            return None
+    return metric
+
+
+def number(raw: Any) -> float | None:
+    """A sample's value as Prometheus writes it (a string; a JSON number from some stores):
+    a finite float, or None for NaN, ±Inf and anything that is no number."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, str):
+        if len(raw) > MAX_NUMBER_CHARS:
+            return None
+        try:
+            v = float(raw)
+        except ValueError:
+            return None
+    elif isinstance(raw, (int, float)):
+        try:
+            v = float(raw)
+        except OverflowError:  # an integer of hundreds of digits
+            return None
+    else:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def is_number_text(raw: Any) -> bool:
+    """Whether a sample's value is a number at all, NaN and ±Inf included (they are not odd:
+    Prometheus writes them)."""
+    return number(raw) is not None or (isinstance(raw, str) and raw.strip().lower().lstrip(
+        "+-") in ("nan", "inf", "infinity"))
+
+
+def value_of(item: dict[str, Any]) -> Any:
+    """The raw value of an instant sample's `value` pair; None without one."""
+    pair = item.get("value")
+    if isinstance(pair, (list, tuple)) and len(pair) >= 2:
+        return pair[1]
+    return None
+
+
+def in_range(field: str, v: float) -> bool:
+    low, high = RANGES.get(field, (-math.inf, math.inf))
+    return low <= v <= high
+
+
+def say_range(field: str) -> str:
+    low, high = RANGES.get(field, (-math.inf, math.inf))
+    return f"{low:g}..{high:g}"
+
+
+def small_index(text: str) -> int | None:
+    """A GPU label as an index: ASCII digits, six at most ("0".."999999"); else None (a
+    label like "²" is a digit to str.isdigit() but not to int())."""
+    if text.isascii() and text.isdigit() and len(text) <= 6:
+        return int(text)
+    return None
