@@ -58,6 +58,7 @@ MONO_FIELDS = ("launched_at", "ready_at", "ended_at")
 SKIP_FIELDS = ("log_lines", "lines_seen")
 # A record later than this after the recording's start is damage, not a long session.
 MAX_T = 366 * 24 * 3600.0
+MAX_WALL = 253402300799.0  # 9999-12-31T23:59:59Z: a wall clock later is damage
 # Dict fields written as a patch of their changed keys: the start-up facts change with every
 # log line (last line time, decode stats) and are a few KB whole.
 PATCH_FIELDS = ("startup", "results", "phase_durations")
@@ -447,6 +448,10 @@ def check_time(value: Any, where: str) -> None:
     if isinstance(value, int | float) and not isinstance(value, bool) \
             and not math.isfinite(value):
         raise ValueError(f"{where}: {value} is not a time (not a finite number)")
+    if where.endswith("wall") and isinstance(value, int | float) \
+            and not 0 <= value <= MAX_WALL:  # a clock shown as a date: within the calendar
+        raise ValueError(f"{where}: {value} is not a time of day (a date past the year 9999, "
+                         "or before 1970)")
 
 
 def scenarios_plain(scenario_file: Any, found: set[str] | None = None) -> dict[str, Any] | None:

@@ -343,6 +343,7 @@ def shaped_recording(path: Path) -> Path:
     store.load = {"concurrency": 2, "sent": 4, "completed": 3, "failed": 1,
                   "output_tokens": 96, "last_error": "", "good": 3, "slo": [], "node_s": 2.0}
     recorder.sample()
+    store.event("info", "an event of the session")
     recorder.close()
     return path
 
@@ -357,6 +358,8 @@ def shaped_recording(path: Path) -> Path:
     (("facts", "engram", "reasons"), 7, "run.facts.engram.reasons: expected a list, got int"),
     (("load", "completed"), "many", "load.completed: expected a whole number, got 'many'"),
     (("load",), {"$tuple": [1, 2]}, "load: expected an object"),
+    (("wall",), 1e18, "event.wall: 1e+18 is not a time of day (a date past the year 9999, "
+                      "or before 1970)"),
 ])
 def test_a_record_of_the_wrong_shape_is_skipped_before_a_panel_reads_it(
         tmp_path: Path, where: tuple[str, ...], value: Any, says: str) -> None:
@@ -367,7 +370,7 @@ def test_a_record_of_the_wrong_shape_is_skipped_before_a_panel_reads_it(
     from engram_top.app import panels
     path = shaped_recording(tmp_path / "shaped.jsonl")
     lines = path.read_text().splitlines()
-    kind = "load" if where[0] == "load" else "run"
+    kind = {"load": "load", "wall": "event"}.get(where[0], "run")
     at = max(i for i, line in enumerate(lines) if f'"type":"{kind}"' in line)
     record = json.loads(lines[at])
     target = record
