@@ -8,7 +8,7 @@ from typing import Any
 
 from collectors import promtext
 from collectors.base import FailureTracker, TooLarge, describe
-from collectors.pages import ConnectFailed, Page, PageClient, PageError
+from collectors.pages import ConnectFailed, Page, PageClient, PageError, bearer
 from collectors.readings import Reading, ServerData, Status, finite
 from collectors.units import MIB
 
@@ -32,9 +32,10 @@ class EngineCollector:
         # Each request gets this long in all, so a poll always ends and the next one goes.
         self.deadline_s = deadline_s
         self.tracker = FailureTracker(source or f"{self.SOURCE} {self.url}")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # Loopback or a node's own network only; never follows redirects to elsewhere.
-        self.client = PageClient(self.url, headers=headers, auth=auth, connect_timeout_s=timeout)
+        # Loopback or a node's own network only; never follows redirects to elsewhere. The
+        # API key wins over a URL's user:password (one Authorization header; PageClient).
+        self.client = PageClient(self.url, headers=bearer(api_key), auth=auth,
+                                 connect_timeout_s=timeout)
         self._info: dict[str, Any] | None = None
         self._info_at = 0.0
         self.health_every_s = health_every_s

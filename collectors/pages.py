@@ -12,6 +12,11 @@ Content-Length, chunked and read-to-close bodies, a gzip or deflate body from a 
 compresses although asked not to (counted as it unpacks, so a gzip bomb meets the bound),
 basic auth and bearer keys. A connection the server closed while idle is opened again once;
 any other fault closes it, and the next GET opens a fresh one.
+
+Credentials: a URL's user:password@ is basic auth, taken off the URL (an error message or a
+screen never quotes it); an Authorization header given (an API key, a bearer token) wins over
+it, as a server reads one Authorization header. A header value with a control character is
+refused (HeaderError) rather than written: a CR or LF in a key would start headers of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from collectors.base import TooLarge, get_bounded
 from collectors.units import MIB
@@ -32,6 +37,80 @@ if TYPE_CHECKING:
 
 MAX_HEAD = 64 * 1024  # status line and headers together
 MAX_LINE = 64 * 1024  # one header line, one chunk-size line
+
+
+class HeaderError(ValueError):
+    """A header value (an API key, a token) that HTTP cannot carry as it is."""
+
+
+_CHAR_NAMES = {"\r": "a carriage return (CR)", "\n": "a line feed (LF)", "\t": "a tab",
+               "\x00": "a NUL byte", "\x1b": "an escape (ESC)", "\x7f": "a DEL"}
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as an HTTP header's value, or None. Printable ASCII only:
+    a CR or LF would end the header and start another (header injection), other controls and
+    non-ASCII characters are refused by HTTP clients or read otherwise by servers; spaces at
+    either end are dropped by the server, so the key it compares would not be this one."""
+    if not value:
+        return "is empty"
+    for i, ch in enumerate(value):
+        if not " " <= ch <= "~":
+            what = _CHAR_NAMES.get(ch) or (f"the control character U+{ord(ch):04X}"
+                                           if ch.isascii() or not ch.isprintable()
+                                           else f"the non-ASCII character U+{ord(ch):04X}")
+            return (f"holds {what} at character {i + 1} of {len(value)}: an HTTP header "
+                    "carries printable ASCII only")
+    if value != value.strip():
+        return "begins or ends with a space, which the server would not see"
+    return None
+
+
+def bearer(key: str | None, what: str = "the API key") -> dict[str, str]:
+    """The Authorization header of an API key or token ({} without one); HeaderError for a
+    key HTTP cannot carry. Every client that sends a key builds its header here."""
+    if not key:
+        return {}
+    problem = header_value_problem(key)
+    if problem is not None:
+        raise HeaderError(f"{what} {problem}")
+    return {"Authorization": f"Bearer {key}"}
+
+
+def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
+    """The URL without its user:password@, and the (user, password) pair, or None without
+    one. What a screen, a message or a file may show is the first."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None and "@" not in parts.netloc:
+        return url, None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    netloc = host + (f":{port}" if port else "")
+    shown = urlunsplit(parts._replace(netloc=netloc))
+    return shown, (unquote(parts.username or ""), unquote(parts.password or ""))
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be polled, or None: http(s), a host, a port that is a number from
+    1 to 65535, printable ASCII (a CR or LF would split the request line)."""
+    if not url.startswith(("http://", "https://")):
+        return "not an http(s) URL"
+    bad = next((ch for ch in url if not "!" <= ch <= "~"), None)
+    if bad is not None:
+        return (f"holds {_CHAR_NAMES.get(bad) or f'U+{ord(bad):04X}'}: a URL is printable "
+                "ASCII without spaces (percent-encode the rest)")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # an unclosed [, a port of letters or past 65535
+        return f"not a URL ({exc})"
+    if not parts.hostname:
+        return "no host"
+    if port == 0:
+        return "port 0 is no server's port"
+    return None
 
 
 class PageError(Exception):
@@ -84,7 +163,8 @@ class PageClient:
 
     def __init__(self, base_url: str, *, headers: dict[str, str] | None = None,
                  auth: tuple[str, str] | None = None, connect_timeout_s: float = 2.0) -> None:
-        self.base_url = base_url.rstrip("/")
+        shown, userinfo = split_userinfo(base_url)
+        self.base_url = shown.rstrip("/")  # quoted by every message: no password in it
         parts = urlsplit(self.base_url)
         self._https = parts.scheme == "https"
         self._host = parts.hostname or "127.0.0.1"
@@ -94,7 +174,13 @@ class PageClient:
         host = f"[{self._host}]" if ":" in self._host else self._host
         self._hostport = host if parts.port is None else f"{host}:{parts.port}"
         extra = dict(headers or {})
-        if auth is not None:
+        for name, value in extra.items():  # the callers check; this never writes a bad one
+            problem = header_value_problem(value)
+            if problem is not None or not name.isascii() or not name.replace("-", "").isalnum():
+                raise HeaderError(f"the {name!r} header " + (problem or "has a bad name"))
+        auth = auth or userinfo
+        # One Authorization header: one given (an API key) wins over basic auth.
+        if auth is not None and not any(k.lower() == "authorization" for k in extra):
             token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
             extra["Authorization"] = f"Basic {token}"
         self._head = "".join(f"{k}: {v}\r\n" for k, v in extra.items())

@@ -17,7 +17,6 @@ import csv
 import dataclasses
 import io
 import json
-import math
 import os
 import time
 import tomllib
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.pages import PageClient
+from collectors.pages import PageClient, bearer
 from collectors.safetext import visible
 from engram_top import energy, facts, reference, slo, sweep
 from engram_top.alerts import AlertChange
@@ -38,25 +37,35 @@ from engram_top.slo import LevelStats, Slo
 from engram_top.store import node_time as startup_in_node_time
 from engram_top.sweep import SweepSpec
 from scenarios import config
+from scenarios.bounds import Range, bounded_float, bounded_int, read_toml, typed
 from scenarios.engines.base import Mark
 from scenarios.workload import DriverResult, Level, WorkloadSpec, run_workload
 
-# key -> (kind, default). Kinds: "count" (int >= 1), "int", "pos" (finite > 0),
-# "nonneg" (finite >= 0), "ratio" (finite, 0 < x <= 1), "str", "names" (a list of strings).
-BENCH_KEYS: dict[str, tuple[str, Any]] = {
+# key -> (kind, default). Kinds: "str", "names" (a list of strings), or the Range of a
+# number, with why its ends are where they are.
+SCALE = bounded_float(0.001, 100)  # as a scenario file's time_scale and serve_scale
+BENCH_KEYS: dict[str, tuple[Any, Any]] = {
     "scenarios_file": ("str", None), "scenarios": ("names", None), "baseline": ("str", None),
-    "trials": ("count", 1), "price_per_gpu_hour": ("nonneg", None), "gpus": ("count", None),
-    "time_scale": ("pos", None), "serve_scale": ("pos", None)}
-WORKLOAD_KEYS: dict[str, tuple[str, Any]] = {
-    "levels": ("levels", None), "input_len": ("count", 1024), "output_len": ("count", 192),
-    "range_ratio": ("ratio", 1.0), "seed": ("int", 1), "warmup_requests": ("int", 1),
+    "trials": (bounded_int(1, 1000), 1),  # each trial starts every scenario once
+    "price_per_gpu_hour": (bounded_float(0, 10_000), None),  # US dollars: a few in practice
+    "gpus": (bounded_int(1, 1024), None), "time_scale": (SCALE, None),
+    "serve_scale": (SCALE, None)}
+WORKLOAD_KEYS: dict[str, tuple[Any, Any]] = {
+    # Tokens: a million is past any model's context.
+    "levels": ("levels", None), "input_len": (bounded_int(1, 1_000_000), 1024),
+    "output_len": (bounded_int(1, 1_000_000), 192),
+    "range_ratio": (bounded_float(0.001, 1), 1.0), "seed": (bounded_int(0, 2**63 - 1), 1),
+    "warmup_requests": (bounded_int(0, 100_000), 1),
     "endpoint": ("str", "/v1/completions"), "model": ("str", None),
     # A request not finished by then failed ("no complete answer within N s"): a stream that
-    # stalls must not hold a level for the 10 minutes of a read timeout.
-    "request_timeout_s": ("pos", 300.0)}
-_KINDS = {"count": "an integer >= 1", "int": "an integer >= 0", "pos": "a number > 0",
-          "nonneg": "a number >= 0", "ratio": "a number in (0, 1]", "str": "a string",
-          "names": "a list of scenario names"}
+    # stalls must not hold a level for the 10 minutes of a read timeout. A day at most.
+    "request_timeout_s": (bounded_float(0.1, 86_400, unit="seconds"), 300.0)}
+# A level: requests to send, and streams in flight (one process: past a thousand it meets
+# the open-file limit) or a rate in requests per second.
+REQUESTS = bounded_int(1, 1_000_000)
+CONCURRENCY = bounded_int(1, 1024)
+RATE = bounded_float(0.001, 100_000, unit="requests per second")
+_KINDS = {"str": "a string", "names": "a list of scenario names"}
 
 
 class PlanError(ValueError):
@@ -79,18 +88,13 @@ class Plan:
     sweep: SweepSpec | None = None
 
 
-def _check(kind: str, value: Any) -> bool:
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "names":
-        return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    if kind in ("count", "int"):
-        return isinstance(value, int) and value >= (1 if kind == "count" else 0)
-    if not math.isfinite(value):  # TOML has inf and nan
-        return False
-    return {"pos": value > 0, "nonneg": value >= 0, "ratio": 0 < value <= 1}[kind]
+def _check(kind: Any, value: Any) -> str | None:
+    """What is wrong with a plan's value, or None."""
+    if isinstance(kind, Range):
+        return kind.problem(value)
+    ok = isinstance(value, str) if kind == "str" else \
+        isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
+    return None if ok else f"should be {_KINDS[kind]}, got {typed(value)}"
 
 
 def _table(path: Path, raw: dict[str, Any], name: str, keys: dict[str, tuple[str, Any]],
@@ -104,9 +108,8 @@ def _table(path: Path, raw: dict[str, Any], name: str, keys: dict[str, tuple[str
     for key, value in table.items():
         if key not in keys:
             problems.append(f"{path}: {name}.{key}: unknown key")
-        elif keys[key][0] != "levels" and not _check(keys[key][0], value):
-            problems.append(f"{path}: {name}.{key}: should be {_KINDS[keys[key][0]]}, "
-                            f"got {value!r}")
+        elif keys[key][0] != "levels" and (wrong := _check(keys[key][0], value)) is not None:
+            problems.append(f"{path}: {name}.{key}: {wrong}")
         else:
             out[key] = value
     return {**{k: d for k, (_, d) in keys.items()}, **out}
@@ -120,14 +123,16 @@ def _levels(path: Path, levels: Any, problems: list[str]) -> list[Level]:
     parsed = []
     for i, lv in enumerate(levels):
         where = f"{path}: workload.levels[{i}]"
-        ok = isinstance(lv, dict) and set(lv) <= {"requests", "concurrency", "rate"} \
-            and _check("count", lv.get("requests")) \
-            and (("concurrency" in lv) != ("rate" in lv)) \
-            and (_check("count", lv["concurrency"]) if "concurrency" in lv
-                 else _check("pos", lv.get("rate")))
-        if not ok:
-            problems.append(f"{where}: needs requests >= 1 and exactly one of concurrency, "
-                            "rate (requests and concurrency integers, rate a number > 0)")
+        if not (isinstance(lv, dict) and set(lv) <= {"requests", "concurrency", "rate"}
+                and "requests" in lv and ("concurrency" in lv) != ("rate" in lv)):
+            problems.append(f"{where}: needs requests and exactly one of concurrency, rate "
+                            "({concurrency = N, requests = M} or {rate = R, requests = M})")
+            continue
+        wrong = [f"{where}.{key}: {problem}" for key, kind in
+                 (("requests", REQUESTS), ("concurrency", CONCURRENCY), ("rate", RATE))
+                 if key in lv and (problem := kind.problem(lv[key])) is not None]
+        if wrong:
+            problems += wrong
             continue
         parsed.append(Level(lv["requests"], concurrency=lv.get("concurrency"),
                             rate=float(lv["rate"]) if "rate" in lv else None))
@@ -136,7 +141,7 @@ def _levels(path: Path, levels: Any, problems: list[str]) -> list[Level]:
 
 def load_plan(path: Path) -> Plan:
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = read_toml(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise PlanError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -333,8 +338,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
         levels=tuple(dataclasses.replace(lv, rate=lv.rate / serve) if lv.rate else lv
                      for lv in plan.workload.levels))
     marks: dict[tuple[int, str], tuple[float, Mark | None]] = {}
-    client = PageClient(sc.url, headers={"Authorization": f"Bearer {sc.api_key}"}
-                        if sc.api_key else None)
+    client = PageClient(sc.url, headers=bearer(sc.api_key))
 
     async def on_level(index: int, when: str) -> None:
         marks[(index, when)] = (time.monotonic(), await sweep.mark(client, sc.engine.mark_figures))

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import signal
 import sys
@@ -18,39 +17,34 @@ from engram_top import reference
 from engram_top.lifetime import run_dashboard, run_until_signal, say, write_crash_report
 from engram_top.output import visible_output
 from engram_top.paths import state_base
+from engram_top.ranges import (
+    AFTER_S,
+    AT_S,
+    CONCURRENCY,
+    GPUS,
+    INTERVAL_S,
+    NODES,
+    PRICE,
+    READY_TIMEOUT_S,
+    SERVE_SCALE,
+    SESSION,
+    SPEED,
+    TIME_SCALE,
+    WINDOW,
+)
 
 DEFAULT_TIME_SCALE = 0.1  # the device placement is ready in 12.5 s instead of 125 s
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < math.inf:  # NaN too
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    """Seconds or a price: finite and >= 0 (an --after of inf would be a wait without end)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--placement", choices=reference.PLACEMENTS, default="device",
                    help="where the Engram tables live (default: device)")
-    p.add_argument("--time-scale", type=_positive, default=DEFAULT_TIME_SCALE,
+    p.add_argument("--time-scale", type=TIME_SCALE, default=DEFAULT_TIME_SCALE,
                    help=f"scale of the start-up phases (default {DEFAULT_TIME_SCALE}: 10x faster)")
-    p.add_argument("--serve-scale", type=_positive, default=1.0,
+    p.add_argument("--serve-scale", type=SERVE_SCALE, default=1.0,
                    help="scale of request service times (default 1: node time)")
-    p.add_argument("--concurrency", type=int, default=8, help="demo load: streams in flight")
+    p.add_argument("--concurrency", type=CONCURRENCY, default=8,
+                   help="demo load: streams in flight (1 to 1024)")
     p.add_argument("--no-load", action="store_true", help="start no synthetic load")
 
 
@@ -78,19 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--fleet-demo", action="store_true",
                         help="take it from --nodes simulated nodes through a real Prometheus "
                              "(its snapshot.json has a `nodes` list)")
-    snap.add_argument("--nodes", type=int, default=8, metavar="N",
+    snap.add_argument("--nodes", type=NODES, default=8, metavar="N",
                       help="with --fleet-demo: how many simulated nodes (default 8)")
-    snap.add_argument("--at", type=_non_negative, default=None, metavar="S",
+    snap.add_argument("--at", type=AT_S, default=None, metavar="S",
                       help="with --recording: the moment, in seconds from its start")
-    snap.add_argument("--session", type=int, default=None, metavar="N",
+    snap.add_argument("--session", type=SESSION, default=None, metavar="N",
                       help="with --recording: which session of the file (default: the last)")
-    snap.add_argument("--api-key", default=os.environ.get("ENGRAM_TOP_API_KEY"),
+    snap.add_argument("--api-key", default=None,
                       help="with --attach: the server's key (default: $ENGRAM_TOP_API_KEY)")
     _engine_argument(snap, "with --attach: the engine the server runs", detected=True)
     _demo_arguments(snap)
-    snap.add_argument("--after", type=_non_negative, default=5.0,
+    snap.add_argument("--after", type=AFTER_S, default=5.0,
                       help="seconds to keep watching after the server is ready (default 5)")
-    snap.add_argument("--ready-timeout", type=_positive, default=None,
+    snap.add_argument("--ready-timeout", type=READY_TIMEOUT_S, default=None,
                       help="give up if not ready by then (default: 3x the expected start-up)")
     snap.add_argument("--out", type=Path, default=Path("snapshots"),
                       help="the snapshot folder is made under this one (default: ./snapshots)")
@@ -103,13 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "dcgm-exporter, node-exporter and SGLang's /metrics")
     where.add_argument("--demo", action="store_true",
                        help="start --nodes simulated nodes and a real Prometheus scraping them")
-    fl.add_argument("--nodes", type=int, default=8, metavar="N",
+    fl.add_argument("--nodes", type=NODES, default=8, metavar="N",
                     help="with --demo: how many simulated nodes (default 8)")
-    fl.add_argument("--interval", type=_positive, default=5.0, metavar="S",
-                    help="seconds between refreshes (default 5)")
-    fl.add_argument("--window", default=None, metavar="RANGE",
+    fl.add_argument("--interval", type=INTERVAL_S, default=5.0, metavar="S",
+                    help="seconds between refreshes, 1 to 86400 (default 5)")
+    fl.add_argument("--window", type=WINDOW, default=None, metavar="RANGE",
                     help="PromQL range of the latency and throughput rates (default 1m; "
                          "with --demo 20s)")
+    fl.add_argument("--prometheus-token-file", type=Path, default=None, metavar="PATH",
+                    help="send the token on this file's first line as a bearer token "
+                         "(default: $ENGRAM_TOP_PROMETHEUS_TOKEN; a URL's user:password@ is "
+                         "basic auth, its password may come from "
+                         "$ENGRAM_TOP_PROMETHEUS_PASSWORD)")
     fl.add_argument("--config", type=Path, default=None, metavar="PATH",
                     help="the config file whose [alerts] thresholds apply")
 
@@ -120,14 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--leave-running", action="store_true",
                      help="on quit, leave the server running (a later run or switch finds it)")
     run.add_argument("--no-load", action="store_true", help="start no synthetic load")
-    run.add_argument("--concurrency", type=int, default=8, help="load: streams in flight")
+    run.add_argument("--concurrency", type=CONCURRENCY, default=8,
+                     help="load: streams in flight (1 to 1024)")
     _record_arguments(run)
     _dashboard_arguments(run)
 
     att = sub.add_parser("attach", help="watch servers someone else started (never stops them)")
     att.add_argument("urls", nargs="+", metavar="URL")
     _engine_argument(att, "the engine the servers run", detected=True)
-    att.add_argument("--api-key", default=os.environ.get("ENGRAM_TOP_API_KEY"),
+    att.add_argument("--api-key", default=None,
                      help="for servers started with --api-key (default: $ENGRAM_TOP_API_KEY, "
                           "which, unlike this option, `ps` does not show)")
     _record_arguments(att)
@@ -136,9 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="play a recording in the dashboard (play, pause, seek, "
                                        "speed); no node needed")
     rp.add_argument("path", type=Path, metavar="PATH")
-    rp.add_argument("--speed", type=_speed, default=1.0, help="0.25 to 16 (default 1)")
+    rp.add_argument("--speed", type=SPEED, default=1.0, help="0.25 to 16 (default 1)")
     rp.add_argument("--paused", action="store_true", help="open paused at the start")
-    rp.add_argument("--session", type=int, default=None, metavar="N",
+    rp.add_argument("--session", type=SESSION, default=None, metavar="N",
                     help="for a file that holds several sessions: play the Nth "
                          "(default: the last)")
     _dashboard_arguments(rp)
@@ -164,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "(report.json) and sglang.bench_serving files (.jsonl)")
     cmp_.add_argument("files", type=Path, nargs="+")
     cmp_.add_argument("--baseline", required=True, help="the scenario the others are compared to")
-    cmp_.add_argument("--price-per-gpu-hour", type=_non_negative, default=None)
-    cmp_.add_argument("--gpus", type=int, default=None,
+    cmp_.add_argument("--price-per-gpu-hour", type=PRICE, default=None)
+    cmp_.add_argument("--gpus", type=GPUS, default=None,
                       help="GPUs of the imported bench_serving runs (for the cost row)")
     cmp_.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     _probe_argument(cmp_)
@@ -226,6 +226,11 @@ def _main(argv: list[str]) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["demo", *argv]
     args = parser.parse_args(argv)
+    from engram_top.credentials import check_args
+    problem = check_args(args)
+    if problem:
+        print(f"engram-top {args.command}: {problem}", file=sys.stderr)
+        return 2
     if getattr(args, "engine", None) is not None:
         from scenarios import engines
         try:
@@ -272,7 +277,7 @@ def _main(argv: list[str]) -> int:
 
 def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from engram_top.session import DemoOptions, LoadSpec
-    load = None if args.no_load else LoadSpec(concurrency=max(1, args.concurrency))
+    load = None if args.no_load else LoadSpec(concurrency=args.concurrency)
     return DemoOptions(placement=args.placement, time_scale=args.time_scale,
                        serve_scale=args.serve_scale, load=load)
 
@@ -286,18 +291,11 @@ def run_demo(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- recording, replay
 
 
-def _speed(text: str) -> float:
-    value = _positive(text)
-    if not 0.25 <= value <= 16:
-        raise argparse.ArgumentTypeError(f"must be 0.25 to 16, got {text}")
-    return value
-
-
 def _dashboard_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare-with", type=Path, nargs="+", default=[], metavar="FILE",
                    help="runs for the comparison screen from recordings, bench reports "
                         "(report.json) or sglang.bench_serving files (.jsonl)")
-    p.add_argument("--price-per-gpu-hour", type=_non_negative, default=None, metavar="P",
+    p.add_argument("--price-per-gpu-hour", type=PRICE, default=None, metavar="P",
                    help="adds cost per million output tokens to the comparison")
     p.add_argument("--config", type=Path, default=None, metavar="PATH",
                    help="the config file (default: $ENGRAM_TOP_CONFIG, else "
@@ -431,15 +429,17 @@ def _session_options(args: argparse.Namespace, *, headless: bool = False,
         extra["thresholds"] = user_thresholds()
     state_dir = args.state_dir or default_state_dir(path)
     load = None if getattr(args, "no_load", True) else LoadSpec(
-        concurrency=max(1, getattr(args, "concurrency", 8)))
+        concurrency=getattr(args, "concurrency", 8))
     return SessionOptions(scenario_file=path, state_dir=state_dir, load=load, **extra)
 
 
 def _scenario_file_of(path: Path) -> Path:
     """A bench plan's scenarios_file; any other file as it is (the loader judges it)."""
     import tomllib
+
+    from scenarios.bounds import read_toml
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = read_toml(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
         return path
     bench = raw.get("bench")
@@ -479,13 +479,20 @@ def run_file(args: argparse.Namespace) -> int:
 
 def run_attach(args: argparse.Namespace) -> int:
     from engram_top.session import Session, SessionOptions
-    bad = [u for u in args.urls if not u.startswith(("http://", "https://"))]
-    if bad:
-        print(f"engram-top attach: not an http(s) URL: {', '.join(bad)}", file=sys.stderr)
-        return 2
-    app = _app(Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
-                                      engine=args.engine, load=None)), args)
+    session = Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
+                                     engine=args.engine, load=None))
+    _say_which_credential(session, args.urls, args.api_key)
+    app = _app(session, args)
     return 2 if app is None else _run_recorded(app, args, None)
+
+
+def _say_which_credential(session, urls, key: str | None) -> None:  # type: ignore[no-untyped-def]
+    """An attached URL with user:password@ and an API key: the events line says the key is
+    what is sent."""
+    from engram_top.credentials import attach_note
+    for url in urls:
+        if (note := attach_note(url, key)) is not None:
+            session.store.event("warning", note)
 
 
 LOCK_WAIT_S = 600.0  # how long a headless command waits for another one on the same file
@@ -640,9 +647,6 @@ async def take_snapshot(args: argparse.Namespace) -> int:
         print(f"engram-top snapshot: {exc}", file=sys.stderr)
         return 1
     from engram_top.recording_format import RecordingError
-    if args.attach and not args.attach.startswith(("http://", "https://")):
-        print(f"engram-top snapshot: not an http(s) URL: {args.attach}", file=sys.stderr)
-        return 2
     try:
         session, timeout, describe = _snapshot_source(args)
     except RecordingError as exc:
@@ -685,14 +689,23 @@ def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     for snapshot.json. A source is a session object (start, wait_ready, close, store, ref)."""
     from engram_top.session import DemoSession, Session, SessionOptions
     if args.attach:
-        describe = {"kind": "attach", "url": args.attach, "after_s": args.after}
+        from collectors.pages import split_userinfo
+        describe = {"kind": "attach", "url": split_userinfo(args.attach)[0],
+                    "after_s": args.after}
         session = Session(SessionOptions(attach=(args.attach,), api_key=args.api_key,
                                          engine=args.engine, load=None,
                                          thresholds=user_thresholds()))
+        _say_which_credential(session, (args.attach,), args.api_key)
         return session, args.ready_timeout or 30.0, describe
     if args.recording:
+        from engram_top.recording_format import RecordingError
         describe = {"kind": "recording", "path": str(args.recording), "at_s": args.at}
-        return _RecordingSource(args.recording, args.at, args.session), 0.0, describe
+        source = _RecordingSource(args.recording, args.at, args.session)
+        length = source.replay.duration
+        if args.at is not None and args.at > length:  # not its end, silently
+            raise RecordingError(f"{args.recording}: --at {args.at:g} s is past its end: the "
+                                 f"recording is {length:.1f} s long")
+        return source, 0.0, describe
     expected = reference.default().placements[args.placement].ready_s * args.time_scale
     timeout = args.ready_timeout or max(30.0, 3 * expected)
     describe = {"kind": "demo", "placement": args.placement, "time_scale": args.time_scale,

@@ -8,7 +8,6 @@ so the dashboard still starts and can say what is wrong, as FILE:LINE: KEY: what
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import textwrap
@@ -18,21 +17,28 @@ from pathlib import Path
 from typing import Any
 
 # The scenario loader's line finder and did-you-mean, so both files report problems alike.
+from scenarios.bounds import Range, bounded_float, read_toml, shown, typed
 from scenarios.config import locate, similar
 
 ALERT_NAMES = ("hbm", "kv", "host-available", "swap-in", "queue-growth", "no-huge-pages",
                "server-died", "rank-died", "server-silent", "recording", "xid", "ecc")
 
 
-def _setting(default: Any, kind: str, what: str) -> Any:
+def _setting(default: Any, kind: str | Range, what: str = "") -> Any:
     """A Thresholds field with how the file's [alerts] value is checked: kind is "bool",
-    "pct" (0-100), "pos" (> 0), "nonneg" (>= 0) or "names" (a list of ALERT_NAMES); what
-    is how a refusal describes a good value."""
+    "names" (a list of ALERT_NAMES) or the Range of a number; what is how a refusal
+    describes a good value (a Range says its own)."""
+    if isinstance(kind, Range):
+        what = kind.describe()
     return field(default=default, metadata={"kind": kind, "what": what})
 
 
-_PCT = "a percentage 0-100"
-_SECONDS = "a number of seconds > 0"
+# Every number has its range, so that none can be what start-up cannot take (a 400-digit
+# integer is no float) or a window without end. Why these ends: the readings come once a
+# second, so a window under a second holds one of them; a day is as long as a live alert
+# can mean; a MiB/s rate of a million is past any swap device.
+_PCT = bounded_float(0, 100, what="a percentage")
+_WINDOW_S = bounded_float(1, 86400, unit="seconds")
 
 
 @dataclass(frozen=True)
@@ -44,18 +50,18 @@ class Thresholds:
     # Alert names switched off one by one.
     disabled: tuple[str, ...] = _setting(
         (), "names", f"a list of alert names ({', '.join(ALERT_NAMES)})")
-    hbm_used_pct: float = _setting(95.0, "pct", _PCT)
-    kv_usage_pct: float = _setting(90.0, "pct", _PCT)
-    host_available_pct: float = _setting(10.0, "pct", _PCT)
-    swap_in_mib_per_s: float = _setting(1.0, "nonneg", "a rate in MiB/s >= 0")
-    swap_window_s: float = _setting(5.0, "pos", _SECONDS)
-    queue_growth_window_s: float = _setting(30.0, "pos", _SECONDS)
-    server_silent_s: float = _setting(10.0, "pos", _SECONDS)
+    hbm_used_pct: float = _setting(95.0, _PCT)
+    kv_usage_pct: float = _setting(90.0, _PCT)
+    host_available_pct: float = _setting(10.0, _PCT)
+    swap_in_mib_per_s: float = _setting(1.0, bounded_float(0, 1e6, what="a rate in MiB/s"))
+    swap_window_s: float = _setting(5.0, _WINDOW_S)
+    queue_growth_window_s: float = _setting(30.0, _WINDOW_S)
+    server_silent_s: float = _setting(10.0, _WINDOW_S)
     # A percentage alert clears only this far back on the safe side of its threshold, and
     # any alert only once it has stayed clear this long: a value hovering at a threshold
     # gives one alert, not one a second.
-    hysteresis_pct: float = _setting(2.0, "pct", _PCT)
-    clear_after_s: float = _setting(5.0, "nonneg", "a number of seconds >= 0")
+    hysteresis_pct: float = _setting(2.0, _PCT)
+    clear_after_s: float = _setting(5.0, bounded_float(0, 86400, unit="seconds"))
 
     def on(self, name: str) -> bool:
         return self.enabled and name not in self.disabled
@@ -117,7 +123,7 @@ def parse_config(path: Path) -> UserConfig:
 # --------------------------------------------------------------------------- checking
 
 # [alerts] key -> (kind, description), from Thresholds' fields (_setting says the kinds).
-ALERT_FIELDS: dict[str, tuple[str, str]] = {
+ALERT_FIELDS: dict[str, tuple[str | Range, str]] = {
     f.name: (f.metadata["kind"], f.metadata["what"]) for f in fields(Thresholds)}
 TOP_LEVEL = ("alerts", "keys", "theme", "slo")
 _LINE = re.compile(r"at line (\d+)")
@@ -125,7 +131,7 @@ _LINE = re.compile(r"at line (\d+)")
 
 def parse_config_text(text: str, path: Path) -> UserConfig:
     try:
-        raw = tomllib.loads(text)
+        raw = read_toml(text)
     except tomllib.TOMLDecodeError as exc:
         m = _LINE.search(str(exc))
         where = f"{path}:{m.group(1)}" if m else str(path)
@@ -197,34 +203,47 @@ def _check_alert(key: str, value: Any, bad) -> Any:  # type: ignore[no-untyped-d
             return None
         unknown = [v for v in value if v not in ALERT_NAMES]
         for name in unknown:
-            bad(f"'{name}' is not an alert name{_hint(name, ALERT_NAMES)} "
+            bad(f"{shown(name)} is not an alert name{_hint(name, ALERT_NAMES)} "
                 f"(known: {', '.join(ALERT_NAMES)})")
         return None if unknown else tuple(value)
-    # TOML's true is a Python int subclass: refuse it as a number.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        bad(f"should be {what}, got {_show(value)}")
-        return None
-    if not math.isfinite(value):  # TOML has inf and nan; neither is a threshold
-        bad(f"should be {what}, got {value}")
-        return None
-    if (kind == "pct" and not 0 <= value <= 100) or (kind == "pos" and value <= 0) \
-            or (kind == "nonneg" and value < 0):
-        bad(f"{value} is out of range: should be {what}")
-        return None
-    return float(value)
+    if isinstance(kind, Range):  # TOML's true, inf and nan, and a 400-digit int, refused
+        problem = kind.problem(value)
+        if problem is not None:
+            bad(problem)
+            return None
+        return float(value)
+    raise AssertionError(f"no check for {key}")  # a field added without one
+
+
+# A key as Textual names it: modifiers, then a name (f1, question_mark, pageup) or one
+# printable character. What is longer or holds anything else can never be pressed, and
+# binding it only takes the action's own key away (a 100,000-character quit left none).
+_KEY = re.compile(r"(?:(?:ctrl|shift|alt|meta|super|hyper)\+){0,4}(?:[a-z][a-z0-9_]{1,31}|\S)")
+MAX_KEYS = 8  # keys one action takes
+MAX_KEYS_TEXT = 200
 
 
 def _check_keys(value: Any) -> tuple[str, str | None]:
     """The keys as Textual's keymap takes them ("f1,ctrl+q"), and what is wrong or None."""
     example = 'e.g. "f1" or "f1,ctrl+q"'
     if not isinstance(value, str):
-        return "", f"should be a key or keys as a string ({example}), got {_show(value)}"
+        return "", f"should be a key or keys as a string ({example}), got {typed(value)}"
+    if len(value) > MAX_KEYS_TEXT:
+        return "", (f"{shown(value)} is not a key: at most {MAX_KEYS} keys of a modifier or "
+                    f"two and a name ({example})")
     parts = [p.strip() for p in value.split(",")]
     if not all(parts):
-        return "", f"{value!r} has an empty key: separate keys with commas ({example})"
+        return "", f"{shown(value)} has an empty key: separate keys with commas ({example})"
     spaced = [p for p in parts if any(c.isspace() for c in p)]
     if spaced:
-        return "", f"{spaced[0]!r} is not a key name: no spaces ({example}, \"space\")"
+        return "", f"{shown(spaced[0])} is not a key name: no spaces ({example}, \"space\")"
+    if len(parts) > MAX_KEYS:
+        return "", f"{len(parts)} keys: an action takes at most {MAX_KEYS}"
+    for part in parts:
+        if not _KEY.fullmatch(part) or not part.isprintable():
+            return "", (f"{shown(part)} is not a key name: modifiers (ctrl+, shift+, alt+) "
+                        f"and a name such as f1, pageup or question_mark, or one character "
+                        f"({example})")
     return ",".join(parts), None
 
 
@@ -234,7 +253,7 @@ def _hint(key: str, known) -> str:  # type: ignore[no-untyped-def]
 
 
 def _show(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"
+    return typed(value)  # cut short, with its control characters escaped
 
 
 # --------------------------------------------------------------------------- the default file

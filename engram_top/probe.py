@@ -18,7 +18,8 @@ stream becomes the worker thread alone); those figures are labelled not meaningf
 torch is imported lazily: engram-top does not install it, and this module must stay
 importable without it (and without Textual: benchmarks/gpu_check.py runs it on a GPU node
 that has neither the app nor its dependencies). It imports nothing of engram_top but
-probe_report. statistics and the thread pool are imported where used too: the CLI imports
+probe_report, and scenarios.bounds for its options' ranges (the standard library alone).
+statistics and the thread pool are imported where used too: the CLI imports
 this module for its arguments on every start, the dashboard's included. Also runnable as
 `python -m engram_top.probe` from a torch environment.
 """
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ from engram_top.probe_report import (
     table_size,
     to_markdown,
 )
+from scenarios.bounds import IntList, bounded_float, bounded_int
 
 GIB = 1024**3
 # A realistic Engram row: a 4 KiB row is 2,048 fp8 values (or 1,024 bf16), the order of a
@@ -82,52 +83,45 @@ class ProbeError(RuntimeError):
     """A probe that cannot run here (no torch, too little memory); said without traceback."""
 
 
-def _batches(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of whole numbers: {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"batch sizes must be >= 1, got {text!r}")
-    return values
-
-
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not 0 < value < math.inf:
-            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-        return value
-    return parse
+# The options' ranges, and why: the table from a MiB (a CPU's smoke test) to 4 TiB (past
+# any host's memory: the probe says so itself); a row of 2 bytes to 1 MiB (an Engram row is
+# KiBs); a batch up to 65,536 tokens a step and 32 batch sizes; seconds per measurement up to
+# an hour; the GEMM's side up to 65,536 (a 8 GiB bf16 matrix); a step's compute up to a
+# minute. Past them torch fails deep inside (a batch of 1e20 overflowed its sizes).
+ROWS_GIB = bounded_float(0.001, 4096, unit="GiB")
+ROW_BYTES_RANGE = bounded_int(2, 1024 * 1024, unit="bytes")
+PER_TOKEN = bounded_int(1, 4096)
+BATCH_LIST = IntList(bounded_int(1, 65536), most=32)
+LAYER_COUNT = bounded_int(1, 1024)
+SECONDS = bounded_float(0.01, 3600, unit="seconds")
+HIDDEN = bounded_int(1, 65536)
+COMPUTE_MS = bounded_float(0.001, 60_000, unit="milliseconds")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g, c = GPU_SIZES, CPU_SIZES
     p.add_argument("--out", type=Path, default=Path("probe"), metavar="DIR",
                    help="folder for probe.json and probe.md (default: ./probe)")
-    p.add_argument("--rows-gib", type=_positive(float), default=None, metavar="N",
+    p.add_argument("--rows-gib", type=ROWS_GIB, default=None, metavar="N",
                    help=f"the synthetic table's size in GiB (default {g.rows_gib:g} on a GPU, "
                         f"{c.rows_gib * 1024:g} MiB on a CPU)")
-    p.add_argument("--row-bytes", type=_positive(int), default=ROW_BYTES, metavar="B",
+    p.add_argument("--row-bytes", type=ROW_BYTES_RANGE, default=ROW_BYTES, metavar="B",
                    help=f"bytes per table row (default {ROW_BYTES}: a 4 KiB Engram row, 2,048 "
                         "fp8 values; even, as rows are read as bf16)")
-    p.add_argument("--rows-per-token", type=_positive(int), default=ROWS_PER_TOKEN,
+    p.add_argument("--rows-per-token", type=PER_TOKEN, default=ROWS_PER_TOKEN,
                    metavar="R", help=f"rows each token reads per Engram layer (default "
                                      f"{ROWS_PER_TOKEN})")
-    p.add_argument("--batch", type=_batches, default=BATCHES, metavar="1,8,64,256",
+    p.add_argument("--batch", type=BATCH_LIST, default=BATCHES, metavar="1,8,64,256",
                    help="decode batch sizes, comma-separated (default 1,8,64,256)")
-    p.add_argument("--layers", type=_positive(int), default=LAYERS, metavar="L",
+    p.add_argument("--layers", type=LAYER_COUNT, default=LAYERS, metavar="L",
                    help=f"Engram layers per step (default {LAYERS})")
-    p.add_argument("--seconds", type=_positive(float), default=None, metavar="S",
+    p.add_argument("--seconds", type=SECONDS, default=None, metavar="S",
                    help=f"seconds timed per batch and mode (default {g.seconds:g} on a GPU, "
                         f"{c.seconds:g} on a CPU): 3 x batches x S in all, plus set-up")
-    p.add_argument("--hidden", type=_positive(int), default=None, metavar="H",
+    p.add_argument("--hidden", type=HIDDEN, default=None, metavar="H",
                    help=f"the GEMM's size: [batch x H] @ [H x H] bf16 (default {g.hidden} on "
                         f"a GPU, {c.hidden} on a CPU)")
-    p.add_argument("--compute-ms", type=_positive(float), default=None, metavar="MS",
+    p.add_argument("--compute-ms", type=COMPUTE_MS, default=None, metavar="MS",
                    help=f"the GEMM is repeated so the step's compute at the smallest batch "
                         f"lasts about this long (default {g.compute_ms:g} ms on a GPU: the "
                         f"seeds' assumed decode step; {c.compute_ms:g} ms on a CPU)")

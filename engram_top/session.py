@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
+from collectors.pages import split_userinfo
 from collectors.readings import Reading, Status
 from collectors.server_process import server_environ
 from collectors.shared import SharedSampler
@@ -116,16 +116,7 @@ class SessionOptions:
 
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
     """The URL without its user:password@, and the pair (None without one)."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url, None
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
-    netloc = host + (f":{port}" if port else "")
-    shown = urlunsplit(parts._replace(netloc=netloc))
-    return shown, (unquote(parts.username or ""), unquote(parts.password or ""))
+    return split_userinfo(url)
 
 
 def free_port() -> int:

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scenarios.bounds import bounded_float
+
 METRICS = ("ttft", "tpot", "e2e")
 PERCENTILES = (50, 90, 95, 99)
 Z95 = 1.959964
@@ -61,17 +63,19 @@ def parse(where: str, table: Any, problems: list[str]) -> tuple[Slo, ...]:
             problems.append(f"{at}: should be {{ percentile = 99, max_ms = N }}")
             continue
         p, limit = spec.get("percentile", 99), spec["max_ms"]
-        if not _number(p) or not 0 < p <= 100:
-            problems.append(f"{at}.percentile: should be a number in (0, 100], got {p!r}")
-        elif not _number(limit) or limit <= 0:
-            problems.append(f"{at}.max_ms: should be a number > 0, got {limit!r}")
+        if (problem := PERCENTILE.problem(p)) is not None:
+            problems.append(f"{at}.percentile: {problem}")
+        elif (problem := MAX_MS.problem(limit)) is not None:
+            problems.append(f"{at}.max_ms: {problem}")
         else:
             out.append(Slo(metric, float(p), float(limit) / 1000))
     return tuple(out)
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+# A percentile above 0 (p0 bounds nothing); a bound from a microsecond to a day, in ms (a
+# 400-digit one is no float, and no latency is longer than the request's own deadline).
+PERCENTILE = bounded_float(0.001, 100, what="a percentile")
+MAX_MS = bounded_float(0.001, 86_400_000, unit="milliseconds")
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:

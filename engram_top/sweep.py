@@ -12,7 +12,6 @@ was measured there.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from collectors.pages import PageClient, PageError
 from engram_top import reference, slo
 from engram_top.simnode import memory, model
 from engram_top.slo import LevelStats, Slo
+from scenarios.bounds import bounded_float, bounded_int
 from scenarios.engines.base import Mark
 
 KINDS = ("rate", "concurrency")
@@ -53,22 +53,24 @@ def parse(where: str, table: Any, problems: list[str]) -> SweepSpec | None:
     if kind not in KINDS:
         problems.append(f"{where}: sweep.kind: one of {', '.join(KINDS)}, got {kind!r}")
         ok = False
-    if not isinstance(loads, list) or not loads or not all(
-            _number(v) and v > 0 for v in loads) or loads != sorted(loads):
-        problems.append(f"{where}: sweep.loads: a rising list of numbers > 0")
+    if not isinstance(loads, list) or not loads or len(loads) > MAX_LOADS or not all(
+            LOAD.problem(v) is None for v in loads) or loads != sorted(loads):
+        problems.append(f"{where}: sweep.loads: a rising list of up to {MAX_LOADS} numbers, "
+                        f"each {LOAD.describe()}")
         ok = False
     elif kind == "concurrency" and not all(float(v).is_integer() for v in loads):
         problems.append(f"{where}: sweep.loads: whole numbers for kind = \"concurrency\"")
         ok = False
     live = table.get("live_up_to", 0)
-    if not _number(live) or live < 0:
-        problems.append(f"{where}: sweep.live_up_to: a number >= 0, got {live!r}")
+    if (problem := LIVE_UP_TO.problem(live)) is not None:
+        problems.append(f"{where}: sweep.live_up_to: {problem}")
         ok = False
     counts = {}
-    for key, default in (("requests", 32), ("modelled_requests", 400)):
+    for key, default, kind in (("requests", 32, REQUESTS),
+                               ("modelled_requests", 400, MODELLED_REQUESTS)):
         v = table.get(key, default)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            problems.append(f"{where}: sweep.{key}: an integer >= 1, got {v!r}")
+        if (problem := kind.problem(v)) is not None:
+            problems.append(f"{where}: sweep.{key}: {problem}")
             ok = False
         counts[key] = v
     if not ok:
@@ -77,8 +79,13 @@ def parse(where: str, table: Any, problems: list[str]) -> SweepSpec | None:
                      counts["requests"], counts["modelled_requests"])
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+# A load is requests per second or streams in flight; above the live loads, the model runs
+# them in virtual time, so its requests bound its cost (a hundred thousand: seconds).
+MAX_LOADS = 64
+LOAD = bounded_float(0.001, 100_000)
+LIVE_UP_TO = bounded_float(0, 100_000)
+REQUESTS = bounded_int(1, 1_000_000)
+MODELLED_REQUESTS = bounded_int(1, 100_000)
 
 
 def live_loads(spec: SweepSpec) -> tuple[float, ...]:

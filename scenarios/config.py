@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collectors.pages import header_value_problem
 from scenarios import engines
+from scenarios.bounds import Range, bounded_float, bounded_int, read_toml
 from scenarios.engines import PLACEMENTS
 
 INTERFACES = ("env", "config", "none")
@@ -39,6 +41,20 @@ FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "stop_grace_s": ((int, float), "a number of seconds >= 0"),
     "hbm_release_timeout_s": ((int, float), "a number of seconds >= 0"),
     "hbm_release_slack_gib": ((int, float), "a number of GiB >= 0"),
+}
+DAY_S = 86400
+# The range of every number, and why (a value outside is refused with the range named).
+RANGES: dict[str, Range] = {
+    "port": bounded_int(1, 65535),
+    "tp": bounded_int(1, 1024),  # tensor-parallel ranks: the GPUs of one server
+    # x0.001: the seed's 125 s start-up in an eighth of a second; x100: three and a half hours.
+    "time_scale": bounded_float(0.001, 100),
+    "serve_scale": bounded_float(0.001, 100),
+    # A real start-up of a large model can take an hour; past a day it is a wait without end.
+    "readiness_timeout_s": bounded_float(0.1, DAY_S, unit="seconds"),
+    "stop_grace_s": bounded_float(0, 3600, unit="seconds"),
+    "hbm_release_timeout_s": bounded_float(0, DAY_S, unit="seconds"),
+    "hbm_release_slack_gib": bounded_float(0, 4096, unit="GiB"),  # beyond any GPU's HBM
 }
 DEFAULTS: dict[str, Any] = {
     "kind": engines.DEFAULT, "host": "127.0.0.1", "tp": 1, "args": [], "env": {},
@@ -190,7 +206,7 @@ def load(path: Path) -> ScenarioFile:
                              f"{data[exc.start:exc.start + 1]!r}): save the file as UTF-8"]) \
             from None
     try:
-        raw = tomllib.loads(text)
+        raw = read_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError([f"{path}: not valid TOML: {exc}"]) from exc
     except RecursionError:
@@ -240,12 +256,15 @@ def load(path: Path) -> ScenarioFile:
         merged = {**DEFAULTS, **defaults, **table}
         envs = (defaults.get("env", {}), table.get("env", {}))
         merged["env"] = {**envs[0], **envs[1]} if all(isinstance(e, dict) for e in envs) else {}
-        if found or bad_defaults - table.keys():
+        # A number out of range still lets the other checks speak (every problem at once);
+        # a value of another kind does not (they would compare a string with a number).
+        wrong_numbers = _wrong_numbers(merged)
+        if len(found) > len(_wrong_numbers(table)) or bad_defaults - table.keys():
             continue
         for key in ("python", "model_path"):
             if isinstance(merged.get(key), str):
                 merged[key] = _resolve(merged[key], path.parent)
-        scenario, more = _build(name, merged, at)
+        scenario, more = _build(name, merged, at, build=not wrong_numbers)
         problems += more
         if scenario is None:
             continue
@@ -272,6 +291,11 @@ def _check_fields(table: dict[str, Any], where: tuple[str, ...], at) -> list[str
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             problems.append(f"{at(*where, key)}: {dotted}.{key}: unknown key{hint}")
             continue
+        if key in RANGES:
+            problem = RANGES[key].problem(value)
+            if problem is not None:
+                problems.append(f"{at(*where, key)}: {dotted}.{key}: {problem}")
+            continue
         types, what = FIELDS[key]
         if isinstance(value, bool) or not isinstance(value, types):
             problems.append(f"{at(*where, key)}: {dotted}.{key}: should be {what}, "
@@ -281,17 +305,33 @@ def _check_fields(table: dict[str, Any], where: tuple[str, ...], at) -> list[str
             problems.append(f"{at(*where, key)}: {dotted}.{key}: should be {what}, "
                             f"got {value}")
             continue
+        if key == "api_key" and (problem := header_value_problem(value)) is not None:
+            # Never quoted: it is a secret. A CR or LF would add headers of its own.
+            problems.append(f"{at(*where, key)}: {dotted}.api_key: {problem}")
         if key == "args" and not all(isinstance(a, str) for a in value):
             problems.append(f"{at(*where, key)}: {dotted}.args: every argument must be a string")
+        elif key == "args" and any("\0" in a for a in value):
+            problems.append(f"{at(*where, key)}: {dotted}.args: an argument holds a NUL "
+                            "character, which no command line can carry")
         if key == "env":
             for k, v in value.items():
                 if not isinstance(v, str):
                     problems.append(f"{at(*where, key)}: {dotted}.env.{k}: should be a string, "
                                     f"got {type(v).__name__} {v!r} (quote it)")
+                elif "\0" in v or "\0" in k or "=" in k or not k:
+                    problems.append(f"{at(*where, key)}: {dotted}.env: {k!r}: an environment "
+                                    "variable's name is not empty and holds no = or NUL, "
+                                    "nor its value a NUL")
     return problems
 
 
-def _build(name: str, m: dict[str, Any], at) -> tuple[Scenario | None, list[str]]:  # type: ignore[no-untyped-def]
+def _wrong_numbers(table: dict[str, Any]) -> set[str]:
+    """The numeric keys whose value is not a number in its range."""
+    return {k for k, r in RANGES.items() if k in table and r.problem(table[k]) is not None}
+
+
+def _build(name: str, m: dict[str, Any], at, *,  # type: ignore[no-untyped-def]
+           build: bool = True) -> tuple[Scenario | None, list[str]]:
     problems = []
     here = ("scenarios", name)
 
@@ -302,10 +342,8 @@ def _build(name: str, m: dict[str, Any], at) -> tuple[Scenario | None, list[str]
     if engine is None:
         bad("kind", f"'{m['kind']}' is not one of {', '.join(engines.kinds())}"
             + "".join(f"; {p}" for p in engines.plugin_problems))
-    if "port" not in m:
+    if "port" not in m:  # its range, and every number's, is checked with the types
         bad("port", "missing: every scenario needs a port")
-    elif not 1 <= m["port"] <= 65535:
-        bad("port", f"{m['port']} is out of range 1-65535")
     if m["engram_interface"] not in INTERFACES:
         bad("engram_interface", f"'{m['engram_interface']}' is not one of {', '.join(INTERFACES)}")
     if engine is not None:
@@ -317,15 +355,7 @@ def _build(name: str, m: dict[str, Any], at) -> tuple[Scenario | None, list[str]
     if m["engram_interface"] != "none" and m.get("placement") not in PLACEMENTS:
         bad("placement", f"engram_interface '{m['engram_interface']}' needs a placement of "
             f"{', '.join(PLACEMENTS)}")
-    if m["tp"] < 1:
-        bad("tp", "must be >= 1")
-    for key in ("time_scale", "serve_scale", "readiness_timeout_s"):
-        if m[key] <= 0:
-            bad(key, "must be > 0")
-    for key in ("stop_grace_s", "hbm_release_timeout_s", "hbm_release_slack_gib"):
-        if m[key] < 0:
-            bad(key, "must be >= 0")
-    if problems:
+    if problems or not build:
         return None, problems
     return Scenario(
         name=name, title=m.get("title", name), kind=m["kind"], placement=m.get("placement"),

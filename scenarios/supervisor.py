@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from collectors.base import SourceUnavailable, TooLarge, describe
-from collectors.pages import PageClient, PageError
+from collectors.pages import PageClient, PageError, bearer
 from collectors.readings import GpuData
 from collectors.units import GIB
 from scenarios.config import Scenario
@@ -513,8 +513,7 @@ class Supervisor:
         sc = run.scenario
         client = self._health.get(sc.url)
         if client is None:
-            headers = {"Authorization": f"Bearer {sc.api_key}"} if sc.api_key else {}
-            client = self._health[sc.url] = PageClient(sc.url, headers=headers)
+            client = self._health[sc.url] = PageClient(sc.url, headers=bearer(sc.api_key))
         try:
             # A whole answer within the deadline: a /health that drips a byte a second would
             # otherwise hold the follow loop (and its readiness timeout) forever.

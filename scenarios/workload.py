@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from collectors.pages import bearer
+
 _WIRE_EVENTS = ("connection.connect_tcp.started", "http11.send_request_headers.started")
 
 # The simulated node's own request field: the prompt's length in tokens (count_prompts).
@@ -226,7 +228,7 @@ class ClosedLoopLoad:
         self.range_ratio = range_ratio
         self.rng = random.Random(seed)
         self.model = model
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.headers = bearer(api_key)
         self.timeout = timeout  # per read
         self.request_timeout_s = request_timeout_s  # per request, in all
         self.stats = LoadStats()
@@ -366,7 +368,7 @@ async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None
     level (a bench reads the server's counters there); ``level_durations`` says each
     level's length."""
     rng = random.Random(spec.seed)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = bearer(api_key)
     biggest = max((lv.concurrency or 64) for lv in spec.levels)
     # Keep every connection a level opened (httpx keeps 20 by default): a level above 20
     # streams would otherwise reconnect on each request past the twentieth.

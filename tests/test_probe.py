@@ -136,7 +136,7 @@ def test_probe_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None
         with pytest.raises(SystemExit) as exc:
             cli.main(["probe", *bad])
         assert exc.value.code == 2
-    assert "batch sizes must be >= 1" in capsys.readouterr().err
+    assert "each from 1 to 65536, got '0'" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- compare

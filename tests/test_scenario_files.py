@@ -127,17 +127,17 @@ port = 30000
 
 
 @pytest.mark.parametrize(("line", "key", "says"), [
-    ('port = "30000"', "port", "should be an integer 1-65535, got str '30000'"),
-    ("port = 30000.0", "port", "should be an integer 1-65535, got float 30000.0"),
-    ("port = true", "port", "should be an integer 1-65535, got bool True"),
+    ('port = "30000"', "port", "should be a whole number from 1 to 65535, got str '30000'"),
+    ("port = 30000.0", "port", "should be a whole number from 1 to 65535, got float 30000.0"),
+    ("port = true", "port", "should be a whole number from 1 to 65535, got bool True"),
     ('args = "--x"', "args", "should be a list of strings (extra launch_server arguments), "
                              "got str '--x'"),
     ('args = ["--max-total-tokens", 8192]', "args", "every argument must be a string"),
     ("env = { SGLANG_X = 1 }", "env.SGLANG_X", "should be a string, got int 1 (quote it)"),
-    ("time_scale = true", "time_scale", "should be a number > 0, got bool True"),
-    ("stop_grace_s = false", "stop_grace_s", "should be a number of seconds >= 0, "
-                                             "got bool False"),
-    ('tp = "4"', "tp", "should be an integer >= 1, got str '4'"),
+    ("time_scale = true", "time_scale", "should be a number from 0.001 to 100, got bool True"),
+    ("stop_grace_s = false", "stop_grace_s", "should be a number of seconds from 0 to "
+                                             "3600, got bool False"),
+    ('tp = "4"', "tp", "should be a whole number from 1 to 1024, got str '4'"),
 ])
 def test_wrong_type_says_what_it_should_be(tmp_path: Path, line: str, key: str,
                                            says: str) -> None:
@@ -161,9 +161,10 @@ placement = "host"
 port = 30001
 """)
     assert problems(path) == [
-        f"{path}:{line_of(path, 'time_scale')}: defaults.time_scale: should be a number > 0, "
-        "got str 'fast'",
-        f"{path}:{line_of(path, 'tp =')}: defaults.tp: should be an integer >= 1, got str '4'",
+        f"{path}:{line_of(path, 'time_scale')}: defaults.time_scale: should be a number from "
+        "0.001 to 100, got str 'fast'",
+        f"{path}:{line_of(path, 'tp =')}: defaults.tp: should be a whole number from 1 "
+        "to 1024, got str '4'",
     ]
 
 
@@ -176,9 +177,10 @@ port = 0
 """)
     bad_tp = line_of(path, 'tp = "4"')
     assert problems(path) == [
-        f"{path}:{bad_tp}: defaults.tp: should be an integer >= 1, "
+        f"{path}:{bad_tp}: defaults.tp: should be a whole number from 1 to 1024, "
         "got str '4'",
-        f"{path}:{line_of(path, 'port = 0')}: scenarios.device.port: 0 is out of range 1-65535",
+        f"{path}:{line_of(path, 'port = 0')}: scenarios.device.port: 0 is out of range: "
+        "should be a whole number from 1 to 65535",
     ]
 
 
@@ -225,7 +227,8 @@ placement = "device"
 port = {port}
 """)
     assert only_problem(path) == (f"{path}:{line_of(path, 'port =')}: scenarios.device.port: "
-                                  f"{port} is out of range 1-65535")
+                                  f"{port} is out of range: should be a whole number from 1 "
+                                  "to 65535")
 
 
 @pytest.mark.parametrize("port", [1, 65535])
@@ -385,16 +388,20 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
         at("[extra]") + "unknown top-level key 'extra' (expected defaults, plan, scenarios)",
         at("timescale") + "defaults.timescale: unknown key (did you mean 'time_scale'?)",
         at("prot =") + "scenarios.a.prot: unknown key (did you mean 'port'?)",
-        at('port = "30001"') + "scenarios.b.port: should be an integer 1-65535, got str '30001'",
+        at('port = "30001"') + "scenarios.b.port: should be a whole number from 1 to 65535, "
+                               "got str '30001'",
         at('args = "--x"') + "scenarios.b.args: should be a list of strings (extra "
                              "launch_server arguments), got str '--x'",
         at("env = {") + "scenarios.b.env.A: should be a string, got int 1 (quote it)",
-        at("serve_scale") + "scenarios.b.serve_scale: should be a number > 0, got bool True",
-        at("port = 0") + "scenarios.c.port: 0 is out of range 1-65535",
+        at("serve_scale") + "scenarios.b.serve_scale: should be a number from 0.001 to 100, got "
+                             "bool True",
+        at("port = 0") + "scenarios.c.port: 0 is out of range: should be a whole number from "
+                         "1 to 65535",
         at("[scenarios.c]") + "scenarios.c.python: missing: an SGLang scenario needs 'python'",
         at("[scenarios.c]") + "scenarios.c.model_path: missing: an SGLang scenario needs "
                               "'model_path'",
-        at("port = 70000") + "scenarios.d.port: 70000 is out of range 1-65535",
+        at("port = 70000") + "scenarios.d.port: 70000 is out of range: should be a whole "
+                             "number from 1 to 65535",
         at("[scenarios.e]") + "scenarios.e.port: missing: every scenario needs a port",
         at("port = 30005", "[scenarios.g]") + "scenarios.g.port: 30005 is also the port of "
                                               "'f': give each scenario its own port",
@@ -570,7 +577,7 @@ port = 30000
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert done.stderr == (f"engram-top: {path}:{line_of(path, 'tp =')}: defaults.tp: should be "
-                           "an integer >= 1, got str '4'\n")
+                           "a whole number from 1 to 1024, got str '4'\n")
     assert done.stdout == ""
 
 

@@ -104,6 +104,8 @@ def test_a_plans_slo_table_is_checked_key_by_key() -> None:
                             "e2e": {"max_ms": -1}, "tpot": 50}, problems)
     assert problems == [
         "plan.toml: slo.itl: unknown metric (one of ttft, tpot, e2e)",
-        "plan.toml: slo.ttft.percentile: should be a number in (0, 100], got 0",
-        "plan.toml: slo.e2e.max_ms: should be a number > 0, got -1",
+        "plan.toml: slo.ttft.percentile: 0 is out of range: should be a percentile from "
+        "0.001 to 100",
+        "plan.toml: slo.e2e.max_ms: -1 is out of range: should be a number of milliseconds "
+        "from 0.001 to 86400000",
         "plan.toml: slo.tpot: should be { percentile = 99, max_ms = N }"]

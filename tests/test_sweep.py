@@ -58,10 +58,13 @@ def test_a_sweep_plan_is_checked(tmp_path: Path) -> None:
         load_plan(plan)
     text = str(err.value)
     for problem in ("sweep.speed: unknown key", "sweep.kind: one of rate, concurrency",
-                    "sweep.loads: a rising list of numbers > 0",
-                    "sweep.live_up_to: a number >= 0, got -1",
-                    "sweep.requests: an integer >= 1, got 0",
-                    "slo.ttft.max_ms: should be a number > 0, got 'fast'"):
+                    "sweep.loads: a rising list of up to 64 numbers, each a number from "
+                    "0.001 to 100000",
+                    "sweep.live_up_to: -1 is out of range: should be a number from 0 to 100000",
+                    "sweep.requests: 0 is out of range: should be a whole number from 1 to "
+                    "1000000",
+                    "slo.ttft.max_ms: should be a number of milliseconds from 0.001 to "
+                    "86400000, got str 'fast'"):
         assert f"{plan}: {problem}" in text
     plan.write_text(base + '[sweep]\nloads = [1, 2]\nlive_up_to = 0.5\n')
     with pytest.raises(PlanError, match="live_up_to: below every load"):

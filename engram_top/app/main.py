@@ -30,6 +30,7 @@ from engram_top import facts, reference
 from engram_top.alerts import AlertChange
 from engram_top.app import panels
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
+from engram_top.app.keymap import keep_a_quit_key
 from engram_top.app.panel import Panel, text_key
 from engram_top.app.safe import SafeOutput, cell, safe
 from engram_top.config import UserConfig
@@ -276,6 +277,7 @@ class EngramTopApp(SafeOutput, App[int]):
             else:
                 problems.append(f"{where}: keys.{binding_id}: no such action (known: "
                                 f"{', '.join(sorted(ids))})")
+        problems += keep_a_quit_key(keymap, self.BINDINGS, where)
         if keymap:
             self.set_keymap(keymap)
         for problem in problems:
