@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from collectors.base import TooLarge
-from collectors.pages import PageClient, PageError
+from collectors.pages import PageClient, PageError, split_userinfo
 from collectors.prom_answer import (
     Labels,
     Odd,
@@ -168,13 +168,19 @@ class PrometheusSource:
     name = "prometheus"
 
     def __init__(self, url: str, *, window: str = "1m",
-                 headers: dict[str, str] | None = None, deadline_s: float = DEADLINE_S) -> None:
-        self.url = url.rstrip("/")
+                 headers: dict[str, str] | None = None, deadline_s: float = DEADLINE_S,
+                 auth: tuple[str, str] | None = None) -> None:
+        # Basic auth from the URL's user:password@ (or `auth`); a bearer token in `headers`
+        # wins over it. self.url, which every message quotes, has no password.
+        shown, userinfo = split_userinfo(url)
+        self.url = shown.rstrip("/")
+        self._auth = auth or userinfo
         self.window = window
         self.deadline_s = deadline_s
         self._headers = headers
         self.queries = queries(window)
-        self._clients = {k: PageClient(self.url, headers=headers) for k in self.queries}
+        self._clients = {k: PageClient(self.url, headers=headers, auth=self._auth)
+                         for k in self.queries}
         self._failing_since: float | None = None
 
     async def query(self, key: str) -> list[Any]:
@@ -215,7 +221,7 @@ class PrometheusSource:
         match = 'instance=~"' + "|".join(_promql_re(i) for i in data.instances) + '"'
         exprs = queries(self.window, match)
         keys = ("gpu", "host", "server", "latency")
-        clients = [PageClient(self.url, headers=self._headers) for _ in keys]
+        clients = [PageClient(self.url, headers=self._headers, auth=self._auth) for _ in keys]
         try:
             answers = await together(self._answer(c, k, "/api/v1/query_range?" + urlencode(
                 {"query": exprs[k], "start": f"{start:.3f}", "end": f"{end:.3f}",

@@ -227,9 +227,15 @@ class FleetSession:
     demo: Any = None  # a FleetDemo this session started and stops
     clock: Callable[[], float] = time.monotonic  # readings' `at` are on this clock
     wall_clock: Callable[[], float] = time.time
+    # How Prometheus is asked (engram_top.credentials), and the header's words for it.
+    headers: dict[str, str] | None = field(default=None, repr=False)
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    credential: str = ""
 
     def __post_init__(self) -> None:
-        self.source = PrometheusSource(self.url, window=self.window, deadline_s=self.deadline_s)
+        self.source = PrometheusSource(self.url, window=self.window, deadline_s=self.deadline_s,
+                                       headers=self.headers, auth=self.auth)
+        self.url = self.source.url  # shown everywhere: without a URL's user:password@
         self.walls: dict[str, float] = {}  # when each node's figures were read (wall clock)
         self._task: asyncio.Task[None] | None = None
 

@@ -45,9 +45,17 @@ def run_fleet(args: argparse.Namespace) -> int:
         return 2
     url = args.prometheus
     demo = None
-    if url is not None and not url.startswith(("http://", "https://")):
-        _say("fleet", f"--prometheus: not an http(s) URL: {url}")
-        return 2
+    creds = None
+    if url is not None:  # basic auth or a bearer token, and the header's words for it
+        from engram_top.credentials import CredentialError, prometheus
+        try:
+            creds = prometheus(url, args.prometheus_token_file)
+        except CredentialError as exc:
+            _say("fleet", str(exc))
+            return 2
+        for warning in creds.warnings:
+            _say("fleet", f"warning: {warning}")
+        url = creds.url
     if args.demo:
         if not _check_nodes("fleet", args.nodes):
             return 2
@@ -63,7 +71,10 @@ def run_fleet(args: argparse.Namespace) -> int:
             return stopped[0] if stopped else 130  # 128 + the signal that stopped it
     window = args.window or (DEMO_WINDOW if args.demo else "1m")
     session = FleetSession(url, interval=args.interval, window=window,
-                           thresholds=config.alerts, demo=demo)
+                           thresholds=config.alerts, demo=demo,
+                           headers=creds.headers if creds else None,
+                           auth=creds.auth if creds else None,
+                           credential=creds.described if creds else "")
     return run_dashboard(FleetApp(session, own_process=True), None)
 
 

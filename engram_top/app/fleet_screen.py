@@ -223,7 +223,10 @@ class FleetApp(SafeOutput, App[int]):
         s = self.session
         t = Text()
         t.append("engram-top fleet", style="bold")
-        t.append(f"  ·  {visible(s.url)}  ·  ")
+        t.append(f"  ·  {visible(s.url)}")
+        if s.credential:  # which credential is sent: a 401 then reads as what it is
+            t.append(f" ({visible(s.credential)})", style="dim")
+        t.append("  ·  ")
         shown = sum(1 for r in rows if r.matches(self.filter_text))
         t.append(f"{len(rows)} nodes" + (f", {shown} shown" if self.filter_text else ""))
         alerts = sum(1 for r in rows if r.alerts)

@@ -95,6 +95,8 @@ class BadServer:
         self.faults: dict[str, str] = dict(faults or {})
         self.tokens = tokens  # what a stream sends when nothing is wrong with it
         self.requests: list[str] = []  # "GET /metrics", ... as they arrive
+        # The Authorization header of each request (None without one), in the same order.
+        self.authorizations: list[str | None] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
@@ -165,6 +167,7 @@ class BadServer:
                            (h.partition(":") for h in lines[1:] if h)}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.requests.append(f"{method} {path}")
+                self.authorizations.append(headers.get("authorization"))
                 if not await self._route(method, path.split("?")[0], body, writer):
                     return
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
