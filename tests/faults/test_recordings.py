@@ -166,6 +166,16 @@ def test_snapshot_and_compare_of_a_damaged_file_say_it(
     for name in (*A_RUNS, *B_RUNS):
         assert name in res.stdout
 
+    # A dashboard's --compare-with: the runs of both sessions, and the skip on its events.
+    from engram_top import cli as cli_module
+    args = cli_module.build_parser().parse_args(["replay", str(path), "--compare-with",
+                                                 str(path)])
+    replay = ReplaySession(path, paused=True)
+    app = cli_module._app(replay, args)
+    assert {r.scenario for r in app.compare_with} == {*A_RUNS, *B_RUNS}
+    assert f"--compare-with: {said}; its runs were read from the rest" in \
+        [e.text for e in replay.store.events]
+
 
 async def test_the_replay_shows_the_session_after_the_damage_and_says_it(
         pristine: tuple[bytes, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
