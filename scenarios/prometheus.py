@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.pages import PageClient, PageError
+from collectors.prom_answer import labels_of, number, result_of, value_of
 from scenarios.private import open_private
 from scenarios.process import LaunchSpec, ManagedProcess
 
@@ -161,11 +162,13 @@ class Prometheus:
                 try:
                     page = await client.get("/api/v1/query?query=count(up%3D%3D1)",
                                             deadline_s=2.0, limit_bytes=65536)
-                    result = page.json()["data"]["result"]
-                    seen = int(float(result[0]["value"][1])) if result else 0
+                    result = result_of(page.json(), self.url)
+                    count = number(value_of(result[0])) if result and labels_of(
+                        result[0]) is not None else 0.0
+                    seen = int(count) if count is not None and 0 <= count < 2**31 else 0
                     if seen >= targets:
                         return
-                except (PageError, TimeoutError, ValueError, KeyError, IndexError):
+                except (PageError, TimeoutError, ValueError, RecursionError):
                     pass
                 await asyncio.sleep(0.5)
         finally:
