@@ -75,14 +75,15 @@ def result_of(body: Any, where: str) -> list[Any]:
     """The `data.result` list of a successful answer, or ShapeError naming what was there."""
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, dict):
-        raise ShapeError(f"{where} has no data object (data is {_kind(data)})")
+        raise ShapeError(f"{where} has no data object (data is {kind_of(data)})")
     result = data.get("result")
     if not isinstance(result, list):
-        raise ShapeError(f"{where} has no result list (data.result is {_kind(result)})")
+        raise ShapeError(f"{where} has no result list (data.result is {kind_of(result)})")
     return result
 
 
-def _kind(v: Any) -> str:
+def kind_of(v: Any) -> str:
+    """What a JSON value is, in words (for a message)."""
     if v is None:
         return "null"
     if isinstance(v, list):

@@ -30,6 +30,7 @@ from collectors.prom_answer import (
     ShapeError,
     in_range,
     is_number_text,
+    kind_of,
     labels_of,
     number,
     result_of,
@@ -203,9 +204,12 @@ class PrometheusSource:
             kind = page.headers.get("content-type", "").split(";")[0]
             raise PageError(f"{what} is not JSON (HTTP {page.status_code}"
                             f"{', ' + kind if kind else ''})") from None
-        if not isinstance(body, dict) or body.get("status") != "success":
-            error = _short(body.get("error", "")) if isinstance(body, dict) else ""
-            kind = _short(body.get("errorType", "")) if isinstance(body, dict) else ""
+        if not isinstance(body, dict) or "status" not in body:
+            raise ShapeError(f"{what} is JSON but not Prometheus's: {kind_of(body)} with no "
+                             f"status (HTTP {page.status_code})")
+        if body.get("status") != "success":
+            error = _short(body.get("error", ""))
+            kind = _short(body.get("errorType", ""))
             raise PromQLError(f"{self.url}: the {key} query was refused "
                               f"(HTTP {page.status_code} {kind}: {error})")
         return result_of(body, what)

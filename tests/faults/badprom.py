@@ -12,6 +12,9 @@ Modes:
   stopped        nothing listens: connection refused (``stop_listening``/``listen``)
   html           a proxy's HTML error page with HTTP 200
   503            HTTP 503 with a text body
+  body-list | no-status | refused
+                 the answer a JSON list, an object without `status`, or Prometheus's own
+                 refusal (HTTP 400, status "error", errorType "bad_data")
   data-null | data-list | data-str | data-empty | result-dict | result-odd
                  `data` null, a list, a string, `[]`, `result` a dict, `result` items that
                  are not samples (strings, numbers, `metric` a list, label values numbers,
@@ -257,6 +260,12 @@ class BadProm:
                                      "text/html")
         if mode == "503" or (mode == "slow-one" and key != "gpu"):
             return await self._send(writer, 503, b"upstream connect error", "text/plain")
+        if mode in ("body-list", "no-status"):
+            return await self._send(writer, 200, b"[1, 2]" if mode == "body-list"
+                                    else b'{"data": {"result": []}}')
+        if mode == "refused":
+            return await self._send(writer, 400, b'{"status": "error", "errorType": "bad_data",'
+                                    b' "error": "1:1: parse error: unexpected end of input"}')
         if mode == "deep":
             return await self._send(writer, 200, b"[" * DEEP + b"]" * DEEP)
         if mode == "huge":

@@ -73,6 +73,9 @@ OUTAGES = [
     ("stopped", "connection refused"),
     ("html", "is not JSON (HTTP 200, text/html)"),
     ("503", "is not JSON (HTTP 503, text/plain)"),
+    ("body-list", "is JSON but not Prometheus's: a list with no status (HTTP 200)"),
+    ("no-status", "is JSON but not Prometheus's: an object with no status"),
+    ("refused", "query was refused (HTTP 400 bad_data: 1:1: parse error"),
     ("data-null", "has no data object (data is null)"),
     ("data-empty", "has no data object (data is an empty list)"),
     ("data-list", "has no data object (data is a list)"),
@@ -154,6 +157,10 @@ ODD = [
 ]
 
 
+# Whose history charts are drawn too (every figure at its range's top; one left out).
+CHARTED = ("max", 'value:"1e308"')
+
+
 @pytest.mark.parametrize(("mode", "odd"), ODD, ids=[m[:24] for m, _ in ODD])
 async def test_odd_series_are_left_out_alone_and_the_node_opens(bad_prom: BadProm, mode: str,
                                                                 odd: bool) -> None:
@@ -180,10 +187,13 @@ async def test_odd_series_are_left_out_alone_and_the_node_opens(bad_prom: BadPro
         await until(pilot, lambda: "asking" not in str(foot.render()), 20, "its history")
         assert "readings over the last 30 min" in str(foot.render())
         assert "node-0000" in screen_text(app)
-        await pilot.press("h")
-        await until(pilot, lambda: type(app.screen).__name__ == "HistoryScreen", 10, "history")
-        assert screen_text(app)
-        await pilot.press("escape", "escape")
+        if mode in CHARTED:
+            await pilot.press("h")
+            await until(pilot, lambda: type(app.screen).__name__ == "HistoryScreen", 10,
+                        "history")
+            assert screen_text(app)
+            await pilot.press("escape")
+        await pilot.press("escape")
         await until(pilot, lambda: len(app.screen_stack) == 1, 10, "the fleet again")
         await quit_cleanly(app, pilot)
 
