@@ -322,7 +322,12 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
     (and the reason on stderr) when a --compare-with file cannot be read."""
     from engram_top.app.main import EngramTopApp
     from engram_top.config import load_config
+    from engram_top.lifetime import NEEDS_TERMINAL, terminal_problem
     from engram_top.probe_report import ProbeFileError
+    if (problem := terminal_problem()) is not None:  # before a file is read or a run starts
+        print(f"engram-top {args.command}: " + NEEDS_TERMINAL.format(problem=problem),
+              file=sys.stderr)
+        return None
     runs = []
     if args.compare_with:  # the file readers (and the recording's) only when asked for
         from engram_top.importers import BenchFileError, load_runs

@@ -9,7 +9,7 @@ import sys
 import time
 
 from engram_top.fleet import FleetSession
-from engram_top.lifetime import run_dashboard, run_until_signal
+from engram_top.lifetime import NEEDS_TERMINAL, run_dashboard, run_until_signal, terminal_problem
 
 DEMO_SCRAPE_S = 2.0
 DEMO_WINDOW = "20s"  # 10 scrapes at the demo's 2 s interval
@@ -58,6 +58,9 @@ def run_fleet(args: argparse.Namespace) -> int:
         url = creds.url
     if args.demo:
         if not _check_nodes("fleet", args.nodes):
+            return 2
+        if (problem := terminal_problem()) is not None:  # before a node is started
+            _say("fleet", NEEDS_TERMINAL.format(problem=problem))
             return 2
         print(f"engram-top fleet: starting {args.nodes} simulated nodes and Prometheus…",
               file=sys.stderr)

@@ -82,11 +82,36 @@ def ignoring_signals() -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
+NEEDS_TERMINAL = ("the dashboard needs a terminal: {problem}. Without one, `engram-top "
+                  "snapshot` writes what it would show, and `switch` and `stop` start and stop "
+                  "servers")
+
+
+def terminal_problem() -> str | None:
+    """Why a dashboard cannot run here, or None. Textual reads keys from standard input: at
+    the end of a file or a pipe (a cron job, `ssh host cmd`, `< /dev/null`) its reader loops
+    on the empty reads at a whole core, and nothing could ever quit it but a signal."""
+    for name, stream in (("input", sys.stdin), ("output", sys.stdout)):
+        try:
+            ok = stream is not None and stream.isatty()
+        except (OSError, ValueError):  # closed
+            ok = False
+        if not ok:
+            return f"standard {name} is not one"
+    return None
+
+
 def run_dashboard(app: Any, crash_dir: Path | None) -> int:
     """Run the Textual app; then close what its session left open (a crash, a signal), and
     say in one line what happened. The traceback of a crash goes to a file under
     ``crash_dir``, never to the terminal."""
     session = app.session
+    problem = terminal_problem()
+    if problem is not None:  # said before anything is drawn; what was started is stopped
+        with ignoring_signals():
+            session.close_now()
+        say("engram-top: " + NEEDS_TERMINAL.format(problem=problem))
+        return 2
     interrupted: BaseException | None = None
     try:
         app.run()

@@ -4,13 +4,14 @@ request with its reason, and a signal to a headless command stops what it starte
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from drive import SIZE
 from faultkit import PLAN, Cli, bench_with, no_traceback, sim_scenario_file
-from helpers import quit_app, screen_text, until, wait_until
+from helpers import ENGRAM_TOP, quit_app, screen_text, until, wait_until
 
 from engram_top.app.main import EngramTopApp
 from engram_top.session import Session, SessionOptions
@@ -111,3 +112,26 @@ def test_fault_08_a_signal_stops_what_a_headless_command_started(cli: Cli, tmp_p
     wait_until(lambda: not cli.servers(), 10, "no server left")
     res = cli.run("stop", target)
     assert res.returncode == 0 and "nothing of this scenario file is running" in res.stdout
+
+
+# --------------------------------------------------------------------------- no terminal
+
+
+@pytest.mark.parametrize("args", [
+    ("fleet", "--prometheus", "http://127.0.0.1:9"),
+    ("fleet", "--demo", "--nodes", "1"),
+    ("demo", "--no-load", "--no-record"),
+])
+def test_a_dashboard_without_a_terminal_says_so_and_starts_nothing(
+        cli: Cli, args: tuple[str, ...]) -> None:
+    """Standard input at its end (`< /dev/null`, a cron job): Textual's key reader would loop
+    on the empty reads at a whole core, beyond q's reach. The command says what it needs and
+    what to use instead, at once, and nothing it would have started is left."""
+    res = subprocess.run([*ENGRAM_TOP, *args], stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=60, env=cli.env, cwd=cli.tmp)
+    no_traceback(res.stdout, res.stderr)
+    assert res.returncode == 2, res.stderr
+    assert "the dashboard needs a terminal: standard input is not one" in res.stderr
+    assert "engram-top snapshot" in res.stderr
+    assert not cli.processes()
+    assert not list(cli.tmpdir.iterdir())  # no demo folder either
