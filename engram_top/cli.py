@@ -14,7 +14,13 @@ import sys
 from pathlib import Path
 
 from engram_top import reference
-from engram_top.lifetime import run_dashboard, run_until_signal, say, write_crash_report
+from engram_top.lifetime import (
+    run_dashboard,
+    run_until_signal,
+    say,
+    without_terminal,
+    write_crash_report,
+)
 from engram_top.output import visible_output
 from engram_top.paths import state_base
 from engram_top.ranges import (
@@ -285,7 +291,9 @@ def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def run_demo(args: argparse.Namespace) -> int:
     from engram_top.session import DemoSession
     app = _app(DemoSession(_options(args)), args)
-    return 2 if app is None else _run_recorded(app, args, None)
+    if app is None or without_terminal(app.session, args.command):
+        return 2
+    return _run_recorded(app, args, None)
 
 
 # --------------------------------------------------------------------------- recording, replay
@@ -322,12 +330,7 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
     (and the reason on stderr) when a --compare-with file cannot be read."""
     from engram_top.app.main import EngramTopApp
     from engram_top.config import load_config
-    from engram_top.lifetime import NEEDS_TERMINAL, terminal_problem
     from engram_top.probe_report import ProbeFileError
-    if (problem := terminal_problem()) is not None:  # before a file is read or a run starts
-        print(f"engram-top {args.command}: " + NEEDS_TERMINAL.format(problem=problem),
-              file=sys.stderr)
-        return None
     runs = []
     if args.compare_with:  # the file readers (and the recording's) only when asked for
         from engram_top.importers import BenchFileError, load_runs
@@ -400,7 +403,7 @@ def run_replay(args: argparse.Namespace) -> int:
         print(f"engram-top replay: {exc}", file=sys.stderr)
         return 2
     app = _app(session, args, clock=session.clock)
-    if app is None:
+    if app is None or without_terminal(session, args.command):
         return 2
     return run_dashboard(app, state_base())
 
@@ -479,6 +482,8 @@ def run_file(args: argparse.Namespace) -> int:
     if app is None:
         session.close_now()
         return 2
+    if without_terminal(session, args.command):
+        return 2
     return _run_recorded(app, args, options.state_dir)
 
 
@@ -488,7 +493,9 @@ def run_attach(args: argparse.Namespace) -> int:
                                      engine=args.engine, load=None))
     _say_which_credential(session, args.urls, args.api_key)
     app = _app(session, args)
-    return 2 if app is None else _run_recorded(app, args, None)
+    if app is None or without_terminal(app.session, args.command):
+        return 2
+    return _run_recorded(app, args, None)
 
 
 def _say_which_credential(session, urls, key: str | None) -> None:  # type: ignore[no-untyped-def]

@@ -9,7 +9,13 @@ import sys
 import time
 
 from engram_top.fleet import FleetSession
-from engram_top.lifetime import NEEDS_TERMINAL, run_dashboard, run_until_signal, terminal_problem
+from engram_top.lifetime import (
+    NEEDS_TERMINAL,
+    run_dashboard,
+    run_until_signal,
+    terminal_problem,
+    without_terminal,
+)
 
 DEMO_SCRAPE_S = 2.0
 DEMO_WINDOW = "20s"  # 10 scrapes at the demo's 2 s interval
@@ -78,6 +84,8 @@ def run_fleet(args: argparse.Namespace) -> int:
                            headers=creds.headers if creds else None,
                            auth=creds.auth if creds else None,
                            credential=creds.described if creds else "")
+    if without_terminal(session, "fleet"):
+        return 2
     return run_dashboard(FleetApp(session, own_process=True), None)
 
 

@@ -101,17 +101,24 @@ def terminal_problem() -> str | None:
     return None
 
 
+def without_terminal(session: Any, command: str) -> bool:
+    """True, said and with what the session holds closed, when a dashboard cannot run here.
+    Asked once a command's arguments and files are checked (their mistakes are worth saying
+    anywhere) and before anything is drawn or started."""
+    problem = terminal_problem()
+    if problem is None:
+        return False
+    with ignoring_signals():
+        session.close_now()
+    say(f"engram-top {command}: " + NEEDS_TERMINAL.format(problem=problem))
+    return True
+
+
 def run_dashboard(app: Any, crash_dir: Path | None) -> int:
     """Run the Textual app; then close what its session left open (a crash, a signal), and
     say in one line what happened. The traceback of a crash goes to a file under
     ``crash_dir``, never to the terminal."""
     session = app.session
-    problem = terminal_problem()
-    if problem is not None:  # said before anything is drawn; what was started is stopped
-        with ignoring_signals():
-            session.close_now()
-        say("engram-top: " + NEEDS_TERMINAL.format(problem=problem))
-        return 2
     interrupted: BaseException | None = None
     try:
         app.run()

@@ -71,7 +71,11 @@ class LazyRecording(Recording):
     def fraction(self) -> float:
         """How much of the session has been read, 0..1."""
         span = self._end - self._start
-        return 1.0 if self.loaded or span <= 0 else (self._pos - self._start) / span
+        if self.loaded or span <= 0:
+            return 1.0
+        # Never 1 before `loaded`: the last lines are read before their chunk is handed over,
+        # and a reader told "all read" must find every record in `records`.
+        return min(0.999, (self._pos - self._start) / span)
 
     def start(self) -> None:
         """Read the rest on a thread of its own."""

@@ -275,6 +275,7 @@ def test_the_fleet_command_builds_its_screen_with_the_config_thresholds(
         return 0
 
     monkeypatch.setattr(fleet_cli, "run_dashboard", run_dashboard)
+    monkeypatch.setattr(fleet_cli, "without_terminal", lambda session, command: False)
     assert cli.main(["fleet", "--prometheus", "http://127.0.0.1:9", "--config", str(conf),
                      "--interval", "2"]) == 0
     session = seen["app"].session
