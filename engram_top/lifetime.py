@@ -91,7 +91,9 @@ def terminal_problem() -> str | None:
     """Why a dashboard cannot run here, or None. Textual reads keys from standard input: at
     the end of a file or a pipe (a cron job, `ssh host cmd`, `< /dev/null`) its reader loops
     on the empty reads at a whole core, and nothing could ever quit it but a signal."""
-    for name, stream in (("input", sys.stdin), ("output", sys.stdout)):
+    # Textual reads keys from standard input and draws on standard error (standard output
+    # may go to a file: `engram-top > log` is a dashboard all the same).
+    for name, stream in (("input", sys.__stdin__), ("error", sys.__stderr__)):
         try:
             ok = stream is not None and stream.isatty()
         except (OSError, ValueError):  # closed

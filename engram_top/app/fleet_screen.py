@@ -22,6 +22,7 @@ from collectors.units import GIB, gib, percent, tokens
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.node_screen import NodeScreen
 from engram_top.app.safe import SafeOutput, safe
+from engram_top.app.terminal import SurvivesHangUp
 from engram_top.fleet import FleetRow, FleetSession
 from engram_top.store import RunStore
 
@@ -80,7 +81,7 @@ def columns_for(width: int) -> list[Column]:
     return [c for c in COLUMNS if width >= c[5]]
 
 
-class FleetApp(SafeOutput, App[int]):
+class FleetApp(SurvivesHangUp, SafeOutput, App[int]):
     TITLE = "engram-top fleet"
     CSS_PATH = "app.tcss"  # the dashboard's panels and history screen, for a node's detail
     CSS = """

@@ -33,6 +33,7 @@ from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
 from engram_top.app.keymap import keep_a_quit_key
 from engram_top.app.panel import Panel, text_key
 from engram_top.app.safe import SafeOutput, cell, safe
+from engram_top.app.terminal import SurvivesHangUp
 from engram_top.config import UserConfig
 from engram_top.figures import RunFigures
 from engram_top.store import RunFacts, RunStore
@@ -140,7 +141,7 @@ def _replay_line(replay: ReplaySession) -> tuple[Text, Text]:
             Text(visible(replay.path.name), style="dim"))
 
 
-class EngramTopApp(SafeOutput, App[int]):
+class EngramTopApp(SurvivesHangUp, SafeOutput, App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "engram-top"
     # Classes the stylesheet lays out by: 100x30 is the smallest supported terminal.

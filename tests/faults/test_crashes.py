@@ -227,3 +227,47 @@ def test_fault_05_output_into_a_closed_pipe_is_no_traceback(cli: Cli, tmp_path: 
     no_traceback(err)
     assert "BrokenPipeError" not in err and "Exception ignored" not in err, err
     assert proc.returncode == 128 + signal.SIGPIPE
+
+
+# The bare file's thread dies of its EIO, as Textual's does: that is the cause shown.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+async def test_fault_03_a_terminal_gone_mid_frame_does_not_hold_up_the_quit() -> None:
+    """A hung-up terminal fails every write with EIO. Textual's output thread died of the
+    first one, its queue of 30 writes filled, and quitting waited for ever on it (seen when
+    a closed window and a redraw met): the dashboard outlived its terminal. Through the
+    apps' driver the writes fail quietly, the thread lives, and the quit goes through."""
+    import errno
+    import io
+    import threading
+
+    from textual.drivers._writer_thread import WriterThread
+
+    from engram_top.app.fleet_screen import FleetApp
+    from engram_top.app.terminal import GoneTolerant
+    from engram_top.fleet import FleetSession
+
+    class HungUp(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(errno.EIO, "Input/output error")
+
+    def stops(file: object, within: float) -> bool:
+        """Frames written, then the quit's stop, on a daemon thread (it may hang)."""
+        def draw_and_quit() -> None:
+            writer = WriterThread(file)  # type: ignore[arg-type]
+            writer.start()
+            for _ in range(100):  # more than the queue holds, as a redraw queues them
+                writer.write("\x1b[H frame")
+            writer.stop()
+
+        quit_ = threading.Thread(target=draw_and_quit, daemon=True)
+        quit_.start()
+        quit_.join(within)
+        return not quit_.is_alive()
+
+    assert not stops(HungUp(), 2), "the cause: a bare file stops the thread at its first EIO"
+    gone = GoneTolerant(HungUp())
+    assert stops(gone, 20) and gone.gone
+    for app in (EngramTopApp(Session(SessionOptions(attach=("http://127.0.0.1:9",), load=None))),
+                FleetApp(FleetSession("http://127.0.0.1:9"))):
+        driver = app.driver_class(app, size=(80, 24))
+        assert isinstance(driver._file, GoneTolerant)  # type: ignore[attr-defined]
