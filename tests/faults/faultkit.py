@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import pty
+import select
 import signal
 import struct
 import subprocess
@@ -55,15 +56,22 @@ class Terminal:
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
                                      cwd=cwd, start_new_session=True, preexec_fn=controlling)
         os.close(slave)
+        self._closing = threading.Event()
         self._chunks: list[bytes] = []
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
 
     def _drain(self) -> None:
-        while True:
+        # Never blocked in read() when the terminal is closed: a read in progress holds the
+        # master open, and the kernel hangs the terminal up only once the last hold is gone
+        # (a dashboard with nothing to redraw would then never see its terminal close).
+        while not self._closing.is_set():
             try:
+                ready, _, _ = select.select([self.master], [], [], 0.05)
+                if not ready:
+                    continue
                 data = os.read(self.master, 65536)
-            except OSError:  # EIO once the other side is gone, EBADF once we closed it
+            except (OSError, ValueError):  # EIO once the other side is gone
                 return
             if not data:
                 return
@@ -78,7 +86,15 @@ class Terminal:
 
     def hang_up(self) -> None:
         """Close the terminal, as closing its window does."""
-        os.close(self.master)
+        self._close_master()
+
+    def _close_master(self) -> None:
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        self._reader.join(5)
+        with contextlib.suppress(OSError):
+            os.close(self.master)
 
     def wait(self, timeout: float) -> int:
         code = self.proc.wait(timeout)
@@ -90,8 +106,7 @@ class Terminal:
             with contextlib.suppress(OSError, psutil.Error):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
-        with contextlib.suppress(OSError, psutil.Error):
-            os.close(self.master)
+        self._close_master()
 
 
 class Cli:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +149,12 @@ def alert_checks(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 async def test_fault_13_an_unwritable_recording_is_a_lasting_alert(
-        bad_server, alert_checks: list[float], tmp_path: Path) -> None:
-    blocker = tmp_path / "a-file"
+        bad_server, alert_checks: list[float], request: pytest.FixtureRequest) -> None:
+    # A short path: the events line is one line, and a long temporary folder's name (a test
+    # worker's) would push the reason past its end.
+    short = Path(tempfile.mkdtemp(prefix="et-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
+    blocker = short / "f"
     blocker.write_text("")
     session = Session(SessionOptions(attach=(bad_server.url,), load=None, poll_interval=0.2))
     recorder = Recorder(session.store, blocker / "rec.jsonl").start()
