@@ -16,6 +16,19 @@ import httpx
 import pytest
 from helpers import Fleet, SimServer
 
+# The modules that take minutes (real servers on the CPU, whole benches) start first: the two
+# workers each take a module at a time in collection order, so the longest ones begin at
+# once and the short ones fill in around them, instead of one long module ending the run.
+FIRST = ("test_real_vllm.py", "test_real_sglang.py", "test_bench.py", "test_sweep.py",
+         "test_sim_vllm.py", "test_fleet.py", "test_app_control.py", "test_hangs.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def order(item: pytest.Item) -> int:
+        name = item.path.name
+        return FIRST.index(name) if name in FIRST else len(FIRST)
+    items.sort(key=order)  # stable: a module's tests keep their order
+
 
 @pytest.fixture(autouse=True)
 def _own_state_folder(tmp_path_factory: pytest.TempPathFactory,
