@@ -27,14 +27,16 @@ from typing import Any
 
 from collectors.pages import PageClient, bearer
 from collectors.safetext import visible
-from engram_top import energy, facts, reference, slo, sweep
+from engram_top import slo, sweep
 from engram_top.alerts import AlertChange
 from engram_top.compare import THROTTLED, RunResult, compare, to_json, to_markdown
 from engram_top.config import Thresholds
+from engram_top.model import energy, facts
+from engram_top.model.store import node_time as startup_in_node_time
 from engram_top.paths import default_state_dir
+from engram_top.seed import reference
 from engram_top.session import Session, SessionOptions
 from engram_top.slo import LevelStats, Slo
-from engram_top.store import node_time as startup_in_node_time
 from engram_top.sweep import SweepSpec
 from scenarios import config
 from scenarios.bounds import Range, bounded_float, bounded_int, read_toml, typed

@@ -13,7 +13,6 @@ import signal
 import sys
 from pathlib import Path
 
-from engram_top import reference
 from engram_top.lifetime import (
     run_dashboard,
     run_until_signal,
@@ -38,6 +37,7 @@ from engram_top.ranges import (
     TIME_SCALE,
     WINDOW,
 )
+from engram_top.seed import reference
 
 DEFAULT_TIME_SCALE = 0.1  # the device placement is ready in 12.5 s instead of 125 s
 
@@ -829,5 +829,5 @@ async def _fetch(url: str, limit_bytes: int) -> str:
 
 def _print_json(data: object) -> None:
     """Standard JSON on stdout: NaN and infinities as null."""
-    from engram_top.facts import finite_json
+    from engram_top.model.facts import finite_json
     print(json.dumps(finite_json(data), indent=2, default=str, allow_nan=False))

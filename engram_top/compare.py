@@ -19,7 +19,7 @@ from collectors.safetext import table_cell, visible
 from collectors.units import pct_change
 from engram_top.metrics import METRICS, TPOT, Metric, Registry
 from engram_top.probe_report import HOST_MODES, ProbeReport
-from engram_top.reference import Reference
+from engram_top.seed.reference import Reference
 
 # Two-sided 95% Student t critical values, t(0.975, df) for df 1..30 (checked against
 # scipy.stats.t.ppf). Hard-coded so the product needs no scipy; beyond 30 df the normal 1.96.

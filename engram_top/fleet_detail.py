@@ -17,7 +17,7 @@ from collectors.prom_answer import small_index
 from collectors.prometheus import FleetGpu, FleetNodeData
 from collectors.readings import GpuData, GpuDevice, HostData, Quantiles, Reading, ServerData, Status
 from collectors.source import LOCAL, SourceKey
-from engram_top.store import RunFacts, RunStore
+from engram_top.model.store import RunFacts, RunStore
 from scenarios.runstate import RunState
 
 HISTORY_S = 1800.0  # a node's detail opens with its last half hour

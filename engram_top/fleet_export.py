@@ -13,8 +13,8 @@ from typing import Any
 from collectors.safetext import table_cell, visible
 from collectors.units import GIB
 from engram_top import compare, fleet
+from engram_top.model.store import SeriesKey
 from engram_top.snapshot import Prepared, SeriesPoints
-from engram_top.store import SeriesKey
 
 FIGURES = (("hbm_max", "hbm.used_max"), ("hbm_min", "hbm.used_min"), ("kv_usage", "kv.usage"),
            ("kv_tokens", "kv.capacity"), ("host_used", "host.used"),

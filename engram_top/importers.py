@@ -22,7 +22,7 @@ from typing import Any
 from engram_top import recording
 from engram_top.compare import RunResult
 from engram_top.recording_format import RecordingError
-from engram_top.reference import PLACEMENTS
+from engram_top.seed.reference import PLACEMENTS
 
 # The four means every bench_serving version writes; a line without them is not a result.
 LATENCY_KEYS = ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2e_latency_ms")

@@ -18,7 +18,7 @@ from collectors.units import millions
 
 if TYPE_CHECKING:
     from engram_top.compare import RunResult
-    from engram_top.reference import Placement
+    from engram_top.seed.reference import Placement
 
 
 def fixed(digits: int, suffix: str = "") -> Callable[[float], str]:
@@ -168,7 +168,7 @@ COST = Metric("cost_per_mtok", "cost per million output tokens", "$/Mtok", "lowe
               priced=_cost, fmt=fixed(4), screen_fmt=fixed(4), panel="cost")
 # Beside the price: what the same tokens cost in energy, whatever a GPU-hour costs. The
 # GPUs' NVML energy counters over the serving window (their mean draw between two polls)
-# per output token served in it (engram_top.energy).
+# per output token served in it (engram_top.model.energy).
 ENERGY = Metric("joules_per_token", "energy per token", "J/tok", "lower",
                 extract=lambda r: r.joules_per_token, fmt=fixed(3), screen_fmt=fixed(2),
                 panel="cost")

@@ -18,7 +18,9 @@ from typing import Any
 
 from collectors.readings import Reading
 from collectors.source import SourceKey
-from engram_top import facts as facts_mod
+from engram_top.model import facts as facts_mod
+from engram_top.model.redact import redact, redact_text
+from engram_top.model.store import RunFacts, RunStore
 from engram_top.paths import state_base
 from engram_top.recording_format import (
     FLUSH_S,
@@ -38,8 +40,6 @@ from engram_top.recording_read import is_recording as is_recording
 from engram_top.recording_read import read_recording as read_recording
 from engram_top.recording_read import read_sessions as read_sessions
 from engram_top.recording_read import runs_from_recording as runs_from_recording
-from engram_top.redact import redact, redact_text
-from engram_top.store import RunFacts, RunStore
 from scenarios.private import open_private
 
 # --------------------------------------------------------------------------- recording

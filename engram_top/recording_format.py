@@ -42,8 +42,8 @@ from pathlib import PurePath
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, finite
-from engram_top.redact import redact
-from engram_top.store import RunFacts
+from engram_top.model.redact import redact
+from engram_top.model.store import RunFacts
 
 FORMAT = 1
 TICK_S = 0.25  # how often run facts (mutated in place) and the load are sampled

@@ -11,8 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from engram_top import facts as facts_mod
 from engram_top.compare import RunResult
+from engram_top.model import facts as facts_mod
+from engram_top.model.store import Event, RunFacts
 from engram_top.recording_format import (
     MAX_T,
     Patch,
@@ -36,7 +37,6 @@ from engram_top.recording_scan import (
     scan,
     skipped_text,
 )
-from engram_top.store import Event, RunFacts
 from scenarios import engines
 
 RECORD_TYPES = ("reading", "event", "run", "log", "load", "end")

@@ -15,6 +15,7 @@ from typing import Any
 from collectors.readings import Reading
 from engram_top.alerts import AlertWatch
 from engram_top.config import Thresholds
+from engram_top.model.store import Event, RunFacts, RunStore
 from engram_top.recording import Recording, read_recording
 from engram_top.recording_format import (
     LOG_KEEP,
@@ -24,7 +25,6 @@ from engram_top.recording_format import (
     update_facts,
 )
 from engram_top.replay_file import LazyRecording, open_recording
-from engram_top.store import Event, RunFacts, RunStore
 
 # --------------------------------------------------------------------------- replay
 

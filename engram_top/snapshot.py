@@ -3,7 +3,7 @@
 write_folder() builds screen.svg, snapshot.json, timeseries.parquet/.csv and summary.md in a
 temporary sibling folder and renames it into place, so a full disk or an unwritable folder
 leaves nothing half-written (prepare() takes what it needs from the store; Prepared.write()
-writes it, on a worker thread in the dashboard). Everything goes through engram_top.redact:
+writes it, on a worker thread in the dashboard). Everything goes through engram_top.model.redact:
 structured data by key, then every file's text by the secret values seen in it.
 
 build()/write() (snapshot.json alone) and check_writable() remain for their callers.
@@ -28,11 +28,11 @@ from typing import Any
 from collectors.safetext import visible
 from collectors.source import LOCAL
 from collectors.units import GIB, NA, gib_text, ms_text, percent, weights_gb
-from engram_top import facts
 from engram_top.compare import Comparison, RunResult, to_json, to_markdown
-from engram_top.redact import REDACTED, redact, redact_text
-from engram_top.reference import Reference
-from engram_top.store import RunFacts, RunStore, SeriesKey
+from engram_top.model import facts
+from engram_top.model.redact import REDACTED, redact, redact_text
+from engram_top.model.store import RunFacts, RunStore, SeriesKey
+from engram_top.seed.reference import Reference
 
 SNAPSHOT_VERSION = 1
 # Unit of each series, by the last part of its metric (store._record_series names them).

@@ -27,8 +27,8 @@ from collectors.readings import (
     Status,
 )
 from collectors.startup_log import StartupLogParser
-from engram_top.figures import RunFigures
-from engram_top.store import Event, RunFacts, RunStore
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import Event, RunFacts, RunStore
 from scenarios import config
 
 NOW = 10_000.0  # the frozen monotonic clock
@@ -241,7 +241,7 @@ def frozen_time_zone() -> None:
 def fleet_results(nodes: int, at: float = 100.0) -> dict[str, list[dict[str, Any]]]:
     """What Prometheus's five queries would answer for `nodes` simulated nodes, `at` seconds
     after they started, built from the exporters' own model (no Prometheus, no clock)."""
-    from engram_top.reference import default
+    from engram_top.seed.reference import default
     from engram_top.simnode.fleet import FleetNode
 
     ref = default()

@@ -16,7 +16,7 @@ from collectors.readings import (
 from collectors.startup_log import StartupLogParser
 from engram_top.alerts import AlertMonitor
 from engram_top.config import Thresholds, parse_config
-from engram_top.store import RunFacts, RunStore
+from engram_top.model.store import RunFacts, RunStore
 
 GIB = 1024**3
 MIB = 1024**2

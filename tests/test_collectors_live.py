@@ -21,7 +21,7 @@ from helpers import GIB, free_port, running
 from collectors.host import HostCollector, ProcBackend
 from collectors.readings import Status
 from collectors.sglang import SglangCollector
-from engram_top import reference
+from engram_top.seed import reference
 from engram_top.simnode import memory
 from engram_top.simnode.backends import SimHostBackend
 from scenarios.workload import ClosedLoopLoad

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from engram_top import reference
 from engram_top.compare import (
     Comparison,
     RunResult,
@@ -16,6 +15,7 @@ from engram_top.compare import (
     to_json,
     to_markdown,
 )
+from engram_top.seed import reference
 
 _EMPTY: dict[str, Any] = dict(
     gpus=None, weights_gb=None, kv_tokens=None, host_delta_gib=None, ready_s=None,

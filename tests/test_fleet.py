@@ -24,7 +24,7 @@ from collectors.units import MIB
 from engram_top import cli, fleet
 from engram_top.app.fleet_screen import FleetApp
 from engram_top.fleet import FleetSession
-from engram_top.reference import default
+from engram_top.seed.reference import default
 from engram_top.simnode import memory
 from scenarios.fleet_demo import FleetDemo
 

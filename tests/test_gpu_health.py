@@ -16,16 +16,16 @@ import pytest
 from rich.console import Console
 
 from collectors.readings import GpuData, GpuDevice, Reading, ServerData, Status
-from engram_top import energy, facts
 from engram_top.alerts import AlertMonitor
 from engram_top.app.compare_screen import comparison_table
 from engram_top.app.panels import hbm_panel
 from engram_top.compare import THROTTLED, RunResult, compare, to_json, to_markdown
 from engram_top.config import Thresholds
-from engram_top.figures import RunFigures
+from engram_top.model import energy, facts
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
 from engram_top.recording_format import decode_reading, encode_reading
 from engram_top.simnode import backends, state
-from engram_top.store import RunFacts, RunStore
 from scenarios.runstate import RunState
 
 GIB = 1024**3

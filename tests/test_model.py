@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from engram_top import reference
-from engram_top.reference import ServiceModel, Workload
+from engram_top.seed import reference
+from engram_top.seed.reference import ServiceModel, Workload
 from engram_top.simnode import memory
 from engram_top.simnode.memory import PAGE_SIZE, kv_capacity_tokens
 from engram_top.simnode.model import (

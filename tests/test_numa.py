@@ -18,10 +18,10 @@ from collectors import numa
 from collectors.host import ProcBackend, sample
 from collectors.readings import NumaNode, Reading, Status
 from collectors.units import KIB, MIB
-from engram_top import facts
 from engram_top.app.main import EngramTopApp
 from engram_top.app.panels import host_panel
-from engram_top.reference import default as reference
+from engram_top.model import facts
+from engram_top.seed.reference import default as reference
 from engram_top.simnode import memory, sockets, state
 from engram_top.simnode.backends import SimHostBackend
 

@@ -22,9 +22,9 @@ from test_compare import md_row
 from engram_top import cli
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp
-from engram_top.figures import RunFigures
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
 from engram_top.probe_report import SCHEMA, ProbeFileError, from_json, load_probe
-from engram_top.store import RunFacts, RunStore
 
 SGLANG_PY = ROOT / ".venv-sglang" / "bin" / "python"
 BENCH_SERVING = ROOT / "tests" / "data" / "bench_serving"

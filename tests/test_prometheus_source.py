@@ -142,8 +142,8 @@ def test_group_keeps_one_node_and_the_instances_it_came_from() -> None:
 
 def test_a_nodes_figures_become_the_panels_readings() -> None:
     from collectors.prometheus import FleetGpu, FleetNodeData
-    from engram_top import facts
     from engram_top.fleet_detail import NodeDetail, duration_s
+    from engram_top.model import facts
     gib = 1024 ** 3
     d = FleetNodeData(
         node="gpu-a", placement="host",

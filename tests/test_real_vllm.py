@@ -161,7 +161,7 @@ async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
             keyed = await client.get("/v1/models",
                                      headers={"Authorization": f"Bearer {API_KEY}"})
             assert keyed.status_code == 200
-        from engram_top import facts as figures
+        from engram_top.model import facts as figures
         await until(None, lambda: store.run.results.kv_tokens == KV64, 10, "its figures")
         c = figures.comparison(store.runs)
         assert c is not None and c.row("kv_tokens").cells["vllm-kv64m"].mean == KV64

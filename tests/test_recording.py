@@ -35,10 +35,12 @@ from collectors.readings import (
     ServerData,
     Status,
 )
-from engram_top import cli, facts, reference
+from engram_top import cli
 from engram_top.app import panels
 from engram_top.app.main import ConfirmScreen, EngramTopApp
-from engram_top.figures import RunFigures
+from engram_top.model import facts
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
 from engram_top.recording import Recorder, read_recording, runs_from_recording
 from engram_top.recording_format import (
     RecordingError,
@@ -49,8 +51,8 @@ from engram_top.recording_format import (
 )
 from engram_top.recording_scan import Skip
 from engram_top.replay import ReplaySession
+from engram_top.seed import reference
 from engram_top.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
-from engram_top.store import RunFacts, RunStore
 from scenarios import engines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +75,7 @@ class Demo:
 
 
 def shown(store: RunStore) -> dict[str, Any]:
-    """What the panels compute from the store, as engram_top.facts gives it."""
+    """What the panels compute from the store, as engram_top.model.facts gives it."""
     return {"gpu": facts.gpu_facts(store), "kv": facts.kv_facts(store),
             "host": facts.host_facts(store), "latency": facts.latency_facts(store),
             "run": facts.run_facts(store)}
@@ -503,7 +505,7 @@ KILLED = textwrap.dedent("""
     import asyncio, sys, time
     from collectors.readings import HostData, Reading, Status
     from engram_top.recording import Recorder
-    from engram_top.store import RunStore
+    from engram_top.model.store import RunStore
 
     async def main(path, interval):
         store = RunStore()

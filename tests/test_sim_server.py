@@ -25,7 +25,7 @@ from helpers import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.units import GIB
-from engram_top import reference
+from engram_top.seed import reference
 from engram_top.simnode import memory, state
 from engram_top.simnode.backends import SimGpuBackend
 from engram_top.simnode.http import ServerCore

@@ -33,8 +33,8 @@ from collectors.readings import ServerData, Status
 from collectors.units import GIB
 from collectors.vllm import VllmCollector
 from collectors.vllm_log import VllmLogParser
-from engram_top import reference
 from engram_top.bench import load_plan
+from engram_top.seed import reference
 from engram_top.simnode import memory, state
 from engram_top.simnode import vllm as simvllm
 from engram_top.simnode.model import CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO

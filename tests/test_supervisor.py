@@ -15,7 +15,7 @@ import pytest
 from helpers import free_port, running, until
 
 from collectors.host import sample as host_sample
-from engram_top import reference
+from engram_top.seed import reference
 from engram_top.simnode import state
 from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
 from scenarios import config, supervisor

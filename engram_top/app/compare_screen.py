@@ -3,7 +3,7 @@ one table, grouped as the four panels are, each figure with its change against a
 the user picks. Repeated runs of a scenario are its trials: the cell shows their mean and a
 95% interval of the change, marked ~ when the interval holds zero (smaller than the noise).
 
-The numbers come from engram_top.facts.comparison, the one comparison a snapshot writes too,
+The numbers come from engram_top.model.facts.comparison, the one comparison a snapshot writes too,
 over engram_top.compare, the same code as `engram-top bench`'s report; the rows are the
 registered metrics (engram_top.metrics)."""
 
@@ -22,12 +22,12 @@ from textual.widgets import Static
 
 from collectors.safetext import visible
 from collectors.units import pct_change
-from engram_top import facts
 from engram_top.compare import PROBE_ROW, Cell, Comparison, Row, RunResult
 from engram_top.metrics import Metric, Registry
+from engram_top.model import facts
+from engram_top.model.store import RunStore
 from engram_top.probe_report import HOST_MODES, ProbeReport
-from engram_top.reference import Reference
-from engram_top.store import RunStore
+from engram_top.seed.reference import Reference
 
 
 def comparison_table(c: Comparison, store: RunStore) -> Table:

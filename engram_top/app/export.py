@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from engram_top.app.main import EngramTopApp
-from engram_top.store import RunStore
+from engram_top.model.store import RunStore
 
 
 class BorrowedSession:

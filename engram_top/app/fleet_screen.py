@@ -23,7 +23,7 @@ from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.node_screen import NodeScreen
 from engram_top.app.safe import SafeOutput, safe
 from engram_top.fleet import FleetRow, FleetSession
-from engram_top.store import RunStore
+from engram_top.model.store import RunStore
 
 DASH = "–"
 

@@ -26,7 +26,6 @@ from textual.widgets import DataTable, Footer, RichLog, Static
 
 from collectors.safetext import visible
 from collectors.units import seconds, tokens, weights_gb
-from engram_top import facts, reference
 from engram_top.alerts import AlertChange
 from engram_top.app import panels
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
@@ -34,8 +33,10 @@ from engram_top.app.keymap import keep_a_quit_key
 from engram_top.app.panel import Panel, text_key
 from engram_top.app.safe import SafeOutput, cell, safe
 from engram_top.config import UserConfig
-from engram_top.figures import RunFigures
-from engram_top.store import RunFacts, RunStore
+from engram_top.model import facts
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.seed import reference
 
 if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of milliseconds
     from engram_top import snapshot

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from collectors.readings import GpuDevice
 from collectors.units import GIB, MIB
-from engram_top.reference import PLACEMENTS, Reference
+from engram_top.seed.reference import PLACEMENTS, Reference
 from engram_top.simnode import memory, model
 from engram_top.simnode.exporters import dcgm_page, node_page
 from engram_top.simnode.metrics import ITL_BUCKETS, TTFT_BUCKETS, MetricsPage

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from engram_top import reference
+from engram_top.seed import reference
 from engram_top.simnode.exporters import listen, port_of
 from engram_top.simnode.fleet import EXPORTERS, FleetNode
 

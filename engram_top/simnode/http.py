@@ -24,7 +24,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from collectors.units import GIB
-from engram_top.reference import Placement, Reference
+from engram_top.seed.reference import Placement, Reference
 from engram_top.simnode import server_args
 from engram_top.simnode.engram import LOG_INTERVAL_S, EngramStats
 from engram_top.simnode.memory import PAGE_SIZE, MemoryPlan

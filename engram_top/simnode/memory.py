@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collectors.units import GIB
-from engram_top.reference import Reference
+from engram_top.seed.reference import Reference
 from engram_top.simnode import pools
 from engram_top.simnode.pools import PAGE_SIZE, Dsv4Pools
 

@@ -20,7 +20,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from engram_top.reference import ServiceModel, Workload
+from engram_top.seed.reference import ServiceModel, Workload
 
 PREFILL_TOKEN_BUDGET = 16384  # SGLang's max_prefill_tokens default
 # After waking from idle the scheduler forms its first batch once arrivals have paused this

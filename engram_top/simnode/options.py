@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from engram_top import reference
+from engram_top.seed import reference
 from scenarios.bounds import bounded_float, bounded_int
 
 DIALECTS = ("sglang", "vllm")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collectors.units import GIB
-from engram_top.reference import Reference
+from engram_top.seed.reference import Reference
 
 PAGE_SIZE = 256  # SGLang's dsv4 attention backend fixes the page size at 256 tokens
 CHUNKED_PREFILL_SIZE = 8192  # SGLang's default on a GPU this large

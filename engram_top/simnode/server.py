@@ -26,7 +26,7 @@ import httpx
 import psutil
 import uvicorn
 
-from engram_top import reference
+from engram_top.seed import reference
 from engram_top.simnode import exporters, memory, server_args, state
 from engram_top.simnode import vllm as simvllm
 from engram_top.simnode.http import ServerCore, build_app

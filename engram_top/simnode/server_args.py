@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engram_top.reference import Placement, Reference
+from engram_top.seed.reference import Placement, Reference
 from engram_top.simnode.memory import MemoryPlan
 from engram_top.simnode.model import PREFILL_TOKEN_BUDGET
 from engram_top.simnode.pools import CHUNKED_PREFILL_SIZE, PAGE_SIZE

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from collectors.units import GIB, MIB
-from engram_top.reference import Placement, Reference
+from engram_top.seed.reference import Placement, Reference
 from engram_top.simnode.memory import MemoryPlan
 from engram_top.simnode.model import PREFILL_TOKEN_BUDGET
 from engram_top.simnode.pools import CHUNKED_PREFILL_SIZE

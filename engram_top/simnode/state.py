@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from engram_top.reference import Reference
+from engram_top.seed.reference import Reference
 
 
 @dataclass

@@ -45,7 +45,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from collectors.units import GIB
-from engram_top.reference import Placement, Reference
+from engram_top.seed.reference import Placement, Reference
 from engram_top.simnode.http import Handler, ServerCore, openai_handlers, stamped
 from engram_top.simnode.memory import PAGE_SIZE, MemoryPlan
 from engram_top.simnode.metrics import Histogram, MetricsPage

@@ -301,9 +301,9 @@ def evil_recording(path: Path) -> Path:
     """A recording of a node and two scenarios named with controls, a server log line, an
     error event quoting a server's answer, and one reading."""
     from collectors.readings import Reading, Status
-    from engram_top.figures import RunFigures
+    from engram_top.model.figures import RunFigures
+    from engram_top.model.store import RunFacts, RunStore
     from engram_top.recording import Recorder
-    from engram_top.store import RunFacts, RunStore
 
     store = RunStore()
     store.node = EVIL

@@ -337,8 +337,8 @@ def shaped_recording(path: Path) -> Path:
     the free-form data the panels read by shape."""
     import time
 
+    from engram_top.model.store import RunFacts, RunStore
     from engram_top.recording import Recorder
-    from engram_top.store import RunFacts, RunStore
     store = RunStore()
     recorder = Recorder(store, path).start()
     facts = RunFacts(scenario="host", placement="host", node="n", time_scale=1.0,
@@ -376,8 +376,9 @@ def test_a_record_of_the_wrong_shape_is_skipped_before_a_panel_reads_it(
     """A value of the wrong shape deep in a record's free-form data (start-up facts, the
     Engram reading, the load's counters) is named and its line skipped: it never reaches a
     panel, which reads them by shape."""
-    from engram_top import reference, snapshot
+    from engram_top import snapshot
     from engram_top.app import panels
+    from engram_top.seed import reference
     path = shaped_recording(tmp_path / "shaped.jsonl")
     lines = path.read_text().splitlines()
     kind = {"load": "load", "wall": "event"}.get(where[0], "run")

@@ -1,6 +1,6 @@
 """What a run shows, computed from the store: the same numbers for the dashboard and exports.
 
-Pure functions over a RunStore, returning the frozen views of engram_top.views (plain()
+Pure functions over a RunStore, returning the frozen views of engram_top.model.views (plain()
 writes them as JSON); no Textual, no I/O. Memory stays in bytes here; SGLang's own
 "GB" figures (which are GiB) keep their name and unit.
 """
@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
 from collectors.readings import GpuData, HostData, Reading, ServerData
 from collectors.units import GIB
-from engram_top import energy
-from engram_top.figures import RunFigures
-from engram_top.reference import Reference
-from engram_top.store import RunFacts, RunStore
+from engram_top.model import energy
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.seed.reference import Reference
 from scenarios.runstate import LIVE, RunState
 
 if TYPE_CHECKING:  # the comparison's code loads when a comparison is made
     from engram_top.compare import Comparison, RunResult
     from engram_top.metrics import Registry
-from engram_top.views import (
+from engram_top.model.views import (
     EngramTableView,
     EngramView,
     GpuProcessView,

@@ -1,4 +1,4 @@
-"""What engram_top.facts gives the panels, alerts and exports: typed, frozen values.
+"""What engram_top.model.facts gives the panels, alerts and exports: typed, frozen values.
 
 Field names and their order are the keys snapshot.json has always had (facts.plain writes a
 view as its fields, in order, or as its to_json() where a key is only sometimes present).

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from collectors.readings import GpuData, Reading
-from engram_top.store import RunStore
+from engram_top.model.store import RunStore
 
 
 def total_energy_mj(data: GpuData | None, gpus: Collection[int] | None = None) -> int | None:

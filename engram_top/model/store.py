@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, Status
 from collectors.source import LOCAL, SourceKey
-from engram_top.figures import RunFigures
+from engram_top.model.figures import RunFigures
 from scenarios.runstate import RunState
 
 
