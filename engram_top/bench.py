@@ -27,16 +27,18 @@ from typing import Any
 
 from collectors.pages import PageClient, bearer
 from collectors.safetext import visible
-from engram_top import slo, sweep
-from engram_top.alerts import AlertChange
-from engram_top.compare import THROTTLED, RunResult, compare, to_json, to_markdown
-from engram_top.config import Thresholds
+from engram_top import sweep
+from engram_top.alerts.monitor import AlertChange
+from engram_top.alerts.thresholds import Thresholds
+from engram_top.compare import slo
+from engram_top.compare.comparison import THROTTLED, RunResult, compare, to_json, to_markdown
+from engram_top.compare.runs import serves
+from engram_top.compare.slo import LevelStats, Slo
 from engram_top.model import energy, facts
 from engram_top.model.store import node_time as startup_in_node_time
-from engram_top.paths import default_state_dir
 from engram_top.seed import reference
 from engram_top.session import Session, SessionOptions
-from engram_top.slo import LevelStats, Slo
+from engram_top.settings.paths import default_state_dir
 from engram_top.sweep import SweepSpec
 from scenarios import config
 from scenarios.bounds import Range, bounded_float, bounded_int, read_toml, typed
@@ -244,7 +246,7 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
     finally:
         await session.close()
     # Another model's runs: the seed's figures are no reference for them.
-    seed_column = any(facts.serves(run, reference.default().model) for run in session.store.runs)
+    seed_column = any(serves(run, reference.default().model) for run in session.store.runs)
     table = _level_table(plan, levels, modelled, say)
     return write_report(plan, results, requests, out, raised, seed_column=seed_column,
                         levels=table)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from collectors.safetext import table_cell, visible
 from engram_top import sweep
-from engram_top.slo import LevelStats
+from engram_top.compare.slo import LevelStats
 
 if TYPE_CHECKING:
     from engram_top.bench import Plan

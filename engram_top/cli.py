@@ -21,7 +21,6 @@ from engram_top.lifetime import (
     write_crash_report,
 )
 from engram_top.output import visible_output
-from engram_top.paths import state_base
 from engram_top.ranges import (
     AFTER_S,
     AT_S,
@@ -38,6 +37,7 @@ from engram_top.ranges import (
     WINDOW,
 )
 from engram_top.seed import reference
+from engram_top.settings.paths import state_base
 
 DEFAULT_TIME_SCALE = 0.1  # the device placement is ready in 12.5 s instead of 125 s
 
@@ -329,8 +329,8 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
     """The dashboard over a session, with the options every dashboard command takes; None
     (and the reason on stderr) when a --compare-with file cannot be read."""
     from engram_top.app.main import EngramTopApp
-    from engram_top.config import load_config
     from engram_top.probe_report import ProbeFileError
+    from engram_top.settings.user_config import load_config
     runs = []
     if args.compare_with:  # the file readers (and the recording's) only when asked for
         from engram_top.importers import BenchFileError, load_runs
@@ -411,7 +411,7 @@ def run_replay(args: argparse.Namespace) -> int:
 def user_thresholds():  # type: ignore[no-untyped-def]
     """The alert thresholds of the user's config file, for a command without a dashboard
     (which reads it itself and shows a broken one as an event); a broken file is said."""
-    from engram_top.config import load_config
+    from engram_top.settings.user_config import load_config
     config, error = load_config()
     if error:
         say(f"engram-top: warning: alerts use the default thresholds: {error}")
@@ -422,8 +422,8 @@ def _session_options(args: argparse.Namespace, *, headless: bool = False,
                      **extra):  # type: ignore[no-untyped-def]
     """Options for a session over a scenario file; a bad file ends here with its message.
     A bench plan stands for its scenario file (`stop PLAN` stops what its bench left)."""
-    from engram_top.paths import default_state_dir
     from engram_top.session import LoadSpec, SessionOptions
+    from engram_top.settings.paths import default_state_dir
     from scenarios import config
     path = _scenario_file_of(args.scenario_file)
     try:
@@ -581,7 +581,7 @@ async def bench(args: argparse.Namespace) -> int:
 
 
 def compare_files(args: argparse.Namespace) -> int:
-    from engram_top.compare import compare, to_json, to_markdown
+    from engram_top.compare.comparison import compare, to_json, to_markdown
     from engram_top.importers import BenchFileError, load_runs, report_price
     from engram_top.probe_report import ProbeFileError
     notes: list[str] = []

@@ -20,10 +20,19 @@ from typing import Any
 from collectors.prometheus import DEADLINE_S, FleetNodeData, PrometheusSource, PromStatus
 from collectors.readings import Reading, Status
 from collectors.units import GIB
-from engram_top.compare import RunResult
-from engram_top.config import Thresholds
+from engram_top.alerts.thresholds import Thresholds
+from engram_top.compare.comparison import RunResult
+from engram_top.compare.measures import (
+    ENERGY,
+    KV,
+    KV_RATIO,
+    THROUGHPUT,
+    WEIGHTS,
+    Metric,
+    Registry,
+    ms,
+)
 from engram_top.fleet_detail import HISTORY_S, NodeDetail, history_step
-from engram_top.metrics import ENERGY, KV, KV_RATIO, THROUGHPUT, WEIGHTS, Metric, Registry, ms
 
 HOST_TABLES_MIN_BYTES = 64 * GIB  # shared or huge-page memory this large: Engram tables
 # The least pause between two refreshes, however slow the last one or small the interval:

@@ -42,7 +42,7 @@ async def _start_demo(nodes: int) -> tuple[object, str]:
 
 def run_fleet(args: argparse.Namespace) -> int:
     from engram_top.app.fleet_screen import FleetApp
-    from engram_top.config import load_config
+    from engram_top.settings.user_config import load_config
     from scenarios.prometheus import PrometheusError
 
     config, error = load_config(args.config)

@@ -12,7 +12,8 @@ from typing import Any
 
 from collectors.safetext import table_cell, visible
 from collectors.units import GIB
-from engram_top import compare, fleet
+from engram_top import fleet
+from engram_top.compare import comparison as compare
 from engram_top.model.store import SeriesKey
 from engram_top.snapshot import Prepared, SeriesPoints
 

@@ -1,4 +1,4 @@
-"""Read benchmark outputs from other tools into RunResult records for engram_top.compare
+"""Read benchmark outputs from other tools into RunResult records for engram_top.compare.comparison
 (load_runs takes engram-top's own recordings and bench reports too).
 
 sglang.bench_serving appends one JSON object per run to its --output-file; each line is one
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_top import recording
-from engram_top.compare import RunResult
+from engram_top.compare.comparison import RunResult
 from engram_top.recording_format import RecordingError
 from engram_top.seed.reference import PLACEMENTS
 

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engram_top.paths import state_base
+from engram_top.settings.paths import state_base
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

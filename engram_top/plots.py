@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.safetext import visible
-from engram_top.slo import LevelStats
+from engram_top.compare.slo import LevelStats
 
 COLOURS = {"device": "#1f77b4", "host": "#ff7f0e", "host-prefetch": "#2ca02c"}
 OTHER = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f")

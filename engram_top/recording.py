@@ -21,7 +21,6 @@ from collectors.source import SourceKey
 from engram_top.model import facts as facts_mod
 from engram_top.model.redact import redact, redact_text
 from engram_top.model.store import RunFacts, RunStore
-from engram_top.paths import state_base
 from engram_top.recording_format import (
     FLUSH_S,
     FORMAT,
@@ -40,6 +39,7 @@ from engram_top.recording_read import is_recording as is_recording
 from engram_top.recording_read import read_recording as read_recording
 from engram_top.recording_read import read_sessions as read_sessions
 from engram_top.recording_read import runs_from_recording as runs_from_recording
+from engram_top.settings.paths import state_base
 from scenarios.private import open_private
 
 # --------------------------------------------------------------------------- recording

@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from engram_top.compare import RunResult
-from engram_top.model import facts as facts_mod
+from engram_top.compare.comparison import RunResult
+from engram_top.compare.runs import run_results
 from engram_top.model.store import Event, RunFacts
 from engram_top.recording_format import (
     MAX_T,
@@ -300,4 +300,4 @@ def runs_from_recording(path: Path | str, notes: list[str] | None = None) -> lis
                     runs[rid] = RunFacts(**copied_fields(rec.first_runs[rid]))
                 update_facts(runs[rid], fields)
         done += [r for r in runs.values() if r.ready_at is not None]
-    return facts_mod.run_results(done, source=f"recording:{Path(path).name}")
+    return run_results(done, source=f"recording:{Path(path).name}")

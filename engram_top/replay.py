@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from collectors.readings import Reading
-from engram_top.alerts import AlertWatch
-from engram_top.config import Thresholds
+from engram_top.alerts.monitor import AlertWatch
+from engram_top.alerts.thresholds import Thresholds
 from engram_top.model.store import Event, RunFacts, RunStore
 from engram_top.recording import Recording, read_recording
 from engram_top.recording_format import (

@@ -26,17 +26,17 @@ from collectors.readings import Reading, Status
 from collectors.server_process import server_environ
 from collectors.shared import SharedSampler
 from collectors.source import NodeSource, Source, SourceKey
-from engram_top.alerts import CHECK_EVERY_S, AlertWatch
-from engram_top.config import Thresholds
+from engram_top.alerts.monitor import CHECK_EVERY_S, AlertWatch
+from engram_top.alerts.thresholds import Thresholds
+from engram_top.compare.slo import DEFAULT as slo_defaults
+from engram_top.compare.slo import Slo
+from engram_top.compare.slo import bounds as slo_bounds
 from engram_top.engine_detect import DetectingCollector
 from engram_top.model.facts import summary
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.seed import reference
 from engram_top.simnode import state
 from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
-from engram_top.slo import DEFAULT as slo_defaults
-from engram_top.slo import Slo
-from engram_top.slo import bounds as slo_bounds
 from scenarios import config, engines
 from scenarios.config import Scenario, ScenarioFile
 from scenarios.engines.base import Engine, ServerCollector

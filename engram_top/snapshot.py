@@ -28,7 +28,8 @@ from typing import Any
 from collectors.safetext import visible
 from collectors.source import LOCAL
 from collectors.units import GIB, NA, gib_text, ms_text, percent, weights_gb
-from engram_top.compare import Comparison, RunResult, to_json, to_markdown
+from engram_top.compare.comparison import Comparison, RunResult, to_json, to_markdown
+from engram_top.compare.runs import comparison
 from engram_top.model import facts
 from engram_top.model.redact import REDACTED, redact, redact_text
 from engram_top.model.store import RunFacts, RunStore, SeriesKey
@@ -144,10 +145,10 @@ def prepare(parent: Path, store: RunStore, ref: Reference, *, svg: str | None,
     if "/" in base or base.startswith(".") or not base.strip():
         raise SnapshotError(f"snapshot name {base!r}: a plain folder name is needed")
     found = {s for s in secrets if s}
-    comparison = facts.comparison(_runs(store), extra=compare_with, reference=ref,
-                                  price_per_gpu_hour=price_per_gpu_hour)
-    data = redact(snapshot_data(store, ref, comparison, extra), found)
-    summary = summary_markdown(store, data, _comparison_md(comparison))
+    compared = comparison(_runs(store), extra=compare_with, reference=ref,
+                          price_per_gpu_hour=price_per_gpu_hour)
+    data = redact(snapshot_data(store, ref, compared, extra), found)
+    summary = summary_markdown(store, data, _comparison_md(compared))
     texts = {"snapshot.json": _json(data), "summary.md": summary}
     if svg is not None:
         texts["screen.svg"] = svg

@@ -19,10 +19,10 @@ from typing import Any
 
 from collectors import promtext
 from collectors.pages import PageClient, PageError
-from engram_top import slo
+from engram_top.compare import slo
+from engram_top.compare.slo import LevelStats, Slo
 from engram_top.seed import reference
 from engram_top.simnode import memory, model
-from engram_top.slo import LevelStats, Slo
 from scenarios.bounds import bounded_float, bounded_int
 from scenarios.engines.base import Mark
 

@@ -30,7 +30,7 @@ from textual.app import App
 from textual.pilot import Pilot
 
 from collectors.host import sample as host_sample
-from engram_top.alerts import AlertWatch
+from engram_top.alerts.monitor import AlertWatch
 from engram_top.model.store import RunStore
 from engram_top.seed import reference
 from engram_top.simnode import state

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engram_top.alerts.thresholds import Thresholds
+
 from collectors.readings import (
     GpuData,
     GpuDevice,
@@ -14,9 +16,9 @@ from collectors.readings import (
     Status,
 )
 from collectors.startup_log import StartupLogParser
-from engram_top.alerts import AlertMonitor
-from engram_top.config import Thresholds, parse_config
+from engram_top.alerts.monitor import AlertMonitor
 from engram_top.model.store import RunFacts, RunStore
+from engram_top.settings.user_config import parse_config
 
 GIB = 1024**3
 MIB = 1024**2

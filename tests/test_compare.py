@@ -1,4 +1,5 @@
-"""engram_top.compare: deltas and intervals computed by hand, None handling, the seed column."""
+"""engram_top.compare.comparison: deltas and intervals computed by hand, None handling, the
+seed column."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engram_top.compare import (
+from engram_top.compare.comparison import (
     Comparison,
     RunResult,
     compare,

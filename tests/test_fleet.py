@@ -108,7 +108,7 @@ async def test_every_figure_comes_through_prometheus_as_the_node_exposes_it(demo
 
 
 async def test_the_placements_compare_across_nodes_with_intervals(demo) -> None:  # type: ignore[no-untyped-def]
-    from engram_top.compare import compare
+    from engram_top.compare.comparison import compare
     session = FleetSession(demo.url, interval=1.0, window="10s")
     try:
         await poll_until(session, lambda: complete(session), "every node's latency")

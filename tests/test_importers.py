@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_top.compare import compare, to_markdown
+from engram_top.compare.comparison import compare, to_markdown
 from engram_top.importers import BenchFileError, load_bench_serving
 from engram_top.seed import reference
 

@@ -1,6 +1,6 @@
-"""engram_top.metrics: one registration puts a metric in every table (the `compare` command,
-the compare screen, the bench report, a snapshot's two files); a snapshot folder holds one
-comparison; RunFigures keeps its JSON form, so older recordings still read."""
+"""engram_top.compare.measures: one registration puts a metric in every table (the `compare`
+command, the compare screen, the bench report, a snapshot's two files); a snapshot folder
+holds one comparison; RunFigures keeps its JSON form, so older recordings still read."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from scene import filled_store
 
 from engram_top import bench, cli
 from engram_top.app.compare_screen import comparison_table
-from engram_top.compare import RunResult, compare, to_json, to_markdown
-from engram_top.metrics import METRICS, Metric, Registry, fixed
+from engram_top.compare.comparison import RunResult, compare, to_json, to_markdown
+from engram_top.compare.measures import METRICS, Metric, Registry, fixed
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts
 from engram_top.recording_format import decode_facts_fields, encode_facts

@@ -113,10 +113,10 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
                     "the new KV capacity in a healthy reading")
         assert store.history["tiny-8k"].state == "stopped"
         # Both runs compared on their own figures; the seed's (DeepSeek's) are no reference.
-        from engram_top.model import facts
+        from engram_top.compare.runs import comparison
         from engram_top.seed import reference
         await until(None, lambda: store.run.results.kv_tokens == 16384, 10, "its figures")
-        c = facts.comparison(store.runs, reference=reference.default())
+        c = comparison(store.runs, reference=reference.default())
         assert c is not None and c.row("kv_tokens").cells["tiny-16k"].mean == 16384
         assert c.row("kv_tokens").cells["tiny-8k"].mean == 8192
         assert all(not row.reference for row in c.rows)

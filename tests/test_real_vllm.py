@@ -161,9 +161,9 @@ async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
             keyed = await client.get("/v1/models",
                                      headers={"Authorization": f"Bearer {API_KEY}"})
             assert keyed.status_code == 200
-        from engram_top.model import facts as figures
+        from engram_top.compare.runs import comparison
         await until(None, lambda: store.run.results.kv_tokens == KV64, 10, "its figures")
-        c = figures.comparison(store.runs)
+        c = comparison(store.runs)
         assert c is not None and c.row("kv_tokens").cells["vllm-kv64m"].mean == KV64
         assert c.row("kv_tokens").cells["vllm-kv32m"].mean == KV32
         assert c.engines == {"vllm-kv32m": "vLLM", "vllm-kv64m": "vLLM"}

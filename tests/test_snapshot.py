@@ -25,7 +25,7 @@ from helpers import until
 from scene import filled_store
 
 from engram_top import snapshot
-from engram_top.alerts import Alert
+from engram_top.alerts.monitor import Alert
 from engram_top.model.redact import REDACTED, redact, redact_text
 from engram_top.model.store import RunStore
 from engram_top.recording import Recorder

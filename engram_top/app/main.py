@@ -26,21 +26,21 @@ from textual.widgets import DataTable, Footer, RichLog, Static
 
 from collectors.safetext import visible
 from collectors.units import seconds, tokens, weights_gb
-from engram_top.alerts import AlertChange
+from engram_top.alerts.monitor import AlertChange
 from engram_top.app import panels
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
 from engram_top.app.keymap import keep_a_quit_key
 from engram_top.app.panel import Panel, text_key
 from engram_top.app.safe import SafeOutput, cell, safe
-from engram_top.config import UserConfig
 from engram_top.model import facts
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.seed import reference
+from engram_top.settings.user_config import UserConfig
 
 if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of milliseconds
     from engram_top import snapshot
-    from engram_top.compare import RunResult
+    from engram_top.compare.comparison import RunResult
     from engram_top.probe_report import ProbeReport
     from engram_top.replay import ReplaySession
 

@@ -2,7 +2,7 @@
 for the scenario list and the comparison.
 
 Latencies are seconds here, as SGLang's histograms, RunResult and the workload driver keep
-them; the comparison shows them in ms (engram_top.metrics). Only the JSON form differs:
+them; the comparison shows them in ms (engram_top.compare.measures). Only the JSON form differs:
 recordings and snapshot.json have always written these figures in ms under *_ms keys, and
 files written by earlier versions must still read back, so to_json/from_json keep that form.
 """

@@ -195,7 +195,7 @@ class RunStore:
         # "Now" for ages on screen: a replay or a test sets its own clock here.
         self.clock: Callable[[], float] = time.monotonic
         self.events: deque[Event] = deque(maxlen=500)
-        self.alerts: dict[str, Any] = {}  # active alerts by id (engram_top.alerts.Alert)
+        self.alerts: dict[str, Any] = {}  # active alerts by id (engram_top.alerts.monitor.Alert)
         # Standing problems a part of the session reports (the recorder cannot write):
         # alert name -> (severity, message); an alert while it stands.
         self.conditions: dict[str, tuple[str, str]] = {}

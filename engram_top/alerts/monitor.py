@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from collectors.nvml_health import xid_text
 from collectors.units import MIB, gib_text
-from engram_top.config import Thresholds
+from engram_top.alerts.thresholds import Thresholds
 from engram_top.model.facts import gpu_facts, host_facts, kv_facts, wall_at
 from engram_top.model.store import RunFacts, RunStore
 from scenarios.runstate import ENDED, LIVE, UNASKED_END, RunState

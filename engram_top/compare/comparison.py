@@ -2,7 +2,7 @@
 against a baseline with 95% intervals, and the seed's own figures beside them.
 
 Pure functions over RunResult records; no Textual, no I/O (engram_top.importers reads files).
-The rows are the metrics registered in engram_top.metrics, each read from every trial.
+The rows are the metrics registered in engram_top.compare.measures, each read from every trial.
 A missing value stays None all the way to the table: a run that did not measure something
 must never read as 0.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from collectors.safetext import table_cell, visible
 from collectors.units import pct_change
-from engram_top.metrics import METRICS, TPOT, Metric, Registry
+from engram_top.compare.measures import METRICS, TPOT, Metric, Registry
 from engram_top.probe_report import HOST_MODES, ProbeReport
 from engram_top.seed.reference import Reference
 

@@ -191,7 +191,7 @@ def merge_trials(trials: Sequence[LevelStats]) -> LevelStats:
     if len(goodputs) >= 2:
         m = sum(goodputs) / len(goodputs)
         sd = math.sqrt(sum((g - m) ** 2 for g in goodputs) / (len(goodputs) - 1))
-        from engram_top.compare import t95  # the comparison's module: not at start
+        from engram_top.compare.comparison import t95  # the comparison's module: not at start
         half = t95(len(goodputs) - 1) * sd / math.sqrt(len(goodputs))
         interval = (max(0.0, m - half), m + half)
     lat = {m: {k: mean([t.latency[m][k] for t in trials]) for k in first.latency[m]}

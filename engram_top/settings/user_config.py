@@ -1,4 +1,4 @@
-"""The user's config file: alert thresholds, key remaps and the theme (TOML).
+"""The user's config file: alert thresholds, key remaps, the theme and the SLOs (TOML).
 
 Looked up at $ENGRAM_TOP_CONFIG, else $XDG_CONFIG_HOME/engram-top/config.toml, else
 ~/.config/engram-top/config.toml. A missing file means every default. A broken file is
@@ -16,55 +16,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from engram_top.alerts.thresholds import ALERT_NAMES, Thresholds
+
 # The scenario loader's line finder and did-you-mean, so both files report problems alike.
-from scenarios.bounds import Range, bounded_float, read_toml, shown, typed
+from scenarios.bounds import Range, read_toml, shown, typed
 from scenarios.config import locate, similar
-
-ALERT_NAMES = ("hbm", "kv", "host-available", "swap-in", "queue-growth", "no-huge-pages",
-               "server-died", "rank-died", "server-silent", "recording", "xid", "ecc")
-
-
-def _setting(default: Any, kind: str | Range, what: str = "") -> Any:
-    """A Thresholds field with how the file's [alerts] value is checked: kind is "bool",
-    "names" (a list of ALERT_NAMES) or the Range of a number; what is how a refusal
-    describes a good value (a Range says its own)."""
-    if isinstance(kind, Range):
-        what = kind.describe()
-    return field(default=default, metadata={"kind": kind, "what": what})
-
-
-# Every number has its range, so that none can be what start-up cannot take (a 400-digit
-# integer is no float) or a window without end. Why these ends: the readings come once a
-# second, so a window under a second holds one of them; a day is as long as a live alert
-# can mean; a MiB/s rate of a million is past any swap device.
-_PCT = bounded_float(0, 100, what="a percentage")
-_WINDOW_S = bounded_float(1, 86400, unit="seconds")
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When each alert starts. Percentages are 0-100, times in seconds. Each field is one
-    [alerts] key of the config file, with its default and its check, written once here."""
-
-    enabled: bool = _setting(True, "bool", "true or false")
-    # Alert names switched off one by one.
-    disabled: tuple[str, ...] = _setting(
-        (), "names", f"a list of alert names ({', '.join(ALERT_NAMES)})")
-    hbm_used_pct: float = _setting(95.0, _PCT)
-    kv_usage_pct: float = _setting(90.0, _PCT)
-    host_available_pct: float = _setting(10.0, _PCT)
-    swap_in_mib_per_s: float = _setting(1.0, bounded_float(0, 1e6, what="a rate in MiB/s"))
-    swap_window_s: float = _setting(5.0, _WINDOW_S)
-    queue_growth_window_s: float = _setting(30.0, _WINDOW_S)
-    server_silent_s: float = _setting(10.0, _WINDOW_S)
-    # A percentage alert clears only this far back on the safe side of its threshold, and
-    # any alert only once it has stayed clear this long: a value hovering at a threshold
-    # gives one alert, not one a second.
-    hysteresis_pct: float = _setting(2.0, _PCT)
-    clear_after_s: float = _setting(5.0, bounded_float(0, 86400, unit="seconds"))
-
-    def on(self, name: str) -> bool:
-        return self.enabled and name not in self.disabled
 
 
 @dataclass(frozen=True)
@@ -95,7 +51,7 @@ def config_path() -> Path:
 
 
 def _default_slos() -> tuple[Any, ...]:
-    from engram_top.slo import DEFAULT
+    from engram_top.compare.slo import DEFAULT
     return DEFAULT
 
 
@@ -171,7 +127,9 @@ def parse_config_text(text: str, path: Path) -> UserConfig:
             bad(("keys", action), wrong)
         else:
             remaps[action] = found
-    from engram_top import slo  # its arithmetic comes with it; a config needs only the check
+    from engram_top.compare import (
+        slo,  # its arithmetic comes with it; a config needs only the check
+    )
     slo_problems: list[str] = []
     slos = slo.parse(str(path), raw.get("slo"), slo_problems)
     problems += slo_problems
