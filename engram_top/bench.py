@@ -310,7 +310,8 @@ def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, 
                       for x in plan.slos],
               "levels": {name: [lv.to_dict() for lv in lvs] for name, lvs in levels.items()},
               "sweep": summary, "alerts": list(alerts or ())}
-    from engram_top import bench_report, plots  # the charts' library only when writing them
+    from engram_top import bench_report  # the charts' library only when writing them
+    from engram_top.export import plots
     charts, why = plots.bench_charts(out, levels, summary, comparison, plan.baseline)
     report["charts"] = charts
     _write(out / "report.json", json.dumps(facts.finite_json(report), indent=2, default=str,

@@ -333,7 +333,7 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
     from engram_top.settings.user_config import load_config
     runs = []
     if args.compare_with:  # the file readers (and the recording's) only when asked for
-        from engram_top.importers import BenchFileError, load_runs
+        from engram_top.record.importers import BenchFileError, load_runs
         notes: list[str] = []
         try:
             runs = [r for path in args.compare_with for r in load_runs(path, notes=notes)]
@@ -372,7 +372,9 @@ def _run_recorded(app, args: argparse.Namespace,  # type: ignore[no-untyped-def]
     """Run the dashboard; its session is recorded (issue 5) unless --no-record."""
     recorder = None
     if not args.no_record:
-        from engram_top import recording  # with its redaction's patterns: ~9 ms of a start
+        from engram_top.record import (
+            recorder as recording,  # with its redaction's patterns: ~9 ms of a start
+        )
         path = args.record or recording.default_path(state_dir)
         if args.record is None:
             recording.prune(path.parent, recording.KEEP_RECORDINGS - 1)
@@ -393,8 +395,8 @@ def _run_recorded(app, args: argparse.Namespace,  # type: ignore[no-untyped-def]
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from engram_top.recording_format import RecordingError
-    from engram_top.replay import ReplaySession
+    from engram_top.record.file_format import RecordingError
+    from engram_top.record.replay import ReplaySession
     try:
         # Open at once; the rest is read while it plays.
         session = ReplaySession(args.path, speed=args.speed, paused=args.paused,
@@ -559,7 +561,7 @@ async def switch(args: argparse.Namespace) -> int:
 
 async def bench(args: argparse.Namespace) -> int:
     from engram_top import bench as runner
-    from engram_top import snapshot
+    from engram_top.export import snapshot
     from scenarios.statelock import StateBusy
     from scenarios.supervisor import SupervisorError
     try:
@@ -582,8 +584,8 @@ async def bench(args: argparse.Namespace) -> int:
 
 def compare_files(args: argparse.Namespace) -> int:
     from engram_top.compare.comparison import compare, to_json, to_markdown
-    from engram_top.importers import BenchFileError, load_runs, report_price
     from engram_top.probe_report import ProbeFileError
+    from engram_top.record.importers import BenchFileError, load_runs, report_price
     notes: list[str] = []
     try:
         results = [r for path in args.files
@@ -651,14 +653,14 @@ async def stop(args: argparse.Namespace) -> int:
 
 
 async def take_snapshot(args: argparse.Namespace) -> int:
-    from engram_top import snapshot
     from engram_top.app.export import render_svg
+    from engram_top.export import snapshot
     try:
         snapshot.check_writable(args.out)  # fail now, not after a whole start-up
     except snapshot.SnapshotError as exc:
         print(f"engram-top snapshot: {exc}", file=sys.stderr)
         return 1
-    from engram_top.recording_format import RecordingError
+    from engram_top.record.file_format import RecordingError
     try:
         session, timeout, describe = _snapshot_source(args)
     except RecordingError as exc:
@@ -710,7 +712,7 @@ def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         _say_which_credential(session, (args.attach,), args.api_key)
         return session, args.ready_timeout or 30.0, describe
     if args.recording:
-        from engram_top.recording_format import RecordingError
+        from engram_top.record.file_format import RecordingError
         describe = {"kind": "recording", "path": str(args.recording), "at_s": args.at}
         source = _RecordingSource(args.recording, args.at, args.session)
         length = source.replay.duration
@@ -730,7 +732,7 @@ class _RecordingSource:
     """A recording as a snapshot source: paused at --at seconds (default: its end)."""
 
     def __init__(self, path: Path, at: float | None, session: int | None = None) -> None:
-        from engram_top.replay import ReplaySession
+        from engram_top.record.replay import ReplaySession
         # RecordingError: the caller says it.
         self.replay = ReplaySession(path, paused=True, session=session,
                                     thresholds=user_thresholds())

@@ -105,8 +105,9 @@ def run_until_signal_value(coro, stopped: list[int] | None = None):  # type: ign
 
 
 async def take_fleet_snapshot(args: argparse.Namespace) -> int:
-    from engram_top import fleet_export, snapshot
+    from engram_top import fleet_export
     from engram_top.app.fleet_screen import render_svg
+    from engram_top.export import snapshot
     from scenarios.fleet_demo import FleetDemo
     from scenarios.prometheus import PrometheusError
 

@@ -14,8 +14,8 @@ from collectors.safetext import table_cell, visible
 from collectors.units import GIB
 from engram_top import fleet
 from engram_top.compare import comparison as compare
+from engram_top.export.snapshot import Prepared, SeriesPoints
 from engram_top.model.store import SeriesKey
-from engram_top.snapshot import Prepared, SeriesPoints
 
 FIGURES = (("hbm_max", "hbm.used_max"), ("hbm_min", "hbm.used_min"), ("kv_usage", "kv.usage"),
            ("kv_tokens", "kv.capacity"), ("host_used", "host.used"),

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engram_top.alerts.thresholds import Thresholds
-
 from collectors.readings import (
     GpuData,
     GpuDevice,
@@ -17,6 +15,7 @@ from collectors.readings import (
 )
 from collectors.startup_log import StartupLogParser
 from engram_top.alerts.monitor import AlertMonitor
+from engram_top.alerts.thresholds import Thresholds
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.settings.user_config import parse_config
 

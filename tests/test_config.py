@@ -7,10 +7,10 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from engram_top.alerts.thresholds import Thresholds
 from helpers import StaticSession, quit_app, until
 from scene import scene_store
 
+from engram_top.alerts.thresholds import Thresholds
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp, HelpScreen
 from engram_top.settings.user_config import (

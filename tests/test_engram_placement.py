@@ -5,8 +5,8 @@ and which runs the seed's figures are a reference for."""
 from __future__ import annotations
 
 import pytest
-from engram_top.compare.runs import serves
 
+from engram_top.compare.runs import serves
 from engram_top.model.store import RunFacts
 from scenarios.engines import engram
 from scenarios.engines.engram import argv_args, infer

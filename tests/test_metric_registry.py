@@ -16,11 +16,11 @@ from engram_top import bench, cli
 from engram_top.app.compare_screen import comparison_table
 from engram_top.compare.comparison import RunResult, compare, to_json, to_markdown
 from engram_top.compare.measures import METRICS, Metric, Registry, fixed
+from engram_top.export.snapshot import write_folder
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts
-from engram_top.recording_format import decode_facts_fields, encode_facts
+from engram_top.record.file_format import decode_facts_fields, encode_facts
 from engram_top.seed import reference
-from engram_top.snapshot import write_folder
 from scenarios.workload import Level, WorkloadSpec
 
 DATA = Path(__file__).parent / "data" / "bench_serving"

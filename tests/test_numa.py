@@ -315,8 +315,8 @@ def test_one_node_adds_nothing_to_the_panel() -> None:
 def test_the_nodes_round_trip_in_recordings_and_reach_snapshot_json() -> None:
     import json
 
-    from engram_top import snapshot
-    from engram_top.recording_format import decode_reading, encode_reading
+    from engram_top.export import snapshot
+    from engram_top.record.file_format import decode_reading, encode_reading
 
     store = two_socket_store()
     reading = store.latest["host"]

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engram_top.alerts.thresholds import Thresholds
-
 from collectors.prometheus import group, host_of, node_of, queries
 from engram_top import fleet
+from engram_top.alerts.thresholds import Thresholds
 
 
 def sample(value: Any, **labels: str) -> dict[str, Any]:

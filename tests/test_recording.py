@@ -41,16 +41,16 @@ from engram_top.app.main import ConfirmScreen, EngramTopApp
 from engram_top.model import facts
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore
-from engram_top.recording import Recorder, read_recording, runs_from_recording
-from engram_top.recording_format import (
+from engram_top.record.file_format import (
     RecordingError,
     decode_facts_fields,
     decode_reading,
     encode_facts,
     encode_reading,
 )
-from engram_top.recording_scan import Skip
-from engram_top.replay import ReplaySession
+from engram_top.record.recorder import Recorder, read_recording, runs_from_recording
+from engram_top.record.replay import ReplaySession
+from engram_top.record.scan import Skip
 from engram_top.seed import reference
 from engram_top.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
 from scenarios import engines
@@ -504,7 +504,7 @@ async def test_an_unwritable_recording_stops_and_the_session_goes_on(tmp_path: P
 KILLED = textwrap.dedent("""
     import asyncio, sys, time
     from collectors.readings import HostData, Reading, Status
-    from engram_top.recording import Recorder
+    from engram_top.record.recorder import Recorder
     from engram_top.model.store import RunStore
 
     async def main(path, interval):
@@ -772,7 +772,7 @@ def test_no_secret_goes_into_a_recording(tmp_path: Path) -> None:
 def test_the_default_folder_keeps_the_newest_recordings(tmp_path: Path) -> None:
     import os
 
-    from engram_top import recording
+    from engram_top.record import recorder as recording
     for i in range(5):
         p = tmp_path / f"2026112{i}-000000-1.jsonl"
         p.write_text("{}\n")
@@ -789,7 +789,7 @@ async def test_a_replay_opens_at_once_and_reads_the_rest_while_it_plays(
     """`replay` opens a recording lazily: a few lines read at once, the rest on a thread;
     played to its end it gives the store an eager read gives. A damaged line further on
     does not stop the opening: the replay plays up to it and says so."""
-    from engram_top import replay_file
+    from engram_top.record import replay_file
     monkeypatch.setattr(replay_file, "EAGER_LINES", 5)
     monkeypatch.setattr(replay_file, "CHUNK", 7)
     clock = FakeClock()

@@ -24,13 +24,13 @@ import pytest
 from helpers import until
 from scene import filled_store
 
-from engram_top import snapshot
 from engram_top.alerts.monitor import Alert
+from engram_top.export import snapshot
+from engram_top.export.snapshot import SnapshotError, write_folder
 from engram_top.model.redact import REDACTED, redact, redact_text
 from engram_top.model.store import RunStore
-from engram_top.recording import Recorder
+from engram_top.record.recorder import Recorder
 from engram_top.seed import reference
-from engram_top.snapshot import SnapshotError, write_folder
 
 GIB = 1024**3
 FOLDER = re.compile(r"^engram-top-\d{8}-\d{6}(-\d+)?$")

@@ -39,10 +39,10 @@ from engram_top.seed import reference
 from engram_top.settings.user_config import UserConfig
 
 if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of milliseconds
-    from engram_top import snapshot
     from engram_top.compare.comparison import RunResult
+    from engram_top.export import snapshot
     from engram_top.probe_report import ProbeReport
-    from engram_top.replay import ReplaySession
+    from engram_top.record.replay import ReplaySession
 
 # The screen follows the readings: redrawn as often as the sources are polled (every 1 s
 # by default), and at most twice a second for a faster poll. Keys redraw at once.
@@ -530,7 +530,7 @@ class EngramTopApp(SafeOutput, App[int]):
         store = self.session.store
         options = getattr(self.session, "options", None)
         secrets = [getattr(options, "api_key", None) or ""]
-        from engram_top import snapshot
+        from engram_top.export import snapshot
         try:
             # Its one comparison (snapshot.json and summary.md) takes the runs loaded from
             # files and the price, as the compare screen does.
@@ -547,7 +547,7 @@ class EngramTopApp(SafeOutput, App[int]):
     async def _write_snapshot(self, taken: snapshot.Prepared) -> None:
         # A thread for the files; the result is told here, on the loop. Quitting meanwhile
         # cancels this worker, not the write: Python waits for the thread before it exits.
-        from engram_top.snapshot import SnapshotError  # loaded by action_snapshot already
+        from engram_top.export.snapshot import SnapshotError  # loaded by action_snapshot already
         try:
             path = await asyncio.to_thread(taken.write)
         except SnapshotError as exc:  # nothing half-written; the app goes on

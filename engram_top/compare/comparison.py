@@ -1,7 +1,7 @@
 """Compare placement runs the way the seed thread does: per-scenario means, relative deltas
 against a baseline with 95% intervals, and the seed's own figures beside them.
 
-Pure functions over RunResult records; no Textual, no I/O (engram_top.importers reads files).
+Pure functions over RunResult records; no Textual, no I/O (engram_top.record.importers reads files).
 The rows are the metrics registered in engram_top.compare.measures, each read from every trial.
 A missing value stays None all the way to the table: a run that did not measure something
 must never read as 0.

@@ -24,7 +24,7 @@ def make_recording(path: Path, scenarios: tuple[str, ...] = ("device", "host")) 
     from collectors.readings import Reading, Status
     from engram_top.model.figures import RunFigures
     from engram_top.model.store import RunFacts, RunStore
-    from engram_top.recording import Recorder
+    from engram_top.record.recorder import Recorder
 
     store = RunStore()
     store.node = "test-node"

@@ -19,7 +19,7 @@ from helpers import free_port, wait_until
 
 from engram_top import cli as cli_module
 from engram_top.model.store import RunStore
-from engram_top.recording import Recorder
+from engram_top.record.recorder import Recorder
 from scenarios.bounds import IntList, PromDuration, Range
 
 HUGE = "9" * 400

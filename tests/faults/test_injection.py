@@ -303,7 +303,7 @@ def evil_recording(path: Path) -> Path:
     from collectors.readings import Reading, Status
     from engram_top.model.figures import RunFigures
     from engram_top.model.store import RunFacts, RunStore
-    from engram_top.recording import Recorder
+    from engram_top.record.recorder import Recorder
 
     store = RunStore()
     store.node = EVIL
@@ -326,7 +326,7 @@ def evil_recording(path: Path) -> Path:
 
 
 async def test_a_recording_replayed_and_compared(cli: Cli, tmp_path: Path) -> None:
-    from engram_top.replay import ReplaySession
+    from engram_top.record.replay import ReplaySession
 
     rec = evil_recording(tmp_path / "evil.jsonl")
     app = EngramTopApp(ReplaySession(rec, paused=True))

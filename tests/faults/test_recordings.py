@@ -19,11 +19,11 @@ from drive import SIZE, make_recording, strict_json
 from faultkit import Cli, no_traceback
 from helpers import quit_app, screen_text, until
 
-from engram_top import replay_file
 from engram_top.app.main import EngramTopApp
-from engram_top.recording import read_recording
-from engram_top.recording_format import RecordingError
-from engram_top.replay import ReplaySession
+from engram_top.record import replay_file
+from engram_top.record.file_format import RecordingError
+from engram_top.record.recorder import read_recording
+from engram_top.record.replay import ReplaySession
 
 # Session A ran device then host; session B, appended after A was cut, host-prefetch.
 A_RUNS = {"device": 350.0, "host": 400.0}  # scenario -> mean TTFT (ms), as make_recording
@@ -338,7 +338,7 @@ def shaped_recording(path: Path) -> Path:
     import time
 
     from engram_top.model.store import RunFacts, RunStore
-    from engram_top.recording import Recorder
+    from engram_top.record.recorder import Recorder
     store = RunStore()
     recorder = Recorder(store, path).start()
     facts = RunFacts(scenario="host", placement="host", node="n", time_scale=1.0,
@@ -376,8 +376,8 @@ def test_a_record_of_the_wrong_shape_is_skipped_before_a_panel_reads_it(
     """A value of the wrong shape deep in a record's free-form data (start-up facts, the
     Engram reading, the load's counters) is named and its line skipped: it never reaches a
     panel, which reads them by shape."""
-    from engram_top import snapshot
     from engram_top.app import panels
+    from engram_top.export import snapshot
     from engram_top.seed import reference
     path = shaped_recording(tmp_path / "shaped.jsonl")
     lines = path.read_text().splitlines()

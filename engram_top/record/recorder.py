@@ -1,9 +1,8 @@
 """Recording: every reading, event, run-facts change, load figure and server log line of a
-session appended to a JSON-lines file as it arrives (engram_top.recording_format says what
+session appended to a JSON-lines file as it arrives (engram_top.record.file_format says what
 the lines hold). Reading such a file back (runs for the comparison, records for a replay)
-is engram_top.recording_read's; its names are here too, where callers have always found them.
+is engram_top.record.reader's; its names are here too, where callers have always found them.
 """
-
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from collectors.source import SourceKey
 from engram_top.model import facts as facts_mod
 from engram_top.model.redact import redact, redact_text
 from engram_top.model.store import RunFacts, RunStore
-from engram_top.recording_format import (
+from engram_top.record.file_format import (
     FLUSH_S,
     FORMAT,
     PATCH_FIELDS,
@@ -33,12 +32,12 @@ from engram_top.recording_format import (
     patch_of,
     scenarios_plain,
 )
-from engram_top.recording_format import RecordingError as RecordingError
-from engram_top.recording_read import Recording as Recording
-from engram_top.recording_read import is_recording as is_recording
-from engram_top.recording_read import read_recording as read_recording
-from engram_top.recording_read import read_sessions as read_sessions
-from engram_top.recording_read import runs_from_recording as runs_from_recording
+from engram_top.record.file_format import RecordingError as RecordingError
+from engram_top.record.reader import Recording as Recording
+from engram_top.record.reader import is_recording as is_recording
+from engram_top.record.reader import read_recording as read_recording
+from engram_top.record.reader import read_sessions as read_sessions
+from engram_top.record.reader import runs_from_recording as runs_from_recording
 from engram_top.settings.paths import state_base
 from scenarios.private import open_private
 

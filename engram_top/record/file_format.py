@@ -1,5 +1,6 @@
 """The recording file's format: how readings, run facts and events become JSON lines and
-come back exactly. engram_top.recording writes and reads files; engram_top.replay plays them.
+come back exactly. engram_top.record.recorder writes and reads files;
+engram_top.record.replay plays them.
 
 The file. Line 1 is a header {"type": "header", "format": 1, ...}: engram-top's version, the
 node, wall and monotonic clocks at the start, the scenario definitions as plain data. Every

@@ -2,7 +2,7 @@
 
 `read_recording` parses a whole session before anything shows: two seconds for an hour on
 this kind of machine. A replay needs only its first seconds to draw its first frame, so this
-opens a file in a few milliseconds: the scan finds the sessions (engram_top.recording_scan),
+opens a file in a few milliseconds: the scan finds the sessions (engram_top.record.scan),
 the end of the selected one gives its duration (and whether its last line is half written),
 the first hundred lines are read at once, and a thread reads the rest in order. The replay
 applies what has been read; a seek past it catches up as the thread goes (`fraction` says
@@ -21,9 +21,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from engram_top.recording_format import MAX_T, RecordingError
-from engram_top.recording_read import Recording, SessionReader, new_recording
-from engram_top.recording_scan import (
+from engram_top.record.file_format import MAX_T, RecordingError
+from engram_top.record.reader import Recording, SessionReader, new_recording
+from engram_top.record.scan import (
     Scan,
     Skip,
     Span,

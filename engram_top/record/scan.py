@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from engram_top.recording_format import FORMAT, RecordingError
+from engram_top.record.file_format import FORMAT, RecordingError
 
 BLOCK = 1 << 20  # read at a time by the scan
 # A longer line is damage: the longest record the recorder writes is a run's catch-up of

@@ -1,5 +1,5 @@
 """Reading a recording file back: one session's records for a replay, every session's runs
-for a comparison. What cannot be read is skipped and said (engram_top.recording_scan finds
+for a comparison. What cannot be read is skipped and said (engram_top.record.scan finds
 the sessions and names the damage); only a file without any readable session is refused.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from engram_top.compare.comparison import RunResult
 from engram_top.compare.runs import run_results
 from engram_top.model.store import Event, RunFacts
-from engram_top.recording_format import (
+from engram_top.record.file_format import (
     MAX_T,
     Patch,
     RecordingError,
@@ -26,7 +26,7 @@ from engram_top.recording_format import (
     unloose,
     update_facts,
 )
-from engram_top.recording_scan import (
+from engram_top.record.scan import (
     Scan,
     Skip,
     Span,

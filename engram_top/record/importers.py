@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engram_top import recording
 from engram_top.compare.comparison import RunResult
-from engram_top.recording_format import RecordingError
+from engram_top.record import recorder
+from engram_top.record.file_format import RecordingError
 from engram_top.seed.reference import PLACEMENTS
 
 # The four means every bench_serving version writes; a line without them is not a result.
@@ -202,8 +202,8 @@ def load_runs(path: Path, *, gpus: int | None = None,
     the file (and line) that cannot be read; a recording's lines that cannot be read are
     skipped, and said in ``notes``."""
     try:
-        if recording.is_recording(path):
-            return recording.runs_from_recording(path, notes)
+        if recorder.is_recording(path):
+            return recorder.runs_from_recording(path, notes)
     except RecordingError as exc:
         raise BenchFileError(str(exc)) from exc
     if path.suffix == ".jsonl":
@@ -221,7 +221,7 @@ def load_runs(path: Path, *, gpus: int | None = None,
 def report_price(path: Path) -> float | None:
     """The price per GPU-hour an `engram-top bench` report.json was written with, or None
     (another kind of file, or no price)."""
-    if path.suffix != ".json" or recording.is_recording(path):
+    if path.suffix != ".json" or recorder.is_recording(path):
         return None
     try:
         price = json.loads(_read(path))["comparison"]["price_per_gpu_hour"]

@@ -330,7 +330,7 @@ HISTORY = {  # the history PNG's charts: (source, metric) -> (title, y label, sc
 
 def _history_png(path: Path, taken: SeriesPoints) -> None:
     """The history charts as one PNG beside screen.svg (the series' last hour at most)."""
-    from engram_top import plots  # matplotlib only when there is something to draw
+    from engram_top.export import plots  # matplotlib only when there is something to draw
     panels: dict[str, tuple[str, dict[str, list[tuple[float, float]]]]] = {
         title: (unit, {}) for title, unit, _ in HISTORY.values()}
     for key, (_, points) in sorted(taken.points.items(), key=lambda kv: kv[0].name):

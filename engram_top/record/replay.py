@@ -16,15 +16,15 @@ from collectors.readings import Reading
 from engram_top.alerts.monitor import AlertWatch
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.model.store import Event, RunFacts, RunStore
-from engram_top.recording import Recording, read_recording
-from engram_top.recording_format import (
+from engram_top.record.file_format import (
     LOG_KEEP,
     MAX_SPEED,
     MIN_SPEED,
     copied_fields,
     update_facts,
 )
-from engram_top.replay_file import LazyRecording, open_recording
+from engram_top.record.recorder import Recording, read_recording
+from engram_top.record.replay_file import LazyRecording, open_recording
 
 # --------------------------------------------------------------------------- replay
 
