@@ -34,10 +34,10 @@ from engram_top.compare import slo
 from engram_top.compare.comparison import THROTTLED, RunResult, compare, to_json, to_markdown
 from engram_top.compare.runs import serves
 from engram_top.compare.slo import LevelStats, Slo
+from engram_top.live.session import Session, SessionOptions
 from engram_top.model import energy, facts
 from engram_top.model.store import node_time as startup_in_node_time
 from engram_top.seed import reference
-from engram_top.session import Session, SessionOptions
 from engram_top.settings.paths import default_state_dir
 from engram_top.sweep import SweepSpec
 from scenarios import config

@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("sim", help="the simulated node")
     simsub = sim.add_subparsers(dest="sim_command", required=True)
-    from engram_top.simnode import options
+    from engram_top.sim import options
     options.add_arguments(simsub.add_parser(
         "serve", help="run one simulated server (SGLang's dialect, or vLLM's)"))
     return parser
@@ -244,7 +244,7 @@ def _main(argv: list[str]) -> int:
         except engines.EngineError as exc:
             parser.exit(2, f"engram-top {args.command}: --engine: {exc}\n")
     if args.command == "sim":
-        from engram_top.simnode import server
+        from engram_top.sim import server
         return server.main(args=args)
     if args.command == "demo":
         return run_demo(args)
@@ -282,14 +282,14 @@ def _main(argv: list[str]) -> int:
 
 
 def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from engram_top.session import DemoOptions, LoadSpec
+    from engram_top.live.session import DemoOptions, LoadSpec
     load = None if args.no_load else LoadSpec(concurrency=args.concurrency)
     return DemoOptions(placement=args.placement, time_scale=args.time_scale,
                        serve_scale=args.serve_scale, load=load)
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from engram_top.session import DemoSession
+    from engram_top.live.session import DemoSession
     app = _app(DemoSession(_options(args)), args)
     if app is None or without_terminal(app.session, args.command):
         return 2
@@ -424,7 +424,7 @@ def _session_options(args: argparse.Namespace, *, headless: bool = False,
                      **extra):  # type: ignore[no-untyped-def]
     """Options for a session over a scenario file; a bad file ends here with its message.
     A bench plan stands for its scenario file (`stop PLAN` stops what its bench left)."""
-    from engram_top.session import LoadSpec, SessionOptions
+    from engram_top.live.session import LoadSpec, SessionOptions
     from engram_top.settings.paths import default_state_dir
     from scenarios import config
     path = _scenario_file_of(args.scenario_file)
@@ -460,7 +460,7 @@ def _scenario_file_of(path: Path) -> Path:
 
 
 def run_file(args: argparse.Namespace) -> int:
-    from engram_top.session import Session
+    from engram_top.live.session import Session
     options = _session_options(args, start=args.start, leave_running=args.leave_running)
     if options is None:
         return 2
@@ -490,7 +490,7 @@ def run_file(args: argparse.Namespace) -> int:
 
 
 def run_attach(args: argparse.Namespace) -> int:
-    from engram_top.session import Session, SessionOptions
+    from engram_top.live.session import Session, SessionOptions
     session = Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
                                      engine=args.engine, load=None))
     _say_which_credential(session, args.urls, args.api_key)
@@ -515,7 +515,7 @@ LOCK_WAIT_S = 600.0  # how long a headless command waits for another one on the 
 async def switch(args: argparse.Namespace) -> int:
     """Stop whatever this file's state folder says is running, then start --to; leave it.
     Interrupted before it is done (a signal), it stops what it started instead."""
-    from engram_top.session import Session
+    from engram_top.live.session import Session
     from scenarios.statelock import StateBusy
     from scenarios.supervisor import SupervisorError
     options = _session_options(args, headless=True, leave_running=True, poll_interval=2.0,
@@ -620,7 +620,7 @@ def compare_files(args: argparse.Namespace) -> int:
 
 
 async def stop(args: argparse.Namespace) -> int:
-    from engram_top.session import Session
+    from engram_top.live.session import Session
     from scenarios.statelock import StateBusy
     from scenarios.supervisor import SupervisorError
     options = _session_options(args, headless=True, poll_interval=2.0, command="stop",
@@ -701,7 +701,7 @@ async def take_snapshot(args: argparse.Namespace) -> int:
 def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The session a snapshot watches, how long to wait for its server, and a description
     for snapshot.json. A source is a session object (start, wait_ready, close, store, ref)."""
-    from engram_top.session import DemoSession, Session, SessionOptions
+    from engram_top.live.session import DemoSession, Session, SessionOptions
     if args.attach:
         from collectors.pages import split_userinfo
         describe = {"kind": "attach", "url": split_userinfo(args.attach)[0],

@@ -4,7 +4,7 @@ Every level of a bench is its own row (slo.LevelStats): the load, throughput, la
 percentiles, goodput and attainment, queue time, retractions and KV usage. A plan's [sweep]
 raises the load through its `loads`: those up to `live_up_to` are driven over HTTP against
 the real (or simulated) server; above that, where this machine cannot drive the load, a
-simulated node's levels come from the simulator's deterministic model (simnode.model, the
+simulated node's levels come from the simulator's deterministic model (sim.model, the
 same scheduler the simulated server runs, in virtual time), marked `modelled` in every table
 and plot. The model also runs at the live loads, so the report shows how far it is from what
 was measured there.
@@ -22,7 +22,7 @@ from collectors.pages import PageClient, PageError
 from engram_top.compare import slo
 from engram_top.compare.slo import LevelStats, Slo
 from engram_top.seed import reference
-from engram_top.simnode import memory, model
+from engram_top.sim import memory, model
 from scenarios.bounds import bounded_float, bounded_int
 from scenarios.engines.base import Mark
 

@@ -242,7 +242,7 @@ def fleet_results(nodes: int, at: float = 100.0) -> dict[str, list[dict[str, Any
     """What Prometheus's five queries would answer for `nodes` simulated nodes, `at` seconds
     after they started, built from the exporters' own model (no Prometheus, no clock)."""
     from engram_top.seed.reference import default
-    from engram_top.simnode.fleet import FleetNode
+    from engram_top.sim.fleet import FleetNode
 
     ref = default()
     out: dict[str, list[dict[str, Any]]] = {k: [] for k in ("gpu", "host", "server",

@@ -15,8 +15,8 @@ from helpers import DEMO, GIB, alive, quit_app, screen_text, until
 from textual.widgets import DataTable, RichLog
 
 from engram_top.app.main import ConfirmScreen, EngramTopApp
+from engram_top.live.session import LoadSpec, Session, SessionOptions
 from engram_top.model import facts
-from engram_top.session import LoadSpec, Session, SessionOptions
 from scenarios.supervisor import port_in_use
 
 SIZE = (150, 45)

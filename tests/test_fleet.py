@@ -25,7 +25,7 @@ from engram_top import cli, fleet
 from engram_top.app.fleet_screen import FleetApp
 from engram_top.fleet import FleetSession
 from engram_top.seed.reference import default
-from engram_top.simnode import memory
+from engram_top.sim import memory
 from scenarios.fleet_demo import FleetDemo
 
 if shutil.which("prometheus") is None and not os.environ.get("CI"):
@@ -291,7 +291,7 @@ async def test_the_full_simulated_node_serves_dcgm_and_node_exporter_pages(tmp_p
     from helpers import ServerSpec, SimServer, free_port
 
     from collectors.host import sample as host_sample
-    from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
+    from engram_top.sim.backends import SimGpuBackend, SimHostBackend
     from scenarios.prometheus import Prometheus, Target
 
     dcgm, node = free_port(), free_port()

@@ -26,7 +26,7 @@ from engram_top.model import energy, facts
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.record.file_format import decode_reading, encode_reading
-from engram_top.simnode import backends, state
+from engram_top.sim import backends, state
 from scenarios.runstate import RunState
 
 GIB = 1024**3

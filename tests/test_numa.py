@@ -22,8 +22,8 @@ from engram_top.app.main import EngramTopApp
 from engram_top.app.panels import host_panel
 from engram_top.model import facts
 from engram_top.seed.reference import default as reference
-from engram_top.simnode import memory, sockets, state
-from engram_top.simnode.backends import SimHostBackend
+from engram_top.sim import memory, sockets, state
+from engram_top.sim.backends import SimHostBackend
 
 NODE0 = """\
 Node 0 MemTotal:       1073741824 kB

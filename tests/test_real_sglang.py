@@ -15,7 +15,7 @@ import psutil
 import pytest
 from helpers import until
 
-from engram_top.session import LoadSpec, Session, SessionOptions
+from engram_top.live.session import LoadSpec, Session, SessionOptions
 from scenarios.supervisor import port_in_use
 
 ROOT = Path(__file__).resolve().parents[1]

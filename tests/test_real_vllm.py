@@ -19,7 +19,7 @@ import pytest
 from helpers import until
 from rich.console import Console
 
-from engram_top.session import LoadSpec, Session, SessionOptions
+from engram_top.live.session import LoadSpec, Session, SessionOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-vllm"

@@ -38,6 +38,7 @@ from collectors.readings import (
 from engram_top import cli
 from engram_top.app import panels
 from engram_top.app.main import ConfirmScreen, EngramTopApp
+from engram_top.live.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
 from engram_top.model import facts
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore
@@ -52,7 +53,6 @@ from engram_top.record.recorder import Recorder, read_recording, runs_from_recor
 from engram_top.record.replay import ReplaySession
 from engram_top.record.scan import Skip
 from engram_top.seed import reference
-from engram_top.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
 from scenarios import engines
 
 ROOT = Path(__file__).resolve().parent.parent

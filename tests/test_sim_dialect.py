@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.units import GIB
 from engram_top.seed import reference
-from engram_top.simnode import engram, memory
+from engram_top.sim import engram, memory
 
 if TYPE_CHECKING:
     from helpers import Fleet

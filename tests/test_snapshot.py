@@ -293,7 +293,7 @@ env = {{ HF_TOKEN = "{HF_TOKEN}" }}
 @pytest.mark.timeout(120)
 async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
     from engram_top.app.export import render_svg
-    from engram_top.session import Session, SessionOptions
+    from engram_top.live.session import Session, SessionOptions
 
     session = Session(SessionOptions(
         scenario_file=_scenario_file(tmp_path), start="device", state_dir=tmp_path / "state",

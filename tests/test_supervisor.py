@@ -16,8 +16,8 @@ from helpers import free_port, running, until
 
 from collectors.host import sample as host_sample
 from engram_top.seed import reference
-from engram_top.simnode import state
-from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
+from engram_top.sim import state
+from engram_top.sim.backends import SimGpuBackend, SimHostBackend
 from scenarios import config, supervisor
 from scenarios.config import Scenario
 from scenarios.supervisor import Supervisor, SupervisorError, port_in_use

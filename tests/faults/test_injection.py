@@ -230,7 +230,7 @@ args = ["--fault", "log=inject", "--fault", "info=inject", "--fault", "metrics=i
 
 async def test_a_server_and_a_scenario_file_through_the_dashboard_and_its_snapshot(
         tmp_path: Path, evil_scenarios: Path) -> None:
-    from engram_top.session import Session, SessionOptions
+    from engram_top.live.session import Session, SessionOptions
 
     session = Session(SessionOptions(scenario_file=evil_scenarios, start=NAME, load=None,
                                      state_dir=tmp_path / "state", poll_interval=0.3))

@@ -28,8 +28,8 @@ from engram_top import credentials
 from engram_top.app.fleet_screen import FleetApp
 from engram_top.app.main import EngramTopApp
 from engram_top.fleet import FleetSession
+from engram_top.live.session import Session, SessionOptions
 from engram_top.record.recorder import Recorder
-from engram_top.session import Session, SessionOptions
 
 PASSWORD = "hunter2-url-secret"
 KEY = "sk-fault-18-do-not-leak"

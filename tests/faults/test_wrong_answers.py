@@ -18,8 +18,8 @@ from helpers import free_port, quit_app, screen_text, until, wait_until
 
 from engram_top.alerts.monitor import AlertMonitor
 from engram_top.app.main import EngramTopApp
+from engram_top.live.session import Session, SessionOptions
 from engram_top.record.recorder import Recorder
-from engram_top.session import Session, SessionOptions
 from engram_top.settings.user_config import load_config
 
 

@@ -25,10 +25,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from collectors.units import GIB
 from engram_top.seed.reference import Placement, Reference
-from engram_top.simnode import server_args
-from engram_top.simnode.engram import LOG_INTERVAL_S, EngramStats
-from engram_top.simnode.memory import PAGE_SIZE, MemoryPlan
-from engram_top.simnode.metrics import (
+from engram_top.sim import server_args
+from engram_top.sim.engram import LOG_INTERVAL_S, EngramStats
+from engram_top.sim.memory import PAGE_SIZE, MemoryPlan
+from engram_top.sim.metrics_page import (
     E2E_BUCKETS,
     ITL_BUCKETS,
     QUEUE_BUCKETS,
@@ -36,8 +36,8 @@ from engram_top.simnode.metrics import (
     Histogram,
     MetricsPage,
 )
-from engram_top.simnode.model import BATCH_WINDOW_S, Request, Scheduler, Step
-from engram_top.simnode.startup import RankHandle, log
+from engram_top.sim.model import BATCH_WINDOW_S, Request, Scheduler, Step
+from engram_top.sim.startup import RankHandle, log
 from scenarios.workload import PROMPT_TOKENS_FIELD
 
 WORDS = ("the", "engram", "table", "sits", "in", "host", "memory", "while", "kv", "cache",
@@ -50,7 +50,7 @@ CONTEXT_LEN = server_args.CONTEXT_LEN  # as the start-up log's scheduler summary
 
 class ServerCore:
     """The simulated server's model and state, speaking SGLang; a dialect of its own
-    (engram_top.simnode.vllm) overrides the metrics, the hooks a request and a step call,
+    (engram_top.sim.vllm) overrides the metrics, the hooks a request and a step call,
     and the length check, and keeps the model."""
 
     # SGLang's V4.1 builds log per-layer Engram statistics (host placements only).

@@ -1,4 +1,4 @@
-"""Many simulated nodes' exporters in one process: `python -m engram_top.simnode.fleet_server`.
+"""Many simulated nodes' exporters in one process: `python -m engram_top.sim.fleet_server`.
 
 Every node gets three ports on 127.0.0.1 (dcgm-exporter, node-exporter, SGLang's /metrics),
 each answering GET /metrics with its page rendered when asked. Ports are the kernel's choice;
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from engram_top.seed import reference
-from engram_top.simnode.exporters import listen, port_of
-from engram_top.simnode.fleet import EXPORTERS, FleetNode
+from engram_top.sim.exporters import listen, port_of
+from engram_top.sim.fleet import EXPORTERS, FleetNode
 
 
 async def serve(nodes: int, ports_file: Path, skip: set[tuple[str, str]]) -> None:
@@ -70,7 +70,7 @@ class _EofProtocol(asyncio.Protocol):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engram_top.simnode.fleet_server")
+    p = argparse.ArgumentParser(prog="python -m engram_top.sim.fleet_server")
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--ports-file", type=Path, required=True)
     p.add_argument("--skip", action="append", default=[], metavar="NODE:EXPORTER",

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from collectors.readings import GpuDevice
 from collectors.units import GIB, MIB
 from engram_top.seed.reference import PLACEMENTS, Reference
-from engram_top.simnode import memory, model
-from engram_top.simnode.exporters import dcgm_page, node_page
-from engram_top.simnode.metrics import ITL_BUCKETS, TTFT_BUCKETS, MetricsPage
+from engram_top.sim import memory, model
+from engram_top.sim.exporters import dcgm_page, node_page
+from engram_top.sim.metrics_page import ITL_BUCKETS, TTFT_BUCKETS, MetricsPage
 
 EXPORTERS = ("dcgm", "node", "sglang")
 MODEL_NAME = "deepseek-ai/DeepSeek-V4.1-Flash"

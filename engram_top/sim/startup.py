@@ -20,10 +20,10 @@ from pathlib import Path
 
 from collectors.units import GIB, MIB
 from engram_top.seed.reference import Placement, Reference
-from engram_top.simnode.memory import MemoryPlan
-from engram_top.simnode.model import PREFILL_TOKEN_BUDGET
-from engram_top.simnode.pools import CHUNKED_PREFILL_SIZE
-from engram_top.simnode.server_args import CONTEXT_LEN
+from engram_top.sim.memory import MemoryPlan
+from engram_top.sim.model import PREFILL_TOKEN_BUDGET
+from engram_top.sim.pools import CHUNKED_PREFILL_SIZE
+from engram_top.sim.server_args import CONTEXT_LEN
 
 TABLES = (("L1", 0.5), ("L14", 0.5))  # the two Engram tables (layers 1 and 14), equal halves
 # Of the server processes' host memory: the tokenizer + HTTP process; the ranks share the rest.
@@ -92,7 +92,7 @@ def spawn_ranks(node_dir: Path, gpus: int, name: str | None = None) -> list[Rank
     for r in range(gpus):
         named = ["--name", name.format(rank=r)] if name else []
         proc = subprocess.Popen(
-            [sys.executable, "-m", "engram_top.simnode.rank", "--node-dir", str(node_dir),
+            [sys.executable, "-m", "engram_top.sim.rank", "--node-dir", str(node_dir),
              "--gpu", str(r), "--rank", str(r), *named],
             stdin=subprocess.PIPE, text=True)
         ranks.append(RankHandle(r, proc))

@@ -3,7 +3,7 @@ host memory in node-exporter's, each on a port of its own, as a real node runs t
 its SGLang server. The pages are rendered from the same state the dashboard's simulated
 backends read, so Prometheus and engram-top see one node.
 
-Also the pages' formats for the exporter-only fleet (simnode/fleet.py), and the small HTTP
+Also the pages' formats for the exporter-only fleet (sim/fleet.py), and the small HTTP
 loop both serve them with (GET /metrics, keep-alive, nothing else).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from collectors.readings import GpuDevice
 from collectors.units import MIB
-from engram_top.simnode.metrics import MetricsPage
+from engram_top.sim.metrics_page import MetricsPage
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_HEAD = 16 * 1024
@@ -100,7 +100,7 @@ async def start(node_dir: Path, host: str, dcgm_port: int | None, node_port: int
                 hostname: str | None = None) -> dict[str, asyncio.Server]:
     """The node's exporters on their ports (0: the kernel's choice), by name ("dcgm",
     "node"); each page rendered when scraped, from the node's state at that moment."""
-    from engram_top.simnode.backends import DRIVER, SimGpuBackend, SimHostBackend
+    from engram_top.sim.backends import DRIVER, SimGpuBackend, SimHostBackend
     gpus, mem = SimGpuBackend(node_dir), SimHostBackend(node_dir)
     name = hostname or socket.gethostname()
     driver = DRIVER.split(" ")[0]

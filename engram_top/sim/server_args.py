@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from engram_top.seed.reference import Placement, Reference
-from engram_top.simnode.memory import MemoryPlan
-from engram_top.simnode.model import PREFILL_TOKEN_BUDGET
-from engram_top.simnode.pools import CHUNKED_PREFILL_SIZE, PAGE_SIZE
+from engram_top.sim.memory import MemoryPlan
+from engram_top.sim.model import PREFILL_TOKEN_BUDGET
+from engram_top.sim.pools import CHUNKED_PREFILL_SIZE, PAGE_SIZE
 
 CONTEXT_LEN = 1048576
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default

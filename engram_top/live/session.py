@@ -31,12 +31,12 @@ from engram_top.alerts.thresholds import Thresholds
 from engram_top.compare.slo import DEFAULT as slo_defaults
 from engram_top.compare.slo import Slo
 from engram_top.compare.slo import bounds as slo_bounds
-from engram_top.engine_detect import DetectingCollector
+from engram_top.live.engine_detect import DetectingCollector
 from engram_top.model.facts import summary
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.seed import reference
-from engram_top.simnode import state
-from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
+from engram_top.sim import state
+from engram_top.sim.backends import SimGpuBackend, SimHostBackend
 from scenarios import config, engines
 from scenarios.config import Scenario, ScenarioFile
 from scenarios.engines.base import Engine, ServerCollector

@@ -1,7 +1,7 @@
 """Where the simulated server's bytes go, per GPU and on the host, for each placement.
 
 The KV allocator follows SGLang's policy: the static budget is fixed, weights take their
-share, the KV pools take the rest. Of the KV bytes the fixed pools (engram_top.simnode.pools)
+share, the KV pools take the rest. Of the KV bytes the fixed pools (engram_top.sim.pools)
 come first and the full pool gets the remainder. The budget is set so the device placement's
 full pool lands on the seed's KV capacity; the host placements then get every freed weight
 byte as full-pool KV, which is what the seed reports ("under the same allocator policy").
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from collectors.units import GIB
 from engram_top.seed.reference import Reference
-from engram_top.simnode import pools
-from engram_top.simnode.pools import PAGE_SIZE, Dsv4Pools
+from engram_top.sim import pools
+from engram_top.sim.pools import PAGE_SIZE, Dsv4Pools
 
 
 def kv_capacity_tokens(ref: Reference, placement: str) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from engram_top.simnode.state import ProcState, remove_proc, write_proc
+from engram_top.sim.state import ProcState, remove_proc, write_proc
 
 PR_SET_NAME = 15
 PR_SET_PDEATHSIG = 1
@@ -32,7 +32,7 @@ def _prctl(option: int, arg: int | bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="engram_top.simnode.rank")
+    parser = argparse.ArgumentParser(prog="engram_top.sim.rank")
     parser.add_argument("--node-dir", type=Path, required=True)
     parser.add_argument("--gpu", type=int, required=True)
     parser.add_argument("--rank", type=int, required=True)

@@ -1,12 +1,12 @@
 """`engram-top sim serve`: one simulated server for DeepSeek-V4.1-Flash on a 4x B200 node.
 
 A real process with real HTTP on loopback: SGLang's start-up log, its endpoints and metrics,
-and a continuous-batching scheduler (engram_top.simnode.model) whose service times follow
+and a continuous-batching scheduler (engram_top.sim.model) whose service times follow
 the placement's calibrated model. Like SGLang, the port opens only after the model is loaded
 and the KV pool and graphs are ready; /health answers 503 until the warm-up request is done.
 
 With ``--dialect vllm`` the same model speaks vLLM's log, endpoints and metrics instead
-(engram_top.simnode.vllm): its port is bound at launch and listened on once the engine is
+(engram_top.sim.vllm): its port is bound at launch and listened on once the engine is
 up, and /health is 200 from then on.
 """
 
@@ -27,11 +27,11 @@ import psutil
 import uvicorn
 
 from engram_top.seed import reference
-from engram_top.simnode import exporters, memory, server_args, state
-from engram_top.simnode import vllm as simvllm
-from engram_top.simnode.http import ServerCore, build_app
-from engram_top.simnode.options import add_arguments
-from engram_top.simnode.startup import Startup, StartupFailed, log, spawn_ranks
+from engram_top.sim import exporters, memory, server_args, state
+from engram_top.sim import vllm as simvllm
+from engram_top.sim.http import ServerCore, build_app
+from engram_top.sim.options import add_arguments
+from engram_top.sim.startup import Startup, StartupFailed, log, spawn_ranks
 
 VERSION = "0.5.23+engram-top-sim"
 VLLM_PLACEMENTS = ("device", "host-prefetch")  # vLLM has no synchronous host placement

@@ -11,7 +11,7 @@ from pathlib import Path
 from collectors.host import ProcBackend
 from collectors.readings import GpuData, GpuDevice, GpuProcess
 from collectors.units import GIB, MIB
-from engram_top.simnode import sockets, state
+from engram_top.sim import sockets, state
 
 IDLE_POWER_W = 140.0
 POWER_LIMIT_W = 1000.0  # B200 board power
@@ -142,7 +142,7 @@ class SimHostBackend(ProcBackend):
                 "RssFile": real["RssFile"], "RssShmem": shmem}
 
     def node_meminfo(self) -> dict[int, dict[str, int]] | None:
-        # The virtual host's two sockets, never this machine's /sys (engram_top.simnode.sockets).
+        # The virtual host's two sockets, never this machine's /sys (engram_top.sim.sockets).
         return sockets.node_meminfo(state.read_spec(self.node_dir), self._live().values())
 
     def shared_mappings(self, pid: int) -> list[tuple[tuple[str, int], dict[int, int]]] | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from collectors.units import GIB
-from engram_top.simnode.state import NodeSpec, ProcState
+from engram_top.sim.state import NodeSpec, ProcState
 
 NODES = 2
 CACHE_BYTES = 32 * GIB  # each node's half of the host's page cache (SimHostBackend: 64 GiB)

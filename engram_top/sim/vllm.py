@@ -1,6 +1,6 @@
 """`engram-top sim serve --dialect vllm`: the simulated server speaking vLLM 0.32's dialect.
 
-The same server as SGLang's dialect (engram_top.simnode.server): the same memory plan, the
+The same server as SGLang's dialect (engram_top.sim.server): the same memory plan, the
 same scheduler and the same seed-calibrated service times for its placement, so every
 figure here is the model's; only the words differ. What a real vLLM 0.32 prints and serves
 on a 4x B200 node, TP4:
@@ -46,13 +46,13 @@ from starlette.types import ASGIApp
 
 from collectors.units import GIB
 from engram_top.seed.reference import Placement, Reference
-from engram_top.simnode.http import Handler, ServerCore, openai_handlers, stamped
-from engram_top.simnode.memory import PAGE_SIZE, MemoryPlan
-from engram_top.simnode.metrics import Histogram, MetricsPage
-from engram_top.simnode.model import Request, Step
-from engram_top.simnode.pools import CHUNKED_PREFILL_SIZE
-from engram_top.simnode.server_args import CONTEXT_LEN
-from engram_top.simnode.startup import TABLES, RankHandle, Startup, StartupFailed
+from engram_top.sim.http import Handler, ServerCore, openai_handlers, stamped
+from engram_top.sim.memory import PAGE_SIZE, MemoryPlan
+from engram_top.sim.metrics_page import Histogram, MetricsPage
+from engram_top.sim.model import Request, Step
+from engram_top.sim.pools import CHUNKED_PREFILL_SIZE
+from engram_top.sim.server_args import CONTEXT_LEN
+from engram_top.sim.startup import TABLES, RankHandle, Startup, StartupFailed
 
 VERSION = "0.32.0+engram-top-sim"
 ARCHITECTURE = "DeepseekV41ForCausalLM"  # vLLM's registry name for the V4.1 checkpoints
@@ -248,7 +248,7 @@ class VllmStartup(Startup):
         worker(self.ranks[0], "WorkerProc failed to start.", "multiproc_executor.py:772",
                "ERROR")
         raw("Traceback (most recent call last):")
-        raw(f'  File "engram_top/simnode/vllm.py", line 1, in {phase}')
+        raw(f'  File "engram_top/sim/vllm.py", line 1, in {phase}')
         raw(f"RuntimeError: simulated failure during {phase} (--fail-at {phase})")
         log("EngineCore failed to start.", ENGINE, "core.py:1093", "ERROR")
         raise StartupFailed(f"simulated failure during {phase}")
