@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("probe", help="time what each Engram placement costs per decode step "
                                       "on this machine's GPU (needs torch); writes probe.json "
                                       "and probe.md")
-    from engram_top import probe
+    from engram_top.probe import gpu as probe
     probe.add_arguments(pr)
 
     stop = sub.add_parser("stop", help="headless: stop the server a scenario file's run or "
@@ -269,7 +269,7 @@ def _main(argv: list[str]) -> int:
     if args.command == "compare":
         return compare_files(args)
     if args.command == "probe":
-        from engram_top import probe
+        from engram_top.probe import gpu as probe
         return probe.run(args)
     if args.command == "inspect-log":
         return inspect_log(args.file, args.engine)
@@ -321,7 +321,7 @@ def _probe_argument(p: argparse.ArgumentParser) -> None:
 
 def _load_probe(path: Path | None):  # type: ignore[no-untyped-def]
     """The --probe file's predictions; None without one. Raises ProbeFileError."""
-    from engram_top.probe_report import load_probe
+    from engram_top.probe.report import load_probe
     return None if path is None else load_probe(path)
 
 
@@ -329,7 +329,7 @@ def _app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-de
     """The dashboard over a session, with the options every dashboard command takes; None
     (and the reason on stderr) when a --compare-with file cannot be read."""
     from engram_top.app.main import EngramTopApp
-    from engram_top.probe_report import ProbeFileError
+    from engram_top.probe.report import ProbeFileError
     from engram_top.settings.user_config import load_config
     runs = []
     if args.compare_with:  # the file readers (and the recording's) only when asked for
@@ -560,7 +560,7 @@ async def switch(args: argparse.Namespace) -> int:
 
 
 async def bench(args: argparse.Namespace) -> int:
-    from engram_top import bench as runner
+    from engram_top.bench import runner
     from engram_top.export import snapshot
     from scenarios.statelock import StateBusy
     from scenarios.supervisor import SupervisorError
@@ -584,7 +584,7 @@ async def bench(args: argparse.Namespace) -> int:
 
 def compare_files(args: argparse.Namespace) -> int:
     from engram_top.compare.comparison import compare, to_json, to_markdown
-    from engram_top.probe_report import ProbeFileError
+    from engram_top.probe.report import ProbeFileError
     from engram_top.record.importers import BenchFileError, load_runs, report_price
     notes: list[str] = []
     try:

@@ -8,7 +8,7 @@ import asyncio
 import sys
 import time
 
-from engram_top.fleet import FleetSession
+from engram_top.fleet.session import FleetSession
 from engram_top.lifetime import (
     NEEDS_TERMINAL,
     run_dashboard,
@@ -105,9 +105,9 @@ def run_until_signal_value(coro, stopped: list[int] | None = None):  # type: ign
 
 
 async def take_fleet_snapshot(args: argparse.Namespace) -> int:
-    from engram_top import fleet_export
     from engram_top.app.fleet_screen import render_svg
     from engram_top.export import snapshot
+    from engram_top.fleet import export as fleet_export
     from scenarios.fleet_demo import FleetDemo
     from scenarios.prometheus import PrometheusError
 

@@ -287,7 +287,7 @@ def fleet_session(nodes: int):  # type: ignore[no-untyped-def]
     """A FleetSession that polls nothing: its nodes read from fleet_results at NOW."""
     from collectors.prometheus import PromStatus, group
     from collectors.readings import Reading, Status
-    from engram_top.fleet import FleetSession
+    from engram_top.fleet.session import FleetSession
 
     session = FleetSession("http://127.0.0.1:9090", interval=5.0, clock=lambda: NOW,
                            wall_clock=lambda: WALL)

@@ -21,9 +21,10 @@ from helpers import screen_text, until
 
 from collectors.prometheus import PrometheusSource
 from collectors.units import MIB
-from engram_top import cli, fleet
+from engram_top import cli
 from engram_top.app.fleet_screen import FleetApp
-from engram_top.fleet import FleetSession
+from engram_top.fleet import session as fleet
+from engram_top.fleet.session import FleetSession
 from engram_top.seed.reference import default
 from engram_top.sim import memory
 from scenarios.fleet_demo import FleetDemo

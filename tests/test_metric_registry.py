@@ -12,8 +12,9 @@ import pytest
 from rich.console import Console
 from scene import filled_store
 
-from engram_top import bench, cli
+from engram_top import cli
 from engram_top.app.compare_screen import comparison_table
+from engram_top.bench import runner
 from engram_top.compare.comparison import RunResult, compare, to_json, to_markdown
 from engram_top.compare.measures import METRICS, Metric, Registry, fixed
 from engram_top.export.snapshot import write_folder
@@ -101,12 +102,12 @@ def test_the_compare_screen_shows_it(registered: Metric) -> None:
 
 
 def test_the_bench_report_shows_it(registered: Metric, tmp_path: Path) -> None:
-    plan = bench.Plan(
+    plan = runner.Plan(
         path=tmp_path / "plan.toml", scenarios_file=tmp_path / "demo.toml",
         scenarios=("device", "host-prefetch"), baseline="device", trials=1,
         workload=WorkloadSpec(levels=(Level(4, concurrency=2),)), price_per_gpu_hour=None,
         gpus=4, time_scale=None, serve_scale=None)
-    report = bench.write_report(plan, TRIALS, [], tmp_path / "out")
+    report = runner.write_report(plan, TRIALS, [], tmp_path / "out")
     assert row_json(report["comparison"], registered.key)["cells"]["device"]["mean"] == 600.0
     on_disk = json.loads((tmp_path / "out" / "report.json").read_text())
     assert row_json(on_disk["comparison"], registered.key)["cells"]["device"]["mean"] == 600.0

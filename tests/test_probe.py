@@ -24,7 +24,7 @@ from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore
-from engram_top.probe_report import SCHEMA, ProbeFileError, from_json, load_probe
+from engram_top.probe.report import SCHEMA, ProbeFileError, from_json, load_probe
 
 SGLANG_PY = ROOT / ".venv-sglang" / "bin" / "python"
 BENCH_SERVING = ROOT / "tests" / "data" / "bench_serving"

@@ -33,7 +33,7 @@ from collectors.readings import ServerData, Status
 from collectors.units import GIB
 from collectors.vllm import VllmCollector
 from collectors.vllm_log import VllmLogParser
-from engram_top.bench import load_plan
+from engram_top.bench.runner import load_plan
 from engram_top.seed import reference
 from engram_top.sim import memory, state
 from engram_top.sim import vllm as simvllm

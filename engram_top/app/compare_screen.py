@@ -26,7 +26,7 @@ from engram_top.compare.comparison import PROBE_ROW, Cell, Comparison, Row, RunR
 from engram_top.compare.measures import Metric, Registry
 from engram_top.compare.runs import comparison
 from engram_top.model.store import RunStore
-from engram_top.probe_report import HOST_MODES, ProbeReport
+from engram_top.probe.report import HOST_MODES, ProbeReport
 from engram_top.seed.reference import Reference
 
 

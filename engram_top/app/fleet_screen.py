@@ -22,7 +22,7 @@ from collectors.units import GIB, gib, percent, tokens
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.node_screen import NodeScreen
 from engram_top.app.safe import SafeOutput, safe
-from engram_top.fleet import FleetRow, FleetSession
+from engram_top.fleet.session import FleetRow, FleetSession
 from engram_top.model.store import RunStore
 
 DASH = "–"
@@ -315,7 +315,7 @@ class FleetApp(SafeOutput, App[int]):
             self.push_screen(NodeScreen(self.session, self._shown[table.cursor_row]))
 
     def action_compare(self) -> None:
-        from engram_top import fleet
+        from engram_top.fleet import session as fleet
         runs = fleet.results(self.rows())
         if not runs:
             self.notify("no serving node to compare yet", severity="warning")

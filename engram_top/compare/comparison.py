@@ -18,7 +18,7 @@ from typing import Any
 from collectors.safetext import table_cell, visible
 from collectors.units import pct_change
 from engram_top.compare.measures import METRICS, TPOT, Metric, Registry
-from engram_top.probe_report import HOST_MODES, ProbeReport
+from engram_top.probe.report import HOST_MODES, ProbeReport
 from engram_top.seed.reference import Reference
 
 # Two-sided 95% Student t critical values, t(0.975, df) for df 1..30 (checked against

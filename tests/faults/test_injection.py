@@ -147,9 +147,9 @@ class Prometheus:
 
 
 async def test_fleet_labels_and_prometheus_errors_are_shown_never_sent(tmp_path: Path) -> None:
-    from engram_top import fleet_export
     from engram_top.app.fleet_screen import FleetApp
-    from engram_top.fleet import FleetSession
+    from engram_top.fleet import export as fleet_export
+    from engram_top.fleet.session import FleetSession
 
     with Prometheus() as prom:
         session = FleetSession(prom.url, interval=0.5)

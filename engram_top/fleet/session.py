@@ -32,7 +32,7 @@ from engram_top.compare.measures import (
     Registry,
     ms,
 )
-from engram_top.fleet_detail import HISTORY_S, NodeDetail, history_step
+from engram_top.fleet.detail import HISTORY_S, NodeDetail, history_step
 
 HOST_TABLES_MIN_BYTES = 64 * GIB  # shared or huge-page memory this large: Engram tables
 # The least pause between two refreshes, however slow the last one or small the interval:

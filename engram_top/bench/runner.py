@@ -27,9 +27,10 @@ from typing import Any
 
 from collectors.pages import PageClient, bearer
 from collectors.safetext import visible
-from engram_top import sweep
 from engram_top.alerts.monitor import AlertChange
 from engram_top.alerts.thresholds import Thresholds
+from engram_top.bench import sweep
+from engram_top.bench.sweep import SweepSpec
 from engram_top.compare import slo
 from engram_top.compare.comparison import THROTTLED, RunResult, compare, to_json, to_markdown
 from engram_top.compare.runs import serves
@@ -39,7 +40,6 @@ from engram_top.model import energy, facts
 from engram_top.model.store import node_time as startup_in_node_time
 from engram_top.seed import reference
 from engram_top.settings.paths import default_state_dir
-from engram_top.sweep import SweepSpec
 from scenarios import config
 from scenarios.bounds import Range, bounded_float, bounded_int, read_toml, typed
 from scenarios.engines.base import Mark
@@ -310,8 +310,8 @@ def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, 
                       for x in plan.slos],
               "levels": {name: [lv.to_dict() for lv in lvs] for name, lvs in levels.items()},
               "sweep": summary, "alerts": list(alerts or ())}
-    from engram_top import bench_report  # the charts' library only when writing them
-    from engram_top.export import plots
+    from engram_top.bench import report as bench_report
+    from engram_top.export import plots  # the charts' library only when writing them
     charts, why = plots.bench_charts(out, levels, summary, comparison, plan.baseline)
     report["charts"] = charts
     _write(out / "report.json", json.dumps(facts.finite_json(report), indent=2, default=str,

@@ -12,9 +12,9 @@ from typing import Any
 
 from collectors.safetext import table_cell, visible
 from collectors.units import GIB
-from engram_top import fleet
 from engram_top.compare import comparison as compare
 from engram_top.export.snapshot import Prepared, SeriesPoints
+from engram_top.fleet import session as fleet
 from engram_top.model.store import SeriesKey
 
 FIGURES = (("hbm_max", "hbm.used_max"), ("hbm_min", "hbm.used_min"), ("kv_usage", "kv.usage"),

@@ -1,7 +1,7 @@
 """probe.json: what `engram-top probe` writes, and the one loader that reads it back (for
 `engram-top compare` and the compare screen), plus probe.md.
 
-No torch, no Textual, no I/O beyond the file asked for: engram_top.probe measures, this
+No torch, no Textual, no I/O beyond the file asked for: engram_top.probe.gpu measures, this
 module only describes. A figure the probe could not give is null, never 0.
 """
 

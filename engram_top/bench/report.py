@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from collectors.safetext import table_cell, visible
-from engram_top import sweep
+from engram_top.bench import sweep
 from engram_top.compare.slo import LevelStats
 
 if TYPE_CHECKING:
-    from engram_top.bench import Plan
+    from engram_top.bench.runner import Plan
 
 
 def _ms(seconds: float | None) -> str:

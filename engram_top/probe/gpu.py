@@ -21,7 +21,7 @@ that has neither the app nor its dependencies). It imports nothing of engram_top
 probe_report, and scenarios.bounds for its options' ranges (the standard library alone).
 statistics and the thread pool are imported where used too: the CLI imports
 this module for its arguments on every start, the dashboard's included. Also runnable as
-`python -m engram_top.probe` from a torch environment.
+`python -m engram_top.probe.gpu` from a torch environment.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engram_top.probe_report import (
+from engram_top.probe.report import (
     HOST_MODES,
     MODES,
     NOT_MEANINGFUL,
@@ -474,7 +474,7 @@ def _cpu_name() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engram_top.probe", description=__doc__.split(
+    p = argparse.ArgumentParser(prog="python -m engram_top.probe.gpu", description=__doc__.split(
         "\n\n")[0])
     add_arguments(p)
     return run(p.parse_args(argv), prog="probe")
