@@ -21,8 +21,8 @@ from helpers import screen_text, until
 
 from collectors.prometheus import PrometheusSource
 from collectors.units import MIB
-from engram_top import cli
 from engram_top.app.fleet_screen import FleetApp
+from engram_top.cli import commands
 from engram_top.fleet import session as fleet
 from engram_top.fleet.session import FleetSession
 from engram_top.seed.reference import default
@@ -226,8 +226,8 @@ async def test_a_stopped_prometheus_is_said_and_the_last_figures_stay(tmp_path: 
 
 
 def test_snapshot_fleet_demo_writes_every_node(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    code = cli.main(["snapshot", "--fleet-demo", "--nodes", "8", "--after", "12",
-                     "--out", str(tmp_path)])
+    code = commands.main(["snapshot", "--fleet-demo", "--nodes", "8", "--after", "12",
+                          "--out", str(tmp_path)])
     assert code == 0, capsys.readouterr().err
     (folder,) = tmp_path.iterdir()
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -246,9 +246,9 @@ def test_snapshot_fleet_demo_writes_every_node(tmp_path: Path, capsys) -> None: 
 
 def test_fleet_without_a_url_or_demo_is_refused(capsys) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(SystemExit):
-        cli.main(["fleet"])
+        commands.main(["fleet"])
     assert "one of the arguments --prometheus --demo is required" in capsys.readouterr().err
-    assert cli.main(["fleet", "--prometheus", "localhost:9090"]) == 2
+    assert commands.main(["fleet", "--prometheus", "localhost:9090"]) == 2
     assert "not an http(s) URL" in capsys.readouterr().err
 
 
@@ -266,7 +266,7 @@ async def test_a_bad_query_answer_is_a_reading_not_a_crash(demo) -> None:  # typ
 
 def test_the_fleet_command_builds_its_screen_with_the_config_thresholds(
         tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from engram_top import fleet_cli
+    from engram_top.cli import fleet as fleet_cli
     conf = tmp_path / "config.toml"
     conf.write_text("[alerts]\nkv_usage_pct = 50\n")
     seen = {}
@@ -277,13 +277,14 @@ def test_the_fleet_command_builds_its_screen_with_the_config_thresholds(
 
     monkeypatch.setattr(fleet_cli, "run_dashboard", run_dashboard)
     monkeypatch.setattr(fleet_cli, "without_terminal", lambda session, command: False)
-    assert cli.main(["fleet", "--prometheus", "http://127.0.0.1:9", "--config", str(conf),
-                     "--interval", "2"]) == 0
+    assert commands.main(["fleet", "--prometheus", "http://127.0.0.1:9", "--config", str(conf),
+                          "--interval", "2"]) == 0
     session = seen["app"].session
     assert session.url == "http://127.0.0.1:9" and session.interval == 2.0
     assert session.thresholds.kv_usage_pct == 50 and session.window == "1m"
     conf.write_text("[alerts]\nkv_usage_pct = 500\n")
-    assert cli.main(["fleet", "--prometheus", "http://127.0.0.1:9", "--config", str(conf)]) == 2
+    assert commands.main(["fleet", "--prometheus", "http://127.0.0.1:9",
+                          "--config", str(conf)]) == 2
 
 
 async def test_the_full_simulated_node_serves_dcgm_and_node_exporter_pages(tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

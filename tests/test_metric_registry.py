@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 from scene import filled_store
 
-from engram_top import cli
 from engram_top.app.compare_screen import comparison_table
 from engram_top.bench import runner
+from engram_top.cli import commands
 from engram_top.compare.comparison import RunResult, compare, to_json, to_markdown
 from engram_top.compare.measures import METRICS, Metric, Registry, fixed
 from engram_top.export.snapshot import write_folder
@@ -80,10 +80,10 @@ def test_a_registered_metric_is_a_row_of_the_comparison(registered: Metric) -> N
 
 def test_the_compare_command_shows_it(registered: Metric, capsys) -> None:  # type: ignore[no-untyped-def]
     files = [str(DATA / "device.jsonl"), str(DATA / "host-prefetch.jsonl")]
-    assert cli.main(["compare", *files, "--baseline", "device", "--gpus", "4"]) == 0
+    assert commands.main(["compare", *files, "--baseline", "device", "--gpus", "4"]) == 0
     cells = md_cells(capsys.readouterr().out, LABEL)
     assert cells[3] == "600.0"  # bench_serving's mean of 2400 tok/s over 4 GPUs
-    assert cli.main(["compare", *files, "--baseline", "device", "--gpus", "4", "--json"]) == 0
+    assert commands.main(["compare", *files, "--baseline", "device", "--gpus", "4", "--json"]) == 0
     row = row_json(json.loads(capsys.readouterr().out), registered.key)
     assert row["cells"]["device"]["mean"] == pytest.approx(600.0)
 

@@ -35,9 +35,9 @@ from collectors.readings import (
     ServerData,
     Status,
 )
-from engram_top import cli
 from engram_top.app import panels
 from engram_top.app.main import ConfirmScreen, EngramTopApp
+from engram_top.cli import commands
 from engram_top.live.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
 from engram_top.model import facts
 from engram_top.model.figures import RunFigures
@@ -254,7 +254,7 @@ def test_runs_from_recording_feed_the_comparison(demo: Demo, capsys) -> None:  #
         assert r.ttft_mean_s == pytest.approx(expected.ttft_mean_s)
     assert runs[1].kv_tokens > 3 * runs[0].kv_tokens  # host placement: a far larger KV pool
 
-    assert cli.main(["compare", str(demo.path), "--baseline", "device", "--json"]) == 0
+    assert commands.main(["compare", str(demo.path), "--baseline", "device", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["baseline"] == "device"
     assert "host-prefetch" in json.dumps(out)
@@ -675,9 +675,9 @@ class StaticSession:
 
 
 def test_cli_records_by_default_and_replays(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    args = cli.build_parser().parse_args(["attach", "http://127.0.0.1:1"])
+    args = commands.build_parser().parse_args(["attach", "http://127.0.0.1:1"])
     assert args.record is None and not args.no_record
-    assert cli._run_recorded(FakeApp(), args, tmp_path / "state") == 0
+    assert commands._run_recorded(FakeApp(), args, tmp_path / "state") == 0
     [path] = (tmp_path / "state" / "recordings").glob("*.jsonl")
     assert f"recorded to {path}" in capsys.readouterr().err
     rec = read_recording(path)
@@ -687,19 +687,19 @@ def test_cli_records_by_default_and_replays(tmp_path: Path, capsys) -> None:  # 
     assert rec.records[0][2].text == f"recording to {path}"
 
     chosen = tmp_path / "mine.jsonl"
-    args = cli.build_parser().parse_args(["run", str(DEMO_FILE), "--record", str(chosen)])
-    cli._run_recorded(FakeApp(), args, tmp_path / "other")
+    args = commands.build_parser().parse_args(["run", str(DEMO_FILE), "--record", str(chosen)])
+    commands._run_recorded(FakeApp(), args, tmp_path / "other")
     assert chosen.exists() and not (tmp_path / "other").exists()
-    args = cli.build_parser().parse_args(["demo", "--no-record"])
-    cli._run_recorded(FakeApp(), args, tmp_path / "none")
+    args = commands.build_parser().parse_args(["demo", "--no-record"])
+    commands._run_recorded(FakeApp(), args, tmp_path / "none")
     assert not (tmp_path / "none").exists()
 
     with pytest.raises(SystemExit):
-        cli.build_parser().parse_args(["replay", str(chosen), "--speed", "32"])
+        commands.build_parser().parse_args(["replay", str(chosen), "--speed", "32"])
     assert "0.25 to 16" in capsys.readouterr().err
-    args = cli.build_parser().parse_args(["replay", str(chosen), "--speed", "4", "--paused"])
+    args = commands.build_parser().parse_args(["replay", str(chosen), "--speed", "4", "--paused"])
     assert (args.path, args.speed, args.paused) == (chosen, 4.0, True)
-    assert cli.main(["replay", str(tmp_path / "missing.jsonl")]) == 2
+    assert commands.main(["replay", str(tmp_path / "missing.jsonl")]) == 2
     assert "missing.jsonl: cannot read" in capsys.readouterr().err
 
 
@@ -707,8 +707,8 @@ def test_snapshot_of_a_recording_and_the_dashboard_comparing_with_it(demo: Demo,
                                                                      tmp_path: Path) -> None:
     """`engram-top snapshot --recording PATH` needs no node; `--compare-with PATH` puts the
     recording's runs into the dashboard's comparison."""
-    assert cli.main(["snapshot", "--recording", str(demo.path), "--out",
-                     str(tmp_path / "snaps")]) == 0
+    assert commands.main(["snapshot", "--recording", str(demo.path), "--out",
+                          str(tmp_path / "snaps")]) == 0
     (folder,) = (tmp_path / "snaps").iterdir()
     snap = json.loads((folder / "snapshot.json").read_text())
     assert snap["source"]["kind"] == "recording"
@@ -719,15 +719,15 @@ def test_snapshot_of_a_recording_and_the_dashboard_comparing_with_it(demo: Demo,
     summary = (folder / "summary.md").read_text()
     assert "device (baseline)" in summary and "host-prefetch" in summary
 
-    args = cli.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
-                                          str(demo.path), "--price-per-gpu-hour", "6"])
-    app = cli._app(ReplaySession(demo.path, paused=True), args)
+    args = commands.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
+                                               str(demo.path), "--price-per-gpu-hour", "6"])
+    app = commands._app(ReplaySession(demo.path, paused=True), args)
     assert {r.scenario for r in app.compare_with} == {"device", "host-prefetch"}
     assert all(r.source == f"recording:{demo.path.name}" for r in app.compare_with)
     assert app.price_per_gpu_hour == 6.0
-    bad = cli.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
-                                         str(tmp_path / "missing.json")])
-    assert cli._app(ReplaySession(demo.path, paused=True), bad) is None
+    bad = commands.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
+                                              str(tmp_path / "missing.json")])
+    assert commands._app(ReplaySession(demo.path, paused=True), bad) is None
 
 
 def test_a_replay_keeps_its_clock_through_a_backward_seek(demo: Demo) -> None:

@@ -292,7 +292,7 @@ env = {{ HF_TOKEN = "{HF_TOKEN}" }}
 
 @pytest.mark.timeout(120)
 async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
-    from engram_top.app.export import render_svg
+    from engram_top.app.headless import render_svg
     from engram_top.live.session import Session, SessionOptions
 
     session = Session(SessionOptions(
@@ -311,11 +311,11 @@ async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
         assert session.run is not None and session.run.alive  # rendering kept the server
         out = write_folder(tmp_path / "snaps", session.store, session.ref, svg=svg)
         # The same server through `engram-top snapshot --attach URL --api-key KEY`.
-        from engram_top import cli
-        args = cli.build_parser().parse_args([
+        from engram_top.cli import commands
+        args = commands.build_parser().parse_args([
             "snapshot", "--attach", session.store.run.url, "--api-key", API_KEY,
             "--after", "0", "--out", str(tmp_path / "attached")])
-        assert await cli.take_snapshot(args) == 0
+        assert await commands.take_snapshot(args) == 0
         assert session.run.alive  # attaching never stops a server
     finally:
         await session.close()

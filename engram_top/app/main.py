@@ -725,7 +725,7 @@ class EngramTopApp(SafeOutput, App[int]):
 
     def _handle_exception(self, error: Exception) -> None:
         """A bug: kept for the CLI, which files the traceback and says one line; the
-        session is closed on the way out (engram_top.lifetime)."""
+        session is closed on the way out (engram_top.cli.lifetime)."""
         if self.crash is None:
             self.crash = error
         super()._handle_exception(error)

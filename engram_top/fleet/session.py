@@ -236,7 +236,7 @@ class FleetSession:
     demo: Any = None  # a FleetDemo this session started and stops
     clock: Callable[[], float] = time.monotonic  # readings' `at` are on this clock
     wall_clock: Callable[[], float] = time.time
-    # How Prometheus is asked (engram_top.credentials), and the header's words for it.
+    # How Prometheus is asked (engram_top.cli.credentials), and the header's words for it.
     headers: dict[str, str] | None = field(default=None, repr=False)
     auth: tuple[str, str] | None = field(default=None, repr=False)
     credential: str = ""

@@ -385,7 +385,7 @@ def test_a_command_prints_outside_text_visibly(capsys: pytest.CaptureFixture[str
                                                tmp_path: Path) -> None:
     """Every line a command prints goes through one filter: an error quoting a file's name
     (any outside text) shows its controls as escapes, in the same process as a user runs."""
-    from engram_top import cli
+    from engram_top.cli import commands as cli
 
     missing = tmp_path / f"no{OSC}such.log"
     assert cli.main(["inspect-log", str(missing)]) == 1

@@ -167,7 +167,7 @@ def test_snapshot_and_compare_of_a_damaged_file_say_it(
         assert name in res.stdout
 
     # A dashboard's --compare-with: the runs of both sessions, and the skip on its events.
-    from engram_top import cli as cli_module
+    from engram_top.cli import commands as cli_module
     args = cli_module.build_parser().parse_args(["replay", str(path), "--compare-with",
                                                  str(path)])
     replay = ReplaySession(path, paused=True)
@@ -289,7 +289,7 @@ def test_what_is_no_recording_is_refused_clearly(tmp_path: Path, cli: Cli, what:
 
 MEASURE = """
 import resource, sys
-from engram_top.cli import main
+from engram_top.cli.commands import main
 code = main(sys.argv[1:])
 print("maxrss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 sys.exit(code)

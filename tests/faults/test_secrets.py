@@ -24,9 +24,9 @@ from helpers import quit_app, screen_text, until, wait_until
 from textual.widgets import Static
 
 from collectors.pages import HeaderError, PageClient, bearer
-from engram_top import credentials
 from engram_top.app.fleet_screen import FleetApp
 from engram_top.app.main import EngramTopApp
+from engram_top.cli import credentials
 from engram_top.fleet.session import FleetSession
 from engram_top.live.session import Session, SessionOptions
 from engram_top.record.recorder import Recorder

@@ -1,5 +1,5 @@
 """`engram-top fleet` and `engram-top snapshot --fleet-demo`: the fleet's composition root
-(like cli.py, it alone brings the fleet screen and the Prometheus session together)."""
+(like commands.py, it alone brings the fleet screen and the Prometheus session together)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import asyncio
 import sys
 import time
 
-from engram_top.fleet.session import FleetSession
-from engram_top.lifetime import (
+from engram_top.cli.lifetime import (
     NEEDS_TERMINAL,
     run_dashboard,
     run_until_signal,
     terminal_problem,
     without_terminal,
 )
+from engram_top.fleet.session import FleetSession
 
 DEMO_SCRAPE_S = 2.0
 DEMO_WINDOW = "20s"  # 10 scrapes at the demo's 2 s interval
@@ -53,7 +53,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     demo = None
     creds = None
     if url is not None:  # basic auth or a bearer token, and the header's words for it
-        from engram_top.credentials import CredentialError, prometheus
+        from engram_top.cli.credentials import CredentialError, prometheus
         try:
             creds = prometheus(url, args.prometheus_token_file)
         except CredentialError as exc:

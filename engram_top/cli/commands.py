@@ -13,15 +13,15 @@ import signal
 import sys
 from pathlib import Path
 
-from engram_top.lifetime import (
+from engram_top.cli.lifetime import (
     run_dashboard,
     run_until_signal,
     say,
     without_terminal,
     write_crash_report,
 )
-from engram_top.output import visible_output
-from engram_top.ranges import (
+from engram_top.cli.output import visible_output
+from engram_top.cli.ranges import (
     AFTER_S,
     AT_S,
     CONCURRENCY,
@@ -232,7 +232,7 @@ def _main(argv: list[str]) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["demo", *argv]
     args = parser.parse_args(argv)
-    from engram_top.credentials import check_args
+    from engram_top.cli.credentials import check_args
     problem = check_args(args)
     if problem:
         print(f"engram-top {args.command}: {problem}", file=sys.stderr)
@@ -249,12 +249,12 @@ def _main(argv: list[str]) -> int:
     if args.command == "demo":
         return run_demo(args)
     if args.command == "snapshot" and args.fleet_demo:
-        from engram_top.fleet_cli import take_fleet_snapshot
+        from engram_top.cli.fleet import take_fleet_snapshot
         return run_until_signal(lambda: take_fleet_snapshot(args), "snapshot")
     if args.command == "snapshot":
         return run_until_signal(lambda: take_snapshot(args), "snapshot")
     if args.command == "fleet":
-        from engram_top.fleet_cli import run_fleet
+        from engram_top.cli.fleet import run_fleet
         return run_fleet(args)
     if args.command == "run":
         return run_file(args)
@@ -503,7 +503,7 @@ def run_attach(args: argparse.Namespace) -> int:
 def _say_which_credential(session, urls, key: str | None) -> None:  # type: ignore[no-untyped-def]
     """An attached URL with user:password@ and an API key: the events line says the key is
     what is sent."""
-    from engram_top.credentials import attach_note
+    from engram_top.cli.credentials import attach_note
     for url in urls:
         if (note := attach_note(url, key)) is not None:
             session.store.event("warning", note)
@@ -653,7 +653,7 @@ async def stop(args: argparse.Namespace) -> int:
 
 
 async def take_snapshot(args: argparse.Namespace) -> int:
-    from engram_top.app.export import render_svg
+    from engram_top.app.headless import render_svg
     from engram_top.export import snapshot
     try:
         snapshot.check_writable(args.out)  # fail now, not after a whole start-up

@@ -12,7 +12,7 @@ TIME_SCALE = bounded_float(0.001, 100)
 SERVE_SCALE = bounded_float(0.001, 100)
 # Streams in flight from one load process: past a thousand it measures its own event loop.
 CONCURRENCY = bounded_int(1, 1024)
-# Simulated fleet nodes: they share one process and a port each (fleet_cli checks it too).
+# Simulated fleet nodes: they share one process and a port each (cli/fleet.py checks it too).
 NODES = bounded_int(1, 512)
 DAY_S = 86400.0
 # Waits are bounded by a day: longer is a command that never ends for its user.
