@@ -26,10 +26,10 @@ from collectors.readings import (
     ServerData,
     Status,
 )
-from collectors.startup_log import StartupLogParser
+from collectors.sglang.startup_log import StartupLogParser
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import Event, RunFacts, RunStore
-from scenarios import config
+from scenarios import scenario_file
 
 NOW = 10_000.0  # the frozen monotonic clock
 WALL = 1_795_000_000.0  # 2026-11-18 11:06:40 UTC, the frozen wall clock
@@ -111,7 +111,7 @@ def scene_store() -> RunStore:
     store = RunStore()
     store.clock = lambda: NOW
     store.node = "simulated 4x NVIDIA B200"
-    store.scenarios = config.load(DEMO)
+    store.scenarios = scenario_file.load(DEMO)
     device = _run("device", NOW - 400, 12.5, "stopped", {
         "gpus": 4, "ready_s": 12.5, "weights_gb": 119.043, "kv_tokens": 11_840_000,
         "host_delta_gib": 6.5, "ttft_p50_ms": 345.0, "ttft_mean_ms": 350.4,

@@ -13,7 +13,7 @@ from collectors.readings import (
     ServerData,
     Status,
 )
-from collectors.startup_log import StartupLogParser
+from collectors.sglang.startup_log import StartupLogParser
 from engram_top.alerts.monitor import AlertMonitor
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.model.store import RunFacts, RunStore

@@ -20,7 +20,7 @@ from helpers import GIB, free_port, running
 
 from collectors.host import HostCollector, ProcBackend
 from collectors.readings import Status
-from collectors.sglang import SglangCollector
+from collectors.sglang.collector import SglangCollector
 from engram_top.seed import reference
 from engram_top.sim import memory
 from engram_top.sim.backends import SimHostBackend

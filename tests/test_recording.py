@@ -623,7 +623,7 @@ def test_new_log_lines_alone_bump_the_run_so_the_recorder_writes_them() -> None:
     (a loaded machine batches lines so that this happens)."""
     from types import SimpleNamespace
 
-    from collectors.startup_log import StartupLogParser
+    from collectors.sglang.startup_log import StartupLogParser
     session = Session(SessionOptions(scenario_file=DEMO_FILE))
     parser = StartupLogParser()
     run = SimpleNamespace(scenario=SimpleNamespace(name="device"), launched_at=5.0,
@@ -743,7 +743,7 @@ def test_no_secret_goes_into_a_recording(tmp_path: Path) -> None:
     redacted from the header, and scrubbed from events, log lines and run facts."""
     from collections import deque
 
-    from scenarios import config
+    from scenarios import scenario_file as config
     key, token = "sk-recorded-secret-9", "hf_recorded_token_9"
     scenario_file = tmp_path / "secret.toml"
     scenario_file.write_text(f'[defaults]\nkind = "simulated"\nhost = "127.0.0.1"\n\n'

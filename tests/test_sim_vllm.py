@@ -31,15 +31,15 @@ from helpers import (
 
 from collectors.readings import ServerData, Status
 from collectors.units import GIB
-from collectors.vllm import VllmCollector
-from collectors.vllm_log import VllmLogParser
+from collectors.vllm.collector import VllmCollector
+from collectors.vllm.startup_log import VllmLogParser
 from engram_top.bench.runner import load_plan
 from engram_top.seed import reference
 from engram_top.sim import memory, state
 from engram_top.sim import vllm as simvllm
 from engram_top.sim.model import CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO
 from engram_top.sim.server_args import CONTEXT_LEN
-from scenarios import config, engines
+from scenarios import engines, scenario_file
 from scenarios.workload import PROMPT_TOKENS_FIELD
 
 REF = reference.default()
@@ -336,7 +336,7 @@ async def test_kv_pressure_preempts(servers: dict[str, SimServer]) -> None:
 
 
 def test_the_simulated_vllm_engine(tmp_path: Path) -> None:
-    sf = config.load(MIXED)
+    sf = scenario_file.load(MIXED)
     kinds = {n: (sc.kind, sc.engine.display, sc.placement) for n, sc in sf.scenarios.items()}
     assert kinds == {
         "sglang-device": ("simulated", "SGLang (simulated)", "device"),
@@ -358,8 +358,8 @@ def test_the_simulated_vllm_engine(tmp_path: Path) -> None:
                                     'placement = "host"\nport = 30124')
     path = tmp_path / "mixed.toml"
     path.write_text(bad)
-    with pytest.raises(config.ScenarioError) as info:
-        config.load(path)
+    with pytest.raises(scenario_file.ScenarioError) as info:
+        scenario_file.load(path)
     assert "vLLM has no host placement without prefetch" in str(info.value)
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from collectors import promtext
-from collectors import vllm as v
-from collectors.sglang import SglangCollector
+from collectors.sglang.collector import SglangCollector
 from collectors.startup_facts import PHASES
-from collectors.vllm_log import VllmLogParser
+from collectors.vllm import collector as v
+from collectors.vllm.startup_log import VllmLogParser
 from scenarios import engines
-from scenarios.config import ScenarioError, load
+from scenarios.scenario_file import ScenarioError, load
 
 DATA = Path(__file__).parent / "data" / "vllm-cpu"
 ERAS = Path(__file__).parent / "data" / "vllm-eras"  # GPU lines as those versions print them

@@ -40,7 +40,7 @@ from engram_top.model import energy, facts
 from engram_top.model.store import node_time as startup_in_node_time
 from engram_top.seed import reference
 from engram_top.settings.paths import default_state_dir
-from scenarios import config
+from scenarios import scenario_file
 from scenarios.bounds import Range, bounded_float, bounded_int, read_toml, typed
 from scenarios.engines.base import Mark
 from scenarios.workload import DriverResult, Level, WorkloadSpec, run_workload
@@ -182,8 +182,8 @@ def load_plan(path: Path) -> Plan:
         raise PlanError("\n".join(problems))
     scen_file = (path.parent / bench["scenarios_file"]).resolve()
     try:
-        sf = config.load(scen_file)
-    except config.ScenarioError as exc:
+        sf = scenario_file.load(scen_file)
+    except scenario_file.ScenarioError as exc:
         raise PlanError(f"{path}: bench.scenarios_file: {exc}") from exc
     names = tuple(bench["scenarios"])
     unknown = [n for n in (*names, bench["baseline"]) if n not in sf.scenarios]

@@ -426,7 +426,7 @@ def _session_options(args: argparse.Namespace, *, headless: bool = False,
     A bench plan stands for its scenario file (`stop PLAN` stops what its bench left)."""
     from engram_top.live.session import LoadSpec, SessionOptions
     from engram_top.settings.paths import default_state_dir
-    from scenarios import config
+    from scenarios import scenario_file as config
     path = _scenario_file_of(args.scenario_file)
     try:
         sf = config.load(path)

@@ -37,10 +37,11 @@ from engram_top.model.store import RunFacts, RunStore
 from engram_top.seed import reference
 from engram_top.sim import state
 from engram_top.sim.backends import SimGpuBackend, SimHostBackend
-from scenarios import config, engines
-from scenarios.config import Scenario, ScenarioFile
+from scenarios import engines
+from scenarios import scenario_file as config
 from scenarios.engines.base import Engine, ServerCollector
 from scenarios.runstate import ENDED, RunState
+from scenarios.scenario_file import Scenario, ScenarioFile
 from scenarios.statelock import StateLock
 from scenarios.supervisor import Run, Supervisor, SupervisorError
 

@@ -20,7 +20,7 @@ from engram_top.alerts.thresholds import ALERT_NAMES, Thresholds
 
 # The scenario loader's line finder and did-you-mean, so both files report problems alike.
 from scenarios.bounds import Range, read_toml, shown, typed
-from scenarios.config import locate, similar
+from scenarios.scenario_file import locate, similar
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Readers of single SGLang log messages that carry figures as ``key=value`` pairs: the
 ServerArgs dump, memory profiling, the KV sizing lines of hybrid models (DeepSeek-V4's
 several pools), and the Engram layers' statistics. Pure functions over the message text
-(the prefix already removed), for collectors.startup_log; each returns plain values and
+(the prefix already removed), for collectors.sglang.startup_log; each returns plain values and
 never raises on odd text.
 
 Spellings read, by pattern rather than by sample (SGLang renames these lines between

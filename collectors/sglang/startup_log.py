@@ -21,7 +21,7 @@ Hybrid KV models (DeepSeek-V4.x) size several pools instead of printing ``KV Cac
 allocated``: the ``<tag> memory calculation``, ``<tag> pool sizes``, ``<tag> SWA sizing``,
 ``Memory profiling`` and ``Initialize ..TokenToKVPool`` lines each open the KV phase, and
 without a ``max_total_num_tokens=`` line the full pool is the capacity
-(:mod:`collectors.log_lines` reads their figures).
+(:mod:`collectors.sglang.log_lines` reads their figures).
 
 The facts and their units (SGLang's "GB" is GiB) are in :mod:`collectors.startup_facts`.
 
@@ -63,8 +63,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from collectors import log_lines
 from collectors.log_markers import NO_HUGE_PAGES
+from collectors.sglang import log_lines
 from collectors.startup_facts import (
     FAILED,
     PHASES,
