@@ -372,9 +372,8 @@ def _run_recorded(app, args: argparse.Namespace,  # type: ignore[no-untyped-def]
     """Run the dashboard; its session is recorded (issue 5) unless --no-record."""
     recorder = None
     if not args.no_record:
-        from engram_top.record import (
-            recorder as recording,  # with its redaction's patterns: ~9 ms of a start
-        )
+        # With its redaction's patterns: ~9 ms of a start, so only when recording.
+        from engram_top.record import recorder as recording
         path = args.record or recording.default_path(state_dir)
         if args.record is None:
             recording.prune(path.parent, recording.KEEP_RECORDINGS - 1)

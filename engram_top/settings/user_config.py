@@ -127,9 +127,8 @@ def parse_config_text(text: str, path: Path) -> UserConfig:
             bad(("keys", action), wrong)
         else:
             remaps[action] = found
-    from engram_top.compare import (
-        slo,  # its arithmetic comes with it; a config needs only the check
-    )
+    # Its arithmetic comes with it; a config needs only the check.
+    from engram_top.compare import slo
     slo_problems: list[str] = []
     slos = slo.parse(str(path), raw.get("slo"), slo_problems)
     problems += slo_problems
