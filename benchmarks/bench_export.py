@@ -24,10 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from scene import gpu_device, host_data, server_data  # noqa: E402  (the SVG tests' fixed node)
 
 from collectors.readings import GpuData, Reading, Status  # noqa: E402
-from engram_top import reference, snapshot  # noqa: E402
-from engram_top.recording import Recorder, read_recording  # noqa: E402
-from engram_top.replay import ReplaySession  # noqa: E402
-from engram_top.store import RunStore  # noqa: E402
+from engram_top.export import snapshot  # noqa: E402
+from engram_top.model.store import RunStore  # noqa: E402
+from engram_top.record.recorder import Recorder, read_recording  # noqa: E402
+from engram_top.record.replay import ReplaySession  # noqa: E402
+from engram_top.seed import reference  # noqa: E402
 
 
 async def main(seconds: int) -> None:

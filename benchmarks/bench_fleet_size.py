@@ -24,7 +24,7 @@ import time
 from urllib.parse import parse_qs, urlsplit
 
 from engram_top.app.fleet_screen import FleetApp
-from engram_top.fleet import FleetSession
+from engram_top.fleet.session import FleetSession
 
 GIB = 1024**3
 

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collectors.host import HostCollector  # noqa: E402
 from collectors.nvml import GpuCollector  # noqa: E402
-from collectors.sglang import SglangCollector  # noqa: E402
-from collectors.startup_log import StartupLogParser  # noqa: E402
-from engram_top.session import DemoOptions, DemoSession, LoadSpec  # noqa: E402
-from engram_top.simnode.backends import SimGpuBackend, SimHostBackend  # noqa: E402
+from collectors.sglang.collector import SglangCollector  # noqa: E402
+from collectors.sglang.startup_log import StartupLogParser  # noqa: E402
+from engram_top.live.session import DemoOptions, DemoSession, LoadSpec  # noqa: E402
+from engram_top.sim.backends import SimGpuBackend, SimHostBackend  # noqa: E402
 
 
 async def measure(name: str, poll, n: int) -> None:  # type: ignore[no-untyped-def]

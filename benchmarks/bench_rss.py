@@ -28,9 +28,9 @@ from scene import _log_line, gpu_device, host_data, server_data  # noqa: E402
 
 from collectors.readings import GpuData, Reading, Status  # noqa: E402
 from engram_top.app.main import EngramTopApp  # noqa: E402
-from engram_top.recording import Recorder  # noqa: E402
-from engram_top.replay import ReplaySession  # noqa: E402
-from engram_top.store import RunFacts, RunStore  # noqa: E402
+from engram_top.model.store import RunFacts, RunStore  # noqa: E402
+from engram_top.record.recorder import Recorder  # noqa: E402
+from engram_top.record.replay import ReplaySession  # noqa: E402
 
 MARKS = (60, 600, 1200, 1800, 2400, 3000, 3540)  # recording seconds to sample RSS at
 

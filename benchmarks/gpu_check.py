@@ -11,7 +11,7 @@ operator trusts, and the placement probe at its default sizes.
    pinned): where each shows in /proc/meminfo (Shmem, Mlocked, Cached, used) and in this
    process's /proc/self/status (RssAnon, RssShmem, VmLck, VmPin), what the host collector
    reports, and whether engram-top's claim ("pinned host memory shows as Shmem") holds.
-3. The probe (engram_top.probe) at its default sizes.
+3. The probe (engram_top.probe.gpu) at its default sizes.
 
 Imports only the collectors and the probe: a GPU node's Python may have torch, nvidia-ml-py
 and psutil but not Textual or pandas. Without CUDA it still runs: NVML is reported missing,
@@ -410,7 +410,7 @@ def check_probe(r: Report, torch: Any, out: Path, seconds: float | None) -> None
         r.say("skipped: the probe needs torch")
         r.data["probe"] = {"skipped": "no torch"}
         return
-    from engram_top import probe
+    from engram_top.probe import gpu as probe
     p = argparse.ArgumentParser()
     probe.add_arguments(p)
     args = p.parse_args(["--out", str(out / "probe")]

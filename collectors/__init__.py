@@ -1,0 +1,1 @@
+"""Readers of the node (GPUs, host memory, servers, Prometheus) into typed readings."""

@@ -2,8 +2,9 @@
 parser state: the log pane colours ERROR_MARKERS red and WARNING_MARKERS yellow, and a start
 that fails quotes the last line with one of FAILURE_MARKERS.
 
-Beside the start-up log parser (collectors.startup_log), which sorts the errors it sees finer,
-by kind; here so that modules which must not name an engine's parser can still read them.
+Beside the start-up log parser (collectors.sglang.startup_log), which sorts the errors it
+sees finer, by kind; here so that modules which must not name an engine's parser can still
+read them.
 """
 
 from __future__ import annotations

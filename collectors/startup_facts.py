@@ -1,6 +1,6 @@
 """What the startup-log parser learns about a server: immutable facts, in SGLang's units.
 
-collectors.startup_log builds these from the log lines; the supervisor, the store and the
+collectors.sglang.startup_log builds these from the log lines; the supervisor, the store and the
 snapshots read them. Units: SGLang prints "GB" but divides by 1024**3, so every ``*_gb``
 field is GiB exactly as SGLang means it (the Engram host-table lines print MiB = 1024**2).
 Use :mod:`collectors.units`' ``gib_to_bytes`` / ``mib_to_bytes`` (or the ``*_bytes``

@@ -1,0 +1,1 @@
+"""engram-top, the product: one package per job, layered as pyproject.toml's contracts say."""

@@ -1,0 +1,1 @@
+"""What runs on the node: scenario files, the serving engines, the supervisor and the load."""

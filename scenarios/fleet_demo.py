@@ -1,7 +1,7 @@
 """A fleet on one machine: N simulated nodes' exporters, the machine's own node-exporter, and
 a real Prometheus scraping them all, started together and stopped together.
 
-The simulated nodes are one process (`engram_top.simnode.fleet_server`) serving every node's
+The simulated nodes are one process (`engram_top.sim.fleet_server`) serving every node's
 dcgm-exporter, node-exporter and SGLang pages. When Debian's `prometheus-node-exporter` is
 installed, the first node's host figures come from it, that is from this machine: one node of
 the fleet is then read from the real thing end to end.
@@ -80,7 +80,7 @@ class FleetDemo:
     async def _start(self, deadline_s: float) -> None:
         end = time.monotonic() + deadline_s
         ports_file = self.folder / "ports.json"
-        argv = [sys.executable, "-m", "engram_top.simnode.fleet_server",
+        argv = [sys.executable, "-m", "engram_top.sim.fleet_server",
                 "--nodes", str(self.count), "--ports-file", str(ports_file)]
         for item in self.skip:
             argv += ["--skip", item]

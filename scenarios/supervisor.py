@@ -31,13 +31,13 @@ from collectors.base import SourceUnavailable, TooLarge, describe
 from collectors.pages import PageClient, PageError, bearer
 from collectors.readings import GpuData
 from collectors.units import GIB
-from scenarios.config import Scenario
 from scenarios.engines import EngineError, LogParser, Signal
 from scenarios.engines.base import LogFollower
 from scenarios.logtail import LogTail
 from scenarios.private import private_folder, write_private
 from scenarios.process import LaunchSpec, ManagedProcess, StopResult
 from scenarios.runstate import ENDED, UNASKED_END, RunState
+from scenarios.scenario_file import Scenario
 
 FOLLOW_S = 0.1  # log tail and liveness cadence while a server starts
 HEALTH_S = 0.5  # /health probe cadence once the log shows the HTTP server is up

@@ -30,11 +30,11 @@ from textual.app import App
 from textual.pilot import Pilot
 
 from collectors.host import sample as host_sample
-from engram_top import reference
-from engram_top.alerts import AlertWatch
-from engram_top.simnode import state
-from engram_top.simnode.backends import SimHostBackend
-from engram_top.store import RunStore
+from engram_top.alerts.monitor import AlertWatch
+from engram_top.model.store import RunStore
+from engram_top.seed import reference
+from engram_top.sim import state
+from engram_top.sim.backends import SimHostBackend
 from scenarios.process import LaunchSpec, ManagedProcess, StopResult
 
 ROOT = Path(__file__).resolve().parents[1]

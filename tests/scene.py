@@ -26,10 +26,10 @@ from collectors.readings import (
     ServerData,
     Status,
 )
-from collectors.startup_log import StartupLogParser
-from engram_top.figures import RunFigures
-from engram_top.store import Event, RunFacts, RunStore
-from scenarios import config
+from collectors.sglang.startup_log import StartupLogParser
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import Event, RunFacts, RunStore
+from scenarios import scenario_file
 
 NOW = 10_000.0  # the frozen monotonic clock
 WALL = 1_795_000_000.0  # 2026-11-18 11:06:40 UTC, the frozen wall clock
@@ -111,7 +111,7 @@ def scene_store() -> RunStore:
     store = RunStore()
     store.clock = lambda: NOW
     store.node = "simulated 4x NVIDIA B200"
-    store.scenarios = config.load(DEMO)
+    store.scenarios = scenario_file.load(DEMO)
     device = _run("device", NOW - 400, 12.5, "stopped", {
         "gpus": 4, "ready_s": 12.5, "weights_gb": 119.043, "kv_tokens": 11_840_000,
         "host_delta_gib": 6.5, "ttft_p50_ms": 345.0, "ttft_mean_ms": 350.4,
@@ -241,8 +241,8 @@ def frozen_time_zone() -> None:
 def fleet_results(nodes: int, at: float = 100.0) -> dict[str, list[dict[str, Any]]]:
     """What Prometheus's five queries would answer for `nodes` simulated nodes, `at` seconds
     after they started, built from the exporters' own model (no Prometheus, no clock)."""
-    from engram_top.reference import default
-    from engram_top.simnode.fleet import FleetNode
+    from engram_top.seed.reference import default
+    from engram_top.sim.fleet import FleetNode
 
     ref = default()
     out: dict[str, list[dict[str, Any]]] = {k: [] for k in ("gpu", "host", "server",
@@ -287,7 +287,7 @@ def fleet_session(nodes: int):  # type: ignore[no-untyped-def]
     """A FleetSession that polls nothing: its nodes read from fleet_results at NOW."""
     from collectors.prometheus import PromStatus, group
     from collectors.readings import Reading, Status
-    from engram_top.fleet import FleetSession
+    from engram_top.fleet.session import FleetSession
 
     session = FleetSession("http://127.0.0.1:9090", interval=5.0, clock=lambda: NOW,
                            wall_clock=lambda: WALL)

@@ -13,10 +13,11 @@ from collectors.readings import (
     ServerData,
     Status,
 )
-from collectors.startup_log import StartupLogParser
-from engram_top.alerts import AlertMonitor
-from engram_top.config import Thresholds, parse_config
-from engram_top.store import RunFacts, RunStore
+from collectors.sglang.startup_log import StartupLogParser
+from engram_top.alerts.monitor import AlertMonitor
+from engram_top.alerts.thresholds import Thresholds
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.settings.user_config import parse_config
 
 GIB = 1024**3
 MIB = 1024**2

@@ -15,10 +15,10 @@ from scene import SEED_RESULTS
 from collectors.readings import GpuData, GpuDevice, Reading, ServerData, Status
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp, HelpScreen
-from engram_top.compare import RunResult
-from engram_top.figures import RunFigures
-from engram_top.session import DemoOptions, DemoSession, LoadSpec
-from engram_top.store import RunFacts, RunStore
+from engram_top.compare.comparison import RunResult
+from engram_top.live.session import DemoOptions, DemoSession, LoadSpec
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
 
 
 @pytest.mark.timeout(120)

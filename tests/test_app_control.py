@@ -14,9 +14,9 @@ import pytest
 from helpers import DEMO, GIB, alive, quit_app, screen_text, until
 from textual.widgets import DataTable, RichLog
 
-from engram_top import facts
 from engram_top.app.main import ConfirmScreen, EngramTopApp
-from engram_top.session import LoadSpec, Session, SessionOptions
+from engram_top.live.session import LoadSpec, Session, SessionOptions
+from engram_top.model import facts
 from scenarios.supervisor import port_in_use
 
 SIZE = (150, 45)

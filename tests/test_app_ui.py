@@ -18,7 +18,7 @@ from textual.widgets import DataTable, RichLog
 from collectors.readings import GpuData, Reading, Status
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp, HelpScreen
-from engram_top.config import UserConfig, parse_config_text
+from engram_top.settings.user_config import UserConfig, parse_config_text
 
 
 class RecordingSession(StaticSession):

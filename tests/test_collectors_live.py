@@ -20,10 +20,10 @@ from helpers import GIB, free_port, running
 
 from collectors.host import HostCollector, ProcBackend
 from collectors.readings import Status
-from collectors.sglang import SglangCollector
-from engram_top import reference
-from engram_top.simnode import memory
-from engram_top.simnode.backends import SimHostBackend
+from collectors.sglang.collector import SglangCollector
+from engram_top.seed import reference
+from engram_top.sim import memory
+from engram_top.sim.backends import SimHostBackend
 from scenarios.workload import ClosedLoopLoad
 
 if TYPE_CHECKING:

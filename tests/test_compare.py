@@ -1,4 +1,5 @@
-"""engram_top.compare: deltas and intervals computed by hand, None handling, the seed column."""
+"""engram_top.compare.comparison: deltas and intervals computed by hand, None handling, the
+seed column."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from engram_top import reference
-from engram_top.compare import (
+from engram_top.compare.comparison import (
     Comparison,
     RunResult,
     compare,
@@ -16,6 +16,7 @@ from engram_top.compare import (
     to_json,
     to_markdown,
 )
+from engram_top.seed import reference
 
 _EMPTY: dict[str, Any] = dict(
     gpus=None, weights_gb=None, kv_tokens=None, host_delta_gib=None, ready_s=None,

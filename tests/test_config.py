@@ -10,12 +10,12 @@ import pytest
 from helpers import StaticSession, quit_app, until
 from scene import scene_store
 
+from engram_top.alerts.thresholds import Thresholds
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp, HelpScreen
-from engram_top.config import (
+from engram_top.settings.user_config import (
     ALERT_FIELDS,
     ConfigError,
-    Thresholds,
     UserConfig,
     config_path,
     default_config_text,

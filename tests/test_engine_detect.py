@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import PageServer
 
-from engram_top.engine_detect import DetectingCollector, metric_names, speaker_of, verdict
+from engram_top.live.engine_detect import DetectingCollector, metric_names, speaker_of, verdict
 from scenarios import engines
 
 SGLANG = '# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{tp_rank="0"} 2\n'

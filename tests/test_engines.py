@@ -17,7 +17,7 @@ import psutil
 import pytest
 from helpers import alive
 
-from scenarios import config, engines
+from scenarios import engines, scenario_file
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = Path(__file__).parent / "toy"
@@ -145,13 +145,13 @@ def test_scenario_files_ask_the_engine_what_it_needs(tmp_path: Path, toy_registe
     # A toy scenario needs no python or model_path (SGLang's), and gets the toy's argv.
     f.write_text('[scenarios.a]\nkind = "toy"\nport = 31001\n'
                  '[scenarios.b]\nkind = "sglang"\nport = 31002\n')
-    with pytest.raises(config.ScenarioError) as err:
-        config.load(f)
+    with pytest.raises(scenario_file.ScenarioError) as err:
+        scenario_file.load(f)
     assert [p.split(": ", 1)[1] for p in err.value.problems] == [
         "scenarios.b.python: missing: an SGLang scenario needs 'python'",
         "scenarios.b.model_path: missing: an SGLang scenario needs 'model_path'"]
     f.write_text('[scenarios.a]\nkind = "toy"\nport = 31001\n')
-    sc = config.load(f).get("a")
+    sc = scenario_file.load(f).get("a")
     assert sc.engine is toy_registered
     assert sc.argv()[1:] == [str(TOY / "toy_engine" / "server.py"), "--host", "127.0.0.1",
                              "--port", "31001"]

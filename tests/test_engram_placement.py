@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from engram_top.facts import serves
-from engram_top.store import RunFacts
+from engram_top.compare.runs import serves
+from engram_top.model.store import RunFacts
 from scenarios.engines import engram
 from scenarios.engines.engram import argv_args, infer
 
@@ -113,8 +113,8 @@ def test_which_runs_the_seed_is_a_reference_for() -> None:
 
 
 def test_the_engram_row_rates_lookups_and_says_nothing_flows_once_lines_stop() -> None:
-    from engram_top.facts import engram_facts
-    from engram_top.store import RunStore
+    from engram_top.model.facts import engram_facts
+    from engram_top.model.store import RunStore
 
     store = RunStore()
     run = RunFacts(scenario="p", placement="host-prefetch", node="n", time_scale=1.0,

@@ -21,11 +21,12 @@ from helpers import screen_text, until
 
 from collectors.prometheus import PrometheusSource
 from collectors.units import MIB
-from engram_top import cli, fleet
 from engram_top.app.fleet_screen import FleetApp
-from engram_top.fleet import FleetSession
-from engram_top.reference import default
-from engram_top.simnode import memory
+from engram_top.cli import commands
+from engram_top.fleet import session as fleet
+from engram_top.fleet.session import FleetSession
+from engram_top.seed.reference import default
+from engram_top.sim import memory
 from scenarios.fleet_demo import FleetDemo
 
 if shutil.which("prometheus") is None and not os.environ.get("CI"):
@@ -108,7 +109,7 @@ async def test_every_figure_comes_through_prometheus_as_the_node_exposes_it(demo
 
 
 async def test_the_placements_compare_across_nodes_with_intervals(demo) -> None:  # type: ignore[no-untyped-def]
-    from engram_top.compare import compare
+    from engram_top.compare.comparison import compare
     session = FleetSession(demo.url, interval=1.0, window="10s")
     try:
         await poll_until(session, lambda: complete(session), "every node's latency")
@@ -225,8 +226,8 @@ async def test_a_stopped_prometheus_is_said_and_the_last_figures_stay(tmp_path: 
 
 
 def test_snapshot_fleet_demo_writes_every_node(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    code = cli.main(["snapshot", "--fleet-demo", "--nodes", "8", "--after", "12",
-                     "--out", str(tmp_path)])
+    code = commands.main(["snapshot", "--fleet-demo", "--nodes", "8", "--after", "12",
+                          "--out", str(tmp_path)])
     assert code == 0, capsys.readouterr().err
     (folder,) = tmp_path.iterdir()
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -245,9 +246,9 @@ def test_snapshot_fleet_demo_writes_every_node(tmp_path: Path, capsys) -> None: 
 
 def test_fleet_without_a_url_or_demo_is_refused(capsys) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(SystemExit):
-        cli.main(["fleet"])
+        commands.main(["fleet"])
     assert "one of the arguments --prometheus --demo is required" in capsys.readouterr().err
-    assert cli.main(["fleet", "--prometheus", "localhost:9090"]) == 2
+    assert commands.main(["fleet", "--prometheus", "localhost:9090"]) == 2
     assert "not an http(s) URL" in capsys.readouterr().err
 
 
@@ -265,7 +266,7 @@ async def test_a_bad_query_answer_is_a_reading_not_a_crash(demo) -> None:  # typ
 
 def test_the_fleet_command_builds_its_screen_with_the_config_thresholds(
         tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from engram_top import fleet_cli
+    from engram_top.cli import fleet as fleet_cli
     conf = tmp_path / "config.toml"
     conf.write_text("[alerts]\nkv_usage_pct = 50\n")
     seen = {}
@@ -276,13 +277,14 @@ def test_the_fleet_command_builds_its_screen_with_the_config_thresholds(
 
     monkeypatch.setattr(fleet_cli, "run_dashboard", run_dashboard)
     monkeypatch.setattr(fleet_cli, "without_terminal", lambda session, command: False)
-    assert cli.main(["fleet", "--prometheus", "http://127.0.0.1:9", "--config", str(conf),
-                     "--interval", "2"]) == 0
+    assert commands.main(["fleet", "--prometheus", "http://127.0.0.1:9", "--config", str(conf),
+                          "--interval", "2"]) == 0
     session = seen["app"].session
     assert session.url == "http://127.0.0.1:9" and session.interval == 2.0
     assert session.thresholds.kv_usage_pct == 50 and session.window == "1m"
     conf.write_text("[alerts]\nkv_usage_pct = 500\n")
-    assert cli.main(["fleet", "--prometheus", "http://127.0.0.1:9", "--config", str(conf)]) == 2
+    assert commands.main(["fleet", "--prometheus", "http://127.0.0.1:9",
+                          "--config", str(conf)]) == 2
 
 
 async def test_the_full_simulated_node_serves_dcgm_and_node_exporter_pages(tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -291,7 +293,7 @@ async def test_the_full_simulated_node_serves_dcgm_and_node_exporter_pages(tmp_p
     from helpers import ServerSpec, SimServer, free_port
 
     from collectors.host import sample as host_sample
-    from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
+    from engram_top.sim.backends import SimGpuBackend, SimHostBackend
     from scenarios.prometheus import Prometheus, Target
 
     dcgm, node = free_port(), free_port()

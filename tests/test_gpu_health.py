@@ -16,16 +16,17 @@ import pytest
 from rich.console import Console
 
 from collectors.readings import GpuData, GpuDevice, Reading, ServerData, Status
-from engram_top import energy, facts
-from engram_top.alerts import AlertMonitor
+from engram_top.alerts.monitor import AlertMonitor
+from engram_top.alerts.thresholds import Thresholds
 from engram_top.app.compare_screen import comparison_table
 from engram_top.app.panels import hbm_panel
-from engram_top.compare import THROTTLED, RunResult, compare, to_json, to_markdown
-from engram_top.config import Thresholds
-from engram_top.figures import RunFigures
-from engram_top.recording_format import decode_reading, encode_reading
-from engram_top.simnode import backends, state
-from engram_top.store import RunFacts, RunStore
+from engram_top.compare.comparison import THROTTLED, RunResult, compare, to_json, to_markdown
+from engram_top.compare.runs import run_result
+from engram_top.model import energy, facts
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.record.file_format import decode_reading, encode_reading
+from engram_top.sim import backends, state
 from scenarios.runstate import RunState
 
 GIB = 1024**3
@@ -134,7 +135,7 @@ def test_a_live_run_gets_its_energy_per_token_and_its_throttles() -> None:
     run = store.run
     assert run is not None
     run.results = figures
-    result = facts.run_result(run, 0)
+    result = run_result(run, 0)
     assert result.joules_per_token == 4.0
     assert f"{THROTTLED}: GPU 1 sw_power_cap; GPU 1 hw_thermal_slowdown" in result.notes
     # Clocks held down while no request runs cost no figure: not said.

@@ -30,7 +30,7 @@ from engram_top.app.history_screen import (
     process_rows,
     window_points,
 )
-from engram_top.store import RunStore, Series
+from engram_top.model.store import RunStore, Series
 
 GIB = 1024**3
 NOW = 10_000.0

@@ -1,4 +1,4 @@
-"""engram_top.importers: sglang.bench_serving JSONL in both spellings, and its bad inputs."""
+"""engram_top.record.importers: sglang.bench_serving JSONL in both spellings, and its bad inputs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engram_top import reference
-from engram_top.compare import compare, to_markdown
-from engram_top.importers import BenchFileError, load_bench_serving
+from engram_top.compare.comparison import compare, to_markdown
+from engram_top.record.importers import BenchFileError, load_bench_serving
+from engram_top.seed import reference
 
 DATA = Path(__file__).parent / "data" / "bench_serving"
 # The smallest line bench_serving could write that is still a result.

@@ -12,14 +12,14 @@ import tracemalloc
 
 import pytest
 
-from collectors.startup_facts import FAILED
-from collectors.startup_log import (
+from collectors.sglang.startup_log import (
     MAX_ERRORS,
     MAX_LOADS,
     NOTE_AFTER_LAUNCH,
     StartupLogParser,
     parse_startup_log,
 )
+from collectors.startup_facts import FAILED
 
 T = "2026-10-02 14:05"
 

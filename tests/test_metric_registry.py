@@ -1,6 +1,6 @@
-"""engram_top.metrics: one registration puts a metric in every table (the `compare` command,
-the compare screen, the bench report, a snapshot's two files); a snapshot folder holds one
-comparison; RunFigures keeps its JSON form, so older recordings still read."""
+"""engram_top.compare.measures: one registration puts a metric in every table (the `compare`
+command, the compare screen, the bench report, a snapshot's two files); a snapshot folder
+holds one comparison; RunFigures keeps its JSON form, so older recordings still read."""
 
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ import pytest
 from rich.console import Console
 from scene import filled_store
 
-from engram_top import bench, cli, reference
 from engram_top.app.compare_screen import comparison_table
-from engram_top.compare import RunResult, compare, to_json, to_markdown
-from engram_top.figures import RunFigures
-from engram_top.metrics import METRICS, Metric, Registry, fixed
-from engram_top.recording_format import decode_facts_fields, encode_facts
-from engram_top.snapshot import write_folder
-from engram_top.store import RunFacts
+from engram_top.bench import runner
+from engram_top.cli import commands
+from engram_top.compare.comparison import RunResult, compare, to_json, to_markdown
+from engram_top.compare.measures import METRICS, Metric, Registry, fixed
+from engram_top.export.snapshot import write_folder
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts
+from engram_top.record.file_format import decode_facts_fields, encode_facts
+from engram_top.seed import reference
 from scenarios.workload import Level, WorkloadSpec
 
 DATA = Path(__file__).parent / "data" / "bench_serving"
@@ -78,10 +80,10 @@ def test_a_registered_metric_is_a_row_of_the_comparison(registered: Metric) -> N
 
 def test_the_compare_command_shows_it(registered: Metric, capsys) -> None:  # type: ignore[no-untyped-def]
     files = [str(DATA / "device.jsonl"), str(DATA / "host-prefetch.jsonl")]
-    assert cli.main(["compare", *files, "--baseline", "device", "--gpus", "4"]) == 0
+    assert commands.main(["compare", *files, "--baseline", "device", "--gpus", "4"]) == 0
     cells = md_cells(capsys.readouterr().out, LABEL)
     assert cells[3] == "600.0"  # bench_serving's mean of 2400 tok/s over 4 GPUs
-    assert cli.main(["compare", *files, "--baseline", "device", "--gpus", "4", "--json"]) == 0
+    assert commands.main(["compare", *files, "--baseline", "device", "--gpus", "4", "--json"]) == 0
     row = row_json(json.loads(capsys.readouterr().out), registered.key)
     assert row["cells"]["device"]["mean"] == pytest.approx(600.0)
 
@@ -100,12 +102,12 @@ def test_the_compare_screen_shows_it(registered: Metric) -> None:
 
 
 def test_the_bench_report_shows_it(registered: Metric, tmp_path: Path) -> None:
-    plan = bench.Plan(
+    plan = runner.Plan(
         path=tmp_path / "plan.toml", scenarios_file=tmp_path / "demo.toml",
         scenarios=("device", "host-prefetch"), baseline="device", trials=1,
         workload=WorkloadSpec(levels=(Level(4, concurrency=2),)), price_per_gpu_hour=None,
         gpus=4, time_scale=None, serve_scale=None)
-    report = bench.write_report(plan, TRIALS, [], tmp_path / "out")
+    report = runner.write_report(plan, TRIALS, [], tmp_path / "out")
     assert row_json(report["comparison"], registered.key)["cells"]["device"]["mean"] == 600.0
     on_disk = json.loads((tmp_path / "out" / "report.json").read_text())
     assert row_json(on_disk["comparison"], registered.key)["cells"]["device"]["mean"] == 600.0

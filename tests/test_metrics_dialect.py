@@ -15,10 +15,16 @@ import pytest
 from helpers import PageServer
 
 from collectors import promtext
-from collectors.sglang import SglangCollector, canonical, find, merged_histogram, page_figures
+from collectors.sglang.collector import (
+    SglangCollector,
+    canonical,
+    find,
+    merged_histogram,
+    page_figures,
+)
 from collectors.windowed import quantile_bound
 from engram_top.app.panels import quantile
-from engram_top.views import Quantiles
+from engram_top.model.views import Quantiles
 
 BUCKETS = (0.1, 0.5, 1.0, 5.0, 30.0)
 

@@ -1,4 +1,4 @@
-"""The simulated scheduler (engram_top.simnode.model) without a clock: KV admission, FIFO,
+"""The simulated scheduler (engram_top.sim.model) without a clock: KV admission, FIFO,
 prefill then decode, freeing on finish and abort; and the offline closed-loop run that
 calibrates the simulated node against the seed's host-prefetch deltas."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from engram_top import reference
-from engram_top.reference import ServiceModel, Workload
-from engram_top.simnode import memory
-from engram_top.simnode.memory import PAGE_SIZE, kv_capacity_tokens
-from engram_top.simnode.model import (
+from engram_top.seed import reference
+from engram_top.seed.reference import ServiceModel, Workload
+from engram_top.sim import memory
+from engram_top.sim.memory import PAGE_SIZE, kv_capacity_tokens
+from engram_top.sim.model import (
     PREFILL_TOKEN_BUDGET,
     Request,
     Scheduler,

@@ -18,12 +18,12 @@ from collectors import numa
 from collectors.host import ProcBackend, sample
 from collectors.readings import NumaNode, Reading, Status
 from collectors.units import KIB, MIB
-from engram_top import facts
 from engram_top.app.main import EngramTopApp
 from engram_top.app.panels import host_panel
-from engram_top.reference import default as reference
-from engram_top.simnode import memory, sockets, state
-from engram_top.simnode.backends import SimHostBackend
+from engram_top.model import facts
+from engram_top.seed.reference import default as reference
+from engram_top.sim import memory, sockets, state
+from engram_top.sim.backends import SimHostBackend
 
 NODE0 = """\
 Node 0 MemTotal:       1073741824 kB
@@ -315,8 +315,8 @@ def test_one_node_adds_nothing_to_the_panel() -> None:
 def test_the_nodes_round_trip_in_recordings_and_reach_snapshot_json() -> None:
     import json
 
-    from engram_top import snapshot
-    from engram_top.recording_format import decode_reading, encode_reading
+    from engram_top.export import snapshot
+    from engram_top.record.file_format import decode_reading, encode_reading
 
     store = two_socket_store()
     reading = store.latest["host"]

@@ -540,7 +540,7 @@ def test_nvml_backend_refuses_to_queue_behind_a_stuck_call() -> None:
 _CONTENTION = r"""
 import asyncio, json, sys
 from pathlib import Path
-from engram_top.session import Session, SessionOptions
+from engram_top.live.session import Session, SessionOptions
 from scenarios.supervisor import SupervisorError
 
 async def main(scenario_file, state_dir):

@@ -19,12 +19,12 @@ from helpers import ROOT, StaticSession, screen_text, until
 from scene import SEED_RESULTS
 from test_compare import md_row
 
-from engram_top import cli
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp
-from engram_top.figures import RunFigures
-from engram_top.probe_report import SCHEMA, ProbeFileError, from_json, load_probe
-from engram_top.store import RunFacts, RunStore
+from engram_top.cli import commands
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.probe.report import SCHEMA, ProbeFileError, from_json, load_probe
 
 SGLANG_PY = ROOT / ".venv-sglang" / "bin" / "python"
 BENCH_SERVING = ROOT / "tests" / "data" / "bench_serving"
@@ -134,7 +134,7 @@ def test_probe_without_torch_says_how_to_get_it(tmp_path: Path) -> None:
 def test_probe_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     for bad in (["--batch", "0,8"], ["--batch", "x"], ["--seconds", "-1"], ["--row-bytes", "0"]):
         with pytest.raises(SystemExit) as exc:
-            cli.main(["probe", *bad])
+            commands.main(["probe", *bad])
         assert exc.value.code == 2
     assert "each from 1 to 65536, got '0'" in capsys.readouterr().err
 
@@ -144,10 +144,10 @@ def test_probe_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None
 def test_compare_shows_the_probe_as_a_column_of_predictions(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(BENCH_SERVING / "device.jsonl"), str(BENCH_SERVING / "host-prefetch.jsonl")]
-    assert cli.main(["compare", *files, "--baseline", "device"]) == 0
+    assert commands.main(["compare", *files, "--baseline", "device"]) == 0
     plain = capsys.readouterr().out
     probe = synthetic_probe(tmp_path)
-    assert cli.main(["compare", *files, "--baseline", "device", "--probe", str(probe)]) == 0
+    assert commands.main(["compare", *files, "--baseline", "device", "--probe", str(probe)]) == 0
     md = capsys.readouterr().out
     head = md_row(md, "metric")
     assert head[-1] == "predicted by probe (NVIDIA H200)"
@@ -161,8 +161,8 @@ def test_compare_shows_the_probe_as_a_column_of_predictions(
     assert "Predicted by probe (probe.json, 2026-12-02T12:00:00+00:00, NVIDIA H200)" in md
     assert "A prediction, not a measurement of these runs." in md
     assert "not meaningful" not in md
-    assert cli.main(["compare", *files, "--baseline", "device", "--probe", str(probe),
-                     "--json"]) == 0
+    assert commands.main(["compare", *files, "--baseline", "device", "--probe", str(probe),
+                          "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["probe"]["label"] == "predicted by probe (NVIDIA H200)"
     assert data["probe"]["row"] == "tpot_mean_ms"
@@ -173,8 +173,8 @@ def test_compare_with_the_cpu_probe_says_it_is_not_meaningful(
         cpu_probe: tuple[Path, subprocess.CompletedProcess[str]],
         capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(BENCH_SERVING / "device.jsonl"), str(BENCH_SERVING / "host-prefetch.jsonl")]
-    assert cli.main(["compare", *files, "--baseline", "device", "--probe",
-                     str(cpu_probe[0] / "probe.json")]) == 0
+    assert commands.main(["compare", *files, "--baseline", "device", "--probe",
+                          str(cpu_probe[0] / "probe.json")]) == 0
     md = capsys.readouterr().out
     assert md_row(md, "metric")[-1] == "predicted by probe (CPU: not meaningful for placement)"
     assert md_row(md, "mean TPOT")[-1].startswith("batch 1: host ")
@@ -202,8 +202,8 @@ def test_a_bad_probe_file_is_named_with_its_field(tmp_path: Path,
                            .replace("]", r"\]").replace(".", r"\.")):
             from_json(data, "x.json")
     path.write_text("{not json")
-    res = cli.main(["compare", str(BENCH_SERVING / "device.jsonl"), "--baseline", "device",
-                    "--probe", str(path)])
+    res = commands.main(["compare", str(BENCH_SERVING / "device.jsonl"), "--baseline", "device",
+                         "--probe", str(path)])
     assert res == 2
     err = capsys.readouterr().err
     assert f"engram-top compare: {path}: not valid JSON" in err and "Traceback" not in err

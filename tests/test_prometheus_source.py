@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from collectors.prometheus import group, host_of, node_of, queries
-from engram_top import fleet
-from engram_top.config import Thresholds
+from engram_top.alerts.thresholds import Thresholds
+from engram_top.fleet import session as fleet
 
 
 def sample(value: Any, **labels: str) -> dict[str, Any]:
@@ -142,8 +142,8 @@ def test_group_keeps_one_node_and_the_instances_it_came_from() -> None:
 
 def test_a_nodes_figures_become_the_panels_readings() -> None:
     from collectors.prometheus import FleetGpu, FleetNodeData
-    from engram_top import facts
-    from engram_top.fleet_detail import NodeDetail, duration_s
+    from engram_top.fleet.detail import NodeDetail, duration_s
+    from engram_top.model import facts
     gib = 1024 ** 3
     d = FleetNodeData(
         node="gpu-a", placement="host",

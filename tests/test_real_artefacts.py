@@ -13,15 +13,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors import promtext
 from collectors.readings import ServerData
-from collectors.sglang import (
+from collectors.sglang.collector import (
     HISTOGRAMS,
     memory_gb,
     merged_histogram,
     rank_constants,
     server_info_fields,
 )
+from collectors.sglang.startup_log import StartupLogParser
 from collectors.startup_facts import STOPPED, StartupFacts
-from collectors.startup_log import StartupLogParser
 
 DATA = Path(__file__).parent / "data" / "sglang-cpu"
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from helpers import until
 
-from engram_top.session import LoadSpec, Session, SessionOptions
+from engram_top.live.session import LoadSpec, Session, SessionOptions
 from scenarios.supervisor import port_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,9 +113,10 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
                     "the new KV capacity in a healthy reading")
         assert store.history["tiny-8k"].state == "stopped"
         # Both runs compared on their own figures; the seed's (DeepSeek's) are no reference.
-        from engram_top import facts, reference
+        from engram_top.compare.runs import comparison
+        from engram_top.seed import reference
         await until(None, lambda: store.run.results.kv_tokens == 16384, 10, "its figures")
-        c = facts.comparison(store.runs, reference=reference.default())
+        c = comparison(store.runs, reference=reference.default())
         assert c is not None and c.row("kv_tokens").cells["tiny-16k"].mean == 16384
         assert c.row("kv_tokens").cells["tiny-8k"].mean == 8192
         assert all(not row.reference for row in c.rows)
@@ -146,7 +147,7 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
 @pytest.mark.timeout(400)
 async def test_bench_runs_on_the_real_cpu_server(tmp_path: Path) -> None:
     assert READY, "the SGLang CPU environment is missing: run scripts/setup-sglang-cpu.sh"
-    from engram_top.bench import load_plan, run_bench
+    from engram_top.bench.runner import load_plan, run_bench
     plan = load_plan(ROOT / "scenarios" / "tiny-cpu-bench.toml")
     report = await run_bench(plan, tmp_path / "out", say=lambda text: None)
     results = {r["scenario"]: r for r in report["results"]}

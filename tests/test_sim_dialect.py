@@ -17,8 +17,8 @@ from helpers import ServerSpec, SimServer, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.units import GIB
-from engram_top import reference
-from engram_top.simnode import engram, memory
+from engram_top.seed import reference
+from engram_top.sim import engram, memory
 
 if TYPE_CHECKING:
     from helpers import Fleet

@@ -31,15 +31,15 @@ from helpers import (
 
 from collectors.readings import ServerData, Status
 from collectors.units import GIB
-from collectors.vllm import VllmCollector
-from collectors.vllm_log import VllmLogParser
-from engram_top import reference
-from engram_top.bench import load_plan
-from engram_top.simnode import memory, state
-from engram_top.simnode import vllm as simvllm
-from engram_top.simnode.model import CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO
-from engram_top.simnode.server_args import CONTEXT_LEN
-from scenarios import config, engines
+from collectors.vllm.collector import VllmCollector
+from collectors.vllm.startup_log import VllmLogParser
+from engram_top.bench.runner import load_plan
+from engram_top.seed import reference
+from engram_top.sim import memory, state
+from engram_top.sim import vllm as simvllm
+from engram_top.sim.model import CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO
+from engram_top.sim.server_args import CONTEXT_LEN
+from scenarios import engines, scenario_file
 from scenarios.workload import PROMPT_TOKENS_FIELD
 
 REF = reference.default()
@@ -336,7 +336,7 @@ async def test_kv_pressure_preempts(servers: dict[str, SimServer]) -> None:
 
 
 def test_the_simulated_vllm_engine(tmp_path: Path) -> None:
-    sf = config.load(MIXED)
+    sf = scenario_file.load(MIXED)
     kinds = {n: (sc.kind, sc.engine.display, sc.placement) for n, sc in sf.scenarios.items()}
     assert kinds == {
         "sglang-device": ("simulated", "SGLang (simulated)", "device"),
@@ -358,8 +358,8 @@ def test_the_simulated_vllm_engine(tmp_path: Path) -> None:
                                     'placement = "host"\nport = 30124')
     path = tmp_path / "mixed.toml"
     path.write_text(bad)
-    with pytest.raises(config.ScenarioError) as info:
-        config.load(path)
+    with pytest.raises(scenario_file.ScenarioError) as info:
+        scenario_file.load(path)
     assert "vLLM has no host placement without prefetch" in str(info.value)
 
 
@@ -411,7 +411,7 @@ def test_the_mixed_bench_runs_both_engines(tmp_path: Path) -> None:
 @pytest.mark.timeout(90)
 async def test_the_dashboard_fills_the_vllm_panels(tmp_path: Path) -> None:
     from engram_top.app.main import EngramTopApp
-    from engram_top.session import LoadSpec, Session, SessionOptions
+    from engram_top.live.session import LoadSpec, Session, SessionOptions
     options = SessionOptions(scenario_file=MIXED, start="vllm-host-prefetch",
                              state_dir=tmp_path / "state", node_dir=tmp_path / "node",
                              poll_interval=0.5, free_ports=True, time_scale=0.02,
@@ -438,7 +438,7 @@ async def test_attach_without_engine_reads_a_vllm_server_as_vllm(
     # `engram-top attach URL` with no --engine: the page's vllm: names decide, and the
     # panels show vLLM's figures rather than the SGLang reader's "not my page".
     from engram_top.app.main import EngramTopApp
-    from engram_top.session import Session, SessionOptions
+    from engram_top.live.session import Session, SessionOptions
     server = ready(servers, "device")  # host-prefetch's is stopped by a test above
     session = Session(SessionOptions(attach=(server.url,), api_key=server.api_key, load=None,
                                      poll_interval=0.5, state_dir=tmp_path / "state"))

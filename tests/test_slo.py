@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engram_top import slo
-from engram_top.slo import LevelStats, Slo
+from engram_top.compare import slo
+from engram_top.compare.slo import LevelStats, Slo
 
 SLOS = (Slo("ttft", 99, 2.0), Slo("tpot", 99, 0.05))
 

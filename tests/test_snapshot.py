@@ -24,12 +24,13 @@ import pytest
 from helpers import until
 from scene import filled_store
 
-from engram_top import reference, snapshot
-from engram_top.alerts import Alert
-from engram_top.recording import Recorder
-from engram_top.redact import REDACTED, redact, redact_text
-from engram_top.snapshot import SnapshotError, write_folder
-from engram_top.store import RunStore
+from engram_top.alerts.monitor import Alert
+from engram_top.export import snapshot
+from engram_top.export.snapshot import SnapshotError, write_folder
+from engram_top.model.redact import REDACTED, redact, redact_text
+from engram_top.model.store import RunStore
+from engram_top.record.recorder import Recorder
+from engram_top.seed import reference
 
 GIB = 1024**3
 FOLDER = re.compile(r"^engram-top-\d{8}-\d{6}(-\d+)?$")
@@ -291,8 +292,8 @@ env = {{ HF_TOKEN = "{HF_TOKEN}" }}
 
 @pytest.mark.timeout(120)
 async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
-    from engram_top.app.export import render_svg
-    from engram_top.session import Session, SessionOptions
+    from engram_top.app.headless import render_svg
+    from engram_top.live.session import Session, SessionOptions
 
     session = Session(SessionOptions(
         scenario_file=_scenario_file(tmp_path), start="device", state_dir=tmp_path / "state",
@@ -310,11 +311,11 @@ async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
         assert session.run is not None and session.run.alive  # rendering kept the server
         out = write_folder(tmp_path / "snaps", session.store, session.ref, svg=svg)
         # The same server through `engram-top snapshot --attach URL --api-key KEY`.
-        from engram_top import cli
-        args = cli.build_parser().parse_args([
+        from engram_top.cli import commands
+        args = commands.build_parser().parse_args([
             "snapshot", "--attach", session.store.run.url, "--api-key", API_KEY,
             "--after", "0", "--out", str(tmp_path / "attached")])
-        assert await cli.take_snapshot(args) == 0
+        assert await commands.take_snapshot(args) == 0
         assert session.run.alive  # attaching never stops a server
     finally:
         await session.close()

@@ -10,8 +10,8 @@ from helpers import API_KEY, Fleet, until
 
 from collectors.readings import Reading, Status
 from collectors.source import LOCAL, SourceKey
-from engram_top.session import Session, SessionOptions
-from engram_top.store import RunStore, SeriesKey
+from engram_top.live.session import Session, SessionOptions
+from engram_top.model.store import RunStore, SeriesKey
 
 
 async def test_attached_servers_are_polled_at_once_each_as_its_own_node(fleet: Fleet) -> None:

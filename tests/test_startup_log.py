@@ -12,18 +12,18 @@ import time
 
 import pytest
 
+from collectors.sglang.startup_log import (
+    EVENTS,
+    MAX_ERRORS,
+    StartupLogParser,
+    parse_startup_log,
+)
 from collectors.startup_facts import (
     FAILED,
     PHASES,
     STOPPED,
     STOPPING,
     PhaseSpan,
-)
-from collectors.startup_log import (
-    EVENTS,
-    MAX_ERRORS,
-    StartupLogParser,
-    parse_startup_log,
 )
 from collectors.units import GIB, MIB, gib_to_bytes, mib_to_bytes
 

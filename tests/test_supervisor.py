@@ -15,11 +15,11 @@ import pytest
 from helpers import free_port, running, until
 
 from collectors.host import sample as host_sample
-from engram_top import reference
-from engram_top.simnode import state
-from engram_top.simnode.backends import SimGpuBackend, SimHostBackend
-from scenarios import config, supervisor
-from scenarios.config import Scenario
+from engram_top.seed import reference
+from engram_top.sim import state
+from engram_top.sim.backends import SimGpuBackend, SimHostBackend
+from scenarios import scenario_file, supervisor
+from scenarios.scenario_file import Scenario
 from scenarios.supervisor import Supervisor, SupervisorError, port_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ GIB = 1024**3
 
 
 def sim_scenario(name: str, placement: str, **changes: object) -> Scenario:
-    demo = config.load(ROOT / "scenarios" / "demo.toml").get(placement)
+    demo = scenario_file.load(ROOT / "scenarios" / "demo.toml").get(placement)
     base: dict[str, object] = {"name": name, "port": free_port(), "time_scale": 0.01,
                                "hbm_release_timeout_s": 10.0}
     return dataclasses.replace(demo, **{**base, **changes})
@@ -49,7 +49,7 @@ env = {{ PYTHONPATH = "{FAKE}" }}
 """
     path = tmp_path / "fake.toml"
     path.write_text(text)
-    sc = config.load(path).get("fake")
+    sc = scenario_file.load(path).get("fake")
     return dataclasses.replace(sc, env={**sc.env, **env})
 
 

@@ -14,9 +14,9 @@ import pytest
 from helpers import PageServer
 
 from collectors.pages import PageClient
-from engram_top import sweep
-from engram_top.bench import PlanError, load_plan
-from engram_top.slo import Slo
+from engram_top.bench import sweep
+from engram_top.bench.runner import PlanError, load_plan
+from engram_top.compare.slo import Slo
 from scenarios import engines
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from collectors import promtext
-from collectors import vllm as v
-from collectors.sglang import SglangCollector
+from collectors.sglang.collector import SglangCollector
 from collectors.startup_facts import PHASES
-from collectors.vllm_log import VllmLogParser
+from collectors.vllm import collector as v
+from collectors.vllm.startup_log import VllmLogParser
 from scenarios import engines
-from scenarios.config import ScenarioError, load
+from scenarios.scenario_file import ScenarioError, load
 
 DATA = Path(__file__).parent / "data" / "vllm-cpu"
 ERAS = Path(__file__).parent / "data" / "vllm-eras"  # GPU lines as those versions print them
@@ -321,7 +321,7 @@ def test_vllm_scenarios_launch_as_the_engine_wants(tmp_path: Path) -> None:
 
 
 def test_the_demo_load_fits_a_model_whose_context_is_short() -> None:
-    from engram_top.session import fit_context
+    from engram_top.live.session import fit_context
     assert fit_context(512, 128, None) == (512, 128)  # nothing known: as asked
     assert fit_context(512, 128, 4096) == (512, 128)  # it fits
     assert fit_context(512, 128, 512) == (384, 128)  # the tiny vLLM's 512: a quarter out

@@ -3,9 +3,9 @@ one table, grouped as the four panels are, each figure with its change against a
 the user picks. Repeated runs of a scenario are its trials: the cell shows their mean and a
 95% interval of the change, marked ~ when the interval holds zero (smaller than the noise).
 
-The numbers come from engram_top.facts.comparison, the one comparison a snapshot writes too,
-over engram_top.compare, the same code as `engram-top bench`'s report; the rows are the
-registered metrics (engram_top.metrics)."""
+The numbers come from engram_top.compare.runs.comparison, the one comparison a snapshot writes too,
+over engram_top.compare.comparison, the same code as `engram-top bench`'s report; the rows are the
+registered metrics (engram_top.compare.measures)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ from textual.widgets import Static
 
 from collectors.safetext import visible
 from collectors.units import pct_change
-from engram_top import facts
-from engram_top.compare import PROBE_ROW, Cell, Comparison, Row, RunResult
-from engram_top.metrics import Metric, Registry
-from engram_top.probe_report import HOST_MODES, ProbeReport
-from engram_top.reference import Reference
-from engram_top.store import RunStore
+from engram_top.compare.comparison import PROBE_ROW, Cell, Comparison, Row, RunResult
+from engram_top.compare.measures import Metric, Registry
+from engram_top.compare.runs import comparison
+from engram_top.model.store import RunStore
+from engram_top.probe.report import HOST_MODES, ProbeReport
+from engram_top.seed.reference import Reference
 
 
 def comparison_table(c: Comparison, store: RunStore) -> Table:
@@ -178,7 +178,7 @@ class CompareScreen(ModalScreen[None]):
         self._draw()
 
     def _comparison(self) -> Comparison | None:
-        c = facts.comparison(self.store.runs, baseline=self.baseline, extra=self.extra,
+        c = comparison(self.store.runs, baseline=self.baseline, extra=self.extra,
                              reference=self.reference, price_per_gpu_hour=self.price,
                              metrics=self.metrics)
         return c if c is None or self.probe is None else dataclasses.replace(c, probe=self.probe)

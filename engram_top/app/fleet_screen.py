@@ -23,8 +23,8 @@ from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.node_screen import NodeScreen
 from engram_top.app.safe import SafeOutput, safe
 from engram_top.app.terminal import SurvivesHangUp
-from engram_top.fleet import FleetRow, FleetSession
-from engram_top.store import RunStore
+from engram_top.fleet.session import FleetRow, FleetSession
+from engram_top.model.store import RunStore
 
 DASH = "–"
 
@@ -316,7 +316,7 @@ class FleetApp(SurvivesHangUp, SafeOutput, App[int]):
             self.push_screen(NodeScreen(self.session, self._shown[table.cursor_row]))
 
     def action_compare(self) -> None:
-        from engram_top import fleet
+        from engram_top.fleet import session as fleet
         runs = fleet.results(self.rows())
         if not runs:
             self.notify("no serving node to compare yet", severity="warning")

@@ -28,10 +28,10 @@ from textual.widgets import DataTable, Static
 
 from collectors.safetext import visible
 from collectors.units import GIB, gib, percent
-from engram_top import facts
 from engram_top.app.charts import PALETTE, Line, chart, rate_unit
 from engram_top.app.safe import cell, safe_text
-from engram_top.store import LOCAL, RunStore, Series
+from engram_top.model import facts
+from engram_top.model.store import LOCAL, RunStore, Series
 
 REFRESH_S = 0.5  # at most 2 Hz, as the dashboard
 WINDOWS_S = (60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0)

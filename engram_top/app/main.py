@@ -26,23 +26,24 @@ from textual.widgets import DataTable, Footer, RichLog, Static
 
 from collectors.safetext import visible
 from collectors.units import seconds, tokens, weights_gb
-from engram_top import facts, reference
-from engram_top.alerts import AlertChange
+from engram_top.alerts.monitor import AlertChange
 from engram_top.app import panels
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
 from engram_top.app.keymap import keep_a_quit_key
 from engram_top.app.panel import Panel, text_key
 from engram_top.app.safe import SafeOutput, cell, safe
 from engram_top.app.terminal import SurvivesHangUp
-from engram_top.config import UserConfig
-from engram_top.figures import RunFigures
-from engram_top.store import RunFacts, RunStore
+from engram_top.model import facts
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.seed import reference
+from engram_top.settings.user_config import UserConfig
 
 if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of milliseconds
-    from engram_top import snapshot
-    from engram_top.compare import RunResult
-    from engram_top.probe_report import ProbeReport
-    from engram_top.replay import ReplaySession
+    from engram_top.compare.comparison import RunResult
+    from engram_top.export import snapshot
+    from engram_top.probe.report import ProbeReport
+    from engram_top.record.replay import ReplaySession
 
 # The screen follows the readings: redrawn as often as the sources are polled (every 1 s
 # by default), and at most twice a second for a faster poll. Keys redraw at once.
@@ -530,7 +531,7 @@ class EngramTopApp(SurvivesHangUp, SafeOutput, App[int]):
         store = self.session.store
         options = getattr(self.session, "options", None)
         secrets = [getattr(options, "api_key", None) or ""]
-        from engram_top import snapshot
+        from engram_top.export import snapshot
         try:
             # Its one comparison (snapshot.json and summary.md) takes the runs loaded from
             # files and the price, as the compare screen does.
@@ -547,7 +548,7 @@ class EngramTopApp(SurvivesHangUp, SafeOutput, App[int]):
     async def _write_snapshot(self, taken: snapshot.Prepared) -> None:
         # A thread for the files; the result is told here, on the loop. Quitting meanwhile
         # cancels this worker, not the write: Python waits for the thread before it exits.
-        from engram_top.snapshot import SnapshotError  # loaded by action_snapshot already
+        from engram_top.export.snapshot import SnapshotError  # loaded by action_snapshot already
         try:
             path = await asyncio.to_thread(taken.write)
         except SnapshotError as exc:  # nothing half-written; the app goes on
@@ -725,7 +726,7 @@ class EngramTopApp(SurvivesHangUp, SafeOutput, App[int]):
 
     def _handle_exception(self, error: Exception) -> None:
         """A bug: kept for the CLI, which files the traceback and says one line; the
-        session is closed on the way out (engram_top.lifetime)."""
+        session is closed on the way out (engram_top.cli.lifetime)."""
         if self.crash is None:
             self.crash = error
         super()._handle_exception(error)

@@ -15,8 +15,8 @@ from engram_top.app import panels
 from engram_top.app.history_screen import HistoryScreen
 from engram_top.app.panel import Panel
 from engram_top.app.safe import safe
-from engram_top.fleet import FleetSession
-from engram_top.fleet_detail import HISTORY_S
+from engram_top.fleet.detail import HISTORY_S
+from engram_top.fleet.session import FleetSession
 
 
 class NodeScreen(Screen[None]):

@@ -27,9 +27,9 @@ from collectors.units import (
     tokens,
     weights_gb,
 )
-from engram_top import facts
-from engram_top.store import RunStore
-from engram_top.views import GpuView, HostView, Quantiles
+from engram_top.model import facts
+from engram_top.model.store import RunStore
+from engram_top.model.views import GpuView, HostView, Quantiles
 
 BAR_WIDTH = 24
 SPARK = "▁▂▃▄▅▆▇█"

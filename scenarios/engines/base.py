@@ -20,10 +20,10 @@ from collectors.readings import Reading, ServerData
 from collectors.units import MIB
 from scenarios.engines.engram import EngramSetting
 
-if TYPE_CHECKING:  # the scenario type only for hints: scenarios.config imports us
+if TYPE_CHECKING:  # the scenario type only for hints: scenarios.scenario_file imports us
     from collectors.promtext import Family, Histogram
     from collectors.startup_facts import StartupFacts
-    from scenarios.config import Scenario
+    from scenarios.scenario_file import Scenario
 
 # Where the Engram tables live: the seed's three placements.
 PLACEMENTS = ("device", "host", "host-prefetch")

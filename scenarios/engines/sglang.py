@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from collectors import promtext
 from collectors.log_markers import FAILURE_MARKERS
-from collectors.sglang import (
+from collectors.sglang.collector import (
     COUNTERS,
     GAUGES,
     HISTOGRAMS,
@@ -34,7 +34,7 @@ from scenarios.engines.base import (
 )
 
 if TYPE_CHECKING:
-    from scenarios.config import Scenario
+    from scenarios.scenario_file import Scenario
 
 # The Engram switches of SGLang's DeepSeek-V4.1 code (its environ.py and --engram-config).
 ENGRAM_ENV: dict[str, dict[str, str]] = {
@@ -72,7 +72,7 @@ class SGLangSpeaker(Engine):
 
     def parser(self) -> LogParser:
         # Loaded with the first log to read: attach without a log never needs it.
-        from collectors.startup_log import StartupLogParser
+        from collectors.sglang.startup_log import StartupLogParser
         return StartupLogParser()
 
     def collector(self, url: str, api_key: str | None = None,

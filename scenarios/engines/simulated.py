@@ -21,7 +21,7 @@ from scenarios.engines.vllm import PLACEMENTS as VLLM_PLACEMENTS
 from scenarios.engines.vllm import VllmSpeaker
 
 if TYPE_CHECKING:
-    from scenarios.config import Scenario
+    from scenarios.scenario_file import Scenario
 
 
 class SimulatedNode(Engine):

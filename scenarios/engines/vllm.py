@@ -26,8 +26,8 @@ from scenarios.engines.engram import EngramSetting
 
 if TYPE_CHECKING:
     from collectors.promtext import Family
-    from collectors.vllm import VllmCollector
-    from scenarios.config import Scenario
+    from collectors.vllm.collector import VllmCollector
+    from scenarios.scenario_file import Scenario
 
 # The placement -> the --engram-config flags of vLLM's DeepSeek-V4.1 code.
 ENGRAM_ARGS: dict[str, tuple[str, ...]] = {
@@ -62,7 +62,7 @@ class VllmSpeaker(Engine):
                           confirm_path="/metrics", confirm_text="vllm:")
 
     def parser(self) -> LogParser:
-        from collectors.vllm_log import VllmLogParser
+        from collectors.vllm.startup_log import VllmLogParser
         return VllmLogParser()
 
     def follower(self) -> LogFollower:
@@ -70,15 +70,15 @@ class VllmSpeaker(Engine):
 
     def collector(self, url: str, api_key: str | None = None,
                   auth: tuple[str, str] | None = None) -> VllmCollector:
-        from collectors.vllm import VllmCollector
+        from collectors.vllm.collector import VllmCollector
         return VllmCollector(url, api_key=api_key, auth=auth)
 
     def page_limit(self, path: str) -> int:
-        from collectors.vllm import PAGE_LIMITS
+        from collectors.vllm.collector import PAGE_LIMITS
         return PAGE_LIMITS.get(path, super().page_limit(path))
 
     def mark_figures(self, families: dict[str, Family]) -> Mark:
-        from collectors import vllm as v
+        from collectors.vllm import collector as v
         fams = v.canonical(families)
         queue = v.find(fams, v.HISTOGRAMS["queue_time"])
         h = v.merged_histogram(queue) if queue is not None and queue.type == "histogram" else None
@@ -86,7 +86,7 @@ class VllmSpeaker(Engine):
 
     def inspect_metrics(self, text: str) -> dict[str, object]:
         from collectors import promtext
-        from collectors import vllm as v
+        from collectors.vllm import collector as v
         from collectors.windowed import quantile_bound
         fams = v.canonical(promtext.parse(text))
         if not v.is_vllm_page(fams):

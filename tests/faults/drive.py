@@ -22,9 +22,9 @@ def make_recording(path: Path, scenarios: tuple[str, ...] = ("device", "host")) 
     """A small, valid recording without a node: one ready run with figures per scenario,
     and one reading, as a dashboard session writes them."""
     from collectors.readings import Reading, Status
-    from engram_top.figures import RunFigures
-    from engram_top.recording import Recorder
-    from engram_top.store import RunFacts, RunStore
+    from engram_top.model.figures import RunFigures
+    from engram_top.model.store import RunFacts, RunStore
+    from engram_top.record.recorder import Recorder
 
     store = RunStore()
     store.node = "test-node"

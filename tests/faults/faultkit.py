@@ -181,7 +181,7 @@ def _is_server(proc: psutil.Process) -> bool:
         cmd = " ".join(proc.cmdline())
     except psutil.Error:
         return False
-    return "sim serve" in cmd or "simnode.rank" in cmd or "sglang.launch_server" in cmd
+    return "sim serve" in cmd or "sim.rank" in cmd or "sglang.launch_server" in cmd
 
 
 def scenario_file(tmp: Path, body: str) -> Path:

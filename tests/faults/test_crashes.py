@@ -15,11 +15,11 @@ from helpers import ENGRAM_TOP, quit_app, running, screen_text, until, wait_unti
 
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp
-from engram_top.compare import RunResult
-from engram_top.importers import load_runs
-from engram_top.recording import Recorder
-from engram_top.replay import ReplaySession
-from engram_top.session import Session, SessionOptions
+from engram_top.compare.comparison import RunResult
+from engram_top.live.session import Session, SessionOptions
+from engram_top.record.importers import load_runs
+from engram_top.record.recorder import Recorder
+from engram_top.record.replay import ReplaySession
 
 
 def snapshot_json(cli: Cli, *source: str) -> dict:

@@ -16,9 +16,9 @@ from drive import SIZE
 from faultkit import TAG, Cli
 from helpers import PageServer, free_port, quit_app, screen_text, until
 
-from engram_top import engine_detect
 from engram_top.app.main import EngramTopApp
-from engram_top.session import Session, SessionOptions
+from engram_top.live import engine_detect
+from engram_top.live.session import Session, SessionOptions
 from scenarios.process import LaunchSpec, ManagedProcess
 
 

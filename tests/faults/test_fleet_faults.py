@@ -19,9 +19,9 @@ from faultkit import Cli, no_traceback
 from helpers import screen_text, until, wait_until
 from textual.widgets import DataTable, Static
 
-from engram_top import fleet_export
 from engram_top.app.fleet_screen import FleetApp
-from engram_top.fleet import MIN_PAUSE_S, FleetSession
+from engram_top.fleet import export as fleet_export
+from engram_top.fleet.session import MIN_PAUSE_S, FleetSession
 from scenarios import owned_folder
 from scenarios.fleet_demo import FOLDER_PREFIX
 

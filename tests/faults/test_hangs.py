@@ -14,7 +14,7 @@ from faultkit import PLAN, Cli, bench_with, no_traceback, sim_scenario_file
 from helpers import ENGRAM_TOP, quit_app, screen_text, until, wait_until
 
 from engram_top.app.main import EngramTopApp
-from engram_top.session import Session, SessionOptions
+from engram_top.live.session import Session, SessionOptions
 from scenarios.logtail import MAX_LINE, LogTail
 
 # --------------------------------------------------------------------------- 6

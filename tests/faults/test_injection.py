@@ -147,9 +147,9 @@ class Prometheus:
 
 
 async def test_fleet_labels_and_prometheus_errors_are_shown_never_sent(tmp_path: Path) -> None:
-    from engram_top import fleet_export
     from engram_top.app.fleet_screen import FleetApp
-    from engram_top.fleet import FleetSession
+    from engram_top.fleet import export as fleet_export
+    from engram_top.fleet.session import FleetSession
 
     with Prometheus() as prom:
         session = FleetSession(prom.url, interval=0.5)
@@ -230,7 +230,7 @@ args = ["--fault", "log=inject", "--fault", "info=inject", "--fault", "metrics=i
 
 async def test_a_server_and_a_scenario_file_through_the_dashboard_and_its_snapshot(
         tmp_path: Path, evil_scenarios: Path) -> None:
-    from engram_top.session import Session, SessionOptions
+    from engram_top.live.session import Session, SessionOptions
 
     session = Session(SessionOptions(scenario_file=evil_scenarios, start=NAME, load=None,
                                      state_dir=tmp_path / "state", poll_interval=0.3))
@@ -301,9 +301,9 @@ def evil_recording(path: Path) -> Path:
     """A recording of a node and two scenarios named with controls, a server log line, an
     error event quoting a server's answer, and one reading."""
     from collectors.readings import Reading, Status
-    from engram_top.figures import RunFigures
-    from engram_top.recording import Recorder
-    from engram_top.store import RunFacts, RunStore
+    from engram_top.model.figures import RunFigures
+    from engram_top.model.store import RunFacts, RunStore
+    from engram_top.record.recorder import Recorder
 
     store = RunStore()
     store.node = EVIL
@@ -326,7 +326,7 @@ def evil_recording(path: Path) -> Path:
 
 
 async def test_a_recording_replayed_and_compared(cli: Cli, tmp_path: Path) -> None:
-    from engram_top.replay import ReplaySession
+    from engram_top.record.replay import ReplaySession
 
     rec = evil_recording(tmp_path / "evil.jsonl")
     app = EngramTopApp(ReplaySession(rec, paused=True))
@@ -385,7 +385,7 @@ def test_a_command_prints_outside_text_visibly(capsys: pytest.CaptureFixture[str
                                                tmp_path: Path) -> None:
     """Every line a command prints goes through one filter: an error quoting a file's name
     (any outside text) shows its controls as escapes, in the same process as a user runs."""
-    from engram_top import cli
+    from engram_top.cli import commands as cli
 
     missing = tmp_path / f"no{OSC}such.log"
     assert cli.main(["inspect-log", str(missing)]) == 1

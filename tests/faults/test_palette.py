@@ -11,8 +11,8 @@ from helpers import quit_app, until
 from textual.command import CommandList, CommandPalette
 
 from engram_top.app.main import EngramTopApp, HelpScreen
-from engram_top.replay import ReplaySession
-from engram_top.session import Session, SessionOptions
+from engram_top.live.session import Session, SessionOptions
+from engram_top.record.replay import ReplaySession
 
 REPLAY_ONLY = {"Play/pause", "-10 s", "+10 s", "-1 min", "+1 min", "To the start", "Slower",
                "Faster"}

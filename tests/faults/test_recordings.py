@@ -19,11 +19,11 @@ from drive import SIZE, make_recording, strict_json
 from faultkit import Cli, no_traceback
 from helpers import quit_app, screen_text, until
 
-from engram_top import replay_file
 from engram_top.app.main import EngramTopApp
-from engram_top.recording import read_recording
-from engram_top.recording_format import RecordingError
-from engram_top.replay import ReplaySession
+from engram_top.record import replay_file
+from engram_top.record.file_format import RecordingError
+from engram_top.record.recorder import read_recording
+from engram_top.record.replay import ReplaySession
 
 # Session A ran device then host; session B, appended after A was cut, host-prefetch.
 A_RUNS = {"device": 350.0, "host": 400.0}  # scenario -> mean TTFT (ms), as make_recording
@@ -167,7 +167,7 @@ def test_snapshot_and_compare_of_a_damaged_file_say_it(
         assert name in res.stdout
 
     # A dashboard's --compare-with: the runs of both sessions, and the skip on its events.
-    from engram_top import cli as cli_module
+    from engram_top.cli import commands as cli_module
     args = cli_module.build_parser().parse_args(["replay", str(path), "--compare-with",
                                                  str(path)])
     replay = ReplaySession(path, paused=True)
@@ -289,7 +289,7 @@ def test_what_is_no_recording_is_refused_clearly(tmp_path: Path, cli: Cli, what:
 
 MEASURE = """
 import resource, sys
-from engram_top.cli import main
+from engram_top.cli.commands import main
 code = main(sys.argv[1:])
 print("maxrss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 sys.exit(code)
@@ -337,8 +337,8 @@ def shaped_recording(path: Path) -> Path:
     the free-form data the panels read by shape."""
     import time
 
-    from engram_top.recording import Recorder
-    from engram_top.store import RunFacts, RunStore
+    from engram_top.model.store import RunFacts, RunStore
+    from engram_top.record.recorder import Recorder
     store = RunStore()
     recorder = Recorder(store, path).start()
     facts = RunFacts(scenario="host", placement="host", node="n", time_scale=1.0,
@@ -376,8 +376,9 @@ def test_a_record_of_the_wrong_shape_is_skipped_before_a_panel_reads_it(
     """A value of the wrong shape deep in a record's free-form data (start-up facts, the
     Engram reading, the load's counters) is named and its line skipped: it never reaches a
     panel, which reads them by shape."""
-    from engram_top import reference, snapshot
     from engram_top.app import panels
+    from engram_top.export import snapshot
+    from engram_top.seed import reference
     path = shaped_recording(tmp_path / "shaped.jsonl")
     lines = path.read_text().splitlines()
     kind = {"load": "load", "wall": "event"}.get(where[0], "run")

@@ -24,12 +24,12 @@ from helpers import quit_app, screen_text, until, wait_until
 from textual.widgets import Static
 
 from collectors.pages import HeaderError, PageClient, bearer
-from engram_top import credentials
 from engram_top.app.fleet_screen import FleetApp
 from engram_top.app.main import EngramTopApp
-from engram_top.fleet import FleetSession
-from engram_top.recording import Recorder
-from engram_top.session import Session, SessionOptions
+from engram_top.cli import credentials
+from engram_top.fleet.session import FleetSession
+from engram_top.live.session import Session, SessionOptions
+from engram_top.record.recorder import Recorder
 
 PASSWORD = "hunter2-url-secret"
 KEY = "sk-fault-18-do-not-leak"

@@ -18,11 +18,11 @@ from drive import SIZE, make_recording
 from faultkit import Cli, bench_with, no_traceback, sim_scenario_file
 from helpers import free_port, quit_app, screen_text, until, wait_until
 
-from engram_top.alerts import AlertMonitor
+from engram_top.alerts.monitor import AlertMonitor
 from engram_top.app.main import EngramTopApp
-from engram_top.config import load_config
-from engram_top.recording import Recorder
-from engram_top.session import Session, SessionOptions
+from engram_top.live.session import Session, SessionOptions
+from engram_top.record.recorder import Recorder
+from engram_top.settings.user_config import load_config
 
 
 def test_fault_09_a_stream_cut_short_is_incomplete_not_a_success(cli: Cli,

@@ -1,0 +1,1 @@
+"""SGLang's own readers: its HTTP pages and metrics, its start-up log."""

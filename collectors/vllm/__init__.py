@@ -1,0 +1,1 @@
+"""vLLM's own readers: its HTTP pages and metrics, its start-up log."""

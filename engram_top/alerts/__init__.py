@@ -1,0 +1,1 @@
+"""Alerts: their thresholds and the monitor that raises and clears them."""

@@ -1,0 +1,290 @@
+"""Alerts: thresholds over what the store holds, raised and cleared as the readings move.
+
+Pure logic over a RunStore (no I/O, no Textual): the session's AlertWatch calls
+AlertMonitor.evaluate twice a second and tells its listeners (the app toasts what is
+raised). Active alerts live on
+``store.alerts`` (id -> Alert) so panels and exports read the same thing; each start and
+clear is also a store event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from collectors.nvml_health import xid_text
+from collectors.units import MIB, gib_text
+from engram_top.alerts.thresholds import Thresholds
+from engram_top.model.facts import gpu_facts, host_facts, kv_facts, wall_at
+from engram_top.model.store import RunFacts, RunStore
+from scenarios.runstate import ENDED, LIVE, UNASKED_END, RunState
+
+# Alerts about a fact of the run rather than a measured value: nothing hovers there, so they
+# clear as soon as the fact goes (a new run, a restarted server).
+IMMEDIATE_CLEAR = ("server-died", "rank-died", "no-huge-pages", "recording")
+# Alerts whose start the events already hold in the words of whoever saw it: the supervisor
+# writes "device exited (code -9)" as it happens, the recorder why it stopped. They toast
+# and stay on screen while active, but add no second events line, raised or cleared.
+TOLD_ELSEWHERE = ("server-died", "rank-died", "recording")
+
+
+@dataclass
+class Alert:
+    id: str  # "hbm:gpu2", "kv", "host-available", "swap-in", ... (name before any ':')
+    severity: str  # "warning" or "error"
+    message: str  # with the figure and the threshold: "GPU 2 HBM 96.3% used (> 95%)"
+    since: float  # wall-clock time it started
+    started_at: float  # monotonic
+
+    @property
+    def name(self) -> str:
+        return self.id.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class AlertChange:
+    change: str  # "raised" or "cleared"
+    alert: Alert
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A condition seen now. ``firing`` False: inside the hysteresis band, which keeps an
+    active alert alive but starts none."""
+
+    id: str
+    severity: str
+    message: str
+    firing: bool = True
+
+
+class AlertMonitor:
+    def __init__(self, thresholds: Thresholds | None = None, *, announce: bool = True) -> None:
+        self.t = thresholds or Thresholds()
+        # False for a replay: the recording already holds the events the live run wrote.
+        self.announce = announce
+        self._clear_since: dict[str, float] = {}  # id -> monotonic time it was first seen clear
+
+    def evaluate(self, store: RunStore, now: float | None = None) -> list[AlertChange]:
+        """Raise and clear alerts on ``store.alerts``; return what started or ended."""
+        now = time.monotonic() if now is None else now
+        found = {f.id: f for f in self.findings(store, now)}
+        active: dict[str, Alert] = store.alerts
+        changes: list[AlertChange] = []
+        touched = False
+        for f in found.values():
+            self._clear_since.pop(f.id, None)
+            alert = active.get(f.id)
+            if alert is not None:
+                # Inside the band the old message stays: its figure is the one that crossed.
+                if f.firing and (alert.message, alert.severity) != (f.message, f.severity):
+                    alert.message, alert.severity = f.message, f.severity
+                    touched = True
+            elif f.firing:
+                alert = Alert(f.id, f.severity, f.message, since=wall_at(store, now),
+                              started_at=now)
+                active[f.id] = alert
+                if self.announce and alert.name not in TOLD_ELSEWHERE:
+                    store.event(f.severity, f.message)
+                changes.append(AlertChange("raised", alert))
+        for alert_id in [i for i in active if i not in found]:
+            alert = active[alert_id]
+            hold = 0.0 if alert.name in IMMEDIATE_CLEAR else self.t.clear_after_s
+            if now - self._clear_since.setdefault(alert_id, now) >= hold:
+                del active[alert_id]
+                self._clear_since.pop(alert_id, None)
+                if self.announce and alert.name not in TOLD_ELSEWHERE:
+                    store.event("info", f"cleared: {alert.message}")
+                changes.append(AlertChange("cleared", alert))
+        if changes or touched:
+            store.bump("alerts")
+        return changes
+
+    def findings(self, store: RunStore, now: float) -> list[Finding]:
+        """Every condition that holds now, switched-off alerts left out."""
+        checks = (self._hbm, self._kv, self._host, self._swap, self._queue, self._huge_pages,
+                  self._died, self._rank_died, self._silent, self._conditions,
+                  self._gpu_errors)
+        out = [f for check in checks for f in check(store, now)]
+        return [f for f in out if self.t.on(f.id.split(":", 1)[0])]
+
+    # ------------------------------------------------------------------ the checks
+    def _hbm(self, store: RunStore, now: float) -> Iterator[Finding]:
+        limit = self.t.hbm_used_pct
+        for gpu in gpu_facts(store):
+            if not gpu.total_bytes:
+                continue
+            pct = 100.0 * gpu.used_bytes / gpu.total_bytes
+            if pct > limit - self.t.hysteresis_pct:
+                yield Finding(f"hbm:gpu{gpu.index}", "warning",
+                              f"GPU {gpu.index} HBM {pct:.1f}% used (> {limit:g}%)",
+                              firing=pct > limit)
+
+    def _gpu_errors(self, store: RunStore, now: float) -> Iterator[Finding]:
+        """What a GPU reports as gone wrong: XID errors, uncorrected ECC errors. Each stands
+        while the reading holds it (the collector keeps the last XIDs; the volatile ECC
+        count lasts until the driver reloads): a fault to look at, not a passing figure."""
+        for gpu in gpu_facts(store):
+            if gpu.xids:
+                seen = ", ".join(xid_text(x) for x in dict.fromkeys(gpu.xids[-3:]))
+                yield Finding(f"xid:gpu{gpu.index}", "error", f"GPU {gpu.index} {seen}")
+            if gpu.ecc_uncorrected:
+                n = gpu.ecc_uncorrected
+                yield Finding(f"ecc:gpu{gpu.index}", "error",
+                              f"GPU {gpu.index} {n} uncorrected ECC error{'s' * (n != 1)} "
+                              "since the driver loaded")
+
+    def _kv(self, store: RunStore, now: float) -> Iterator[Finding]:
+        kv = kv_facts(store) if _live(store.run) else None
+        if kv is None or kv.token_usage is None:
+            return
+        pct, limit = 100.0 * kv.token_usage, self.t.kv_usage_pct
+        if pct > limit - self.t.hysteresis_pct:
+            tokens = ""
+            if kv.used_tokens is not None and kv.capacity_tokens:
+                tokens = f": {kv.used_tokens:,} of {kv.capacity_tokens:,} tokens"
+            yield Finding("kv", "warning", f"KV pool {pct:.1f}% used (> {limit:g}%){tokens}",
+                          firing=pct > limit)
+
+    def _host(self, store: RunStore, now: float) -> Iterator[Finding]:
+        host = host_facts(store)
+        if host is None or not host.total_bytes:
+            return
+        pct = 100.0 * host.available_bytes / host.total_bytes
+        limit = self.t.host_available_pct
+        if pct < limit + self.t.hysteresis_pct:
+            yield Finding("host-available", "warning",
+                          f"host memory {pct:.1f}% available (< {limit:g}%): "
+                          f"{gib_text(host.available_bytes)} of "
+                          f"{gib_text(host.total_bytes)} GiB", firing=pct < limit)
+
+    def _swap(self, store: RunStore, now: float) -> Iterator[Finding]:
+        series = store.line("host", "swap_in")
+        window = self.t.swap_window_s
+        points = [p for p in series.fine if p[0] >= now - window] if series else []
+        if len(points) < 2 or points[-1][0] <= points[0][0]:
+            return
+        (t0, v0), (t1, v1) = points[0], points[-1]
+        # A negative delta is a counter that restarted (a new host), not swap-out.
+        rate = max(0.0, v1 - v0) / (t1 - t0) / MIB
+        if rate > self.t.swap_in_mib_per_s:
+            yield Finding("swap-in", "warning",
+                          f"swap-in {rate:.1f} MiB/s over {t1 - t0:.0f} s "
+                          f"(> {self.t.swap_in_mib_per_s:g} MiB/s)")
+
+    def _queue(self, store: RunStore, now: float) -> Iterator[Finding]:
+        series = store.line("server", "num_queue_reqs")
+        if series is None or not _live(store.run):
+            return
+        window = self.t.queue_growth_window_s
+        points = series.points()
+        before = [p for p in points if p[0] <= now - window]
+        after = [p for p in points if p[0] > now - window]
+        if not before or not after:  # not watched for a whole window yet
+            return
+        values = [before[-1][1]] + [v for _, v in after]
+        growing = all(b >= a for a, b in zip(values, values[1:], strict=False))
+        if growing and values[-1] > values[0]:
+            yield Finding("queue-growth", "warning",
+                          f"request queue grew from {values[0]:.0f} to {values[-1]:.0f} "
+                          f"over {window:g} s without shrinking")
+
+    def _huge_pages(self, store: RunStore, now: float) -> Iterator[Finding]:
+        run = store.run
+        if run is None or run.state in ENDED:
+            return
+        tables = [t for t in (run.startup or {}).get("engram_tables") or []
+                  if t.get("no_huge_pages_warning")]
+        if not tables:
+            return
+        where = ", ".join(f"{t.get('label')} (TP{t.get('rank', 0)})" for t in tables)
+        noun = "table" if len(tables) == 1 else "tables"
+        yield Finding("no-huge-pages", "warning",
+                      f"Engram host {noun} {where}: {tables[0]['no_huge_pages_warning']}")
+
+    def _died(self, store: RunStore, now: float) -> Iterator[Finding]:
+        run = store.run
+        # "stopped" is a stop we asked for: no alert.
+        if run is None or run.state not in UNASKED_END:
+            return
+        text = f"server {run.scenario} {run.state}"
+        if run.failure:
+            text += f": {run.failure}"
+        if run.exit_code is not None and f"code {run.exit_code}" not in text:
+            text += f" (exit code {run.exit_code})"
+        yield Finding("server-died", "error", text)
+
+    def _rank_died(self, store: RunStore, now: float) -> Iterator[Finding]:
+        run = store.run
+        if run is not None and run.degraded and run.state in LIVE:
+            yield Finding("rank-died", "error", f"server {run.scenario} degraded: {run.degraded}")
+
+    def _conditions(self, store: RunStore, now: float) -> Iterator[Finding]:
+        """What a part of the session reports as standing (the recorder that could not
+        write): an alert for as long as it stands, not one events line soon scrolled off."""
+        for name, (severity, message) in store.conditions.items():
+            yield Finding(name, severity, message)
+
+    def _silent(self, store: RunStore, now: float) -> Iterator[Finding]:
+        run = store.run
+        if run is None or run.state not in (RunState.READY, RunState.ATTACHED):
+            return
+        good = store.last_ok.get("server")
+        since = run.ready_at if run.ready_at is not None else run.launched_at
+        if good is not None:
+            since = max(since, good.at)
+        silent = now - since
+        if silent <= self.t.server_silent_s:
+            return
+        latest = store.latest.get("server")
+        why = f" ({latest.message})" if latest is not None and latest.message else ""
+        yield Finding("server-silent", "error",
+                      f"server {run.scenario} gave no good /metrics answer for {silent:.0f} s "
+                      f"(> {self.t.server_silent_s:g} s){why}")
+
+
+def _live(run: RunFacts | None) -> bool:
+    """Server figures count while a server runs; after it ends they are only its last word."""
+    return run is None or run.state in LIVE
+
+
+# As often as the sources are polled (1 s by default): an alert is never staler than the
+# reading that raised it; evaluating between readings finds nothing new.
+CHECK_EVERY_S = 1.0
+
+
+class AlertWatch:
+    """Alerts evaluated where the data is, in the session, with the user's thresholds: the
+    dashboard, a headless switch or bench, a snapshot and a recording all carry the same
+    ones. Whoever shows them (the app's toasts) listens; nobody else evaluates."""
+
+    def __init__(self, store: RunStore, thresholds: Thresholds | None = None, *,
+                 announce: bool = True) -> None:
+        self.store = store
+        self.thresholds = thresholds or Thresholds()
+        self.announce = announce  # False for a replay: its recording holds the events
+        self.monitor = AlertMonitor(self.thresholds, announce=announce)
+        self.listeners: list[Callable[[AlertChange], None]] = []
+
+    def check(self, now: float | None = None) -> list[AlertChange]:
+        changes = self.monitor.evaluate(self.store, self.store.clock() if now is None else now)
+        for change in changes:
+            for listener in self.listeners:
+                listener(change)
+        return changes
+
+    def configure(self, thresholds: Thresholds) -> None:
+        """The user's thresholds, once their config is read (before the session starts)."""
+        self.thresholds = thresholds
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was raised (a replay rebuilt from its start)."""
+        self.monitor = AlertMonitor(self.thresholds, announce=self.announce)
+
+    async def run(self, every_s: float = CHECK_EVERY_S) -> None:
+        while True:
+            self.check()
+            await asyncio.sleep(every_s)

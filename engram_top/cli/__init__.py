@@ -1,0 +1,1 @@
+"""The commands: arguments, their checks, and how each command ends."""

@@ -1,0 +1,1 @@
+"""Exports: a snapshot folder and its charts."""

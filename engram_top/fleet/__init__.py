@@ -1,0 +1,1 @@
+"""A fleet read through Prometheus: its rows, a node's detail and its snapshot."""

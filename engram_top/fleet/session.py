@@ -1,0 +1,360 @@
+"""The fleet as Prometheus reports it: one row per node, its alerts, its placement, and each
+node's run as a trial of its placement for the comparison.
+
+A FleetSession polls one PrometheusSource at its own interval (never two polls at once) and
+keeps each node's last answer and when it came, so a node Prometheus stops reporting keeps
+its last figures, marked with their age, instead of vanishing. A node's detail (its panels)
+takes its half hour of history from range queries, then each refresh's figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from collectors.prometheus import DEADLINE_S, FleetNodeData, PrometheusSource, PromStatus
+from collectors.readings import Reading, Status
+from collectors.units import GIB
+from engram_top.alerts.thresholds import Thresholds
+from engram_top.compare.comparison import RunResult
+from engram_top.compare.measures import (
+    ENERGY,
+    KV,
+    KV_RATIO,
+    THROUGHPUT,
+    WEIGHTS,
+    Metric,
+    Registry,
+    ms,
+)
+from engram_top.fleet.detail import HISTORY_S, NodeDetail, history_step
+
+HOST_TABLES_MIN_BYTES = 64 * GIB  # shared or huge-page memory this large: Engram tables
+# The least pause between two refreshes, however slow the last one or small the interval:
+# a refresh loop never spins.
+MIN_PAUSE_S = 0.1
+
+# What a fleet can compare: Prometheus has quantiles from histograms, not per-request means,
+# and no start-up or host-delta figure (a node's memory before launch is not kept).
+TTFT_P50 = Metric("ttft_p50_ms", "p50 TTFT", "ms", "lower",
+                  extract=lambda r: ms(r.ttft_p50_s), panel="latency")
+TPOT_P50 = Metric("tpot_p50_ms", "p50 TPOT", "ms", "lower",
+                  extract=lambda r: ms(r.tpot_p50_s), panel="latency")
+TTFT_P99 = Metric("ttft_p99_ms", "p99 TTFT", "ms", "lower",
+                  extract=lambda r: ms(r.ttft_p99_s), panel="latency")
+TPOT_P99 = Metric("tpot_p99_ms", "p99 TPOT", "ms", "lower",
+                  extract=lambda r: ms(r.tpot_p99_s), panel="latency")
+METRICS = Registry((WEIGHTS, KV, KV_RATIO, TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, THROUGHPUT,
+                    ENERGY))
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    node: str
+    placement: str  # "?" where neither a label nor the figures tell
+    placement_inferred: bool
+    state: str  # "serving", "idle", "no server", "stale"
+    gpus: int
+    hbm_min: int | None
+    hbm_max: int | None
+    hbm_total: int | None
+    kv_usage: float | None  # 0..1, the fullest pool's
+    kv_full: float | None
+    kv_swa: float | None
+    kv_tokens: int | None
+    weights_gb: float | None
+    host_used: int | None
+    host_available: int | None
+    host_total: int | None
+    ttft_p50: float | None
+    ttft_p99: float | None
+    tpot_p50: float | None
+    tpot_p99: float | None
+    output_tok_s: float | None
+    running: float | None
+    alerts: tuple[str, ...]
+    missing: tuple[str, ...]
+    age_s: float
+    power_w: float | None = None  # every GPU's draw (dcgm-exporter), summed
+
+    @property
+    def joules_per_token(self) -> float | None:
+        """The node's GPUs' draw over its output rate: energy per output token."""
+        if self.power_w is None or not self.output_tok_s:
+            return None
+        return self.power_w / self.output_tok_s
+
+    @property
+    def hbm_pct(self) -> float | None:
+        if self.hbm_max is None or not self.hbm_total:
+            return None
+        return 100.0 * self.hbm_max / self.hbm_total
+
+    @property
+    def host_available_pct(self) -> float | None:
+        if self.host_available is None or not self.host_total:
+            return None
+        return 100.0 * self.host_available / self.host_total
+
+    def matches(self, text: str) -> bool:
+        """The filter: every word must appear in the node, placement, state or an alert;
+        `key=value` words match that column alone."""
+        hay = {"node": self.node, "placement": self.placement, "state": self.state,
+               "alerts": " ".join(self.alerts), "missing": " ".join(self.missing)}
+        for word in text.lower().split():
+            key, eq, value = word.partition("=")
+            if eq:
+                if key not in hay or value not in hay[key].lower():
+                    return False
+            elif not any(word in v.lower() for v in hay.values()):
+                return False
+        return True
+
+
+def infer_placement(data: FleetNodeData) -> tuple[str, bool]:
+    """The scrape config's `placement` label; else what host memory shows: Engram tables in
+    host memory take ~190 GiB of shared or huge-page memory, which a device placement lacks.
+    Synchronous reads and prefetch look alike from outside: "host?" says only that much."""
+    if data.placement:
+        return data.placement, False
+    h = data.host
+    huge = h.get("huge_total", 0.0) - h.get("huge_free", 0.0)
+    tables = max(huge * h.get("huge_size", 2 * 1024 * 1024), h.get("shmem", 0.0))
+    if not h:
+        return "?", True
+    return ("host?" if tables >= HOST_TABLES_MIN_BYTES else "device?"), True
+
+
+def row(data: FleetNodeData, age_s: float, t: Thresholds, stale_after_s: float) -> FleetRow:
+    placement, inferred = infer_placement(data)
+    used = [g.used_bytes for g in data.gpus if g.used_bytes is not None]
+    totals = [g.total_bytes for g in data.gpus if g.total_bytes is not None]
+    h, s, lat = data.host, data.server, data.latency
+    total = _int(h.get("total"))
+    available = _int(h.get("available"))
+    kv = s.get("token_usage")
+    if age_s > stale_after_s:
+        state = "stale"
+    elif not s:
+        state = "no server"
+    else:
+        state = "serving" if (s.get("num_running_reqs") or 0) > 0 else "idle"
+    r = FleetRow(
+        node=data.node, placement=placement, placement_inferred=inferred, state=state,
+        gpus=len(data.gpus), hbm_min=min(used) if used else None,
+        hbm_max=max(used) if used else None, hbm_total=max(totals) if totals else None,
+        kv_usage=kv, kv_full=s.get("full_token_usage"), kv_swa=s.get("swa_token_usage"),
+        kv_tokens=_int(s.get("max_total_num_tokens")), weights_gb=s.get("weight_memory_usage_gb"),
+        host_used=None if total is None or available is None else total - available,
+        host_available=available, host_total=total,
+        ttft_p50=lat.get("ttft_p50"), ttft_p99=lat.get("ttft_p99"),
+        tpot_p50=lat.get("tpot_p50"), tpot_p99=lat.get("tpot_p99"),
+        output_tok_s=lat.get("output_tok_s"), running=s.get("num_running_reqs"),
+        alerts=(), missing=data.missing, age_s=age_s,
+        power_w=sum(g.power_w for g in data.gpus if g.power_w is not None)
+        if data.gpus and all(g.power_w is not None for g in data.gpus) else None)
+    return _with_alerts(r, t)
+
+
+def _with_alerts(r: FleetRow, t: Thresholds) -> FleetRow:
+    """The dashboard's alerts, with the user's thresholds, for one node."""
+    out = []
+    if t.on("hbm") and r.hbm_pct is not None and r.hbm_pct > t.hbm_used_pct:
+        out.append(f"hbm {r.hbm_pct:.0f}%")
+    if t.on("kv") and r.kv_usage is not None and 100 * r.kv_usage > t.kv_usage_pct:
+        out.append(f"kv {100 * r.kv_usage:.0f}%")
+    avail = r.host_available_pct
+    if t.on("host-available") and avail is not None and avail < t.host_available_pct:
+        out.append(f"host {avail:.0f}% free")
+    if t.on("server-silent") and (r.state == "stale" and r.age_s > t.server_silent_s
+                                  or any("sglang" in m.lower() for m in r.missing)):
+        out.append("server silent")
+    if not t.enabled:
+        out = []
+    return dataclasses.replace(r, alerts=tuple(out))
+
+
+def _int(v: float | None) -> int | None:
+    return None if v is None else int(v)
+
+
+def results(rows: list[FleetRow]) -> list[RunResult]:
+    """Each serving node as one trial of its placement (inferred ones under their "?" name,
+    so they never mix with labelled ones)."""
+    out = []
+    trials: dict[str, int] = {}
+    for r in rows:
+        if r.state in ("no server", "stale") or r.placement == "?":
+            continue
+        trial = trials[r.placement] = trials.get(r.placement, 0) + 1
+        out.append(RunResult(
+            scenario=r.placement, placement=r.placement.rstrip("?"),
+            source=f"prometheus:{r.node}", trial=trial, gpus=r.gpus or None,
+            weights_gb=r.weights_gb, kv_tokens=r.kv_tokens,
+            ttft_p50_s=r.ttft_p50, tpot_p50_s=r.tpot_p50, ttft_p99_s=r.ttft_p99,
+            tpot_p99_s=r.tpot_p99, output_tok_s=r.output_tok_s,
+            joules_per_token=r.joules_per_token,
+            notes=("latencies: Prometheus's histogram_quantile over the rate window",)))
+    return out
+
+
+def node_json(r: FleetRow) -> dict[str, Any]:
+    return {"node": r.node, "placement": r.placement, "placement_inferred": r.placement_inferred,
+            "state": r.state, "gpus": r.gpus,
+            "hbm_used_per_gpu_bytes": {"min": r.hbm_min, "max": r.hbm_max},
+            "hbm_total_per_gpu_bytes": r.hbm_total,
+            "kv": {"usage": r.kv_usage, "full": r.kv_full, "swa": r.kv_swa,
+                   "capacity_tokens": r.kv_tokens},
+            "weights_per_gpu_gb": r.weights_gb,
+            "host": {"used_bytes": r.host_used, "available_bytes": r.host_available,
+                     "total_bytes": r.host_total},
+            "latency_s": {"ttft_p50": r.ttft_p50, "ttft_p99": r.ttft_p99,
+                          "tpot_p50": r.tpot_p50, "tpot_p99": r.tpot_p99},
+            "output_tok_s": r.output_tok_s, "gpu_power_w": r.power_w,
+            "joules_per_token": r.joules_per_token, "alerts": list(r.alerts),
+            "missing": list(r.missing), "age_s": round(r.age_s, 1)}
+
+
+@dataclass
+class FleetSession:
+    """Prometheus polled every `interval` seconds; the nodes' last answers kept."""
+
+    url: str
+    interval: float = 5.0
+    window: str = "1m"
+    deadline_s: float = DEADLINE_S  # each query's whole answer, at most
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    nodes: dict[str, tuple[float, FleetNodeData]] = field(default_factory=dict)
+    status: Reading[Any] | None = None
+    polls: int = 0
+    on_poll: Callable[[], None] | None = None
+    demo: Any = None  # a FleetDemo this session started and stops
+    clock: Callable[[], float] = time.monotonic  # readings' `at` are on this clock
+    wall_clock: Callable[[], float] = time.time
+    # How Prometheus is asked (engram_top.cli.credentials), and the header's words for it.
+    headers: dict[str, str] | None = field(default=None, repr=False)
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    credential: str = ""
+
+    def __post_init__(self) -> None:
+        self.source = PrometheusSource(self.url, window=self.window, deadline_s=self.deadline_s,
+                                       headers=self.headers, auth=self.auth)
+        self.url = self.source.url  # shown everywhere: without a URL's user:password@
+        self.walls: dict[str, float] = {}  # when each node's figures were read (wall clock)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="poll prometheus")
+
+    async def _loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self.poll_once()
+            except Exception as exc:  # a drawing callback's: the refreshes go on regardless
+                self._failed(exc)
+            await asyncio.sleep(max(MIN_PAUSE_S, self.interval - (time.monotonic() - started)))
+
+    async def poll_once(self) -> None:
+        try:
+            out = await self.source.poll()
+        except Exception as exc:  # what the source did not foresee: an error reading too
+            self._failed(exc)
+            out = []
+        for key, reading in out:
+            if key.source == "fleet" and reading.data is not None:
+                self.nodes[key.node] = (reading.at, reading.data)
+                self.walls[key.node] = reading.wall
+            elif key.source == "prometheus":
+                self.status = reading
+        self.polls += 1
+        if self.on_poll is not None:
+            self.on_poll()
+
+    def _failed(self, exc: Exception) -> None:
+        """A refresh that raised: an error reading with its words and since when."""
+        old = self.status
+        since = old.failing_since if old is not None and not old.ok else None
+        self.status = Reading("prometheus", Status.ERROR,
+                              message=f"Prometheus: {self.source.why(exc)}",
+                              failing_since=since or time.monotonic())
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and self.status.status is Status.OK
+
+    def rows(self, now: float | None = None) -> list[FleetRow]:
+        return [r for node in sorted(self.nodes) if (r := self.row_of(node, now)) is not None]
+
+    def row_of(self, node: str, now: float | None = None) -> FleetRow | None:
+        if node not in self.nodes:
+            return None
+        at, data = self.nodes[node]
+        now = self.clock() if now is None else now
+        stale = max(3 * self.interval, self.thresholds.server_silent_s)
+        return row(data, now - at, self.thresholds, stale)
+
+    def detail(self, node: str) -> NodeDetail | None:
+        """The node's figures as the dashboard's panels take them (its newest ones in)."""
+        r = self.row_of(node)
+        if r is None:
+            return None
+        d = NodeDetail(node, self.url, self.window, r.placement, clock=self.clock,
+                       wall_clock=self.wall_clock)
+        self.feed(d)
+        return d
+
+    def feed(self, d: NodeDetail) -> bool:
+        """The node's newest figures into its detail; False when it has them already."""
+        entry = self.nodes.get(d.node)
+        return entry is not None and d.add(self.walls.get(d.node, self.wall_clock()), entry[1])
+
+    async def history(self, node: str, span_s: float = HISTORY_S
+                      ) -> list[tuple[float, FleetNodeData]]:
+        """The node's last ``span_s`` seconds from Prometheus's range queries (raises
+        PageError, TimeoutError or OSError as a refresh's queries do)."""
+        entry = self.nodes.get(node)
+        if entry is None:
+            return []
+        end = self.wall_clock()
+        return await self.source.history(entry[1], end - span_s, end,
+                                         history_step(self.interval, span_s))
+
+    async def load_history(self, d: NodeDetail, span_s: float = HISTORY_S) -> str:
+        """The node's history into its detail; what came of it, in words for the screen
+        (whatever the answers were: this never raises but for cancellation)."""
+        try:
+            points = await self.history(d.node, span_s)
+            taken = d.backfill(points)
+        except Exception as exc:
+            return f"history: none ({self.source.why(exc)})"
+        if not taken:
+            return "history: Prometheus holds nothing older for this node"
+        return (f"history: {taken} readings over the last {span_s / 60:.0f} min, "
+                f"from Prometheus's range queries")
+
+    def close_now(self) -> None:
+        """Without an event loop (a crash, a signal): stop what the demo started."""
+        if self.demo is not None:
+            self.demo.stop_now()
+            self.demo = None
+
+    def prom_status(self) -> PromStatus | None:
+        return self.status.data if self.status is not None and self.status.ok else None
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            # The loop ends only by this cancel; whatever else ended it is no reason to fail
+            # a quit.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self.source.close()
+        if self.demo is not None:
+            demo, self.demo = self.demo, None
+            await demo.stop()

@@ -1,0 +1,1 @@
+"""The live session: sources, poll loops, the store, alerts and the supervisor together."""

@@ -1,0 +1,661 @@
+"""A monitoring session: a scenario file, the supervisor that runs its servers one at a
+time, the node's collectors and poll loops, the load driver and the run store. Or attached
+servers someone else started. No Textual here: the dashboard and the headless commands
+drive a session; the UI never talks to a socket or a process itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collectors.host import HostCollector, ProcBackend
+from collectors.host import sample as host_sample
+from collectors.nvml import GpuCollector, NvmlBackend
+from collectors.pages import split_userinfo
+from collectors.readings import Reading, Status
+from collectors.server_process import server_environ
+from collectors.shared import SharedSampler
+from collectors.source import NodeSource, Source, SourceKey
+from engram_top.alerts.monitor import CHECK_EVERY_S, AlertWatch
+from engram_top.alerts.thresholds import Thresholds
+from engram_top.compare.slo import DEFAULT as slo_defaults
+from engram_top.compare.slo import Slo
+from engram_top.compare.slo import bounds as slo_bounds
+from engram_top.live.engine_detect import DetectingCollector
+from engram_top.model.facts import summary
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.seed import reference
+from engram_top.sim import state
+from engram_top.sim.backends import SimGpuBackend, SimHostBackend
+from scenarios import engines
+from scenarios import scenario_file as config
+from scenarios.engines.base import Engine, ServerCollector
+from scenarios.runstate import ENDED, RunState
+from scenarios.scenario_file import Scenario, ScenarioFile
+from scenarios.statelock import StateLock
+from scenarios.supervisor import Run, Supervisor, SupervisorError
+
+if TYPE_CHECKING:
+    from scenarios.load_process import LoadProcess
+
+# How the start-up phases read in a sentence ("waiting for the server's port (loading
+# weights)").
+PHASE_WORDS = {"launching": "launching", "distributed_init": "starting its processes",
+               "weights": "loading weights", "kv_pool": "allocating the KV pool",
+               "graphs": "capturing CUDA graphs"}
+GUARD_MAX_AGE_S = 0.5  # how old a GPU reading the supervisor's baseline and guards take
+GUARD_WAIT_S = 10.0  # how long they wait for a query in flight (a hung driver: then said)
+
+
+def fit_context(input_len: int, output_len: int, context: int | None) -> tuple[int, int]:
+    """The demo load's lengths, cut to fit a model whose context is shorter than a prompt
+    and its output (a small model refuses every such request): the output keeps up to
+    a quarter of the context, the prompt the rest."""
+    if context is None or input_len + output_len <= context:
+        return input_len, output_len
+    output_len = max(1, min(output_len, context // 4))
+    return max(1, context - output_len), output_len
+
+
+def logged_args(startup: dict[str, Any]) -> dict[str, Any]:
+    """The server args its log printed (start-up facts as plain data): every key it gave,
+    the typed reading over the raw text where there is one."""
+    parsed = startup.get("server_args")
+    if not isinstance(parsed, dict):
+        return {}
+    raw = parsed.get("raw")
+    out: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+    out.update({k: v for k, v in parsed.items() if k != "raw" and v is not None})
+    return out
+
+
+def demo_file() -> Path:
+    """scenarios/demo.toml, installed with the package."""
+    return Path(str(resources.files("scenarios").joinpath("demo.toml")))
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    concurrency: int = 8
+    input_len: int = 512
+    output_len: int = 128
+    range_ratio: float = 0.5
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    scenario_file: Path | None = None
+    start: str | None = None
+    attach: tuple[str, ...] = ()
+    api_key: str | None = None  # for attached servers
+    engine: str | None = None  # the engine attached servers speak (default: engines.DEFAULT)
+    state_dir: Path | None = None  # logs and start-up history; default: a temporary folder
+    node_dir: Path | None = None  # the simulated node's folder (simulated scenarios)
+    poll_interval: float = 1.0
+    load: LoadSpec | None = LoadSpec()
+    leave_running: bool = False
+    free_ports: bool = False  # give every scenario a free port (the embedded demo)
+    time_scale: float | None = None  # overrides for simulated scenarios
+    serve_scale: float | None = None
+    # Who holds the state folder's lock, and how long to wait for a headless holder.
+    command: str = "run"
+    lock_wait_s: float = 0.0
+    # The user's alert thresholds (their config file's [alerts]); None: the defaults.
+    thresholds: Thresholds | None = None
+
+
+def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """The URL without its user:password@, and the pair (None without one)."""
+    return split_userinfo(url)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def poll_loop(source: Source, interval: float,
+                    sink: Callable[[SourceKey, Reading[Any]], None]) -> None:
+    """One source's loop: a poll at a time (never two at once), at its own interval."""
+    while True:
+        started = time.monotonic()
+        for key, reading in await source.poll():
+            sink(key, reading)
+        await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
+class Session:
+    def __init__(self, options: SessionOptions) -> None:
+        self.options = options
+        self.ref = reference.default()
+        self.store = RunStore()
+        self.scenarios: ScenarioFile | None = None
+        if options.scenario_file is not None:
+            self.scenarios = self._adjust(config.load(options.scenario_file))
+        # Known before start: a recorder's header (written at the first record) carries them.
+        self.store.scenarios = self.scenarios
+        self.alerts = AlertWatch(self.store, options.thresholds)
+        self.store.node = (f"simulated {self.ref.gpus}x {self.ref.gpu_name}" if self.simulated
+                           else socket.gethostname())
+        self.load: LoadProcess | None = None
+        # The SLOs the demo load's requests are held to (goodput): the config's [slo].
+        self.slos: tuple[Slo, ...] = slo_defaults
+        self._load_since = 0.0
+        self._load_serve = 1.0
+        self.run: Run | None = None
+        # What is polled, by name: this node's GPUs and host, the watched server, and any
+        # source added later (a Prometheus for many nodes); each in its own loop.
+        self.sources: dict[str, Source] = {}
+        self._polls: dict[str, asyncio.Task[None]] = {}
+        # The Engram switches in an attached local server's environment, by URL.
+        self._attached_env: dict[str, dict[str, str]] = {}
+        self._attached_engine: dict[str, Engine] = {}  # what a page said, without --engine
+        # By scenario: (launch, parser, its version) whose facts the store holds.
+        self._startup_seen: dict[str, tuple[float, int, int | None]] = {}
+        self._steering: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._tmp: Path | None = None
+        self._closing = False
+        self._closed = False
+        self._lock = asyncio.Lock()  # one start/stop/switch at a time
+        self._closers: set[asyncio.Task[None]] = set()
+        # One command at a time starts and stops a scenario file's servers (its state
+        # folder's lock); a demo's own temporary folder needs none.
+        self.state_lock: StateLock | None = None
+        if options.scenario_file is not None and options.state_dir is not None:
+            self.state_lock = StateLock(options.state_dir, options.command)
+        for warning in self.scenarios.warnings if self.scenarios else ():
+            self.store.event("warning", warning)
+        # Where a wait of the session's own is said (for the state folder's lock): an event
+        # for a dashboard; a headless command prints it.
+        self.announce: Callable[[str], None] = lambda text: self.store.event("info", text)
+
+    def _adjust(self, sf: ScenarioFile) -> ScenarioFile:
+        o = self.options
+        changed = {}
+        for name, sc in sf.scenarios.items():
+            new = sc.engine.tune(sc, o.time_scale, o.serve_scale)
+            if o.free_ports:
+                new = dataclasses.replace(new, port=free_port())
+            changed[name] = new
+        return dataclasses.replace(sf, scenarios=changed)
+
+    @property
+    def simulated(self) -> bool:
+        """Whether this session's servers run on the simulated node."""
+        return self.scenarios is not None and any(
+            s.engine.simulated_node for s in self.scenarios.scenarios.values())
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        try:
+            await self._start()
+        except OSError as exc:  # an unwritable state folder, a full disk: said, with where
+            where = f" {exc.filename}" if exc.filename else ""
+            raise SupervisorError(f"cannot use the state folder{where}: "
+                                  f"{exc.strerror or exc}") from exc
+
+    async def _start(self) -> None:
+        o = self.options
+        if self.state_lock is not None:  # StateBusy: the caller says who holds it
+            await self.state_lock.acquire(o.lock_wait_s, self.announce)
+        if o.state_dir is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="engram-top-"))
+        state_dir = o.state_dir or self._tmp / "state"  # type: ignore[operator]
+        node_dir = None
+        if self.simulated:
+            # Beside the state: a server left running keeps its node for the next session.
+            node_dir = o.node_dir or state_dir / "node"
+            state.ensure_node(node_dir, self.ref)
+            gpu_backend: Any = SimGpuBackend(node_dir)
+            host_backend: Any = SimHostBackend(node_dir)
+        else:
+            gpu_backend, host_backend = NvmlBackend(), ProcBackend()
+        # The poll loop and the supervisor's guards read the GPUs through one sampler: a
+        # guard that finds a poll's query in flight waits for it and shares its answer,
+        # rather than being refused (or skipping a baseline) because the driver was busy.
+        gpus: SharedSampler[Any] = SharedSampler(gpu_backend)
+        self.gpu = GpuCollector(gpus)
+        self.host = HostCollector(host_backend)
+
+        def host_used() -> int:
+            return host_sample(host_backend, None).used_bytes
+
+        def host_shmem() -> int:
+            return host_sample(host_backend, None).shmem_bytes
+
+        def gpu_sample() -> Any:  # a reading of the last half second will do
+            return gpus.sample(max_age=GUARD_MAX_AGE_S, wait_s=GUARD_WAIT_S)
+
+        self.supervisor = Supervisor(state_dir, gpu_sample=gpu_sample,
+                                     host_used=host_used, host_shmem=host_shmem,
+                                     node_dir=node_dir, on_event=self.store.event,
+                                     on_run=self._on_run)
+        for source in (NodeSource("gpu", self.gpu.poll, self.gpu.close),
+                       NodeSource("host", self.host.poll)):
+            for key, reading in await source.poll():  # the first frame has the node
+                self.store.add(key, reading)
+            self.add_source(source)
+        self._tasks = [
+            asyncio.create_task(self._tick(), name="figures"),
+            asyncio.create_task(self.alerts.run(min(CHECK_EVERY_S, self.options.poll_interval)),
+                                name="alerts"),
+        ]
+        adopted = self.supervisor.adopt(self.scenarios.scenarios) if self.scenarios else None
+        if adopted is not None:
+            self._bind(adopted)
+        if o.attach:
+            for url in reversed(o.attach):  # listed in order; the first is watched
+                await self.attach(url)
+        elif o.start and adopted is None:
+            await self.start_scenario(o.start)
+        elif o.start and adopted is not None and adopted.scenario.name != o.start:
+            self.store.event("warning", f"not starting {o.start}: {adopted.scenario.name} is "
+                             "running; switch to it instead")
+
+    async def close(self, leave_running: bool | None = None) -> None:
+        """Stop the load and (unless told to leave it) the server we started, then polls.
+        ``leave_running``: this once, instead of the options' (an interrupted switch takes
+        back what it started)."""
+        if self._closing:
+            return
+        self._closing = True
+        leave = self.options.leave_running if leave_running is None else leave_running
+        closing = asyncio.ensure_future(self._close(leave))
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            # A signal while closing (a bench that was just finishing): a stop is not cut in
+            # half. Finish it, within its own deadlines, then give in.
+            await closing
+            raise
+
+    async def _close(self, leave: bool) -> None:
+        await self._stop_load()
+        if hasattr(self, "supervisor"):
+            await self.supervisor.close(leave)
+        tasks = [*self._tasks, *self._polls.values(), *([self._steering] if self._steering else [])]
+        for task in tasks:
+            task.cancel()
+        _, stuck = await asyncio.wait(tasks, timeout=5) if tasks else ((), ())
+        for task in stuck:  # say so rather than hang the quit
+            self.store.event("error", f"{task.get_name()} did not stop within 5 s")
+        # A start still under way (a quit during attach) may add a source meanwhile: what is
+        # here now is closed; add_source closes what comes later.
+        sources, self.sources = list(self.sources.values()), {}
+        for source in sources:
+            await source.close()
+        self._release()
+
+    def close_now(self) -> None:
+        """What close() must still do once the event loop is gone (a crash, a signal that
+        ended the dashboard): stop the server we started, unless told to leave it, and
+        remove our temporary folder. Safe after close(), and twice."""
+        if self._closed:
+            return
+        if self.load is not None:
+            self.load.stop_now()
+        if hasattr(self, "supervisor"):
+            self.supervisor.close_now(self.options.leave_running)
+        self._release()
+
+    def _release(self) -> None:
+        self._closed = True
+        if self.state_lock is not None:
+            self.state_lock.release()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    # ------------------------------------------------------------------ control
+    def scenario(self, name: str) -> Scenario:
+        if self.scenarios is None:
+            raise SupervisorError("no scenario file: this session only watches attached servers")
+        return self.scenarios.get(name)
+
+    async def start_scenario(self, name: str) -> Run:
+        async with self._lock:
+            sc = self.scenario(name)
+            await self._stop_load()
+            run = await self.supervisor.start(sc)
+            self._bind(run)
+            return run
+
+    async def stop_scenario(self) -> None:
+        async with self._lock:
+            await self._stop_load()
+            await self.supervisor.stop()
+
+    async def switch(self, name: str) -> Run:
+        """Stop the running server, wait for its HBM to return, start ``name``."""
+        async with self._lock:
+            sc = self.scenario(name)
+            await self._stop_load()
+            run = await self.supervisor.switch(sc)
+            self._bind(run)
+            return run
+
+    async def attach(self, url: str) -> None:
+        """Watch a server someone else started: no process of ours, no lifetime to own.
+        Every attached server is polled, each under its own node (its URL); the panels
+        show the one watched, the others wait in the list with their readings current.
+
+        A password in the URL (http://user:PASS@host) goes to the collector alone: the
+        store, the screen, recordings and snapshots know the server by its URL without it."""
+        shown, auth = split_credentials(url)
+        engine = self._attached_engine_of(shown)
+        facts = self.store.facts_for(shown) or RunFacts(
+            scenario=shown, placement="?", node=self.store.node, time_scale=1.0,
+            launched_wall=time.time(), launched_at=time.monotonic(), state=RunState.ATTACHED,
+            url=shown, owned=False, title="attached: its lifetime is not ours",
+            own_polls=engine.own_polls, server_node=shown, engine=engine.speaks,
+            engine_name=engine.display)
+        self.store.set_run(facts)
+        name = f"server {shown}"
+        if shown not in self._attached_env:
+            self._attached_env[shown] = {}
+            # A task of the session's: cancelled and awaited by close.
+            self._tasks.append(asyncio.create_task(self._read_environ(shown),
+                                                   name=f"environ {shown}"))
+        if name not in self.sources:  # watched again: its collector (and password) stays
+            collector: ServerCollector = (
+                engine.collector(shown, api_key=self.options.api_key, auth=auth)
+                if self.options.engine else
+                DetectingCollector(shown, api_key=self.options.api_key, auth=auth,
+                                   on_engine=lambda e, note: self._attached_speaks(
+                                       shown, e, note)))
+            self.add_source(NodeSource(name, collector.poll, collector.close, node=shown,
+                                       kind="server"))
+
+    async def _read_environ(self, url: str) -> None:
+        # psutil walks every socket of the machine: off the event loop.
+        _, env = await asyncio.to_thread(server_environ, url, ("SGLANG_",))
+        self._attached_env[url] = env
+
+    def _bind(self, run: Run) -> None:
+        """Point the store and the server collector at a run that was just launched."""
+        self.run = run
+        sc = run.scenario
+        engine = sc.engine
+        time_scale = engine.clock(sc)[0]
+        estimate = run.estimate_s
+        planned = None
+        if engine.follows_reference and sc.placement in self.ref.placements:
+            planned = self.ref.placements[sc.placement].ready_s  # the model it runs
+            estimate = estimate if estimate is not None else planned * time_scale
+        facts = RunFacts(scenario=sc.name, placement=sc.placement or "?", node=self.store.node,
+                         time_scale=time_scale, own_polls=engine.own_polls,
+                         launched_wall=run.launched_wall, launched_at=run.launched_at,
+                         state=run.state, pid=run.pid, log_path=str(run.log_path), url=sc.url,
+                         expected_ready_s=estimate, baseline_host_used=run.baseline_host_used,
+                         baseline_gpu_used=dict(run.baseline_gpu), title=sc.title,
+                         planned_ready_s=planned, engine=engine.speaks,
+                         engine_name=engine.display,
+                         model=sc.model_path or (self.ref.model if engine.follows_reference
+                                                 else None))
+        facts.log_lines = run.lines
+        self.store.set_run(facts)
+        self.host.root_pid = run.pid
+        self._watch_server(engine.collector(sc.url, api_key=sc.api_key), run)
+
+    def _watch_server(self, collector: engines.ServerCollector, run: Run | None = None) -> None:
+        poll = collector.poll if run is None else self._until_port(run, collector)
+        self.add_source(NodeSource("server", poll, collector.close))
+
+    @staticmethod
+    def _until_port(run: Run, collector: engines.ServerCollector
+                    ) -> Callable[[], Awaitable[Reading[Any]]]:
+        """The server's poll, which, while its log says it has not reached its HTTP phase,
+        says what it waits for rather than knock on a port nothing listens on yet (and show
+        "connection refused" through every normal start-up)."""
+        http_phases = run.scenario.engine.readiness.http_phases
+
+        async def poll() -> Reading[Any]:
+            if run.state == RunState.STARTING and not run.http_up \
+                    and run.phase not in http_phases:
+                phase = PHASE_WORDS.get(run.phase, run.phase.replace("_", " "))
+                return Reading(f"sglang {run.scenario.url}", Status.STARTING,
+                               message=f"waiting for the server's port ({phase})")
+            return await collector.poll()
+        return poll
+
+    def add_source(self, source: Source, interval: float | None = None) -> None:
+        """Poll ``source`` from now on, in a loop of its own; one of the same name goes."""
+        if self._closing:  # a start that outlived the quit: nothing more is polled
+            self._close_later(source)
+            return
+        self.drop_source(source.name)
+        self.sources[source.name] = source
+        self._polls[source.name] = asyncio.create_task(
+            poll_loop(source, interval or self.options.poll_interval, self.store.add),
+            name=f"poll {source.name}")
+
+    def drop_source(self, name: str) -> None:
+        task, old = self._polls.pop(name, None), self.sources.pop(name, None)
+        if task is not None:
+            task.cancel()
+        if old is not None:
+            self._close_later(old)
+
+    def _close_later(self, source: Source) -> None:
+        # Keep a reference: the loop holds tasks only weakly, and close() must finish.
+        closing = asyncio.create_task(source.close())
+        self._closers.add(closing)
+        closing.add_done_callback(self._closers.discard)
+
+    # ------------------------------------------------------------------ the run, pushed
+    def _on_run(self, run: Run) -> None:
+        """The supervisor's news of a run, as it happens: into the store's facts (the UI
+        and the recorder read them there), and the load follows the run's state."""
+        self._sync(run)
+        if run is self.run and (self._steering is None or self._steering.done()):
+            self._steering = asyncio.create_task(self._steer_load(), name="steer load")
+
+    async def _steer_load(self) -> None:
+        """Start the load once the watched run is ready, stop it once it is not; again
+        after each await, since the run may have moved on meanwhile."""
+        while True:
+            run = self.run
+            if run is None:
+                return
+            if run.state == RunState.READY and self.load is None and self.options.load is not None \
+                    and not self._lock.locked():
+                await self._start_load(run.scenario)
+            elif run.state != RunState.READY and self.load is not None:
+                await self._stop_load()
+            else:
+                return
+
+    def _sync(self, run: Run) -> None:
+        """The supervisor's view of a run into the store's facts."""
+        facts = self.store.facts_for(run.scenario.name)
+        if facts is None or facts.launched_at != run.launched_at:
+            return
+        before = (facts.state, facts.phase, facts.lines_seen)
+        facts.state, facts.phase = run.state, run.phase
+        facts.ready_at, facts.ended_at = run.ready_at, run.ended_at
+        facts.exit_code, facts.failure = run.exit_code, run.failure
+        if facts.degraded != run.degraded:
+            facts.degraded = run.degraded
+            self.store.bump("run")
+        if run.lines_seen != facts.lines_seen:
+            facts.lines_seen = run.lines_seen
+            # The facts as plain data cost a millisecond or two: rebuilt only when a line
+            # told the parser something (the dashboard's own polls in the access log do not).
+            told = (run.launched_at, id(run.parser), getattr(run.parser, "version", None))
+            if told[2] is None or self._startup_seen.get(run.scenario.name) != told:
+                self._startup_seen[run.scenario.name] = told
+                parsed = run.parser.facts()
+                facts.phase_durations = parsed.phase_durations()
+                facts.startup = parsed.to_dict()
+            elif facts.startup:  # the log's clock moves on all the same (a stale rate shows)
+                facts.startup["last_line_at"] = getattr(run.parser, "last_line_at", None)
+        if (facts.state, facts.phase, facts.lines_seen) != before:
+            self.store.bump("run")
+
+    async def _tick(self) -> None:
+        """What is derived rather than told: the headline figures from the store's series
+        (once a second), the load driver's counters (four times a second)."""
+        last_summary = 0.0
+        said: set[str] = set()
+        while True:
+            facts_now = self.store.run
+            if facts_now is not None and time.monotonic() - last_summary > 1.0:
+                last_summary = time.monotonic()
+                try:
+                    if facts_now.state in (RunState.READY, RunState.ATTACHED,
+                                           RunState.STARTING):
+                        facts_now.results = facts_now.results.merged(summary(self.store))
+                    self._read_engram(facts_now)
+                except Exception as exc:  # a reading nobody foresaw: said once, not fatal
+                    why = f"{type(exc).__name__}: {exc}"
+                    if why not in said and len(said) < 16:
+                        said.add(why)
+                        self.store.event("error", f"figures not derived: {why}")
+            if self.load is not None:
+                s = self.load.stats
+                self.store.load = {"concurrency": self.load.concurrency, "sent": s.sent,
+                                   "completed": s.completed, "failed": s.failed,
+                                   "output_tokens": s.output_tokens, "last_error": s.last_error,
+                                   "good": s.good, "slo": [x.label for x in self.slos],
+                                   # node seconds the load has run: goodput's denominator
+                                   "node_s": (time.monotonic() - self._load_since)
+                                   / self._load_serve}
+            await asyncio.sleep(0.25)
+
+    def _attached_engine_of(self, url: str) -> Engine:
+        """The engine an attached server runs: what its page said, else --engine's."""
+        return self._attached_engine.get(url) or engines.get(self.options.engine
+                                                             or engines.DEFAULT)
+
+    def _attached_speaks(self, url: str, engine: Engine, note: str | None = None) -> None:
+        """An attached server's page named its engine (no --engine given), or changed it
+        (``note`` says how, and what a page of several engines' names was read as): its
+        facts and the placement reading follow that engine from now on."""
+        self._attached_engine[url] = engine
+        facts = self.store.facts_for(url)
+        if facts is not None:
+            facts.engine, facts.engine_name = engine.speaks, engine.display
+            facts.own_polls = engine.own_polls
+            self.store.bump("run")
+        self.announce(f"{url}: {note}" if note else
+                      f"{url}: its /metrics page is {engine.speaks}'s, so it is read as "
+                      f"{engine.speaks} (--engine {engine.kind} says so up front)")
+
+    def _read_engram(self, facts: RunFacts) -> None:
+        """The watched run's model, Engram placement and prefetch verdict, from what its
+        engine can tell: the scenario, the server's environment and args, its log, its GPU."""
+        run = self.run
+        ours = run is not None and facts.owned and facts.launched_at == run.launched_at
+        sc = run.scenario if ours and run is not None else None
+        engine = sc.engine if sc is not None else self._attached_engine_of(facts.url or "")
+        server = self.store.data("server")
+        info_args = server.extra.get("server_args") if server is not None else None
+        args = {**(info_args if isinstance(info_args, dict) else {}),
+                **logged_args(facts.startup)}
+        gpus = self.store.data("gpu")
+        gpu_name = gpus.devices[0].name if gpus is not None and gpus.devices else None
+        env = {} if sc is not None else self._attached_env.get(facts.url or "", {})
+        setting = engine.engram(sc, env=env, args=args, startup=facts.startup,
+                                gpu_name=gpu_name)
+        changed = False
+        engram = setting.to_dict() if setting is not None else {}
+        if engram != facts.engram:
+            facts.engram, changed = engram, True
+        if not facts.owned and facts.placement == "?" and setting is not None \
+                and setting.placement is not None:
+            facts.placement, changed = setting.placement, True
+        model = facts.model or args.get("model_path") or (
+            server.model_path if server is not None else None)
+        if model != facts.model:
+            facts.model, changed = model, True
+        if changed:
+            self.store.bump("run")
+
+    async def _start_load(self, sc: Scenario) -> None:
+        spec = self.options.load
+        if spec is None:
+            return
+        # A process of its own: what the dashboard costs is then the dashboard's alone.
+        from scenarios.load_process import LoadProcess
+        # A simulated node serves `serve` times faster: the bounds are in node time.
+        _, serve = sc.engine.clock(sc)
+        input_len, output_len = fit_context(spec.input_len, spec.output_len,
+                                            self._context_len())
+        self.load = LoadProcess(sc.url, concurrency=spec.concurrency, input_len=input_len,
+                                output_len=output_len, range_ratio=spec.range_ratio,
+                                seed=spec.seed, api_key=sc.api_key,
+                                bounds=slo_bounds(self.slos, serve))
+        self._load_since, self._load_serve = time.monotonic(), serve
+        await self.load.start()
+        fitted = "" if (input_len, output_len) == (spec.input_len, spec.output_len) else (
+            f", prompts up to {input_len} and outputs up to {output_len} tokens to fit the "
+            f"model's context of {self._context_len()}")
+        self.store.event("info", f"load started: {spec.concurrency} streams, closed loop"
+                         + fitted)
+
+    def _context_len(self) -> int | None:
+        """The watched model's context length, as its start-up log gave it."""
+        run = self.store.run
+        value = (run.startup or {}).get("context_len") if run is not None else None
+        return value if isinstance(value, int) and value > 1 else None
+
+    async def _stop_load(self) -> None:
+        if self.load is not None:
+            load, self.load = self.load, None
+            await load.stop()
+
+    async def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run = self.run
+            if run is not None and run.state == RunState.READY:
+                return True
+            attached = self.store.run
+            if attached is not None and not attached.owned:
+                # Someone else's server: ready is when it answers with its figures.
+                server = self.store.latest.get("server")
+                if server is not None and server.ok and server.data.max_total_num_tokens:
+                    return True
+            if run is not None and run.state in ENDED:
+                return False
+            await asyncio.sleep(0.05)
+        return False
+
+
+# --------------------------------------------------------------------------- the demo
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    placement: str = "device"
+    time_scale: float = 0.1
+    serve_scale: float = 1.0
+    node_dir: Path | None = None
+    run_dir: Path | None = None
+    poll_interval: float = 1.0
+    load: LoadSpec | None = LoadSpec()
+    thresholds: Thresholds | None = None
+
+
+class DemoSession(Session):
+    """The embedded default: scenarios/demo.toml on a simulated node, on free ports."""
+
+    def __init__(self, options: DemoOptions | None = None) -> None:
+        o = options or DemoOptions()
+        super().__init__(SessionOptions(
+            scenario_file=demo_file(), start=o.placement, state_dir=o.run_dir,
+            node_dir=o.node_dir, poll_interval=o.poll_interval, load=o.load, free_ports=True,
+            time_scale=o.time_scale, serve_scale=o.serve_scale, thresholds=o.thresholds))
+

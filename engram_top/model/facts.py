@@ -1,0 +1,431 @@
+"""What a run shows, computed from the store: the same numbers for the dashboard and exports.
+
+Pure functions over a RunStore, returning the frozen views of engram_top.model.views (plain()
+writes them as JSON); no Textual, no I/O. Memory stays in bytes here; SGLang's own
+"GB" figures (which are GiB) keep their name and unit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, fields, is_dataclass
+from typing import Any
+
+from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
+from collectors.readings import GpuData, HostData, Reading, ServerData
+from collectors.units import GIB
+from engram_top.model import energy
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.model.views import (
+    EngramTableView,
+    EngramView,
+    GpuProcessView,
+    GpuView,
+    HostView,
+    KvView,
+    LatencyView,
+    RunView,
+    SourceStatus,
+)
+from scenarios.runstate import LIVE, RunState
+
+
+def source_status(store: RunStore, kind: str, now: float | None = None) -> SourceStatus:
+    """Status of a source: its latest state, message, and the age of its last good value."""
+    now = store.clock() if now is None else now
+    latest: Reading[Any] | None = store.latest.get(kind)
+    good = store.last_ok.get(kind)
+    failing = latest.failing_since if latest is not None else None
+    return SourceStatus(
+        status=latest.status.value if latest else "none",
+        message=latest.message if latest else "no reading yet",
+        last_good_age_s=None if good is None else round(now - good.at, 3),
+        failing_for_s=None if failing is None else round(now - failing, 3))
+
+
+def wall_at(store: RunStore, now: float) -> float:
+    """The wall-clock time of monotonic `now`, by the newest reading's pair of clocks: right
+    for a replay (its clock runs in recording time) as for a live session."""
+    readings = [r for r in store.latest.values() if r is not None]
+    if readings:
+        newest = max(readings, key=lambda r: r.at)
+        return newest.wall + (now - newest.at)
+    return time.time() - (time.monotonic() - now)
+
+
+def server_pids(store: RunStore) -> set[int]:
+    host: HostData | None = store.data("host")
+    if host is None or host.server_tree is None:
+        return set()
+    return set(host.server_tree.pids)
+
+
+def gpu_facts(store: RunStore) -> list[GpuView]:
+    gpus: GpuData | None = store.data("gpu")
+    server: ServerData | None = store.data("server")
+    run = store.run
+    if gpus is None:
+        return []
+    pids = server_pids(store)
+    log_ranks = (run.startup.get("ranks") or {}) if run else {}
+    out = []
+    for dev in gpus.devices:
+        share = sum(p.used_bytes or 0 for p in dev.processes if p.pid in pids)
+        # TP rank r runs on GPU r (SGLang's default base_gpu_id 0, gpu_id_step 1).
+        rank_metrics = (server.ranks.get(dev.index) if server else None) or {}
+        rank_log = log_ranks.get(dev.index) or {}
+        baseline = run.baseline_gpu_used.get(dev.index) if run else None
+        out.append(GpuView(
+            index=dev.index, name=dev.name, uuid=dev.uuid,
+            total_bytes=dev.total_bytes, reserved_bytes=dev.reserved_bytes,
+            used_bytes=dev.used_bytes, free_bytes=dev.free_bytes,
+            server_bytes=share, baseline_used_bytes=baseline,
+            util_gpu_pct=dev.util_gpu_pct, power_w=dev.power_w,
+            pcie_rx_bytes_per_s=dev.pcie_rx_bytes_per_s,
+            pcie_tx_bytes_per_s=dev.pcie_tx_bytes_per_s,
+            # SGLang's figures: the metric's full precision, else the log's two decimals.
+            weights_gb=rank_metrics.get("weight_gb", rank_log.get("weights_gb")),
+            kv_cache_gb=rank_metrics.get("kv_cache_gb", rank_log.get("kv_total_gb")),
+            kv_tokens=_int(rank_metrics.get("max_total_num_tokens", rank_log.get("kv_tokens"))),
+            processes=tuple(GpuProcessView(pid=p.pid, name=p.name, used_bytes=p.used_bytes)
+                            for p in dev.processes),
+            power_limit_w=dev.power_limit_w, temperature_c=dev.temperature_c,
+            sm_clock_mhz=dev.sm_clock_mhz, throttle_reasons=dev.throttle_reasons,
+            energy_mj=dev.energy_mj, pcie_gen=dev.pcie_gen, pcie_width=dev.pcie_width,
+            nvlink_rx_bytes_per_s=dev.nvlink_rx_bytes_per_s,
+            nvlink_tx_bytes_per_s=dev.nvlink_tx_bytes_per_s,
+            ecc_uncorrected=dev.ecc_uncorrected, xids=dev.xids,
+        ))
+    return out
+
+
+def run_host_delta_bytes(store: RunStore, run: RunFacts | None) -> float | None:
+    """What a run has taken of host memory since its launch: while it is the store's run and
+    live, the Host RAM panel's own figure (the latest reading against the run's baseline),
+    so the scenario list and the panel never disagree; else the figure kept with the run
+    (its results, from the last time it was live)."""
+    if run is not None and run is store.run and run.state in LIVE:
+        host = host_facts(store)
+        if host is not None and host.delta_bytes is not None:
+            return host.delta_bytes
+    kept = run.results.host_delta_gib if run is not None else None
+    return None if kept is None else kept * GIB
+
+
+def host_facts(store: RunStore) -> HostView | None:
+    host: HostData | None = store.data("host")
+    if host is None:
+        return None
+    run = store.run
+    base = run.baseline_host_used if run else None
+    delta = None if base is None else host.used_bytes - base
+    tree = host.server_tree
+    return HostView(
+        total_bytes=host.total_bytes, used_bytes=host.used_bytes,
+        available_bytes=host.available_bytes, shmem_bytes=host.shmem_bytes,
+        baseline_used_bytes=base, delta_bytes=delta,
+        delta_gib=None if delta is None else round(delta / GIB, 3),
+        # Transparent huge pages and hugetlbfs pages in use: Engram tables may sit in either.
+        hugepages_bytes=host.anon_hugepages_bytes + max(
+            0, host.hugepages_total - host.hugepages_free) * host.hugepage_size_bytes,
+        swap_used_bytes=host.swap_used_bytes,
+        server_rss_bytes=tree.rss_bytes if tree else None,
+        server_rss_shmem_bytes=tree.rss_shmem_bytes if tree else None,
+        server_pids=tuple(tree.pids) if tree else (),
+        numa_nodes=host.numa_nodes, numa_problem=host.numa_problem,
+    )
+
+
+def kv_facts(store: RunStore) -> KvView | None:
+    s: ServerData | None = store.data("server")
+    if s is None:
+        return None
+    startup = store.run.startup if store.run is not None else {}
+    # The log's latest batch line speaks of the pools too: it stands in where the metrics
+    # page lacks a figure (a build or a setting without the multi-pool gauges).
+    batch = _latest_batch(startup)
+    full = s.full_token_usage if s.full_token_usage is not None else batch.get("full_token_usage")
+    swa = s.swa_token_usage if s.swa_token_usage is not None else batch.get("swa_token_usage")
+    used = s.num_used_tokens if s.num_used_tokens is not None else s.kv_used_tokens
+    return KvView(capacity_tokens=s.max_total_num_tokens or _logged_capacity(startup),
+                  used_tokens=_int(used),
+                  token_usage=s.token_usage, running=_int(s.num_running_reqs),
+                  queued=_int(s.num_queue_reqs), kv_cache_gb=s.kv_cache_gb,
+                  unavailable=_why(s, KV_FIELDS),
+                  full_usage=_number(full), swa_usage=_number(swa),
+                  available_tokens=_int(s.kv_available_tokens),
+                  evictable_tokens=_int(s.kv_evictable_tokens),
+                  retracted=_int(s.num_retracted_reqs), retracted_per_s=s.retracted_per_s,
+                  queue_time=s.queue_time, cache_hit_rate=s.cache_hit_rate,
+                  pools=_pools(startup), page_problems=tuple(s.page_problems))
+
+
+def _latest_batch(startup: dict[str, Any]) -> dict[str, Any]:
+    """The later of the log's last decode and prefill batch lines (plain data), or {}."""
+    lines = [b for b in (startup.get("decode"), startup.get("prefill")) if isinstance(b, dict)]
+    if not lines:
+        return {}
+    return max(lines, key=lambda b: b.get("at") if isinstance(b.get("at"), int | float)
+               else float("-inf"))
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
+
+
+def _logged_capacity(startup: dict[str, Any]) -> int | None:
+    """The KV capacity the log gave: its max_total_num_tokens, else the full pool's size."""
+    return _int(startup.get("kv_capacity_tokens") or startup.get("max_total_num_tokens"))
+
+
+def _pools(startup: dict[str, Any]) -> dict[str, int] | None:
+    """The main model's KV pools by name, as the log sized them (hybrid models only)."""
+    sizes = startup.get("pool_sizes")
+    if not isinstance(sizes, dict):
+        return None
+    pools = {k: int(v) for k, v in sizes.items()
+             if k in POOL_NAMES and isinstance(v, int | float) and not isinstance(v, bool)}
+    return pools or None
+
+
+POOL_NAMES = ("full", "swa", "c4", "c128", "c4_state", "c128_state")
+
+
+def engram_facts(store: RunStore) -> EngramView | None:
+    """The watched run's Engram row: placement and verdict (the engine's reading, kept with
+    the run), the host tables' residency and the layers' lookups (the server's log)."""
+    run = store.run
+    if run is None or not run.engram:
+        return None
+    e = run.engram
+    tables = run.startup.get("engram_tables") or []
+    resident = sum(t.get("resident_mib") or 0.0 for t in tables) or None
+    huge = sum(t.get("huge_mib") or 0.0 for t in tables)
+    pins = {t.get("pinned") for t in tables}
+    lookups_per_s, hit_rate = _lookups(run.startup.get("engram_layers") or {},
+                                       run.startup.get("last_line_at"))
+    return EngramView(
+        placement=e.get("placement"), layout=e.get("layout"), source=e.get("source", ""),
+        prefetch=e.get("prefetch", "n/a"), reasons=tuple(e.get("reasons") or ()),
+        resident_mib=resident,
+        pinned=(pins.pop() if len(pins) == 1 else None) if tables else e.get("pinned"),
+        huge_pct=None if not resident else round(100 * huge / resident, 1),
+        lookups_per_s=lookups_per_s, hit_rate_pct=hit_rate)
+
+
+def _lookups(layers: dict[Any, Any], now: object) -> tuple[float | None, float | None]:
+    """(lookups per second over all layers, the lookup-weighted hit rate) from each
+    layer's latest statistics line: its lookups since the line before, over the time
+    between the two. A server logs no line while no token flows: a layer whose line is
+    older (by the log's latest line, ``now``) than two of its intervals looks nothing up."""
+    rate = 0.0
+    hits = 0.0
+    counted = 0.0
+    timed = False
+    for stats in layers.values():
+        if not isinstance(stats, dict):
+            continue
+        lookups = stats.get("lookups")
+        interval = stats.get("interval_s")
+        at = stats.get("at")
+        if isinstance(lookups, int | float) and isinstance(interval, int | float) and interval > 0:
+            timed = True
+            stale = isinstance(now, int | float) and isinstance(at, int | float) \
+                and now - at > 2 * interval
+            rate += 0.0 if stale else lookups / interval
+        pct = stats.get("hit_rate_pct")
+        if isinstance(lookups, int | float) and isinstance(pct, int | float):
+            hits += lookups * pct
+            counted += lookups
+    return (round(rate, 1) if timed else None,
+            round(hits / counted, 1) if counted else None)
+
+
+# ServerData fields behind each panel, by the names its unavailable reasons use.
+KV_FIELDS = {"max_total_num_tokens": "capacity", "num_used_tokens": "used tokens",
+             "token_usage": "usage", "num_running_reqs": "running",
+             "num_queue_reqs": "queued", "kv_cache_gb": "KV GB"}
+LATENCY_FIELDS = {"ttft": "TTFT", "itl": "TPOT", "e2e": "end to end",
+                  "output_tokens_per_s": "output", "requests_per_s": "requests",
+                  "gen_throughput": "gen throughput"}
+
+
+def _why(s: ServerData, names: dict[str, str]) -> dict[str, str]:
+    """What the server sent for these fields that is not a number, by label: the panels
+    say "running n/a: NaN from rank 0" rather than show nothing, or crash."""
+    return {label: s.unavailable[key] for key, label in names.items() if key in s.unavailable}
+
+
+def latency_facts(store: RunStore) -> LatencyView | None:
+    s: ServerData | None = store.data("server")
+    if s is None:
+        return None
+    return LatencyView(window_s=s.window_s, output_tokens_per_s=s.output_tokens_per_s,
+                       requests_per_s=s.requests_per_s, gen_throughput=s.gen_throughput,
+                       unavailable=_why(s, LATENCY_FIELDS), ttft=s.ttft, itl=s.itl, e2e=s.e2e,
+                       tpot=s.tpot, engine=engine_of(store))
+
+
+def engine_of(store: RunStore) -> str:
+    """Whose dialect the watched server speaks, as the panels name it."""
+    return store.run.engine if store.run is not None else "SGLang"
+
+
+def not_reported(store: RunStore) -> dict[str, str]:
+    """Figures the watched server's engine does not report at all (field -> why)."""
+    s: ServerData | None = store.data("server")
+    why = s.extra.get("not_reported") if s is not None else None
+    return dict(why) if isinstance(why, dict) else {}
+
+
+def run_facts(store: RunStore) -> RunView | None:
+    run = store.run
+    if run is None:
+        return None
+    startup = run.startup or {}
+    tables = startup.get("engram_tables") or []
+    ready_s = run.ready_s
+    return RunView(
+        scenario=run.scenario, placement=run.placement, node=run.node,
+        state=run.state, phase=run.phase, pid=run.pid, url=run.url,
+        log_path=run.log_path, time_scale=run.time_scale,
+        launched_wall=run.launched_wall, exit_code=run.exit_code,
+        ready_s=None if ready_s is None else round(ready_s, 3),
+        # Node-equivalent: what the same start-up takes at time scale 1.
+        ready_s_node=None if ready_s is None else round(run.node_seconds(ready_s), 2),
+        phase_durations_s={k: round(v, 3) for k, v in run.phase_durations.items()},
+        max_total_num_tokens_log=startup.get("max_total_num_tokens"),
+        # The start-up facts are plain data (a recording's too): a key may be missing.
+        engram_host_tables=tuple(EngramTableView(**{f: t.get(f) for f in _TABLE_FIELDS})
+                                 for t in tables),
+        log_errors=tuple(e.get("text") for e in (startup.get("errors") or []))[-10:],
+    )
+
+
+_TABLE_FIELDS = tuple(f.name for f in fields(EngramTableView))
+
+
+def plain(value: Any) -> Any:
+    """Dataclasses and tuples to JSON-ready data; a value with a JSON form of its own
+    (to_json, as RunFigures keeps the *_ms keys files have always had) in that form."""
+    if is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "to_json"):
+            return plain(value.to_json())
+        return plain(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def finite_json(value: Any) -> Any:
+    """JSON data with NaN and infinities as null: Python's json writes them as bare NaN and
+    Infinity, which no other JSON reader takes."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def _int(value: Any) -> int | None:
+    """A count as an int; None when absent or not a finite number (a NaN gauge says n/a)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return int(value)
+
+
+def summary(store: RunStore) -> RunFigures:
+    """The run's headline figures now, kept with the run for the scenario list and
+    comparisons (RunFigures.merged onto what it had). Rounded as the scenario list and the
+    comparison show them: ready and latencies to 0.01 s and 0.01 ms, p50s to 0.1 ms."""
+    run = store.run
+    gpus = gpu_facts(store)
+    host = host_facts(store)
+    lat = latency_facts(store)
+    ttft, itl = (lat.ttft, lat.itl) if lat else (None, None)
+    rate = lat.output_tokens_per_s if lat else None
+    server: ServerData | None = store.data("server")
+    weights = gpus[0].weights_gb if gpus else None
+    kv_tokens = gpus[0].kv_tokens if gpus else None
+    if weights is None and server is not None:  # no GPU facts (a CPU server): its own
+        weights = server.weight_gb
+    if kv_tokens is None:
+        kv = kv_facts(store)
+        kv_tokens = kv.capacity_tokens if kv is not None else None
+    serving = _serving(gpus)
+    power = energy.window_power_w(store, [g.index for g in serving], lat.window_s if lat else None)
+    per_token = energy.joules_per_token(power, rate)
+    return RunFigures(
+        ready_s=None if run is None or run.ready_s is None else round(run.ready_s, 2),
+        gpus=len(gpus) or None,
+        weights_gb=weights,
+        kv_tokens=kv_tokens,
+        host_delta_gib=host.delta_gib if host else None,
+        ttft_p50_s=_round_ms(ttft.p50 if ttft else None, 1),
+        ttft_mean_s=_round_ms(ttft.mean if ttft else None, 2),
+        itl_p50_s=_round_ms(itl.p50 if itl else None, 1),
+        itl_mean_s=_round_ms(itl.mean if itl else None, 2),
+        output_tok_s=None if rate is None else round(rate, 1),
+        joules_per_token=None if per_token is None else round(per_token, 3),
+        throttled=_throttled(run, server, serving), **_goodput(store.load))
+
+
+def _goodput(load: dict[str, Any]) -> dict[str, float]:
+    """The demo load's goodput so far: its good requests per node second, and their share
+    of those that ended; nothing before a request has ended."""
+    good, node_s = load.get("good"), load.get("node_s")
+    ended = (load.get("completed") or 0) + (load.get("failed") or 0)
+    if not isinstance(good, int) or not isinstance(node_s, int | float) or node_s <= 0 \
+            or not ended:
+        return {}
+    return {"goodput_rps": round(good / node_s, 4), "slo_attainment": round(good / ended, 4)}
+
+
+def _serving(gpus: list[GpuView]) -> list[GpuView]:
+    """The GPUs the watched server holds memory on; every GPU where nobody's processes are
+    known (dcgm-exporter lists none)."""
+    return [g for g in gpus if g.server_bytes > 0] or gpus
+
+
+def serving_gpus(store: RunStore) -> list[int]:
+    return [g.index for g in _serving(gpu_facts(store))]
+
+
+def _throttled(run: RunFacts | None, server: ServerData | None,
+               gpus: list[GpuView]) -> tuple[str, ...] | None:
+    """What holds each serving GPU's clocks down now, while the server serves requests
+    (clocks held down while it idles cost no figure)."""
+    if run is None or run.state not in (RunState.READY, RunState.ATTACHED):
+        return None
+    if server is None or not server.num_running_reqs:
+        return None
+    found = tuple(f"GPU {g.index} {why}" for g in gpus for why in g.throttle_reasons or ())
+    return found or None
+
+
+def _round_ms(seconds: float | None, digits: int) -> float | None:
+    """Seconds rounded to `digits` decimals of a millisecond."""
+    return None if seconds is None else round(seconds * 1000, digits) / 1000
+
+
+def classify_log_line(line: str) -> str | None:
+    """'error', 'warning' or 'ready' for lines the log pane highlights."""
+    if any(m in line for m in ERROR_MARKERS):
+        return "error"
+    if any(m in line for m in WARNING_MARKERS):
+        return "warning"
+    if "ready to roll" in line:
+        return "ready"
+    return None
+
+
+def is_own_poll(line: str, patterns: tuple[str, ...]) -> bool:
+    """An access-log line of the dashboard's own polling (``patterns``: the run's engine's)."""
+    return any(p in line for p in patterns)

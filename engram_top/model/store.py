@@ -1,0 +1,344 @@
+"""The run store: the latest reading of every source, the last good one, bounded time series
+with a coarser tier for long runs (memory stays flat), the run's facts, and events.
+
+Readings are kept under their source's key (node, source) and series under (node, source,
+metric, labels), so one source can feed many nodes. ``latest`` and ``last_ok`` show this
+node's sources by name ("gpu", "host", "server"), "server" being the watched server.
+
+One writer (the session's poll loops) and readers on the same event loop (UI, exports).
+Each source has a version number so a UI can redraw only what changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, Status
+from collectors.source import LOCAL, SourceKey
+from engram_top.model.figures import RunFigures
+from scenarios.runstate import RunState
+
+
+class Series:
+    """Recent points at full rate, and older ones averaged ``coarse_every`` to one."""
+
+    def __init__(self, fine_len: int = 600, coarse_every: int = 10, coarse_len: int = 720) -> None:
+        self.fine: deque[tuple[float, float]] = deque(maxlen=fine_len)
+        self.coarse: deque[tuple[float, float]] = deque(maxlen=coarse_len)
+        self.coarse_every = coarse_every
+        self._pending: list[tuple[float, float]] = []
+
+    def add(self, t: float, value: float) -> None:
+        self.fine.append((t, value))
+        self._pending.append((t, value))
+        if len(self._pending) >= self.coarse_every:
+            ts = [p[0] for p in self._pending]
+            vs = [p[1] for p in self._pending]
+            self.coarse.append((ts[-1], sum(vs) / len(vs)))
+            self._pending = []
+
+    def values(self, last: int | None = None) -> list[float]:
+        pts = list(self.fine)
+        if last is not None:
+            pts = pts[-last:]
+        return [v for _, v in pts]
+
+    def points(self) -> list[tuple[float, float]]:
+        """Coarse history older than the fine window, then the fine points."""
+        start = self.fine[0][0] if self.fine else float("inf")
+        return [p for p in self.coarse if p[0] < start] + list(self.fine)
+
+
+Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs: (("gpu", "0"),)
+
+
+class SeriesKey(NamedTuple):
+    """One time series: what it measures (metric) of which source on which node, and of
+    which part (labels: the GPU's index)."""
+
+    node: str
+    source: str
+    metric: str
+    labels: Labels = ()
+
+    @property
+    def name(self) -> str:
+        """Its column in exports: gpu0.used, host.used, server.ttft.p50; NODE/... elsewhere."""
+        base = f"{self.source}{''.join(v for _, v in self.labels)}.{self.metric}"
+        return base if self.node == LOCAL else f"{self.node}/{base}"
+
+    def label(self, name: str) -> str | None:
+        return dict(self.labels).get(name)
+
+
+class NodeView(Mapping[str, "Reading[Any]"]):
+    """Readings of this node's sources by name, "server" being the watched server's."""
+
+    def __init__(self, readings: dict[SourceKey, Reading[Any]], server: SourceKey) -> None:
+        self._readings = readings
+        self._server = server
+
+    def _key(self, name: str) -> SourceKey:
+        return self._server if name == "server" else SourceKey(LOCAL, name)
+
+    def __getitem__(self, name: str) -> Reading[Any]:
+        return self._readings[self._key(name)]
+
+    def __iter__(self) -> Iterator[str]:
+        for key in self._readings:
+            if key == self._server:
+                yield "server"
+            elif key.node == LOCAL and key.source != "server":
+                yield key.source
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+@dataclass
+class Event:
+    wall: float
+    level: str  # "info", "warning", "error"
+    text: str
+
+
+@dataclass
+class RunFacts:
+    """One scenario instance from launch to stop."""
+
+    scenario: str
+    placement: str
+    node: str
+    time_scale: float
+    launched_wall: float
+    launched_at: float  # monotonic
+    state: RunState = RunState.LAUNCHING
+    pid: int | None = None
+    log_path: str | None = None
+    url: str | None = None
+    ready_at: float | None = None  # monotonic
+    ended_at: float | None = None
+    exit_code: int | None = None
+    baseline_host_used: int | None = None
+    baseline_gpu_used: dict[int, int] = field(default_factory=dict)
+    startup: dict[str, Any] = field(default_factory=dict)  # what the log parser extracted
+    phase: str = "launching"
+    phase_durations: dict[str, float] = field(default_factory=dict)
+    expected_ready_s: float | None = None  # what start-up should take (for progress)
+    title: str = ""
+    owned: bool = True  # False for a server someone else started (attach)
+    failure: str | None = None
+    # Why a ready server is not whole (a TP rank died while it still answers), else None.
+    degraded: str | None = None
+    lines_seen: int = 0
+    # The supervisor's recent log lines (a bounded deque it appends to): the log pane's source.
+    log_lines: Any = None
+    results: RunFigures = field(default_factory=RunFigures)  # headline figures (facts.summary)
+    # A simulated server's modelled launch-to-ready (node time, the seed's 125.04 s), which
+    # it runs time_scale times faster; None for a real server.
+    planned_ready_s: float | None = None
+    # The node its server's readings come under: this node's for a server we started, its
+    # URL for one someone else started (several can be attached and polled at once).
+    server_node: str = LOCAL
+    # Access-log fragments of the dashboard's own polls in this server's log (its engine's),
+    # which the log pane hides.
+    own_polls: tuple[str, ...] = ()
+    # The model it serves (the scenario's model path, else what the server says), and its
+    # Engram placement and prefetch verdict as the engine reads them (EngramSetting's data).
+    model: str | None = None
+    engram: dict[str, Any] = field(default_factory=dict)
+    # Whose dialect its server speaks ("SGLang", "vLLM"): what the panels call its figures
+    # and which of them mean something else on another engine.
+    engine: str = "SGLang"
+    engine_name: str = ""  # as a comparison names it: "vLLM", "SGLang (simulated)"
+
+    @property
+    def ready_s(self) -> float | None:
+        return None if self.ready_at is None else self.ready_at - self.launched_at
+
+    def node_seconds(self, real_s: float | None) -> float | None:
+        """A start-up time as the node would take it (node_time)."""
+        return None if real_s is None else node_time(real_s, self.time_scale,
+                                                     self.planned_ready_s)
+
+
+def node_time(real_s: float, time_scale: float, planned_s: float | None) -> float:
+    """Start-up seconds as the node would take them. A simulated server runs its modelled
+    start-up (``planned_s``, node time) ``time_scale`` times faster; what this machine
+    adds on top (interpreter start, a busy CPU, the log read at its cadence) is real time
+    that counts once, not 1/time_scale times: at x0.02, half a second of load would
+    otherwise read as 25 s more start-up."""
+    if planned_s is None or time_scale == 1:
+        return real_s / time_scale
+    return planned_s + (real_s - planned_s * time_scale)
+
+
+class RunStore:
+    def __init__(self) -> None:
+        self.readings: dict[SourceKey, Reading[Any]] = {}
+        self.good: dict[SourceKey, Reading[Any]] = {}  # the last good reading of each
+        self.versions: dict[str, int] = {}
+        self.series: dict[SeriesKey, Series] = {}
+        self._lines: dict[tuple[SourceKey, str, Labels], Series] = {}  # _point's index
+        # The server whose figures the panels show: the watched run's.
+        self.watched = SourceKey(LOCAL, "server")
+        self.run: RunFacts | None = None
+        self.history: dict[str, RunFacts] = {}  # the latest run of each scenario
+        self.runs: list[RunFacts] = []  # every run, oldest first: repeated runs are trials
+        # "Now" for ages on screen: a replay or a test sets its own clock here.
+        self.clock: Callable[[], float] = time.monotonic
+        self.events: deque[Event] = deque(maxlen=500)
+        self.alerts: dict[str, Any] = {}  # active alerts by id (engram_top.alerts.monitor.Alert)
+        # Standing problems a part of the session reports (the recorder cannot write):
+        # alert name -> (severity, message); an alert while it stands.
+        self.conditions: dict[str, tuple[str, str]] = {}
+        self.load: dict[str, Any] = {}
+        self.node = ""
+        self.scenarios: Any = None  # the session's ScenarioFile, for the scenario list
+        # Called as listener(what, payload) for ("reading", (kind, Reading)), ("event", Event)
+        # and ("run", RunFacts) after the store has taken them in: how a recorder follows
+        # the store without the session knowing about it. A listener must not raise.
+        self.listeners: list[Callable[[str, Any], None]] = []
+
+    def _tell(self, what: str, payload: Any) -> None:
+        for listener in self.listeners:
+            listener(what, payload)
+
+    @property
+    def latest(self) -> Mapping[str, Reading[Any]]:
+        return NodeView(self.readings, self.watched)
+
+    @property
+    def last_ok(self) -> Mapping[str, Reading[Any]]:
+        return NodeView(self.good, self.watched)
+
+    def line(self, source: str, metric: str, **labels: str) -> Series | None:
+        """A series of this node's source ("server": the watched one), by metric and labels."""
+        node = self.watched.node if source == "server" else LOCAL
+        return self.series.get(SeriesKey(node, source, metric, tuple(sorted(labels.items()))))
+
+    def set_run(self, facts: RunFacts) -> None:
+        """A new run becomes the one shown. A server we start speaks at this node's server
+        key, so the previous server's readings go; an attached one keeps its own."""
+        self.run = facts
+        self.history[facts.scenario] = facts
+        if not any(r is facts for r in self.runs):
+            self.runs.append(facts)
+        self.watched = SourceKey(facts.server_node, "server")
+        if facts.server_node == LOCAL:
+            self.readings.pop(self.watched, None)
+            self.good.pop(self.watched, None)
+            for key in [k for k in self.series if (k.node, k.source) == (LOCAL, "server")]:
+                del self.series[key]
+            self._lines.clear()
+        self.bump("server")
+        self.load = {}
+        self.bump("run")
+        self._tell("run", facts)
+
+    def facts_for(self, scenario: str) -> RunFacts | None:
+        return self.history.get(scenario)
+
+    # ------------------------------------------------------------------ writing
+    def bump(self, key: str) -> None:
+        self.versions[key] = self.versions.get(key, 0) + 1
+
+    def event(self, level: str, text: str) -> None:
+        event = Event(time.time(), level, text)
+        self.events.append(event)
+        self.bump("events")
+        self._tell("event", event)
+
+    def add(self, key: SourceKey | str, reading: Reading[Any]) -> None:
+        """Store a reading under its source's key: "gpu", "host", "server" on this node,
+        "NODE/SOURCE" on another."""
+        key = key if isinstance(key, SourceKey) else SourceKey.parse(key)
+        kind = "server" if key == self.watched else str(key)  # what the UI keeps versions of
+        previous = self.readings.get(key)
+        self.readings[key] = reading
+        if reading.data is not None and reading.status in (Status.OK, Status.STARTING):
+            self.good[key] = reading
+            self._record_series(key, reading)
+        if previous is None or previous.status != reading.status:
+            level = "info" if reading.status in (Status.OK, Status.STARTING) else "warning"
+            text = reading.message or reading.status.value
+            self.event(level, f"{key}: {text}")
+        self.bump(kind)
+        self._tell("reading", (key, reading))
+
+    def _record_series(self, key: SourceKey, reading: Reading[Any]) -> None:
+        t = reading.at
+        data = reading.data
+
+        def point(metric: str, value: float | None, labels: Labels = ()) -> None:
+            self._point(key, metric, labels, t, value)
+
+        if isinstance(data, GpuData):
+            for dev in data.devices:
+                gpu = (("gpu", str(dev.index)),)
+                self._point(key, "used", gpu, t, dev.used_bytes)
+                self._point(key, "util", gpu, t, dev.util_gpu_pct)
+                self._point(key, "pcie_rx", gpu, t, dev.pcie_rx_bytes_per_s)
+                self._point(key, "pcie_tx", gpu, t, dev.pcie_tx_bytes_per_s)
+                # Cumulative: energy per token takes its deltas over a window.
+                self._point(key, "energy", gpu, t, dev.energy_mj)
+        elif isinstance(data, HostData):
+            point("used", data.used_bytes)
+            point("swap_in", data.swap_in_bytes)  # cumulative: alerts take rates
+        elif isinstance(data, ServerData):
+            for name in ("token_usage", "num_running_reqs", "num_queue_reqs",
+                         "output_tokens_per_s"):
+                point(name, getattr(data, name))
+            for name in ("ttft", "itl"):
+                q = getattr(data, name)
+                point(f"{name}.p50", None if q is None else q.p50)
+        else:
+            # A reading of a type this store has no panel for (a new source's): its
+            # numbers are kept as series all the same, by field name, never dropped.
+            for name, value in _numbers(data):
+                point(name, value)
+
+    def _point(self, key: SourceKey, metric: str, labels: Labels, t: float,
+               value: float | None) -> None:
+        if value is None or not math.isfinite(value):  # a gap, not a NaN that poisons
+            return  # averages and axes
+        # The hot path of polling and of a replay's seek (a dozen points a reading): the
+        # series found by a plain tuple, not by building and hashing a SeriesKey each time.
+        series = self._lines.get((key, metric, labels))
+        if series is None:
+            name = SeriesKey(key.node, key.source, metric, labels)
+            series = self.series.get(name)
+            if series is None:
+                series = self.series[name] = Series()
+            self._lines[(key, metric, labels)] = series
+        series.add(t, float(value))
+
+    # ------------------------------------------------------------------ reading
+    def data(self, kind: str) -> Any:
+        """The newest good data of a source (None if it never answered)."""
+        reading = self.last_ok.get(kind)
+        return None if reading is None else reading.data
+
+    def version(self, *kinds: str) -> tuple[int, ...]:
+        return tuple(self.versions.get(k, 0) for k in kinds)
+
+
+def _numbers(data: Any) -> list[tuple[str, float]]:
+    """The top-level numbers of a dataclass or a mapping (booleans are not figures)."""
+    if isinstance(data, OtherData):
+        items = list(data.fields.items())
+    elif dataclasses.is_dataclass(data) and not isinstance(data, type):
+        items = [(f.name, getattr(data, f.name)) for f in dataclasses.fields(data)]
+    elif isinstance(data, Mapping):
+        items = list(data.items())
+    else:
+        return []
+    return [(str(k), float(v)) for k, v in items
+            if isinstance(v, numbers.Real) and not isinstance(v, bool)]

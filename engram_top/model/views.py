@@ -1,0 +1,180 @@
+"""What engram_top.model.facts gives the panels, alerts and exports: typed, frozen values.
+
+Field names and their order are the keys snapshot.json has always had (facts.plain writes a
+view as its fields, in order, or as its to_json() where a key is only sometimes present).
+Maps keyed by data (phase durations, why a figure is unavailable) stay dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from collectors.readings import NumaNode, Quantiles
+from scenarios.runstate import RunState
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """A source's latest state and message, and the age of its last good value (seconds)."""
+
+    status: str  # a reading's Status value, or "none" before the first reading
+    message: str
+    last_good_age_s: float | None
+    failing_for_s: float | None = None  # only while the source is failing
+
+    def to_json(self) -> dict[str, Any]:
+        # snapshot.json names failing_for_s only while the source fails, as it always has.
+        out = asdict(self)
+        if self.failing_for_s is None:
+            del out["failing_for_s"]
+        return out
+
+
+@dataclass(frozen=True)
+class GpuProcessView:
+    pid: int
+    name: str
+    used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int
+    name: str
+    uuid: str
+    total_bytes: int
+    reserved_bytes: int
+    used_bytes: int
+    free_bytes: int
+    server_bytes: int  # what the watched server's processes hold on this GPU
+    baseline_used_bytes: int | None
+    util_gpu_pct: int | None
+    power_w: float | None
+    pcie_rx_bytes_per_s: float | None
+    pcie_tx_bytes_per_s: float | None
+    # SGLang's figures for the TP rank on this GPU ("GB" there is GiB).
+    weights_gb: float | None
+    kv_cache_gb: float | None
+    kv_tokens: int | None
+    processes: tuple[GpuProcessView, ...]
+    # Health, as the GPU reading has it (None: not read there).
+    power_limit_w: float | None = None
+    temperature_c: int | None = None
+    sm_clock_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] | None = None  # () = not throttled
+    energy_mj: int | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    nvlink_rx_bytes_per_s: float | None = None
+    nvlink_tx_bytes_per_s: float | None = None
+    ecc_uncorrected: int | None = None
+    xids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostView:
+    total_bytes: int
+    used_bytes: int
+    available_bytes: int
+    shmem_bytes: int
+    baseline_used_bytes: int | None
+    delta_bytes: int | None  # used now minus used at launch
+    delta_gib: float | None
+    hugepages_bytes: int
+    swap_used_bytes: int
+    server_rss_bytes: int | None
+    server_rss_shmem_bytes: int | None
+    server_pids: tuple[int, ...]
+    numa_nodes: tuple[NumaNode, ...] = ()  # per NUMA node, as the host reading has them
+    numa_problem: str = ""
+
+
+@dataclass(frozen=True)
+class KvView:
+    capacity_tokens: int | None
+    used_tokens: int | None
+    token_usage: float | None
+    running: int | None
+    queued: int | None
+    kv_cache_gb: float | None
+    unavailable: dict[str, str]  # label -> why the server's figure is not a number
+    # Hybrid models (DeepSeek-V4.x): the pools' usage; token_usage is their maximum.
+    full_usage: float | None = None
+    swa_usage: float | None = None
+    available_tokens: int | None = None
+    evictable_tokens: int | None = None
+    retracted: int | None = None  # requests retracted now (the pool ran out mid-decode)
+    retracted_per_s: float | None = None
+    queue_time: Quantiles | None = None
+    cache_hit_rate: float | None = None  # a fraction
+    # The pools SGLang sized at start-up (tokens per pool: full, swa, c4, c128, ...).
+    pools: dict[str, int] | None = None
+    page_problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngramView:
+    """Where the Engram tables are and what they cost, as the engine reads the server."""
+
+    placement: str | None
+    layout: str | None
+    source: str  # what the placement was read from
+    prefetch: str  # the verdict: engaged, would not engage: ..., off, n/a
+    reasons: tuple[str, ...]
+    resident_mib: float | None  # the host tables' resident size, summed
+    pinned: bool | None
+    huge_pct: float | None  # resident in huge pages, weighted by size
+    lookups_per_s: float | None  # over every Engram layer, where the server logs them
+    hit_rate_pct: float | None  # the row cache's, lookup-weighted over layers
+
+    @property
+    def verdict(self) -> str:
+        return f"prefetch: {self.prefetch}"
+
+
+@dataclass(frozen=True)
+class LatencyView:
+    window_s: float | None
+    output_tokens_per_s: float | None
+    requests_per_s: float | None
+    gen_throughput: float | None
+    unavailable: dict[str, str]
+    ttft: Quantiles | None
+    itl: Quantiles | None
+    e2e: Quantiles | None
+    tpot: Quantiles | None = None  # vLLM's per-request time per output token: not the ITL
+    engine: str = "SGLang"  # whose histograms these are
+
+
+@dataclass(frozen=True)
+class EngramTableView:
+    """One Engram host table, as the server's start-up log described it."""
+
+    label: str
+    layout: str
+    resident_mib: float
+    huge_pct: float
+    pinned: bool | None
+    no_huge_pages_warning: str | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    scenario: str
+    placement: str
+    node: str
+    state: RunState
+    phase: str
+    pid: int | None
+    url: str | None
+    log_path: str | None
+    time_scale: float
+    launched_wall: float
+    exit_code: int | None
+    ready_s: float | None
+    ready_s_node: float | None  # what the same start-up takes at time scale 1
+    phase_durations_s: dict[str, float]
+    max_total_num_tokens_log: int | None
+    engram_host_tables: tuple[EngramTableView, ...]
+    log_errors: tuple[str, ...]  # the last ten

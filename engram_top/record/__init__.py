@@ -1,0 +1,1 @@
+"""Recordings: their format, the recorder, the reader, replay, and other tools' results."""

@@ -1,0 +1,482 @@
+"""The recording file's format: how readings, run facts and events become JSON lines and
+come back exactly. engram_top.record.recorder writes and reads files;
+engram_top.record.replay plays them.
+
+The file. Line 1 is a header {"type": "header", "format": 1, ...}: engram-top's version, the
+node, wall and monotonic clocks at the start, the scenario definitions as plain data. Every
+other line is one record with "t", seconds since the recording started (monotonic, so a
+replay on another machine needs nothing of this one's clock). A file holds one session; one
+that an older engram-top appended a second session to holds a second header, and reads as
+two sessions:
+
+  reading  {"kind": "gpu"|"host"|"server"|"NODE/SOURCE", "reading": {...}}   a Reading with
+           its typed data; data of a type without a format here as {"type": "other",
+           "kind": its type, "fields": {...}}, read back as OtherData
+  event    {"wall", "level", "text"}
+  run      {"run": "r1", "set": bool, "facts": {...}}   RunFacts fields that changed (all of them
+           the first time); "set": it became the run on screen (RunStore.set_run)
+  log      {"run": "r1", "lines": [[t, line], ...]}      new server log lines of that run
+  load     {"load": {...}}                                 the synthetic load's counters
+  end      {}                                              the recorder closed cleanly
+
+Monotonic fields (Reading.at, failing_since, RunFacts.launched_at/ready_at/ended_at, log
+times) are stored relative to the recording's start too. Readings round-trip exactly:
+dataclasses are written as their fields and read back by their type hints (tuples, the Status
+enum, int dict keys); values typed Any keep tuples and non-string keys with "$tuple"/"$items".
+
+Reading a file back: a line that is not JSON, or a record that does not decode, stops with
+RecordingError "PATH:LINE: what is wrong", except a last line without its newline: that is
+the half line a killed process can leave, and it is skipped and counted (`skipped`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import types
+from collections import deque
+from collections.abc import Mapping
+from enum import Enum
+from functools import cache
+from pathlib import PurePath
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, finite
+from engram_top.model.redact import redact
+from engram_top.model.store import RunFacts
+
+FORMAT = 1
+TICK_S = 0.25  # how often run facts (mutated in place) and the load are sampled
+FLUSH_S = 0.5  # data reaches the OS within this (+ one tick): the issue allows a second
+LOG_KEEP = 400  # log lines a replayed run keeps, as the supervisor does
+MIN_SPEED, MAX_SPEED = 0.25, 16.0
+DATA_TYPES: dict[str, type] = {c.__name__: c for c in (GpuData, HostData, ServerData)}
+OTHER = "other"  # a reading's data of any other type, as its plain fields
+# RunFacts fields on the monotonic clock: stored relative to the recording start.
+MONO_FIELDS = ("launched_at", "ready_at", "ended_at")
+# Not recorded: the log deque goes as "log" records, and a replay counts the lines it feeds.
+SKIP_FIELDS = ("log_lines", "lines_seen")
+# A record later than this after the recording's start is damage, not a long session.
+MAX_T = 366 * 24 * 3600.0
+MAX_WALL = 253402300799.0  # 9999-12-31T23:59:59Z: a wall clock later is damage
+# Dict fields written as a patch of their changed keys: the start-up facts change with every
+# log line (last line time, decode stats) and are a few KB whole.
+PATCH_FIELDS = ("startup", "results", "phase_durations")
+
+
+class RecordingError(ValueError):
+    """A recording that cannot be read: the message names PATH:LINE."""
+
+
+# --------------------------------------------------------------------------- the codec
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def encode(value: Any, hint: Any) -> Any:
+    """A value of type ``hint`` as JSON data (the inverse of decode)."""
+    if hint is Any or hint is object:
+        return loose(value)
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        if value is None:
+            return None
+        rest = [a for a in get_args(hint) if a is not type(None)]
+        return encode(value, rest[0] if len(rest) == 1 else Any)
+    if origin is tuple or origin is list:
+        return [encode(v, h) for v, h in zip(value, _item_hints(hint, len(value)), strict=True)]
+    if origin is dict:
+        key_hint, value_hint = get_args(hint)
+        return {str(k): encode(v, value_hint) for k, v in value.items()}
+    if _own_json(hint):
+        return value.to_json()
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        hints = _hints(hint)
+        return {f.name: encode(getattr(value, f.name), hints[f.name])
+                for f in dataclasses.fields(hint)}
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return hint(value).value  # a plain "ready" where a RunState is typed: the same
+    return value
+
+
+def decode(data: Any, hint: Any, where: str) -> Any:
+    """JSON data back to a value of type ``hint``; ValueError names the field (``where``)."""
+    if hint is Any or hint is object:
+        return unloose(data)
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        if data is None:
+            return None
+        rest = [a for a in get_args(hint) if a is not type(None)]
+        if len(rest) == 1:
+            return decode(data, rest[0], where)
+        if not any(_is_scalar(data, a) for a in rest):
+            raise ValueError(f"{where}: unexpected {type(data).__name__} {data!r}")
+        return data
+    if origin is tuple or origin is list:
+        if not isinstance(data, list):
+            raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
+        try:
+            item_hints = _item_hints(hint, len(data))
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        items = [decode(v, h, f"{where}[{i}]")
+                 for i, (v, h) in enumerate(zip(data, item_hints, strict=True))]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+        key_hint, value_hint = get_args(hint)
+        out = {}
+        for k, v in data.items():
+            try:
+                key = int(k) if key_hint is int else k
+            except ValueError:
+                raise ValueError(f"{where}: key {k!r} is not an integer") from None
+            out[key] = decode(v, value_hint, f"{where}[{k!r}]")
+        return out
+    if _own_json(hint):
+        try:
+            return hint.from_json(data)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return decode_fields(hint, data, where)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        try:
+            return hint(data)
+        except ValueError:
+            known = ", ".join(str(m.value) for m in hint)
+            raise ValueError(f"{where}: {data!r} is not one of {known}") from None
+    if not _is_scalar(data, hint):
+        raise ValueError(f"{where}: expected {getattr(hint, '__name__', hint)}, "
+                         f"got {type(data).__name__} {data!r}")
+    return data
+
+
+def _own_json(hint: Any) -> bool:
+    """A type that writes itself (to_json, from_json): RunFigures keeps the JSON form that
+    recordings have always had, whatever its fields are named."""
+    return isinstance(hint, type) and hasattr(hint, "from_json") and hasattr(hint, "to_json")
+
+
+def decode_fields(cls: type, data: Any, where: str, skip: tuple[str, ...] = ()) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+    hints = _hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)} - set(skip)
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {unknown}")
+    required = [f.name for f in dataclasses.fields(cls) if f.name in names
+                and f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING]
+    missing = [n for n in required if n not in data]
+    if missing:
+        raise ValueError(f"{where}: missing fields {missing}")
+    values = {k: decode(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    return cls(**values)
+
+
+def _item_hints(hint: Any, n: int) -> list[Any]:
+    args = get_args(hint)
+    if get_origin(hint) is list or (len(args) == 2 and args[1] is Ellipsis):
+        return [args[0] if args else Any] * n
+    if len(args) != n:
+        raise ValueError(f"expected {len(args)} items, got {n}")
+    return list(args)
+
+
+def _is_scalar(data: Any, hint: Any) -> bool:
+    if hint is float:  # JSON writes 2.0 as 2.0, but a producer may have stored an int
+        return isinstance(data, int | float) and not isinstance(data, bool)
+    if hint is int:
+        return isinstance(data, int) and not isinstance(data, bool)
+    if isinstance(hint, type):
+        return isinstance(data, hint)
+    return True
+
+
+def loose(value: Any) -> Any:
+    """Untyped data as JSON, keeping what JSON would lose: tuples, non-string keys."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | deque):
+        return [loose(v) for v in value]
+    if isinstance(value, tuple):
+        return {"$tuple": [loose(v) for v in value]}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("$") for k in value):
+            return {k: loose(v) for k, v in value.items()}
+        return {"$items": [[loose(k), loose(v)] for k, v in value.items()]}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return loose({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+    if isinstance(value, Enum):
+        return loose(value.value)
+    if isinstance(value, PurePath):
+        return str(value)
+    return repr(value)  # something a JSON file cannot hold: at least say what it was
+
+
+def unloose(data: Any) -> Any:
+    if isinstance(data, list):
+        return [unloose(v) for v in data]
+    if isinstance(data, dict):
+        if set(data) == {"$tuple"}:
+            return tuple(unloose(v) for v in data["$tuple"])
+        if set(data) == {"$items"}:
+            return {unloose(k): unloose(v) for k, v in data["$items"]}
+        return {k: unloose(v) for k, v in data.items()}
+    return data
+
+
+def plain_fields(data: Any) -> Any:
+    """A reading's data of a type without a format of its own, as plain JSON fields."""
+    if isinstance(data, OtherData):
+        return loose(data.fields)
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return loose({f.name: getattr(data, f.name) for f in dataclasses.fields(data)})
+    if isinstance(data, Mapping):
+        return loose({str(k): v for k, v in data.items()})
+    return {"value": loose(data)}
+
+
+def encode_reading(reading: Reading[Any], origin: float = 0.0) -> dict[str, Any]:
+    """A Reading as JSON data; monotonic times relative to ``origin``."""
+    data = reading.data
+    if data is None:
+        encoded = None
+    elif type(data).__name__ in DATA_TYPES:
+        encoded = {"type": type(data).__name__, **encode(data, type(data))}
+    else:  # kept as plain fields, read back as OtherData: never left out
+        encoded = {"type": OTHER, "kind": getattr(data, "kind", type(data).__name__),
+                   "fields": plain_fields(data)}
+    return {
+        "source": reading.source, "status": reading.status.value,
+        "data": encoded,
+        "message": reading.message, "at": reading.at - origin, "wall": reading.wall,
+        "failing_since": None if reading.failing_since is None
+        else reading.failing_since - origin,
+    }
+
+
+def decode_reading(obj: Any, origin: float = 0.0, where: str = "reading") -> Reading[Any]:
+    """Inverse of encode_reading; monotonic times become ``origin`` + the stored ones."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected an object")
+    data = obj.get("data")
+    value = None
+    if isinstance(data, dict) and data.get("type") == OTHER:
+        if not isinstance(data.get("kind"), str) or not isinstance(data.get("fields"), dict):
+            raise ValueError(f"{where}.data: an {OTHER} reading needs 'kind' and 'fields'")
+        value = OtherData(data["kind"], unloose(data["fields"]))
+    elif data is not None:
+        if not isinstance(data, dict) or data.get("type") not in DATA_TYPES:
+            kind = data.get("type") if isinstance(data, dict) else data
+            raise ValueError(f"{where}.data: unknown data type {kind!r} "
+                             f"(known: {', '.join(DATA_TYPES)})")
+        fields = {k: v for k, v in data.items() if k != "type"}
+        value = decode_fields(DATA_TYPES[data["type"]], fields, f"{where}.data")
+    if isinstance(value, ServerData):
+        value = finite(value)  # NaN gauges of a recording made before they were checked
+    rest = {k: v for k, v in obj.items() if k != "data"}
+    missing = [k for k in ("at", "wall") if k not in rest]  # defaults would make up a time
+    if missing:
+        raise ValueError(f"{where}: missing fields {missing}")
+    for key in ("at", "wall", "failing_since"):
+        check_time(rest.get(key), f"{where}.{key}")
+    reading = decode_fields(Reading, rest, where)
+    return dataclasses.replace(
+        reading, data=value, at=reading.at + origin,
+        failing_since=None if reading.failing_since is None
+        else reading.failing_since + origin)
+
+
+def encode_facts(facts: RunFacts, origin: float) -> dict[str, Any]:
+    hints = _hints(RunFacts)
+    out = {}
+    for f in dataclasses.fields(RunFacts):
+        if f.name in SKIP_FIELDS:
+            continue
+        value = getattr(facts, f.name)
+        if f.name in MONO_FIELDS and value is not None:
+            value -= origin
+        out[f.name] = encode(value, hints[f.name])
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    """A dict field's change: keys set (to new values) and keys dropped."""
+
+    set: dict[str, Any]
+    drop: tuple[str, ...]
+
+    def apply(self, current: Any) -> Any:
+        if _own_json(type(current)):  # patched in its JSON form, as it was written
+            return type(current).from_json(self.apply(current.to_json()))
+        out = {k: v for k, v in current.items() if k not in self.drop}
+        out.update(copy.deepcopy(self.set))
+        return out
+
+
+def patch_of(before: Any, now: Any) -> dict[str, Any] | None:
+    """The JSON patch from one encoded dict to another, if both are plain objects."""
+    plain = (isinstance(before, dict) and isinstance(now, dict)
+             and "$items" not in before and "$items" not in now)
+    if not plain:
+        return None
+    return {"$patch": {k: v for k, v in now.items() if k not in before or before[k] != v},
+            "$drop": [k for k in before if k not in now]}
+
+
+def decode_facts_fields(data: Any, origin: float, where: str) -> dict[str, Any]:
+    """Some RunFacts fields (as a run record holds them) as values, Patch for a patched dict
+    field; monotonic ones rebased."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object")
+    hints = _hints(RunFacts)
+    known = {f.name for f in dataclasses.fields(RunFacts)} - set(SKIP_FIELDS)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {unknown}")
+    out = {}
+    for k, v in data.items():
+        if k in PATCH_FIELDS and isinstance(v, dict) and "$patch" in v:
+            drop = v.get("$drop", [])
+            if not isinstance(v["$patch"], dict) or not isinstance(drop, list):
+                raise ValueError(f"{where}.{k}: a patch needs $patch {{...}} and $drop [...]")
+            values = decode(v["$patch"], hints[k], f"{where}.{k}")
+            if _own_json(hints[k]):
+                values = values.to_json()  # checked; a patch applies to the JSON form
+            out[k] = Patch(values, tuple(str(d) for d in drop))
+        else:
+            out[k] = decode(v, hints[k], f"{where}.{k}")
+    startup = out.get("startup")
+    check_startup(startup.set if isinstance(startup, Patch) else startup, f"{where}.startup")
+    check_engram(out.get("engram"), f"{where}.engram")
+    for name in (*MONO_FIELDS, "launched_wall"):
+        check_time(out.get(name), f"{where}.{name}")
+    for name in MONO_FIELDS:
+        if out.get(name) is not None:
+            out[name] += origin
+    return out
+
+
+# The start-up facts are plain data (whatever an engine's log parser learnt), read by the
+# panels by shape: a recording's must have the shapes the parsers write, or a damaged value
+# would reach a panel as something it cannot read.
+_STARTUP_SHAPES: dict[str, tuple[type, type | None]] = {
+    "ranks": (dict, dict), "engram_layers": (dict, dict), "engram_tables": (list, dict),
+    "errors": (list, dict), "pool_sizes": (dict, None), "decode": (dict, None),
+    "prefill": (dict, None), "server_args": (dict, None), "engram_config": (dict, None),
+}
+_STARTUP_NUMBERS = ("last_line_at", "max_total_num_tokens", "kv_capacity_tokens")
+
+
+def check_startup(startup: Any, where: str) -> None:
+    if not isinstance(startup, dict):
+        return
+    for key, (outer, inner) in _STARTUP_SHAPES.items():
+        value = startup.get(key)
+        if value is None:
+            continue
+        items = value.values() if isinstance(value, dict) else value
+        if outer is list and isinstance(value, tuple):
+            outer = tuple  # a parser's tuple, kept a tuple by the format
+        if not isinstance(value, outer) or (inner is not None and not all(
+                isinstance(v, inner) for v in items)):
+            kind = f"{outer.__name__} of {inner.__name__}s" if inner else outer.__name__
+            raise ValueError(f"{where}.{key}: expected a {kind}, got {type(value).__name__}")
+    for key in _STARTUP_NUMBERS:
+        _number(startup.get(key), f"{where}.{key}")
+    _named_numbers(startup, where, 0)
+
+
+# The parsers' figures are named by their unit: a value so named is a number (or nothing).
+_NUMBER_NAMES = ("_gb", "_mib", "_s", "_at", "_pct", "tokens", "lookups")
+_VERBATIM = ("args", "config")
+
+
+def _named_numbers(value: Any, where: str, depth: int) -> None:
+    if depth > 4:  # deeper than any parser writes: nothing read there
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, str) and k.endswith(_VERBATIM):
+                continue  # a server's own arguments, as it printed them
+            if isinstance(k, str) and k.endswith(_NUMBER_NAMES):
+                _numbers(v, f"{where}.{k}", depth + 1)
+            else:
+                _named_numbers(v, f"{where}.{k}", depth + 1)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value[:1000]):
+            _named_numbers(v, f"{where}[{i}]", depth + 1)
+
+
+def _numbers(value: Any, where: str, depth: int) -> None:
+    """A figure named by its unit: a number, or figures by name (timings by phase)."""
+    if isinstance(value, dict) and depth <= 4:
+        for k, v in value.items():
+            _numbers(v, f"{where}.{k}", depth + 1)
+    elif isinstance(value, list | tuple) and depth <= 4:
+        for i, v in enumerate(value[:1000]):
+            _numbers(v, f"{where}[{i}]", depth + 1)
+    else:
+        _number(value, where)
+
+
+def _number(value: Any, where: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ValueError(f"{where}: expected a number, got {type(value).__name__}")
+    check_time(value, where)
+
+
+def check_engram(engram: Any, where: str) -> None:
+    """A run's Engram reading, as EngramSetting.to_dict() writes it (or nothing)."""
+    if isinstance(engram, dict) and engram:
+        from scenarios.engines.engram import EngramSetting
+        decode_fields(EngramSetting, engram, where)
+
+
+def check_time(value: Any, where: str) -> None:
+    """A time (seconds) must be a finite number: a wall of 1e999 reads as infinity, and
+    would reach the screen's clock and snapshot.json."""
+    if isinstance(value, int | float) and not isinstance(value, bool) \
+            and not math.isfinite(value):
+        raise ValueError(f"{where}: {value} is not a time (not a finite number)")
+    if where.endswith("wall") and isinstance(value, int | float) \
+            and not 0 <= value <= MAX_WALL:  # a clock shown as a date: within the calendar
+        raise ValueError(f"{where}: {value} is not a time of day (a date past the year 9999, "
+                         "or before 1970)")
+
+
+def scenarios_plain(scenario_file: Any, found: set[str] | None = None) -> dict[str, Any] | None:
+    """The scenario definitions as plain data, secrets (API keys, tokens in the environment)
+    redacted: a recording travels. The secret values removed go into `found`."""
+    if scenario_file is None or not hasattr(scenario_file, "scenarios"):
+        return None
+    return redact(unloose(loose(scenario_file)), found)
+
+
+def engram_top_version() -> str | None:
+    from importlib import metadata
+    try:
+        return metadata.version("engram-top")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def update_facts(facts: RunFacts, fields: dict[str, Any]) -> None:
+    for name, value in copied_fields(fields).items():
+        setattr(facts, name, value.apply(getattr(facts, name))
+                if isinstance(value, Patch) else value)
+
+
+def copied_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Mutable values copied: the parsed recording stays as read across rebuilds."""
+    return {k: copy.deepcopy(v) if isinstance(v, dict | list) else v for k, v in fields.items()}

@@ -1,0 +1,1 @@
+"""The seed's figures and the simulated node's calibration, read from seeds/."""

@@ -1,0 +1,283 @@
+"""The user's config file: alert thresholds, key remaps, the theme and the SLOs (TOML).
+
+Looked up at $ENGRAM_TOP_CONFIG, else $XDG_CONFIG_HOME/engram-top/config.toml, else
+~/.config/engram-top/config.toml. A missing file means every default. A broken file is
+refused whole (no half-applied settings): load_config() returns the defaults and the error,
+so the dashboard still starts and can say what is wrong, as FILE:LINE: KEY: what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from engram_top.alerts.thresholds import ALERT_NAMES, Thresholds
+
+# The scenario loader's line finder and did-you-mean, so both files report problems alike.
+from scenarios.bounds import Range, read_toml, shown, typed
+from scenarios.scenario_file import locate, similar
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    alerts: Thresholds = field(default_factory=Thresholds)
+    keys: dict[str, str] = field(default_factory=dict)  # binding id -> "key[,key]"
+    theme: str | None = None  # a Textual theme name; the app checks it exists
+    # The demo load's SLOs (goodput), as a bench plan's [slo]; slo.DEFAULT where silent.
+    slos: tuple[Any, ...] = field(default_factory=lambda: _default_slos())
+    path: Path | None = None  # the file it came from, None for built-in defaults
+
+
+class ConfigError(ValueError):
+    """All the problems of one config file; str() lists them, one per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def config_path() -> Path:
+    explicit = os.environ.get("ENGRAM_TOP_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME")
+    root = Path(base).expanduser() if base else Path.home() / ".config"
+    return root / "engram-top" / "config.toml"
+
+
+def _default_slos() -> tuple[Any, ...]:
+    from engram_top.compare.slo import DEFAULT
+    return DEFAULT
+
+
+def load_config(path: Path | None = None) -> tuple[UserConfig, str | None]:
+    """The config and None, or the defaults and the error text when the file is broken."""
+    path = config_path() if path is None else Path(path)
+    try:
+        return parse_config(path), None
+    except ConfigError as exc:
+        return UserConfig(), str(exc)
+
+
+def parse_config(path: Path) -> UserConfig:
+    """The file's config (defaults where it is silent); ConfigError lists every problem."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return UserConfig()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError([f"{path}: cannot read: {why}"]) from exc
+    return parse_config_text(text, path)
+
+
+# --------------------------------------------------------------------------- checking
+
+# [alerts] key -> (kind, description), from Thresholds' fields (_setting says the kinds).
+ALERT_FIELDS: dict[str, tuple[str | Range, str]] = {
+    f.name: (f.metadata["kind"], f.metadata["what"]) for f in fields(Thresholds)}
+TOP_LEVEL = ("alerts", "keys", "theme", "slo")
+_LINE = re.compile(r"at line (\d+)")
+
+
+def parse_config_text(text: str, path: Path) -> UserConfig:
+    try:
+        raw = read_toml(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = _LINE.search(str(exc))
+        where = f"{path}:{m.group(1)}" if m else str(path)
+        raise ConfigError([f"{where}: not valid TOML: {exc}"]) from exc
+    except RecursionError:
+        raise ConfigError([f"{path}: not a config file (nested too deeply to read)"]) from None
+    lines = locate(text)
+    problems: list[str] = []
+
+    def bad(keys: tuple[str, ...], what: str) -> None:
+        line = next((lines[keys[:i]] for i in range(len(keys), 0, -1) if keys[:i] in lines),
+                    None)
+        where = str(path) if line is None else f"{path}:{line}"
+        problems.append(f"{where}: {'.'.join(keys)}: {what}")
+
+    for key in raw:
+        if key not in TOP_LEVEL:
+            bad((key,), "unknown key" + _hint(key, TOP_LEVEL)
+                + f" (known: {', '.join(TOP_LEVEL)})")
+    theme = raw.get("theme")
+    if theme is not None and (not isinstance(theme, str) or not theme.strip()):
+        bad(("theme",), f"should be a theme name (a string), got {_show(theme)}")
+    alerts = _table(raw, "alerts", bad)
+    values: dict[str, Any] = {}
+    for key, value in alerts.items():
+        if key not in ALERT_FIELDS:
+            bad(("alerts", key), "unknown key" + _hint(key, ALERT_FIELDS))
+            continue
+        checked = _check_alert(key, value, lambda what, k=key: bad(("alerts", k), what))
+        if checked is not None:
+            values[key] = checked
+    keys = _table(raw, "keys", bad)
+    remaps: dict[str, str] = {}
+    for action, value in keys.items():
+        found, wrong = _check_keys(value)
+        if wrong:
+            bad(("keys", action), wrong)
+        else:
+            remaps[action] = found
+    # Its arithmetic comes with it; a config needs only the check.
+    from engram_top.compare import slo
+    slo_problems: list[str] = []
+    slos = slo.parse(str(path), raw.get("slo"), slo_problems)
+    problems += slo_problems
+    if problems:
+        raise ConfigError(problems)
+    return UserConfig(alerts=Thresholds(**values), keys=remaps, slos=slos or slo.DEFAULT,
+                      theme=theme.strip() if isinstance(theme, str) else None, path=path)
+
+
+def _table(raw: dict[str, Any], name: str, bad) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        bad((name,), f"should be a table [{name}], got {_show(table)}")
+        return {}
+    return table
+
+
+def _check_alert(key: str, value: Any, bad) -> Any:  # type: ignore[no-untyped-def]
+    """The value as Thresholds keeps it, or None after reporting what is wrong."""
+    kind, what = ALERT_FIELDS[key]
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        bad(f"should be {what}, got {_show(value)}")
+        return None
+    if kind == "names":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            bad(f"should be {what}, got {_show(value)}")
+            return None
+        unknown = [v for v in value if v not in ALERT_NAMES]
+        for name in unknown:
+            bad(f"{shown(name)} is not an alert name{_hint(name, ALERT_NAMES)} "
+                f"(known: {', '.join(ALERT_NAMES)})")
+        return None if unknown else tuple(value)
+    if isinstance(kind, Range):  # TOML's true, inf and nan, and a 400-digit int, refused
+        problem = kind.problem(value)
+        if problem is not None:
+            bad(problem)
+            return None
+        return float(value)
+    raise AssertionError(f"no check for {key}")  # a field added without one
+
+
+# A key as Textual names it: modifiers, then a name (f1, question_mark, pageup) or one
+# printable character. What is longer or holds anything else can never be pressed, and
+# binding it only takes the action's own key away (a 100,000-character quit left none).
+_KEY = re.compile(r"(?:(?:ctrl|shift|alt|meta|super|hyper)\+){0,4}(?:[a-z][a-z0-9_]{1,31}|\S)")
+MAX_KEYS = 8  # keys one action takes
+MAX_KEYS_TEXT = 200
+
+
+def _check_keys(value: Any) -> tuple[str, str | None]:
+    """The keys as Textual's keymap takes them ("f1,ctrl+q"), and what is wrong or None."""
+    example = 'e.g. "f1" or "f1,ctrl+q"'
+    if not isinstance(value, str):
+        return "", f"should be a key or keys as a string ({example}), got {typed(value)}"
+    if len(value) > MAX_KEYS_TEXT:
+        return "", (f"{shown(value)} is not a key: at most {MAX_KEYS} keys of a modifier or "
+                    f"two and a name ({example})")
+    parts = [p.strip() for p in value.split(",")]
+    if not all(parts):
+        return "", f"{shown(value)} has an empty key: separate keys with commas ({example})"
+    spaced = [p for p in parts if any(c.isspace() for c in p)]
+    if spaced:
+        return "", f"{shown(spaced[0])} is not a key name: no spaces ({example}, \"space\")"
+    if len(parts) > MAX_KEYS:
+        return "", f"{len(parts)} keys: an action takes at most {MAX_KEYS}"
+    for part in parts:
+        if not _KEY.fullmatch(part) or not part.isprintable():
+            return "", (f"{shown(part)} is not a key name: modifiers (ctrl+, shift+, alt+) "
+                        f"and a name such as f1, pageup or question_mark, or one character "
+                        f"({example})")
+    return ",".join(parts), None
+
+
+def _hint(key: str, known) -> str:  # type: ignore[no-untyped-def]
+    close = [k for k in known if similar(k, key)]
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _show(value: Any) -> str:
+    return typed(value)  # cut short, with its control characters escaped
+
+
+# --------------------------------------------------------------------------- the default file
+
+
+def default_config_text() -> str:
+    """The documented default file: every setting at its default, explained."""
+    t = Thresholds()
+    return f"""\
+# engram-top's config file. Every value below is the default; delete what you do not change.
+
+# A Textual theme for the dashboard (ctrl+p, then "Theme", lists them), e.g.:
+# theme = "gruvbox"
+
+[alerts]
+# Alerts show in the events pane with their time, as toasts, and in snapshots.
+enabled = {_toml(t.enabled)}
+{_comment('Alerts switched off one by one, e.g. disabled = ["swap-in", "queue-growth"]. '
+           f"Names: {', '.join(ALERT_NAMES)}.")}
+disabled = []
+# Any GPU's HBM used (NVML, reserved memory apart) above this share of its total.
+hbm_used_pct = {_toml(t.hbm_used_pct)}
+# The server's KV pool usage (SGLang's token_usage) above this.
+kv_usage_pct = {_toml(t.kv_usage_pct)}
+# Host memory available (MemAvailable) below this share of the total.
+host_available_pct = {_toml(t.host_available_pct)}
+# Pages swapped in faster than this (MiB/s), measured over swap_window_s seconds.
+swap_in_mib_per_s = {_toml(t.swap_in_mib_per_s)}
+swap_window_s = {_toml(t.swap_window_s)}
+# The server's request queue growing (never shrinking, and longer at the end) for longer
+# than this many seconds.
+queue_growth_window_s = {_toml(t.queue_growth_window_s)}
+# A ready server that gave no good /metrics answer for this many seconds.
+server_silent_s = {_toml(t.server_silent_s)}
+# Against flapping: a percentage alert clears only hysteresis_pct points back on the safe
+# side of its threshold, and any alert only after staying clear for clear_after_s seconds.
+hysteresis_pct = {_toml(t.hysteresis_pct)}
+clear_after_s = {_toml(t.clear_after_s)}
+# With no threshold, on unless disabled: no-huge-pages (SGLang's Engram host table warned
+# "No huge pages" in its start-up log), server-died (a server exited or failed without
+# being asked to stop), rank-died (a process of a running server died while the server
+# still answers: degraded), recording (the recording cannot be written), xid (a GPU
+# reported an XID error through NVML) and ecc (a GPU counts uncorrected ECC errors).
+
+[slo]
+# What the demo load's requests are held to: goodput counts the requests within every
+# bound, per second (the compare screen shows it). A bench plan takes the same table.
+ttft = {{ percentile = 99, max_ms = 2000 }}
+tpot = {{ percentile = 99, max_ms = 50 }}
+# e2e = {{ percentile = 99, max_ms = 60000 }}
+
+[keys]
+# Remap the dashboard's keys by binding id: id = "key" or "key,key". Ids: quit, start,
+# stop, compare, help, snapshot, history, scenario-1 ... scenario-9. For example:
+# quit = "q,ctrl+q"
+# help = "f1"
+"""
+
+
+def _comment(text: str) -> str:
+    """TOML comment lines, wrapped as the rest of the file (an alert name is never split)."""
+    return textwrap.fill(text, width=90, initial_indent="# ", subsequent_indent="# ",
+                         break_on_hyphens=False, break_long_words=False)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(int(value)) if float(value).is_integer() else repr(value)
+

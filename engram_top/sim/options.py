@@ -1,0 +1,49 @@
+"""The options of `engram-top sim serve`, apart from the server: the CLI defines every
+command's options at start, and the server's own imports (uvicorn, starlette, httpx) would
+cost the dashboard a tenth of a second before its first frame."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from engram_top.seed import reference
+from scenarios.bounds import bounded_float, bounded_int
+
+DIALECTS = ("sglang", "vllm")
+# The ranges, as the CLI's own: scales as a scenario file's (x0.001: the seed's start-up in an
+# eighth of a second; x100: hours), ports as TCP has them (0 for an exporter: any free one),
+# a stream's tokens per chunk up to a whole answer's worth.
+SCALE = bounded_float(0.001, 100)
+PORT = bounded_int(1, 65535)
+ANY_PORT = bounded_int(0, 65535)
+STREAM_INTERVAL = bounded_int(1, 100_000)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--placement", choices=reference.PLACEMENTS, default="device")
+    p.add_argument("--dialect", choices=DIALECTS, default="sglang",
+                   help="whose start-up log, endpoints and metrics it speaks (the same model "
+                        "behind either; vLLM has no host placement)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=PORT, default=30000)
+    p.add_argument("--time-scale", type=SCALE, default=1.0,
+                   help="multiply start-up phase lengths by this (0.05 = 20x faster)")
+    p.add_argument("--serve-scale", type=SCALE, default=1.0,
+                   help="multiply request service times by this (default 1: node time)")
+    p.add_argument("--node-dir", type=Path, default=None,
+                   help="the simulated node's state folder (default: per user, under /tmp)")
+    p.add_argument("--dcgm-exporter-port", type=ANY_PORT, default=None, metavar="PORT",
+                   help="also serve the node's GPUs in dcgm-exporter's format on PORT "
+                        "(0: any free port, logged)")
+    p.add_argument("--node-exporter-port", type=ANY_PORT, default=None, metavar="PORT",
+                   help="also serve the node's host memory in node-exporter's format on PORT")
+    p.add_argument("--exporter-hostname", default=None,
+                   help="the Hostname label of the dcgm page (default: this machine's name)")
+    p.add_argument("--stream-interval", type=STREAM_INTERVAL, default=1)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--api-key-file", type=Path, default=None,
+                   help="read the API key from this file (kept out of the argv `ps` shows)")
+    p.add_argument("--fail-at", default=None,
+                   choices=["distributed_init", "weights", "kv_pool", "graphs", "warmup"],
+                   help="die during this start-up phase (for testing supervisors)")

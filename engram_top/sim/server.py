@@ -1,0 +1,270 @@
+"""`engram-top sim serve`: one simulated server for DeepSeek-V4.1-Flash on a 4x B200 node.
+
+A real process with real HTTP on loopback: SGLang's start-up log, its endpoints and metrics,
+and a continuous-batching scheduler (engram_top.sim.model) whose service times follow
+the placement's calibrated model. Like SGLang, the port opens only after the model is loaded
+and the KV pool and graphs are ready; /health answers 503 until the warm-up request is done.
+
+With ``--dialect vllm`` the same model speaks vLLM's log, endpoints and metrics instead
+(engram_top.sim.vllm): its port is bound at launch and listened on once the engine is
+up, and /health is 200 from then on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import uvicorn
+
+from engram_top.seed import reference
+from engram_top.sim import exporters, memory, server_args, state
+from engram_top.sim import vllm as simvllm
+from engram_top.sim.http import ServerCore, build_app
+from engram_top.sim.options import add_arguments
+from engram_top.sim.startup import Startup, StartupFailed, log, spawn_ranks
+
+VERSION = "0.5.23+engram-top-sim"
+VLLM_PLACEMENTS = ("device", "host-prefetch")  # vLLM has no synchronous host placement
+
+
+def default_node_dir() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    return Path(base) / f"engram-top-simnode-{os.getuid()}"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="engram-top sim serve",
+                                description="Run one simulated server, SGLang's dialect or "
+                                            "vLLM's (DeepSeek-V4.1-Flash, TP4).")
+    add_arguments(p)
+    return p.parse_args(argv)
+
+
+class _UvicornServer(uvicorn.Server):
+    # The scheduler loop shares the event loop; let main() own the signals.
+    def install_signal_handlers(self) -> None:
+        pass
+
+
+async def serve(args: argparse.Namespace) -> int:
+    ref = reference.default()
+    placement = ref.placements[args.placement]
+    vllm = args.dialect == "vllm"
+    say = simvllm.log if vllm else log
+    node_dir = args.node_dir or default_node_dir()
+    spec = state.ensure_node(node_dir, ref)
+    if spec.gpus != ref.gpus:
+        say(f"Node {node_dir} has {spec.gpus} GPUs; the model needs TP{ref.gpus}")
+        return 1
+    mem = memory.plan(ref, args.placement)
+    me = psutil.Process()
+    main_state = state.ProcState(pid=me.pid, create_time=me.create_time(),
+                                 name="vllm::APIServer" if vllm else "sglang::main")
+    stop = asyncio.Event()
+    signals: list[str] = []
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda s=sig: (signals.append(s.name), stop.set()))
+
+    sock = None
+    if vllm:
+        simvllm.preamble(ref, placement, mem, args)
+        try:
+            sock = simvllm.bind(args.host, args.port)
+        except OSError as exc:
+            simvllm.raw(f"OSError: [Errno {exc.errno}] {exc.strerror}")
+            return 1
+    else:
+        # What SGLang prints as ServerArgs applies its DeepSeek-V4 defaults, then the args.
+        log(f"Use dsv4 attention backend for DeepseekV4ForCausalLM, setting page_size to "
+            f"{memory.PAGE_SIZE}.")
+        log(f"Setting KV cache dtype to {server_args.KV_CACHE_DTYPE} for "
+            f"DeepseekV4ForCausalLM.")
+        log(f"INFO server_args.py:1187: Setting swa_full_tokens_ratio to "
+            f"{ref.kv_pools.swa_full_tokens_ratio} for DeepseekV4ForCausalLM.")
+        log(server_args.repr_line(server_args.build(ref, placement, mem, args)))
+        for key, value in placement.env.items():
+            log(f"env {key}={value}")
+    # The node's exporters run whatever the server's phase, as a real node's do.
+    try:
+        exporters_up = await exporters.start(
+            node_dir, args.host, args.dcgm_exporter_port, args.node_exporter_port,
+            args.exporter_hostname)
+    except OSError as exc:
+        say(f"Initialization failed. The simulated exporters cannot listen: {exc}")
+        if sock is not None:
+            sock.close()
+        return 1
+    for name, listener in exporters_up.items():
+        say(f"simulated {name}-exporter serving /metrics on {args.host}:"
+            f"{exporters.port_of(listener)}")
+    ranks = spawn_ranks(node_dir, ref.gpus, "VLLM::Worker_TP{rank}" if vllm else None)
+
+    def main_host(nbytes: int) -> None:
+        main_state.host_anon_bytes = nbytes
+        state.write_proc(node_dir, main_state)
+
+    if vllm:
+        vcore = simvllm.VllmCore(ref, placement, mem, args, simvllm.VERSION)
+        core: ServerCore = vcore
+        startup: Startup = simvllm.VllmStartup(ref, placement, mem, ranks, args.time_scale,
+                                               args.fail_at, main_host)
+        app, log_config = simvllm.build_app(vcore), simvllm.uvicorn_log_config()
+    else:
+        core = ServerCore(ref, placement, mem, args, VERSION)
+        startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
+        app, log_config = build_app(core), _uvicorn_log_config()
+    server: _UvicornServer | None = None
+    rc = 0
+    try:
+        await _until_stopped(startup.run(), stop)
+        await _until_stopped(startup.wait_phase("http"), stop)
+        if vllm:
+            simvllm.http_lines(args)
+            core.ready = True  # once it listens, vLLM's engine is up
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_config=log_config,
+                                lifespan="on")
+        server = _UvicornServer(config)
+        serving = asyncio.create_task(server.serve(sockets=[sock] if sock else None))
+        while not server.started:
+            if serving.done():
+                raise StartupFailed(f"the HTTP server did not start on port {args.port}")
+            await asyncio.sleep(0.01)
+        core.start(ranks)
+        if not vllm:
+            await _until_stopped(_warm_up(args, placement, core, startup), stop)
+            core.ready = True
+        core.startup_seconds = time.monotonic() - core.launched
+        if not vllm:
+            log("The server is fired up and ready to roll!")
+        await stop.wait()
+    except StartupFailed as exc:
+        if vllm:
+            simvllm.failed(str(exc))
+        else:
+            log(f"Initialization failed. {exc}")
+        rc = 1
+    except _Stopped:
+        pass
+    finally:
+        if vllm:
+            simvllm.shutdown_lines(signals[0] if signals else "SIGTERM", len(ranks))
+        else:
+            log("Shutting down.")
+        if server is not None:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(serving, 5)
+        await core.close()
+        for r in ranks:
+            with contextlib.suppress(Exception):
+                r.proc.stdin.close()  # EOF: the rank removes its memory and exits
+        for r in ranks:
+            try:
+                r.proc.wait(timeout=5)
+            except Exception:
+                r.proc.kill()
+        state.remove_proc(node_dir, main_state.pid)
+        for listener in exporters_up.values():
+            listener.close()
+        if sock is not None:
+            sock.close()
+    return rc
+
+
+class _Stopped(Exception):
+    pass
+
+
+async def _until_stopped(coro, stop: asyncio.Event):  # type: ignore[no-untyped-def]
+    """Run ``coro`` unless a stop signal comes first."""
+    task = asyncio.ensure_future(coro)
+    waiter = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        waiter.cancel()
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    raise _Stopped
+
+
+async def _warm_up(args: argparse.Namespace, placement: reference.Placement, core: ServerCore,
+                   startup: Startup) -> None:
+    """What SGLang's warm-up thread does: poll /model_info, then one /generate request."""
+    # The warm-up request itself takes a little service time; leave room for it.
+    startup.phase_s["warmup"] = max(0.0, startup.phase_s["warmup"] - 0.2)
+    await startup.wait_phase("warmup")
+    startup.check_fail("warmup")
+    base = f"http://{args.host}:{args.port}"
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
+        (await client.get("/model_info")).raise_for_status()
+        resp = await client.post("/generate", json={
+            "input_ids": [10, 11, 12], "sampling_params": {"max_new_tokens": 1}})
+        if resp.status_code != 200:
+            raise StartupFailed(f"warmup error: /generate answered {resp.status_code}")
+
+
+def _uvicorn_log_config() -> dict:
+    # SGLang gives uvicorn's loggers its own timestamp prefix (set_uvicorn_logging_configs).
+    fmt = "[%(asctime)s] %(levelprefix)s %(message)s"
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": fmt,
+                        "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
+            "access": {"()": "uvicorn.logging.AccessFormatter",
+                       "fmt": '[%(asctime)s] %(levelprefix)s %(client_addr)s - '
+                              '"%(request_line)s" %(status_code)s',
+                       "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
+        },
+        "handlers": {
+            "default": {"formatter": "default", "class": "logging.StreamHandler",
+                        "stream": "ext://sys.stdout"},
+            "access": {"formatter": "access", "class": "logging.StreamHandler",
+                       "stream": "ext://sys.stdout"},
+        },
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
+        },
+    }
+
+
+def main(argv: list[str] | None = None, args: argparse.Namespace | None = None) -> int:
+    args = args or parse_args(argv)
+    if not (0 < args.time_scale < math.inf and 0 < args.serve_scale < math.inf):  # NaN too
+        print("engram-top sim serve: --time-scale and --serve-scale must be finite and > 0",
+              file=sys.stderr)
+        return 2
+    if args.api_key_file is not None:
+        try:
+            args.api_key = args.api_key_file.read_text().strip() or None
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"engram-top sim serve: --api-key-file {args.api_key_file}: cannot read: "
+                  f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+            return 2
+    if args.dialect == "vllm" and args.placement not in VLLM_PLACEMENTS:
+        print(f"engram-top sim serve: vLLM has no '{args.placement}' placement: it keeps the "
+              f"Engram tables in HBM (device) or in pinned host memory read ahead on a side "
+              f"stream (host-prefetch, its default)", file=sys.stderr)
+        return 2
+    return asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

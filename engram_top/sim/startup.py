@@ -1,0 +1,284 @@
+"""The simulated server's start-up: SGLang's log lines, phase by phase, while the ranks'
+virtual HBM and the host tables grow. Phase lengths come from seeds [startup], scaled.
+
+The lines are those SGLang prints for DeepSeek-V4 (DeepseekV4ForCausalLM): its KV is
+several pools, so the memory pool phase prints the DSV4 pool configurator's lines where
+other models print "KV Cache is allocated"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from collectors.units import GIB, MIB
+from engram_top.seed.reference import Placement, Reference
+from engram_top.sim.memory import MemoryPlan
+from engram_top.sim.model import PREFILL_TOKEN_BUDGET
+from engram_top.sim.pools import CHUNKED_PREFILL_SIZE
+from engram_top.sim.server_args import CONTEXT_LEN
+
+TABLES = (("L1", 0.5), ("L14", 0.5))  # the two Engram tables (layers 1 and 14), equal halves
+# Of the server processes' host memory: the tokenizer + HTTP process; the ranks share the rest.
+MAIN_HOST_SHARE = 0.26
+
+
+def log(msg: str, rank: int | None = None) -> None:
+    stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    tag = f" TP{rank}" if rank is not None else ""
+    sys.stdout.write(f"[{stamp}{tag}] {msg}\n")
+    sys.stdout.flush()
+
+
+class StartupFailed(Exception):
+    pass
+
+
+def process_start_monotonic() -> float:
+    """This process's start time on the monotonic clock, to about 10 ms.
+
+    Not psutil's create_time(): it rests on the boot time in whole seconds, up to 1 s off.
+    """
+    try:
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime
+        return time.monotonic() - max(0.0, uptime - started)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()
+
+
+async def sleep_until(deadline: float) -> None:
+    await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+
+
+@dataclass
+class RankHandle:
+    rank: int
+    proc: subprocess.Popen[str]
+    gpu_bytes: int = 0
+    host_anon: int = 0
+    host_shmem: int = 0
+    host_huge: int = 0
+    util: float = 0.0
+    pcie_rx: float = 0.0
+
+    def push(self) -> None:
+        if self.proc.stdin is None or self.proc.poll() is not None:
+            raise StartupFailed(f"Rank {self.rank} scheduler died (exit {self.proc.poll()})")
+        try:
+            self.proc.stdin.write(json.dumps({
+                "gpu_bytes": self.gpu_bytes, "host_anon": self.host_anon,
+                "host_shmem": self.host_shmem, "host_huge": self.host_huge,
+                "util": self.util, "pcie_rx": self.pcie_rx}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise StartupFailed(f"Rank {self.rank} scheduler died: {exc}") from exc
+
+
+def spawn_ranks(node_dir: Path, gpus: int, name: str | None = None) -> list[RankHandle]:
+    """One process per GPU; ``name``: its process name, ``{rank}`` filled in (default
+    SGLang's scheduler's)."""
+    ranks = []
+    for r in range(gpus):
+        named = ["--name", name.format(rank=r)] if name else []
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engram_top.sim.rank", "--node-dir", str(node_dir),
+             "--gpu", str(r), "--rank", str(r), *named],
+            stdin=subprocess.PIPE, text=True)
+        ranks.append(RankHandle(r, proc))
+    return ranks
+
+
+class Startup:
+    """Runs the phases. ``fail_at`` names a phase in which to die, for tests of failures."""
+
+    def __init__(self, ref: Reference, placement: Placement, mem: MemoryPlan,
+                 ranks: list[RankHandle], time_scale: float, fail_at: str | None = None,
+                 on_main_host: Callable[[int], None] = lambda b: None) -> None:
+        self.ref = ref
+        self.placement = placement
+        self.mem = mem
+        self.ranks = ranks
+        self.scale = time_scale
+        self.fail_at = fail_at
+        self.on_main_host = on_main_host
+        self.phase_s = dict(placement.startup.phases)
+        self.host = placement.name != "device"
+        self.t0 = process_start_monotonic()
+        self.elapsed_plan = 0.0  # planned (unscaled) seconds of the phases run so far
+
+    async def wait_phase(self, phase: str) -> None:
+        """A phase with nothing to show but its length (http, warmup)."""
+        self.elapsed_plan += self.phase_s[phase]
+        await sleep_until(self.t0 + self.elapsed_plan * self.scale)
+
+    def avail_gb(self, rank: RankHandle) -> float:
+        return (self.ref.gpu_total_bytes - self.ref.gpu_reserved_bytes - rank.gpu_bytes) / GIB
+
+    def push_all(self) -> None:
+        for r in self.ranks:
+            r.push()
+
+    async def ramp(self, seconds: float, steps: int, apply: Callable[[float], None]) -> None:
+        """Spread a phase over ``steps`` updates, applying the fraction done at each.
+
+        Phases end at deadlines counted from the process's start, so interpreter start-up
+        and logging overheads are absorbed and launch-to-ready matches the plan.
+        """
+        start = self.elapsed_plan
+        self.elapsed_plan += seconds
+        for i in range(1, steps + 1):
+            await sleep_until(self.t0 + (start + seconds * i / steps) * self.scale)
+            apply(i / steps)
+            self.push_all()
+
+    def check_fail(self, phase: str) -> None:
+        if self.fail_at == phase:
+            log("Traceback (most recent call last):")
+            log(f"RuntimeError: simulated failure during {phase} (--fail-at {phase})")
+            raise StartupFailed(f"simulated failure during {phase}")
+
+    # ------------------------------------------------------------------ the memory
+    # What each phase does to the ranks' HBM and the host, whichever dialect logs it.
+    def main_host(self) -> None:
+        """The main (tokenizer + HTTP) process's share of the host memory, from launch."""
+        self.on_main_host(int(self.mem.host_process_bytes * MAIN_HOST_SHARE))
+
+    def dist_memory(self, frac: float) -> None:
+        """``frac`` of the distributed init done: CUDA contexts and comm buffers."""
+        mem = self.mem
+        proc_share = mem.host_process_bytes * (1 - MAIN_HOST_SHARE) / len(self.ranks)
+        for r in self.ranks:
+            r.gpu_bytes = int(mem.context_bytes * frac)
+            r.host_anon = int(proc_share * frac)
+
+    def weights_memory(self, frac: float) -> None:
+        """``frac`` of the weights loaded; a host placement's tables are faulted in first,
+        then pinned."""
+        mem = self.mem
+        for r in self.ranks:
+            r.gpu_bytes = mem.context_bytes + int(mem.weights_bytes * frac)
+        if not self.host:
+            return
+        fill = 0.85
+        table_frac = min(1.0, frac / fill)
+        lead = self.ranks[0]  # rank 0 creates the shared memfd the others map
+        lead.host_shmem = int(mem.host_table_bytes * table_frac)
+        lead.host_huge = lead.host_shmem
+        pin = max(0.0, (frac - fill) / (1 - fill))
+        for r in self.ranks:
+            r.host_shmem = (lead.host_shmem if r is lead else 0) + int(
+                mem.host_pinned_extra_bytes / len(self.ranks) * pin)
+
+    def kv_memory(self) -> None:
+        """The KV pools allocated, all at once."""
+        for r in self.ranks:
+            r.gpu_bytes += self.mem.kv_bytes
+
+    def graphs_memory(self) -> Callable[[float], None]:
+        """From now, ``frac`` of the device graphs captured."""
+        base = {r.rank: r.gpu_bytes for r in self.ranks}
+
+        def grow(frac: float) -> None:
+            for r in self.ranks:
+                r.gpu_bytes = base[r.rank] + int(self.mem.graphs_bytes * frac)
+        return grow
+
+    # ------------------------------------------------------------------ SGLang's lines
+    async def run(self) -> None:
+        mem = self.mem
+        self.main_host()
+        t0 = time.monotonic()
+        for r in self.ranks:
+            log("Init torch distributed begin.", r.rank)
+        await self.ramp(self.phase_s["distributed_init"], 4, self.dist_memory)
+        self.check_fail("distributed_init")
+        for r in self.ranks:
+            log(f"Init torch distributed ends. elapsed={time.monotonic() - t0:.2f} s, "
+                f"mem usage={mem.context_bytes / GIB:.2f} GB", r.rank)
+        await self.load_weights()
+        await self.kv_pool()
+        await self.graphs()
+
+    async def load_weights(self) -> None:
+        mem = self.mem
+        t0 = time.monotonic()
+        for r in self.ranks:
+            log(f"Load weight begin. avail mem={self.avail_gb(r):.2f} GB", r.rank)
+        shards = 64
+        progress = {"shard": 0}
+
+        def weights(frac: float) -> None:
+            self.weights_memory(frac)
+            shard = int(frac * shards)
+            if shard >= progress["shard"] + 8 or shard == shards:
+                progress["shard"] = shard
+                log(f"Loading safetensors checkpoint shards: {shard * 100 // shards:3d}% "
+                    f"Completed | {shard}/{shards}", 0)
+        await self.ramp(self.phase_s["weights"], 40, weights)
+        self.check_fail("weights")
+        if self.host:
+            for label, share in TABLES:
+                resident = mem.host_table_bytes * share / MIB
+                log(f"engram host table {label}: layout=shared, {resident:.0f} MiB resident, "
+                    f"{resident:.0f} MiB in huge pages (100%), pinned", 0)
+        elapsed = time.monotonic() - t0
+        for r in self.ranks:
+            log(f"Load weight end. elapsed={elapsed:.2f} s, type=DeepseekV4ForCausalLM, "
+                f"quant=fp8, avail mem={self.avail_gb(r):.2f} GB, "
+                f"mem usage={mem.weights_bytes / GIB:.2f} GB.", r.rank)
+
+    async def kv_pool(self) -> None:
+        mem = self.mem
+        for r in self.ranks:
+            log("Using KV cache dtype: torch.float8_e4m3fn", r.rank)
+        await self.ramp(self.phase_s["kv_pool"], 2, lambda f: None)
+        self.check_fail("kv_pool")
+        self.kv_memory()
+        total_gb = self.ref.gpu_total_bytes / GIB
+        rest_gb = mem.kv_bytes / GIB
+        # Profiled after the weights: what the static fraction leaves for KV is rest_memory,
+        # the whole KV budget. (The measured available memory can differ from the weights'
+        # "avail mem" by a little; here by the rounding of mem_fraction_static.)
+        profiled_gb = rest_gb + total_gb * (1 - mem.mem_fraction_static)
+        for r in self.ranks:
+            log(f"Memory profiling: available_gpu_memory={profiled_gb:.2f} GB, "
+                f"total_gpu_memory={total_gb:.2f} GB, "
+                f"mem_fraction_static={mem.mem_fraction_static}, "
+                f"rest_memory={rest_gb:.2f} GB", r.rank)
+            for line in mem.pools.log_lines(mem.kv_bytes):
+                log(line, r.rank)
+        self.push_all()
+        for r in self.ranks:
+            log(f"Memory pool end. avail mem={self.avail_gb(r):.2f} GB", r.rank)
+
+    async def graphs(self) -> None:
+        mem = self.mem
+        t0 = time.monotonic()
+        grow = self.graphs_memory()
+        for r in self.ranks:
+            log(f"Capture cuda graph begin. This can take up to several minutes. "
+                f"avail mem={self.avail_gb(r):.2f} GB", r.rank)
+        log("Capture cuda graph bs [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256]", 0)
+        await self.ramp(self.phase_s["graphs"], 10, grow)
+        self.check_fail("graphs")
+        for r in self.ranks:
+            log(f"Capture cuda graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
+                f"mem usage={mem.graphs_bytes / GIB:.2f} GB. avail mem={self.avail_gb(r):.2f} GB.",
+                r.rank)
+        svc = self.placement.service
+        log(f"max_total_num_tokens={mem.kv_tokens}, chunked_prefill_size={CHUNKED_PREFILL_SIZE}, "
+            f"max_prefill_tokens={PREFILL_TOKEN_BUDGET}, "
+            f"max_running_requests={svc.max_running_requests}, "
+            f"context_len={CONTEXT_LEN}, available_gpu_mem={self.avail_gb(self.ranks[0]):.2f} GB",
+            0)
