@@ -131,6 +131,27 @@ class StaticSession:
             self._alerts_task.cancel()
             await asyncio.gather(self._alerts_task, return_exceptions=True)
 
+    # The rest of the dashboard's session (engram_top.app.sessions): it starts nothing.
+    replay = None
+    poll_interval = 0.5  # redrawn at the dashboard's fastest
+    secrets: tuple[str, ...] = ()
+    slos: tuple[Any, ...] = ()
+
+    def close_now(self) -> None:
+        self.closed = True
+
+    async def start_scenario(self, name: str) -> None:
+        raise RuntimeError("a fixed store: it starts nothing")
+
+    async def switch(self, name: str) -> None:
+        raise RuntimeError("a fixed store: it switches nothing")
+
+    async def stop_scenario(self) -> None:
+        raise RuntimeError("a fixed store: it stops nothing")
+
+    async def attach(self, url: str) -> None:
+        raise RuntimeError("a fixed store: it attaches to nothing")
+
 
 # --------------------------------------------------------------------------- processes
 

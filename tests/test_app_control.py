@@ -14,7 +14,8 @@ import pytest
 from helpers import DEMO, GIB, alive, quit_app, screen_text, until
 from textual.widgets import DataTable, RichLog
 
-from engram_top.app.main import ConfirmScreen, EngramTopApp
+from engram_top.app.dialogs import ConfirmScreen
+from engram_top.app.main import EngramTopApp
 from engram_top.live.session import LoadSpec, Session, SessionOptions
 from engram_top.model import facts
 from scenarios.supervisor import port_in_use

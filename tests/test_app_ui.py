@@ -17,7 +17,8 @@ from textual.widgets import DataTable, RichLog
 
 from collectors.readings import GpuData, Reading, Status
 from engram_top.app.compare_screen import CompareScreen
-from engram_top.app.main import EngramTopApp, HelpScreen
+from engram_top.app.dialogs import HelpScreen
+from engram_top.app.main import EngramTopApp
 from engram_top.settings.user_config import UserConfig, parse_config_text
 
 

@@ -12,7 +12,8 @@ from scene import scene_store
 
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.app.compare_screen import CompareScreen
-from engram_top.app.main import EngramTopApp, HelpScreen
+from engram_top.app.dialogs import HelpScreen
+from engram_top.app.main import EngramTopApp
 from engram_top.settings.user_config import (
     ALERT_FIELDS,
     ConfigError,

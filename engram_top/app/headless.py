@@ -3,19 +3,33 @@ taken without a terminal (`engram-top snapshot`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
+from engram_top.alerts.monitor import AlertWatch
 from engram_top.app.main import EngramTopApp
 from engram_top.model.store import RunStore
 
 
-class BorrowedSession:
-    """A running session lent to a headless app: the app's mount starts its session and its
-    unmount closes it, but this one belongs to the caller, whose server must keep running."""
+class Drawable(Protocol):
+    """What a headless drawing needs of the session it borrows."""
 
-    def __init__(self, session: Any) -> None:
-        self._session = session
-        self.store: RunStore = session.store
+    store: RunStore
+    alerts: AlertWatch
+
+
+class BorrowedSession:
+    """A running session lent to a headless app, as a DashboardSession that steers nothing:
+    the app's mount starts its session and its unmount closes it, but this one belongs to
+    the caller, whose server must keep running."""
+
+    replay = None  # drawn as the moment it is at, without a replay's controls
+    poll_interval = 1.0  # the drawing is refreshed by hand (render_svg), not on a timer
+    secrets: tuple[str, ...] = ()  # the app takes no snapshot of it: its caller does
+
+    def __init__(self, session: Drawable) -> None:
+        self.store = session.store
+        self.alerts = session.alerts
+        self.slos: tuple[Any, ...] = ()
 
     async def start(self) -> None:
         return None
@@ -23,12 +37,25 @@ class BorrowedSession:
     async def close(self) -> None:
         return None
 
-    def __getattr__(self, name: str) -> Any:  # the rest (scenario, ...) reads through
-        return getattr(self._session, name)
+    def close_now(self) -> None:
+        return None
+
+    async def start_scenario(self, name: str) -> None:
+        raise RuntimeError("a borrowed session starts nothing")
+
+    async def switch(self, name: str) -> None:
+        raise RuntimeError("a borrowed session switches nothing")
+
+    async def stop_scenario(self) -> None:
+        raise RuntimeError("a borrowed session stops nothing")
+
+    async def attach(self, url: str) -> None:
+        raise RuntimeError("a borrowed session attaches to nothing")
 
 
-async def render_svg(session: Any, size: tuple[int, int] = (120, 40)) -> str:
-    """The screen as the dashboard draws it now, as SVG. `session` only needs a `store`."""
+async def render_svg(session: Drawable, size: tuple[int, int] = (120, 40)) -> str:
+    """The screen as the dashboard draws it now, as SVG. `session` only needs a `store` and
+    its `alerts`."""
     app = EngramTopApp(BorrowedSession(session))
     async with app.run_test(size=size) as pilot:
         await pilot.pause()

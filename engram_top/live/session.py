@@ -22,7 +22,7 @@ from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
 from collectors.pages import split_userinfo
-from collectors.readings import Reading, Status
+from collectors.readings import GpuData, Reading, Status
 from collectors.server_process import server_environ
 from collectors.shared import SharedSampler
 from collectors.source import NodeSource, Source, SourceKey
@@ -192,6 +192,17 @@ class Session:
             changed[name] = new
         return dataclasses.replace(sf, scenarios=changed)
 
+    replay = None  # a live session plays no recording (the app's DashboardSession)
+
+    @property
+    def poll_interval(self) -> float:
+        return self.options.poll_interval
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What a snapshot must not show: the attached servers' API key."""
+        return (self.options.api_key,) if self.options.api_key else ()
+
     @property
     def simulated(self) -> bool:
         """Whether this session's servers run on the simulated node."""
@@ -226,23 +237,13 @@ class Session:
         # The poll loop and the supervisor's guards read the GPUs through one sampler: a
         # guard that finds a poll's query in flight waits for it and shares its answer,
         # rather than being refused (or skipping a baseline) because the driver was busy.
-        gpus: SharedSampler[Any] = SharedSampler(gpu_backend)
-        self.gpu = GpuCollector(gpus)
+        self._gpus: SharedSampler[Any] = SharedSampler(gpu_backend)
+        self._host_backend = host_backend
+        self.gpu = GpuCollector(self._gpus)
         self.host = HostCollector(host_backend)
-
-        def host_used() -> int:
-            return host_sample(host_backend, None).used_bytes
-
-        def host_shmem() -> int:
-            return host_sample(host_backend, None).shmem_bytes
-
-        def gpu_sample() -> Any:  # a reading of the last half second will do
-            return gpus.sample(max_age=GUARD_MAX_AGE_S, wait_s=GUARD_WAIT_S)
-
-        self.supervisor = Supervisor(state_dir, gpu_sample=gpu_sample,
-                                     host_used=host_used, host_shmem=host_shmem,
-                                     node_dir=node_dir, on_event=self.store.event,
-                                     on_run=self._on_run)
+        # The session owns the supervisor (scenarios.owner.SupervisorOwner): it reads the
+        # node for it and hears each change to a run ("the supervisor's owner", below).
+        self.supervisor = Supervisor(state_dir, self, node_dir=node_dir)
         for source in (NodeSource("gpu", self.gpu.poll, self.gpu.close),
                        NodeSource("host", self.host.poll)):
             for key, reading in await source.poll():  # the first frame has the node
@@ -454,8 +455,23 @@ class Session:
         self._closers.add(closing)
         closing.add_done_callback(self._closers.discard)
 
+    # ------------------------------------------------------------------ the supervisor's owner
+    def gpu_sample(self) -> GpuData:
+        """The GPUs for the supervisor's baseline and guards: a reading of the last half
+        second will do (the poll loop's, when one is in flight)."""
+        return self._gpus.sample(max_age=GUARD_MAX_AGE_S, wait_s=GUARD_WAIT_S)
+
+    def host_used(self) -> int:
+        return host_sample(self._host_backend, None).used_bytes
+
+    def host_shmem(self) -> int:
+        return host_sample(self._host_backend, None).shmem_bytes
+
+    def event(self, level: str, text: str) -> None:
+        self.store.event(level, text)
+
     # ------------------------------------------------------------------ the run, pushed
-    def _on_run(self, run: Run) -> None:
+    def run_changed(self, run: Run) -> None:
         """The supervisor's news of a run, as it happens: into the store's facts (the UI
         and the recorder read them there), and the load follows the run's state."""
         self._sync(run)

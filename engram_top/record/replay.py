@@ -87,7 +87,10 @@ class ReplaySession:
     seconds of recording time.
     """
 
-    is_replay = True  # what the app asks a session, without importing this module
+    # The rest of the app's DashboardSession: a replay runs no load and holds no key.
+    poll_interval = 0.5  # records are applied as played: the screen redraws at its fastest
+    secrets: tuple[str, ...] = ()
+    slos: tuple[Any, ...] = ()
 
     def __init__(self, path: Path | str, *, speed: float = 1.0, paused: bool = False,
                  clock: Callable[[], float] = time.monotonic,
@@ -129,6 +132,11 @@ class ReplaySession:
     # ------------------------------------------------------------------ the app's surface
     def clock(self) -> float:
         return self.origin + self.position
+
+    @property
+    def replay(self) -> ReplaySession:
+        """Itself: the dashboard shows a replay's controls for it."""
+        return self
 
     async def start(self) -> None:
         if isinstance(self.recording, LazyRecording):

@@ -10,7 +10,8 @@ from faultkit import sim_scenario_file
 from helpers import quit_app, until
 from textual.command import CommandList, CommandPalette
 
-from engram_top.app.main import EngramTopApp, HelpScreen
+from engram_top.app.dialogs import HelpScreen
+from engram_top.app.main import EngramTopApp
 from engram_top.live.session import Session, SessionOptions
 from engram_top.record.replay import ReplaySession
 

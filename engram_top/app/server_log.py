@@ -1,0 +1,53 @@
+"""The server log pane: the watched run's latest log lines, styled by what they say, our own
+polls left out, new lines appended as the run's bounded log grows."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import RichLog
+
+from collectors.safetext import visible
+from engram_top.app import panels
+from engram_top.app.safe import safe
+from engram_top.model import facts
+from engram_top.model.store import RunFacts
+
+_STYLES = {"error": "bold red", "warning": "yellow", "ready": "bold green"}
+
+
+class ServerLog(RichLog):
+    """A RichLog that follows one run's log lines (a new run starts it afresh)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._source: object = None  # the run's deque of lines being shown
+        self._last: object = None  # the last log entry written to the pane
+
+    def show(self, run: RunFacts | None) -> None:
+        lines = run.log_lines if run is not None else None
+        if lines is not self._source:
+            self._source, self._last = lines, None
+            self.clear()
+            if run is not None and run.log_path:
+                self.write(safe(Text(f"── {run.scenario}: {run.log_path}", style="dim")))
+        if not lines:
+            return
+        # What came after the last entry written, found by identity from the end: the
+        # supervisor appends to this bounded deque on its own schedule, so no counter kept
+        # beside it (RunFacts.lines_seen lags it) can say where the new lines start.
+        recent = list(lines)
+        start = 0
+        for i in range(len(recent) - 1, -1, -1):
+            if recent[i] is self._last:
+                start = i + 1
+                break
+        if start == len(recent):
+            return
+        self._last = recent[-1]
+        for _, line in recent[start:]:
+            if run is not None and facts.is_own_poll(line, run.own_polls):
+                continue  # our own /health and /metrics polls: noise here, kept in the file
+            style = _STYLES.get(facts.classify_log_line(line) or "", "")
+            # The server's own bytes: an ESC or a C1 in them is shown, never sent on (made
+            # visible before it is a Text, which would drop BEL, BS, VT, FF and CR unseen).
+            self.write(panels.log_line(visible(line, "\t"), style))

@@ -1,0 +1,66 @@
+"""What the dashboard needs of a session, whichever it is: the live one (engram_top.live:
+servers started, switched, stopped, attached to), a replay (engram_top.record.replay: play,
+pause, seek, speed), or a test's fixed store. Each declares it all, so the app never asks a
+session what it has (tests/test_session_protocol.py checks the sessions against these)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from engram_top.alerts.monitor import AlertWatch
+from engram_top.compare.slo import Slo
+from engram_top.model.store import RunStore
+
+
+@runtime_checkable
+class ReplayControls(Protocol):
+    """A recording being played: where it is, and the keys that move it."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def playing(self) -> bool: ...
+    @property
+    def position(self) -> float: ...
+    @property
+    def duration(self) -> float: ...
+    @property
+    def speed(self) -> float: ...
+    @property
+    def read_fraction(self) -> float: ...
+
+    def toggle(self) -> bool: ...
+    def seek(self, seconds: float) -> float: ...
+    def seek_by(self, delta: float) -> float: ...
+    def set_speed(self, x: float) -> float: ...
+
+
+@runtime_checkable
+class DashboardSession(Protocol):
+    """The store the dashboard draws, the alerts it toasts, and the calls its keys make. A
+    session that cannot start servers (a replay) refuses them with a message the app shows."""
+
+    store: RunStore
+    alerts: AlertWatch
+    slos: tuple[Slo, ...]  # the config's [slo]: what a load's requests are held to
+
+    @property
+    def replay(self) -> ReplayControls | None:
+        """The recording it plays, if it is a replay: the app shows its controls."""
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between readings: the screen is redrawn as often (within bounds)."""
+    @property
+    def secrets(self) -> Sequence[str]:
+        """What a snapshot of it must not show (an API key)."""
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    def close_now(self) -> None:
+        """What it holds (servers, folders) closed without a loop: the CLI's last resort."""
+    async def start_scenario(self, name: str) -> object: ...
+    async def switch(self, name: str) -> object: ...
+    async def stop_scenario(self) -> None: ...
+    async def attach(self, url: str) -> None: ...
