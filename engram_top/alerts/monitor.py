@@ -16,18 +16,26 @@ from dataclasses import dataclass
 
 from collectors.nvml_health import xid_text
 from collectors.units import MIB, gib_text
+from engram_top.alerts.definitions import (
+    BY_NAME,
+    CLEARS_AT_ONCE,
+    ECC,
+    HBM,
+    HOST_AVAILABLE,
+    KV,
+    NO_HUGE_PAGES,
+    QUEUE_GROWTH,
+    RANK_DIED,
+    SERVER_DIED,
+    SERVER_SILENT,
+    SWAP_IN,
+    TOLD_ELSEWHERE,
+    XID,
+)
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.model.facts import gpu_facts, host_facts, kv_facts, wall_at
 from engram_top.model.store import RunFacts, RunStore
 from scenarios.runstate import ENDED, LIVE, UNASKED_END, RunState
-
-# Alerts about a fact of the run rather than a measured value: nothing hovers there, so they
-# clear as soon as the fact goes (a new run, a restarted server).
-IMMEDIATE_CLEAR = ("server-died", "rank-died", "no-huge-pages", "recording")
-# Alerts whose start the events already hold in the words of whoever saw it: the supervisor
-# writes "device exited (code -9)" as it happens, the recorder why it stopped. They toast
-# and stay on screen while active, but add no second events line, raised or cleared.
-TOLD_ELSEWHERE = ("server-died", "rank-died", "recording")
 
 
 @dataclass
@@ -91,7 +99,7 @@ class AlertMonitor:
                 changes.append(AlertChange("raised", alert))
         for alert_id in [i for i in active if i not in found]:
             alert = active[alert_id]
-            hold = 0.0 if alert.name in IMMEDIATE_CLEAR else self.t.clear_after_s
+            hold = 0.0 if alert.name in CLEARS_AT_ONCE else self.t.clear_after_s
             if now - self._clear_since.setdefault(alert_id, now) >= hold:
                 del active[alert_id]
                 self._clear_since.pop(alert_id, None)
@@ -118,7 +126,7 @@ class AlertMonitor:
                 continue
             pct = 100.0 * gpu.used_bytes / gpu.total_bytes
             if pct > limit - self.t.hysteresis_pct:
-                yield Finding(f"hbm:gpu{gpu.index}", "warning",
+                yield Finding(HBM.id(gpu.index), HBM.severity,
                               f"GPU {gpu.index} HBM {pct:.1f}% used (> {limit:g}%)",
                               firing=pct > limit)
 
@@ -129,10 +137,10 @@ class AlertMonitor:
         for gpu in gpu_facts(store):
             if gpu.xids:
                 seen = ", ".join(xid_text(x) for x in dict.fromkeys(gpu.xids[-3:]))
-                yield Finding(f"xid:gpu{gpu.index}", "error", f"GPU {gpu.index} {seen}")
+                yield Finding(XID.id(gpu.index), XID.severity, f"GPU {gpu.index} {seen}")
             if gpu.ecc_uncorrected:
                 n = gpu.ecc_uncorrected
-                yield Finding(f"ecc:gpu{gpu.index}", "error",
+                yield Finding(ECC.id(gpu.index), ECC.severity,
                               f"GPU {gpu.index} {n} uncorrected ECC error{'s' * (n != 1)} "
                               "since the driver loaded")
 
@@ -145,7 +153,8 @@ class AlertMonitor:
             tokens = ""
             if kv.used_tokens is not None and kv.capacity_tokens:
                 tokens = f": {kv.used_tokens:,} of {kv.capacity_tokens:,} tokens"
-            yield Finding("kv", "warning", f"KV pool {pct:.1f}% used (> {limit:g}%){tokens}",
+            yield Finding(KV.name, KV.severity,
+                          f"KV pool {pct:.1f}% used (> {limit:g}%){tokens}",
                           firing=pct > limit)
 
     def _host(self, store: RunStore, now: float) -> Iterator[Finding]:
@@ -155,7 +164,7 @@ class AlertMonitor:
         pct = 100.0 * host.available_bytes / host.total_bytes
         limit = self.t.host_available_pct
         if pct < limit + self.t.hysteresis_pct:
-            yield Finding("host-available", "warning",
+            yield Finding(HOST_AVAILABLE.name, HOST_AVAILABLE.severity,
                           f"host memory {pct:.1f}% available (< {limit:g}%): "
                           f"{gib_text(host.available_bytes)} of "
                           f"{gib_text(host.total_bytes)} GiB", firing=pct < limit)
@@ -170,7 +179,7 @@ class AlertMonitor:
         # A negative delta is a counter that restarted (a new host), not swap-out.
         rate = max(0.0, v1 - v0) / (t1 - t0) / MIB
         if rate > self.t.swap_in_mib_per_s:
-            yield Finding("swap-in", "warning",
+            yield Finding(SWAP_IN.name, SWAP_IN.severity,
                           f"swap-in {rate:.1f} MiB/s over {t1 - t0:.0f} s "
                           f"(> {self.t.swap_in_mib_per_s:g} MiB/s)")
 
@@ -187,7 +196,7 @@ class AlertMonitor:
         values = [before[-1][1]] + [v for _, v in after]
         growing = all(b >= a for a, b in zip(values, values[1:], strict=False))
         if growing and values[-1] > values[0]:
-            yield Finding("queue-growth", "warning",
+            yield Finding(QUEUE_GROWTH.name, QUEUE_GROWTH.severity,
                           f"request queue grew from {values[0]:.0f} to {values[-1]:.0f} "
                           f"over {window:g} s without shrinking")
 
@@ -201,7 +210,7 @@ class AlertMonitor:
             return
         where = ", ".join(f"{t.get('label')} (TP{t.get('rank', 0)})" for t in tables)
         noun = "table" if len(tables) == 1 else "tables"
-        yield Finding("no-huge-pages", "warning",
+        yield Finding(NO_HUGE_PAGES.name, NO_HUGE_PAGES.severity,
                       f"Engram host {noun} {where}: {tables[0]['no_huge_pages_warning']}")
 
     def _died(self, store: RunStore, now: float) -> Iterator[Finding]:
@@ -214,18 +223,19 @@ class AlertMonitor:
             text += f": {run.failure}"
         if run.exit_code is not None and f"code {run.exit_code}" not in text:
             text += f" (exit code {run.exit_code})"
-        yield Finding("server-died", "error", text)
+        yield Finding(SERVER_DIED.name, SERVER_DIED.severity, text)
 
     def _rank_died(self, store: RunStore, now: float) -> Iterator[Finding]:
         run = store.run
         if run is not None and run.degraded and run.state in LIVE:
-            yield Finding("rank-died", "error", f"server {run.scenario} degraded: {run.degraded}")
+            yield Finding(RANK_DIED.name, RANK_DIED.severity,
+                          f"server {run.scenario} degraded: {run.degraded}")
 
     def _conditions(self, store: RunStore, now: float) -> Iterator[Finding]:
         """What a part of the session reports as standing (the recorder that could not
         write): an alert for as long as it stands, not one events line soon scrolled off."""
-        for name, (severity, message) in store.conditions.items():
-            yield Finding(name, severity, message)
+        for name, message in store.conditions.items():
+            yield Finding(name, BY_NAME[name].severity, message)
 
     def _silent(self, store: RunStore, now: float) -> Iterator[Finding]:
         run = store.run
@@ -240,7 +250,7 @@ class AlertMonitor:
             return
         latest = store.latest.get("server")
         why = f" ({latest.message})" if latest is not None and latest.message else ""
-        yield Finding("server-silent", "error",
+        yield Finding(SERVER_SILENT.name, SERVER_SILENT.severity,
                       f"server {run.scenario} gave no good /metrics answer for {silent:.0f} s "
                       f"(> {self.t.server_silent_s:g} s){why}")
 

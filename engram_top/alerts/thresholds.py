@@ -1,56 +1,51 @@
-"""When each alert starts: its thresholds, each with its default and the check of its
-[alerts] key in the user's config file (engram_top.settings.user_config reads the file).
+"""When each alert starts: Thresholds, one field per [alerts] key of the user's config file
+(engram_top.settings.user_config reads the file). The switches and the settings against
+flapping are here; each alert's own thresholds come from its definition
+(engram_top.alerts.definitions), so a new alert's keys need no second listing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
 from typing import Any
 
-from scenarios.bounds import Range, bounded_float
+from engram_top.alerts.definitions import ALERT_NAMES, ALERTS, PCT, Setting
+from scenarios.bounds import bounded_float
 
-ALERT_NAMES = ("hbm", "kv", "host-available", "swap-in", "queue-growth", "no-huge-pages",
-               "server-died", "rank-died", "server-silent", "recording", "xid", "ecc")
+ENABLED = Setting("enabled", True, "bool", "true or false")
+# Alert names switched off one by one.
+DISABLED = Setting("disabled", (), "names", f"a list of alert names ({', '.join(ALERT_NAMES)})")
+# A percentage alert clears only this far back on the safe side of its threshold, and any
+# alert only once it has stayed clear this long: a value hovering at a threshold gives one
+# alert, not one a second.
+HYSTERESIS = Setting("hysteresis_pct", 2.0, PCT)
+CLEAR_AFTER = Setting("clear_after_s", 5.0, bounded_float(0, 86400, unit="seconds"))
 
-
-def _setting(default: Any, kind: str | Range, what: str = "") -> Any:
-    """A Thresholds field with how the file's [alerts] value is checked: kind is "bool",
-    "names" (a list of ALERT_NAMES) or the Range of a number; what is how a refusal
-    describes a good value (a Range says its own)."""
-    if isinstance(kind, Range):
-        what = kind.describe()
-    return field(default=default, metadata={"kind": kind, "what": what})
-
-
-# Every number has its range, so that none can be what start-up cannot take (a 400-digit
-# integer is no float) or a window without end. Why these ends: the readings come once a
-# second, so a window under a second holds one of them; a day is as long as a live alert
-# can mean; a MiB/s rate of a million is past any swap device.
-_PCT = bounded_float(0, 100, what="a percentage")
-_WINDOW_S = bounded_float(1, 86400, unit="seconds")
+# Every [alerts] key, in the config file's order.
+SETTINGS: tuple[Setting, ...] = (ENABLED, DISABLED, *(s for a in ALERTS for s in a.settings),
+                                 HYSTERESIS, CLEAR_AFTER)
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    """When each alert starts. Percentages are 0-100, times in seconds. Each field is one
-    [alerts] key of the config file, with its default and its check, written once here."""
+def _on(self: Any, name: str) -> bool:
+    return bool(self.enabled) and name not in self.disabled
 
-    enabled: bool = _setting(True, "bool", "true or false")
-    # Alert names switched off one by one.
-    disabled: tuple[str, ...] = _setting(
-        (), "names", f"a list of alert names ({', '.join(ALERT_NAMES)})")
-    hbm_used_pct: float = _setting(95.0, _PCT)
-    kv_usage_pct: float = _setting(90.0, _PCT)
-    host_available_pct: float = _setting(10.0, _PCT)
-    swap_in_mib_per_s: float = _setting(1.0, bounded_float(0, 1e6, what="a rate in MiB/s"))
-    swap_window_s: float = _setting(5.0, _WINDOW_S)
-    queue_growth_window_s: float = _setting(30.0, _WINDOW_S)
-    server_silent_s: float = _setting(10.0, _WINDOW_S)
-    # A percentage alert clears only this far back on the safe side of its threshold, and
-    # any alert only once it has stayed clear this long: a value hovering at a threshold
-    # gives one alert, not one a second.
-    hysteresis_pct: float = _setting(2.0, _PCT)
-    clear_after_s: float = _setting(5.0, bounded_float(0, 86400, unit="seconds"))
 
-    def on(self, name: str) -> bool:
-        return self.enabled and name not in self.disabled
+# A frozen dataclass made from SETTINGS: each field's default and, in its metadata, how the
+# file's value is checked ("kind": "bool", "names" or a Range; "what": how a refusal
+# describes a good value). Percentages are 0-100, times in seconds.
+Thresholds: Any = dataclasses.make_dataclass(
+    "Thresholds",
+    [(s.key, type(s.default),
+      dataclasses.field(default=s.default, metadata={"kind": s.kind, "what": s.described}))
+     for s in SETTINGS],
+    namespace={"on": _on, "__doc__": "When each alert starts: one field per [alerts] key."},
+    frozen=True)
+Thresholds.__module__ = __name__
+
+
+def fleet_alerts(row: Any, t: Any) -> tuple[str, ...]:
+    """The dashboard's alerts the fleet can tell from one node's row (FleetRow), with the
+    user's thresholds: each alert whose definition has a fleet rule."""
+    said = (a.fleet.says(row, getattr(t, a.fleet.setting)) for a in ALERTS
+            if a.fleet is not None and t.on(a.name))
+    return tuple(s for s in said if s is not None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 from collectors.prometheus import DEADLINE_S, FleetNodeData, PrometheusSource, PromStatus
 from collectors.readings import Reading, Status
 from collectors.units import GIB
-from engram_top.alerts.thresholds import Thresholds
+from engram_top.alerts.thresholds import Thresholds, fleet_alerts
 from engram_top.compare.comparison import RunResult
 from engram_top.compare.measures import (
     ENERGY,
@@ -96,6 +97,18 @@ class FleetRow:
         return 100.0 * self.hbm_max / self.hbm_total
 
     @property
+    def kv_pct(self) -> float | None:
+        return None if self.kv_usage is None else 100 * self.kv_usage
+
+    @property
+    def silent_s(self) -> float | None:
+        """How long the node's server has been silent as far as the fleet can tell: without
+        end when its exporter is missing, its age once the row is stale."""
+        if any("sglang" in m.lower() for m in self.missing):
+            return math.inf
+        return self.age_s if self.state == "stale" else None
+
+    @property
     def host_available_pct(self) -> float | None:
         if self.host_available is None or not self.host_total:
             return None
@@ -162,21 +175,9 @@ def row(data: FleetNodeData, age_s: float, t: Thresholds, stale_after_s: float) 
 
 
 def _with_alerts(r: FleetRow, t: Thresholds) -> FleetRow:
-    """The dashboard's alerts, with the user's thresholds, for one node."""
-    out = []
-    if t.on("hbm") and r.hbm_pct is not None and r.hbm_pct > t.hbm_used_pct:
-        out.append(f"hbm {r.hbm_pct:.0f}%")
-    if t.on("kv") and r.kv_usage is not None and 100 * r.kv_usage > t.kv_usage_pct:
-        out.append(f"kv {100 * r.kv_usage:.0f}%")
-    avail = r.host_available_pct
-    if t.on("host-available") and avail is not None and avail < t.host_available_pct:
-        out.append(f"host {avail:.0f}% free")
-    if t.on("server-silent") and (r.state == "stale" and r.age_s > t.server_silent_s
-                                  or any("sglang" in m.lower() for m in r.missing)):
-        out.append("server silent")
-    if not t.enabled:
-        out = []
-    return dataclasses.replace(r, alerts=tuple(out))
+    """The dashboard's alerts, with the user's thresholds, for one node (the rules are in
+    the alerts' definitions)."""
+    return dataclasses.replace(r, alerts=fleet_alerts(r, t))
 
 
 def _int(v: float | None) -> int | None:

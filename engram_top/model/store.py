@@ -197,8 +197,8 @@ class RunStore:
         self.events: deque[Event] = deque(maxlen=500)
         self.alerts: dict[str, Any] = {}  # active alerts by id (engram_top.alerts.monitor.Alert)
         # Standing problems a part of the session reports (the recorder cannot write):
-        # alert name -> (severity, message); an alert while it stands.
-        self.conditions: dict[str, tuple[str, str]] = {}
+        # alert name -> message; an alert (of its definition's severity) while it stands.
+        self.conditions: dict[str, str] = {}
         self.load: dict[str, Any] = {}
         self.node = ""
         self.scenarios: Any = None  # the session's ScenarioFile, for the scenario list

@@ -17,6 +17,7 @@ from typing import Any
 
 from collectors.readings import Reading
 from collectors.source import SourceKey
+from engram_top.alerts.definitions import RECORDING
 from engram_top.model import facts as facts_mod
 from engram_top.model.redact import redact, redact_text
 from engram_top.model.store import RunFacts, RunStore
@@ -187,7 +188,7 @@ class Recorder:
         message = f"recording stopped: {self.path}: {self.error}"
         self.store.event("error", message)
         # Standing, so it shows until quit (the events line scrolls off in a second).
-        self.store.conditions["recording"] = ("error", message)
+        self.store.conditions[RECORDING.name] = message
 
     def _stop(self) -> None:
         self._closed = True

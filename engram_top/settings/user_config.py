@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from engram_top.alerts.thresholds import ALERT_NAMES, Thresholds
+from engram_top.alerts.definitions import ALERT_NAMES, ALERTS
+from engram_top.alerts.thresholds import CLEAR_AFTER, DISABLED, ENABLED, HYSTERESIS, Thresholds
 
 # The scenario loader's line finder and did-you-mean, so both files report problems alike.
 from scenarios.bounds import Range, read_toml, shown, typed
@@ -218,7 +219,6 @@ def _show(value: Any) -> str:
 
 def default_config_text() -> str:
     """The documented default file: every setting at its default, explained."""
-    t = Thresholds()
     return f"""\
 # engram-top's config file. Every value below is the default; delete what you do not change.
 
@@ -226,34 +226,7 @@ def default_config_text() -> str:
 # theme = "gruvbox"
 
 [alerts]
-# Alerts show in the events pane with their time, as toasts, and in snapshots.
-enabled = {_toml(t.enabled)}
-{_comment('Alerts switched off one by one, e.g. disabled = ["swap-in", "queue-growth"]. '
-           f"Names: {', '.join(ALERT_NAMES)}.")}
-disabled = []
-# Any GPU's HBM used (NVML, reserved memory apart) above this share of its total.
-hbm_used_pct = {_toml(t.hbm_used_pct)}
-# The server's KV pool usage (SGLang's token_usage) above this.
-kv_usage_pct = {_toml(t.kv_usage_pct)}
-# Host memory available (MemAvailable) below this share of the total.
-host_available_pct = {_toml(t.host_available_pct)}
-# Pages swapped in faster than this (MiB/s), measured over swap_window_s seconds.
-swap_in_mib_per_s = {_toml(t.swap_in_mib_per_s)}
-swap_window_s = {_toml(t.swap_window_s)}
-# The server's request queue growing (never shrinking, and longer at the end) for longer
-# than this many seconds.
-queue_growth_window_s = {_toml(t.queue_growth_window_s)}
-# A ready server that gave no good /metrics answer for this many seconds.
-server_silent_s = {_toml(t.server_silent_s)}
-# Against flapping: a percentage alert clears only hysteresis_pct points back on the safe
-# side of its threshold, and any alert only after staying clear for clear_after_s seconds.
-hysteresis_pct = {_toml(t.hysteresis_pct)}
-clear_after_s = {_toml(t.clear_after_s)}
-# With no threshold, on unless disabled: no-huge-pages (SGLang's Engram host table warned
-# "No huge pages" in its start-up log), server-died (a server exited or failed without
-# being asked to stop), rank-died (a process of a running server died while the server
-# still answers: degraded), recording (the recording cannot be written), xid (a GPU
-# reported an XID error through NVML) and ecc (a GPU counts uncorrected ECC errors).
+{_alerts_section()}
 
 [slo]
 # What the demo load's requests are held to: goodput counts the requests within every
@@ -270,6 +243,28 @@ tpot = {{ percentile = 99, max_ms = 50 }}
 """
 
 
+def _alerts_section() -> str:
+    """[alerts]: the switches, each alert's thresholds under what they mean (from the
+    alerts' definitions), the settings against flapping, then the alerts without one."""
+    t = Thresholds()
+    groups = [("Alerts show in the events pane with their time, as toasts, and in snapshots.",
+               (ENABLED,)),
+              ('Alerts switched off one by one, e.g. disabled = ["swap-in", "queue-growth"]. '
+               f"Names: {', '.join(ALERT_NAMES)}.", (DISABLED,))]
+    groups += [(a.config_note, a.settings) for a in ALERTS if a.settings]
+    groups.append(("Against flapping: a percentage alert clears only hysteresis_pct points "
+                   "back on the safe side of its threshold, and any alert only after staying "
+                   "clear for clear_after_s seconds.", (HYSTERESIS, CLEAR_AFTER)))
+    lines = []
+    for comment, settings in groups:
+        lines.append(_comment(comment))
+        lines += [f"{s.key} = {_toml(getattr(t, s.key))}" for s in settings]
+    bare = [f"{a.name} ({a.config_note})" for a in ALERTS if not a.settings]
+    lines.append(_comment("With no threshold, on unless disabled: " + ", ".join(bare[:-1])
+                          + f" and {bare[-1]}."))
+    return "\n".join(lines)
+
+
 def _comment(text: str) -> str:
     """TOML comment lines, wrapped as the rest of the file (an alert name is never split)."""
     return textwrap.fill(text, width=90, initial_indent="# ", subsequent_indent="# ",
@@ -277,6 +272,8 @@ def _comment(text: str) -> str:
 
 
 def _toml(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(int(value)) if float(value).is_integer() else repr(value)

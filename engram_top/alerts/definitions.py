@@ -1,0 +1,172 @@
+"""Every alert, defined once: its name, severity, thresholds (the config file's [alerts]
+keys, each with its default and range), what it says, how it clears and whether the fleet
+applies it. The names list, the Thresholds fields, the config file's comments, the fleet's
+rules and the README's alert list are all read from ALERTS; the monitor's checks find each
+condition and raise it under its definition's name and severity.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from scenarios.bounds import Range, bounded_float
+
+# Every number has its range, so that none can be what start-up cannot take (a 400-digit
+# integer is no float) or a window without end. Why these ends: the readings come once a
+# second, so a window under a second holds one of them; a day is as long as a live alert
+# can mean; a MiB/s rate of a million is past any swap device.
+PCT = bounded_float(0, 100, what="a percentage")
+WINDOW_S = bounded_float(1, 86400, unit="seconds")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One [alerts] key: its default and how the file's value is checked. kind is "bool",
+    "names" (a list of alert names) or the Range of a number; what is how a refusal
+    describes a good value (a Range says its own)."""
+
+    key: str
+    default: Any
+    kind: str | Range
+    what: str = ""
+
+    @property
+    def described(self) -> str:
+        return self.kind.describe() if isinstance(self.kind, Range) else self.what
+
+
+@dataclass(frozen=True)
+class FleetRule:
+    """How the fleet applies an alert to a node's row: the row's figure (an attribute of
+    engram_top.fleet.session.FleetRow) against the threshold setting, and how the alerts
+    column says it ("{:.0f}" takes the figure)."""
+
+    figure: str
+    setting: str
+    above: bool  # fires above the threshold; else below it
+    label: str
+
+    def says(self, row: Any, limit: float) -> str | None:
+        value = getattr(row, self.figure)
+        if value is None or not (value > limit if self.above else value < limit):
+            return None
+        return self.label.format(value)
+
+
+@dataclass(frozen=True)
+class AlertDef:
+    name: str  # an alert's id is its name, or name:gpuN for one GPU's
+    severity: str  # "warning" or "error"
+    says: str  # what it means, as the README lists it (Markdown)
+    settings: tuple[Setting, ...] = ()
+    # Over its settings in the config file; for one without settings, what it is, in the
+    # file's closing list of the alerts that have no threshold.
+    config_note: str = ""
+    per_gpu: bool = False
+    # About a fact of the run rather than a measured value: nothing hovers there, so it
+    # clears as soon as the fact goes (a new run, a restarted server).
+    clears_at_once: bool = False
+    # Its start is already in the events, in the words of whoever saw it (the supervisor
+    # writes "device exited (code -9)" as it happens, the recorder why it stopped): it
+    # toasts and stays on screen while active, but adds no second events line.
+    told_elsewhere: bool = False
+    fleet: FleetRule | None = None
+
+    def id(self, gpu: int | None = None) -> str:
+        return self.name if gpu is None else f"{self.name}:gpu{gpu}"
+
+
+HBM = AlertDef(
+    "hbm", "warning",
+    "GPU N's HBM used above `hbm_used_pct` of its total (NVML memory v2, so driver-reserved "
+    "memory is not counted as used).",
+    (Setting("hbm_used_pct", 95.0, PCT),),
+    "Any GPU's HBM used (NVML, reserved memory apart) above this share of its total.",
+    per_gpu=True, fleet=FleetRule("hbm_pct", "hbm_used_pct", True, "hbm {:.0f}%"))
+KV = AlertDef(
+    "kv", "warning",
+    "the server's KV pool usage (SGLang's `token_usage`) above `kv_usage_pct`.",
+    (Setting("kv_usage_pct", 90.0, PCT),),
+    "The server's KV pool usage (SGLang's token_usage) above this.",
+    fleet=FleetRule("kv_pct", "kv_usage_pct", True, "kv {:.0f}%"))
+HOST_AVAILABLE = AlertDef(
+    "host-available", "warning",
+    "host memory available (`MemAvailable`) below `host_available_pct` of the total.",
+    (Setting("host_available_pct", 10.0, PCT),),
+    "Host memory available (MemAvailable) below this share of the total.",
+    fleet=FleetRule("host_available_pct", "host_available_pct", False, "host {:.0f}% free"))
+SWAP_IN = AlertDef(
+    "swap-in", "warning",
+    "pages swapped in faster than `swap_in_mib_per_s` MiB/s, averaged over `swap_window_s` "
+    "(from `/proc/vmstat`'s cumulative count).",
+    (Setting("swap_in_mib_per_s", 1.0, bounded_float(0, 1e6, what="a rate in MiB/s")),
+     Setting("swap_window_s", 5.0, WINDOW_S)),
+    "Pages swapped in faster than this (MiB/s), measured over swap_window_s seconds.")
+QUEUE_GROWTH = AlertDef(
+    "queue-growth", "warning",
+    "the server's request queue never shrank over the last `queue_growth_window_s` seconds "
+    "and is longer than at their start.",
+    (Setting("queue_growth_window_s", 30.0, WINDOW_S),),
+    "The server's request queue growing (never shrinking, and longer at the end) for longer "
+    "than this many seconds.")
+NO_HUGE_PAGES = AlertDef(
+    "no-huge-pages", "warning",
+    "SGLang's start-up log said an Engram host table has \"No huge pages\" (expect much "
+    "slower host-table lookups).",
+    config_note="SGLang's Engram host table warned \"No huge pages\" in its start-up log",
+    clears_at_once=True)
+SERVER_DIED = AlertDef(
+    "server-died", "error",
+    "the server exited or failed without being asked to stop (its exit code and failure are "
+    "in the text); `x`, a switch or quitting are asked-for stops.",
+    config_note="a server exited or failed without being asked to stop",
+    clears_at_once=True, told_elsewhere=True)
+RANK_DIED = AlertDef(
+    "rank-died", "error",
+    "a process of a ready server we started (a TP rank, its scheduler) died while the "
+    "server still answers; the run is marked degraded.",
+    config_note="a process of a running server died while the server still answers: degraded",
+    clears_at_once=True, told_elsewhere=True)
+SERVER_SILENT = AlertDef(
+    "server-silent", "error",
+    "a ready server gave no good `/metrics` answer for `server_silent_s` seconds.",
+    (Setting("server_silent_s", 10.0, WINDOW_S),),
+    "A ready server that gave no good /metrics answer for this many seconds.",
+    fleet=FleetRule("silent_s", "server_silent_s", True, "server silent"))
+RECORDING = AlertDef(
+    "recording", "error",
+    "the recording cannot be written (its path, a full disk); it stays until quit.",
+    config_note="the recording cannot be written",
+    clears_at_once=True, told_elsewhere=True)
+XID = AlertDef(
+    "xid", "error",
+    "NVML delivered an XID critical error for GPU N (the last ones seen, with what the "
+    "common ones mean); it stays while the dashboard runs, as the GPU may need a reset. Only "
+    "XIDs after the dashboard started are seen.",
+    config_note="a GPU reported an XID error through NVML", per_gpu=True)
+ECC = AlertDef(
+    "ecc", "error",
+    "GPU N counts uncorrected ECC errors since its driver loaded (NVML's volatile count).",
+    config_note="a GPU counts uncorrected ECC errors", per_gpu=True)
+
+ALERTS: tuple[AlertDef, ...] = (HBM, KV, HOST_AVAILABLE, SWAP_IN, QUEUE_GROWTH, NO_HUGE_PAGES,
+                                SERVER_DIED, RANK_DIED, SERVER_SILENT, RECORDING, XID, ECC)
+ALERT_NAMES: tuple[str, ...] = tuple(a.name for a in ALERTS)
+BY_NAME: dict[str, AlertDef] = {a.name: a for a in ALERTS}
+CLEARS_AT_ONCE = frozenset(a.name for a in ALERTS if a.clears_at_once)
+TOLD_ELSEWHERE = frozenset(a.name for a in ALERTS if a.told_elsewhere)
+
+
+def readme_list(width: int = 92) -> str:
+    """The README's list of alerts, one item each, as the definitions say them."""
+    items = []
+    for a in ALERTS:
+        shown = f"{a.name}:gpuN" if a.per_gpu else a.name
+        text = f"`{shown}` ({a.severity}): {a.says}"
+        if a.fleet is not None:
+            text += f" The fleet shows it per node: `{a.fleet.label.replace('{:.0f}', 'N')}`."
+        items.append(textwrap.fill(text, width, initial_indent="- ", subsequent_indent="  ",
+                                   break_on_hyphens=False, break_long_words=False))
+    return "\n".join(items) + "\n"
