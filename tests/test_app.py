@@ -16,7 +16,7 @@ from collectors.readings import GpuData, GpuDevice, Reading, ServerData, Status
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.dialogs import HelpScreen
 from engram_top.app.main import EngramTopApp
-from engram_top.compare.comparison import RunResult
+from engram_top.compare.run_result import RunResult
 from engram_top.live.session import DemoOptions, DemoSession, LoadSpec
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore

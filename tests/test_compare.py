@@ -8,14 +8,9 @@ from typing import Any
 
 import pytest
 
-from engram_top.compare.comparison import (
-    Comparison,
-    RunResult,
-    compare,
-    t95,
-    to_json,
-    to_markdown,
-)
+from engram_top.compare.comparison import Comparison, compare, to_json, to_markdown
+from engram_top.compare.run_result import RunResult
+from engram_top.compare.stats import t95
 from engram_top.seed import reference
 
 _EMPTY: dict[str, Any] = dict(

@@ -15,8 +15,9 @@ from scene import filled_store
 from engram_top.app.compare_screen import comparison_table
 from engram_top.bench import runner
 from engram_top.cli import commands
-from engram_top.compare.comparison import RunResult, compare, to_json, to_markdown
+from engram_top.compare.comparison import compare, to_json, to_markdown
 from engram_top.compare.measures import METRICS, Metric, Registry, fixed
+from engram_top.compare.run_result import RunResult
 from engram_top.export.snapshot import write_folder
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts

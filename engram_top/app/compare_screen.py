@@ -22,8 +22,9 @@ from textual.widgets import Static
 
 from collectors.safetext import visible
 from collectors.units import pct_change
-from engram_top.compare.comparison import PROBE_ROW, Cell, Comparison, Row, RunResult
+from engram_top.compare.comparison import PROBE_ROW, Cell, Comparison, Row
 from engram_top.compare.measures import Metric, Registry
+from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import comparison
 from engram_top.model.store import RunStore
 from engram_top.probe.report import HOST_MODES, ProbeReport

@@ -41,7 +41,7 @@ from engram_top.seed import reference
 from engram_top.settings.user_config import UserConfig
 
 if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of milliseconds
-    from engram_top.compare.comparison import RunResult
+    from engram_top.compare.run_result import RunResult
     from engram_top.probe.report import ProbeReport
 
 # The screen follows the readings: redrawn as often as the sources are polled (every 1 s

@@ -32,7 +32,8 @@ from engram_top.alerts.thresholds import Thresholds
 from engram_top.bench import sweep
 from engram_top.bench.sweep import SweepSpec
 from engram_top.compare import slo
-from engram_top.compare.comparison import THROTTLED, RunResult, compare, to_json, to_markdown
+from engram_top.compare.comparison import compare, to_json, to_markdown
+from engram_top.compare.run_result import THROTTLED, RunResult
 from engram_top.compare.runs import serves
 from engram_top.compare.slo import LevelStats, Slo
 from engram_top.live.session import Session, SessionOptions

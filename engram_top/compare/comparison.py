@@ -9,123 +9,21 @@ must never read as 0.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import PurePath
 from typing import Any
 
 from collectors.safetext import table_cell, visible
 from collectors.units import pct_change
+from engram_top.compare import stats
 from engram_top.compare.measures import METRICS, TPOT, Metric, Registry
+from engram_top.compare.run_result import THROTTLED, RunResult
+from engram_top.compare.stats import Interval
 from engram_top.probe.report import HOST_MODES, ProbeReport
 from engram_top.seed.reference import Reference
 
-# Two-sided 95% Student t critical values, t(0.975, df) for df 1..30 (checked against
-# scipy.stats.t.ppf). Hard-coded so the product needs no scipy; beyond 30 df the normal 1.96.
-_T95 = (
-    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
-    2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
-    2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
-)
-_Z95 = 1.96
-
-
 # ----------------------------------------------------------------------------- run records
-
-@dataclass(frozen=True)
-class RunResult:
-    """One trial of one scenario. Latencies in seconds; weights in SGLang's "GB" (GiB)."""
-
-    scenario: str
-    placement: str | None
-    source: str  # "bench", "live", "bench_serving:<file>", ...
-    trial: int
-    # Measurements: None when the trial did not measure it (a bench_serving file has no
-    # weights; a server that never became ready has nothing).
-    gpus: int | None = None
-    weights_gb: float | None = None
-    kv_tokens: int | None = None
-    host_delta_gib: float | None = None
-    ready_s: float | None = None  # node time
-    ttft_mean_s: float | None = None
-    tpot_mean_s: float | None = None
-    itl_mean_s: float | None = None
-    e2e_mean_s: float | None = None
-    ttft_p99_s: float | None = None
-    tpot_p99_s: float | None = None
-    # Medians: where only quantiles exist (a fleet through Prometheus's histograms).
-    ttft_p50_s: float | None = None
-    tpot_p50_s: float | None = None
-    output_tok_s: float | None = None
-    joules_per_token: float | None = None  # the GPUs' energy per output token
-    request_per_s: float | None = None
-    # Requests per second within every SLO of the bench plan, and their share (0..1).
-    goodput_rps: float | None = None
-    slo_attainment: float | None = None
-    completed: int = 0
-    failed: int = 0
-    duration_s: float | None = None
-    notes: tuple[str, ...] = ()
-    # The engine that served it ("SGLang", "vLLM", "vLLM (simulated)"); None where the
-    # source does not say (reports written before engines were named).
-    engine: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["notes"] = list(self.notes)  # JSON has no tuples
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        """Inverse of to_dict. Measurements left out read as None; unknown keys are refused
-        so a misspelt field cannot silently become a missing measurement."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"RunResult: unknown keys {unknown}")
-        missing = [k for k in ("scenario", "source", "trial") if k not in data]
-        if missing:
-            raise ValueError(f"RunResult: missing keys {missing}")
-        values = {name: data.get(name) for name in known - {"completed", "failed", "notes"}}
-        values["completed"] = data.get("completed", 0)
-        values["failed"] = data.get("failed", 0)
-        values["notes"] = tuple(data.get("notes", ()))
-        for name, value in values.items():
-            _check_type(name, value)
-            if isinstance(value, float) and not math.isfinite(value):
-                values[name] = None  # a NaN mean (no samples) is a figure not measured
-        return cls(**values)
-
-
-_INT_FIELDS = {"trial", "gpus", "kv_tokens", "completed", "failed"}
-_STR_FIELDS = {"scenario", "placement", "source", "engine"}
-_REQUIRED = {"scenario", "source", "trial", "completed", "failed"}
-
-
-def _check_type(name: str, value: Any) -> None:
-    if name == "notes":
-        if not all(isinstance(n, str) for n in value):
-            raise ValueError("RunResult.notes: expected a list of strings")
-        return
-    if value is None:
-        if name in _REQUIRED:
-            raise ValueError(f"RunResult.{name}: must not be null")
-        return
-    if name in _STR_FIELDS:
-        ok = isinstance(value, str)
-    elif name in _INT_FIELDS:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:  # float fields accept ints, as JSON writes 2.0 as 2 in some producers
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok:
-        raise ValueError(f"RunResult.{name}: unexpected {type(value).__name__} {value!r}")
-
-
-# A RunResult note that starts so says a GPU's clocks were held down while the run served
-# ("throttled while serving: GPU 2 sw_power_cap"): the comparison flags that run.
-THROTTLED = "throttled while serving"
-
 
 def _throttled(results: list[RunResult]) -> tuple[str, ...]:
     return tuple(f"trial {r.trial + 1}: {note[len(THROTTLED):].lstrip(': ')}"
@@ -140,16 +38,6 @@ MIXED_TPOT = ("TPOT is the same figure on both engines: the client's (bench_serv
 
 
 # ----------------------------------------------------------------------------- the table
-
-@dataclass(frozen=True)
-class Interval:
-    """95% interval of the delta, in the delta's terms (a fraction, or the metric's unit)."""
-
-    lo: float
-    hi: float
-    method: str  # "paired" (by trial index) or "welch"
-    df: float | None  # degrees of freedom; None when the spread is zero on both sides
-
 
 @dataclass(frozen=True)
 class Cell:
@@ -280,7 +168,7 @@ def _cells(by_scenario: dict[str, list[RunResult]], baseline: str,
     out = {}
     for scenario, sample in samples.items():
         if scenario == baseline:
-            out[scenario] = Cell(len(sample), _mean(_values(sample)))
+            out[scenario] = Cell(len(sample), stats.mean(_values(sample)))
         else:
             out[scenario] = _delta_cell(sample, base, absolute)
     return out
@@ -303,69 +191,18 @@ def _values(sample: dict[int, float] | list[float]) -> list[float]:
 def _delta_cell(sample: dict[int, float] | list[float],
                 base: dict[int, float] | list[float], absolute: bool = False) -> Cell:
     xs, bs = _values(sample), _values(base)
-    mean, base_mean = _mean(xs), _mean(bs)
+    mean, base_mean = stats.mean(xs), stats.mean(bs)
     if mean is None or base_mean is None or (base_mean == 0 and not absolute):
         return Cell(len(xs), mean)
     delta = mean - base_mean if absolute else mean / base_mean - 1.0
     interval = None
     if len(xs) >= 2 and len(bs) >= 2:
         if isinstance(sample, dict) and isinstance(base, dict) and sample.keys() == base.keys():
-            interval = _paired(sample, base, absolute)
+            interval = stats.paired(sample, base, absolute)
         else:
-            interval = _welch(xs, bs, absolute)
+            interval = stats.welch(xs, bs, absolute)
     spans = None if interval is None else interval.lo <= 0.0 <= interval.hi
     return Cell(len(xs), mean, delta, interval, spans)
-
-
-def _paired(sample: dict[int, float], base: dict[int, float],
-            absolute: bool = False) -> Interval | None:
-    """Same trials on both sides: the delta of each pair, then a t-interval. Pairing
-    removes what the two runs of one trial share (the node's state, the prompts)."""
-    if absolute:
-        rel = [sample[t] - base[t] for t in sorted(base)]
-    elif any(base[t] == 0 for t in base):
-        return None
-    else:
-        rel = [sample[t] / base[t] - 1.0 for t in sorted(base)]
-    n = len(rel)
-    m = sum(rel) / n
-    half = t95(n - 1) * math.sqrt(_var(rel) / n)
-    return Interval(m - half, m + half, "paired", float(n - 1))
-
-
-def _welch(xs: list[float], bs: list[float], absolute: bool = False) -> Interval:
-    """Unequal trial sets: Welch's interval on the difference of means, divided by the
-    baseline mean so it reads as a relative delta like the point estimate (not divided for
-    an absolute delta)."""
-    mx, mb = sum(xs) / len(xs), sum(bs) / len(bs)
-    scale = 1.0 if absolute else mb
-    vx, vb = _var(xs) / len(xs), _var(bs) / len(bs)
-    se = math.sqrt(vx + vb)
-    diff = mx - mb
-    if se == 0:
-        return Interval(diff / scale, diff / scale, "welch", None)
-    # Welch-Satterthwaite; the t table is by whole df, so round down (the wider interval).
-    df = (vx + vb) ** 2 / (vx**2 / (len(xs) - 1) + vb**2 / (len(bs) - 1))
-    half = t95(max(1, math.floor(df))) * se
-    lo, hi = (diff - half) / scale, (diff + half) / scale
-    return Interval(min(lo, hi), max(lo, hi), "welch", df)
-
-
-def t95(df: int) -> float:
-    """Two-sided 95% Student t critical value for df degrees of freedom (1.96 beyond 30)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    return _T95[df - 1] if df <= len(_T95) else _Z95
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _var(values: list[float]) -> float:
-    """Sample variance (n - 1)."""
-    m = sum(values) / len(values)
-    return sum((v - m) ** 2 for v in values) / (len(values) - 1)
 
 
 def _ratio_cells(of: Row, baseline: str) -> dict[str, Cell]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from collectors.units import millions
 
 if TYPE_CHECKING:
-    from engram_top.compare.comparison import RunResult
+    from engram_top.compare.run_result import RunResult
     from engram_top.seed.reference import Placement
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engram_top.compare.comparison import THROTTLED, Comparison, RunResult, compare
+from engram_top.compare.comparison import Comparison, compare
 from engram_top.compare.measures import Registry
+from engram_top.compare.run_result import THROTTLED, RunResult
 from engram_top.model.store import RunFacts
 from engram_top.seed.reference import Reference
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engram_top.compare import stats
 from scenarios.bounds import bounded_float
 
 METRICS = ("ttft", "tpot", "e2e")
@@ -191,8 +192,7 @@ def merge_trials(trials: Sequence[LevelStats]) -> LevelStats:
     if len(goodputs) >= 2:
         m = sum(goodputs) / len(goodputs)
         sd = math.sqrt(sum((g - m) ** 2 for g in goodputs) / (len(goodputs) - 1))
-        from engram_top.compare.comparison import t95  # the comparison's module: not at start
-        half = t95(len(goodputs) - 1) * sd / math.sqrt(len(goodputs))
+        half = stats.t95(len(goodputs) - 1) * sd / math.sqrt(len(goodputs))
         interval = (max(0.0, m - half), m + half)
     lat = {m: {k: mean([t.latency[m][k] for t in trials]) for k in first.latency[m]}
            for m in METRICS}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engram_top.compare.comparison import RunResult
+from engram_top.compare.run_result import RunResult
 from engram_top.record import recorder
 from engram_top.record.file_format import RecordingError
 from engram_top.seed.reference import PLACEMENTS

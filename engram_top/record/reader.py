@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from engram_top.compare.comparison import RunResult
+from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import run_results
 from engram_top.model.store import Event, RunFacts
 from engram_top.record.file_format import (

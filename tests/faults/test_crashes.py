@@ -15,7 +15,7 @@ from helpers import ENGRAM_TOP, quit_app, running, screen_text, until, wait_unti
 
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp
-from engram_top.compare.comparison import RunResult
+from engram_top.compare.run_result import RunResult
 from engram_top.live.session import Session, SessionOptions
 from engram_top.record.importers import load_runs
 from engram_top.record.recorder import Recorder
