@@ -12,9 +12,8 @@ import tracemalloc
 
 import pytest
 
+from collectors.sglang.launch_state import MAX_ERRORS, MAX_LOADS
 from collectors.sglang.startup_log import (
-    MAX_ERRORS,
-    MAX_LOADS,
     NOTE_AFTER_LAUNCH,
     StartupLogParser,
     parse_startup_log,

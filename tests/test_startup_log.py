@@ -12,9 +12,9 @@ import time
 
 import pytest
 
+from collectors.sglang.launch_state import MAX_ERRORS
 from collectors.sglang.startup_log import (
     EVENTS,
-    MAX_ERRORS,
     StartupLogParser,
     parse_startup_log,
 )

@@ -1,8 +1,9 @@
 """Readers of single SGLang log messages that carry figures as ``key=value`` pairs: the
 ServerArgs dump, memory profiling, the KV sizing lines of hybrid models (DeepSeek-V4's
 several pools), and the Engram layers' statistics. Pure functions over the message text
-(the prefix already removed), for collectors.sglang.startup_log; each returns plain values and
-never raises on odd text.
+(the prefix already removed), for the start-up log parser's handlers; each returns plain
+values and never raises on odd text. typed_server_args keeps, of a ServerArgs dump, the
+settings a placement reading needs, each of its type.
 
 Spellings read, by pattern rather than by sample (SGLang renames these lines between
 builds): ``<tag> memory calculation: ...`` (``DSV4``, ``DSv4``, ``SW KV`` and any other
@@ -15,6 +16,8 @@ from __future__ import annotations
 import ast
 import re
 from typing import Any
+
+from collectors.startup_facts import ServerArgsFacts
 
 # "name=12.5 GB", "full_token=5875712", "hit_rate=12.5%": a name, a number, a unit.
 _NUM_PAIR = re.compile(
@@ -214,3 +217,36 @@ def server_args(msg: str) -> dict[str, Any]:
             parsed = "<redacted>"
         out[key] = parsed
     return out
+
+
+_ARG_TYPES: dict[str, type | tuple[type, ...]] = {
+    "model_path": str, "tp_size": int, "dp_size": int, "pp_size": int, "ep_size": int,
+    "mem_fraction_static": (int, float), "kv_cache_dtype": str, "page_size": int,
+    "context_length": int, "max_running_requests": int, "chunked_prefill_size": int,
+    "attention_backend": str, "decode_attention_backend": str,
+    "prefill_attention_backend": str, "speculative_algorithm": str,
+    "speculative_num_steps": int, "speculative_num_draft_tokens": int,
+    "speculative_draft_model_path": str, "enable_dp_attention": bool,
+    "enable_hierarchical_cache": bool, "hicache_ratio": (int, float),
+    "hicache_size": (int, float), "swa_full_tokens_ratio": (int, float),
+    "engram_config": (str, dict),
+}
+# Older and newer names of the same setting.
+_ARG_ALIASES = {"ep_size": ("moe_ep_size", "expert_parallel_size"),
+                "tp_size": ("tensor_parallel_size",), "dp_size": ("data_parallel_size",)}
+
+
+def typed_server_args(raw: dict[str, object]) -> ServerArgsFacts:
+    """The settings a placement reading needs from a ServerArgs dump, each of its type or
+    None (a bool is no int here; an int is a float)."""
+    typed: dict[str, object] = {}
+    for name, kind in _ARG_TYPES.items():
+        value = raw.get(name)
+        for alias in _ARG_ALIASES.get(name, ()):
+            if value is None:
+                value = raw.get(alias)
+        if isinstance(value, bool) and kind is not bool:
+            value = None
+        if value is not None and isinstance(value, kind):
+            typed[name] = float(value) if kind == (int, float) else value
+    return ServerArgsFacts(**typed, raw=dict(raw))  # type: ignore[arg-type]
