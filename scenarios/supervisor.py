@@ -5,7 +5,8 @@ It launches from an argv list with the scenario's environment, keeps one log per
 takes a baseline of HBM and host memory before launch, follows readiness through the
 start-up log's phases and /health, stops by process group (SIGTERM, grace, SIGKILL, then a
 check that nothing survived), and before the next start waits until the GPUs are back near
-the baseline. No Textual, no product code: the session composes it with collectors.
+the baseline. No Textual, no product code: whoever runs it is its owner
+(scenarios.owner.SupervisorOwner), which reads the node for it and hears its news.
 """
 
 from __future__ import annotations
@@ -13,126 +14,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import os
-import re
 import shutil
-import socket
 import tempfile
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import psutil
 
 from collectors.base import SourceUnavailable, TooLarge, describe
 from collectors.pages import PageClient, PageError, bearer
-from collectors.readings import GpuData
-from collectors.units import GIB
-from scenarios.engines import EngineError, LogParser, Signal
-from scenarios.engines.base import LogFollower
+from scenarios.engines import EngineError, Signal
+from scenarios.guards import host_figure, host_guard, release_guard
 from scenarios.logtail import LogTail
+from scenarios.owner import SupervisorOwner
+from scenarios.ports import port_in_use, who_listens
 from scenarios.private import private_folder, write_private
 from scenarios.process import LaunchSpec, ManagedProcess, StopResult
+from scenarios.run_files import RunFiles
 from scenarios.runstate import ENDED, UNASKED_END, RunState
 from scenarios.scenario_file import Scenario
+from scenarios.server_run import Run, gone_members, server_members
 
 FOLLOW_S = 0.1  # log tail and liveness cadence while a server starts
 HEALTH_S = 0.5  # /health probe cadence once the log shows the HTTP server is up
-LOG_KEEP = 400  # recent log lines kept for the log pane
-HOST_RELEASE_S = 10.0  # how long a switch waits for host shared memory to come back
 HEALTH_DEADLINE_S = 3.0  # a /health probe's whole answer, however slowly it drips
 HEALTH_LIMIT = 1024 * 1024  # and at most this much of it
 
 
 class SupervisorError(Exception):
     """A start, stop or switch that cannot go ahead; the message says why and what to do."""
-
-
-@dataclass
-class Run:
-    """One launched server from launch to stop."""
-
-    scenario: Scenario
-    proc: ManagedProcess
-    log_path: Path
-    launched_at: float
-    launched_wall: float
-    baseline_gpu: dict[int, int] = field(default_factory=dict)
-    baseline_host_used: int | None = None
-    estimate_s: float | None = None  # from earlier runs of the same scenario
-    state: RunState = RunState.STARTING
-    phase: str = "launching"
-    ready_at: float | None = None
-    ended_at: float | None = None
-    exit_code: int | None = None
-    failure: str | None = None
-    stop_result: StopResult | None = None
-    # The engine's start-up log parser, behind typed events (set from the scenario's kind).
-    follower: LogFollower = field(init=False)
-    lines: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=LOG_KEEP))
-    lines_seen: int = 0
-    http_up: bool = False  # the log said uvicorn is running (cheaper than parser.facts())
-    # Host shared memory (Shmem) before launch: where pinned host tables show, for the check
-    # that they went with the server.
-    baseline_host_shmem: int | None = None
-    # The server's processes (pid -> (create time, what it is)) once ready: its TP ranks and
-    # helpers. One of them gone while the server still answers is a degraded run.
-    members: dict[int, tuple[float, str]] = field(default_factory=dict)
-    degraded: str | None = None  # why, once a member died
-    key_file: Path | None = None  # the API key, handed over in a 0600 file
-    # The run's own temporary folder (engines whose servers leave files behind), removed
-    # once the server's processes are gone.
-    scratch: Path | None = None
-    baseline_note: str | None = None  # why there is no HBM baseline, when there is none
-
-    def __post_init__(self) -> None:
-        self.follower = self.scenario.engine.follower()
-
-    @property
-    def parser(self) -> LogParser:
-        return self.follower.parser
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def ready_s(self) -> float | None:
-        return None if self.ready_at is None else self.ready_at - self.launched_at
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.alive()
-
-
-@dataclass(frozen=True)
-class GuardResult:
-    released: bool
-    waited_s: float
-    holders: tuple[str, ...] = ()  # "GPU 0: pid 123 (python) holds 40.0 GiB", ...
-    note: str = ""
-
-
-def port_in_use(host: str, port: int) -> bool:
-    target = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((target, port)) == 0
-
-
-def who_listens(port: int) -> str:
-    """'pid 123 (python)' for a local listener, where the OS lets us see it."""
-    with contextlib.suppress(psutil.Error, OSError):
-        for conn in psutil.net_connections(kind="tcp"):
-            listening = conn.status == psutil.CONN_LISTEN and conn.laddr
-            if listening and conn.laddr.port == port and conn.pid:
-                with contextlib.suppress(psutil.Error):
-                    return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
-                return f"pid {conn.pid}"
-    return "another process"
 
 
 def _drop_key_file(run: Run) -> None:
@@ -146,117 +55,43 @@ def _drop_scratch(run: Run) -> None:
         shutil.rmtree(run.scratch, ignore_errors=True)
 
 
-def server_members(pid: int) -> dict[int, tuple[float, str]]:
-    """The server's process tree below its launcher: pid -> (create time, name)."""
-    out: dict[int, tuple[float, str]] = {}
-    with contextlib.suppress(psutil.Error):
-        for child in psutil.Process(pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                out[child.pid] = (child.create_time(), _describe(child))
-    return out
-
-
-def _describe(proc: psutil.Process) -> str:
-    """A process as a person reads it: its name (SGLang titles its schedulers with their
-    rank, sglang::scheduler_TP2), else its TP rank where its command line says."""
-    name = proc.name()
-    if re.search(r"TP\d", name):
-        return name
-    with contextlib.suppress(psutil.Error):
-        cmd = proc.cmdline()
-        if "--rank" in cmd[:-1]:
-            return f"{name}, TP rank {cmd[cmd.index('--rank') + 1]}"
-    return name
-
-
-def _same_process(pid: int, created: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - created) < 0.5 and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 class Supervisor:
-    def __init__(self, state_dir: Path, *, gpu_sample: Callable[[], GpuData] | None = None,
-                 host_used: Callable[[], int] | None = None,
-                 host_shmem: Callable[[], int] | None = None,
-                 node_dir: Path | None = None,
-                 on_event: Callable[[str, str], None] = lambda level, text: None,
-                 on_run: Callable[[Run], None] = lambda run: None) -> None:
+    def __init__(self, state_dir: Path, owner: SupervisorOwner, *,
+                 node_dir: Path | None = None) -> None:
         self.state_dir = state_dir
-        self.gpu_sample = gpu_sample
-        self.host_used = host_used
-        self.host_shmem = host_shmem
+        # Reads the node for the baselines and guards; told of every change to a run and
+        # every event, as it happens.
+        self.owner = owner
         self.node_dir = node_dir  # the simulated node's folder, for engines that run on it
-        self.on_event = on_event
-        # Told of every change to a run (state, phase, new log lines, a dead member), as it
-        # happens: whoever shows the run subscribes here rather than polling it.
-        self.on_run = on_run
         self.current: Run | None = None
         self._follow_task: asyncio.Task[None] | None = None
         self._health: dict[str, PageClient] = {}  # by server URL: its own connection
-        self.history_path = state_dir / "history.json"
+        self.files = RunFiles(state_dir)
         private_folder(state_dir)
         private_folder(state_dir / "logs")
 
     def _tell(self, run: Run) -> None:
         try:
-            self.on_run(run)
-        except Exception as exc:  # a subscriber's fault must not stop following the server
-            self.on_event("error", f"showing {run.scenario.name}'s change failed: "
-                          f"{describe(exc)}")
-
-    # ------------------------------------------------------------------ history
-    def _history(self) -> dict[str, list[float]]:
-        try:
-            data = json.loads(self.history_path.read_text())
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            return {}
+            self.owner.run_changed(run)
+        except Exception as exc:  # an owner's fault must not stop following the server
+            self.owner.event("error", f"showing {run.scenario.name}'s change failed: "
+                             f"{describe(exc)}")
 
     def estimate(self, scenario: Scenario) -> float | None:
         """Median time to ready of the last runs of this scenario, if any."""
-        past = self._history().get(self._key(scenario), [])[-5:]
-        import statistics  # here: it brings fractions, decimal and random, 6 ms of a start
-
-        return statistics.median(past) if past else None
-
-    def _remember(self, run: Run) -> None:
-        if run.ready_s is None:
-            return
-        data = self._history()
-        key = self._key(run.scenario)
-        data[key] = [*data.get(key, [])[-19:], round(run.ready_s, 3)]
-        with contextlib.suppress(OSError):
-            write_private(self.history_path, json.dumps(data, indent=1))
-
-    @staticmethod
-    def _key(s: Scenario) -> str:
-        return s.name  # the state folder is per scenario file already
+        return self.files.estimate(scenario.name)
 
     # ------------------------------------------------------------------ the running server
-    # current.json names the server this state folder's supervisor launched, so a later
-    # engram-top (a headless `switch`, a new dashboard) finds it, and never starts a second.
     def _save_current(self, run: Run) -> None:
-        data = {"scenario": run.scenario.name, "pid": run.pid,
-                "create_time": run.proc.create_time, "log_path": str(run.log_path),
-                "launched_wall": run.launched_wall, "port": run.scenario.port,
-                "key_file": None if run.key_file is None else str(run.key_file),
-                "scratch": None if run.scratch is None else str(run.scratch),
-                "baseline_gpu": {str(k): v for k, v in run.baseline_gpu.items()},
-                "baseline_host_used": run.baseline_host_used,
-                "baseline_host_shmem": run.baseline_host_shmem}
         try:
-            write_private(self.state_dir / "current.json", json.dumps(data, indent=1))
+            self.files.save_current(run)
         except OSError as exc:  # the server runs; only a later command will not find it
-            self.on_event("warning", f"could not note {run.scenario.name} (pid {run.pid}) in "
-                          f"{self.state_dir / 'current.json'}: {exc.strerror or exc}: a later "
-                          "stop or switch will not find it")
+            self.owner.event("warning", f"could not note {run.scenario.name} (pid {run.pid}) "
+                             f"in {self.files.current_path}: {exc.strerror or exc}: a later "
+                             "stop or switch will not find it")
 
     def _forget_current(self, run: Run | None = None) -> None:
-        with contextlib.suppress(OSError):
-            (self.state_dir / "current.json").unlink()
+        self.files.forget_current()
         if run is not None:
             _drop_key_file(run)
             _drop_scratch(run)
@@ -264,7 +99,7 @@ class Supervisor:
     def adopt(self, scenarios: dict[str, Scenario]) -> Run | None:
         """Take over the server an earlier engram-top left running from this state folder."""
         try:
-            data = json.loads((self.state_dir / "current.json").read_text())
+            data = self.files.read_current()
             sc = scenarios[data["scenario"]]
             if isinstance(data.get("port"), int) and data["port"] != sc.port:
                 sc = dataclasses.replace(sc, port=data["port"])  # launched on a free port
@@ -287,8 +122,8 @@ class Supervisor:
             run.scratch = Path(data["scratch"])
         self.current = run
         self._tell(run)
-        self.on_event("info", f"found {sc.name} still running (pid {run.pid}), launched "
-                      f"{age:.0f} s ago by an earlier engram-top")
+        self.owner.event("info", f"found {sc.name} still running (pid {run.pid}), launched "
+                         f"{age:.0f} s ago by an earlier engram-top")
         self._follow_task = asyncio.create_task(self._follow(run), name=f"follow {sc.name}")
         return run
 
@@ -322,24 +157,15 @@ class Supervisor:
         run's HBM deltas rest on it."""
         gpu: dict[int, int] = {}
         note = None
-        if self.gpu_sample is not None:
-            try:
-                gpu = {d.index: d.used_bytes for d in self.gpu_sample().devices}
-            except SourceUnavailable as exc:  # no driver here (a CPU machine): a state
-                note = ("info", f"no HBM baseline: {exc}")
-            except Exception as exc:
-                note = ("warning", f"no HBM baseline: {describe(exc)}: the HBM-release guard "
-                                   "cannot check this run")
-        return gpu, self._host(self.host_used), self._host(self.host_shmem), note
-
-    @staticmethod
-    def _host(sample: Callable[[], int] | None) -> int | None:
-        if sample is None:
-            return None
         try:
-            return sample()
-        except Exception:  # no host figure: no host baseline, nothing checked against it
-            return None
+            gpu = {d.index: d.used_bytes for d in self.owner.gpu_sample().devices}
+        except SourceUnavailable as exc:  # no driver here (a CPU machine): a state
+            note = ("info", f"no HBM baseline: {exc}")
+        except Exception as exc:
+            note = ("warning", f"no HBM baseline: {describe(exc)}: the HBM-release guard "
+                               "cannot check this run")
+        return (gpu, host_figure(self.owner.host_used), host_figure(self.owner.host_shmem),
+                note)
 
     async def start(self, scenario: Scenario) -> Run:
         await asyncio.to_thread(self.preflight, scenario)  # port checks, paths: off the loop
@@ -365,9 +191,9 @@ class Supervisor:
         self.current = run
         self._tell(run)
         self._save_current(run)
-        self.on_event("info", f"launched {scenario.name} (pid {proc.pid}) on {scenario.url}")
+        self.owner.event("info", f"launched {scenario.name} (pid {proc.pid}) on {scenario.url}")
         if note is not None:
-            self.on_event(*note)
+            self.owner.event(*note)
         self._follow_task = asyncio.create_task(self._follow(run), name=f"follow {scenario.name}")
         return run
 
@@ -409,6 +235,8 @@ class Supervisor:
         health_ok_since: float | None = None
         while run.state in (RunState.STARTING, RunState.READY):
             await self._read(run, tail)
+            if run.state not in (RunState.STARTING, RunState.READY):
+                return  # stopped meanwhile: its stop says how it ended, not a dead process
             now = time.monotonic()
             if not run.alive:
                 await self._read(run, tail)
@@ -421,7 +249,7 @@ class Supervisor:
                 if run.state == RunState.READY:
                     run.state = RunState.EXITED
                     self._tell(run)
-                    self.on_event("error", f"{run.scenario.name} exited (code {run.exit_code})")
+                    self.owner.event("error", f"{run.scenario.name} exited (code {run.exit_code})")
                 else:
                     run.state = RunState.FAILED
                     # The phase it failed in: the parser's phase reads "failed" by now.
@@ -429,7 +257,7 @@ class Supervisor:
                     run.failure = (f"exited with code {run.exit_code} during {phase}"
                                    + self._last_error(run))
                     self._tell(run)
-                    self.on_event("error", f"{run.scenario.name}: {run.failure}")
+                    self.owner.event("error", f"{run.scenario.name}: {run.failure}")
                 return
             if run.state == RunState.READY:
                 await self._check_members(run)
@@ -445,7 +273,8 @@ class Supervisor:
                     # A server may answer /health during its warm-up (SGLang 0.5.23 does):
                     # when the log shows its HTTP lines, its ready line decides, and
                     # /health alone only after a while (a log without info lines).
-                    if health_ok_since is not None and (
+                    # (Still starting: a stop may have begun while /health was asked.)
+                    if health_ok_since is not None and run.state == RunState.STARTING and (
                             not http_up or now - health_ok_since > rule.health_only_after_s):
                         self._mark_ready(run, time.monotonic())
                 late = now - run.launched_at > run.scenario.readiness_timeout_s
@@ -453,7 +282,7 @@ class Supervisor:
                     phase = run.parser.failed_in or run.phase
                     run.failure = (f"not ready after {run.scenario.readiness_timeout_s:.0f} s "
                                    f"(last phase: {phase})" + self._last_error(run))
-                    self.on_event("error", f"{run.scenario.name}: {run.failure}; stopping it")
+                    self.owner.event("error", f"{run.scenario.name}: {run.failure}; stopping it")
                     await self._stop(run)
                     run.state = RunState.FAILED  # after _stop, which marks it stopped
                     self._tell(run)
@@ -484,9 +313,9 @@ class Supervisor:
         run.ready_at = at if run.ready_at is None else min(run.ready_at, at)
         run.members = server_members(run.pid)
         _drop_key_file(run)  # read at launch; a ready server needs it no more
-        self._remember(run)
+        self.files.remember(run)
         self._tell(run)
-        self.on_event("info", f"{run.scenario.name} ready after {run.ready_s:.1f} s")
+        self.owner.event("info", f"{run.scenario.name} ready after {run.ready_s:.1f} s")
 
     async def _check_members(self, run: Run) -> None:
         """A process of the server that died while the server lives on (a TP rank killed by
@@ -496,9 +325,7 @@ class Supervisor:
             return
         members = dict(run.members)
         # /proc reads of every member, four times a second: on a thread, not the loop.
-        gone = await asyncio.to_thread(
-            lambda: [(pid, what) for pid, (created, what) in members.items()
-                     if not _same_process(pid, created)])
+        gone = await asyncio.to_thread(gone_members, members)
         if run.state != RunState.READY:  # stopped meanwhile: members go as asked
             return
         if gone:
@@ -506,8 +333,8 @@ class Supervisor:
             run.degraded = f"{'a process' if len(gone) == 1 else 'processes'} of the " \
                            f"server died: {names}"
             self._tell(run)
-            self.on_event("error", f"{run.scenario.name}: {run.degraded}; the server still "
-                          "runs, degraded (its GPUs' share of the model is gone)")
+            self.owner.event("error", f"{run.scenario.name}: {run.degraded}; the server still "
+                             "runs, degraded (its GPUs' share of the model is gone)")
 
     async def _healthy(self, run: Run) -> bool:
         sc = run.scenario
@@ -567,83 +394,18 @@ class Supervisor:
         run.state = previous if previous in UNASKED_END else RunState.STOPPED
         self._tell(run)
         if result.killed:
-            self.on_event("warning", f"{run.scenario.name} ignored SIGTERM for "
-                          f"{run.scenario.stop_grace_s:g} s and was killed")
+            self.owner.event("warning", f"{run.scenario.name} ignored SIGTERM for "
+                             f"{run.scenario.stop_grace_s:g} s and was killed")
         if result.survivors:
-            self.on_event("error", f"{run.scenario.name}: processes survived the stop: "
-                          f"{list(result.survivors)}")
+            self.owner.event("error", f"{run.scenario.name}: processes survived the stop: "
+                             f"{list(result.survivors)}")
         else:
-            self.on_event("info", f"stopped {run.scenario.name}")
+            self.owner.event("info", f"stopped {run.scenario.name}")
         if self._follow_task is not None and self._follow_task is not asyncio.current_task():
             self._follow_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._follow_task
         return result
-
-    # ------------------------------------------------------------------ HBM-release guard
-    async def release_guard(self, run: Run) -> GuardResult:
-        """Wait until every GPU is back near the run's pre-launch baseline."""
-        if self.gpu_sample is None or not run.baseline_gpu:
-            return GuardResult(True, 0.0, note="no GPU readings here: HBM release not checked")
-        slack = run.scenario.hbm_release_slack_gib * GIB
-        started = time.monotonic()
-        deadline = started + run.scenario.hbm_release_timeout_s
-        data: GpuData | None = None
-        while True:
-            try:
-                data = await asyncio.to_thread(self.gpu_sample)
-            except Exception as exc:  # a failing NVML is said, not hidden
-                return GuardResult(False, time.monotonic() - started,
-                                   note=f"cannot read the GPUs: {type(exc).__name__}: {exc}")
-            high = [d for d in data.devices
-                    if d.used_bytes > run.baseline_gpu.get(d.index, 0) + slack]
-            if not high:
-                return GuardResult(True, time.monotonic() - started)
-            if time.monotonic() >= deadline:
-                break
-            await asyncio.sleep(0.2)
-        holders = []
-        for d in high:
-            for p in d.processes:
-                name = p.name
-                with contextlib.suppress(psutil.Error):
-                    name = name or psutil.Process(p.pid).name()
-                size = "?" if p.used_bytes is None else f"{p.used_bytes / GIB:.1f} GiB"
-                holders.append(f"GPU {d.index}: pid {p.pid} ({name or 'unknown'}) holds {size}")
-            if not d.processes:
-                holders.append(f"GPU {d.index}: {d.used_bytes / GIB:.1f} GiB used, no process "
-                               "listed (another container or namespace?)")
-        return GuardResult(False, time.monotonic() - started, tuple(holders))
-
-    async def host_guard(self, run: Run, timeout_s: float | None = None) -> GuardResult:
-        """Wait briefly for host shared memory to return to its level before the run.
-
-        Pinned Engram host tables show in Shmem, and a kernel frees them with the last
-        process that maps them, so this is quick; what stays is held by someone else:
-        segments left in /dev/shm by a crash, or a process outside the server's tree. The
-        next run starts anyway (host memory is not the GPU's to wait for), with a warning:
-        its host delta counts from a baseline that holds this memory."""
-        if self.host_shmem is None or run.baseline_host_shmem is None:
-            return GuardResult(True, 0.0)
-        timeout_s = HOST_RELEASE_S if timeout_s is None else timeout_s
-        slack = run.scenario.hbm_release_slack_gib * GIB
-        started = time.monotonic()
-        while True:
-            now = await asyncio.to_thread(self._host, self.host_shmem)  # /proc: off the loop
-            if now is None:
-                return GuardResult(True, time.monotonic() - started,
-                                   note="cannot read host memory: its release not checked")
-            over = now - run.baseline_host_shmem
-            if over <= slack:
-                return GuardResult(True, time.monotonic() - started)
-            waited = time.monotonic() - started
-            if waited >= timeout_s:
-                return GuardResult(False, waited, note=(
-                    f"host shared memory is still {over / GIB:.1f} GiB above its level before "
-                    f"'{run.scenario.name}' launched ({waited:.1f} s after the HBM came back; "
-                    "segments left in /dev/shm? Shmem in /proc/meminfo): the next run's host "
-                    "delta counts from here"))
-            await asyncio.sleep(0.2)
 
     # ------------------------------------------------------------------ switch
     async def switch(self, to: Scenario) -> Run:
@@ -659,19 +421,19 @@ class Supervisor:
                 raise SupervisorError(f"not starting '{to.name}': processes of "
                                       f"'{run.scenario.name}' survived the stop: "
                                       f"{list(run.stop_result.survivors)}")
-            guard = await self.release_guard(run)
+            guard = await release_guard(self.owner, run)
             if guard.note:
-                self.on_event("info", guard.note)
+                self.owner.event("info", guard.note)
             if not guard.released:
                 detail = "; ".join(guard.holders) or guard.note
                 raise SupervisorError(f"not starting '{to.name}': HBM did not return to the "
                                       f"baseline within {run.scenario.hbm_release_timeout_s:g} s"
                                       f" ({detail})")
             if guard.waited_s > 0.5:
-                self.on_event("info", f"HBM released after {guard.waited_s:.1f} s")
-            host = await self.host_guard(run)
+                self.owner.event("info", f"HBM released after {guard.waited_s:.1f} s")
+            host = await host_guard(self.owner, run)
             if host.note:
-                self.on_event("info" if host.released else "warning", host.note)
+                self.owner.event("info" if host.released else "warning", host.note)
         return await self.start(to)
 
     def close_now(self, leave_running: bool = False) -> None:
@@ -690,7 +452,7 @@ class Supervisor:
         if run is not None and run.alive and not leave_running:
             await self._stop(run)
         elif run is not None and leave_running and run.alive:
-            self.on_event("info", f"left {run.scenario.name} running (pid {run.pid})")
+            self.owner.event("info", f"left {run.scenario.name} running (pid {run.pid})")
         if self._follow_task is not None:
             self._follow_task.cancel()
             with contextlib.suppress(BaseException):

@@ -18,7 +18,7 @@ from engram_top.app.dialogs import ConfirmScreen
 from engram_top.app.main import EngramTopApp
 from engram_top.live.session import LoadSpec, Session, SessionOptions
 from engram_top.model import facts
-from scenarios.supervisor import port_in_use
+from scenarios.ports import port_in_use
 
 SIZE = (150, 45)
 

@@ -15,12 +15,18 @@ import pytest
 from helpers import free_port, running, until
 
 from collectors.host import sample as host_sample
+from collectors.readings import GpuData
+from engram_top.live.session import Session
 from engram_top.seed import reference
 from engram_top.sim import state
 from engram_top.sim.backends import SimGpuBackend, SimHostBackend
-from scenarios import scenario_file, supervisor
+from scenarios import guards, scenario_file
+from scenarios.owner import SupervisorOwner
+from scenarios.ports import port_in_use
+from scenarios.runstate import RunState
 from scenarios.scenario_file import Scenario
-from scenarios.supervisor import Supervisor, SupervisorError, port_in_use
+from scenarios.server_run import Run
+from scenarios.supervisor import Supervisor, SupervisorError
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "data" / "fake_sglang"
@@ -60,12 +66,43 @@ def node(tmp_path: Path) -> Path:
     return node_dir
 
 
+class Owner:
+    """The supervisor's owner in these tests: the simulated node's readings; the events as
+    lines, and each run's states in the order the supervisor told them."""
+
+    def __init__(self, node: Path, events: list[str]) -> None:
+        self.gpu, self.host = SimGpuBackend(node), SimHostBackend(node)
+        self.events = events
+        self.states: dict[str, list[RunState]] = {}
+
+    def gpu_sample(self) -> GpuData:
+        return self.gpu.sample()
+
+    def host_used(self) -> int:
+        return host_sample(self.host, None).used_bytes
+
+    def host_shmem(self) -> int:
+        return host_sample(self.host, None).shmem_bytes
+
+    def event(self, level: str, text: str) -> None:
+        self.events.append(f"{level}: {text}")
+
+    def run_changed(self, run: Run) -> None:
+        seen = self.states.setdefault(run.scenario.name, [])
+        if not seen or seen[-1] != run.state:
+            seen.append(run.state)
+
+
 def make_supervisor(tmp_path: Path, node: Path, events: list[str]) -> Supervisor:
-    gpu, host = SimGpuBackend(node), SimHostBackend(node)
-    return Supervisor(tmp_path / "state", gpu_sample=gpu.sample,
-                      host_shmem=lambda: host_sample(host, None).shmem_bytes,
-                      node_dir=node,
-                      on_event=lambda level, text: events.append(f"{level}: {text}"))
+    return Supervisor(tmp_path / "state", Owner(node, events), node_dir=node)
+
+
+def test_a_live_session_and_the_tests_owner_are_what_the_supervisor_asks_for() -> None:
+    # Structural: every method of the protocol, by name, on the session that owns the
+    # supervisor in the product (a method renamed on one side fails here, not mid-run).
+    assert issubclass(Session, SupervisorOwner)
+    assert issubclass(Owner, SupervisorOwner)
+    assert not issubclass(SimGpuBackend, SupervisorOwner)
 
 
 @pytest.fixture
@@ -102,7 +139,7 @@ async def test_start_follows_phases_to_ready_and_stop_leaves_nothing(node,
     await _followed_to_ready(sup, run, node)
 
 
-async def _followed_to_ready(sup: Supervisor, run: supervisor.Run, node: Path) -> None:
+async def _followed_to_ready(sup: Supervisor, run: Run, node: Path) -> None:
     sc = run.scenario
     assert await sup.wait_ready(run, 60), run.failure
     # The phases the log went through, as the parser timed them: a sampler of run.phase
@@ -124,6 +161,10 @@ async def _followed_to_ready(sup: Supervisor, run: supervisor.Run, node: Path) -
     assert not port_in_use("127.0.0.1", sc.port)
     assert all(d.used_bytes == 0 for d in SimGpuBackend(node).sample().devices)
     assert sup.estimate(sc) == pytest.approx(run.ready_s, abs=0.01)  # remembered
+    # The owner heard each change as it happened, in order, and nothing after the stop.
+    assert isinstance(sup.owner, Owner)
+    assert sup.owner.states[sc.name] == [RunState.STARTING, RunState.READY,
+                                         RunState.STOPPING, RunState.STOPPED]
 
 
 async def test_back_to_back_switches_leave_no_process_or_port(node, supervisors) -> None:
@@ -228,7 +269,7 @@ async def test_host_memory_left_behind_is_warned_of_and_the_switch_goes_on(
     """Shared memory that outlives the server (segments left in /dev/shm, a process outside
     its tree) is not the GPU's to wait for: the next run starts, with a warning saying its
     host delta counts from a baseline that holds it."""
-    monkeypatch.setattr(supervisor, "HOST_RELEASE_S", 0.5)
+    monkeypatch.setattr(guards, "HOST_RELEASE_S", 0.5)
     events: list[str] = []
     sup = supervisors(events)
     run = await sup.start(sim_scenario("first", "device"))
