@@ -12,7 +12,7 @@ import tracemalloc
 
 import pytest
 
-from collectors.sglang.launch_state import MAX_ERRORS, MAX_LOADS
+from collectors.sglang.launch_state import MAX_CAPTURES, MAX_ERRORS, MAX_LOADS
 from collectors.sglang.startup_log import (
     NOTE_AFTER_LAUNCH,
     StartupLogParser,
@@ -461,6 +461,27 @@ def test_repeated_loads_within_one_launch_are_capped() -> None:
     assert len(f.errors) == MAX_ERRORS
     assert len(f.timeline) < 40
 
+
+
+def test_repeated_captures_within_one_launch_are_capped() -> None:
+    parser = StartupLogParser()
+    for i in range(500):
+        parser.feed(f"[{T}:05 TP0] Capture cuda graph begin. This can take up to several "
+                    "minutes. avail mem=50.00 GB")
+        parser.feed(f"[{T}:06 TP0] Capture cuda graph end. Time elapsed: 2.00 s. "
+                    f"mem usage=0.{i % 10}0 GB. avail mem=49.00 GB.")
+    for _ in range(500):  # ends whose begins the log lacks
+        parser.feed(f"[{T}:07 TP1] Capture draft cuda graph end. Time elapsed: 1.00 s.")
+    parser.feed(f"[{T}:09] The server is fired up and ready to roll!")
+    f = parser.facts()
+    assert f.launches == 1 and f.phase == "ready"
+    for rank in (0, 1):
+        captures = f.ranks[rank].graph_captures
+        assert len(captures) == MAX_CAPTURES
+        assert all(c.end_at is not None for c in captures)
+    # The captures kept are the first ones: their figures, not the repeats'.
+    assert f.ranks[0].graph_elapsed_s == 2.0 * MAX_CAPTURES
+    assert len(f.timeline) < 40
 
 def test_inspect_log_prints_the_new_facts(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json

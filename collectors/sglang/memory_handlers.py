@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from collectors.sglang import log_lines
-from collectors.sglang.launch_state import MAX_LOADS, MAX_POOLS, LaunchState
+from collectors.sglang.launch_state import MAX_CAPTURES, MAX_LOADS, MAX_POOLS, LaunchState
 from collectors.sglang.line_prefix import LogLine
 from collectors.sglang.log_patterns import (
     AVAIL,
@@ -189,6 +189,9 @@ class MemoryHandlers(LaunchState):
         st = self._rank(ln.rank)
         msg = ln.msg
         if m.group(2).lower() == "begin":
+            if len(st.graphs) >= MAX_CAPTURES:  # the same captures again and again: noise
+                events.append("graphs_begin")
+                return
             idx = len(st.graphs)
             st.graphs.append(GraphCapture(
                 kind, begin_avail_gb=group_float(AVAIL, msg), begin_at=ln.t
@@ -204,6 +207,9 @@ class MemoryHandlers(LaunchState):
             latest = max(st.open_graphs, key=st.open_graphs.__getitem__)
             idx_or_none = st.open_graphs.pop(latest)
         if idx_or_none is None:  # end without any begin
+            if len(st.graphs) >= MAX_CAPTURES:
+                events.append("graphs_end")
+                return
             idx = len(st.graphs)
             st.graphs.append(GraphCapture(kind))
         else:
