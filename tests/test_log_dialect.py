@@ -12,7 +12,6 @@ import tracemalloc
 
 import pytest
 
-from collectors.sglang.launch_state import MAX_CAPTURES, MAX_ERRORS, MAX_LOADS
 from collectors.sglang.startup_log import (
     NOTE_AFTER_LAUNCH,
     StartupLogParser,
@@ -444,44 +443,6 @@ def test_a_log_of_one_launch_repeated_is_many_runs_and_memory_stays_bounded() ->
     assert [e.text for e in f.errors] == ["RuntimeError: a runtime error of launch 1039"]
     assert grown < 256 * 1024, grown  # a thousand launches later: no more memory held
 
-
-def test_repeated_loads_within_one_launch_are_capped() -> None:
-    parser = StartupLogParser()
-    for _ in range(500):
-        parser.feed(f"[{T}:05 TP0] Load weight begin. avail mem=177.10 GB")
-        parser.feed(f"[{T}:06 TP0] Load weight end. type=X, avail mem=58.06 GB, "
-                    "mem usage=119.04 GB.")
-    parser.feed(f"[{T}:09] The server is fired up and ready to roll!")
-    for _ in range(500):  # after ready: recorded, not fatal, so no launch ends
-        parser.feed(f"[{T}:10 TP0] Traceback (most recent call last):")
-        parser.feed("ValueError: again")
-    f = parser.facts()
-    assert f.launches == 1
-    assert len(f.ranks[0].weight_loads) == MAX_LOADS
-    assert len(f.errors) == MAX_ERRORS
-    assert len(f.timeline) < 40
-
-
-
-def test_repeated_captures_within_one_launch_are_capped() -> None:
-    parser = StartupLogParser()
-    for i in range(500):
-        parser.feed(f"[{T}:05 TP0] Capture cuda graph begin. This can take up to several "
-                    "minutes. avail mem=50.00 GB")
-        parser.feed(f"[{T}:06 TP0] Capture cuda graph end. Time elapsed: 2.00 s. "
-                    f"mem usage=0.{i % 10}0 GB. avail mem=49.00 GB.")
-    for _ in range(500):  # ends whose begins the log lacks
-        parser.feed(f"[{T}:07 TP1] Capture draft cuda graph end. Time elapsed: 1.00 s.")
-    parser.feed(f"[{T}:09] The server is fired up and ready to roll!")
-    f = parser.facts()
-    assert f.launches == 1 and f.phase == "ready"
-    for rank in (0, 1):
-        captures = f.ranks[rank].graph_captures
-        assert len(captures) == MAX_CAPTURES
-        assert all(c.end_at is not None for c in captures)
-    # The captures kept are the first ones: their figures, not the repeats'.
-    assert f.ranks[0].graph_elapsed_s == 2.0 * MAX_CAPTURES
-    assert len(f.timeline) < 40
 
 def test_inspect_log_prints_the_new_facts(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
