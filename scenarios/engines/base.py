@@ -14,16 +14,15 @@ import math
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from collectors.readings import Reading, ServerData
 from collectors.units import MIB
 from scenarios.engines.engram import EngramSetting
 
-if TYPE_CHECKING:  # the scenario type only for hints: scenarios.scenario_file imports us
+if TYPE_CHECKING:
     from collectors.promtext import Family, Histogram
     from collectors.startup_facts import StartupFacts
-    from scenarios.scenario_file import Scenario
 
 # Where the Engram tables live: the seed's three placements.
 PLACEMENTS = ("device", "host", "host-prefetch")
@@ -44,6 +43,43 @@ class Mark(NamedTuple):
             return x if x is not None and math.isfinite(x) else None
         return cls(finite(queue.sum) if queue else None, finite(queue.count) if queue else None,
                    finite(retracted))
+
+
+class ScenarioSpec(Protocol):
+    """What an engine reads of a scenario (scenarios.scenario_file.Scenario has it all).
+    A protocol rather than the class: the scenario file looks its engine up here, so an
+    engine importing the scenario's module would close an import circle."""
+
+    @property
+    def placement(self) -> str | None: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def python(self) -> str | None: ...
+    @property
+    def model_path(self) -> str | None: ...
+    @property
+    def tp(self) -> int: ...
+    @property
+    def args(self) -> tuple[str, ...]: ...
+    @property
+    def env(self) -> dict[str, str]: ...
+    @property
+    def engram_interface(self) -> str: ...
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def time_scale(self) -> float: ...
+    @property
+    def serve_scale(self) -> float: ...
+    @property
+    def source(self) -> str: ...  # FILE:LINE of its table, for messages
+
+
+# tune() gives back the scenario it was given, changed: the caller's own type.
+SpecT = TypeVar("SpecT", bound=ScenarioSpec)
 
 
 class EngineError(ValueError):
@@ -169,17 +205,17 @@ class Engine:
         run; the required keys are checked already."""
         return []
 
-    def argv(self, sc: Scenario, key_file: Path | None, node_dir: Path | None) -> list[str]:
+    def argv(self, sc: ScenarioSpec, key_file: Path | None, node_dir: Path | None) -> list[str]:
         """The launch argv, never a shell string. ``key_file``: where key_file_text() was
         written, when the key travels in a file; ``node_dir``: the simulated node's folder
         for engines that run on it."""
         raise NotImplementedError
 
-    def launch_env(self, sc: Scenario) -> dict[str, str]:
+    def launch_env(self, sc: ScenarioSpec) -> dict[str, str]:
         """The environment on top of ours; the scenario file's `env` goes last."""
         return dict(sc.env)
 
-    def key_file_text(self, sc: Scenario) -> str | None:
+    def key_file_text(self, sc: ScenarioSpec) -> str | None:
         """What the API key file holds, or None when the key (if any) goes on the argv."""
         return None
 
@@ -189,7 +225,7 @@ class Engine:
         that needs none (then no folder is made)."""
         return {}
 
-    def check(self, sc: Scenario) -> None:
+    def check(self, sc: ScenarioSpec) -> None:
         """What would refuse this scenario on this machine (a missing interpreter or model
         path): raise EngineError. Runs off the event loop."""
 
@@ -213,17 +249,17 @@ class Engine:
         ValueError, naming the line, for a page it cannot read."""
         raise ValueError(f"{self.label} has no metrics page reader")
 
-    def clock(self, sc: Scenario) -> tuple[float, float]:
+    def clock(self, sc: ScenarioSpec) -> tuple[float, float]:
         """(start-up time scale, service time scale): how its times compare to a real
         node's. 1.0 for real servers."""
         return 1.0, 1.0
 
-    def tune(self, sc: Scenario, time_scale: float | None,
-             serve_scale: float | None) -> Scenario:
+    def tune(self, sc: SpecT, time_scale: float | None,
+             serve_scale: float | None) -> SpecT:
         """The scenario with a session's time-scale overrides, where they mean anything."""
         return sc
 
-    def engram(self, sc: Scenario | None, *, env: Mapping[str, str],
+    def engram(self, sc: ScenarioSpec | None, *, env: Mapping[str, str],
                args: Mapping[str, Any], startup: Mapping[str, Any],
                gpu_name: str | None) -> EngramSetting | None:
         """Where its server keeps the Engram tables and whether its prefetch engages, from

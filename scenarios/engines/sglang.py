@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from collectors import promtext
 from collectors.log_markers import FAILURE_MARKERS
@@ -30,11 +30,9 @@ from scenarios.engines.base import (
     EngineError,
     LogParser,
     Mark,
+    ScenarioSpec,
     ServerCollector,
 )
-
-if TYPE_CHECKING:
-    from scenarios.scenario_file import Scenario
 
 # The Engram switches of SGLang's DeepSeek-V4.1 code (its environ.py and --engram-config).
 ENGRAM_ENV: dict[str, dict[str, str]] = {
@@ -137,7 +135,7 @@ class SGLangSpeaker(Engine):
                 "p50_is_lower_bound": p50_over, "p99_is_lower_bound": p99_over}
         return out
 
-    def engram(self, sc: Scenario | None, *, env: Mapping[str, str],
+    def engram(self, sc: ScenarioSpec | None, *, env: Mapping[str, str],
                args: Mapping[str, Any], startup: Mapping[str, Any],
                gpu_name: str | None) -> engram.EngramSetting | None:
         # What the scenario launches with first; what the server itself says wins.
@@ -160,7 +158,7 @@ class SGLang(SGLangSpeaker):
     article = "an"
     required = ("python", "model_path")
 
-    def argv(self, sc: Scenario, key_file: Path | None, node_dir: Path | None) -> list[str]:
+    def argv(self, sc: ScenarioSpec, key_file: Path | None, node_dir: Path | None) -> list[str]:
         assert sc.python and sc.model_path
         argv = [sc.python, "-m", "sglang.launch_server", "--model-path", sc.model_path,
                 "--host", sc.host, "--port", str(sc.port), "--tp-size", str(sc.tp)]
@@ -173,7 +171,7 @@ class SGLang(SGLangSpeaker):
                      else ["--api-key", sc.api_key])
         return [*argv, *sc.args]
 
-    def launch_env(self, sc: Scenario) -> dict[str, str]:
+    def launch_env(self, sc: ScenarioSpec) -> dict[str, str]:
         env: dict[str, str] = {}
         if sc.engram_interface == "env" and sc.placement in ENGRAM_ENV:
             env.update(ENGRAM_ENV[sc.placement])
@@ -182,14 +180,14 @@ class SGLang(SGLangSpeaker):
         env.update(sc.env)
         return env
 
-    def key_file_text(self, sc: Scenario) -> str | None:
+    def key_file_text(self, sc: ScenarioSpec) -> str | None:
         # SGLang reads the key from a --config YAML file (since 0.5), unless the scenario's
         # own args already give one: then the key can only go on the argv.
         if not sc.api_key or "--config" in sc.args:
             return None
         return f"api-key: {json.dumps(sc.api_key)}\n"  # a JSON string is a YAML string
 
-    def check(self, sc: Scenario) -> None:
+    def check(self, sc: ScenarioSpec) -> None:
         assert sc.python and sc.model_path
         if not Path(sc.python).exists():
             raise EngineError(f"{sc.source}: python '{sc.python}' does not exist: set it to "

@@ -13,15 +13,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from scenarios.engines.base import PLACEMENTS, Engine
+from scenarios.engines.base import PLACEMENTS, Engine, ScenarioSpec, SpecT
 from scenarios.engines.sglang import ENGRAM_ENV, SGLangSpeaker
 from scenarios.engines.vllm import PLACEMENTS as VLLM_PLACEMENTS
 from scenarios.engines.vllm import VllmSpeaker
-
-if TYPE_CHECKING:
-    from scenarios.scenario_file import Scenario
 
 
 class SimulatedNode(Engine):
@@ -32,7 +29,7 @@ class SimulatedNode(Engine):
     follows_reference = True
     dialect_args: tuple[str, ...] = ()  # `sim serve`'s dialect flag, where not SGLang's
 
-    def argv(self, sc: Scenario, key_file: Path | None, node_dir: Path | None) -> list[str]:
+    def argv(self, sc: ScenarioSpec, key_file: Path | None, node_dir: Path | None) -> list[str]:
         assert node_dir is not None, "a simulated scenario needs the simulated node's folder"
         # A command line, not an import: the simulator is the product's, a layer above.
         argv = [sys.executable, "-m", "engram_top", "sim", "serve", "--node-dir", str(node_dir),
@@ -44,14 +41,14 @@ class SimulatedNode(Engine):
                      else ["--api-key", sc.api_key])
         return [*argv, *sc.args]
 
-    def key_file_text(self, sc: Scenario) -> str | None:
+    def key_file_text(self, sc: ScenarioSpec) -> str | None:
         return f"{sc.api_key}\n" if sc.api_key else None
 
-    def clock(self, sc: Scenario) -> tuple[float, float]:
+    def clock(self, sc: ScenarioSpec) -> tuple[float, float]:
         return sc.time_scale, sc.serve_scale
 
-    def tune(self, sc: Scenario, time_scale: float | None,
-             serve_scale: float | None) -> Scenario:
+    def tune(self, sc: SpecT, time_scale: float | None,
+             serve_scale: float | None) -> SpecT:
         if time_scale is not None:
             sc = dataclasses.replace(sc, time_scale=time_scale)
         if serve_scale is not None:
@@ -63,7 +60,7 @@ class Simulated(SimulatedNode, SGLangSpeaker):
     kind = "simulated"
     label = "simulated node"
 
-    def launch_env(self, sc: Scenario) -> dict[str, str]:
+    def launch_env(self, sc: ScenarioSpec) -> dict[str, str]:
         # The V4.1 preview build's Engram switches, as a real launch of the placement has
         # them: its process environment says where the tables are (attach reads it there).
         return {**ENGRAM_ENV.get(sc.placement or "device", {}), **sc.env}
@@ -79,7 +76,7 @@ class SimulatedVllm(SimulatedNode, VllmSpeaker):
     label = "simulated vLLM node"
     dialect_args = ("--dialect", "vllm")
 
-    def argv(self, sc: Scenario, key_file: Path | None, node_dir: Path | None) -> list[str]:
+    def argv(self, sc: ScenarioSpec, key_file: Path | None, node_dir: Path | None) -> list[str]:
         if node_dir is None:
             # VllmSpeaker.engram() reads a launch's --engram-config flags from its argv,
             # without a node: the simulated server takes none (its --placement says it, and

@@ -21,13 +21,13 @@ from scenarios.engines.base import (
     LogParser,
     Mark,
     Readiness,
+    ScenarioSpec,
 )
 from scenarios.engines.engram import EngramSetting
 
 if TYPE_CHECKING:
     from collectors.promtext import Family
     from collectors.vllm.collector import VllmCollector
-    from scenarios.scenario_file import Scenario
 
 # The placement -> the --engram-config flags of vLLM's DeepSeek-V4.1 code.
 ENGRAM_ARGS: dict[str, tuple[str, ...]] = {
@@ -117,7 +117,7 @@ class VllmSpeaker(Engine):
                 "mean": h.sum / h.count if h.count else None, "p50": p50, "p99": p99}
         return out
 
-    def engram(self, sc: Scenario | None, *, env: Mapping[str, str],
+    def engram(self, sc: ScenarioSpec | None, *, env: Mapping[str, str],
                args: Mapping[str, Any], startup: Mapping[str, Any],
                gpu_name: str | None) -> EngramSetting | None:
         """Device when the tables were kept on the GPU (cpu_offload false); host with its
@@ -183,7 +183,7 @@ class Vllm(VllmSpeaker):
                                          "use config (or none)")]
         return []
 
-    def argv(self, sc: Scenario, key_file: Path | None, node_dir: Path | None) -> list[str]:
+    def argv(self, sc: ScenarioSpec, key_file: Path | None, node_dir: Path | None) -> list[str]:
         assert sc.python and sc.model_path
         argv = [sc.python, "-m", "vllm.entrypoints.openai.api_server", "--model",
                 sc.model_path, "--host", sc.host, "--port", str(sc.port)]
@@ -193,7 +193,7 @@ class Vllm(VllmSpeaker):
             argv += ENGRAM_ARGS.get(sc.placement or "", ())
         return [*argv, *sc.args]
 
-    def launch_env(self, sc: Scenario) -> dict[str, str]:
+    def launch_env(self, sc: ScenarioSpec) -> dict[str, str]:
         env = dict(QUIET_ENV)
         if sc.model_path and _looks_local(sc.model_path):
             env.update(OFFLINE_ENV)
@@ -210,7 +210,7 @@ class Vllm(VllmSpeaker):
         # the temporary folder, and a stop leaves them: one folder a run, removed after it.
         return {"TMPDIR": str(folder)}
 
-    def check(self, sc: Scenario) -> None:
+    def check(self, sc: ScenarioSpec) -> None:
         assert sc.python and sc.model_path
         if not Path(sc.python).exists():
             raise EngineError(f"{sc.source}: python '{sc.python}' does not exist: set it to "
