@@ -244,7 +244,7 @@ async def test_fault_03_a_terminal_gone_mid_frame_does_not_hold_up_the_quit() ->
 
     from engram_top.app.fleet_screen import FleetApp
     from engram_top.app.terminal import GoneTolerant
-    from engram_top.fleet import FleetSession
+    from engram_top.fleet.session import FleetSession
 
     class HungUp(io.StringIO):
         def write(self, text: str) -> int:
