@@ -36,8 +36,9 @@ from collectors.readings import (
     Status,
 )
 from engram_top.app import panels
-from engram_top.app.main import ConfirmScreen, EngramTopApp
-from engram_top.cli import commands
+from engram_top.app.dialogs import ConfirmScreen
+from engram_top.app.main import EngramTopApp
+from engram_top.cli import commands, dashboards
 from engram_top.live.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
 from engram_top.model import facts
 from engram_top.model.figures import RunFigures
@@ -655,7 +656,7 @@ def test_new_log_lines_alone_bump_the_run_so_the_recorder_writes_them() -> None:
 
 
 class FakeApp:
-    """What cli._run_recorded needs of the dashboard: a session's store and run()."""
+    """What cli.dashboards.run_recorded needs of the dashboard: a session's store and run()."""
 
     def __init__(self) -> None:
         self.session = StaticSession()
@@ -677,7 +678,7 @@ class StaticSession:
 def test_cli_records_by_default_and_replays(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     args = commands.build_parser().parse_args(["attach", "http://127.0.0.1:1"])
     assert args.record is None and not args.no_record
-    assert commands._run_recorded(FakeApp(), args, tmp_path / "state") == 0
+    assert dashboards.run_recorded(FakeApp(), args, tmp_path / "state") == 0
     [path] = (tmp_path / "state" / "recordings").glob("*.jsonl")
     assert f"recorded to {path}" in capsys.readouterr().err
     rec = read_recording(path)
@@ -688,10 +689,10 @@ def test_cli_records_by_default_and_replays(tmp_path: Path, capsys) -> None:  # 
 
     chosen = tmp_path / "mine.jsonl"
     args = commands.build_parser().parse_args(["run", str(DEMO_FILE), "--record", str(chosen)])
-    commands._run_recorded(FakeApp(), args, tmp_path / "other")
+    dashboards.run_recorded(FakeApp(), args, tmp_path / "other")
     assert chosen.exists() and not (tmp_path / "other").exists()
     args = commands.build_parser().parse_args(["demo", "--no-record"])
-    commands._run_recorded(FakeApp(), args, tmp_path / "none")
+    dashboards.run_recorded(FakeApp(), args, tmp_path / "none")
     assert not (tmp_path / "none").exists()
 
     with pytest.raises(SystemExit):
@@ -721,13 +722,13 @@ def test_snapshot_of_a_recording_and_the_dashboard_comparing_with_it(demo: Demo,
 
     args = commands.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
                                                str(demo.path), "--price-per-gpu-hour", "6"])
-    app = commands._app(ReplaySession(demo.path, paused=True), args)
+    app = dashboards.dashboard_app(ReplaySession(demo.path, paused=True), args)
     assert {r.scenario for r in app.compare_with} == {"device", "host-prefetch"}
     assert all(r.source == f"recording:{demo.path.name}" for r in app.compare_with)
     assert app.price_per_gpu_hour == 6.0
     bad = commands.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
                                               str(tmp_path / "missing.json")])
-    assert commands._app(ReplaySession(demo.path, paused=True), bad) is None
+    assert dashboards.dashboard_app(ReplaySession(demo.path, paused=True), bad) is None
 
 
 def test_a_replay_keeps_its_clock_through_a_backward_seek(demo: Demo) -> None:

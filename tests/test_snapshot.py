@@ -312,10 +312,11 @@ async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
         out = write_folder(tmp_path / "snaps", session.store, session.ref, svg=svg)
         # The same server through `engram-top snapshot --attach URL --api-key KEY`.
         from engram_top.cli import commands
+        from engram_top.cli.snapshot import take_snapshot
         args = commands.build_parser().parse_args([
             "snapshot", "--attach", session.store.run.url, "--api-key", API_KEY,
             "--after", "0", "--out", str(tmp_path / "attached")])
-        assert await commands.take_snapshot(args) == 0
+        assert await take_snapshot(args) == 0
         assert session.run.alive  # attaching never stops a server
     finally:
         await session.close()

@@ -46,3 +46,11 @@ def visible_output() -> Iterator[None]:
         yield
     finally:
         sys.stdout, sys.stderr = out, err
+
+
+def print_json(data: object) -> None:
+    """Standard JSON on stdout: NaN and infinities as null."""
+    import json
+
+    from engram_top.model.facts import finite_json
+    print(json.dumps(finite_json(data), indent=2, default=str, allow_nan=False))

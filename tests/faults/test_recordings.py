@@ -168,10 +168,11 @@ def test_snapshot_and_compare_of_a_damaged_file_say_it(
 
     # A dashboard's --compare-with: the runs of both sessions, and the skip on its events.
     from engram_top.cli import commands as cli_module
+    from engram_top.cli.dashboards import dashboard_app
     args = cli_module.build_parser().parse_args(["replay", str(path), "--compare-with",
                                                  str(path)])
     replay = ReplaySession(path, paused=True)
-    app = cli_module._app(replay, args)
+    app = dashboard_app(replay, args)
     assert {r.scenario for r in app.compare_with} == {*A_RUNS, *B_RUNS}
     assert f"--compare-with: {said}; its runs were read from the rest" in \
         [e.text for e in replay.store.events]

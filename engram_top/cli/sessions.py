@@ -1,0 +1,84 @@
+"""What the commands build their sessions from: a demo's options, a scenario file's
+(a bench plan standing for its file), the user's alert thresholds, a --probe file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engram_top.cli.lifetime import (
+    say,
+)
+
+
+def demo_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from engram_top.live.session import DemoOptions, LoadSpec
+    load = None if args.no_load else LoadSpec(concurrency=args.concurrency)
+    return DemoOptions(placement=args.placement, time_scale=args.time_scale,
+                       serve_scale=args.serve_scale, load=load)
+
+
+def user_thresholds():  # type: ignore[no-untyped-def]
+    """The alert thresholds of the user's config file, for a command without a dashboard
+    (which reads it itself and shows a broken one as an event); a broken file is said."""
+    from engram_top.settings.user_config import load_config
+    config, error = load_config()
+    if error:
+        say(f"engram-top: warning: alerts use the default thresholds: {error}")
+    return config.alerts
+
+
+def session_options(args: argparse.Namespace, *, headless: bool = False,
+                    **extra):  # type: ignore[no-untyped-def]
+    """Options for a session over a scenario file; a bad file ends here with its message.
+    A bench plan stands for its scenario file (`stop PLAN` stops what its bench left)."""
+    from engram_top.live.session import LoadSpec, SessionOptions
+    from engram_top.settings.paths import default_state_dir
+    from scenarios import scenario_file as config
+    path = _scenario_file_of(args.scenario_file)
+    try:
+        sf = config.load(path)
+    except config.ScenarioError as exc:
+        print(f"engram-top: {exc}", file=sys.stderr)
+        return None
+    if headless:  # a dashboard shows them as events instead, and reads its own config
+        for warning in sf.warnings:
+            say(f"engram-top: warning: {warning}")
+        extra["thresholds"] = user_thresholds()
+    state_dir = args.state_dir or default_state_dir(path)
+    load = None if getattr(args, "no_load", True) else LoadSpec(
+        concurrency=getattr(args, "concurrency", 8))
+    return SessionOptions(scenario_file=path, state_dir=state_dir, load=load, **extra)
+
+
+def _scenario_file_of(path: Path) -> Path:
+    """A bench plan's scenarios_file; any other file as it is (the loader judges it)."""
+    import tomllib
+
+    from scenarios.bounds import read_toml
+    try:
+        raw = read_toml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        return path
+    bench = raw.get("bench")
+    if isinstance(bench, dict) and isinstance(bench.get("scenarios_file"), str) \
+            and "scenarios" in bench and "workload" in raw:
+        return (path.parent / bench["scenarios_file"]).resolve()
+    return path
+
+
+def say_which_credential(session, urls, key: str | None) -> None:  # type: ignore[no-untyped-def]
+    """An attached URL with user:password@ and an API key: the events line says the key is
+    what is sent."""
+    from engram_top.cli.credentials import attach_note
+    for url in urls:
+        if (note := attach_note(url, key)) is not None:
+            session.store.event("warning", note)
+
+
+def load_probe(path: Path | None):  # type: ignore[no-untyped-def]
+    """The --probe file's predictions; None without one. Raises ProbeFileError."""
+    from engram_top.probe.report import load_probe
+    return None if path is None else load_probe(path)
+

@@ -1,0 +1,117 @@
+"""`engram-top snapshot` of one node: a demo, an attached server or a recording, watched
+until ready (or a given second) and written as a snapshot folder."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+from pathlib import Path
+
+from engram_top.cli.sessions import demo_options, say_which_credential, user_thresholds
+from engram_top.seed import reference
+
+
+async def take_snapshot(args: argparse.Namespace) -> int:
+    from engram_top.app.headless import render_svg
+    from engram_top.export import snapshot
+    try:
+        snapshot.check_writable(args.out)  # fail now, not after a whole start-up
+    except snapshot.SnapshotError as exc:
+        print(f"engram-top snapshot: {exc}", file=sys.stderr)
+        return 1
+    from engram_top.record.file_format import RecordingError
+    try:
+        session, timeout, describe = _snapshot_source(args)
+    except RecordingError as exc:
+        print(f"engram-top snapshot: {exc}", file=sys.stderr)
+        return 2
+    # A recording's: its sessions, lines skipped.
+    notes = session.notes if isinstance(session, _RecordingSource) else []
+    for note in notes:
+        print(f"engram-top snapshot: {note}", file=sys.stderr)
+    try:
+        await session.start()
+        ready = await session.wait_ready(timeout)
+        if not ready:
+            run = session.store.run
+            state = run.state if run else "unknown"
+            print(f"engram-top snapshot: the server did not become ready within {timeout:.0f} s "
+                  f"(state: {state}); writing what was seen", file=sys.stderr)
+        await asyncio.sleep(args.after if ready and not args.recording else 0)
+        try:
+            svg: str | None = await render_svg(session)
+        except Exception as exc:  # the readings are still worth writing without the screen
+            print(f"engram-top snapshot: no screen.svg: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            svg = None
+        # Written before close: closing stops the server, and the run would read "stopped".
+        path = snapshot.write_folder(
+            args.out, session.store, session.ref, svg=svg,
+            extra={"source": describe, **({"notes": notes} if notes else {})},
+            secrets=session.secrets)
+    except snapshot.SnapshotError as exc:
+        print(f"engram-top snapshot: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await session.close()
+    print(path)
+    return 0 if ready else 1
+
+
+def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The session a snapshot watches, how long to wait for its server, and a description
+    for snapshot.json. A source is a session object (start, wait_ready, close, store, ref)."""
+    from engram_top.live.session import DemoSession, Session, SessionOptions
+    if args.attach:
+        from collectors.pages import split_userinfo
+        describe = {"kind": "attach", "url": split_userinfo(args.attach)[0],
+                    "after_s": args.after}
+        session = Session(SessionOptions(attach=(args.attach,), api_key=args.api_key,
+                                         engine=args.engine, load=None,
+                                         thresholds=user_thresholds()))
+        say_which_credential(session, (args.attach,), args.api_key)
+        return session, args.ready_timeout or 30.0, describe
+    if args.recording:
+        from engram_top.record.file_format import RecordingError
+        describe = {"kind": "recording", "path": str(args.recording), "at_s": args.at}
+        source = _RecordingSource(args.recording, args.at, args.session)
+        length = source.replay.duration
+        if args.at is not None and args.at > length:  # not its end, silently
+            raise RecordingError(f"{args.recording}: --at {args.at:g} s is past its end: the "
+                                 f"recording is {length:.1f} s long")
+        return source, 0.0, describe
+    expected = reference.default().placements[args.placement].ready_s * args.time_scale
+    timeout = args.ready_timeout or max(30.0, 3 * expected)
+    describe = {"kind": "demo", "placement": args.placement, "time_scale": args.time_scale,
+                "serve_scale": args.serve_scale, "after_s": args.after}
+    options = dataclasses.replace(demo_options(args), thresholds=user_thresholds())
+    return DemoSession(options), timeout, describe
+
+
+class _RecordingSource:
+    """A recording as a snapshot source: paused at --at seconds (default: its end)."""
+
+    def __init__(self, path: Path, at: float | None, session: int | None = None) -> None:
+        from engram_top.record.replay import ReplaySession
+        # RecordingError: the caller says it.
+        self.replay = ReplaySession(path, paused=True, session=session,
+                                    thresholds=user_thresholds())
+        self.notes = self.replay.notes
+        self.store = self.replay.store
+        self.alerts = self.replay.alerts
+        self.store.clock = self.replay.clock
+        self.ref = reference.default()
+        self.secrets: tuple[str, ...] = ()  # a recording holds its keys redacted already
+        self.at = at
+
+    async def start(self) -> None:
+        self.replay.seek(self.replay.duration if self.at is None else self.at)
+
+    async def wait_ready(self, timeout: float) -> bool:
+        return True
+
+    async def close(self) -> None:
+        await self.replay.close()
+
