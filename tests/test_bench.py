@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_top.bench.runner import PlanError, load_plan
+from engram_top.bench.plan import PlanError, load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGRAM_TOP = Path(sys.executable).with_name("engram-top")

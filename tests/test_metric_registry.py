@@ -14,6 +14,7 @@ from scene import filled_store
 
 from engram_top.app.compare_screen import comparison_table
 from engram_top.bench import runner
+from engram_top.bench.plan import Plan
 from engram_top.cli import commands
 from engram_top.compare.comparison import compare, to_json, to_markdown
 from engram_top.compare.measures import METRICS, Metric, Registry, fixed
@@ -103,7 +104,7 @@ def test_the_compare_screen_shows_it(registered: Metric) -> None:
 
 
 def test_the_bench_report_shows_it(registered: Metric, tmp_path: Path) -> None:
-    plan = runner.Plan(
+    plan = Plan(
         path=tmp_path / "plan.toml", scenarios_file=tmp_path / "demo.toml",
         scenarios=("device", "host-prefetch"), baseline="device", trials=1,
         workload=WorkloadSpec(levels=(Level(4, concurrency=2),)), price_per_gpu_hour=None,

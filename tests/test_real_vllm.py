@@ -182,7 +182,8 @@ async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
 @pytest.mark.timeout(420)
 async def test_bench_over_the_two_real_vllm_variants(tmp_path: Path) -> None:
     assert READY, "the vLLM CPU environment is missing: run scripts/setup-vllm-cpu.sh"
-    from engram_top.bench.runner import load_plan, run_bench
+    from engram_top.bench.plan import load_plan
+    from engram_top.bench.runner import run_bench
     scenario_copy(tmp_path)
     plan_text = (ROOT / "scenarios" / "tiny-cpu-vllm-bench.toml").read_text()
     (tmp_path / "bench.toml").write_text(plan_text)

@@ -15,7 +15,7 @@ from helpers import PageServer
 
 from collectors.pages import PageClient
 from engram_top.bench import sweep
-from engram_top.bench.runner import PlanError, load_plan
+from engram_top.bench.plan import PlanError, load_plan
 from engram_top.compare.slo import Slo
 from scenarios import engines
 

@@ -4,14 +4,12 @@ charts."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from collectors.safetext import table_cell, visible
 from engram_top.bench import sweep
+from engram_top.bench.plan import Plan
 from engram_top.compare.slo import LevelStats
-
-if TYPE_CHECKING:
-    from engram_top.bench.runner import Plan
 
 
 def _ms(seconds: float | None) -> str:
