@@ -1,0 +1,101 @@
+"""A snapshot's summary.md: the comparison in the seed's terms, then the headline readings
+at snapshot time, read from snapshot.json's data (already redacted)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collectors.safetext import visible
+from collectors.units import NA, gib_text, ms_text, percent, weights_gb
+from engram_top.model.store import RunStore
+
+
+def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) -> str:
+    """The comparison in the seed's terms, then the headline readings at snapshot time."""
+    run = data.get("run")
+    title = f"{run['scenario']} ({run['placement']})" if run else "no run"
+    lines = [f"# engram-top snapshot: {title}", "",
+             f"Taken {data['taken_at']} on {store.node or 'an unnamed node'}."]
+    if run:
+        ready = run.get("ready_s")
+        lines.append(f"Run: {run['scenario']}, state {run['state']}"
+                     + ("" if ready is None else f", ready after {ready:.1f} s "
+                        f"(node-equivalent {run['ready_s_node']:.1f} s)") + ".")
+    notes = data.get("notes")  # what the source said of itself: a recording's damage
+    if isinstance(notes, list) and notes:
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in notes]
+    lines += ["", "## Comparison", "", *comparison_md.rstrip().split("\n"), "",
+              "## Readings now", ""]
+    lines += _readings(data)
+    alerts = data.get("alerts")
+    if alerts:
+        lines += ["", "## Alerts", ""]
+        lines += [f"- {a.get('severity', 'alert')}: {a.get('message') or a.get('id')}"
+                  if isinstance(a, dict) else f"- {a}" for a in alerts]
+    lines += ["", "## Files", "",
+              "- screen.svg: the dashboard as rendered (absent when taken without a screen)",
+              "- history.png: HBM per GPU, KV usage, host RAM and TTFT over the last hour",
+              "- snapshot.json: every reading, the runs, scenario definitions, the comparison",
+              "- timeseries.parquet, timeseries.csv: the series, one row per point",
+              "", "Secrets (API keys, tokens) are replaced by `<redacted>` (`[redacted]` in this "
+              "file) in every file.", ""]
+    # Names, messages and verdicts come from servers and files: a line each, no control.
+    return "\n".join(map(visible, lines))
+
+
+def _readings(data: dict[str, Any]) -> list[str]:
+    out = []
+    for g in data.get("gpus") or []:
+        share = g.get("server_bytes")
+        out.append(f"- GPU {g['index']} ({g['name']}): HBM {gib_text(g['used_bytes'])} of "
+                   f"{gib_text(g['total_bytes'])} GiB used, server {gib_text(share)} GiB; "
+                   f"weights {weights_gb(g.get('weights_gb'), NA)} GB, "
+                   f"KV {_num(g.get('kv_tokens'), ',')} tokens")
+    kv = data.get("kv")
+    if kv:
+        usage = kv.get("token_usage")
+        out.append(f"- KV pool: {_num(kv.get('capacity_tokens'), ',')} tokens, "
+                   f"usage {percent(usage)}, "
+                   f"{_num(kv.get('running'), 'd')} running, {_num(kv.get('queued'), 'd')} "
+                   "queued")
+        pools = kv.get("pools")
+        if pools:
+            out.append("- KV pools (tokens): " + ", ".join(
+                f"{name} {_num(n, ',')}" for name, n in pools.items()))
+    engram = data.get("engram")
+    if engram and engram.get("placement"):
+        resident = engram.get("resident_mib")
+        out.append(f"- Engram: {engram['placement']}"
+                   + (f" ({engram['layout']} layout)" if engram.get("layout") else "")
+                   + ("" if not resident else f", {resident / 1024:.1f} GiB resident")
+                   + f"; {engram.get('verdict')}")
+    host = data.get("host")
+    if host:
+        delta = host.get("delta_gib")
+        out.append(f"- Host RAM: {gib_text(host['used_bytes'])} of {gib_text(host['total_bytes'])} "
+                   f"GiB used (MemTotal - MemAvailable), "
+                   f"{'n/a' if delta is None else f'{delta:+.1f}'} GiB since launch, "
+                   f"Shmem {gib_text(host.get('shmem_bytes'))} GiB")
+    lat = data.get("latency")
+    if lat:
+        window = lat.get("window_s")
+        out.append(f"- Latency ({'n/a' if window is None else f'{window:.0f}'} s window): "
+                   f"TTFT {_quantiles(lat.get('ttft'))}, TPOT {_quantiles(lat.get('itl'))}, "
+                   f"end-to-end {_quantiles(lat.get('e2e'))}; output "
+                   f"{_num(lat.get('output_tokens_per_s'), '.1f')} tok/s")
+    stale = [f"{kind} {r['status']} ({r['message']})"
+             for kind, r in (data.get("readings") or {}).items() if r["status"] != "ok"]
+    if stale:
+        out.append(f"- Sources not OK: {'; '.join(stale)}")
+    return out or ["- no reading yet"]
+
+
+def _quantiles(q: dict[str, Any] | None) -> str:
+    if not q or q.get("p50") is None:
+        return "n/a"
+    p99 = q.get("p99")
+    return f"p50 {ms_text(q['p50'])}, p99 {ms_text(p99)}"
+
+
+def _num(value: Any, spec: str) -> str:
+    return "n/a" if value is None else format(int(value) if spec in (",", "d") else value, spec)
