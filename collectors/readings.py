@@ -111,6 +111,9 @@ class ProcessTreeMemory:
     rss_file_bytes: int
     # Shared anonymous / tmpfs memory; where pinned (cudaHostAlloc) host memory shows up.
     rss_shmem_bytes: int
+    # Pinned and locked pages (VmPin + VmLck), summed; None where the kernel gives neither
+    # line (before Linux 3.2, or a backend that does not read them): unknown, not 0.
+    pinned_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ class HostData:
     swap_out_bytes: int
     server_tree: ProcessTreeMemory | None = None
     backend: str = "proc"  # "proc" or "simulated"
+    buffers_bytes: int = 0  # block-device page cache, reclaimable as Cached is
     # Per NUMA node; empty where the kernel shows none (and in recordings made before).
     numa_nodes: tuple[NumaNode, ...] = ()
     numa_problem: str = ""  # why some NUMA figures are missing, in one line; "" when none
@@ -208,6 +212,15 @@ class ServerData:
     # Hierarchical cache's host KV tier.
     hicache_host_used_tokens: float | None = None
     hicache_host_total_tokens: float | None = None
+    # Its traffic and losses, per second over the window (counter deltas): bytes loaded back
+    # host -> GPU and backed up GPU -> host, tokens dropped for host pressure, tokens evicted
+    # (the device radix cache's, with or without HiCache). The byte rates are one scheduler
+    # per DP rank's (the lowest TP rank's); by_rank keeps each tp_rank's where the page has it.
+    hicache_load_back_bytes_per_s: float | None = None
+    hicache_backup_bytes_per_s: float | None = None
+    hicache_dropped_host_pressure_per_s: float | None = None
+    evicted_tokens_per_s: float | None = None
+    hicache_load_back_by_rank: dict[int, float] = field(default_factory=dict)
     # Windowed, from histogram and counter deltas (seconds; tokens/s).
     ttft: Quantiles | None = None
     itl: Quantiles | None = None

@@ -111,6 +111,11 @@ class RankFacts:
     kv_sizing: dict[str, float | int | str] = field(default_factory=dict)
     pool_sizes: dict[str, int] = field(default_factory=dict)
     draft_pool_sizes: dict[str, int] = field(default_factory=dict)
+    # "Allocating X GB host memory for hierarchical KV cache.": HiCache's host pool on this
+    # rank, in BYTES (that line divides by 1e9, not 1024**3), summed over its lines (a
+    # hybrid model may size one host pool per KV pool); None where the line was not seen.
+    hicache_host_bytes: float | None = None
+    hicache_host_lines: int = 0
 
     @property
     def weights_bytes(self) -> int | None:

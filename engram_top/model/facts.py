@@ -17,6 +17,7 @@ from collectors.readings import GpuData, HostData, Reading, ServerData
 from collectors.units import GIB
 from engram_top.model import energy
 from engram_top.model.figures import RunFigures
+from engram_top.model.hicache import hicache_facts as hicache_facts  # re-exported
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.model.views import (
     EngramTableView,

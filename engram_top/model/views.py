@@ -7,7 +7,7 @@ Maps keyed by data (phase durations, why a figure is unavailable) stay dicts.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from collectors.readings import NumaNode, Quantiles
@@ -111,6 +111,31 @@ class KvView:
     # The pools SGLang sized at start-up (tokens per pool: full, swa, c4, c128, ...).
     pools: dict[str, int] | None = None
     page_problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HiCacheView:
+    """SGLang's hierarchical KV cache's host tier: its host pools and their traffic.
+
+    Bytes are bytes: the start-up line's "GB" is 1e9 bytes (SGLang divides by 1e9 there,
+    unlike its other memory lines). Every TP rank allocates its own pool, so ``pool_bytes``
+    is the pools summed over the ranks. Rates are per second over the server window; None
+    where the server does not report the figure (not 0).
+    """
+
+    pool_bytes_per_rank: float | None
+    ranks: int | None
+    pool_bytes: float | None  # summed over the ranks
+    used_tokens: int | None  # the host pool's, summed over the schedulers that count
+    total_tokens: int | None
+    load_back_bytes_per_s: float | None  # host -> GPU, the node's (every rank's)
+    backup_bytes_per_s: float | None  # GPU -> host, the node's
+    dropped_host_pressure_per_s: float | None  # tokens dropped for host pressure
+    evicted_per_s: float | None  # tokens evicted from the device cache
+    source: str  # where the pool's size was read ("log: 8 ranks", "--hicache-size", ...)
+    # Each TP rank's load-back bytes per second (rank r runs on GPU r): the page's tp_rank
+    # series where it has them, else every rank at the reporting scheduler's figure.
+    load_back_by_rank: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
