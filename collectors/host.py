@@ -19,6 +19,9 @@ from collectors.readings import HostData, ProcessTreeMemory, Reading, Status
 from collectors.units import KIB
 
 STATUS_KEYS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+# Pinned (pin_user_pages: RDMA registrations, some cudaHostRegister paths) and mlock'ed pages;
+# a kernel without either line leaves the tree's pinned figure unknown.
+PINNED_KEYS = ("VmPin", "VmLck")
 
 
 class HostBackend(Protocol):
@@ -31,7 +34,8 @@ class HostBackend(Protocol):
         """/proc/vmstat counters (pswpin/pswpout in pages)."""
 
     def process_memory(self, pid: int) -> dict[str, int] | None:
-        """VmRSS, RssAnon, RssFile, RssShmem in bytes; None if the process is gone."""
+        """VmRSS, RssAnon, RssFile, RssShmem in bytes, and VmPin, VmLck where the kernel
+        gives them; None if the process is gone."""
 
     def children(self, pid: int) -> list[int] | None:
         """The process's descendants; None if the process is gone."""
@@ -85,7 +89,9 @@ class ProcBackend:
             return None
         values = parse_meminfo(text)
         # Kernel threads and zombies have no Vm lines: they hold no user memory.
-        return {k: values.get(k, 0) for k in STATUS_KEYS}
+        out = {k: values.get(k, 0) for k in STATUS_KEYS}
+        out.update({k: values[k] for k in PINNED_KEYS if k in values})
+        return out
 
     def children(self, pid: int) -> list[int] | None:
         try:
@@ -121,6 +127,7 @@ def sample(backend: HostBackend, root_pid: int | None,
         used_bytes=total - available,
         free_bytes=mi.get("MemFree", 0),
         cached_bytes=mi.get("Cached", 0),
+        buffers_bytes=mi.get("Buffers", 0),
         shmem_bytes=mi.get("Shmem", 0),
         hugepages_total=mi.get("HugePages_Total", 0),
         hugepages_free=mi.get("HugePages_Free", 0),
@@ -143,6 +150,7 @@ def tree_memory(backend: HostBackend, root_pid: int) -> ProcessTreeMemory | None
         return None
     pids = [root_pid, *kids]
     totals = dict.fromkeys(STATUS_KEYS, 0)
+    pinned: int | None = None
     alive = []
     for pid in pids:
         mem = backend.process_memory(pid)
@@ -151,8 +159,10 @@ def tree_memory(backend: HostBackend, root_pid: int) -> ProcessTreeMemory | None
         alive.append(pid)
         for key in STATUS_KEYS:
             totals[key] += mem[key]
+        if any(k in mem for k in PINNED_KEYS):
+            pinned = (pinned or 0) + sum(mem.get(k, 0) for k in PINNED_KEYS)
     return ProcessTreeMemory(root_pid, tuple(alive), totals["VmRSS"], totals["RssAnon"],
-                             totals["RssFile"], totals["RssShmem"])
+                             totals["RssFile"], totals["RssShmem"], pinned)
 
 
 class HostCollector:
