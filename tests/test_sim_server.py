@@ -28,7 +28,7 @@ from collectors.units import GIB
 from engram_top.seed import reference
 from engram_top.sim import memory, state
 from engram_top.sim.backends import SimGpuBackend
-from engram_top.sim.http import ServerCore
+from engram_top.sim.core import ServerCore
 
 if TYPE_CHECKING:
     from helpers import Fleet, SimServer

@@ -35,8 +35,7 @@ from collectors.vllm.collector import VllmCollector
 from collectors.vllm.startup_log import VllmLogParser
 from engram_top.bench.runner import load_plan
 from engram_top.seed import reference
-from engram_top.sim import memory, state
-from engram_top.sim import vllm as simvllm
+from engram_top.sim import memory, state, vllm_log
 from engram_top.sim.model import CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO
 from engram_top.sim.server_args import CONTEXT_LEN
 from scenarios import engines, scenario_file
@@ -129,7 +128,7 @@ def test_port_refuses_until_the_engine_is_up_then_health_is_200(
     with httpx.Client(base_url=server.url, timeout=5, headers=server.headers()) as c:
         health = c.get("/health")
         assert health.status_code == 200 and health.content == b""
-        assert c.get("/version").json() == {"version": simvllm.VERSION}
+        assert c.get("/version").json() == {"version": vllm_log.VERSION}
         models = c.get("/v1/models").json()["data"]
         assert models[0]["id"] == REF.model and models[0]["owned_by"] == "vllm"
         assert models[0]["max_model_len"] == CONTEXT_LEN
@@ -181,7 +180,7 @@ def test_the_parser_reads_the_models_figures_from_its_log(
     assert re.search(r"^\(Worker_TP0 pid=\d+\) INFO .* \[gpu_model_runner\.py:\d+\] Model "
                      r"loading took [\d.]+ GiB memory and [\d.]+ seconds$", text, re.MULTILINE)
     assert "simulated by engram-top" in text  # nobody takes it for a measured vLLM
-    assert f.ready and f.errors == () and f.scheduler_extra["version"] == simvllm.VERSION
+    assert f.ready and f.errors == () and f.scheduler_extra["version"] == vllm_log.VERSION
     # The model's figures, as vLLM rounds them (format_gib: two places).
     rank = f.ranks[0]
     assert rank.weights_gb == pytest.approx(seed.weights_gib, abs=0.005)
@@ -242,7 +241,7 @@ async def test_the_collector_reads_capacity_usage_and_latency(
         assert idle.max_total_num_tokens == plan.kv_tokens
         assert idle.extra["capacity_from"] == "kv_cache_size_tokens"
         assert idle.extra["cache_config"]["num_gpu_blocks"] == str(plan.kv_tokens // 256)
-        assert idle.version == simvllm.VERSION and idle.model_path == REF.model
+        assert idle.version == vllm_log.VERSION and idle.model_path == REF.model
         assert idle.num_running_reqs == 0 and idle.token_usage == 0
         async with httpx.AsyncClient(base_url=server.url, timeout=60, headers=headers) as h:
             # The key guards /v1, as vLLM's does; /metrics and /health answer anyone.

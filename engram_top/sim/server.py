@@ -27,9 +27,10 @@ import psutil
 import uvicorn
 
 from engram_top.seed import reference
-from engram_top.sim import exporters, memory, server_args, state
+from engram_top.sim import exporters, memory, server_args, state, vllm_log
 from engram_top.sim import vllm as simvllm
-from engram_top.sim.http import ServerCore, build_app
+from engram_top.sim.core import ServerCore
+from engram_top.sim.http import build_app
 from engram_top.sim.options import add_arguments
 from engram_top.sim.startup import Startup, StartupFailed, log, spawn_ranks
 
@@ -60,7 +61,7 @@ async def serve(args: argparse.Namespace) -> int:
     ref = reference.default()
     placement = ref.placements[args.placement]
     vllm = args.dialect == "vllm"
-    say = simvllm.log if vllm else log
+    say = vllm_log.log if vllm else log
     node_dir = args.node_dir or default_node_dir()
     spec = state.ensure_node(node_dir, ref)
     if spec.gpus != ref.gpus:
@@ -78,11 +79,11 @@ async def serve(args: argparse.Namespace) -> int:
 
     sock = None
     if vllm:
-        simvllm.preamble(ref, placement, mem, args)
+        vllm_log.preamble(ref, placement, mem, args)
         try:
-            sock = simvllm.bind(args.host, args.port)
+            sock = vllm_log.bind(args.host, args.port)
         except OSError as exc:
-            simvllm.raw(f"OSError: [Errno {exc.errno}] {exc.strerror}")
+            vllm_log.raw(f"OSError: [Errno {exc.errno}] {exc.strerror}")
             return 1
     else:
         # What SGLang prints as ServerArgs applies its DeepSeek-V4 defaults, then the args.
@@ -115,11 +116,11 @@ async def serve(args: argparse.Namespace) -> int:
         state.write_proc(node_dir, main_state)
 
     if vllm:
-        vcore = simvllm.VllmCore(ref, placement, mem, args, simvllm.VERSION)
+        vcore = simvllm.VllmCore(ref, placement, mem, args, vllm_log.VERSION)
         core: ServerCore = vcore
-        startup: Startup = simvllm.VllmStartup(ref, placement, mem, ranks, args.time_scale,
+        startup: Startup = vllm_log.VllmStartup(ref, placement, mem, ranks, args.time_scale,
                                                args.fail_at, main_host)
-        app, log_config = simvllm.build_app(vcore), simvllm.uvicorn_log_config()
+        app, log_config = simvllm.build_app(vcore), vllm_log.uvicorn_log_config()
     else:
         core = ServerCore(ref, placement, mem, args, VERSION)
         startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
@@ -130,7 +131,7 @@ async def serve(args: argparse.Namespace) -> int:
         await _until_stopped(startup.run(), stop)
         await _until_stopped(startup.wait_phase("http"), stop)
         if vllm:
-            simvllm.http_lines(args)
+            vllm_log.http_lines(args)
             core.ready = True  # once it listens, vLLM's engine is up
         config = uvicorn.Config(app, host=args.host, port=args.port, log_config=log_config,
                                 lifespan="on")
@@ -150,7 +151,7 @@ async def serve(args: argparse.Namespace) -> int:
         await stop.wait()
     except StartupFailed as exc:
         if vllm:
-            simvllm.failed(str(exc))
+            vllm_log.failed(str(exc))
         else:
             log(f"Initialization failed. {exc}")
         rc = 1
@@ -158,7 +159,7 @@ async def serve(args: argparse.Namespace) -> int:
         pass
     finally:
         if vllm:
-            simvllm.shutdown_lines(signals[0] if signals else "SIGTERM", len(ranks))
+            vllm_log.shutdown_lines(signals[0] if signals else "SIGTERM", len(ranks))
         else:
             log("Shutting down.")
         if server is not None:

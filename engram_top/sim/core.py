@@ -1,0 +1,403 @@
+"""The simulated server's model and serving loop, speaking SGLang: its batch lines, its
+metric names, its /server_info, over the scheduler model. engram_top.sim.http serves it
+over HTTP; a dialect of its own (engram_top.sim.vllm) subclasses it.
+
+The model is DeepSeek-V4.1, so the batch lines and metrics speak of its KV pools: the full
+pool (the scheduler's KV capacity) and the sliding-window (SWA) pool beside it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+from collectors.units import GIB
+from engram_top.seed.reference import Placement, Reference
+from engram_top.sim import server_args
+from engram_top.sim.engram import LOG_INTERVAL_S, EngramStats
+from engram_top.sim.memory import PAGE_SIZE, MemoryPlan
+from engram_top.sim.metrics_page import (
+    E2E_BUCKETS,
+    ITL_BUCKETS,
+    QUEUE_BUCKETS,
+    TTFT_BUCKETS,
+    Histogram,
+    MetricsPage,
+)
+from engram_top.sim.model import BATCH_WINDOW_S, Request, Scheduler, Step
+from engram_top.sim.startup import RankHandle, log
+
+DECODE_LOG_INTERVAL = server_args.DECODE_LOG_INTERVAL
+MAX_LAG_S = 0.05  # how far behind plan the serving loop may run before it stops catching up
+BURST_MAX_S = 0.25  # the longest an idle server waits for a burst of arrivals to end
+CONTEXT_LEN = server_args.CONTEXT_LEN  # as the start-up log's scheduler summary prints it
+
+
+class ServerCore:
+    """The simulated server's model and state, speaking SGLang; a dialect of its own
+    (engram_top.sim.vllm) overrides the metrics, the hooks a request and a step call,
+    and the length check, and keeps the model."""
+
+    # SGLang's V4.1 builds log per-layer Engram statistics (host placements only).
+    logs_engram_stats = True
+
+    def __init__(self, ref: Reference, placement: Placement, mem: MemoryPlan, args: Any,
+                 version: str) -> None:
+        self.ref = ref
+        self.placement = placement
+        self.mem = mem
+        self.args = args
+        self.version = version
+        self.model_name = ref.model
+        self.sched = Scheduler(placement.service, mem.kv_tokens)
+        self.ready = False
+        self.launched = time.monotonic()
+        self.startup_seconds: float | None = None
+        self.wake = asyncio.Event()
+        self.streams: dict[Request, asyncio.Queue[float | None]] = {}
+        self.ranks: list[RankHandle] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.busy_s = 0.0  # service time spent in the current utilisation window
+        self.host_bytes_read = 0.0
+        self.engram = EngramStats() if placement.name != "device" else None
+        self.gen_tokens_since_log = 0
+        self.gen_log_started = time.monotonic()
+        self.decode_steps = 0
+        self.last_gen_throughput = 0.0
+        self.ids = itertools.count(1)
+        self.done: deque[dict[str, Any]] = deque(maxlen=10000)
+        self._init_metrics()
+
+    # ------------------------------------------------------------------ metrics
+    def _init_metrics(self) -> None:
+        m = self.metrics = MetricsPage()
+        self.sched_labels = {"model_name": self.model_name, "engine_type": "unified",
+                             "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+        self.tok_labels = {"model_name": self.model_name, "engine_type": "unified"}
+        for name, help_text in (
+                ("sglang:num_running_reqs", "The number of running requests."),
+                ("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
+                ("sglang:num_used_tokens", "The number of used tokens."),
+                ("sglang:token_usage", "The token usage: the fullest pool's."),
+                ("sglang:full_token_usage", "The token usage of the full KV pool."),
+                ("sglang:swa_token_usage", "The token usage of the sliding-window KV pool."),
+                ("sglang:kv_used_tokens", "KV tokens in use."),
+                ("sglang:kv_available_tokens", "KV tokens free to allocate."),
+                ("sglang:kv_evictable_tokens", "KV tokens the prefix cache can evict."),
+                ("sglang:num_retracted_reqs", "The number of retracted requests."),
+                ("sglang:gen_throughput", "The generation throughput (token/s)."),
+                ("sglang:cache_hit_rate", "The prefix cache hit rate."),
+                ("sglang:max_total_num_tokens",
+                 "Maximum total number of tokens in the KV cache pool."),
+                ("sglang:weight_memory_usage_gb", "Memory used by model weights in GB."),
+                ("sglang:kv_cache_memory_usage_gb", "Memory used by the KV cache pools in GB."),
+                ("sglang:graph_memory_usage_gb", "Memory used by captured device graphs in GB."),
+                ("sglang:page_size", "The page size of the KV cache.")):
+            m.declare(name, "gauge", help_text)
+        m.declare("sglang:startup_time_seconds", "gauge", "Startup time of each phase.")
+        for name, help_text in (
+                ("sglang:prompt_tokens_total", "Number of prefill tokens processed."),
+                ("sglang:generation_tokens_total", "Number of generation tokens processed."),
+                ("sglang:cached_tokens_total", "Number of cached prompt tokens."),
+                ("sglang:num_requests_total", "Number of requests processed."),
+                ("sglang:num_aborted_requests_total", "Number of requests aborted."),
+                ("sglang:num_retracted_requests_total", "Number of requests retracted.")):
+            m.declare(name, "counter", help_text)
+        self.counters = {name: 0.0 for name in ("sglang:prompt_tokens_total",
+                                                "sglang:generation_tokens_total",
+                                                "sglang:cached_tokens_total",
+                                                "sglang:num_requests_total",
+                                                "sglang:num_aborted_requests_total")}
+        # Scheduler-side counters carry the scheduler's labels (the retraction count is the
+        # scheduler's own, read when the page is rendered).
+        self.sched_counters: dict[str, float] = {}
+        self.histograms = {
+            "sglang:time_to_first_token_seconds": Histogram(TTFT_BUCKETS),
+            "sglang:inter_token_latency_seconds": Histogram(ITL_BUCKETS),
+            "sglang:e2e_request_latency_seconds": Histogram(E2E_BUCKETS),
+            "sglang:queue_time_seconds": Histogram(QUEUE_BUCKETS),
+        }
+        for name in self.histograms:
+            m.declare(name, "histogram", f"Histogram of {name.split(':')[1].replace('_', ' ')}.")
+
+    def swa_used_tokens(self) -> int:
+        """SWA slots held: each running request keeps its window, which can straddle two
+        pages (the span the SWA cap reserves per request)."""
+        span = self.ref.kv_pools.sliding_window + PAGE_SIZE
+        return sum(min(r.input_len + r.generated, span) for r in self.sched.running)
+
+    def usages(self) -> tuple[float, float]:
+        """(full pool, SWA pool) usage; SGLang's token_usage is the larger one."""
+        return (self.sched.used_tokens / self.mem.kv_tokens,
+                self.swa_used_tokens() / self.mem.pools.swa)
+
+    def render_metrics(self) -> str:
+        m, t = self.metrics, self.tok_labels
+        full_usage, swa_usage = self.usages()
+        # Free: the slots no running or prefilling request holds. No prefix cache: nothing
+        # to evict.
+        available = self.mem.kv_tokens - self.sched.kv_used
+        retracted = sum(1 for r in self.sched.waiting if r.retractions)
+        # Every scheduler reports, as SGLang does with --enable-metrics-for-all-schedulers.
+        for rank in range(self.ref.gpus):
+            s = {**self.sched_labels, "tp_rank": str(rank)}
+            m.set("sglang:num_running_reqs", s, len(self.sched.running))
+            m.set("sglang:num_queue_reqs", s, len(self.sched.waiting))
+            m.set("sglang:num_used_tokens", s, self.sched.used_tokens)
+            m.set("sglang:token_usage", s, max(full_usage, swa_usage))
+            m.set("sglang:full_token_usage", s, full_usage)
+            m.set("sglang:swa_token_usage", s, swa_usage)
+            m.set("sglang:kv_used_tokens", s, self.sched.used_tokens)
+            m.set("sglang:kv_available_tokens", s, available)
+            m.set("sglang:kv_evictable_tokens", s, 0)
+            m.set("sglang:num_retracted_reqs", s, retracted)
+            m.set("sglang:num_retracted_requests_total", s, self.sched.retracted_total)
+            for name, value in self.sched_counters.items():
+                m.set(name, s, value)
+            m.set("sglang:gen_throughput", s, self.last_gen_throughput)
+            m.set("sglang:cache_hit_rate", s, 0.0)
+            m.set("sglang:max_total_num_tokens", s, self.mem.kv_tokens)
+            m.set("sglang:weight_memory_usage_gb", s, self.placement.weights_gib)
+            m.set("sglang:kv_cache_memory_usage_gb", s, self.mem.kv_bytes / GIB)
+            m.set("sglang:graph_memory_usage_gb", {**s, "phase": "decode"},
+                  self.mem.graphs_bytes / GIB)
+            m.set("sglang:page_size", s, PAGE_SIZE)
+        scale = self.args.time_scale
+        for phase, seconds in self.placement.startup.phases:
+            m.set("sglang:startup_time_seconds", {**t, "phase": phase}, seconds * scale)
+        for name, value in self.counters.items():
+            m.set(name, t, value)
+        for name, hist in self.histograms.items():
+            m.set(name, self.sched_labels if name == "sglang:queue_time_seconds" else t, hist)
+        return m.render()
+
+    # ------------------------------------------------------------------ serving loop
+    def start(self, ranks: list[RankHandle]) -> None:
+        self.ranks = ranks
+        self.tasks = [asyncio.create_task(self._serve_loop()),
+                      asyncio.create_task(self._node_loop())]
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _serve_loop(self) -> None:
+        scale = self.args.serve_scale
+        clock: float | None = None  # when the last step should have ended; None after idle
+        while True:
+            now = time.monotonic()
+            step = self.sched.next_step(now)
+            if step is None:
+                self.wake.clear()
+                await self.wake.wait()
+                await self._gather_burst(scale)
+                clock = None
+                continue
+            # Steps follow their planned ends, so event-loop lateness does not add up into
+            # slower decoding; a loop that fell far behind starts afresh from now.
+            start = now if clock is None else max(clock, now - MAX_LAG_S)
+            end = start + step.duration * scale
+            await asyncio.sleep(max(0.0, end - time.monotonic()))
+            clock = end
+            self.busy_s += step.duration * scale
+            if self.engram is not None:
+                self.host_bytes_read += self.engram.add(step.tokens)
+            running_before = len(self.sched.running)
+            for req in self.sched.finish(step, end):
+                queue = self.streams.get(req)
+                if queue is not None:
+                    queue.put_nowait(end)
+            self.log_step(step, running_before)
+
+    def log_step(self, step: Step, running_before: int) -> None:
+        """SGLang's batch lines: every prefill batch, every DECODE_LOG_INTERVAL-th decode."""
+        if step.kind == "decode":
+            self._log_decode(step.tokens)
+            return
+        full_usage, swa_usage = self.usages()
+        scale = self.args.serve_scale
+        log(f"Prefill batch, #new-seq: {len(step.requests)}, #new-token: {step.tokens}, "
+            f"#cached-token: 0, full token usage: {full_usage:.2f}, "
+            f"swa token usage: {swa_usage:.2f}, #running-req: {running_before}, "
+            f"#queue-req: {len(self.sched.waiting)}, #pending-token: 0, "
+            f"cuda graph: False, input throughput (token/s): "
+            f"{step.tokens / max(1e-9, step.duration * scale):.2f}", 0)
+
+    async def _gather_burst(self, scale: float) -> None:
+        """After idling, wait until arrivals pause for a batch window (at most BURST_MAX_S):
+        a burst sent together is prefilled together, as the model has it, however long the
+        client takes to put it on the wire (model.BATCH_WINDOW_S says how long that is)."""
+        deadline = time.monotonic() + BURST_MAX_S * scale
+        while True:
+            seen = len(self.sched.waiting)
+            await asyncio.sleep(BATCH_WINDOW_S * scale)
+            if len(self.sched.waiting) == seen or time.monotonic() >= deadline:
+                return
+
+    def _log_decode(self, batch: int) -> None:
+        self.decode_steps += 1
+        self.gen_tokens_since_log += batch
+        if self.decode_steps % DECODE_LOG_INTERVAL:
+            return
+        now = time.monotonic()
+        self.last_gen_throughput = self.gen_tokens_since_log / max(1e-9, now - self.gen_log_started)
+        self.gen_tokens_since_log = 0
+        self.gen_log_started = now
+        full_usage, swa_usage = self.usages()
+        log(f"Decode batch, #running-req: {batch}, #full token: {self.sched.used_tokens}, "
+            f"full token usage: {full_usage:.2f}, #swa token: {self.swa_used_tokens()}, "
+            f"swa token usage: {swa_usage:.2f}, cuda graph: True, "
+            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+            f"#queue-req: {len(self.sched.waiting)}", 0)
+
+    async def _node_loop(self) -> None:
+        """Hand utilisation and PCIe traffic to the ranks twice a second; log the Engram
+        statistics every few seconds."""
+        period = 0.5
+        ticks = 0
+        while True:
+            await asyncio.sleep(period)
+            ticks += 1
+            if self.logs_engram_stats and self.engram is not None \
+                    and ticks % round(LOG_INTERVAL_S / period) == 0:
+                for line in self.engram.lines():
+                    log(line, 0)
+            util = min(100.0, 100.0 * self.busy_s / period)
+            rx = self.host_bytes_read / period / len(self.ranks)
+            self.busy_s = 0.0
+            self.host_bytes_read = 0.0
+            for r in self.ranks:
+                r.util, r.pcie_rx = util, rx
+                with contextlib.suppress(Exception):
+                    r.push()  # a dead rank is the supervisor's news, not ours
+
+    # ------------------------------------------------------------------ requests
+    async def generate(self, input_len: int, max_new: int, rid: str | None = None,
+                       arrived: float | None = None) -> AsyncIterator[tuple[int, float]]:
+        """Yields (tokens generated so far, time) per token; aborts the request if cancelled.
+
+        ``arrived``: when the HTTP request reached the server (the generator itself only
+        starts running once the response starts streaming)."""
+        arrived = time.monotonic() if arrived is None else arrived
+        req = Request(rid or f"{next(self.ids)}", input_len, max_new, arrived)
+        self.sched.submit(req)
+        queue: asyncio.Queue[float | None] = asyncio.Queue()
+        self.streams[req] = queue
+        self.wake.set()
+        self.on_submit(req)
+        last = arrived
+        finished = False
+        n = 0
+        first_sent = first_ready = None
+        try:
+            while n < max_new:
+                t = await queue.get()
+                if t is None:
+                    break
+                n += 1  # one queue item per token; req.generated may already be ahead
+                self.on_token(req, n, t, last)
+                last = t
+                if n == 1:  # about to be written: no client can have it before this
+                    first_ready = time.monotonic()
+                yield n, t
+                if n == 1:  # resumed once the chunk was handed to the socket: sent
+                    first_sent = time.monotonic()
+            finished = True
+            # Ground truth for testing clients: when the request arrived, when its first and
+            # last tokens left, on the machine's monotonic clock (shared by its processes);
+            # the model's planned times beside them. The first token's write lies between
+            # first_token_ready and first_token (a busy machine may resume this coroutine
+            # late after it, while the client has already read it).
+            self.done.append({"id": req.rid, "arrival": arrived, "first_token": first_sent,
+                              "first_token_ready": first_ready,
+                              "finished": time.monotonic(), "planned_first_token":
+                              req.first_token_at, "planned_finished": req.finished_at,
+                              "input_len": input_len, "output_len": n})
+            self.on_finish(req, n, last, time.monotonic())
+        finally:
+            self.streams.pop(req, None)
+            if not finished:
+                self.sched.abort(req)
+                self.on_abort(req)
+
+    # ------------------------------------------------------------------ what requests record
+    # In SGLang's metric names; another dialect overrides these four.
+    def on_submit(self, req: Request) -> None:
+        self.counters["sglang:prompt_tokens_total"] += req.input_len
+
+    def on_token(self, req: Request, n: int, t: float, last: float) -> None:
+        """The ``n``-th token of ``req`` left at ``t``; the one before at ``last`` (the
+        arrival, for the first)."""
+        if n == 1:
+            self.histograms["sglang:time_to_first_token_seconds"].observe(t - req.arrival)
+            # Service times run scaled by --serve-scale; so does the prefill here.
+            prefill = (self.placement.service.prefill_time_s(req.input_len)
+                       * self.args.serve_scale)
+            self.histograms["sglang:queue_time_seconds"].observe(
+                max(0.0, t - req.arrival - prefill))
+        else:
+            itl = self.histograms["sglang:inter_token_latency_seconds"]
+            itl.observe_interval(t - last, 1)
+        self.counters["sglang:generation_tokens_total"] += 1
+
+    def on_finish(self, req: Request, n: int, last: float, now: float) -> None:
+        """``req`` wrote its ``n`` tokens, the last at ``last``; its stream ends ``now``."""
+        e2e = self.histograms["sglang:e2e_request_latency_seconds"]
+        e2e.observe(now - req.arrival)
+        self.counters["sglang:num_requests_total"] += 1
+
+    def on_abort(self, req: Request) -> None:
+        self.counters["sglang:num_aborted_requests_total"] += 1
+
+    def check_length(self, input_len: int, max_new: int) -> None:
+        """ValueError (HTTP 400) for a request past the context; see _check_length."""
+        _check_length(input_len, max_new)
+
+    def server_info(self) -> dict[str, Any]:
+        a = self.args
+        mem = self.mem
+        # Every server argument as a flat key, as SGLang returns them. No engram_config: the
+        # V4.1 preview build this plays takes its Engram placement from the environment.
+        args = server_args.build(self.ref, self.placement, mem, a)
+        return {
+            **args,
+            "status": "ready" if self.ready else "starting",
+            "max_total_num_tokens": mem.kv_tokens,
+            "max_req_input_len": mem.kv_tokens - 1,
+            "internal_states": [{
+                **args,
+                "use_mla_backend": True,
+                "last_gen_throughput": self.last_gen_throughput,
+                "memory_usage": {"weight": self.placement.weights_gib,
+                                 "kvcache": round(mem.kv_bytes / GIB, 3),
+                                 "token_capacity": mem.kv_tokens,
+                                 "graph": round(mem.graphs_bytes / GIB, 3)},
+                "effective_max_running_requests_per_dp":
+                    self.placement.service.max_running_requests,
+            }],
+            "version": self.version,
+            # Not in SGLang: tells tools this server is the simulated node, and its time scale.
+            "simulated": {"placement": self.placement.name, "time_scale": a.time_scale,
+                          "serve_scale": a.serve_scale, "env": self.placement.env},
+        }
+
+
+def _check_length(input_len: int, max_new: int) -> None:
+    # SGLang's tokenizer manager refuses this before scheduling (400). Here it must be checked
+    # up front too: core.generate() submits lazily, when a streaming response has already
+    # sent its 200, so the scheduler's own refusal would surface as a 500 or a cut stream.
+    total = input_len + max_new
+    if total >= CONTEXT_LEN:
+        raise ValueError(
+            f"Requested token count exceeds the model's maximum context length of "
+            f"{CONTEXT_LEN} tokens. You requested a total of {total} tokens: {input_len} "
+            f"tokens from the input messages and {max_new} tokens for the completion. Please "
+            f"reduce the number of tokens in the input messages or the completion to fit "
+            f"within the limit.")
