@@ -198,6 +198,8 @@ class SglangCollector(EngineCollector):
         super().__init__(url, **kwargs)
         self._windows = {k: WindowedHistogram(self.window_s) for k in HISTOGRAMS}
         self._rates = {k: WindowedRate(self.window_s) for k in COUNTERS}
+        from collectors.sglang.hicache_metrics import HiCacheRates  # it reads this module's
+        self._hicache = HiCacheRates(self.window_s)
 
     async def _server_info(self) -> dict[str, Any]:
         resp = await self._get("/server_info")
@@ -231,6 +233,7 @@ class SglangCollector(EngineCollector):
         out["output_tokens_per_s"] = self._rates["output_tokens"].rate(now)
         out["requests_per_s"] = self._rates["requests"].rate(now)
         out["retracted_per_s"] = self._rates["retracted"].rate(now)
+        out.update(self._hicache.add(now, fams))
         out["window_s"] = self.window_s
         return out
 
@@ -308,7 +311,8 @@ PLACEMENT_ARGS = (
     "model_path", "tp_size", "dp_size", "pp_size", "ep_size", "enable_dp_attention",
     "attention_backend", "decode_attention_backend", "prefill_attention_backend",
     "speculative_algorithm", "page_size", "kv_cache_dtype", "mem_fraction_static",
-    "enable_hierarchical_cache", "engram_config", "swa_full_tokens_ratio",
+    "enable_hierarchical_cache", "hicache_size", "hicache_ratio", "engram_config",
+    "swa_full_tokens_ratio",
 )
 
 

@@ -19,6 +19,12 @@ KV_FIELD = re.compile(
 )
 KV_DTYPE = re.compile(r"Using KV cache dtype:\s*(\S+)")
 KV_INLINE_DTYPE = re.compile(r"(?<![\w#])dtype\s*[:=]\s*([\w.]+)")
+# "Allocating 8.00 GB host memory for hierarchical KV cache." (HiCache's host pool, one line
+# per rank; this "GB" is 1e9 bytes: SGLang divides by 1e9 here, unlike its other lines).
+HICACHE_HOST = re.compile(
+    r"Allocating\s+(\d[\d,]*(?:\.\d+)?)\s*GB host memory for hierarchical KV cache",
+    re.IGNORECASE,
+)
 DIST = re.compile(r"Init (?:torch distributed|parallel)\s+(begin|end)", re.IGNORECASE)
 AVAILABLE = re.compile(r"available_(\w+?)_mem")
 # "/path/x.py:71: UserWarning: msg" (after an optional "[ts]" prefix): Python's warnings.

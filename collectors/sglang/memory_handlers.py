@@ -14,6 +14,7 @@ from collectors.sglang.log_patterns import (
     DIST,
     ELAPSED,
     GRAPH,
+    HICACHE_HOST,
     KV_DTYPE,
     KV_FIELD,
     KV_INLINE_DTYPE,
@@ -25,6 +26,7 @@ from collectors.sglang.log_patterns import (
 )
 from collectors.sglang.phase_timeline import FINAL
 from collectors.startup_facts import GraphCapture, KvPool, WeightLoad
+from collectors.units import GB
 
 
 class MemoryHandlers(LaunchState):
@@ -180,6 +182,21 @@ class MemoryHandlers(LaunchState):
         self._phases.close("kv_pool", st.pool_ends, ln.t)
         st.pool_ends += 1
         events.append("kv_pool_end")
+
+    def _on_hicache(self, ln: LogLine, events: list[str]) -> None:
+        # HiCache's host pool on this rank; a hybrid model may size one per KV pool, so a
+        # rank's lines add up (bounded as the KV pools are: a repeating log is noise).
+        m = HICACHE_HOST.search(ln.msg)
+        if m is None:
+            return
+        st = self._rank(ln.rank)
+        if st.hicache_lines >= MAX_POOLS:
+            return
+        size = float(m.group(1).replace(",", "")) * GB  # SGLang divides by 1e9 here
+        st.hicache_bytes = (st.hicache_bytes or 0.0) + size
+        st.hicache_lines += 1
+        self._phases.open("kv_pool", st.pool_ends, ln.t)
+        events.append("hicache_allocated")
 
     def _on_graph(self, ln: LogLine, events: list[str]) -> None:
         m = GRAPH.search(ln.msg)

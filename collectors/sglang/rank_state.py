@@ -13,6 +13,7 @@ class RankState:
         "rank", "dist_begins", "dist_ends", "dist_elapsed_s", "dist_mem_gb", "baseline_gb",
         "loads", "open_load", "pools", "pool_ends", "pool_end_avail_gb", "kv_dtype", "graphs",
         "open_graphs", "kv_open", "profile", "swa_sizing", "kv_sizings", "pool_sizes",
+        "hicache_bytes", "hicache_lines",
     )
 
     def __init__(self, rank: int) -> None:
@@ -35,6 +36,8 @@ class RankState:
         self.swa_sizing: dict[str, float | int | str] = {}
         self.kv_sizings: list[dict[str, float | int | str]] = []
         self.pool_sizes: list[dict[str, int]] = []  # main model's, then a draft model's
+        self.hicache_bytes: float | None = None  # HiCache's host pools on this rank
+        self.hicache_lines = 0
 
     def freeze(self) -> RankFacts:
         main = self.loads[0] if self.loads else WeightLoad()
@@ -85,5 +88,7 @@ class RankState:
             kv_sizing=dict(sizing),
             pool_sizes=dict(sizes),
             draft_pool_sizes=dict(self.pool_sizes[1]) if len(self.pool_sizes) > 1 else {},
+            hicache_host_bytes=self.hicache_bytes,
+            hicache_host_lines=self.hicache_lines,
         )
 

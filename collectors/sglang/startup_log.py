@@ -76,7 +76,7 @@ _LAUNCH_EVENTS = frozenset({"server_args", "model_defaults", "distributed_init_b
 _LATER_EVENTS = frozenset({
     "distributed_init_end", "weights_end", "kv_allocated", "kv_sizing", "kv_pool_end",
     "graphs_begin", "graphs_end", "scheduler_summary", "http_started", "http_running", "ready",
-    "engram_layer", "engram_table", "startup_timings",
+    "engram_layer", "engram_table", "startup_timings", "hicache_allocated",
 })
 
 # Event names feed() can return. "phase:<name>" is added whenever current_phase() changes.
@@ -85,7 +85,7 @@ EVENTS: tuple[str, ...] = (
     "kv_allocated", "kv_pool_end", "graphs_begin", "graphs_end", "scheduler_summary",
     "http_started", "http_running", "ready", "engram_table", "engram_config", "error", "failed",
     "memory_baseline", "startup_timings", "stopping", "stopped", "kv_sizing", "server_args",
-    "engram_layer", "relaunch", "model_defaults",
+    "engram_layer", "relaunch", "model_defaults", "hicache_allocated",
 )
 NOTE_AFTER_LAUNCH = "log starts after launch: time to ready unknown"
 
@@ -119,6 +119,7 @@ class StartupLogParser(MemoryHandlers, ServingHandlers, EngramHandlers, ErrorHan
             ("SWA sizing:", self._on_kv_sizing),
             ("TokenToKVPool", self._on_kv_sizing),
             ("Memory pool end", self._on_pool_end),
+            ("host memory for hierarchical KV cache", self._on_hicache),
             ("Capture ", self._on_graph),
             ("max_total_num_tokens=", self._on_summary),
             ("Started server process", self._on_http_started),
