@@ -19,6 +19,7 @@ from collectors.units import GIB
 from engram_top.seed.reference import Placement, Reference
 from engram_top.sim import server_args
 from engram_top.sim.engram import LOG_INTERVAL_S, EngramStats
+from engram_top.sim.hicache import HiCacheSim, pool_bytes
 from engram_top.sim.memory import PAGE_SIZE, MemoryPlan
 from engram_top.sim.metrics_page import (
     E2E_BUCKETS,
@@ -44,6 +45,7 @@ class ServerCore:
 
     # SGLang's V4.1 builds log per-layer Engram statistics (host placements only).
     logs_engram_stats = True
+    has_hicache = True  # SGLang's hierarchical KV cache (--hicache-size)
 
     def __init__(self, ref: Reference, placement: Placement, mem: MemoryPlan, args: Any,
                  version: str) -> None:
@@ -70,6 +72,8 @@ class ServerCore:
         self.last_gen_throughput = 0.0
         self.ids = itertools.count(1)
         self.done: deque[dict[str, Any]] = deque(maxlen=10000)
+        pool = pool_bytes(args) if self.has_hicache else 0
+        self.hicache = HiCacheSim(pool, ref.kv_bytes_per_token, ref.gpus) if pool else None
         self._init_metrics()
 
     # ------------------------------------------------------------------ metrics
@@ -123,6 +127,8 @@ class ServerCore:
         }
         for name in self.histograms:
             m.declare(name, "histogram", f"Histogram of {name.split(':')[1].replace('_', ' ')}.")
+        if self.hicache is not None:
+            self.hicache.declare(m)
 
     def swa_used_tokens(self) -> int:
         """SWA slots held: each running request keeps its window, which can straddle two
@@ -166,6 +172,8 @@ class ServerCore:
             m.set("sglang:graph_memory_usage_gb", {**s, "phase": "decode"},
                   self.mem.graphs_bytes / GIB)
             m.set("sglang:page_size", s, PAGE_SIZE)
+            if self.hicache is not None:
+                self.hicache.render(m, s)
         scale = self.args.time_scale
         for phase, seconds in self.placement.startup.phases:
             m.set("sglang:startup_time_seconds", {**t, "phase": phase}, seconds * scale)
@@ -331,6 +339,8 @@ class ServerCore:
     # In SGLang's metric names; another dialect overrides these four.
     def on_submit(self, req: Request) -> None:
         self.counters["sglang:prompt_tokens_total"] += req.input_len
+        if self.hicache is not None:  # its load-back crosses the GPUs' links as Engram's do
+            self.host_bytes_read += self.hicache.load_back(req.input_len)
 
     def on_token(self, req: Request, n: int, t: float, last: float) -> None:
         """The ``n``-th token of ``req`` left at ``t``; the one before at ``last`` (the
@@ -352,6 +362,8 @@ class ServerCore:
         e2e = self.histograms["sglang:e2e_request_latency_seconds"]
         e2e.observe(now - req.arrival)
         self.counters["sglang:num_requests_total"] += 1
+        if self.hicache is not None:
+            self.hicache.back_up(req.input_len + n)
 
     def on_abort(self, req: Request) -> None:
         self.counters["sglang:num_aborted_requests_total"] += 1

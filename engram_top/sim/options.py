@@ -18,6 +18,7 @@ SCALE = bounded_float(0.001, 100)
 PORT = bounded_int(1, 65535)
 ANY_PORT = bounded_int(0, 65535)
 STREAM_INTERVAL = bounded_int(1, 100_000)
+HICACHE_GB = bounded_float(0, 100_000)  # per rank; 0 is off, as SGLang's 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also serve the node's host memory in node-exporter's format on PORT")
     p.add_argument("--exporter-hostname", default=None,
                    help="the Hostname label of the dcgm page (default: this machine's name)")
+    p.add_argument("--hicache-size", type=HICACHE_GB, default=0.0, metavar="GB",
+                   help="SGLang's hierarchical KV cache: a host pool of GB (1e9 bytes) on "
+                        "every TP rank, as SGLang's --hicache-size (default 0: off)")
     p.add_argument("--stream-interval", type=STREAM_INTERVAL, default=1)
     p.add_argument("--api-key", default=None)
     p.add_argument("--api-key-file", type=Path, default=None,

@@ -27,7 +27,7 @@ import psutil
 import uvicorn
 
 from engram_top.seed import reference
-from engram_top.sim import exporters, memory, server_args, state, vllm_log
+from engram_top.sim import exporters, hicache, memory, server_args, state, vllm_log
 from engram_top.sim import vllm as simvllm
 from engram_top.sim.core import ServerCore
 from engram_top.sim.http import build_app
@@ -124,6 +124,7 @@ async def serve(args: argparse.Namespace) -> int:
     else:
         core = ServerCore(ref, placement, mem, args, VERSION)
         startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
+        startup.hicache_bytes_per_rank = hicache.pool_bytes(args)
         app, log_config = build_app(core), _uvicorn_log_config()
     server: _UvicornServer | None = None
     rc = 0

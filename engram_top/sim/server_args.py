@@ -48,7 +48,9 @@ def build(ref: Reference, placement: Placement, mem: MemoryPlan, args: Any) -> d
         "speculative_num_steps": None, "speculative_num_draft_tokens": None,
         "ep_size": 1, "moe_a2a_backend": "none", "moe_runner_backend": "auto",
         "enable_eplb": False,
-        "enable_hierarchical_cache": False, "hicache_ratio": 2.0, "hicache_size": 0,
+        # --hicache-size GB per rank turns SGLang's hierarchical KV cache on.
+        "enable_hierarchical_cache": bool(getattr(args, "hicache_size", 0)),
+        "hicache_ratio": 2.0, "hicache_size": getattr(args, "hicache_size", 0) or 0,
         "cpu_offload_gb": 0, "disable_radix_cache": False,
         "disable_cuda_graph": False, "cuda_graph_max_bs": 256,
         "enable_torch_compile": False, "disable_overlap_schedule": False,

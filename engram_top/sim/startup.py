@@ -20,6 +20,7 @@ from pathlib import Path
 
 from collectors.units import GIB, MIB
 from engram_top.seed.reference import Placement, Reference
+from engram_top.sim import hicache
 from engram_top.sim.memory import MemoryPlan
 from engram_top.sim.model import PREFILL_TOKEN_BUDGET
 from engram_top.sim.pools import CHUNKED_PREFILL_SIZE
@@ -116,6 +117,7 @@ class Startup:
         self.host = placement.name != "device"
         self.t0 = process_start_monotonic()
         self.elapsed_plan = 0.0  # planned (unscaled) seconds of the phases run so far
+        self.hicache_bytes_per_rank = 0  # SGLang's HiCache host pool on each rank (0: off)
 
     async def wait_phase(self, phase: str) -> None:
         """A phase with nothing to show but its length (http, warmup)."""
@@ -258,6 +260,9 @@ class Startup:
                 f"rest_memory={rest_gb:.2f} GB", r.rank)
             for line in mem.pools.log_lines(mem.kv_bytes):
                 log(line, r.rank)
+            if self.hicache_bytes_per_rank:  # pinned host memory, held by the rank
+                log(hicache.log_line(self.hicache_bytes_per_rank), r.rank)
+                r.host_anon += self.hicache_bytes_per_rank
         self.push_all()
         for r in self.ranks:
             log(f"Memory pool end. avail mem={self.avail_gb(r):.2f} GB", r.rank)
