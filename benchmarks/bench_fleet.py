@@ -28,13 +28,14 @@ import psutil
 
 from benchmarks.bench_ui_cpu import BIN, Tmux, cpu_seconds, wait_for
 from collectors.prometheus import PrometheusSource
+from engram_top.fleet.session import dialects
 from scenarios.fleet_demo import FleetDemo
 
 INTERVAL_S = 5.0
 
 
 async def _query_times(url: str, n: int = 20) -> tuple[list[float], int]:
-    src = PrometheusSource(url, window="30s")
+    src = PrometheusSource(url, dialects=dialects(), window="30s")
     times, series = [], 0
     try:
         for _ in range(n):

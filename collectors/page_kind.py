@@ -8,20 +8,18 @@ the page is and what it holds, rather than a list of nulls or a parse error on l
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from collectors.promtext import Family
 
-# Name prefixes by exporter, the first match wins.
+# Name prefixes of the exporters that are no engine, the first match wins. The engines'
+# own come from the caller (each engine declares its prefixes: scenarios.engines.page_kinds).
 EXPORTERS: tuple[tuple[str, str], ...] = (
-    ("sglang:", "sglang"),
-    ("sglang_", "sglang"),
-    ("vllm:", "vllm"),
     ("DCGM_FI_", "dcgm-exporter"),
     ("node_", "node-exporter"),
     ("prometheus_", "prometheus"),
 )
-ENGINES = ("sglang", "vllm")  # exporters that are inference engines
 _SMI_GPU = re.compile(r"^\|\s+\d+\s+(NVIDIA[^|]*?)\s{2,}", re.MULTILINE)
 MAX_NAMED = 8  # families named in a summary
 
@@ -33,11 +31,15 @@ class PageKind:
     found: dict[str, object] = field(default_factory=dict)
 
 
-def of_families(fams: dict[str, Family]) -> PageKind:
-    """What a parsed Prometheus page is, by its families' names."""
+def of_families(fams: dict[str, Family],
+                engines: Sequence[tuple[str, tuple[str, ...]]] = ()) -> PageKind:
+    """What a parsed Prometheus page is, by its families' names. ``engines``: (kind, its
+    name prefixes) of each engine, the default first: on a tie, the earlier one reads it."""
+    exporters = (*((p, kind) for kind, prefixes in engines for p in prefixes), *EXPORTERS)
+    preference = {kind: -i for i, (kind, _) in enumerate(engines)}
     counts: dict[str, int] = {}
     for name in fams:
-        for prefix, kind in EXPORTERS:
+        for prefix, kind in exporters:
             if name.startswith(prefix):
                 counts[kind] = counts.get(kind, 0) + 1
                 break
@@ -45,15 +47,15 @@ def of_families(fams: dict[str, Family]) -> PageKind:
         named = ", ".join(sorted(fams)[:MAX_NAMED]) or "none"
         return PageKind("other", f"a Prometheus page of {len(fams)} families ({named}), "
                                  "none of an exporter known here", {"families": len(fams)})
-    kind = max(counts, key=lambda k: (counts[k], k == "sglang"))
+    kind = max(counts, key=lambda k: (counts[k], preference.get(k, -len(engines))))
     if kind == "dcgm-exporter":
         return _dcgm(fams)
     if kind == "node-exporter":
         return _node(fams)
-    names = sorted(n for n in fams if any(n.startswith(p) for p, k in EXPORTERS if k == kind))
+    names = sorted(n for n in fams if any(n.startswith(p) for p, k in exporters if k == kind))
     # Another engine's names beside these (a gateway's page, compatibility names): said,
     # and which one the page was read as.
-    others = {k: n for k, n in counts.items() if k != kind and k in ENGINES}
+    others = {k: n for k, n in counts.items() if k != kind and k in preference}
     also = "".join(f"; it also holds {n} of {k}'s famil{'y' if n == 1 else 'ies'}"
                    + (", as many: read as the default engine's" if n == counts[kind] else "")
                    for k, n in sorted(others.items()))

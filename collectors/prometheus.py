@@ -8,8 +8,8 @@ relabelling: one label naming the machine across every exporter on it), else dcg
 config sets one, names the node's Engram placement; nothing in SGLang's metrics says it.
 
 Names: dcgm-exporter's DCGM_FI_* (MiB, %, W, bytes/s), node-exporter's node_memory_*, and
-SGLang's own series under both spellings (`sglang:` and `sglang_`, as some relabelling
-pipelines and remote-write stores rewrite the colon).
+each engine's own series as its FleetDialect declares them (collectors/<engine>/): which
+engine a node serves with is whose series it has.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from collectors.base import TooLarge
+from collectors.fleet_dialect import FleetDialect
 from collectors.pages import PageClient, PageError, split_userinfo
 from collectors.prom_answer import (
     Labels,
@@ -65,14 +66,9 @@ HOST_FIELDS = {
     "node_memory_AnonHugePages_bytes": "anon_huge", "node_memory_Cached_bytes": "cached",
     "node_memory_MemFree_bytes": "free",
 }
-SERVER_FIELDS = ("token_usage", "full_token_usage", "swa_token_usage", "num_running_reqs",
-                 "num_queue_reqs", "max_total_num_tokens", "gen_throughput",
-                 "weight_memory_usage_gb", "num_used_tokens")
-LATENCY = {  # figure -> (histogram, quantile)
-    "ttft_p50": ("time_to_first_token_seconds", 0.5),
-    "ttft_p99": ("time_to_first_token_seconds", 0.99),
-    "tpot_p50": ("inter_token_latency_seconds", 0.5),
-    "tpot_p99": ("inter_token_latency_seconds", 0.99),
+LATENCY = {  # figure -> (the dialect's histogram of it, quantile)
+    "ttft_p50": ("ttft", 0.5), "ttft_p99": ("ttft", 0.99),
+    "tpot_p50": ("tpot", 0.5), "tpot_p99": ("tpot", 0.99),
 }
 LATENCY_FIGURES = (*LATENCY, "output_tok_s")
 
@@ -81,21 +77,30 @@ def _names(names: Any) -> str:
     return "|".join(names)
 
 
-def queries(window: str = "1m", match: str = "") -> dict[str, str]:
-    """The whole refresh: five expressions, whatever the fleet's size. ``match`` (label
-    matchers, `instance=~"…"`) narrows every selector to one node's series: a node's
-    history is the same expressions over a range."""
+def queries(window: str = "1m", match: str = "", *,
+            dialects: Sequence[FleetDialect]) -> dict[str, str]:
+    """The whole refresh: five expressions, whatever the fleet's size and engines. ``match``
+    (label matchers, `instance=~"…"`) narrows every selector to one node's series: a
+    node's history is the same expressions over a range. ``dialects``: the engines whose
+    series are read (at least one)."""
+    if not dialects:
+        raise ValueError("a fleet reads at least one engine's series")
+
     def sel(name_re: str) -> str:
         return f'{{__name__=~"{name_re}"{", " + match if match else ""}}}'
-    sglang = sel(f"sglang[:_]({_names(SERVER_FIELDS)})")
+    servers = sel("|".join(f"{d.name_re}({_names(d.server)})" for d in dialects))
     parts = []
-    for figure, (hist, q) in LATENCY.items():
-        parts.append(
-            f'label_replace(histogram_quantile({q}, sum by (le, {GROUP}) (rate('
-            f'{sel(f"sglang[:_]{hist}_bucket")}[{window}]))), "figure", "{figure}", "", "")')
-    parts.append(f'label_replace(sum by ({GROUP}) (rate('
-                 f'{sel("sglang[:_]generation_tokens_total")}[{window}])), '
-                 '"figure", "output_tok_s", "", "")')
+    for d in dialects:
+        for figure, (key, q) in LATENCY.items():
+            if key in d.latency:
+                parts.append(
+                    f'label_replace(histogram_quantile({q}, sum by (le, {GROUP}) (rate('
+                    f'{sel(f"{d.name_re}{d.latency[key]}_bucket")}[{window}]))), "figure", '
+                    f'"{figure}", "", "")')
+        if d.output_tokens:
+            parts.append(f'label_replace(sum by ({GROUP}) (rate('
+                         f'{sel(d.name_re + d.output_tokens)}[{window}])), '
+                         '"figure", "output_tok_s", "", "")')
     return {
         # Only the labels it needs: dcgm-exporter's UUID, PCI and driver labels would be
         # most of the answer's bytes at a hundred nodes.
@@ -103,7 +108,7 @@ def queries(window: str = "1m", match: str = "") -> dict[str, str]:
         "host": sel(_names(HOST_FIELDS)),
         # Every rank's scheduler may report (--enable-metrics-for-all-schedulers): the
         # fullest rank speaks for the server.
-        "server": f"max by (__name__, {GROUP}) ({sglang})",
+        "server": f"max by (__name__, {GROUP}) ({servers})",
         "latency": " or ".join(parts),
         "up": "up",
     }
@@ -137,10 +142,15 @@ class FleetNodeData:
     server: dict[str, float] = field(default_factory=dict)
     latency: dict[str, float] = field(default_factory=dict)  # seconds, tok/s
     # What this node lacks: "dcgm-exporter (GPU figures)", "node-exporter (host memory)",
-    # "SGLang /metrics", and targets Prometheus cannot scrape ("node-exporter down: ...").
+    # an engine's /metrics (server_missing), and targets Prometheus cannot scrape
+    # ("node-exporter down: ...").
     missing: tuple[str, ...] = ()
     # The `instance` labels its series came from: what a query for this node alone matches.
     instances: tuple[str, ...] = ()
+    # The engine whose series its server figures are; None where it has none.
+    dialect: FleetDialect | None = None
+    # No engine's figures, or an engine's scrape job down: the server says nothing.
+    server_silent: bool = False
 
     @property
     def hbm_used(self) -> tuple[int, int] | None:
@@ -168,7 +178,7 @@ class PrometheusSource:
 
     name = "prometheus"
 
-    def __init__(self, url: str, *, window: str = "1m",
+    def __init__(self, url: str, *, dialects: Sequence[FleetDialect], window: str = "1m",
                  headers: dict[str, str] | None = None, deadline_s: float = DEADLINE_S,
                  auth: tuple[str, str] | None = None) -> None:
         # Basic auth from the URL's user:password@ (or `auth`); a bearer token in `headers`
@@ -179,7 +189,8 @@ class PrometheusSource:
         self.window = window
         self.deadline_s = deadline_s
         self._headers = headers
-        self.queries = queries(window)
+        self.dialects = tuple(dialects)
+        self.queries = queries(window, dialects=self.dialects)
         self._clients = {k: PageClient(self.url, headers=headers, auth=self._auth)
                          for k in self.queries}
         self._failing_since: float | None = None
@@ -223,7 +234,7 @@ class PrometheusSource:
         if not data.instances:
             return []
         match = 'instance=~"' + "|".join(_promql_re(i) for i in data.instances) + '"'
-        exprs = queries(self.window, match)
+        exprs = queries(self.window, match, dialects=self.dialects)
         keys = ("gpu", "host", "server", "latency")
         clients = [PageClient(self.url, headers=self._headers, auth=self._auth) for _ in keys]
         try:
@@ -248,7 +259,7 @@ class PrometheusSource:
                         {"metric": metric, "value": point})
         out = []
         for t in sorted(steps):
-            node = group(steps[t], only=data.node).get(data.node)
+            node = group(steps[t], self.dialects, only=data.node).get(data.node)
             if node is not None:
                 out.append((t, node))
         return out
@@ -270,7 +281,7 @@ class PrometheusSource:
                                      f"the {key} query's {len(items)} results is a sample)")
             # Off the event loop: at 2,000 nodes grouping takes a fair part of a second, and
             # the screen answers keys meanwhile.
-            nodes = await asyncio.to_thread(group, results, None, odd)
+            nodes = await asyncio.to_thread(group, results, self.dialects, None, odd)
         except Exception as exc:  # any answer at all is said, never raised
             self._failing_since = self._failing_since or started
             return [(SourceKey(LOCAL, "prometheus"), Reading(
@@ -378,18 +389,26 @@ def _figure(field_name: str, raw: Any, node: str, labels: Labels, odd: Odd | Non
     return None
 
 
-def group(results: dict[str, Any], only: str | None = None,
+def server_missing(dialects: Sequence[FleetDialect]) -> str:
+    """What a node without any engine's series lacks, in its `missing`."""
+    return f"{' or '.join(d.name for d in dialects) or 'an engine'} /metrics"
+
+
+def group(results: dict[str, Any], dialects: Sequence[FleetDialect], only: str | None = None,
           odd: Odd | None = None) -> dict[str, FleetNodeData]:
     """The queries' series, one FleetNodeData per node (sorted by name); ``only``: that
-    node's alone. What is left out (no sample, no number, out of range) is counted in
-    ``odd``; nothing in ``results`` makes it raise."""
+    node's alone; ``dialects``: the engines whose series the server figures are. What is
+    left out (no sample, no number, out of range) is counted in ``odd``; nothing in
+    ``results`` makes it raise."""
     placement: dict[str, str] = {}
     instances: dict[str, set[str]] = {}
     gpus: dict[str, dict[str, dict[str, Any]]] = {}
     host: dict[str, dict[str, float]] = {}
     server: dict[str, dict[str, float]] = {}
+    speaks: dict[str, FleetDialect] = {}
     latency: dict[str, dict[str, float]] = {}
     down: dict[str, list[str]] = {}
+    engine_down: set[str] = set()  # nodes where a job named for an engine is down
     jobs: dict[str, set[str]] = {}
     samples = {key: _samples(results.get(key), key, odd)
                for key in ("gpu", "host", "server", "latency", "up")}
@@ -424,9 +443,13 @@ def group(results: dict[str, Any], only: str | None = None,
                 and (v := _figure(name, raw, node, labels, odd)) is not None:
             host.setdefault(node, {})[name] = v
     for labels, raw in samples["server"]:
-        name = labels.get("__name__", "")[len("sglang:"):]
-        if name in SERVER_FIELDS and (node := seen(labels)) \
-                and (v := _figure(name, raw, node, labels, odd)) is not None:
+        found = next(((d, f) for d in dialects
+                      if (f := d.field_of(labels.get("__name__", ""))) is not None), None)
+        if found is None or not (node := seen(labels)):
+            continue
+        dialect, name = found
+        speaks.setdefault(node, dialect)  # a node with two engines' series: the first's
+        if (v := _figure(name, raw, node, labels, odd)) is not None:
             server.setdefault(node, {})[name] = v
     for labels, raw in samples["latency"]:
         name = labels.get("figure", "")
@@ -440,6 +463,8 @@ def group(results: dict[str, Any], only: str | None = None,
         jobs.setdefault(node, set()).add(job)
         if _figure("up", raw, node, labels, odd) == 0:
             down.setdefault(node, []).append(f"{job} down ({labels.get('instance', '?')})")
+            if any(d.name.lower() in job.lower() for d in dialects):
+                engine_down.add(node)
     names = sorted(set(gpus) | set(host) | set(server) | set(latency) | set(jobs))
     out: dict[str, FleetNodeData] = {}
     for node in names:
@@ -449,7 +474,7 @@ def group(results: dict[str, Any], only: str | None = None,
         if node not in host:
             missing.append("node-exporter (host memory)")
         if node not in server:
-            missing.append("SGLang /metrics")
+            missing.append(server_missing(dialects))
         missing += down.get(node, [])
         out[node] = FleetNodeData(
             node=node, placement=placement.get(node),
@@ -457,7 +482,8 @@ def group(results: dict[str, Any], only: str | None = None,
                                                        key=lambda kv: _index(kv[0]))),
             host=host.get(node, {}), server=server.get(node, {}),
             latency=latency.get(node, {}), missing=tuple(missing),
-            instances=tuple(sorted(instances.get(node, ()))))
+            instances=tuple(sorted(instances.get(node, ()))), dialect=speaks.get(node),
+            server_silent=node not in server or node in engine_down)
     return out
 
 

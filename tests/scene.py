@@ -96,7 +96,7 @@ def _run(name: str, launched: float, ready_s: float, state: str, results: dict) 
                    state=state, pid=SERVER_PID, url="http://127.0.0.1:30103",
                    ready_at=launched + ready_s, baseline_host_used=40 * GIB,
                    baseline_gpu_used={i: 0 for i in range(4)}, phase="ready",
-                   title=name, log_path=f"/var/log/engram-top/{name}.log")
+                   title=name, log_path=f"/var/log/engram-top/{name}.log", engine="SGLang")
     run.results = RunFigures.from_json(results)
     return run
 
@@ -291,7 +291,8 @@ def fleet_session(nodes: int):  # type: ignore[no-untyped-def]
 
     session = FleetSession("http://127.0.0.1:9090", interval=5.0, clock=lambda: NOW,
                            wall_clock=lambda: WALL)
-    session.nodes = {name: (NOW, data) for name, data in group(fleet_results(nodes)).items()}
+    session.nodes = {name: (NOW, data) for name, data in
+                     group(fleet_results(nodes), session.source.dialects).items()}
     session.walls = {name: WALL for name in session.nodes}
 
     async def history(node: str, span_s: float = 1800.0):  # type: ignore[no-untyped-def]

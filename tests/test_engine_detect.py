@@ -140,11 +140,12 @@ async def test_a_server_not_up_yet_decides_nothing() -> None:
 
 
 def test_inspect_metrics_says_a_page_holds_another_engines_names_too() -> None:
-    from collectors import page_kind, promtext
-    kind = page_kind.of_families(promtext.parse(page(3, 1)))
+    from collectors import page_kind, promtext, sglang, vllm
+    known = (("sglang", sglang.PAGE_PREFIXES), ("vllm", vllm.PAGE_PREFIXES))
+    kind = page_kind.of_families(promtext.parse(page(3, 1)), known)
     assert kind.kind == "sglang" and kind.found["other_engines"] == {"vllm": 1}
     assert kind.summary.endswith("; it also holds 1 of vllm's family")
-    tie = page_kind.of_families(promtext.parse(page(2, 2)))
+    tie = page_kind.of_families(promtext.parse(page(2, 2)), known)
     assert tie.kind == "sglang"
     assert tie.summary.endswith("; it also holds 2 of vllm's families, as many: read as the "
                                 "default engine's")

@@ -253,7 +253,7 @@ def test_fleet_without_a_url_or_demo_is_refused(capsys) -> None:  # type: ignore
 
 
 async def test_a_bad_query_answer_is_a_reading_not_a_crash(demo) -> None:  # type: ignore[no-untyped-def]
-    src = PrometheusSource(demo.url)
+    src = PrometheusSource(demo.url, dialects=fleet.dialects())
     src.queries["gpu"] = "sum(("  # a syntax error: HTTP 400 bad_data
     try:
         out = await src.poll()

@@ -9,6 +9,8 @@ from collectors.prometheus import group, host_of, node_of, queries
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.fleet import session as fleet
 
+DIALECTS = fleet.dialects()  # every engine's series, as a fleet reads them
+
 
 def sample(value: Any, **labels: str) -> dict[str, Any]:
     return {"metric": labels, "value": [1_795_000_000.0, str(value)]}
@@ -31,13 +33,14 @@ def test_instance_hosts_join_dcgm_hostname_and_ports_are_dropped() -> None:
         "server": [sample(0.5, __name__="sglang_token_usage", instance="10.0.0.7:30000")],
         "latency": [], "up": [],
     }
-    nodes = group(results)
+    nodes = group(results, DIALECTS)
     assert sorted(nodes) == ["10.0.0.8", "gpu-a"]
     a = nodes["gpu-a"]
     assert a.host == {"total": 100.0, "available": 40.0}
     assert a.server == {"token_usage": 0.5}  # the underscore spelling is SGLang's too
     assert a.gpus[0].total_bytes == 3001 * 1024 * 1024
-    assert nodes["10.0.0.8"].missing == ("dcgm-exporter (GPU figures)", "SGLang /metrics")
+    assert nodes["10.0.0.8"].missing == ("dcgm-exporter (GPU figures)",
+                                         "SGLang or vLLM /metrics")
 
 
 def test_a_node_label_wins_and_nan_or_garbage_values_are_left_out() -> None:
@@ -49,7 +52,7 @@ def test_a_node_label_wins_and_nan_or_garbage_values_are_left_out() -> None:
         "server": [], "latency": [sample(0.2, figure="ttft_p50", node="n1")],
         "up": [sample(0, job="sglang", instance="10.1.2.3:30000", node="n1")],
     }
-    n1 = group(results)["n1"]
+    n1 = group(results, DIALECTS)["n1"]
     assert n1.gpus[0].used_bytes is None and n1.gpus[0].total_bytes is None
     assert n1.host == {} and n1.latency == {"ttft_p50": 0.2}
     assert "sglang down (10.1.2.3:30000)" in n1.missing
@@ -64,7 +67,7 @@ def test_instance_forms() -> None:
 
 
 def test_the_refresh_is_five_queries_whatever_the_fleet() -> None:
-    q = queries("30s")
+    q = queries("30s", dialects=DIALECTS)
     assert sorted(q) == ["gpu", "host", "latency", "server", "up"]
     assert "[30s]" in q["latency"] and "sglang[:_]" in q["server"]
 
@@ -76,7 +79,7 @@ def test_placement_is_inferred_from_host_memory_when_no_label_says_it() -> None:
                        sample(190 * gib, __name__="node_memory_Shmem_bytes", node="a"),
                        sample(2048 * gib, __name__="node_memory_MemTotal_bytes", node="b"),
                        sample(2 * gib, __name__="node_memory_Shmem_bytes", node="b")]}
-    nodes = group(tables)
+    nodes = group(tables, DIALECTS)
     assert fleet.infer_placement(nodes["a"]) == ("host?", True)
     assert fleet.infer_placement(nodes["b"]) == ("device?", True)
     row = fleet.row(nodes["a"], 0.0, Thresholds(), 15.0)
@@ -87,7 +90,7 @@ def test_placement_is_inferred_from_host_memory_when_no_label_says_it() -> None:
 def test_filter_words_and_columns() -> None:
     nodes = group({"gpu": [], "host": [], "latency": [], "up": [],
                    "server": [sample(0.95, __name__="sglang:token_usage", node="n7",
-                                     placement="host-prefetch")]})
+                                     placement="host-prefetch")]}, DIALECTS)
     r = fleet.row(nodes["n7"], 0.0, Thresholds(), 15.0)
     assert r.alerts == ("kv 95%",)
     assert r.matches("n7") and r.matches("placement=prefetch kv")
@@ -97,7 +100,7 @@ def test_filter_words_and_columns() -> None:
 async def test_an_answer_of_another_shape_is_said_not_raised() -> None:
     from collectors.prometheus import PrometheusSource
 
-    src = PrometheusSource("http://127.0.0.1:9")
+    src = PrometheusSource("http://127.0.0.1:9", dialects=DIALECTS)
 
     async def odd(key: str) -> list[Any]:
         return ["not a sample"] if key == "gpu" else []
@@ -112,7 +115,7 @@ def test_one_nodes_history_queries_match_its_instances_only() -> None:
     import re
 
     from collectors.prometheus import _promql_re
-    q = queries("1m", 'instance=~"10\\\\.0\\\\.0\\\\.7:9400"')
+    q = queries("1m", 'instance=~"10\\\\.0\\\\.0\\\\.7:9400"', dialects=DIALECTS)
     # Every selector carries the matcher; `up` is not part of a history.
     for key in ("gpu", "host", "server", "latency"):
         selectors = re.findall(r"\{__name__=~\"[^\"]+\"([^}]*)\}", q[key])
@@ -133,11 +136,11 @@ def test_group_keeps_one_node_and_the_instances_it_came_from() -> None:
                  sample(50, __name__="node_memory_MemTotal_bytes", instance="10.0.0.8:9100")],
         "server": [], "latency": [], "up": [],
     }
-    only = group(results, only="gpu-a")
+    only = group(results, DIALECTS, only="gpu-a")
     assert list(only) == ["gpu-a"]
     assert only["gpu-a"].instances == ("10.0.0.7:9100", "10.0.0.7:9400")
     assert only["gpu-a"].host == {"total": 100.0}
-    assert group(results)["gpu-b"].instances == ("10.0.0.8:9100", "10.0.0.8:9400")
+    assert group(results, DIALECTS)["gpu-b"].instances == ("10.0.0.8:9100", "10.0.0.8:9400")
 
 
 def test_a_nodes_figures_become_the_panels_readings() -> None:
@@ -163,11 +166,61 @@ def test_a_nodes_figures_become_the_panels_readings() -> None:
     assert host is not None and host.used_bytes == 248 * gib
     assert host.hugepages_bytes == 800 * 2 * 1024 ** 2 and host.swap_used_bytes == 2 * gib
     assert host.delta_bytes is None and host.server_rss_bytes is None  # unknown, not 0
-    # No SGLang series for this node: the server reading says so, it is not invented.
+    # No engine's series for this node: the server reading says so, it is not invented.
     server = store.latest["server"]
-    assert server.status.value == "error" and "no SGLang series" in server.message
+    assert server.status.value == "error" and "no inference engine's series" in server.message
     assert duration_s("1m") == 60 and duration_s("1h30m") == 5400 and duration_s("x") is None
     older = [(1_795_000_000.0 - 10 * k, d) for k in range(1, 4)]
     assert detail.backfill(older) == 3
     used = detail.store.line("gpu", "used", gpu="0")
     assert used is not None and [t for t, _ in used.fine] == [70.0, 80.0, 90.0, 100.0]
+
+
+def test_a_vllm_node_fills_the_same_columns_from_its_own_series() -> None:
+    """vLLM's names (either spelling) beside SGLang's: each node's server figures, read as
+    its own engine's, fill the same fields; whose they are is kept for its panels."""
+    results = {
+        "gpu": [], "host": [], "up": [],
+        "server": [sample(0.42, __name__="vllm:kv_cache_usage_perc", node="v1"),
+                   sample(3, __name__="vllm:num_requests_running", node="v1"),
+                   sample(1, __name__="vllm_num_requests_waiting", node="v1"),
+                   sample(0.9, __name__="sglang:token_usage", node="s1"),
+                   sample(7, __name__="vllm:no_such_gauge", node="v2")],
+        "latency": [sample(0.2, figure="ttft_p50", node="v1"),
+                    sample(0.03, figure="tpot_p99", node="v1")],
+    }
+    nodes = group(results, DIALECTS)
+    v1 = nodes["v1"]
+    assert v1.server == {"token_usage": 0.42, "num_running_reqs": 3.0, "num_queue_reqs": 1.0}
+    assert v1.dialect is not None and v1.dialect.name == "vLLM" and not v1.server_silent
+    assert v1.dialect.words["retracted"] == "preempted"
+    assert nodes["s1"].dialect is not None and nodes["s1"].dialect.name == "SGLang"
+    assert "v2" not in nodes  # a name neither engine declares is no figure of a node
+    r = fleet.row(v1, 0.0, Thresholds(), 15.0)
+    assert (r.kv_usage, r.running, r.state, r.engine) == (0.42, 3.0, "serving", "vLLM")
+    assert (r.ttft_p50, r.tpot_p99) == (0.2, 0.03)
+    assert "server silent" not in r.alerts
+    assert not any("/metrics" in m for m in r.missing)
+
+
+def test_every_engines_series_are_queried() -> None:
+    q = queries("1m", dialects=DIALECTS)
+    assert "vllm[:_](" in q["server"] and "kv_cache_usage_perc" in q["server"]
+    assert "vllm[:_]time_to_first_token_seconds_bucket" in q["latency"]
+    assert "vllm[:_]generation_tokens_total" in q["latency"]
+    assert "sglang[:_]inter_token_latency_seconds_bucket" in q["latency"]
+
+
+def test_a_vllm_nodes_panels_speak_vllms_words() -> None:
+    from collectors.prometheus import FleetNodeData
+    from engram_top.fleet.detail import NodeDetail
+    from engram_top.model import facts
+    vllm = next(d for d in DIALECTS if d.name == "vLLM")
+    d = FleetNodeData(node="v1", placement="device", server={"token_usage": 0.5},
+                      dialect=vllm)
+    detail = NodeDetail("v1", "http://127.0.0.1:9090", "1m", "device",
+                        clock=lambda: 100.0, wall_clock=lambda: 1_795_000_000.0)
+    assert facts.engine_of(detail.store) == "the server"  # nothing read yet
+    assert detail.add(1_795_000_000.0, d)
+    assert facts.engine_of(detail.store) == "vLLM"
+    assert facts.word(detail.store, "retracted") == "preempted"

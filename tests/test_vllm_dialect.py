@@ -332,7 +332,7 @@ def test_the_demo_load_fits_a_model_whose_context_is_short() -> None:
 def test_a_quantile_in_the_lowest_bucket_reads_below_its_bound() -> None:
     from collectors.promtext import Histogram
     from collectors.windowed import WindowedHistogram
-    from engram_top.app.panels import quantile
+    from engram_top.app.panel_text import quantile
     w = WindowedHistogram(30.0)
     # vLLM's queue-time buckets start at 0.3 s: requests that did not wait at all.
     w.add(0.0, Histogram(((0.3, 0.0), (0.5, 0.0), (float("inf"), 0.0)), 0.0, 0.0))

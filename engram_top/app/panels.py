@@ -14,9 +14,7 @@ from rich.text import Text
 
 from collectors.safetext import visible
 from collectors.units import (
-    GIB,
     MIB,
-    gb_per_s,
     gib,
     gib_change,
     latency,
@@ -25,37 +23,23 @@ from collectors.units import (
     seconds,
     sglang_gb,
     tokens,
-    weights_gb,
+)
+from engram_top.app import ledger_rows
+from engram_top.app.gpu_table import gpu_table, server_hbm, throttle_lines
+from engram_top.app.panel_text import (
+    LABEL_WIDTH,
+    bar,
+    columns,
+    first_fitting,
+    fit,
+    quantile,
+    row,
+    sparkline,
+    unavailable,
 )
 from engram_top.model import facts
 from engram_top.model.store import RunStore
-from engram_top.model.views import GpuView, HostView, Quantiles
-
-BAR_WIDTH = 24
-SPARK = "▁▂▃▄▅▆▇█"
-
-
-def bar(parts: list[tuple[float, str]], total: float, width: int = BAR_WIDTH) -> Text:
-    """A horizontal stacked bar: each (value, style) part in proportion to total."""
-    text = Text()
-    used = 0
-    for value, style in parts:
-        cells = 0 if total <= 0 else round(width * max(0.0, value) / total)
-        cells = min(cells, width - used)
-        text.append("█" * cells, style=style)
-        used += cells
-    text.append("░" * (width - used), style="grey37")
-    return text
-
-
-def sparkline(values: list[float], width: int = 30) -> Text:
-    values = values[-width:]
-    if not values:
-        return Text("")
-    lo, hi = min(values), max(values)
-    span = hi - lo or 1.0
-    return Text("".join(SPARK[int((v - lo) / span * (len(SPARK) - 1))] for v in values),
-                style="cyan")
+from engram_top.model.views import HostView
 
 
 def source_line(store: RunStore, kind: str, label: str) -> Text | None:
@@ -105,12 +89,12 @@ def hbm_panel(store: RunStore, rows: int | None = None,
     throttled = {g.index: g.throttle_reasons for g in gpus if g.throttle_reasons}
     table = []
     for layout in ("wide", "full", "narrow", "tight"):
-        table = columns(*_gpu_table(gpus, known, layout, bool(throttled)))
+        table = columns(*gpu_table(gpus, known, layout, bool(throttled)))
         if cols is None or max(line.cell_len for line in table) <= cols:
             break
     out += [(1, line) for line in table]
     if throttled and layout != "wide":  # the wide table has a column for them
-        out += [(1, line) for line in _throttle_lines(throttled, cols)]
+        out += [(1, line) for line in throttle_lines(throttled, cols)]
     total = gib(gpus[0].total_bytes, 0)
     legend = first_fitting(cols, (
         f"■ reserved {gib(gpus[0].reserved_bytes)}  ■ other  ■ this server (srv)  of {total} GiB",
@@ -121,141 +105,9 @@ def hbm_panel(store: RunStore, rows: int | None = None,
                          ("grey50", "yellow", "green"), strict=False):
         line.stylize(colour, i, i + 1)
     out.append((3, line))
-    out += [(4, line) for line in _server_hbm(gpus[0], store)]
+    out += ledger_rows.hbm_rows(store, cols)
+    out += [(4, line) for line in server_hbm(gpus[0], store)]
     return Group(*fit(out, rows))
-
-
-def _gpu_table(gpus: list[GpuView], known: bool, layout: str,
-               throttled: bool) -> tuple[list[list[Text | str]], str]:
-    """The rows of the GPU table and their justification. "wide" has the clocks and the
-    throttles as columns, "full" each GPU's total and power limit, "narrow" (46 columns)
-    neither: the total is in the legend, and a limit all GPUs share is in the header;
-    "tight" is narrow with a shorter bar, for limits that differ."""
-    small = layout in ("narrow", "tight")
-    limits = {g.power_limit_w for g in gpus}
-    shared = limits.pop() if len(limits) == 1 else None
-    power_head = f"W/{shared:.0f}" if small and shared is not None else "power W"
-    health = [  # (header, justify, cell of a GPU), each only where some GPU has it
-        ("°C", "r", lambda g: _dash(g.temperature_c), any(g.temperature_c is not None
-                                                           for g in gpus)),
-        (power_head, "r", lambda g: _power(g, power_head == "power W"),
-         any(g.power_w is not None for g in gpus)),
-        ("SM MHz", "r", lambda g: _dash(g.sm_clock_mhz),
-         layout == "wide" and any(g.sm_clock_mhz is not None for g in gpus)),
-    ]
-    shown = [h for h in health if h[3]]
-    head = ["GPU", "GiB" if small else "GiB used", "", "srv", "util",
-            *[h[0] for h in shown], "rx GB/s"]
-    wide_throttles = layout == "wide" and throttled
-    if wide_throttles:
-        head.append("throttled")
-    table: list[list[Text | str]] = [[Text(h, style="bold") for h in head]]
-    for g in gpus:
-        server = g.server_bytes
-        other = max(0, g.used_bytes - server)
-        used = gib(g.used_bytes) if small else f"{gib(g.used_bytes)}/{gib(g.total_bytes, 0)}"
-        marked = Text(f"{g.index}!", style="bold yellow") if g.throttle_reasons \
-            else f"{g.index}"
-        row_cells: list[Text | str] = [
-            marked, used,
-            bar([(g.reserved_bytes, "grey50"), (other, "yellow"), (server, "green")],
-                g.total_bytes, {"narrow": 6, "tight": 4}.get(layout, 10)),
-            gib(server) if known else "–",
-            "–" if g.util_gpu_pct is None else f"{g.util_gpu_pct}%",
-            *[h[2](g) for h in shown],
-            gb_per_s(g.pcie_rx_bytes_per_s)]
-        if wide_throttles:
-            row_cells.append(Text(",".join(g.throttle_reasons or ()), style="bold yellow"))
-        table.append(row_cells)
-    return table, "lrlrr" + "".join(h[1] for h in shown) + "r" + ("l" if wide_throttles else "")
-
-
-def _dash(value: int | None) -> str:
-    return "–" if value is None else f"{value}"
-
-
-def _power(g: GpuView, with_limit: bool) -> str:
-    """Draw in W; with its limit where the header does not give it."""
-    if g.power_w is None:
-        return "–"
-    if with_limit and g.power_limit_w is not None:
-        return f"{g.power_w:.0f}/{g.power_limit_w:.0f}"
-    return f"{g.power_w:.0f}"
-
-
-def _throttle_lines(throttled: dict[int, tuple[str, ...]], cols: int | None) -> list[Text]:
-    """"throttled sw_power_cap: GPU 0-3", the reasons on one line where they fit, else one
-    line each (a name is never cut)."""
-    by_reason: dict[str, list[int]] = {}
-    for index, reasons in throttled.items():
-        for reason in reasons:
-            by_reason.setdefault(reason, []).append(index)
-    parts = [f"{reason}: GPU {_ranges(ids)}" for reason, ids in by_reason.items()]
-    one = "throttled " + " · ".join(parts)
-    texts = [one] if cols is None or len(one) <= cols else [f"throttled {p}" for p in parts]
-    return [Text(t, style="bold yellow", no_wrap=True, overflow="ellipsis") for t in texts]
-
-
-def _ranges(ids: list[int]) -> str:
-    """0,1,2,3,5 as 0-3,5."""
-    spans: list[list[int]] = []
-    for i in sorted(ids):
-        if spans and spans[-1][1] == i - 1:
-            spans[-1][1] = i
-        else:
-            spans.append([i, i])
-    return ",".join(f"{a}-{b}" if b > a + 1 else (f"{a},{b}" if b == a + 1 else f"{a}")
-                    for a, b in spans)
-
-
-def _server_hbm(gpu: GpuView, store: RunStore) -> list[Text]:
-    """Where the server's HBM goes on one GPU, by SGLang's own figures (GB there = GiB)."""
-    run = store.run
-    ranks = (run.startup.get("ranks") or {}) if run else {}
-    r0 = ranks.get(gpu.index) or {}
-    weights = gpu.weights_gb
-    kv = gpu.kv_cache_gb
-    graphs = r0.get("graph_mem_usage_gb")
-    engine = facts.engine_of(store)
-    if weights is None:
-        return [Text(f"{engine}'s breakdown appears as the weights load"
-                     + (" (from its log: its metrics give no weights)" if engine == "vLLM"
-                        else ""), style="dim")]
-    parts = [("weights", weights, "cyan"), ("KV pool", kv, "magenta"), ("graphs", graphs, "blue")]
-    shown = [(v * GIB, st) for _, v, st in parts if v is not None]
-    label = f"GPU {gpu.index} by {engine}"
-    lines = [[Text(label, style="bold"), bar(shown, gpu.total_bytes, 28)],
-             ["", Text.assemble(*[(f"{name} {weights_gb(v)} GB  " if name == "weights" else
-                                   f"{name} {sglang_gb(v)} GB  ", st)
-                                  for name, v, st in parts if v is not None])]]
-    if gpu.kv_tokens is not None:
-        lines.append(["", f"KV capacity {tokens(gpu.kv_tokens)} tokens"])
-    return columns(lines)
-
-
-def columns(rows: list[list[Text | str]], justify: str = "") -> list[Text]:
-    """Cells as aligned lines, one space between columns, each column as wide as its widest
-    cell; ``justify`` gives "l" or "r" per column (left when not given). Lines, not a Rich
-    Table: equal lines compare equal, so a panel whose figures did not move is not redrawn
-    (Panel.refresh_from)."""
-    cells = [[c if isinstance(c, Text) else Text(c) for c in row] for row in rows]
-    widths = [max(c.cell_len for c in col) for col in zip(*cells, strict=True)]
-    out = []
-    for row in cells:
-        line = Text(no_wrap=True, overflow="ellipsis")
-        for i, (cell, width) in enumerate(zip(row, widths, strict=True)):
-            pad = " " * (width - cell.cell_len)
-            if i:
-                line.append(" ")
-            if justify[i:i + 1] == "r":
-                line.append(pad)
-                line.append_text(cell)
-            else:
-                line.append_text(cell)
-                if i < len(row) - 1:
-                    line.append(pad)
-        out.append(line)
-    return out
 
 
 # --------------------------------------------------------------------------- KV pool
@@ -302,8 +154,8 @@ def kv_panel(store: RunStore, rows: int | None = None,
     if kv.available_tokens is not None or kv.evictable_tokens is not None:
         out.append((3, row("free", f"{tokens(kv.available_tokens)} available · "
                                    f"{tokens(kv.evictable_tokens)} evictable")))
-    # vLLM preempts where SGLang retracts: the same pressure, in the engine's own word.
-    word = "preempted" if facts.engine_of(store) == "vLLM" else "retracted"
+    # The same pressure has each engine's own word (SGLang retracts, vLLM preempts).
+    word = facts.word(store, "retracted")
     retracted = "" if kv.retracted is None else f" · {kv.retracted} {word}"
     if kv.retracted_per_s:
         retracted += (f" ({kv.retracted_per_s:.2f}/s)" if retracted
@@ -318,7 +170,7 @@ def kv_panel(store: RunStore, rows: int | None = None,
             f"{wait} · cache hit {percent(kv.cache_hit_rate, 1)}",
             f"{wait} · hit {percent(kv.cache_hit_rate, 0)}", wait)))))
     out.append((5, row("trend", sparkline(_series(store, "token_usage")))))
-    out += [(2, line) for line in _unavailable(kv.unavailable)]
+    out += [(2, line) for line in unavailable(kv.unavailable)]
     out += [(2 if i == 0 else 4, Text(problem, style="yellow", no_wrap=True,
                                       overflow="ellipsis"))
             for i, problem in enumerate(kv.page_problems[:3])]
@@ -334,36 +186,6 @@ def kv_panel(store: RunStore, rows: int | None = None,
     return Group(*fit(out, rows))
 
 
-LABEL_WIDTH = 8  # the longest row label of a panel ("capacity", "requests")
-
-
-def row(label: str, value: str | Text, width: int = LABEL_WIDTH) -> Text:
-    """One ``label value`` line that never wraps: a value too long for the panel ends in
-    an ellipsis, and the label keeps its width."""
-    line = Text(no_wrap=True, overflow="ellipsis")
-    line.append(f"{label:<{width}} ", style="bold")
-    line.append(value if isinstance(value, Text) else Text(value))
-    return line
-
-
-def first_fitting(room: int | None, variants: tuple[str, ...]) -> str:
-    """The most detailed of ``variants`` (most first) that fits ``room`` cells; the last,
-    to be cut with an ellipsis, when none does."""
-    for text in variants:
-        if room is None or len(text) <= room:
-            return text
-    return variants[-1]
-
-
-def fit(rows: list[tuple[int, Any]], height: int | None) -> list[Any]:
-    """The rows that fit in ``height`` lines, the most important (lowest rank) first, shown
-    in their own order; every row when the height is unknown or enough."""
-    if not height or height <= 0 or len(rows) <= height:
-        return [r for _, r in rows]
-    keep = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))[:height]
-    return [rows[i][1] for i in sorted(keep)]
-
-
 # --------------------------------------------------------------------------- host RAM
 
 
@@ -377,15 +199,11 @@ def host_panel(store: RunStore, rows: int | None = None,
     out.append((1, row("used", Text.assemble(bar([(h.used_bytes, "blue")], h.total_bytes, 12),
                                              " ", f"{gib(h.used_bytes)} of "
                                                   f"{gib(h.total_bytes, 0)} GiB"), width)))
-    # The scenario list's host Δ of the live run is this figure (facts.run_host_delta_bytes)
-    delta = h.delta_bytes
-    out.append((1, row("Δ", Text("–" if delta is None else f"{host_delta(delta)} since launch",
-                                 style="bold green" if (delta or 0) > 50 * GIB else ""), width)))
+    # Δ (the scenario list's figure, facts.run_host_delta_bytes), then whose memory it is.
+    out += ledger_rows.host_rows(store, cols)
     # Pinned host memory (the Engram tables) shows in Shmem and huge pages (the help says).
-    out.append((3, row("Shmem", f"{gib(h.shmem_bytes)} GiB · huge pages "
+    out.append((4, row("Shmem", f"{gib(h.shmem_bytes)} GiB · huge pages "
                                 f"{gib(h.hugepages_bytes)} GiB", width)))
-    out.append((3, row("server", f"RSS {gib(h.server_rss_bytes)} GiB · "
-                                 f"RssShmem {gib(h.server_rss_shmem_bytes)}", width)))
     swap = (2 if h.swap_used_bytes else 5, row("swap", f"{gib(h.swap_used_bytes)} GiB used",
                                                width))
     engram = engram_rows(store, cols)
@@ -504,28 +322,10 @@ def latency_panel(store: RunStore, rows: int | None = None,
         if load.get("last_error"):
             figures.append(["", Text(load["last_error"][:80], style="red")])
     out += columns(figures)
-    out += _unavailable(lat.unavailable)
+    out += unavailable(lat.unavailable)
     out.append(Text(f"window {lat.window_s or 0:.0f} s, from {lat.engine}'s histograms",
                     style="dim"))
     return Group(*out)
-
-
-def quantile(q: Quantiles | None, which: str) -> str:
-    """A windowed quantile; one that fell in the histogram's +Inf bucket is only known to
-    be above its highest bound, and says so ("> 30 s"); one in its lowest bucket, below
-    that bound ("< 300 ms")."""
-    if q is None:
-        return latency(None)
-    if getattr(q, f"{which}_under", False) and q.first_bound is not None:
-        return "< " + latency(q.first_bound)
-    value = getattr(q, which)
-    return ("> " if getattr(q, f"{which}_over", False) else "") + latency(value)
-
-
-def _unavailable(why: dict[str, str]) -> list[Text]:
-    """Figures the server sent as NaN or Inf: shown as such, with the rank that sent them."""
-    return [Text(f"{label} {reason}", style="yellow", no_wrap=True, overflow="ellipsis")
-            for label, reason in why.items()]
 
 
 def _series(store: RunStore, metric: str) -> list[float]:

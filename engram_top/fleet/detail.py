@@ -103,7 +103,8 @@ def readings(d: FleetNodeData, url: str, window_s: float | None, at: float,
     server: Reading[object] = (
         Reading("server", Status.OK, data=_server(url, d, window_s), at=at, wall=wall)
         if d.server else
-        Reading("server", Status.ERROR, message=missing("SGLang series"), at=at, wall=wall))
+        Reading("server", Status.ERROR, message=missing("inference engine's series"), at=at,
+                wall=wall))
     return {"gpu": gpu, "host": host, "server": server}
 
 
@@ -134,10 +135,20 @@ class NodeDetail:
         if wall <= self.last_wall:
             return False
         self.last_wall = wall
+        self._speaks(data)
         for name, reading in readings(data, self.url, self.window_s, self._at(wall),
                                       wall).items():
             self.store.add(SourceKey(LOCAL, name), reading)
         return True
+
+    def _speaks(self, data: FleetNodeData) -> None:
+        """The node's engine, once its series say which: what its panels call its figures,
+        in that engine's words."""
+        run, dialect = self.store.run, data.dialect
+        if run is not None and dialect is not None and run.engine != dialect.name:
+            run.engine = run.engine_name = dialect.name
+            run.words = dict(dialect.words)
+            self.store.bump("run")
 
     def backfill(self, points: list[tuple[float, FleetNodeData]]) -> int:
         """The node's history and what the store already holds, in time order, in a new

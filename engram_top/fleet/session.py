@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from collectors.fleet_dialect import FleetDialect
 from collectors.prometheus import DEADLINE_S, FleetNodeData, PrometheusSource, PromStatus
 from collectors.readings import Reading, Status
 from collectors.units import GIB
@@ -34,6 +35,7 @@ from engram_top.compare.measures import (
     ms,
 )
 from engram_top.fleet.detail import HISTORY_S, NodeDetail, history_step
+from scenarios import engines
 
 HOST_TABLES_MIN_BYTES = 64 * GIB  # shared or huge-page memory this large: Engram tables
 # The least pause between two refreshes, however slow the last one or small the interval:
@@ -82,6 +84,9 @@ class FleetRow:
     missing: tuple[str, ...]
     age_s: float
     power_w: float | None = None  # every GPU's draw (dcgm-exporter), summed
+    engine: str = ""  # whose series its server figures are ("" where it has none)
+    # No engine's series, or the scrape job named for its engine down (FleetNodeData's).
+    server_missing: bool = False
 
     @property
     def joules_per_token(self) -> float | None:
@@ -104,7 +109,7 @@ class FleetRow:
     def silent_s(self) -> float | None:
         """How long the node's server has been silent as far as the fleet can tell: without
         end when its exporter is missing, its age once the row is stale."""
-        if any("sglang" in m.lower() for m in self.missing):
+        if self.server_missing:
             return math.inf
         return self.age_s if self.state == "stale" else None
 
@@ -127,6 +132,13 @@ class FleetRow:
             elif not any(word in v.lower() for v in hay.values()):
                 return False
         return True
+
+
+def dialects() -> tuple[FleetDialect, ...]:
+    """Every engine's series a fleet reads, each once (an engine and its simulated twin
+    share theirs), the default engine's first."""
+    found = (engines.get(kind).fleet for kind in engines.kinds())
+    return tuple({id(d): d for d in found if d is not None}.values())
 
 
 def infer_placement(data: FleetNodeData) -> tuple[str, bool]:
@@ -168,7 +180,8 @@ def row(data: FleetNodeData, age_s: float, t: Thresholds, stale_after_s: float) 
         ttft_p50=lat.get("ttft_p50"), ttft_p99=lat.get("ttft_p99"),
         tpot_p50=lat.get("tpot_p50"), tpot_p99=lat.get("tpot_p99"),
         output_tok_s=lat.get("output_tok_s"), running=s.get("num_running_reqs"),
-        alerts=(), missing=data.missing, age_s=age_s,
+        alerts=(), missing=data.missing, age_s=age_s, server_missing=data.server_silent,
+        engine=data.dialect.name if data.dialect is not None else "",
         power_w=sum(g.power_w for g in data.gpus if g.power_w is not None)
         if data.gpus and all(g.power_w is not None for g in data.gpus) else None)
     return _with_alerts(r, t)
@@ -243,7 +256,8 @@ class FleetSession:
     credential: str = ""
 
     def __post_init__(self) -> None:
-        self.source = PrometheusSource(self.url, window=self.window, deadline_s=self.deadline_s,
+        self.source = PrometheusSource(self.url, dialects=dialects(), window=self.window,
+                                       deadline_s=self.deadline_s,
                                        headers=self.headers, auth=self.auth)
         self.url = self.source.url  # shown everywhere: without a URL's user:password@
         self.walls: dict[str, float] = {}  # when each node's figures were read (wall clock)

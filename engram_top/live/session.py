@@ -361,7 +361,7 @@ class Session:
             launched_wall=time.time(), launched_at=time.monotonic(), state=RunState.ATTACHED,
             url=shown, owned=False, title="attached: its lifetime is not ours",
             own_polls=engine.own_polls, server_node=shown, engine=engine.speaks,
-            engine_name=engine.display)
+            engine_name=engine.display, words=dict(engine.words))
         self.store.set_run(facts)
         name = f"server {shown}"
         if shown not in self._attached_env:
@@ -402,7 +402,7 @@ class Session:
                          expected_ready_s=estimate, baseline_host_used=run.baseline_host_used,
                          baseline_gpu_used=dict(run.baseline_gpu), title=sc.title,
                          planned_ready_s=planned, engine=engine.speaks,
-                         engine_name=engine.display,
+                         engine_name=engine.display, words=dict(engine.words),
                          model=sc.model_path or (self.ref.model if engine.follows_reference
                                                  else None))
         facts.log_lines = run.lines
@@ -563,6 +563,7 @@ class Session:
         facts = self.store.facts_for(url)
         if facts is not None:
             facts.engine, facts.engine_name = engine.speaks, engine.display
+            facts.words = dict(engine.words)
             facts.own_polls = engine.own_polls
             self.store.bump("run")
         self.announce(f"{url}: {note}" if note else

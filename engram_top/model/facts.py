@@ -271,8 +271,17 @@ def latency_facts(store: RunStore) -> LatencyView | None:
 
 
 def engine_of(store: RunStore) -> str:
-    """Whose dialect the watched server speaks, as the panels name it."""
-    return store.run.engine if store.run is not None else "SGLang"
+    """Whose dialect the watched server speaks, as the panels name it ("the server" until
+    its engine is known)."""
+    run = store.run
+    return run.engine if run is not None and run.engine else "the server"
+
+
+def word(store: RunStore, key: str, default: str | None = None) -> str:
+    """The watched server's engine's word for what the dashboard calls ``key`` ("retracted":
+    vLLM's "preempted"), as the engine declares it; else ``default``, else ``key`` itself."""
+    words = store.run.words if store.run is not None else {}
+    return words.get(key, key if default is None else default)
 
 
 def not_reported(store: RunStore) -> dict[str, str]:

@@ -154,10 +154,13 @@ class RunFacts:
     # Engram placement and prefetch verdict as the engine reads them (EngramSetting's data).
     model: str | None = None
     engram: dict[str, Any] = field(default_factory=dict)
-    # Whose dialect its server speaks ("SGLang", "vLLM"): what the panels call its figures
-    # and which of them mean something else on another engine.
-    engine: str = "SGLang"
-    engine_name: str = ""  # as a comparison names it: "vLLM", "SGLang (simulated)"
+    # Whose dialect its server speaks, as its engine names itself (Engine.speaks): what the
+    # panels call its figures; "" until known (set by whoever knows its engine).
+    engine: str = ""
+    engine_name: str = ""  # as a comparison names it (Engine.display)
+    # Its engine's words where they differ from the dashboard's ("retracted": "preempted"):
+    # declared by the engine, read by the panels through facts.word.
+    words: dict[str, str] = field(default_factory=dict)
 
     @property
     def ready_s(self) -> float | None:

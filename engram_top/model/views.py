@@ -169,7 +169,7 @@ class LatencyView:
     itl: Quantiles | None
     e2e: Quantiles | None
     tpot: Quantiles | None = None  # vLLM's per-request time per output token: not the ITL
-    engine: str = "SGLang"  # whose histograms these are
+    engine: str = ""  # whose histograms these are (facts.engine_of)
 
 
 @dataclass(frozen=True)

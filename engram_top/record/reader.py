@@ -273,9 +273,14 @@ def _run_payload(obj: dict[str, Any], origin: float,
             RunFacts(**fields)  # the first record of a run must hold all it needs
         except TypeError as exc:
             raise ValueError(f"run {rid}: its first record lacks fields ({exc})") from None
-        # Recordings from before runs carried their engine's own-poll patterns were all
-        # of servers that speak the default engine's dialect.
-        fields.setdefault("own_polls", engines.get(engines.DEFAULT).own_polls)
+        # Recordings from before runs carried their engine's own-poll patterns (or its
+        # name) were all of servers that speak the default engine's dialect; those from
+        # before they carried its words, of the engine they name.
+        default = engines.get(engines.DEFAULT)
+        fields.setdefault("own_polls", default.own_polls)
+        fields.setdefault("engine", default.speaks)
+        if "words" not in fields and isinstance(fields["engine"], str):
+            fields["words"] = dict((engines.speaking(fields["engine"]) or default).words)
         first_runs[rid] = fields
     return rid, bool(obj.get("set")), fields
 

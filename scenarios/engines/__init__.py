@@ -21,7 +21,8 @@ from scenarios.engines.base import (
 )
 
 __all__ = ["BUILT_IN", "DEFAULT", "PLACEMENTS", "Engine", "EngineError", "LogEvent", "LogParser",
-           "Readiness", "ServerCollector", "Signal", "get", "kinds", "register", "unregister"]
+           "Readiness", "ServerCollector", "Signal", "get", "kinds", "register", "speaking",
+           "unregister"]
 
 _ENGINES: dict[str, Engine] = {}
 PLUGIN_GROUP = "engram_top.engines"
@@ -55,6 +56,11 @@ def get(kind: str) -> Engine:
 def kinds() -> tuple[str, ...]:
     _load_plugins()
     return tuple(_ENGINES)
+
+
+def speaking(name: str) -> Engine | None:
+    """The first engine whose servers speak ``name``'s dialect ("vLLM"), or None."""
+    return next((e for e in map(get, kinds()) if e.speaks == name), None)
 
 
 def _load_plugins() -> None:

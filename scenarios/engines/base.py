@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
+from collectors.fleet_dialect import FleetDialect
 from collectors.readings import Reading, ServerData
 from collectors.units import MIB
 from scenarios.engines.engram import EngramSetting
@@ -182,6 +183,10 @@ class Engine:
     # How its /metrics families' names begin: a server attached without --engine is
     # read by the engine whose names its page has.
     page_prefixes: tuple[str, ...] = ()
+    # Its words where they differ from the dashboard's ("retracted": "preempted"), and its
+    # series in a fleet's Prometheus: each declared once, in its collectors' package.
+    words: Mapping[str, str] = {}
+    fleet: FleetDialect | None = None
     # Words of a log line worth quoting when a start fails.
     error_markers: tuple[str, ...] = ("Traceback", "Error:")
     # The API key travels in the server's environment (which only its user can read),

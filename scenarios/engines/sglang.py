@@ -10,6 +10,7 @@ from typing import Any
 
 from collectors import promtext
 from collectors.log_markers import FAILURE_MARKERS
+from collectors.sglang import FLEET, PAGE_PREFIXES, WORDS
 from collectors.sglang.collector import (
     COUNTERS,
     GAUGES,
@@ -66,7 +67,9 @@ class SGLangSpeaker(Engine):
 
     own_polls = OWN_POLLS
     error_markers = FAILURE_MARKERS  # the same words the log pane marks
-    page_prefixes = ("sglang:", "sglang_")  # a gateway may spell the colon as _
+    page_prefixes = PAGE_PREFIXES
+    words = WORDS
+    fleet = FLEET
 
     def parser(self) -> LogParser:
         # Loaded with the first log to read: attach without a log never needs it.
@@ -95,7 +98,9 @@ class SGLangSpeaker(Engine):
             if kind is None:
                 raise  # the line it cannot read: the caller says it
             raise ValueError(f"not a Prometheus metrics page: it is {kind.summary}") from exc
-        kind = page_kind.of_families(fams)
+        from collectors import vllm  # its names, to say a page is vLLM's
+        kind = page_kind.of_families(fams, ((self.kind, PAGE_PREFIXES),
+                                            ("vllm", vllm.PAGE_PREFIXES)))
         if kind.kind != "sglang":  # another exporter's page: what it is, not a list of nulls
             out = {"page": kind.kind, "sglang": False, "summary": kind.summary,
                    "found": kind.found}

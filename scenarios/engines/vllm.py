@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collectors.vllm import FLEET, PAGE_PREFIXES, SPEAKS, WORDS
 from scenarios.engines.base import (
     Engine,
     EngineError,
@@ -52,9 +53,11 @@ def _looks_local(path: str) -> bool:
 class VllmSpeaker(Engine):
     """What every server speaking vLLM's log, HTTP and metrics dialect shares."""
 
-    speaks = "vLLM"
+    speaks = SPEAKS
     own_polls = OWN_POLLS
-    page_prefixes = ("vllm:", "vllm_")
+    page_prefixes = PAGE_PREFIXES
+    words = WORDS
+    fleet = FLEET
     error_markers = FAILURE_MARKERS
     # vLLM opens its port only once the engine is up, and its /health is 200 from then
     # on: ready is /health 200 and a first /metrics page with vLLM's families on it.

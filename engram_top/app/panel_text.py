@@ -1,0 +1,112 @@
+"""The pieces the panels are drawn with: bars, sparklines, aligned columns, labelled rows,
+the rows that fit a short panel, and a windowed quantile in words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+from collectors.units import latency
+from engram_top.model.views import Quantiles
+
+BAR_WIDTH = 24
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def bar(parts: list[tuple[float, str]], total: float, width: int = BAR_WIDTH) -> Text:
+    """A horizontal stacked bar: each (value, style) part in proportion to total."""
+    text = Text()
+    used = 0
+    for value, style in parts:
+        cells = 0 if total <= 0 else round(width * max(0.0, value) / total)
+        cells = min(cells, width - used)
+        text.append("█" * cells, style=style)
+        used += cells
+    text.append("░" * (width - used), style="grey37")
+    return text
+
+
+def sparkline(values: list[float], width: int = 30) -> Text:
+    values = values[-width:]
+    if not values:
+        return Text("")
+    lo, hi = min(values), max(values)
+    span = hi - lo or 1.0
+    return Text("".join(SPARK[int((v - lo) / span * (len(SPARK) - 1))] for v in values),
+                style="cyan")
+
+
+def columns(rows: list[list[Text | str]], justify: str = "") -> list[Text]:
+    """Cells as aligned lines, one space between columns, each column as wide as its widest
+    cell; ``justify`` gives "l" or "r" per column (left when not given). Lines, not a Rich
+    Table: equal lines compare equal, so a panel whose figures did not move is not redrawn
+    (Panel.refresh_from)."""
+    cells = [[c if isinstance(c, Text) else Text(c) for c in row] for row in rows]
+    widths = [max(c.cell_len for c in col) for col in zip(*cells, strict=True)]
+    out = []
+    for row in cells:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        for i, (cell, width) in enumerate(zip(row, widths, strict=True)):
+            pad = " " * (width - cell.cell_len)
+            if i:
+                line.append(" ")
+            if justify[i:i + 1] == "r":
+                line.append(pad)
+                line.append_text(cell)
+            else:
+                line.append_text(cell)
+                if i < len(row) - 1:
+                    line.append(pad)
+        out.append(line)
+    return out
+
+
+LABEL_WIDTH = 8  # the longest row label of a panel ("capacity", "requests")
+
+
+def row(label: str, value: str | Text, width: int = LABEL_WIDTH) -> Text:
+    """One ``label value`` line that never wraps: a value too long for the panel ends in
+    an ellipsis, and the label keeps its width."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(f"{label:<{width}} ", style="bold")
+    line.append(value if isinstance(value, Text) else Text(value))
+    return line
+
+
+def first_fitting(room: int | None, variants: tuple[str, ...]) -> str:
+    """The most detailed of ``variants`` (most first) that fits ``room`` cells; the last,
+    to be cut with an ellipsis, when none does."""
+    for text in variants:
+        if room is None or len(text) <= room:
+            return text
+    return variants[-1]
+
+
+def fit(rows: list[tuple[int, Any]], height: int | None) -> list[Any]:
+    """The rows that fit in ``height`` lines, the most important (lowest rank) first, shown
+    in their own order; every row when the height is unknown or enough."""
+    if not height or height <= 0 or len(rows) <= height:
+        return [r for _, r in rows]
+    keep = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))[:height]
+    return [rows[i][1] for i in sorted(keep)]
+
+
+def quantile(q: Quantiles | None, which: str) -> str:
+    """A windowed quantile; one that fell in the histogram's +Inf bucket is only known to
+    be above its highest bound, and says so ("> 30 s"); one in its lowest bucket, below
+    that bound ("< 300 ms")."""
+    if q is None:
+        return latency(None)
+    if getattr(q, f"{which}_under", False) and q.first_bound is not None:
+        return "< " + latency(q.first_bound)
+    value = getattr(q, which)
+    return ("> " if getattr(q, f"{which}_over", False) else "") + latency(value)
+
+
+def unavailable(why: dict[str, str]) -> list[Text]:
+    """Figures the server sent as NaN or Inf: shown as such, with the rank that sent them."""
+    return [Text(f"{label} {reason}", style="yellow", no_wrap=True, overflow="ellipsis")
+            for label, reason in why.items()]
