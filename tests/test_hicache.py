@@ -207,3 +207,15 @@ def test_sim_serve_hicache_size_end_to_end(hicache_server: SimServer) -> None:
                    ).raise_for_status()
             return all(v > 0 for v in rx())
         wait_until(loaded, 15.0, "the load-back on every GPU's PCIe receive")
+
+
+def test_the_engram_estimate_is_receive_less_each_ranks_load_back() -> None:
+    from engram_top.model.hicache import engram_rx_estimate
+    from engram_top.model.views import HiCacheView
+    view = HiCacheView(pool_bytes_per_rank=8e9, ranks=2, pool_bytes=16e9, used_tokens=None,
+                       total_tokens=None, load_back_bytes_per_s=3e6, backup_bytes_per_s=None,
+                       dropped_host_pressure_per_s=None, evicted_per_s=None, source="log",
+                       load_back_by_rank={0: 1e6, 1: 2e6})
+    assert engram_rx_estimate({0: 5e6, 1: 1e6, 2: 4e6, 3: None}, view) == {
+        0: 4e6, 1: 0.0, 2: None, 3: None}  # never negative; unknown stays unknown
+    assert engram_rx_estimate({0: 5e6}, None) == {0: None}

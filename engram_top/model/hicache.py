@@ -116,3 +116,17 @@ def _count(value: object) -> int | None:
 
 def _int(value: float | None) -> int | None:
     return None if value is None or not math.isfinite(value) else int(value)
+
+
+def engram_rx_estimate(rx_by_gpu: dict[int, float | None],
+                       view: HiCacheView | None) -> dict[int, float | None]:
+    """Each GPU's PCIe receive less HiCache's load-back on its rank (rank r on GPU r): an
+    ESTIMATE of the Engram rows' traffic (serving metrics do not see that traffic; the link's
+    counters see both). None where the receive or the GPU's load-back is not known: HiCache
+    off or silent estimates nothing rather than call the whole receive Engram's."""
+    by_rank = view.load_back_by_rank if view is not None else {}
+    out: dict[int, float | None] = {}
+    for gpu, rx in rx_by_gpu.items():
+        load_back = by_rank.get(gpu)
+        out[gpu] = None if rx is None or load_back is None else max(0.0, rx - load_back)
+    return out
