@@ -33,7 +33,7 @@ if shutil.which("prometheus") is None and not os.environ.get("CI"):
     pytest.skip("no Prometheus: apt-get install prometheus prometheus-node-exporter",
                 allow_module_level=True)
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 NODES = 6
 SKIPPED = "sim-004"  # its dcgm-exporter is down: a target Prometheus cannot scrape
 
@@ -328,3 +328,36 @@ async def test_the_full_simulated_node_serves_dcgm_and_node_exporter_pages(tmp_p
     assert r.host_available == host.available_bytes
     assert r.kv_tokens == memory.plan(default(), "host").kv_tokens
     assert r.placement == "host?"  # inferred: the host tables' shared memory, no label
+
+
+async def test_a_simulated_vllm_node_is_read_by_the_fleet(tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A vLLM node scraped by a real Prometheus: the fleet reads vLLM's own series (its KV
+    cache's use, its requests) into the same columns, says whose they are, and does not
+    take the node for a silent server."""
+    from helpers import ServerSpec, SimServer
+
+    from scenarios.prometheus import Prometheus, Target
+
+    server = SimServer("vllm", ServerSpec("device", 0.02, ("--dialect", "vllm")), tmp_path)
+    prom = Prometheus(tmp_path / "prom", [Target("vllm", f"127.0.0.1:{server.port}")],
+                      scrape_s=1.0)
+    (tmp_path / "prom").mkdir()
+    session = FleetSession(prom.url, interval=1.0, window="10s")
+    try:
+        server.wait_ready()
+        prom.start()
+        await prom.wait_ready()
+        await prom.wait_scraped(1)
+        await poll_until(session, lambda: any(r.kv_usage is not None and r.running is not None
+                                              for r in session.rows()),
+                         "the node's vLLM figures")
+        rows = session.rows()
+    finally:
+        await session.close()
+        await prom.stop()
+        await server.astop()
+    [r] = rows
+    assert r.node == "127.0.0.1" and r.engine == "vLLM"
+    assert r.kv_usage is not None and 0.0 <= r.kv_usage < 1.0 and r.running == 0
+    assert r.state == "idle" and "server silent" not in r.alerts
+    assert not any("/metrics" in m for m in r.missing), r.missing
