@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from helpers import Fleet, SimServer
+from quick_tier import is_slow, mark_server_tests, no_processes
 
 # The modules that take minutes (real servers on the CPU, whole benches) start first: the two
 # workers each take a module at a time in collection order, so the longest ones begin at
@@ -23,11 +24,24 @@ FIRST = ("test_real_vllm.py", "test_real_sglang.py", "test_bench.py", "test_swee
          "test_sim_vllm.py", "test_fleet.py", "test_app_control.py", "test_hangs.py")
 
 
+# First, so that the slow marks it adds are there when `-m "not slow"` deselects.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_server_tests(items)
+
     def order(item: pytest.Item) -> int:
         name = item.path.name
         return FIRST.index(name) if name in FIRST else len(FIRST)
     items.sort(key=order)  # stable: a module's tests keep their order
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """Outside the slow tier no process starts (quick_tier.py): setup, call and teardown."""
+    if is_slow(item):
+        return (yield)
+    with no_processes():
+        return (yield)
 
 
 @pytest.fixture(autouse=True)

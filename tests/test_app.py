@@ -21,6 +21,8 @@ from engram_top.live.session import DemoOptions, DemoSession, LoadSpec
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 
 @pytest.mark.timeout(120)
 async def test_live_demo_kill_and_quit(tmp_path) -> None:

@@ -20,6 +20,8 @@ from engram_top.live.session import LoadSpec, Session, SessionOptions
 from engram_top.model import facts
 from scenarios.ports import port_in_use
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 SIZE = (150, 45)
 
 

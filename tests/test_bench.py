@@ -13,6 +13,8 @@ import pytest
 
 from engram_top.bench.plan import PlanError, load_plan
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 ENGRAM_TOP = Path(sys.executable).with_name("engram-top")
 

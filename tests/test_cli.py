@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 import pytest
 from helpers import ENGRAM_TOP
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 if TYPE_CHECKING:
     from helpers import Fleet, SimServer
 

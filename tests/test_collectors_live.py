@@ -26,6 +26,8 @@ from engram_top.sim import memory
 from engram_top.sim.backends import SimHostBackend
 from scenarios.workload import ClosedLoopLoad
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 if TYPE_CHECKING:
     from helpers import Fleet, SimServer
 

@@ -19,6 +19,8 @@ from helpers import alive
 
 from scenarios import engines, scenario_file
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 TOY = Path(__file__).parent / "toy"
 DEADLINE_S = 60.0  # the most one CLI command may take here

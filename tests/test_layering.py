@@ -6,6 +6,10 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

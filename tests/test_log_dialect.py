@@ -422,6 +422,7 @@ def _one_launch(i: int) -> list[str]:
             f"[{day}:09] The server is fired up and ready to roll!"]
 
 
+@pytest.mark.slow
 def test_a_log_of_one_launch_repeated_is_many_runs_and_memory_stays_bounded() -> None:
     parser = StartupLogParser()
     for i in range(40):
@@ -444,6 +445,7 @@ def test_a_log_of_one_launch_repeated_is_many_runs_and_memory_stays_bounded() ->
     assert grown < 256 * 1024, grown  # a thousand launches later: no more memory held
 
 
+@pytest.mark.slow
 def test_inspect_log_prints_the_new_facts(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
     import subprocess

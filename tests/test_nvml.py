@@ -26,6 +26,8 @@ from collectors.base import SourceUnavailable
 from collectors.nvml import GpuCollector, NvmlBackend, NvmlBusy
 from collectors.readings import GpuData, GpuDevice, Status
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 MIB = 1024 * 1024

@@ -26,6 +26,8 @@ from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.probe.report import SCHEMA, ProbeFileError, from_json, load_probe
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 SGLANG_PY = ROOT / ".venv-sglang" / "bin" / "python"
 BENCH_SERVING = ROOT / "tests" / "data" / "bench_serving"
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

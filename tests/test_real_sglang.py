@@ -18,6 +18,8 @@ from helpers import until
 from engram_top.live.session import LoadSpec, Session, SessionOptions
 from scenarios.supervisor import port_in_use
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-sglang"
 READY = (VENV / "bin" / "python").exists() and (VENV / "tiny-llama" / "config.json").exists()

@@ -21,6 +21,8 @@ from rich.console import Console
 
 from engram_top.live.session import LoadSpec, Session, SessionOptions
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-vllm"
 FAILED = VENV / "SETUP-FAILED"

@@ -56,6 +56,8 @@ from engram_top.record.scan import Skip
 from engram_top.seed import reference
 from scenarios import engines
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_FILE = ROOT / "scenarios" / "demo.toml"
 GIB = 1024**3

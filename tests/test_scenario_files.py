@@ -556,6 +556,7 @@ def engram_top(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("command", ["run", "switch"])
+@pytest.mark.slow
 def test_commands_refuse_a_broken_file_with_its_message(tmp_path: Path, command: str) -> None:
     path = write(tmp_path, BROKEN)
     extra = ["--to", "device"] if command == "switch" else []
@@ -567,6 +568,7 @@ def test_commands_refuse_a_broken_file_with_its_message(tmp_path: Path, command:
     assert not (tmp_path / "state").exists()  # and before any state was written
 
 
+@pytest.mark.slow
 def test_run_refuses_a_bad_default_without_a_traceback(tmp_path: Path) -> None:
     path = write(tmp_path, HEAD + 'tp = "4"\n' + """
 [scenarios.device]
@@ -581,6 +583,7 @@ port = 30000
     assert done.stdout == ""
 
 
+@pytest.mark.slow
 def test_switch_refuses_a_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "nope.toml"
     done = engram_top("switch", str(path), "--to", "device")

@@ -20,6 +20,8 @@ from collectors.units import GIB
 from engram_top.seed import reference
 from engram_top.sim import engram, memory
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 if TYPE_CHECKING:
     from helpers import Fleet
 

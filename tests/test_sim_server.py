@@ -30,6 +30,8 @@ from engram_top.sim import memory, state
 from engram_top.sim.backends import SimGpuBackend
 from engram_top.sim.core import ServerCore
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 if TYPE_CHECKING:
     from helpers import Fleet, SimServer
 

@@ -41,6 +41,8 @@ from engram_top.sim.server_args import CONTEXT_LEN
 from scenarios import engines, scenario_file
 from scenarios.workload import PROMPT_TOKENS_FIELD
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 REF = reference.default()
 PLAN = {p: memory.plan(REF, p) for p in ("device", "host-prefetch")}
 MIXED = ROOT / "scenarios" / "demo-mixed.toml"

@@ -143,6 +143,7 @@ def test_parent_that_is_a_file_fails_cleanly(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
+@pytest.mark.slow
 def test_read_only_folder_fails_cleanly(tmp_path: Path) -> None:
     """`engram-top snapshot --out RO` into a folder it may not write: a clear message, exit 1,
     nothing left. Root writes through chmod 0o555 by its capability CAP_DAC_OVERRIDE, so as
@@ -291,6 +292,7 @@ env = {{ HF_TOKEN = "{HF_TOKEN}" }}
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 async def test_no_secret_leaves_a_live_snapshot(tmp_path: Path) -> None:
     from engram_top.app.headless import render_svg
     from engram_top.live.session import Session, SessionOptions

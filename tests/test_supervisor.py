@@ -28,6 +28,8 @@ from scenarios.scenario_file import Scenario
 from scenarios.server_run import Run
 from scenarios.supervisor import Supervisor, SupervisorError
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "data" / "fake_sglang"
 GIB = 1024**3

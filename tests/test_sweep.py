@@ -19,6 +19,8 @@ from engram_top.bench.plan import PlanError, load_plan
 from engram_top.compare.slo import Slo
 from scenarios import engines
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 ENGRAM_TOP = Path(sys.executable).with_name("engram-top")
 LONG = sweep.lengths(98304, 16384, 0.75, 200, 7)  # the demo sweep's contexts and count

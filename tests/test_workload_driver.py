@@ -10,6 +10,8 @@ import pytest
 from engram_top.live.session import DemoOptions, DemoSession
 from scenarios.workload import Level, WorkloadSpec, run_workload
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 
 @pytest.fixture
 async def server(tmp_path):  # type: ignore[no-untyped-def]

@@ -22,6 +22,8 @@ from engram_top.model.store import RunStore
 from engram_top.record.recorder import Recorder
 from scenarios.bounds import IntList, PromDuration, Range
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 HUGE = "9" * 400
 # What reaches each command's options before they are parsed: its positional arguments.
 PREFIX = {("demo",): [], ("snapshot",): ["--demo"], ("fleet",): ["--demo"],

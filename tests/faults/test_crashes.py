@@ -21,6 +21,8 @@ from engram_top.record.importers import load_runs
 from engram_top.record.recorder import Recorder
 from engram_top.record.replay import ReplaySession
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 
 def snapshot_json(cli: Cli, *source: str) -> dict:
     res = cli.run("snapshot", *source, "--out", str(cli.tmp / "snaps"), timeout=60)

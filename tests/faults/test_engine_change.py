@@ -21,6 +21,8 @@ from engram_top.live import engine_detect
 from engram_top.live.session import Session, SessionOptions
 from scenarios.process import LaunchSpec, ManagedProcess
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 
 @asynccontextmanager
 async def sim_server(cli: Cli, port: int, dialect: str) -> AsyncIterator[ManagedProcess]:

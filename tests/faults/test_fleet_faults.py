@@ -25,6 +25,8 @@ from engram_top.fleet.session import MIN_PAUSE_S, FleetSession
 from scenarios import owned_folder
 from scenarios.fleet_demo import FOLDER_PREFIX
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 INTERVAL = 0.1
 DEADLINE = 1.0
 NODES = ("node-0000", "node-0001", "node-0002")

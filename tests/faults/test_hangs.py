@@ -17,6 +17,8 @@ from engram_top.app.main import EngramTopApp
 from engram_top.live.session import Session, SessionOptions
 from scenarios.logtail import MAX_LINE, LogTail
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 # --------------------------------------------------------------------------- 6
 
 

@@ -29,6 +29,8 @@ from textual.app import App
 from collectors.safetext import unsafe_in, visible
 from engram_top.app.main import EngramTopApp
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 OSC = "\x1b]0;pwned\x07"
 OSC_SHOWN = visible(OSC)  # \x1b]0;pwned\x07 as text: what the screen says instead
 # A name a file or a label can hold (every C0 but the newline, DEL, every C1, bidi).

@@ -13,6 +13,8 @@ import pytest
 from faultkit import Cli, no_traceback, sim_scenario_file
 from helpers import wait_until
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 
 @pytest.mark.parametrize("command", ["run", "switch"])
 def test_a_killed_command_leaves_its_server_and_stop_finds_it(cli: Cli, tmp_path: Path,

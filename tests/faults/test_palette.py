@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from drive import SIZE, make_recording
 from faultkit import sim_scenario_file
 from helpers import quit_app, until
@@ -14,6 +15,8 @@ from engram_top.app.dialogs import HelpScreen
 from engram_top.app.main import EngramTopApp
 from engram_top.live.session import Session, SessionOptions
 from engram_top.record.replay import ReplaySession
+
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
 REPLAY_ONLY = {"Play/pause", "-10 s", "+10 s", "-1 min", "+1 min", "To the start", "Slower",
                "Faster"}

@@ -25,6 +25,8 @@ from engram_top.record.file_format import RecordingError
 from engram_top.record.recorder import read_recording
 from engram_top.record.replay import ReplaySession
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 # Session A ran device then host; session B, appended after A was cut, host-prefetch.
 A_RUNS = {"device": 350.0, "host": 400.0}  # scenario -> mean TTFT (ms), as make_recording
 B_RUNS = {"host-prefetch": 350.0}

@@ -31,6 +31,8 @@ from engram_top.fleet.session import FleetSession
 from engram_top.live.session import Session, SessionOptions
 from engram_top.record.recorder import Recorder
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 PASSWORD = "hunter2-url-secret"
 KEY = "sk-fault-18-do-not-leak"
 

@@ -24,6 +24,8 @@ from engram_top.live.session import Session, SessionOptions
 from engram_top.record.recorder import Recorder
 from engram_top.settings.user_config import load_config
 
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
 
 def test_fault_09_a_stream_cut_short_is_incomplete_not_a_success(cli: Cli,
                                                                   tmp_path: Path) -> None:
