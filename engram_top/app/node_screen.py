@@ -17,6 +17,7 @@ from engram_top.app.panel import Panel
 from engram_top.app.safe import safe
 from engram_top.fleet.detail import HISTORY_S
 from engram_top.fleet.session import FleetSession
+from engram_top.model import facts
 
 
 class NodeScreen(Screen[None]):
@@ -36,7 +37,9 @@ class NodeScreen(Screen[None]):
         with Grid(id="grid"):
             yield Panel("HBM per GPU · dcgm-exporter", panels.hbm_panel,
                         ("gpu", "host", "server", "run"), id="hbm")
-            yield Panel("KV pool · SGLang", panels.kv_panel, ("server", "run"), id="kv")
+            # Whose series the node's are (SGLang's, vLLM's), as its detail read them.
+            engine = facts.engine_of(self.detail.store) if self.detail else "the server"
+            yield Panel(f"KV pool · {engine}", panels.kv_panel, ("server", "run"), id="kv")
             yield Panel("Host RAM · node-exporter", panels.host_panel, ("host", "run"),
                         id="host")
             yield Panel("Latency · histogram_quantile", panels.latency_panel, ("server",),
