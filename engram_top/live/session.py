@@ -381,7 +381,9 @@ class Session:
 
     async def _read_environ(self, url: str) -> None:
         # psutil walks every socket of the machine: off the event loop.
-        _, env = await asyncio.to_thread(server_environ, url, ("SGLANG_",))
+        # Every engine's variables: the engine may be told only by a later page.
+        prefixes = tuple(p for kind in engines.kinds() for p in engines.get(kind).env_prefixes)
+        _, env = await asyncio.to_thread(server_environ, url, prefixes)
         self._attached_env[url] = env
 
     def _bind(self, run: Run) -> None:

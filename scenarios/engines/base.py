@@ -183,6 +183,9 @@ class Engine:
     # How its /metrics families' names begin: a server attached without --engine is
     # read by the engine whose names its page has.
     page_prefixes: tuple[str, ...] = ()
+    # The variables of a server's environment that configure it (read from an attached
+    # server's process: its Engram switches may be there).
+    env_prefixes: tuple[str, ...] = ()
     # Its words where they differ from the dashboard's ("retracted": "preempted"), and its
     # series in a fleet's Prometheus: each declared once, in its collectors' package.
     words: Mapping[str, str] = {}

@@ -68,6 +68,7 @@ class SGLangSpeaker(Engine):
     own_polls = OWN_POLLS
     error_markers = FAILURE_MARKERS  # the same words the log pane marks
     page_prefixes = PAGE_PREFIXES
+    env_prefixes = ("SGLANG_",)
     words = WORDS
     fleet = FLEET
 
