@@ -116,3 +116,26 @@ def test_the_scan_sees_each_form() -> None:
              'x = ("SGLang", "vLLM")\n')
     assert offences(shown) == []
     assert len(_product_files()) > 50  # the tree was found
+
+
+def test_the_kv_panel_speaks_the_watched_engines_word() -> None:
+    """The same pressure on the KV cache in each engine's own word, as the engine declares
+    it: SGLang retracts, vLLM preempts."""
+    from rich.console import Console
+    from scene import scene_store
+
+    from engram_top.app import panels
+    from scenarios import engines
+
+    def requests_row(kind: str) -> str:
+        store = scene_store()
+        assert store.run is not None
+        engine = engines.get(kind)
+        store.run.engine, store.run.words = engine.speaks, dict(engine.words)
+        console = Console(width=100, record=True)
+        console.print(panels.kv_panel(store, cols=100))
+        return next(line for line in console.export_text().splitlines()
+                    if line.startswith("requests"))
+
+    assert requests_row("sglang").endswith("0 queued · 0 retracted")
+    assert requests_row("vllm").endswith("0 queued · 0 preempted")
