@@ -16,7 +16,7 @@ import pytest
 from helpers import until
 
 from engram_top.live.session import LoadSpec, Session, SessionOptions
-from scenarios.supervisor import port_in_use
+from scenarios.ports import port_in_use
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
