@@ -290,7 +290,7 @@ def test_a_starting_header_and_the_scenario_list_fit_a_100_column_terminal() -> 
 def host_delta_shown(app: EngramTopApp, scenario: str) -> tuple[str, str]:
     """The Host RAM panel's Δ ("+6.4 GiB", or "–") and the scenario list's host Δ cell for
     ``scenario``, as they are on screen at this moment."""
-    found = re.search(r"│ ?Δ +(–|[+-][\d,.]+ GiB)", screen_text(app))
+    found = re.search(r"│ ?Δ +(?:server )?(–|[+-][\d,.]+ GiB)", screen_text(app))
     assert found is not None, screen_text(app)
     table = app.query_one("#scenarios", DataTable)
     assert str(list(table.columns.values())[5].label) == "host Δ"
@@ -308,8 +308,12 @@ async def test_a_launch_s_host_delta_is_the_host_ram_panel_s() -> None:
     run.state, run.phase, run.ready_at = "starting", "weights", None
     run.results = dataclasses.replace(run.results, host_delta_gib=17.5)  # an older figure
     used = 40 * GIB + round(6.4496 * GIB)  # 6.4496 GiB over the baseline: +6.4, not +6.5
+    # The server's share (its tree's memory) is the Δ: 6.4496 GiB of it, nothing shared.
+    host = store.data("host")
+    tree = dataclasses.replace(host.server_tree, rss_anon_bytes=round(6.4496 * GIB),
+                               rss_shmem_bytes=0)
     store.add("host", Reading("host", Status.OK, dataclasses.replace(
-        store.data("host"), used_bytes=used, available_bytes=2048 * GIB - used), at=NOW))
+        host, used_bytes=used, available_bytes=2048 * GIB - used, server_tree=tree), at=NOW))
     app = EngramTopApp(StaticSession(store), clock=lambda: NOW)
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.query_one("#scenarios").row_count > 0, 5, "the list")

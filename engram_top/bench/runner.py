@@ -200,7 +200,6 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
     bound = store.facts_for(name)  # the session's facts of this run: its modelled start-up
     planned = bound.planned_ready_s if bound is not None else None
     gpus = facts.gpu_facts(store)
-    host = facts.host_facts(store)
     # Without GPU readings (a CPU server, no NVML) SGLang's own figures still say it.
     now = facts.summary(store)
     weights, kv_tokens = now.weights_gb, now.kv_tokens
@@ -238,7 +237,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
         scenario=name, placement=sc.placement, source="bench", trial=trial,
         engine=sc.engine.display, gpus=plan.gpus or (len(gpus) or None),
         weights_gb=weights, kv_tokens=kv_tokens,
-        host_delta_gib=host.delta_gib if host else None,
+        host_delta_gib=now.host_delta_gib,  # the server's share (the host ledger's)
         ready_s=None if run.ready_s is None
         else startup_in_node_time(run.ready_s, time_scale, planned),
         ttft_mean_s=node_time(result.mean("ttft")), tpot_mean_s=node_time(result.mean("tpot")),

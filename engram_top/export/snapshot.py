@@ -32,7 +32,7 @@ from engram_top.compare.comparison import Comparison, to_json, to_markdown
 from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import comparison
 from engram_top.export.summary import summary_markdown
-from engram_top.model import facts
+from engram_top.model import facts, ledger
 from engram_top.model.redact import REDACTED, redact, redact_text
 from engram_top.model.store import RunFacts, RunStore, SeriesKey
 from engram_top.seed.reference import Reference
@@ -71,6 +71,8 @@ def build(store: RunStore, ref: Reference) -> dict[str, Any]:
         "run": facts.plain(facts.run_facts(store)),
         "gpus": facts.plain(facts.gpu_facts(store)),
         "host": facts.plain(facts.host_facts(store)),
+        "host_ledger": _host_ledger(store),
+        "hbm_ledger": [g.to_json() for g in ledger.hbm_ledger(store)],
         "kv": facts.plain(facts.kv_facts(store)),
         "engram": _engram(store),
         "latency": facts.plain(facts.latency_facts(store)),
@@ -84,6 +86,17 @@ def build(store: RunStore, ref: Reference) -> dict[str, Any]:
             if placement else {},
         },
     }
+
+
+def _host_ledger(store: RunStore) -> dict[str, Any] | None:
+    """The host ledger, with the run's host delta as the server's share and the rest of the
+    node's growth beside it."""
+    book = ledger.host_ledger(store)
+    if book is None:
+        return None
+    return {**book.to_json(),
+            "server_delta_bytes": ledger.run_server_delta_bytes(store, store.run),
+            "others_delta_bytes": ledger.others_delta_bytes(store)}
 
 
 def _engram(store: RunStore) -> dict[str, Any] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from collectors.safetext import visible
-from collectors.units import NA, gib_text, ms_text, percent, weights_gb
+from collectors.units import GIB, NA, gib_text, ms_text, percent, weights_gb
 from engram_top.model.store import RunStore
 
 
@@ -71,11 +71,16 @@ def _readings(data: dict[str, Any]) -> list[str]:
                    + f"; {engram.get('verdict')}")
     host = data.get("host")
     if host:
-        delta = host.get("delta_gib")
+        book = data.get("host_ledger") or {}
+        delta = book.get("server_delta_bytes")
+        others = book.get("others_delta_bytes")
         out.append(f"- Host RAM: {gib_text(host['used_bytes'])} of {gib_text(host['total_bytes'])} "
-                   f"GiB used (MemTotal - MemAvailable), "
-                   f"{'n/a' if delta is None else f'{delta:+.1f}'} GiB since launch, "
-                   f"Shmem {gib_text(host.get('shmem_bytes'))} GiB")
+                   f"GiB used (MemTotal - MemAvailable), the server "
+                   f"{'n/a' if delta is None else f'{delta / GIB:+.1f}'} GiB since launch"
+                   + ("" if others is None else f" (others {others / GIB:+.1f} GiB)")
+                   + f", Shmem {gib_text(host.get('shmem_bytes'))} GiB")
+        out += ledger_lines(book)
+    out += hbm_ledger_lines(data.get("hbm_ledger") or [])
     lat = data.get("latency")
     if lat:
         window = lat.get("window_s")
@@ -88,6 +93,26 @@ def _readings(data: dict[str, Any]) -> list[str]:
     if stale:
         out.append(f"- Sources not OK: {'; '.join(stale)}")
     return out or ["- no reading yet"]
+
+
+def ledger_lines(book: dict[str, Any]) -> list[str]:
+    """The host ledger's lines, then each GPU's, as summary.md lists them."""
+    def each(lines: list[dict[str, Any]]) -> str:
+        return "; ".join(f"{visible(ln['name'])} {gib_text(ln['bytes'], none='unknown')} GiB "
+                         f"({ln['source']})" for ln in lines)
+    out = []
+    if book.get("lines"):
+        out.append(f"- Host RAM ledger: {each(book['lines'])}")
+    for node, lines in (book.get("per_node") or {}).items():
+        out.append(f"  - NUMA node {node}: {each(lines)}")
+    return out
+
+
+def hbm_ledger_lines(gpus: list[dict[str, Any]]) -> list[str]:
+    return [f"- HBM ledger GPU {g['index']}: NVML used {gib_text(g['used_bytes'])} GiB = "
+            + "; ".join(f"{visible(ln['name'])} {gib_text(ln['bytes'], none='unknown')} GiB "
+                        f"({ln['source']})" for ln in g["lines"])
+            + f"; unexplained {gib_text(g['unexplained_bytes'])} GiB" for g in gpus]
 
 
 def _quantiles(q: dict[str, Any] | None) -> str:

@@ -30,7 +30,7 @@ from engram_top.model.views import (
     RunView,
     SourceStatus,
 )
-from scenarios.runstate import LIVE, RunState
+from scenarios.runstate import RunState
 
 
 def source_status(store: RunStore, kind: str, now: float | None = None) -> SourceStatus:
@@ -103,16 +103,12 @@ def gpu_facts(store: RunStore) -> list[GpuView]:
 
 
 def run_host_delta_bytes(store: RunStore, run: RunFacts | None) -> float | None:
-    """What a run has taken of host memory since its launch: while it is the store's run and
-    live, the Host RAM panel's own figure (the latest reading against the run's baseline),
-    so the scenario list and the panel never disagree; else the figure kept with the run
-    (its results, from the last time it was live)."""
-    if run is not None and run is store.run and run.state in LIVE:
-        host = host_facts(store)
-        if host is not None and host.delta_bytes is not None:
-            return host.delta_bytes
-    kept = run.results.host_delta_gib if run is not None else None
-    return None if kept is None else kept * GIB
+    """What a run has taken of host memory since its launch: its server's share alone (the
+    host ledger's), so other tenants' growth never counts; the Host RAM panel and the
+    scenario list take this one figure."""
+    from engram_top.model import ledger  # the ledger reads these facts: imported when used
+
+    return ledger.run_server_delta_bytes(store, run)
 
 
 def host_facts(store: RunStore) -> HostView | None:
@@ -357,7 +353,6 @@ def summary(store: RunStore) -> RunFigures:
     comparison show them: ready and latencies to 0.01 s and 0.01 ms, p50s to 0.1 ms."""
     run = store.run
     gpus = gpu_facts(store)
-    host = host_facts(store)
     lat = latency_facts(store)
     ttft, itl = (lat.ttft, lat.itl) if lat else (None, None)
     rate = lat.output_tokens_per_s if lat else None
@@ -377,7 +372,7 @@ def summary(store: RunStore) -> RunFigures:
         gpus=len(gpus) or None,
         weights_gb=weights,
         kv_tokens=kv_tokens,
-        host_delta_gib=host.delta_gib if host else None,
+        host_delta_gib=_gib(run_host_delta_bytes(store, run)),
         ttft_p50_s=_round_ms(ttft.p50 if ttft else None, 1),
         ttft_mean_s=_round_ms(ttft.mean if ttft else None, 2),
         itl_p50_s=_round_ms(itl.p50 if itl else None, 1),
@@ -385,6 +380,10 @@ def summary(store: RunStore) -> RunFigures:
         output_tok_s=None if rate is None else round(rate, 1),
         joules_per_token=None if per_token is None else round(per_token, 3),
         throttled=_throttled(run, server, serving), **_goodput(store.load))
+
+
+def _gib(nbytes: float | None) -> float | None:
+    return None if nbytes is None else round(nbytes / GIB, 3)
 
 
 def _goodput(load: dict[str, Any]) -> dict[str, float]:

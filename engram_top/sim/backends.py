@@ -133,13 +133,15 @@ class SimHostBackend(ProcBackend):
         proc = self._live().get(pid)
         if proc is None:
             return super().process_memory(pid)
-        real = super().process_memory(pid)
-        if real is None:
+        if super().process_memory(pid) is None:
             return None
-        anon = real["RssAnon"] + proc.host_anon_bytes
-        shmem = real["RssShmem"] + proc.host_shmem_bytes
-        return {"VmRSS": anon + shmem + real["RssFile"], "RssAnon": anon,
-                "RssFile": real["RssFile"], "RssShmem": shmem}
+        # The modelled memory only: the virtual host's meminfo holds no Python interpreter's
+        # pages either, so the server's ledger lines stay within what the host has in use.
+        # It pins its shared host memory (the tables and the prefetch staging: its log says
+        # "pinned"), as cudaHostRegister does.
+        anon, shmem = proc.host_anon_bytes, proc.host_shmem_bytes
+        return {"VmRSS": anon + shmem, "RssAnon": anon, "RssFile": 0, "RssShmem": shmem,
+                "VmPin": shmem, "VmLck": 0}
 
     def node_meminfo(self) -> dict[int, dict[str, int]] | None:
         # The virtual host's two sockets, never this machine's /sys (engram_top.sim.sockets).
