@@ -402,7 +402,7 @@ async def test_through_a_launch_the_scenario_row_s_host_delta_is_the_host_ram_pa
 
     def look() -> bool:
         run = session.store.run
-        found = re.search(r"│ ?Δ +(–|[+-][\d,.]+ GiB)", screen_text(app))
+        found = re.search(r"│ ?Δ +(?:server )?(–|[+-][\d,.]+ GiB)", screen_text(app))
         if run is not None and run.scenario == "host" and found and app._rows:
             seen.append((str(run.state), found.group(1), row(app, "host")[5]))
         return ready(session, "host")()

@@ -330,6 +330,8 @@ async def test_sim_host_delta_follows_the_placement(fleet: Fleet, name: str,
         # The Engram tables sit in shared (pinned) host memory, in huge pages.
         assert tree.rss_shmem_bytes >= plan.host_table_bytes
         assert h.anon_hugepages_bytes >= plan.host_table_bytes
+        # Pinned, as its log says: VmPin over the tree holds the tables and the staging.
+        assert tree.pinned_bytes == tree.rss_shmem_bytes
 
     result = await server.astop(grace=10.0)
     assert result.survivors == ()
