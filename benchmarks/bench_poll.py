@@ -24,7 +24,8 @@ from collectors.host import HostCollector  # noqa: E402
 from collectors.nvml import GpuCollector  # noqa: E402
 from collectors.sglang.collector import SglangCollector  # noqa: E402
 from collectors.sglang.startup_log import StartupLogParser  # noqa: E402
-from engram_top.live.session import DemoOptions, DemoSession, LoadSpec  # noqa: E402
+from engram_top.live.demo import DemoOptions, DemoSession  # noqa: E402
+from engram_top.live.load import LoadSpec  # noqa: E402
 from engram_top.sim.backends import SimGpuBackend, SimHostBackend  # noqa: E402
 
 

@@ -21,7 +21,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engram_top.live.session import DemoOptions, DemoSession  # noqa: E402
+from engram_top.live.demo import DemoOptions, DemoSession  # noqa: E402
 from scenarios.workload import Level, WorkloadSpec, run_workload  # noqa: E402
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engram_top.live.session import DemoOptions, DemoSession  # noqa: E402
+from engram_top.live.demo import DemoOptions, DemoSession  # noqa: E402
 from engram_top.seed import reference  # noqa: E402
 from engram_top.sim.memory import kv_capacity_tokens  # noqa: E402
 from engram_top.sim.model import request_lengths, simulate_closed_loop  # noqa: E402

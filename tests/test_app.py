@@ -17,7 +17,8 @@ from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.dialogs import HelpScreen
 from engram_top.app.main import EngramTopApp
 from engram_top.compare.run_result import RunResult
-from engram_top.live.session import DemoOptions, DemoSession, LoadSpec
+from engram_top.live.demo import DemoOptions, DemoSession
+from engram_top.live.load import LoadSpec
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore
 

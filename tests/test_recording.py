@@ -39,7 +39,9 @@ from engram_top.app import panels
 from engram_top.app.dialogs import ConfirmScreen
 from engram_top.app.main import EngramTopApp
 from engram_top.cli import commands, dashboards
-from engram_top.live.session import DemoOptions, DemoSession, LoadSpec, Session, SessionOptions
+from engram_top.live.demo import DemoOptions, DemoSession
+from engram_top.live.load import LoadSpec
+from engram_top.live.session import Session, SessionOptions
 from engram_top.model import facts
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore

@@ -14,7 +14,8 @@ from helpers import StaticSession
 
 from engram_top.app.headless import BorrowedSession
 from engram_top.app.sessions import DashboardSession, ReplayControls
-from engram_top.live.session import DemoSession, Session, SessionOptions
+from engram_top.live.demo import DemoSession
+from engram_top.live.session import Session, SessionOptions
 from engram_top.model.store import RunStore
 from engram_top.record.recorder import Recorder
 from engram_top.record.replay import ReplaySession

@@ -321,7 +321,7 @@ def test_vllm_scenarios_launch_as_the_engine_wants(tmp_path: Path) -> None:
 
 
 def test_the_demo_load_fits_a_model_whose_context_is_short() -> None:
-    from engram_top.live.session import fit_context
+    from engram_top.live.load import fit_context
     assert fit_context(512, 128, None) == (512, 128)  # nothing known: as asked
     assert fit_context(512, 128, 4096) == (512, 128)  # it fits
     assert fit_context(512, 128, 512) == (384, 128)  # the tiny vLLM's 512: a quarter out

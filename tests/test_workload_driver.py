@@ -7,7 +7,7 @@ import statistics
 import httpx
 import pytest
 
-from engram_top.live.session import DemoOptions, DemoSession
+from engram_top.live.demo import DemoOptions, DemoSession
 from scenarios.workload import Level, WorkloadSpec, run_workload
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)

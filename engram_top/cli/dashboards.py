@@ -17,7 +17,7 @@ from engram_top.settings.paths import state_base
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from engram_top.live.session import DemoSession
+    from engram_top.live.demo import DemoSession
     app = dashboard_app(DemoSession(demo_options(args)), args)
     if app is None or without_terminal(app.session, args.command):
         return 2

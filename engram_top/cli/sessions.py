@@ -13,7 +13,8 @@ from engram_top.cli.lifetime import (
 
 
 def demo_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from engram_top.live.session import DemoOptions, LoadSpec
+    from engram_top.live.demo import DemoOptions
+    from engram_top.live.load import LoadSpec
     load = None if args.no_load else LoadSpec(concurrency=args.concurrency)
     return DemoOptions(placement=args.placement, time_scale=args.time_scale,
                        serve_scale=args.serve_scale, load=load)

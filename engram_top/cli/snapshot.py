@@ -63,7 +63,8 @@ async def take_snapshot(args: argparse.Namespace) -> int:
 def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The session a snapshot watches, how long to wait for its server, and a description
     for snapshot.json. A source is a session object (start, wait_ready, close, store, ref)."""
-    from engram_top.live.session import DemoSession, Session, SessionOptions
+    from engram_top.live.demo import DemoSession
+    from engram_top.live.session import Session, SessionOptions
     if args.attach:
         from collectors.pages import split_userinfo
         describe = {"kind": "attach", "url": split_userinfo(args.attach)[0],

@@ -178,6 +178,9 @@ class Engine:
     # Its start-up follows the seed's model, so the seed's ready time is its plan.
     follows_reference = False
     readiness = Readiness()
+    # What its collector names its readings by ("sglang": "sglang http://host:port"): the
+    # session's reading of a server whose port is not open yet is named the same.
+    reading_source = "server"
     # Access-log fragments of the dashboard's own polls, hidden in the log pane.
     own_polls: tuple[str, ...] = ()
     # How its /metrics families' names begin: a server attached without --engine is

@@ -69,6 +69,7 @@ class SGLangSpeaker(Engine):
     error_markers = FAILURE_MARKERS  # the same words the log pane marks
     page_prefixes = PAGE_PREFIXES
     env_prefixes = ("SGLANG_",)
+    reading_source = SglangCollector.SOURCE
     words = WORDS
     fleet = FLEET
 

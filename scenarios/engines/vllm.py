@@ -64,6 +64,11 @@ class VllmSpeaker(Engine):
     readiness = Readiness(health_only_after_s=0.0, probe_after_s=5.0, log_decides=False,
                           confirm_path="/metrics", confirm_text="vllm:")
 
+    @property
+    def reading_source(self) -> str:  # type: ignore[override]
+        from collectors.vllm.collector import VllmCollector
+        return VllmCollector.SOURCE
+
     def parser(self) -> LogParser:
         from collectors.vllm.startup_log import VllmLogParser
         return VllmLogParser()

@@ -1,0 +1,133 @@
+"""What the live session tells the store of a run: a launched run's facts, the supervisor's
+news of it as it happens, the server's reading while its port is not open yet, and the model
+and Engram placement its engine reads from what the server said."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from collectors.readings import Reading, Status
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.seed.reference import Reference
+from scenarios.engines.base import Engine, ServerCollector
+from scenarios.runstate import RunState
+from scenarios.scenario_file import Scenario
+from scenarios.server_run import Run
+
+# How the start-up phases read in a sentence ("waiting for the server's port (loading
+# weights)").
+PHASE_WORDS = {"launching": "launching", "distributed_init": "starting its processes",
+               "weights": "loading weights", "kv_pool": "allocating the KV pool",
+               "graphs": "capturing CUDA graphs"}
+
+
+def launched(run: Run, ref: Reference, node: str) -> RunFacts:
+    """The store's facts of a run that was just launched on ``node``."""
+    sc = run.scenario
+    engine = sc.engine
+    time_scale = engine.clock(sc)[0]
+    estimate = run.estimate_s
+    planned = None
+    if engine.follows_reference and sc.placement in ref.placements:
+        planned = ref.placements[sc.placement].ready_s  # the model it runs
+        estimate = estimate if estimate is not None else planned * time_scale
+    facts = RunFacts(scenario=sc.name, placement=sc.placement or "?", node=node,
+                     time_scale=time_scale, own_polls=engine.own_polls,
+                     launched_wall=run.launched_wall, launched_at=run.launched_at,
+                     state=run.state, pid=run.pid, log_path=str(run.log_path), url=sc.url,
+                     expected_ready_s=estimate, baseline_host_used=run.baseline_host_used,
+                     baseline_gpu_used=dict(run.baseline_gpu), title=sc.title,
+                     planned_ready_s=planned, engine=engine.speaks,
+                     engine_name=engine.display, words=dict(engine.words),
+                     model=sc.model_path or (ref.model if engine.follows_reference
+                                             else None))
+    facts.log_lines = run.lines
+    return facts
+
+
+def until_port(run: Run, collector: ServerCollector) -> Callable[[], Awaitable[Reading[Any]]]:
+    """The server's poll, which, while its log says it has not reached its HTTP phase,
+    says what it waits for rather than knock on a port nothing listens on yet (and show
+    "connection refused" through every normal start-up). That reading is named as the
+    engine's collector names its own ("vllm http://..."), so it is the same source's."""
+    engine = run.scenario.engine
+    http_phases = engine.readiness.http_phases
+
+    async def poll() -> Reading[Any]:
+        if run.state == RunState.STARTING and not run.http_up \
+                and run.phase not in http_phases:
+            phase = PHASE_WORDS.get(run.phase, run.phase.replace("_", " "))
+            return Reading(f"{engine.reading_source} {run.scenario.url}", Status.STARTING,
+                           message=f"waiting for the server's port ({phase})")
+        return await collector.poll()
+    return poll
+
+
+def sync(store: RunStore, run: Run, seen: dict[str, tuple[float, int, int | None]]) -> None:
+    """The supervisor's view of a run into the store's facts. ``seen``: by scenario, the
+    (launch, parser, its version) whose start-up facts the store holds."""
+    facts = store.facts_for(run.scenario.name)
+    if facts is None or facts.launched_at != run.launched_at:
+        return
+    before = (facts.state, facts.phase, facts.lines_seen)
+    facts.state, facts.phase = run.state, run.phase
+    facts.ready_at, facts.ended_at = run.ready_at, run.ended_at
+    facts.exit_code, facts.failure = run.exit_code, run.failure
+    if facts.degraded != run.degraded:
+        facts.degraded = run.degraded
+        store.bump("run")
+    if run.lines_seen != facts.lines_seen:
+        facts.lines_seen = run.lines_seen
+        # The facts as plain data cost a millisecond or two: rebuilt only when a line
+        # told the parser something (the dashboard's own polls in the access log do not).
+        told = (run.launched_at, id(run.parser), getattr(run.parser, "version", None))
+        if told[2] is None or seen.get(run.scenario.name) != told:
+            seen[run.scenario.name] = told
+            parsed = run.parser.facts()
+            facts.phase_durations = parsed.phase_durations()
+            facts.startup = parsed.to_dict()
+        elif facts.startup:  # the log's clock moves on all the same (a stale rate shows)
+            facts.startup["last_line_at"] = getattr(run.parser, "last_line_at", None)
+    if (facts.state, facts.phase, facts.lines_seen) != before:
+        store.bump("run")
+
+
+def logged_args(startup: dict[str, Any]) -> dict[str, Any]:
+    """The server args its log printed (start-up facts as plain data): every key it gave,
+    the typed reading over the raw text where there is one."""
+    parsed = startup.get("server_args")
+    if not isinstance(parsed, dict):
+        return {}
+    raw = parsed.get("raw")
+    out: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+    out.update({k: v for k, v in parsed.items() if k != "raw" and v is not None})
+    return out
+
+
+def read_engram(store: RunStore, facts: RunFacts, engine: Engine, sc: Scenario | None,
+                env: dict[str, str]) -> None:
+    """The watched run's model, Engram placement and prefetch verdict, from what its
+    engine can tell: the scenario (None: a server someone else started), the server's
+    environment and args, its log, its GPU."""
+    server = store.data("server")
+    info_args = server.extra.get("server_args") if server is not None else None
+    args = {**(info_args if isinstance(info_args, dict) else {}),
+            **logged_args(facts.startup)}
+    gpus = store.data("gpu")
+    gpu_name = gpus.devices[0].name if gpus is not None and gpus.devices else None
+    setting = engine.engram(sc, env=env, args=args, startup=facts.startup,
+                            gpu_name=gpu_name)
+    changed = False
+    engram = setting.to_dict() if setting is not None else {}
+    if engram != facts.engram:
+        facts.engram, changed = engram, True
+    if not facts.owned and facts.placement == "?" and setting is not None \
+            and setting.placement is not None:
+        facts.placement, changed = setting.placement, True
+    model = facts.model or args.get("model_path") or (
+        server.model_path if server is not None else None)
+    if model != facts.model:
+        facts.model, changed = model, True
+    if changed:
+        store.bump("run")
