@@ -12,9 +12,8 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +21,18 @@ from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
 from collectors.pages import split_userinfo
-from collectors.readings import GpuData, Reading, Status
+from collectors.readings import GpuData
 from collectors.server_process import server_environ
 from collectors.shared import SharedSampler
-from collectors.source import NodeSource, Source, SourceKey
+from collectors.source import NodeSource, Source
 from engram_top.alerts.monitor import CHECK_EVERY_S, AlertWatch
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.compare.slo import DEFAULT as slo_defaults
 from engram_top.compare.slo import Slo
-from engram_top.compare.slo import bounds as slo_bounds
 from engram_top.live.engine_detect import DetectingCollector
+from engram_top.live.load import LoadSpec, context_len, counters, driver
+from engram_top.live.polling import free_port, poll_loop
+from engram_top.live.run_facts import launched, read_engram, sync, until_port
 from engram_top.model.facts import summary
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.seed import reference
@@ -48,49 +49,8 @@ from scenarios.supervisor import Run, Supervisor, SupervisorError
 if TYPE_CHECKING:
     from scenarios.load_process import LoadProcess
 
-# How the start-up phases read in a sentence ("waiting for the server's port (loading
-# weights)").
-PHASE_WORDS = {"launching": "launching", "distributed_init": "starting its processes",
-               "weights": "loading weights", "kv_pool": "allocating the KV pool",
-               "graphs": "capturing CUDA graphs"}
 GUARD_MAX_AGE_S = 0.5  # how old a GPU reading the supervisor's baseline and guards take
 GUARD_WAIT_S = 10.0  # how long they wait for a query in flight (a hung driver: then said)
-
-
-def fit_context(input_len: int, output_len: int, context: int | None) -> tuple[int, int]:
-    """The demo load's lengths, cut to fit a model whose context is shorter than a prompt
-    and its output (a small model refuses every such request): the output keeps up to
-    a quarter of the context, the prompt the rest."""
-    if context is None or input_len + output_len <= context:
-        return input_len, output_len
-    output_len = max(1, min(output_len, context // 4))
-    return max(1, context - output_len), output_len
-
-
-def logged_args(startup: dict[str, Any]) -> dict[str, Any]:
-    """The server args its log printed (start-up facts as plain data): every key it gave,
-    the typed reading over the raw text where there is one."""
-    parsed = startup.get("server_args")
-    if not isinstance(parsed, dict):
-        return {}
-    raw = parsed.get("raw")
-    out: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
-    out.update({k: v for k, v in parsed.items() if k != "raw" and v is not None})
-    return out
-
-
-def demo_file() -> Path:
-    """scenarios/demo.toml, installed with the package."""
-    return Path(str(resources.files("scenarios").joinpath("demo.toml")))
-
-
-@dataclass(frozen=True)
-class LoadSpec:
-    concurrency: int = 8
-    input_len: int = 512
-    output_len: int = 128
-    range_ratio: float = 0.5
-    seed: int = 1
 
 
 @dataclass(frozen=True)
@@ -113,27 +73,6 @@ class SessionOptions:
     lock_wait_s: float = 0.0
     # The user's alert thresholds (their config file's [alerts]); None: the defaults.
     thresholds: Thresholds | None = None
-
-
-def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
-    """The URL without its user:password@, and the pair (None without one)."""
-    return split_userinfo(url)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def poll_loop(source: Source, interval: float,
-                    sink: Callable[[SourceKey, Reading[Any]], None]) -> None:
-    """One source's loop: a poll at a time (never two at once), at its own interval."""
-    while True:
-        started = time.monotonic()
-        for key, reading in await source.poll():
-            sink(key, reading)
-        await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
 class Session:
@@ -354,7 +293,7 @@ class Session:
 
         A password in the URL (http://user:PASS@host) goes to the collector alone: the
         store, the screen, recordings and snapshots know the server by its URL without it."""
-        shown, auth = split_credentials(url)
+        shown, auth = split_userinfo(url)
         engine = self._attached_engine_of(shown)
         facts = self.store.facts_for(shown) or RunFacts(
             scenario=shown, placement="?", node=self.store.node, time_scale=1.0,
@@ -390,48 +329,13 @@ class Session:
         """Point the store and the server collector at a run that was just launched."""
         self.run = run
         sc = run.scenario
-        engine = sc.engine
-        time_scale = engine.clock(sc)[0]
-        estimate = run.estimate_s
-        planned = None
-        if engine.follows_reference and sc.placement in self.ref.placements:
-            planned = self.ref.placements[sc.placement].ready_s  # the model it runs
-            estimate = estimate if estimate is not None else planned * time_scale
-        facts = RunFacts(scenario=sc.name, placement=sc.placement or "?", node=self.store.node,
-                         time_scale=time_scale, own_polls=engine.own_polls,
-                         launched_wall=run.launched_wall, launched_at=run.launched_at,
-                         state=run.state, pid=run.pid, log_path=str(run.log_path), url=sc.url,
-                         expected_ready_s=estimate, baseline_host_used=run.baseline_host_used,
-                         baseline_gpu_used=dict(run.baseline_gpu), title=sc.title,
-                         planned_ready_s=planned, engine=engine.speaks,
-                         engine_name=engine.display, words=dict(engine.words),
-                         model=sc.model_path or (self.ref.model if engine.follows_reference
-                                                 else None))
-        facts.log_lines = run.lines
-        self.store.set_run(facts)
+        self.store.set_run(launched(run, self.ref, self.store.node))
         self.host.root_pid = run.pid
-        self._watch_server(engine.collector(sc.url, api_key=sc.api_key), run)
+        self._watch_server(sc.engine.collector(sc.url, api_key=sc.api_key), run)
 
     def _watch_server(self, collector: engines.ServerCollector, run: Run | None = None) -> None:
-        poll = collector.poll if run is None else self._until_port(run, collector)
+        poll = collector.poll if run is None else until_port(run, collector)
         self.add_source(NodeSource("server", poll, collector.close))
-
-    @staticmethod
-    def _until_port(run: Run, collector: engines.ServerCollector
-                    ) -> Callable[[], Awaitable[Reading[Any]]]:
-        """The server's poll, which, while its log says it has not reached its HTTP phase,
-        says what it waits for rather than knock on a port nothing listens on yet (and show
-        "connection refused" through every normal start-up)."""
-        http_phases = run.scenario.engine.readiness.http_phases
-
-        async def poll() -> Reading[Any]:
-            if run.state == RunState.STARTING and not run.http_up \
-                    and run.phase not in http_phases:
-                phase = PHASE_WORDS.get(run.phase, run.phase.replace("_", " "))
-                return Reading(f"sglang {run.scenario.url}", Status.STARTING,
-                               message=f"waiting for the server's port ({phase})")
-            return await collector.poll()
-        return poll
 
     def add_source(self, source: Source, interval: float | None = None) -> None:
         """Poll ``source`` from now on, in a loop of its own; one of the same name goes."""
@@ -476,7 +380,7 @@ class Session:
     def run_changed(self, run: Run) -> None:
         """The supervisor's news of a run, as it happens: into the store's facts (the UI
         and the recorder read them there), and the load follows the run's state."""
-        self._sync(run)
+        sync(self.store, run, self._startup_seen)
         if run is self.run and (self._steering is None or self._steering.done()):
             self._steering = asyncio.create_task(self._steer_load(), name="steer load")
 
@@ -494,33 +398,6 @@ class Session:
                 await self._stop_load()
             else:
                 return
-
-    def _sync(self, run: Run) -> None:
-        """The supervisor's view of a run into the store's facts."""
-        facts = self.store.facts_for(run.scenario.name)
-        if facts is None or facts.launched_at != run.launched_at:
-            return
-        before = (facts.state, facts.phase, facts.lines_seen)
-        facts.state, facts.phase = run.state, run.phase
-        facts.ready_at, facts.ended_at = run.ready_at, run.ended_at
-        facts.exit_code, facts.failure = run.exit_code, run.failure
-        if facts.degraded != run.degraded:
-            facts.degraded = run.degraded
-            self.store.bump("run")
-        if run.lines_seen != facts.lines_seen:
-            facts.lines_seen = run.lines_seen
-            # The facts as plain data cost a millisecond or two: rebuilt only when a line
-            # told the parser something (the dashboard's own polls in the access log do not).
-            told = (run.launched_at, id(run.parser), getattr(run.parser, "version", None))
-            if told[2] is None or self._startup_seen.get(run.scenario.name) != told:
-                self._startup_seen[run.scenario.name] = told
-                parsed = run.parser.facts()
-                facts.phase_durations = parsed.phase_durations()
-                facts.startup = parsed.to_dict()
-            elif facts.startup:  # the log's clock moves on all the same (a stale rate shows)
-                facts.startup["last_line_at"] = getattr(run.parser, "last_line_at", None)
-        if (facts.state, facts.phase, facts.lines_seen) != before:
-            self.store.bump("run")
 
     async def _tick(self) -> None:
         """What is derived rather than told: the headline figures from the store's series
@@ -542,14 +419,9 @@ class Session:
                         said.add(why)
                         self.store.event("error", f"figures not derived: {why}")
             if self.load is not None:
-                s = self.load.stats
-                self.store.load = {"concurrency": self.load.concurrency, "sent": s.sent,
-                                   "completed": s.completed, "failed": s.failed,
-                                   "output_tokens": s.output_tokens, "last_error": s.last_error,
-                                   "good": s.good, "slo": [x.label for x in self.slos],
-                                   # node seconds the load has run: goodput's denominator
-                                   "node_s": (time.monotonic() - self._load_since)
-                                   / self._load_serve}
+                # node seconds the load has run: goodput's denominator
+                self.store.load = counters(self.load, self.slos, (
+                    time.monotonic() - self._load_since) / self._load_serve)
             await asyncio.sleep(0.25)
 
     def _attached_engine_of(self, url: str) -> Engine:
@@ -573,62 +445,23 @@ class Session:
                       f"{engine.speaks} (--engine {engine.kind} says so up front)")
 
     def _read_engram(self, facts: RunFacts) -> None:
-        """The watched run's model, Engram placement and prefetch verdict, from what its
-        engine can tell: the scenario, the server's environment and args, its log, its GPU."""
+        """The watched run's model and Engram placement (run_facts.read_engram): ours by
+        its scenario, an attached server's by what its page and environment said."""
         run = self.run
         ours = run is not None and facts.owned and facts.launched_at == run.launched_at
         sc = run.scenario if ours and run is not None else None
         engine = sc.engine if sc is not None else self._attached_engine_of(facts.url or "")
-        server = self.store.data("server")
-        info_args = server.extra.get("server_args") if server is not None else None
-        args = {**(info_args if isinstance(info_args, dict) else {}),
-                **logged_args(facts.startup)}
-        gpus = self.store.data("gpu")
-        gpu_name = gpus.devices[0].name if gpus is not None and gpus.devices else None
         env = {} if sc is not None else self._attached_env.get(facts.url or "", {})
-        setting = engine.engram(sc, env=env, args=args, startup=facts.startup,
-                                gpu_name=gpu_name)
-        changed = False
-        engram = setting.to_dict() if setting is not None else {}
-        if engram != facts.engram:
-            facts.engram, changed = engram, True
-        if not facts.owned and facts.placement == "?" and setting is not None \
-                and setting.placement is not None:
-            facts.placement, changed = setting.placement, True
-        model = facts.model or args.get("model_path") or (
-            server.model_path if server is not None else None)
-        if model != facts.model:
-            facts.model, changed = model, True
-        if changed:
-            self.store.bump("run")
+        read_engram(self.store, facts, engine, sc, env)
 
     async def _start_load(self, sc: Scenario) -> None:
         spec = self.options.load
         if spec is None:
             return
-        # A process of its own: what the dashboard costs is then the dashboard's alone.
-        from scenarios.load_process import LoadProcess
-        # A simulated node serves `serve` times faster: the bounds are in node time.
-        _, serve = sc.engine.clock(sc)
-        input_len, output_len = fit_context(spec.input_len, spec.output_len,
-                                            self._context_len())
-        self.load = LoadProcess(sc.url, concurrency=spec.concurrency, input_len=input_len,
-                                output_len=output_len, range_ratio=spec.range_ratio,
-                                seed=spec.seed, api_key=sc.api_key,
-                                bounds=slo_bounds(self.slos, serve))
-        self._load_since, self._load_serve = time.monotonic(), serve
+        self.load, said = driver(sc, spec, context_len(self.store), self.slos)
+        self._load_since, self._load_serve = time.monotonic(), sc.engine.clock(sc)[1]
         await self.load.start()
-        fitted = "" if (input_len, output_len) == (spec.input_len, spec.output_len) else (
-            f", prompts up to {input_len} and outputs up to {output_len} tokens to fit the "
-            f"model's context of {self._context_len()}")
-        self.store.event("info", f"load started: {spec.concurrency} streams, closed loop"
-                         + fitted)
-
-    def _context_len(self) -> int | None:
-        """The watched model's context length, as its start-up log gave it."""
-        run = self.store.run
-        value = (run.startup or {}).get("context_len") if run is not None else None
-        return value if isinstance(value, int) and value > 1 else None
+        self.store.event("info", said)
 
     async def _stop_load(self) -> None:
         if self.load is not None:
@@ -651,30 +484,4 @@ class Session:
                 return False
             await asyncio.sleep(0.05)
         return False
-
-
-# --------------------------------------------------------------------------- the demo
-
-
-@dataclass(frozen=True)
-class DemoOptions:
-    placement: str = "device"
-    time_scale: float = 0.1
-    serve_scale: float = 1.0
-    node_dir: Path | None = None
-    run_dir: Path | None = None
-    poll_interval: float = 1.0
-    load: LoadSpec | None = LoadSpec()
-    thresholds: Thresholds | None = None
-
-
-class DemoSession(Session):
-    """The embedded default: scenarios/demo.toml on a simulated node, on free ports."""
-
-    def __init__(self, options: DemoOptions | None = None) -> None:
-        o = options or DemoOptions()
-        super().__init__(SessionOptions(
-            scenario_file=demo_file(), start=o.placement, state_dir=o.run_dir,
-            node_dir=o.node_dir, poll_interval=o.poll_interval, load=o.load, free_ports=True,
-            time_scale=o.time_scale, serve_scale=o.serve_scale, thresholds=o.thresholds))
 
