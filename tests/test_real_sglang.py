@@ -149,7 +149,8 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
 @pytest.mark.timeout(400)
 async def test_bench_runs_on_the_real_cpu_server(tmp_path: Path) -> None:
     assert READY, "the SGLang CPU environment is missing: run scripts/setup-sglang-cpu.sh"
-    from engram_top.bench.runner import load_plan, run_bench
+    from engram_top.bench.plan import load_plan
+    from engram_top.bench.runner import run_bench
     plan = load_plan(ROOT / "scenarios" / "tiny-cpu-bench.toml")
     report = await run_bench(plan, tmp_path / "out", say=lambda text: None)
     results = {r["scenario"]: r for r in report["results"]}

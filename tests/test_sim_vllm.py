@@ -33,7 +33,7 @@ from collectors.readings import ServerData, Status
 from collectors.units import GIB
 from collectors.vllm.collector import VllmCollector
 from collectors.vllm.startup_log import VllmLogParser
-from engram_top.bench.runner import load_plan
+from engram_top.bench.plan import load_plan
 from engram_top.seed import reference
 from engram_top.sim import memory, state, vllm_log
 from engram_top.sim.model import CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO
