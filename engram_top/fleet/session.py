@@ -23,7 +23,6 @@ from collectors.prometheus import DEADLINE_S, FleetNodeData, PrometheusSource, P
 from collectors.readings import Reading, Status
 from collectors.units import GIB
 from engram_top.alerts.thresholds import Thresholds, fleet_alerts
-from engram_top.compare.comparison import RunResult
 from engram_top.compare.measures import (
     ENERGY,
     KV,
@@ -34,6 +33,7 @@ from engram_top.compare.measures import (
     Registry,
     ms,
 )
+from engram_top.compare.run_result import RunResult
 from engram_top.fleet.detail import HISTORY_S, NodeDetail, history_step
 from scenarios import engines
 
