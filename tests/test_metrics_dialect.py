@@ -238,6 +238,7 @@ def _inspect(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
     ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n", "vllm",
      ("vllm:num_requests_running",)),
 ])
+@pytest.mark.slow
 def test_inspect_metrics_says_what_another_exporters_page_is(tmp_path: Path, text: str,
                                                              kind: str, words: tuple) -> None:
     res = _inspect(tmp_path, text)
@@ -254,6 +255,7 @@ def test_inspect_metrics_says_what_another_exporters_page_is(tmp_path: Path, tex
     ('{"model_path": "x", "tp_size": 4}', "a JSON body"),
     ("<!DOCTYPE html><html><body>Sign in</body></html>", "an HTML page"),
 ])
+@pytest.mark.slow
 def test_inspect_metrics_on_text_that_is_no_metrics_page(tmp_path: Path, text: str,
                                                          words: str) -> None:
     res = _inspect(tmp_path, text)

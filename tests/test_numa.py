@@ -230,6 +230,7 @@ def sim_node(tmp_path: Path):  # type: ignore[no-untyped-def]
             proc.wait()
 
 
+@pytest.mark.slow
 def test_the_simulated_host_has_two_sockets_and_the_shared_tables_on_node_0(sim_node) -> None:
     node_dir, mem, spec = sim_node
     data = sample(SimHostBackend(node_dir), os.getpid(), numa.ServerShare())
