@@ -12,7 +12,7 @@ from textual import work
 from engram_top.app.sessions import DashboardSession
 
 if TYPE_CHECKING:  # loaded when used: pandas and Parquet cost the first frame
-    from engram_top.compare.comparison import RunResult
+    from engram_top.compare.run_result import RunResult
     from engram_top.export import snapshot
     from engram_top.seed.reference import Reference
 
