@@ -79,10 +79,9 @@ def _names(names: Any) -> str:
 
 def queries(window: str = "1m", match: str = "", *,
             dialects: Sequence[FleetDialect]) -> dict[str, str]:
-    """The whole refresh: five expressions, whatever the fleet's size and engines. ``match``
-    (label matchers, `instance=~"…"`) narrows every selector to one node's series: a
-    node's history is the same expressions over a range. ``dialects``: the engines whose
-    series are read (at least one)."""
+    """The whole refresh: five expressions, whatever the fleet's size and engines (``dialects``,
+    one at least). ``match`` (label matchers, `instance=~"…"`) narrows every selector to one
+    node's series: a node's history is the same expressions over a range."""
     if not dialects:
         raise ValueError("a fleet reads at least one engine's series")
 
@@ -141,9 +140,8 @@ class FleetNodeData:
     host: dict[str, float] = field(default_factory=dict)
     server: dict[str, float] = field(default_factory=dict)
     latency: dict[str, float] = field(default_factory=dict)  # seconds, tok/s
-    # What this node lacks: "dcgm-exporter (GPU figures)", "node-exporter (host memory)",
-    # an engine's /metrics (server_missing), and targets Prometheus cannot scrape
-    # ("node-exporter down: ...").
+    # What this node lacks: "dcgm-exporter (GPU figures)", "node-exporter (host memory)", an
+    # engine's /metrics (server_missing), targets Prometheus cannot scrape ("… down (…)").
     missing: tuple[str, ...] = ()
     # The `instance` labels its series came from: what a query for this node alone matches.
     instances: tuple[str, ...] = ()
@@ -396,10 +394,9 @@ def server_missing(dialects: Sequence[FleetDialect]) -> str:
 
 def group(results: dict[str, Any], dialects: Sequence[FleetDialect], only: str | None = None,
           odd: Odd | None = None) -> dict[str, FleetNodeData]:
-    """The queries' series, one FleetNodeData per node (sorted by name); ``only``: that
-    node's alone; ``dialects``: the engines whose series the server figures are. What is
-    left out (no sample, no number, out of range) is counted in ``odd``; nothing in
-    ``results`` makes it raise."""
+    """The queries' series, one FleetNodeData per node (sorted by name), its server figures
+    read by ``dialects``; ``only``: that node's alone. What is left out (no sample, no
+    number, out of range) is counted in ``odd``; nothing in ``results`` makes it raise."""
     placement: dict[str, str] = {}
     instances: dict[str, set[str]] = {}
     gpus: dict[str, dict[str, dict[str, Any]]] = {}
