@@ -16,7 +16,8 @@ from textual.widgets import DataTable, RichLog
 
 from engram_top.app.dialogs import ConfirmScreen
 from engram_top.app.main import EngramTopApp
-from engram_top.live.session import LoadSpec, Session, SessionOptions
+from engram_top.live.load import LoadSpec
+from engram_top.live.session import Session, SessionOptions
 from engram_top.model import facts
 from scenarios.ports import port_in_use
 

@@ -15,7 +15,8 @@ import psutil
 import pytest
 from helpers import until
 
-from engram_top.live.session import LoadSpec, Session, SessionOptions
+from engram_top.live.load import LoadSpec
+from engram_top.live.session import Session, SessionOptions
 from scenarios.ports import port_in_use
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)

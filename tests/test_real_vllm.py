@@ -19,7 +19,8 @@ import pytest
 from helpers import until
 from rich.console import Console
 
-from engram_top.live.session import LoadSpec, Session, SessionOptions
+from engram_top.live.load import LoadSpec
+from engram_top.live.session import Session, SessionOptions
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 

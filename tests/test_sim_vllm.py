@@ -412,7 +412,8 @@ def test_the_mixed_bench_runs_both_engines(tmp_path: Path) -> None:
 @pytest.mark.timeout(90)
 async def test_the_dashboard_fills_the_vllm_panels(tmp_path: Path) -> None:
     from engram_top.app.main import EngramTopApp
-    from engram_top.live.session import LoadSpec, Session, SessionOptions
+    from engram_top.live.load import LoadSpec
+    from engram_top.live.session import Session, SessionOptions
     options = SessionOptions(scenario_file=MIXED, start="vllm-host-prefetch",
                              state_dir=tmp_path / "state", node_dir=tmp_path / "node",
                              poll_interval=0.5, free_ports=True, time_scale=0.02,
