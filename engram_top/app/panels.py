@@ -201,8 +201,9 @@ def host_panel(store: RunStore, rows: int | None = None,
                                                   f"{gib(h.total_bytes, 0)} GiB"), width)))
     # Δ (the scenario list's figure, facts.run_host_delta_bytes), then whose memory it is.
     out += ledger_rows.host_rows(store, cols)
-    # Pinned host memory (the Engram tables) shows in Shmem and huge pages (the help says).
-    out.append((4, row("Shmem", f"{gib(h.shmem_bytes)} GiB · huge pages "
+    # Pinned host memory (the Engram tables) shows in Shmem and huge pages (the help says);
+    # the ledger rows say whose it is, so a short panel drops this one first.
+    out.append((7, row("Shmem", f"{gib(h.shmem_bytes)} GiB · huge pages "
                                 f"{gib(h.hugepages_bytes)} GiB", width)))
     swap = (2 if h.swap_used_bytes else 5, row("swap", f"{gib(h.swap_used_bytes)} GiB used",
                                                width))
