@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from collectors import promtext
-from collectors.sglang.collector import counter_figure, find
+from collectors.sglang.families import counter_figure, find
 from collectors.windowed import WindowedRate
 
 COUNTERS: dict[str, tuple[str, ...]] = {

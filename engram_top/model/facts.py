@@ -13,18 +13,19 @@ from dataclasses import asdict, fields, is_dataclass
 from typing import Any
 
 from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
-from collectors.readings import GpuData, HostData, Reading, ServerData
+from collectors.readings import GpuData, Reading, ServerData
 from collectors.units import GIB
-from engram_top.model import energy
+from engram_top.model import energy, ledger
 from engram_top.model.figures import RunFigures
 from engram_top.model.hicache import hicache_facts as hicache_facts  # re-exported
+from engram_top.model.host_facts import host_facts as host_facts  # re-exported
+from engram_top.model.host_facts import server_pids as server_pids  # re-exported
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.model.views import (
     EngramTableView,
     EngramView,
     GpuProcessView,
     GpuView,
-    HostView,
     KvView,
     LatencyView,
     RunView,
@@ -54,13 +55,6 @@ def wall_at(store: RunStore, now: float) -> float:
         newest = max(readings, key=lambda r: r.at)
         return newest.wall + (now - newest.at)
     return time.time() - (time.monotonic() - now)
-
-
-def server_pids(store: RunStore) -> set[int]:
-    host: HostData | None = store.data("host")
-    if host is None or host.server_tree is None:
-        return set()
-    return set(host.server_tree.pids)
 
 
 def gpu_facts(store: RunStore) -> list[GpuView]:
@@ -106,33 +100,7 @@ def run_host_delta_bytes(store: RunStore, run: RunFacts | None) -> float | None:
     """What a run has taken of host memory since its launch: its server's share alone (the
     host ledger's), so other tenants' growth never counts; the Host RAM panel and the
     scenario list take this one figure."""
-    from engram_top.model import ledger  # the ledger reads these facts: imported when used
-
     return ledger.run_server_delta_bytes(store, run)
-
-
-def host_facts(store: RunStore) -> HostView | None:
-    host: HostData | None = store.data("host")
-    if host is None:
-        return None
-    run = store.run
-    base = run.baseline_host_used if run else None
-    delta = None if base is None else host.used_bytes - base
-    tree = host.server_tree
-    return HostView(
-        total_bytes=host.total_bytes, used_bytes=host.used_bytes,
-        available_bytes=host.available_bytes, shmem_bytes=host.shmem_bytes,
-        baseline_used_bytes=base, delta_bytes=delta,
-        delta_gib=None if delta is None else round(delta / GIB, 3),
-        # Transparent huge pages and hugetlbfs pages in use: Engram tables may sit in either.
-        hugepages_bytes=host.anon_hugepages_bytes + max(
-            0, host.hugepages_total - host.hugepages_free) * host.hugepage_size_bytes,
-        swap_used_bytes=host.swap_used_bytes,
-        server_rss_bytes=tree.rss_bytes if tree else None,
-        server_rss_shmem_bytes=tree.rss_shmem_bytes if tree else None,
-        server_pids=tuple(tree.pids) if tree else (),
-        numa_nodes=host.numa_nodes, numa_problem=host.numa_problem,
-    )
 
 
 def kv_facts(store: RunStore) -> KvView | None:

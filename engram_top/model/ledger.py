@@ -20,8 +20,8 @@ from typing import Any
 
 from collectors.readings import GpuData, HostData, ServerData
 from collectors.units import GIB, MIB
-from engram_top.model.facts import host_facts, server_pids
 from engram_top.model.hicache import hicache_facts
+from engram_top.model.host_facts import host_facts, server_pids
 from engram_top.model.store import RunFacts, RunStore
 from scenarios.runstate import LIVE
 
