@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -36,6 +37,7 @@ DECODE_LOG_INTERVAL = server_args.DECODE_LOG_INTERVAL
 MAX_LAG_S = 0.05  # how far behind plan the serving loop may run before it stops catching up
 BURST_MAX_S = 0.25  # the longest an idle server waits for a burst of arrivals to end
 CONTEXT_LEN = server_args.CONTEXT_LEN  # as the start-up log's scheduler summary prints it
+WARMUP_HEADER = "x-sim-warmup"  # the warm-up request's token (served before ready)
 
 
 class ServerCore:
@@ -57,6 +59,7 @@ class ServerCore:
         self.model_name = ref.model
         self.sched = Scheduler(placement.service, mem.kv_tokens)
         self.ready = False
+        self.warmup_token = secrets.token_hex(16)
         self.launched = time.monotonic()
         self.startup_seconds: float | None = None
         self.wake = asyncio.Event()

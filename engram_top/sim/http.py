@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engram_top.sim.core import CONTEXT_LEN, ServerCore
+from engram_top.sim.core import CONTEXT_LEN, WARMUP_HEADER, ServerCore
 from engram_top.sim.startup import log
 from scenarios.workload import PROMPT_TOKENS_FIELD
 
@@ -178,6 +178,19 @@ def build_app(core: ServerCore) -> ASGIApp:
         return auth.lower().startswith("bearer ") and auth[7:] == api_key or \
             request.headers.get("x-api-key") == api_key
 
+    def serving(handler: Handler) -> Handler:
+        # Until the warm-up request is done, traffic is turned away with a 503, as /health
+        # says; only the warm-up's own request (its token, known to this process alone)
+        # is served. Admitted, it would queue before the warm-up and could outlast it.
+        async def when_ready(request: HttpRequest) -> Response:
+            if not core.ready and request.headers.get(WARMUP_HEADER) != core.warmup_token:
+                return JSONResponse({"error": {
+                    "message": "The server is warming up; retry once /health answers 200",
+                    "type": "service_unavailable", "code": 503}}, status_code=503,
+                    headers={"Retry-After": "1"})
+            return await handler(request)
+        return guarded(when_ready)
+
     def guarded(handler: Handler) -> Handler:
         # Every route but /health* and /metrics needs the key, /server_info included: it
         # echoes the server's arguments, the key among them (SGLang's auth middleware).
@@ -273,8 +286,8 @@ def build_app(core: ServerCore) -> ASGIApp:
         Route("/v1/models", guarded(models)), Route("/metrics", metrics),
         # Not SGLang: the simulated server's own per-request times, for testing clients.
         Route("/sim/requests", guarded(sim_requests)),
-        Route("/generate", guarded(generate), methods=["POST", "PUT"]),
-        Route("/v1/completions", guarded(completions), methods=["POST"]),
-        Route("/v1/chat/completions", guarded(chat_completions), methods=["POST"]),
+        Route("/generate", serving(generate), methods=["POST", "PUT"]),
+        Route("/v1/completions", serving(completions), methods=["POST"]),
+        Route("/v1/chat/completions", serving(chat_completions), methods=["POST"]),
     ]
     return stamped(Starlette(routes=routes))

@@ -17,17 +17,21 @@ from engram_top.sim import pools
 from engram_top.sim.pools import PAGE_SIZE, Dsv4Pools
 
 
-def kv_capacity_tokens(ref: Reference, placement: str) -> int:
-    """The full pool: what the fixed pools leave of the KV bytes, in whole pages."""
-    free = kv_bytes_per_gpu(ref, placement) - pools.fixed_bytes(ref)
+def kv_capacity_tokens(ref: Reference, placement: str, held_by_others: int = 0) -> int:
+    """The full pool: what the fixed pools leave of the KV bytes, in whole pages (0 or less:
+    no room for one)."""
+    free = kv_bytes_per_gpu(ref, placement, held_by_others) - pools.fixed_bytes(ref)
     return free // int(ref.kv_bytes_per_token * PAGE_SIZE) * PAGE_SIZE
 
 
-def kv_bytes_per_gpu(ref: Reference, placement: str) -> int:
+def kv_bytes_per_gpu(ref: Reference, placement: str, held_by_others: int = 0) -> int:
+    """``held_by_others``: HBM another process holds on the fullest GPU. SGLang profiles
+    the memory it finds free after loading the weights, so what another tenant holds comes
+    out of the KV budget (its rest_memory), on every rank alike (the smallest rank's)."""
     device = ref.placements["device"]
     budget = (device.weights_gib * GIB + pools.fixed_bytes(ref)
               + device.kv_tokens * ref.kv_bytes_per_token)
-    return int(budget - ref.placements[placement].weights_gib * GIB)
+    return int(budget - ref.placements[placement].weights_gib * GIB - held_by_others)
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,8 @@ class MemoryPlan:
         return self.host_process_bytes + self.host_table_bytes + self.host_pinned_extra_bytes
 
 
-def plan(ref: Reference, placement: str) -> MemoryPlan:
+def plan(ref: Reference, placement: str, held_by_others: int = 0) -> MemoryPlan:
+    """``held_by_others``: HBM other processes hold on the fullest GPU at launch."""
     p = ref.placements[placement]
     device_delta = ref.placements["device"].host_delta_gib * GIB
     tables = 0
@@ -65,16 +70,19 @@ def plan(ref: Reference, placement: str) -> MemoryPlan:
         tables = int(ref.raw["derived"]["engram_tables_gib"]["value"] * GIB)
         # What the placement's host delta holds beyond the processes and the tables.
         extra = max(0, int(p.host_delta_gib * GIB - device_delta - tables))
+    kv_bytes = max(0, kv_bytes_per_gpu(ref, placement, held_by_others))
+    kv_tokens = max(0, kv_capacity_tokens(ref, placement, held_by_others))
     return MemoryPlan(
         context_bytes=int(ref.context_gib * GIB),
         weights_bytes=int(p.weights_gib * GIB),
-        kv_bytes=kv_bytes_per_gpu(ref, placement),
-        kv_tokens=kv_capacity_tokens(ref, placement),
+        kv_bytes=kv_bytes,
+        kv_tokens=kv_tokens,
         graphs_bytes=int(ref.graphs_gib * GIB),
         host_process_bytes=int(device_delta),
         host_table_bytes=tables,
         host_pinned_extra_bytes=extra,
-        pools=pools.size_pools(ref, kv_capacity_tokens(ref, placement)),
+        pools=pools.size_pools(ref, kv_tokens),
+        # The fraction is chosen before profiling: another tenant's bytes do not change it.
         mem_fraction_static=_mem_fraction_static(ref, p.weights_gib * GIB,
                                                  kv_bytes_per_gpu(ref, placement)),
     )

@@ -11,6 +11,7 @@ from engram_top.seed import reference
 from scenarios.bounds import bounded_float, bounded_int
 
 DIALECTS = ("sglang", "vllm")
+LAYOUTS = ("shared", "numa-replicated", "per-rank")  # the host tables' copies
 # The ranges, as the CLI's own: scales as a scenario file's (x0.001: the seed's start-up in an
 # eighth of a second; x100: hours), ports as TCP has them (0 for an exporter: any free one),
 # a stream's tokens per chunk up to a whole answer's worth.
@@ -19,6 +20,22 @@ PORT = bounded_int(1, 65535)
 ANY_PORT = bounded_int(0, 65535)
 STREAM_INTERVAL = bounded_int(1, 100_000)
 HICACHE_GB = bounded_float(0, 100_000)  # per rank; 0 is off, as SGLang's 0
+# Another tenant's memory: up to a B200's whole HBM per GPU, up to 64 TiB of host RAM.
+NEIGHBOUR_GIB = bounded_float(0, 192)
+HOG_GIB = bounded_float(0, 65_536)
+NUMA_NODE = bounded_int(0, 1)  # the simulated host's two sockets (engram_top.sim.sockets)
+
+
+def gpu_list(text: str) -> tuple[int, ...]:
+    """GPU indices as `0,2` (each 0 to 3, the node's TP4), for --neighbour-gpus."""
+    try:
+        out = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}': GPU indices, such as 0,2") from None
+    if not out or any(not 0 <= g < reference.default().gpus for g in out):
+        raise argparse.ArgumentTypeError(
+            f"'{text}': GPU indices from 0 to {reference.default().gpus - 1}, such as 0,2")
+    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,6 +61,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hicache-size", type=HICACHE_GB, default=0.0, metavar="GB",
                    help="SGLang's hierarchical KV cache: a host pool of GB (1e9 bytes) on "
                         "every TP rank, as SGLang's --hicache-size (default 0: off)")
+    p.add_argument("--neighbour-hbm", type=NEIGHBOUR_GIB, default=0.0, metavar="GIB",
+                   help="another tenant's process (noisy-neighbour) holding GIB of HBM on "
+                        "each of --neighbour-gpus, from before the server loads: the server "
+                        "plans its KV pool around it, as SGLang's memory profiling does")
+    p.add_argument("--neighbour-gpus", type=gpu_list, default=None, metavar="LIST",
+                   help="the GPUs the neighbour holds HBM on, as 0,2 (default: all)")
+    p.add_argument("--host-hog", type=HOG_GIB, default=0.0, metavar="GIB",
+                   help="another tenant's process (host-hog) holding GIB of host RAM")
+    p.add_argument("--host-hog-node", type=NUMA_NODE, default=0, metavar="N",
+                   help="the NUMA node the hog's memory sits on (0 or 1; default 0)")
+    p.add_argument("--engram-layout", choices=LAYOUTS, default="shared",
+                   help="host placements: the Engram tables once per node (shared), once per "
+                        "NUMA node (numa-replicated) or once per TP rank (per-rank)")
     p.add_argument("--stream-interval", type=STREAM_INTERVAL, default=1)
     p.add_argument("--api-key", default=None)
     p.add_argument("--api-key-file", type=Path, default=None,

@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -27,9 +28,9 @@ import psutil
 import uvicorn
 
 from engram_top.seed import reference
-from engram_top.sim import exporters, hicache, memory, server_args, state, vllm_log
+from engram_top.sim import exporters, hicache, memory, server_args, state, tenant, vllm_log
 from engram_top.sim import vllm as simvllm
-from engram_top.sim.core import ServerCore
+from engram_top.sim.core import WARMUP_HEADER, ServerCore
 from engram_top.sim.http import build_app
 from engram_top.sim.options import add_arguments
 from engram_top.sim.startup import Startup, StartupFailed, log, spawn_ranks
@@ -67,7 +68,26 @@ async def serve(args: argparse.Namespace) -> int:
     if spec.gpus != ref.gpus:
         say(f"Node {node_dir} has {spec.gpus} GPUs; the model needs TP{ref.gpus}")
         return 1
-    mem = memory.plan(ref, args.placement)
+    # Other tenants first: a neighbour's HBM is there before the server profiles its memory.
+    tenants = tenant.Tenants(node_dir)
+    try:
+        tenants.start(tenant.from_options(args, ref.gpus))
+        tenants.wait_shown()
+    except (OSError, tenant.TenantFailed) as exc:
+        tenants.stop()
+        say(f"Initialization failed. The simulated tenants did not start: {exc}")
+        return 1
+    try:
+        return await _serve(args, ref, placement, vllm, say, node_dir, spec)
+    finally:
+        tenants.stop()
+
+
+async def _serve(args: argparse.Namespace, ref: reference.Reference,
+                 placement: reference.Placement, vllm: bool, say: Callable[[str], None],
+                 node_dir: Path, spec: state.NodeSpec) -> int:
+    held = _held_by_others(node_dir, spec)
+    mem = memory.plan(ref, args.placement, max(held, default=0))
     me = psutil.Process()
     main_state = state.ProcState(pid=me.pid, create_time=me.create_time(),
                                  name="vllm::APIServer" if vllm else "sglang::main")
@@ -125,7 +145,9 @@ async def serve(args: argparse.Namespace) -> int:
         core = ServerCore(ref, placement, mem, args, VERSION)
         startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
         startup.hicache_bytes_per_rank = hicache.pool_bytes(args)
+        startup.layout = getattr(args, "engram_layout", "shared")
         app, log_config = build_app(core), _uvicorn_log_config()
+    startup.held_by_others = held
     server: _UvicornServer | None = None
     rc = 0
     try:
@@ -184,6 +206,16 @@ async def serve(args: argparse.Namespace) -> int:
     return rc
 
 
+def _held_by_others(node_dir: Path, spec: state.NodeSpec) -> list[int]:
+    """HBM other processes on the node hold on each GPU, as the server finds it."""
+    held = [0] * spec.gpus
+    for proc in state.live_procs(node_dir):
+        for gpu, nbytes in proc.gpu_bytes.items():
+            if 0 <= gpu < spec.gpus:
+                held[gpu] += nbytes
+    return held
+
+
 class _Stopped(Exception):
     pass
 
@@ -211,12 +243,17 @@ async def _warm_up(args: argparse.Namespace, placement: reference.Placement, cor
     startup.check_fail("warmup")
     base = f"http://{args.host}:{args.port}"
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
-        (await client.get("/model_info")).raise_for_status()
-        resp = await client.post("/generate", json={
-            "input_ids": [10, 11, 12], "sampling_params": {"max_new_tokens": 1}})
-        if resp.status_code != 200:
-            raise StartupFailed(f"warmup error: /generate answered {resp.status_code}")
+    headers[WARMUP_HEADER] = core.warmup_token
+    try:
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
+            (await client.get("/model_info")).raise_for_status()
+            resp = await client.post("/generate", json={
+                "input_ids": [10, 11, 12], "sampling_params": {"max_new_tokens": 1}})
+    except httpx.HTTPError as exc:  # SGLang's warm-up thread says so and the server exits
+        raise StartupFailed(f"warmup error: {type(exc).__name__}: {exc}") from exc
+    if resp.status_code != 200:
+        raise StartupFailed(f"warmup error: /generate answered {resp.status_code}")
+
 
 
 def _uvicorn_log_config() -> dict:

@@ -6,10 +6,11 @@ NUMA node 0 on the side of GPUs 0-1 and node 1 on the side of GPUs 2-3. A proces
 is on its GPU's node (a rank runs bound to its GPU's socket and faults its pages in there);
 the launcher, which has no GPU, is on node 0.
 
-The simulator's only host-table layout is "shared": rank 0 creates the one memfd every rank
-maps and faults the tables in, so they all sit on node 0 and GPUs 2-3 read them across the
-socket link. It has no NUMA-replicated layout (a copy of ~189 GiB per node), so none is
-modelled here.
+The host tables' layout (`sim serve --engram-layout`): "shared" has rank 0 create the one
+memfd every rank maps and fault the tables in, so they all sit on node 0 and GPUs 2-3 read
+them across the socket link; "numa-replicated" puts a copy (~189 GiB) on each node, held by
+the first rank there; "per-rank" a copy per rank, on its node. Another tenant's host memory
+sits on the node it is bound to (ProcState.numa_node).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def node_of_gpu(gpu: int, gpus: int) -> int:
 
 
 def node_of(proc: ProcState, gpus: int) -> int:
+    if proc.numa_node is not None:  # bound there (a tenant's host memory, a table's copy)
+        return min(NODES - 1, max(0, proc.numa_node))
     return node_of_gpu(min(proc.gpu_bytes), gpus) if proc.gpu_bytes else 0
 
 

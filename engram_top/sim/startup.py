@@ -20,7 +20,7 @@ from pathlib import Path
 
 from collectors.units import GIB, MIB
 from engram_top.seed.reference import Placement, Reference
-from engram_top.sim import hicache
+from engram_top.sim import hicache, sockets
 from engram_top.sim.memory import MemoryPlan
 from engram_top.sim.model import PREFILL_TOKEN_BUDGET
 from engram_top.sim.pools import CHUNKED_PREFILL_SIZE
@@ -29,6 +29,10 @@ from engram_top.sim.server_args import CONTEXT_LEN
 TABLES = (("L1", 0.5), ("L14", 0.5))  # the two Engram tables (layers 1 and 14), equal halves
 # Of the server processes' host memory: the tokenizer + HTTP process; the ranks share the rest.
 MAIN_HOST_SHARE = 0.26
+# How SGLang's layout switch names each layout (SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT):
+# "shared" upstream, "per_rank" in forks, "numa_shared" as proposed upstream for a copy per
+# NUMA node.
+LAYOUT_WORDS = {"shared": "shared", "numa-replicated": "numa_shared", "per-rank": "per_rank"}
 
 
 def log(msg: str, rank: int | None = None) -> None:
@@ -118,6 +122,8 @@ class Startup:
         self.t0 = process_start_monotonic()
         self.elapsed_plan = 0.0  # planned (unscaled) seconds of the phases run so far
         self.hicache_bytes_per_rank = 0  # SGLang's HiCache host pool on each rank (0: off)
+        self.layout = "shared"  # the host tables' copies (sim serve --engram-layout)
+        self.held_by_others: list[int] = []  # HBM other tenants hold per GPU at launch
 
     async def wait_phase(self, phase: str) -> None:
         """A phase with nothing to show but its length (http, warmup)."""
@@ -125,7 +131,11 @@ class Startup:
         await sleep_until(self.t0 + self.elapsed_plan * self.scale)
 
     def avail_gb(self, rank: RankHandle) -> float:
-        return (self.ref.gpu_total_bytes - self.ref.gpu_reserved_bytes - rank.gpu_bytes) / GIB
+        return (self.ref.gpu_total_bytes - self.ref.gpu_reserved_bytes - rank.gpu_bytes
+                - self.others_on(rank.rank)) / GIB
+
+    def others_on(self, gpu: int) -> int:
+        return self.held_by_others[gpu] if gpu < len(self.held_by_others) else 0
 
     def push_all(self) -> None:
         for r in self.ranks:
@@ -143,6 +153,21 @@ class Startup:
             await sleep_until(self.t0 + (start + seconds * i / steps) * self.scale)
             apply(i / steps)
             self.push_all()
+
+    def check_room(self) -> None:
+        """The weights on top of what other tenants hold: past the GPU, CUDA's OOM, as
+        torch says it."""
+        need = self.mem.context_bytes + self.mem.weights_bytes
+        for r in self.ranks:
+            room = self.ref.gpu_total_bytes - self.ref.gpu_reserved_bytes - self.others_on(r.rank)
+            if need <= room:
+                continue
+            log("Traceback (most recent call last):", r.rank)
+            log(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                f"{(need - room) / GIB:.2f} GiB. GPU {r.rank} has a total capacity of "
+                f"{self.ref.gpu_total_bytes / GIB:.2f} GiB of which {max(0, room) / GIB:.2f} "
+                f"GiB is free. Process has {need / GIB:.2f} GiB memory in use.", r.rank)
+            raise StartupFailed(f"CUDA out of memory on GPU {r.rank} while loading the weights")
 
     def check_fail(self, phase: str) -> None:
         if self.fail_at == phase:
@@ -173,14 +198,26 @@ class Startup:
         if not self.host:
             return
         fill = 0.85
-        table_frac = min(1.0, frac / fill)
-        lead = self.ranks[0]  # rank 0 creates the shared memfd the others map
-        lead.host_shmem = int(mem.host_table_bytes * table_frac)
-        lead.host_huge = lead.host_shmem
+        table = int(mem.host_table_bytes * min(1.0, frac / fill))
+        holders = self.table_holders()
         pin = max(0.0, (frac - fill) / (1 - fill))
         for r in self.ranks:
-            r.host_shmem = (lead.host_shmem if r is lead else 0) + int(
-                mem.host_pinned_extra_bytes / len(self.ranks) * pin)
+            held = table if r in holders else 0
+            r.host_huge = held
+            r.host_shmem = held + int(mem.host_pinned_extra_bytes / len(self.ranks) * pin)
+
+    def table_holders(self) -> list[RankHandle]:
+        """The ranks that hold a copy of the tables, each on its own NUMA node: rank 0
+        alone for the shared layout (its memfd, which the others map), the first rank on
+        each NUMA node for numa-replicated, every rank for per-rank."""
+        if self.layout == "per-rank":
+            return list(self.ranks)
+        if self.layout == "numa-replicated":
+            firsts: dict[int, RankHandle] = {}
+            for r in self.ranks:
+                firsts.setdefault(sockets.node_of_gpu(r.rank, len(self.ranks)), r)
+            return list(firsts.values())
+        return self.ranks[:1]
 
     def kv_memory(self) -> None:
         """The KV pools allocated, all at once."""
@@ -229,11 +266,14 @@ class Startup:
                     f"Completed | {shard}/{shards}", 0)
         await self.ramp(self.phase_s["weights"], 40, weights)
         self.check_fail("weights")
+        self.check_room()
         if self.host:
-            for label, share in TABLES:
-                resident = mem.host_table_bytes * share / MIB
-                log(f"engram host table {label}: layout=shared, {resident:.0f} MiB resident, "
-                    f"{resident:.0f} MiB in huge pages (100%), pinned", 0)
+            word = LAYOUT_WORDS[self.layout]
+            for r in self.table_holders():  # each copy's holder says so, as SGLang's ranks do
+                for label, share in TABLES:
+                    resident = mem.host_table_bytes * share / MIB
+                    log(f"engram host table {label}: layout={word}, {resident:.0f} MiB "
+                        f"resident, {resident:.0f} MiB in huge pages (100%), pinned", r.rank)
         elapsed = time.monotonic() - t0
         for r in self.ranks:
             log(f"Load weight end. elapsed={elapsed:.2f} s, type=DeepseekV4ForCausalLM, "
@@ -246,6 +286,12 @@ class Startup:
             log("Using KV cache dtype: torch.float8_e4m3fn", r.rank)
         await self.ramp(self.phase_s["kv_pool"], 2, lambda f: None)
         self.check_fail("kv_pool")
+        if mem.kv_tokens <= 0:  # another tenant's HBM left no room for one KV page
+            log("Traceback (most recent call last):", 0)
+            log("RuntimeError: Not enough memory. Please try to increase "
+                "--mem-fraction-static.", 0)
+            raise StartupFailed("Not enough memory for the KV cache (another process holds "
+                                f"{max(self.held_by_others) / GIB:.1f} GiB of a GPU)")
         self.kv_memory()
         total_gb = self.ref.gpu_total_bytes / GIB
         rest_gb = mem.kv_bytes / GIB

@@ -27,6 +27,8 @@ class ProcState:
     host_anon_bytes: int = 0
     host_shmem_bytes: int = 0  # shared/pinned host memory (RssShmem on a real node)
     host_hugepage_bytes: int = 0
+    # The NUMA node its host memory sits on, where not its GPU's (another tenant's hog).
+    numa_node: int | None = None
 
 
 @dataclass(frozen=True)
