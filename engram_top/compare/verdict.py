@@ -1,0 +1,290 @@
+"""The verdict: which placement wins on each measured axis, said wherever a comparison is
+shown (the compare screen, the dashboard's strip, summary.md, the bench's report.md).
+
+One pure function decides for every caller: ``decide`` takes Evidence (one measured
+difference of a scenario against the baseline on one axis, with its interval and the method
+that gave it) and returns a Verdict, whose findings each say the winner, "not
+distinguishable" (the interval holds zero), "equivalent" (the interval lies within a stated
+margin), or why there is no verdict (one run each, warming up, not measured).
+``from_comparison`` reads the Evidence out of a Comparison's cells; the bench builds its own
+(bootstrap over rounds, medians and p99s) and calls ``decide`` the same way.
+
+Measured and modelled figures never share a finding: a modelled Evidence is its own line,
+marked so. A winner is named only from an interval that excludes zero, except on an axis
+that is not sampled (the KV pool's size, fixed by the allocator), where the sign decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from engram_top.compare.comparison import Cell, Comparison
+
+# ----------------------------------------------------------------------------- the axes
+
+
+@dataclass(frozen=True)
+class Axis:
+    key: str  # the verdict's own name for the axis ("ttft")
+    label: str  # as the verdict says it ("TTFT")
+    metric: str  # the compared metric's key (compare.measures) that measures it
+    better: str  # "lower" or "higher"
+    # Not sampled: the same every run (the allocator sizes the KV pool), so one run each
+    # decides by the sign and no interval is needed.
+    fixed: bool = False
+
+
+AXES: tuple[Axis, ...] = (
+    Axis("kv_capacity", "KV capacity", "kv_tokens", "higher", fixed=True),
+    Axis("host_ram", "host RAM", "host_delta_gib", "lower"),
+    Axis("ttft", "TTFT", "ttft_mean_ms", "lower"),
+    Axis("tpot", "TPOT", "tpot_mean_ms", "lower"),
+    Axis("throughput", "throughput", "output_tok_s", "higher"),
+    Axis("goodput", "goodput at the SLO", "goodput_rps", "higher"),
+)
+_BY_KEY = {a.key: a for a in AXES}
+
+
+def axis(key: str) -> Axis:
+    return _BY_KEY[key]
+
+
+# ----------------------------------------------------------------------------- evidence
+
+@dataclass(frozen=True)
+class Evidence:
+    """One difference of ``scenario`` against ``baseline`` on one axis.
+
+    ``delta`` is scenario - baseline: a fraction of the baseline when ``relative`` (0.156 is
+    +15.6%), else in ``unit``. ``lo``/``hi`` bound its interval at ``level`` (None: no
+    interval), given by ``method`` ("paired t", "Welch t", "bootstrap over rounds", ...).
+    ``statistic`` is what was differenced (mean, median, p99); ``n`` the trials or rounds
+    per side. ``modelled``: a figure from a model, never a measured one. ``warming``: why
+    the figure does not mean anything yet (a live run still warming up), else "".
+    """
+
+    axis: str  # an Axis key
+    scenario: str
+    baseline: str
+    delta: float | None
+    relative: bool = True
+    lo: float | None = None
+    hi: float | None = None
+    method: str = ""
+    statistic: str = "mean"
+    n: int | None = None
+    unit: str = ""
+    level: float = 0.95
+    modelled: bool = False
+    warming: str = ""
+
+    @property
+    def has_interval(self) -> bool:
+        return self.lo is not None and self.hi is not None
+
+
+# What a finding says, in these words everywhere.
+BETTER = "better"  # the scenario wins
+WORSE = "worse"  # the baseline wins
+NOT_DISTINGUISHABLE = "not distinguishable"  # the interval holds zero
+EQUIVALENT = "equivalent"  # the interval lies within the stated margin
+EQUAL = "equal"  # a fixed axis, the same figure on both
+NO_INTERVAL = "no interval"  # one run each on a sampled axis: no verdict
+WARMING_UP = "warming up"
+NOT_MEASURED = "not measured"
+
+
+@dataclass(frozen=True)
+class Finding:
+    evidence: Evidence
+    outcome: str  # one of the words above
+    winner: str | None  # the scenario that wins this axis; None when none does
+    text: str  # the whole sentence
+    short: str  # a few words for the dashboard's strip ("TTFT device")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self.evidence), "outcome": self.outcome, "winner": self.winner,
+                "text": self.text}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    baseline: str
+    findings: tuple[Finding, ...]
+    crossovers: tuple[str, ...] = ()  # a sentence per scenario where a sweep found one
+
+    def lines(self) -> list[str]:
+        """A sentence per finding, then per crossover."""
+        return [f.text for f in self.findings] + list(self.crossovers)
+
+    def markdown(self) -> str:
+        """A "## Verdict" section: a bullet per finding and crossover, and how to read it."""
+        out = ["## Verdict", ""]
+        out += [f"- {line}" for line in self.lines()] or ["- nothing measured to compare yet"]
+        out += ["", VERDICT_NOTE, ""]
+        return "\n".join(out)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"baseline": self.baseline,
+                "findings": [f.to_json() for f in self.findings],
+                "crossovers": list(self.crossovers)}
+
+
+VERDICT_NOTE = ("A placement wins an axis only where the interval of its difference "
+                "excludes zero; \"not distinguishable\" where it holds zero. KV capacity is "
+                "fixed by the allocator (not sampled): its sign decides. Modelled figures "
+                "are said apart from measured ones.")
+
+
+def decide(evidence: Sequence[Evidence], *, baseline: str,
+           crossovers: Mapping[str, Mapping[str, Any]] | None = None, load_unit: str = "",
+           margins: Mapping[str, float] | None = None) -> Verdict:
+    """The verdict on ``evidence``, in its order. ``crossovers``: a sweep's crossover per
+    scenario (bench.sweep.summary's "crossover"), in loads of ``load_unit``. ``margins``:
+    by axis key, the difference (a fraction for a relative delta, else in its unit) within
+    which the two count as equivalent when the whole interval lies inside it."""
+    margins = margins or {}
+    findings = tuple(_finding(e, margins.get(e.axis)) for e in evidence)
+    sentences = tuple(crossover_sentence(name, c, load_unit)
+                      for name, c in (crossovers or {}).items())
+    return Verdict(baseline, findings, sentences)
+
+
+def _finding(e: Evidence, margin: float | None) -> Finding:
+    ax = axis(e.axis)
+    what = ax.label + ("" if e.statistic == "mean" else f" ({e.statistic})") \
+        + (" (modelled)" if e.modelled else "")
+    if e.warming:
+        return Finding(e, WARMING_UP, None, f"{what}: {e.scenario} warming up ({e.warming}).",
+                       f"{ax.label} warming up")
+    if e.delta is None:
+        return Finding(e, NOT_MEASURED, None,
+                       f"{what}: not measured on both {e.scenario} and {e.baseline}.",
+                       f"{ax.label} n/a")
+    figure = f"{e.scenario} {_delta(e)} vs {e.baseline}"
+    how = _how(e, ax)
+    up = e.delta > 0
+    if not e.has_interval:
+        if ax.fixed:
+            if e.delta == 0:
+                return Finding(e, EQUAL, None, f"{what}: equal ({figure}{how}).",
+                               f"{ax.label} equal")
+            win = e.scenario if up == (ax.better == "higher") else e.baseline
+            return Finding(e, BETTER if win == e.scenario else WORSE, win,
+                           f"{what}: {win} wins ({figure}{how}).", f"{ax.label} {win}")
+        return Finding(e, NO_INTERVAL, None,
+                       f"{what}: no verdict: {figure}, no interval ({e.n or 1} run each): "
+                       "repeat each scenario for one.", f"{ax.label} ? n={e.n or 1}")
+    lo, hi = e.lo, e.hi
+    assert lo is not None and hi is not None
+    if margin is not None and -margin <= lo and hi <= margin:
+        return Finding(e, EQUIVALENT, None,
+                       f"{what}: equivalent within ±{_amount(e, margin)} ({figure}{how}).",
+                       f"{ax.label} ≈")
+    if lo <= 0.0 <= hi:
+        return Finding(e, NOT_DISTINGUISHABLE, None,
+                       f"{what}: not distinguishable ({figure}{how}).", f"{ax.label} ≈ n/d")
+    win = e.scenario if (lo > 0) == (ax.better == "higher") else e.baseline
+    return Finding(e, BETTER if win == e.scenario else WORSE, win,
+                   f"{what}: {win} wins ({figure}{how}).", f"{ax.label} {win}")
+
+
+def _amount(e: Evidence, value: float) -> str:
+    return f"{value * 100:.1f}%" if e.relative else f"{value:.3g} {e.unit}".rstrip()
+
+
+def _signed(e: Evidence, value: float) -> str:
+    return f"{value * 100:+.1f}%" if e.relative else f"{value:+.3g}"
+
+
+def _delta(e: Evidence) -> str:
+    assert e.delta is not None
+    text = _signed(e, e.delta) + ("" if e.relative or not e.unit else f" {e.unit}")
+    if e.has_interval:
+        assert e.lo is not None and e.hi is not None
+        text += f" [{_signed(e, e.lo)}, {_signed(e, e.hi)}]"
+    return text
+
+
+def _how(e: Evidence, ax: Axis) -> str:
+    parts = []
+    if e.has_interval:
+        parts.append(f"{e.level * 100:g}% {e.method}".rstrip())
+    elif ax.fixed:
+        parts.append("fixed by the allocator")
+    if e.n is not None:
+        parts.append(f"n={e.n}")
+    return f"; {', '.join(parts)}" if parts else ""
+
+
+# ----------------------------------------------------------------------------- comparisons
+
+_METHODS = {"paired": "paired t", "welch": "Welch t"}
+
+
+def from_comparison(c: Comparison, *, axes: Sequence[Axis] = AXES,
+                    warming: Mapping[str, str] | None = None) -> list[Evidence]:
+    """Every non-baseline scenario's Evidence on each axis the comparison measured (a row
+    it has, with a figure on either side), axis by axis. ``warming``: by scenario, why its
+    figures do not mean anything yet (a live run warming up): its sampled axes say so."""
+    warming = warming or {}
+    rows = {row.metric.key: row for row in c.rows}
+    out = []
+    for ax in axes:
+        row = rows.get(ax.metric)
+        if row is None:
+            continue
+        base = row.cells.get(c.baseline)
+        for s in c.scenarios:
+            if s == c.baseline:
+                continue
+            cell = row.cells.get(s)
+            if cell is None or (cell.mean is None and (base is None or base.mean is None)):
+                continue  # neither side measured it: no line
+            warm = "" if ax.fixed else (warming.get(s) or warming.get(c.baseline, ""))
+            out.append(_evidence(ax, row.metric.delta == "relative", row.metric.unit,
+                                 s, c.baseline, cell, min(c.trials[s], c.trials[c.baseline]),
+                                 warm))
+    return out
+
+
+def _evidence(ax: Axis, relative: bool, unit: str, scenario: str, baseline: str, cell: Cell,
+              n: int, warming: str) -> Evidence:
+    iv = cell.interval
+    return Evidence(ax.key, scenario, baseline, cell.delta, relative,
+                    None if iv is None else iv.lo, None if iv is None else iv.hi,
+                    "" if iv is None else _METHODS.get(iv.method, iv.method),
+                    n=n, unit=unit, warming=warming)
+
+
+def verdict(c: Comparison, *, warming: Mapping[str, str] | None = None,
+            crossovers: Mapping[str, Mapping[str, Any]] | None = None,
+            load_unit: str = "", margins: Mapping[str, float] | None = None) -> Verdict:
+    """The verdict on a comparison: decide(from_comparison(c)) against its baseline."""
+    return decide(from_comparison(c, warming=warming), baseline=c.baseline,
+                  crossovers=crossovers, load_unit=load_unit, margins=margins)
+
+
+# ----------------------------------------------------------------------------- crossovers
+
+def crossover_sentence(name: str, c: Mapping[str, Any], unit: str) -> str:
+    """A sweep's crossover (compare.slo.crossover's dict, with "over": the baseline) as a
+    sentence; "(modelled)" where the load lies in the modelled range."""
+    over = c["over"]
+    if c.get("at") is None:
+        return f"Crossover: {name}'s goodput does not overtake {over}'s within the sweep."
+    how = " (modelled)" if c.get("modelled") else ""
+    if c.get("where") == "below":
+        text = (f"Crossover{how}: {name}'s goodput is above {over}'s from the lowest load "
+                f"swept ({c['at']:g} {unit})").rstrip()
+    else:
+        lo, hi = c["between"]
+        text = (f"Crossover{how}: {name}'s goodput overtakes {over}'s above {c['at']:.3g} "
+                f"{unit} (between the levels at {lo:g} and {hi:g})")
+    if c.get("until") is None:
+        return text + "."
+    lo, hi = c["until_between"]
+    return text + f"; it falls behind again above {c['until']:.3g} {unit} (between {lo:g} " \
+                  f"and {hi:g})."
