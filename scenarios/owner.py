@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from collectors.readings import GpuData
+from collectors.readings import GpuData, HostData
 from scenarios.server_run import Run
 
 
@@ -28,6 +28,11 @@ class SupervisorOwner(Protocol):
     def host_shmem(self) -> int:
         """Host shared memory (Shmem) in bytes, where pinned host tables show (any
         exception: their release is not checked)."""
+        ...
+
+    def host_sample(self, root_pid: int | None) -> HostData:
+        """The host's memory now, per NUMA node too, with the process tree of ``root_pid``
+        (the server a switch replaces), for the fit check (any exception: host unchecked)."""
         ...
 
     def event(self, level: str, text: str) -> None:

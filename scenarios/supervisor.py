@@ -23,6 +23,8 @@ from pathlib import Path
 from collectors.base import SourceUnavailable, TooLarge, describe
 from collectors.pages import PageClient, PageError, bearer
 from scenarios.engines import EngineError, Signal
+from scenarios.fit import FitVerdict
+from scenarios.fit_check import check_fit
 from scenarios.guards import host_figure, host_guard, release_guard
 from scenarios.logtail import LogTail
 from scenarios.owner import SupervisorOwner
@@ -42,6 +44,17 @@ HEALTH_LIMIT = 1024 * 1024  # and at most this much of it
 
 class SupervisorError(Exception):
     """A start, stop or switch that cannot go ahead; the message says why and what to do."""
+
+
+class DoesNotFit(SupervisorError):
+    """A start or switch the fit check refused (scenarios.fit): its verdict has the figures;
+    the caller may start it anyway (force)."""
+
+    def __init__(self, verdict: FitVerdict) -> None:
+        super().__init__("\n".join([*verdict.report(), "(--force starts it anyway)"]))
+        self.verdict = verdict
+        self.scenario = verdict.scenario
+        self.lines = verdict.report()
 
 
 def _drop_key_file(run: Run) -> None:
@@ -167,8 +180,13 @@ class Supervisor:
         return (gpu, host_figure(self.owner.host_used), host_figure(self.owner.host_shmem),
                 note)
 
-    async def start(self, scenario: Scenario) -> Run:
+    async def start(self, scenario: Scenario, force: bool = False, *,
+                    fit_checked: bool = False) -> Run:
+        """Launch ``scenario``; refused (DoesNotFit) where the fit check says it cannot fit,
+        unless ``force``. ``fit_checked``: a switch checked it before stopping the last."""
         await asyncio.to_thread(self.preflight, scenario)  # port checks, paths: off the loop
+        if not fit_checked:
+            self._judge(await check_fit(self.owner, scenario), force)
         gpu, host, shmem, note = await asyncio.to_thread(self.baseline)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_name = f"{scenario.name}-{stamp}-{os.getpid()}"
@@ -408,12 +426,15 @@ class Supervisor:
         return result
 
     # ------------------------------------------------------------------ switch
-    async def switch(self, to: Scenario) -> Run:
+    async def switch(self, to: Scenario, force: bool = False) -> Run:
         """Stop the current server, wait for its HBM to return, start ``to``."""
         run = self.current
-        # A start that would be refused is refused before the running server is stopped.
+        # A start that would be refused is refused before the running server is stopped;
+        # the fit counts what the running server holds as free.
         await asyncio.to_thread(self.check_target, to,
                                 run is None or run.scenario.port != to.port)
+        self._judge(await check_fit(self.owner, to, run if run is not None and run.alive
+                                    else None), force)
         if run is not None and run.state != RunState.STOPPED:
             await self._stop(run)
         if run is not None:
@@ -434,7 +455,17 @@ class Supervisor:
             host = await host_guard(self.owner, run)
             if host.note:
                 self.owner.event("info" if host.released else "warning", host.note)
-        return await self.start(to)
+        return await self.start(to, fit_checked=True)
+
+    def _judge(self, verdict: FitVerdict, force: bool) -> None:
+        """Refuse what does not fit (unless forced); say what fits only in part."""
+        if verdict.refused and not force:
+            raise DoesNotFit(verdict)
+        if verdict.refused or verdict.warned:
+            lines = verdict.report()
+            if verdict.refused:
+                lines[0] = f"{lines[0][:-1]}, started anyway (force):"
+            self.owner.event("warning", " ".join(line.strip() for line in lines))
 
     def close_now(self, leave_running: bool = False) -> None:
         """close() for a process whose event loop is gone (a crash, a signal): stop the

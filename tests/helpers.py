@@ -140,10 +140,10 @@ class StaticSession:
     def close_now(self) -> None:
         self.closed = True
 
-    async def start_scenario(self, name: str) -> None:
+    async def start_scenario(self, name: str, force: bool = False) -> None:
         raise RuntimeError("a fixed store: it starts nothing")
 
-    async def switch(self, name: str) -> None:
+    async def switch(self, name: str, force: bool = False) -> None:
         raise RuntimeError("a fixed store: it switches nothing")
 
     async def stop_scenario(self) -> None:

@@ -29,10 +29,10 @@ class RecordingSession(StaticSession):
         super().__init__(scene_store())
         self.calls: list[tuple[str, str | None]] = []
 
-    async def start_scenario(self, name: str) -> None:
+    async def start_scenario(self, name: str, force: bool = False) -> None:
         self.calls.append(("start", name))
 
-    async def switch(self, name: str) -> None:
+    async def switch(self, name: str, force: bool = False) -> None:
         self.calls.append(("switch", name))
 
     async def stop_scenario(self) -> None:

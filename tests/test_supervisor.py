@@ -15,7 +15,7 @@ import pytest
 from helpers import free_port, running, until
 
 from collectors.host import sample as host_sample
-from collectors.readings import GpuData
+from collectors.readings import GpuData, HostData
 from engram_top.live.session import Session
 from engram_top.seed import reference
 from engram_top.sim import state
@@ -85,6 +85,9 @@ class Owner:
 
     def host_shmem(self) -> int:
         return host_sample(self.host, None).shmem_bytes
+
+    def host_sample(self, root_pid: int | None) -> HostData:
+        return host_sample(self.host, root_pid)
 
     def event(self, level: str, text: str) -> None:
         self.events.append(f"{level}: {text}")

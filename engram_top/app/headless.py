@@ -40,10 +40,10 @@ class BorrowedSession:
     def close_now(self) -> None:
         return None
 
-    async def start_scenario(self, name: str) -> None:
+    async def start_scenario(self, name: str, force: bool = False) -> None:
         raise RuntimeError("a borrowed session starts nothing")
 
-    async def switch(self, name: str) -> None:
+    async def switch(self, name: str, force: bool = False) -> None:
         raise RuntimeError("a borrowed session switches nothing")
 
     async def stop_scenario(self) -> None:

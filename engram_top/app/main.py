@@ -23,6 +23,7 @@ from collectors.units import seconds, tokens, weights_gb
 from engram_top.alerts.monitor import AlertChange
 from engram_top.app import panels
 from engram_top.app.dialogs import ConfirmScreen
+from engram_top.app.fit_dialog import FitScreen
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
 from engram_top.app.keymap import keep_a_quit_key
 from engram_top.app.palette import KeysShown
@@ -36,6 +37,7 @@ from engram_top.app.snapshot_keys import TakesSnapshots
 from engram_top.app.terminal import SurvivesHangUp
 from engram_top.model import facts
 from engram_top.model.figures import RunFigures
+from engram_top.model.refusal import FitRefused
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.seed import reference
 from engram_top.settings.user_config import UserConfig
@@ -119,8 +121,9 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
         self.replay = session.replay
         self.session = session
         if config is not None:  # the user's thresholds, for the alerts the session raises
-            session.alerts.configure(config.alerts)
-            session.slos = config.slos  # a load's requests are held to these
+            # A load's requests are held to the [slo] bounds, and so is the slo alert.
+            session.alerts.configure(config.alerts, config.slos)
+            session.slos = config.slos
         if clock is not None:  # one "now" for the header and the panels' ages
             session.store.clock = clock
         self.clock = session.store.clock
@@ -211,6 +214,8 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
     async def start_session(self) -> None:
         try:
             await self.session.start()
+        except FitRefused as exc:  # the session is up; its first start waits for the answer
+            self._refused("start", exc)
         except Exception as exc:  # shown, and the app stays up so the user can read it
             self.session.store.event("error", f"could not start: {type(exc).__name__}: {exc}")
             self.notify(f"could not start: {exc}", severity="error", timeout=15)
@@ -382,21 +387,30 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
             self.control("stop", None)
 
     @work(exclusive=True, group="control", exit_on_error=False)
-    async def control(self, verb: str, name: str | None) -> None:
+    async def control(self, verb: str, name: str | None, force: bool = False) -> None:
         session = self.session
         try:
             if verb == "start":
-                await session.start_scenario(name)
+                await session.start_scenario(name, force)
             elif verb == "watch":
                 await session.attach(name)
             elif verb == "switch":
                 self.notify(f"switching to {name}: stopping the current server first")
-                await session.switch(name)
+                await session.switch(name, force)
             else:
                 await session.stop_scenario()
+        except FitRefused as exc:
+            self._refused(verb, exc)
         except Exception as exc:  # a refused start says why; the app stays up
             self.session.store.event("error", f"{verb} failed: {exc}")
             self.notify(str(exc), title=f"{verb} failed", severity="error", timeout=15)
+
+    def _refused(self, verb: str, exc: FitRefused) -> None:
+        """A start or switch that does not fit: its figures, and the choice to go ahead."""
+        self.session.store.event("warning", f"{verb} {exc.scenario}: " + " ".join(
+            line.strip() for line in exc.lines[:2]))
+        self.push_screen(FitScreen(verb, exc.scenario, exc.lines),
+                         lambda go: self.control(verb, exc.scenario, True) if go else None)
 
     def _events(self, store: RunStore) -> Text:
         """Active alerts first, then the latest events, each with its time."""

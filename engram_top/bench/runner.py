@@ -46,7 +46,7 @@ from scenarios.workload import DriverResult, run_workload
 
 async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *,
                     state_dir: Path | None = None, lock_wait_s: float = 0.0,
-                    thresholds: Thresholds | None = None) -> dict[str, Any]:
+                    thresholds: Thresholds | None = None, force: bool = False) -> dict[str, Any]:
     """Run the plan and write its reports under ``out``. The servers it starts are those of
     the plan's scenario file, in its state folder (by default the one run, switch and stop
     use): `engram-top stop` finds whatever a killed bench left, and no second command starts
@@ -56,7 +56,7 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
         state_dir=state_dir or default_state_dir(plan.scenarios_file), load=None,
         free_ports=True, poll_interval=0.5, time_scale=plan.time_scale,
         serve_scale=plan.serve_scale, command="bench", lock_wait_s=lock_wait_s,
-        thresholds=thresholds))
+        thresholds=thresholds, force=force))
     session.announce = say
     results: list[RunResult] = []
     requests: list[dict[str, Any]] = []

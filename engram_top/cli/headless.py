@@ -20,7 +20,7 @@ async def switch(args: argparse.Namespace) -> int:
     Interrupted before it is done (a signal), it stops what it started instead."""
     from engram_top.live.session import Session
     from scenarios.statelock import StateBusy
-    from scenarios.supervisor import SupervisorError
+    from scenarios.supervisor import DoesNotFit, SupervisorError
     options = session_options(args, headless=True, leave_running=True, poll_interval=2.0,
                                command="switch", lock_wait_s=LOCK_WAIT_S)
     if options is None:
@@ -51,6 +51,9 @@ async def switch(args: argparse.Namespace) -> int:
                 print(f"engram-top switch: {run.scenario.name} did not become ready: "
                       f"{run.failure or run.state}; log: {run.log_path}", file=sys.stderr)
                 code = 1
+    except DoesNotFit as exc:  # the figures, nothing stopped; --force goes ahead
+        print(f"engram-top switch: {exc}", file=sys.stderr)
+        code = 2
     except (SupervisorError, StateBusy) as exc:
         print(f"engram-top switch: {exc}", file=sys.stderr)
         code = 1
@@ -100,7 +103,7 @@ async def bench(args: argparse.Namespace) -> int:
     from engram_top.bench import runner
     from engram_top.export import snapshot
     from scenarios.statelock import StateBusy
-    from scenarios.supervisor import SupervisorError
+    from scenarios.supervisor import DoesNotFit, SupervisorError
     try:
         plan = bench_plan.load_plan(args.plan)
         snapshot.check_writable(args.out)
@@ -110,7 +113,10 @@ async def bench(args: argparse.Namespace) -> int:
     try:
         report = await runner.run_bench(plan, args.out, state_dir=args.state_dir,
                                         thresholds=user_thresholds(),
-                                        lock_wait_s=LOCK_WAIT_S)
+                                        lock_wait_s=LOCK_WAIT_S, force=args.force)
+    except DoesNotFit as exc:
+        print(f"engram-top bench: {exc}", file=sys.stderr)
+        return 2
     except (SupervisorError, StateBusy) as exc:
         print(f"engram-top bench: {exc}", file=sys.stderr)
         return 1

@@ -19,6 +19,7 @@ def demo_file() -> Path:
 @dataclass(frozen=True)
 class DemoOptions:
     placement: str = "device"
+    force: bool = False  # start even where the fit check refuses (--force)
     time_scale: float = 0.1
     serve_scale: float = 1.0
     node_dir: Path | None = None
@@ -36,4 +37,5 @@ class DemoSession(Session):
         super().__init__(SessionOptions(
             scenario_file=demo_file(), start=o.placement, state_dir=o.run_dir,
             node_dir=o.node_dir, poll_interval=o.poll_interval, load=o.load, free_ports=True,
-            time_scale=o.time_scale, serve_scale=o.serve_scale, thresholds=o.thresholds))
+            time_scale=o.time_scale, serve_scale=o.serve_scale, thresholds=o.thresholds,
+            force=o.force))

@@ -21,7 +21,7 @@ from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
 from collectors.pages import split_userinfo
-from collectors.readings import GpuData
+from collectors.readings import GpuData, HostData
 from collectors.server_process import server_environ
 from collectors.shared import SharedSampler
 from collectors.source import NodeSource, Source
@@ -30,6 +30,7 @@ from engram_top.alerts.thresholds import Thresholds
 from engram_top.compare.slo import DEFAULT as slo_defaults
 from engram_top.compare.slo import Slo
 from engram_top.live.engine_detect import DetectingCollector
+from engram_top.live.fit import refusal_for_the_app
 from engram_top.live.load import LoadSpec, context_len, counters, driver
 from engram_top.live.polling import free_port, poll_loop
 from engram_top.live.run_facts import launched, read_engram, sync, until_port
@@ -65,6 +66,8 @@ class SessionOptions:
     poll_interval: float = 1.0
     load: LoadSpec | None = LoadSpec()
     leave_running: bool = False
+    # Start and switch even where the fit check says the scenario does not fit (--force).
+    force: bool = False
     free_ports: bool = False  # give every scenario a free port (the embedded demo)
     time_scale: float | None = None  # overrides for simulated scenarios
     serve_scale: float | None = None
@@ -85,7 +88,7 @@ class Session:
             self.scenarios = self._adjust(config.load(options.scenario_file))
         # Known before start: a recorder's header (written at the first record) carries them.
         self.store.scenarios = self.scenarios
-        self.alerts = AlertWatch(self.store, options.thresholds)
+        self.alerts = AlertWatch(self.store, options.thresholds, slos=slo_defaults)
         self.store.node = (f"simulated {self.ref.gpus}x {self.ref.gpu_name}" if self.simulated
                            else socket.gethostname())
         self.load: LoadProcess | None = None
@@ -264,11 +267,12 @@ class Session:
             raise SupervisorError("no scenario file: this session only watches attached servers")
         return self.scenarios.get(name)
 
-    async def start_scenario(self, name: str) -> Run:
+    async def start_scenario(self, name: str, force: bool = False) -> Run:
         async with self._lock:
             sc = self.scenario(name)
             await self._stop_load()
-            run = await self.supervisor.start(sc)
+            with refusal_for_the_app():
+                run = await self.supervisor.start(sc, force or self.options.force)
             self._bind(run)
             return run
 
@@ -277,12 +281,13 @@ class Session:
             await self._stop_load()
             await self.supervisor.stop()
 
-    async def switch(self, name: str) -> Run:
+    async def switch(self, name: str, force: bool = False) -> Run:
         """Stop the running server, wait for its HBM to return, start ``name``."""
         async with self._lock:
             sc = self.scenario(name)
             await self._stop_load()
-            run = await self.supervisor.switch(sc)
+            with refusal_for_the_app():
+                run = await self.supervisor.switch(sc, force or self.options.force)
             self._bind(run)
             return run
 
@@ -369,6 +374,9 @@ class Session:
 
     def host_used(self) -> int:
         return host_sample(self._host_backend, None).used_bytes
+
+    def host_sample(self, root_pid: int | None) -> HostData:
+        return host_sample(self._host_backend, root_pid)
 
     def host_shmem(self) -> int:
         return host_sample(self._host_backend, None).shmem_bytes

@@ -163,10 +163,10 @@ class ReplaySession:
         """A replay starts no process and keeps no folder: nothing to close without a loop."""
 
     # A replay starts and stops nothing; the app's keys get a clear answer.
-    async def start_scenario(self, name: str) -> None:
+    async def start_scenario(self, name: str, force: bool = False) -> None:
         raise RuntimeError("this is a replay: it cannot start servers")
 
-    async def switch(self, name: str) -> None:
+    async def switch(self, name: str, force: bool = False) -> None:
         raise RuntimeError("this is a replay: it cannot switch servers")
 
     async def stop_scenario(self) -> None:

@@ -1,0 +1,176 @@
+"""The fit check over the simulated node's real readings (its GPU and host backends over a
+node folder): what fits, what does not fit on the host, what does not fit in HBM (another
+tenant holding it, named), the layouts' copies, HiCache per rank, a switch's own memory
+counted free, a model without figures. No process starts: the other tenant is this test's
+own process, holding virtual HBM in the node's state as any process there does."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import DEMO, GIB
+
+from collectors.host import sample as host_sample
+from collectors.units import GB
+from engram_top.seed import reference
+from engram_top.sim import state
+from engram_top.sim.backends import SimGpuBackend, SimHostBackend
+from scenarios import fit, scenario_file
+from scenarios.fit import REFUSE, WARN, node_free, predict
+
+TINY = DEMO.with_name("tiny-cpu.toml")
+
+
+def make_node(tmp_path: Path, **spec: int) -> Path:
+    node_dir = tmp_path / "node"
+    base = state.NodeSpec.from_reference(reference.default())
+    state.write_spec(node_dir, dataclasses.replace(base, **spec))
+    return node_dir
+
+
+def tenant(node_dir: Path, gib: float, gpus: tuple[int, ...] = (0, 1, 2, 3),
+           name: str = "noisy-neighbour") -> int:
+    """This process as another tenant holding ``gib`` of HBM on ``gpus``."""
+    me = psutil.Process(os.getpid())
+    state.write_proc(node_dir, state.ProcState(
+        pid=me.pid, create_time=me.create_time(), name=name,
+        gpu_bytes={g: int(gib * GIB) for g in gpus}))
+    return me.pid
+
+
+def free_of(node_dir: Path, server_pids: tuple[int, ...] = ()) -> fit.NodeFree:
+    return node_free(SimGpuBackend(node_dir).sample(),
+                     host_sample(SimHostBackend(node_dir), None), server_pids=server_pids)
+
+
+def demo(name: str, *args: str) -> scenario_file.Scenario:
+    sc = scenario_file.load(DEMO).get(name)
+    return dataclasses.replace(sc, args=tuple(args)) if args else sc
+
+
+def line(verdict: fit.FitVerdict, where: str) -> fit.FitLine:
+    return next(ln for ln in verdict.lines if ln.where == where)
+
+
+def test_every_placement_fits_an_empty_node(tmp_path: Path) -> None:
+    node = free_of(make_node(tmp_path))
+    for name in ("device", "host", "host-prefetch"):
+        verdict = predict(demo(name), node)
+        assert verdict.level == fit.OK, verdict.report()
+        assert [ln.where for ln in verdict.lines] == ["GPU 0", "GPU 1", "GPU 2", "GPU 3", "host",
+                                                     "NUMA node 0", "NUMA node 1"]
+    device = predict(demo("device"), node)
+    assert "weights 119.0" in line(device, "GPU 0").text
+    assert "KV 20.5" in line(device, "GPU 0").text  # the seed's 11.84M tokens and SWA pool
+    host = predict(demo("host"), node)
+    assert "weights 72.2" in line(host, "GPU 2").text
+    assert line(host, "host").need_bytes == pytest.approx(195.4 * GIB, rel=1e-3)
+    assert "Engram tables (shared) 187.4" in line(host, "host").text
+    # The shared copy is faulted in by rank 0: on GPU 0's NUMA node, as the simulator has it.
+    assert "Engram tables" in line(host, "NUMA node 0").text
+    assert "Engram tables" not in line(host, "NUMA node 1").text
+
+
+def test_a_host_placement_that_does_not_fit_in_host_ram_is_refused(tmp_path: Path) -> None:
+    node = free_of(make_node(tmp_path, host_total_bytes=256 * GIB,
+                             host_baseline_used_bytes=80 * GIB))
+    verdict = predict(demo("host"), node)
+    assert verdict.refused
+    host = line(verdict, "host")
+    assert host.level == REFUSE
+    assert host.free_bytes == 176 * GIB  # MemAvailable: 256 - 80
+    assert "host: needs 195.4 GiB" in host.text and "free 176.0 GiB of 256.0 GiB" in host.text
+    assert "short of 19.4 GiB" in host.text
+    assert verdict.report()[0] == "'host' does not fit on this node:"
+    # The tables' node is short too, but a shared copy may spill: a warning there.
+    assert line(verdict, "NUMA node 0").level == WARN
+    assert predict(demo("device"), node).level == fit.OK  # 6.5 GiB of server processes
+
+
+def test_little_host_memory_left_warns(tmp_path: Path) -> None:
+    node = free_of(make_node(tmp_path, host_total_bytes=1024 * GIB,
+                             host_baseline_used_bytes=790 * GIB))
+    verdict = predict(demo("host-prefetch"), node)
+    assert verdict.level == WARN, verdict.report()
+    assert "only 32.4 GiB would be left" in line(verdict, "host").text
+
+
+def test_hbm_another_process_holds_refuses_and_names_it(tmp_path: Path) -> None:
+    node_dir = make_node(tmp_path)
+    pid = tenant(node_dir, 30, gpus=(1,))
+    node = free_of(node_dir)
+    verdict = predict(demo("device"), node)
+    assert verdict.refused
+    assert [ln.where for ln in verdict.lines if ln.level == REFUSE] == ["GPU 1"]
+    gpu1 = line(verdict, "GPU 1")
+    assert f"other processes hold noisy-neighbour (pid {pid}) 30.0 GiB" in gpu1.text
+    assert "free 148.6 GiB" in gpu1.text
+    assert "short of 9.5 GiB before any KV pool" in gpu1.text
+    # Host placement: the weights fit, the KV pool shrinks by the tenant's 30 GiB.
+    host = predict(demo("host"), node)
+    assert host.level == WARN
+    assert "the KV pool would be 37.3 GiB instead of 67.3 GiB (-45%)" in line(host, "GPU 1").text
+    assert line(host, "GPU 0").level == fit.OK
+
+
+def test_a_switch_counts_the_stopping_servers_memory_as_free(tmp_path: Path) -> None:
+    node_dir = make_node(tmp_path)
+    pid = tenant(node_dir, 150, name="sglang::scheduler_TP0")
+    assert predict(demo("host"), free_of(node_dir)).refused
+    after = free_of(node_dir, server_pids=(pid,))
+    assert after.gpus[0].free_bytes == pytest.approx(178.5615234375 * GIB)
+    assert after.gpus[0].others == ()
+    assert predict(demo("host"), after).level == fit.OK
+
+
+def test_layouts_copies_hicache_and_the_mem_fraction_from_the_arguments(tmp_path: Path) -> None:
+    node = free_of(make_node(tmp_path))
+    per_rank = predict(demo("host", "--engram-layout", "per-rank"), node)
+    assert "Engram tables (per-rank) 749.5 (4 x 187.4)" in line(per_rank, "host").text
+    assert "Engram tables (per-rank) 374.7 (2 x 187.4)" in line(per_rank, "NUMA node 1").text
+    replicated = predict(demo("host", "--engram-layout=numa-replicated"), node)
+    assert "Engram tables (numa-replicated) 374.7 (2 x 187.4)" in line(replicated, "host").text
+    hicache = predict(demo("host", "--hicache-size", "32"), node)
+    assert line(hicache, "host").need_bytes == pytest.approx(195.4 * GIB + 4 * 32 * GB, rel=1e-4)
+    assert "HiCache host pools 119.2 (4 x 29.8)" in line(hicache, "host").text
+    small = predict(demo("device", "--mem-fraction-static", "0.6"), node)
+    assert small.refused
+    assert "mem fraction 0.6 leaves no KV pool" in line(small, "GPU 0").text
+    # Nonsense is not a figure: the automatic fraction stands.
+    for bad in ("nan", "inf", "-1", "x", "7"):
+        assert predict(demo("device", "--mem-fraction-static", bad), node).level == fit.OK
+
+
+def test_a_numa_replicated_copy_that_does_not_fit_its_node_is_refused(tmp_path: Path) -> None:
+    node = free_of(make_node(tmp_path, host_total_bytes=360 * GIB,
+                             host_baseline_used_bytes=0))
+    verdict = predict(demo("host", "--engram-layout", "numa-replicated"), node)
+    assert verdict.refused
+    numa = line(verdict, "NUMA node 1")
+    assert numa.level == REFUSE and "a NUMA-replicated copy must sit on its own node" in numa.text
+    assert "NUMA node 1: needs 191.4 GiB" in numa.text and "free 180.0 GiB" in numa.text
+    # One shared copy: its node is short, the host is not; the rest spills (a warning).
+    shared = predict(demo("host"), node)
+    assert shared.level == WARN
+    assert line(shared, "host").level == fit.OK
+    assert "11.4 GiB would spill to another node" in line(shared, "NUMA node 0").text
+
+
+def test_a_model_without_figures_is_not_predicted(tmp_path: Path) -> None:
+    node = free_of(make_node(tmp_path))
+    tiny = next(iter(scenario_file.load(TINY).scenarios.values()))
+    verdict = predict(tiny, node)
+    assert verdict.level == fit.OK
+    assert verdict.lines[0].level == fit.UNKNOWN
+    assert "need is not predicted" in verdict.lines[0].text
+
+
+def test_no_readings_leave_the_check_to_what_was_read() -> None:
+    verdict = predict(demo("host"), node_free(None, None, gpu_problem="no NVIDIA driver"))
+    assert verdict.level == fit.OK
+    assert [ln.text for ln in verdict.lines] == [
+        "HBM not checked: no NVIDIA driver", "host RAM not checked: no host reading"]
