@@ -30,13 +30,14 @@ MAX_LINE = 64 * 1024
 class LoadProcess:
     def __init__(self, base_url: str, *, concurrency: int = 8, input_len: int = 512,
                  output_len: int = 128, range_ratio: float = 0.5, seed: int = 1,
-                 api_key: str | None = None, bounds: dict[str, float] | None = None) -> None:
+                 api_key: str | None = None, bounds: dict[str, float] | None = None,
+                 count_prompt: bool = False) -> None:
         self.concurrency = concurrency
         self.bounds = dict(bounds or {})
         self.argv = [sys.executable, "-m", "scenarios.load_process", "--url", base_url,
                      "--concurrency", str(concurrency), "--input-len", str(input_len),
                      "--output-len", str(output_len), "--range-ratio", repr(range_ratio),
-                     "--seed", str(seed),
+                     "--seed", str(seed), *(["--count-prompt"] if count_prompt else []),
                      *(a for k, v in self.bounds.items() for a in ("--bound", f"{k}={v!r}"))]
         self.api_key = api_key
         self.stats = LoadStats()
@@ -114,7 +115,7 @@ async def _child(args: argparse.Namespace) -> int:
     load = ClosedLoopLoad(args.url, concurrency=args.concurrency, input_len=args.input_len,
                           output_len=args.output_len, range_ratio=args.range_ratio,
                           seed=args.seed, api_key=os.environ.pop(KEY_ENV, None),
-                          bounds=dict(args.bound))
+                          bounds=dict(args.bound), count_prompt=args.count_prompt)
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, done.set)
@@ -156,6 +157,8 @@ def main() -> int:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--range-ratio", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--count-prompt", action="store_true",
+                   help="send a prompt's length as a number (a simulated server's field)")
     p.add_argument("--bound", type=_bound, action="append", default=[], metavar="METRIC=S",
                    help="a per-request latency bound (ttft, tpot or e2e, in seconds): "
                         "requests within every bound are counted as good")

@@ -218,7 +218,7 @@ class ClosedLoopLoad:
                  output_len: int = 128, range_ratio: float = 0.5, seed: int = 1,
                  model: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, request_timeout_s: float = 300.0,
-                 bounds: dict[str, float] | None = None) -> None:
+                 bounds: dict[str, float] | None = None, count_prompt: bool = False) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.base_url = base_url.rstrip("/")
@@ -235,6 +235,7 @@ class ClosedLoopLoad:
         # Per-request latency bounds in seconds ("ttft", "tpot", "e2e"): a completed request
         # within all of them counts as good (stats.good), as goodput counts it.
         self.bounds = dict(bounds or {})
+        self.count_prompt = count_prompt  # a simulated server's prompt length as a number
         self._tasks: list[asyncio.Task[None]] = []
         self._client: httpx.AsyncClient | None = None
 
@@ -279,7 +280,8 @@ class ClosedLoopLoad:
     async def one(self, input_len: int, output_len: int) -> RequestRecord:
         assert self._client is not None, "start() first"
         return await stream_request(self._client, input_len, output_len, model=self.model,
-                                    deadline_s=self.request_timeout_s)
+                                    deadline_s=self.request_timeout_s,
+                                    count_prompt=self.count_prompt)
 
 
 def within(record: RequestRecord, bounds: dict[str, float]) -> bool:

@@ -23,6 +23,7 @@ import psutil
 import pytest
 import uvicorn
 from helpers import GIB, ServerSpec, SimServer, alive, free_port, until, wait_until
+from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.host import sample as host_sample
 from engram_top.seed import reference
@@ -32,6 +33,7 @@ from engram_top.sim.core import WARMUP_HEADER, ServerCore
 from engram_top.sim.http import build_app
 from engram_top.sim.startup import RankHandle, Startup
 from engram_top.sim.tenant import HOG_NAME, NEIGHBOUR_NAME
+from scenarios.load_process import LoadProcess
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
@@ -254,3 +256,38 @@ async def test_before_ready_only_the_warm_up_request_is_served() -> None:
         server.should_exit = True
         await asyncio.wait_for(serving, 10)
         loop.cancel()
+
+
+async def test_a_load_of_long_prompts_exhausts_the_kv_pool(launch) -> None:  # type: ignore[no-untyped-def]
+    # `demo --concurrency 32 --prompt-tokens 1048576`'s load, its prompts sent as lengths:
+    # 32 prompts of 0.5M to 1M tokens ask for more than the device pool's 11.84M, so the
+    # scheduler admits what fits and queues the rest, far under its 256 running requests.
+    server = launch("kv-full", "device", "--serve-scale", "0.02").wait_ready()
+    load = LoadProcess(server.url, concurrency=32, input_len=1_048_000, output_len=4000,
+                       count_prompt=True)
+    assert "--count-prompt" in load.argv
+
+    def gauges() -> dict[str, float]:
+        page = httpx.get(f"{server.url}/metrics", timeout=5).text
+        out = {}
+        for family in text_string_to_metric_families(page):
+            for sample in family.samples:
+                if sample.labels.get("tp_rank") == "0":
+                    out[sample.name] = sample.value
+        return out
+
+    await load.start()
+    try:
+        await until(None, lambda: (g := gauges())["sglang:num_queue_reqs"] > 0
+                    and g["sglang:num_running_reqs"] > 0, 30.0, "requests queued for KV")
+        g = gauges()
+        assert g["sglang:num_running_reqs"] + g["sglang:num_queue_reqs"] <= 32
+        assert g["sglang:num_running_reqs"] < 32  # the pool, not the request cap, holds them
+        # As their prompts are prefilled, the admitted requests fill the pool.
+        capacity = memory.plan(REF, "device").kv_tokens
+        await until(None, lambda: gauges()["sglang:kv_used_tokens"] >= 0.5 * capacity, 60.0,
+                    "the admitted prompts to fill half the pool")
+        assert gauges()["sglang:num_queue_reqs"] > 0  # and the rest still wait
+        assert load.stats.failed == 0
+    finally:
+        await load.stop()

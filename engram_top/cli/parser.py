@@ -13,7 +13,9 @@ from engram_top.cli.ranges import (
     GPUS,
     INTERVAL_S,
     NODES,
+    OUTPUT_TOKENS,
     PRICE,
+    PROMPT_TOKENS,
     READY_TIMEOUT_S,
     SERVE_SCALE,
     SESSION,
@@ -35,6 +37,7 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
                    help="scale of request service times (default 1: node time)")
     p.add_argument("--concurrency", type=CONCURRENCY, default=8,
                    help="demo load: streams in flight (1 to 1024)")
+    _load_lengths(p)
     p.add_argument("--no-load", action="store_true", help="start no synthetic load")
     _force_argument(p)
 
@@ -43,6 +46,16 @@ def _force_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="start (and switch) even where the fit check finds the scenario does "
                         "not fit the node's free HBM or host RAM (it warns instead)")
+
+
+def _load_lengths(p: argparse.ArgumentParser) -> None:
+    # Long prompts by many streams fill the KV pool: 512 streams of up to 65536 tokens ask
+    # for more than the device placement's 11.84M, so requests queue and are retracted.
+    p.add_argument("--prompt-tokens", type=PROMPT_TOKENS, default=512, metavar="N",
+                   help="load: prompts of N/2 to N tokens (default 512; a simulated server "
+                        "is sent the length, not the text)")
+    p.add_argument("--output-tokens", type=OUTPUT_TOKENS, default=128, metavar="N",
+                   help="load: outputs of N/2 to N tokens (default 128)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-load", action="store_true", help="start no synthetic load")
     run.add_argument("--concurrency", type=CONCURRENCY, default=8,
                      help="load: streams in flight (1 to 1024)")
+    _load_lengths(run)
     _record_arguments(run)
     _dashboard_arguments(run)
 

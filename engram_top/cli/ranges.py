@@ -12,6 +12,10 @@ TIME_SCALE = bounded_float(0.001, 100)
 SERVE_SCALE = bounded_float(0.001, 100)
 # Streams in flight from one load process: past a thousand it measures its own event loop.
 CONCURRENCY = bounded_int(1, 1024)
+# A load's prompt and output lengths: up to the model's context (DeepSeek-V4.1: 1M tokens);
+# the load cuts them to a smaller model's context itself.
+PROMPT_TOKENS = bounded_int(1, 1_048_576)
+OUTPUT_TOKENS = bounded_int(1, 262_144)
 # Simulated fleet nodes: they share one process and a port each (cli/fleet.py checks it too).
 NODES = bounded_int(1, 512)
 DAY_S = 86400.0

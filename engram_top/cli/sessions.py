@@ -15,7 +15,9 @@ from engram_top.cli.lifetime import (
 def demo_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from engram_top.live.demo import DemoOptions
     from engram_top.live.load import LoadSpec
-    load = None if args.no_load else LoadSpec(concurrency=args.concurrency)
+    load = None if args.no_load else LoadSpec(concurrency=args.concurrency,
+                                              input_len=args.prompt_tokens,
+                                              output_len=args.output_tokens)
     return DemoOptions(placement=args.placement, time_scale=args.time_scale,
                        serve_scale=args.serve_scale, load=load,
                        force=bool(getattr(args, "force", False)))
@@ -50,7 +52,9 @@ def session_options(args: argparse.Namespace, *, headless: bool = False,
         extra["thresholds"] = user_thresholds()
     state_dir = args.state_dir or default_state_dir(path)
     load = None if getattr(args, "no_load", True) else LoadSpec(
-        concurrency=getattr(args, "concurrency", 8))
+        concurrency=getattr(args, "concurrency", 8),
+        input_len=getattr(args, "prompt_tokens", LoadSpec.input_len),
+        output_len=getattr(args, "output_tokens", LoadSpec.output_len))
     extra.setdefault("force", bool(getattr(args, "force", False)))
     return SessionOptions(scenario_file=path, state_dir=state_dir, load=load, **extra)
 

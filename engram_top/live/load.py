@@ -50,13 +50,19 @@ def driver(sc: Scenario, spec: LoadSpec, context: int | None,
     # A simulated node serves `serve` times faster: the bounds are in node time.
     _, serve = sc.engine.clock(sc)
     input_len, output_len = fit_context(spec.input_len, spec.output_len, context)
+    # A simulated server takes a prompt's length as a number: 64K-token prompts by the
+    # hundred need not travel as words.
     load = LoadProcess(sc.url, concurrency=spec.concurrency, input_len=input_len,
                        output_len=output_len, range_ratio=spec.range_ratio, seed=spec.seed,
-                       api_key=sc.api_key, bounds=slo_bounds(slos, serve))
+                       api_key=sc.api_key, bounds=slo_bounds(slos, serve),
+                       count_prompt=sc.engine.simulated_node)
     fitted = "" if (input_len, output_len) == (spec.input_len, spec.output_len) else (
         f", prompts up to {input_len} and outputs up to {output_len} tokens to fit the "
         f"model's context of {context}")
-    return load, f"load started: {spec.concurrency} streams, closed loop{fitted}"
+    lengths = "" if fitted or (input_len, output_len) == (LoadSpec.input_len,
+                                                          LoadSpec.output_len) else (
+        f", prompts up to {input_len} and outputs up to {output_len} tokens")
+    return load, f"load started: {spec.concurrency} streams, closed loop{fitted}{lengths}"
 
 
 def counters(load: LoadProcess, slos: Sequence[Slo], node_s: float) -> dict[str, Any]:

@@ -1,0 +1,50 @@
+"""The demo and run loads' lengths (--prompt-tokens, --output-tokens): parsed with their
+ranges, carried into the load, and sent to a simulated server as a length, not as text."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engram_top.cli.parser import build_parser
+from engram_top.cli.sessions import demo_options
+from engram_top.live.demo import demo_file
+from engram_top.live.load import LoadSpec, driver
+from scenarios import scenario_file
+
+
+def test_the_lengths_reach_the_demo_load() -> None:
+    args = build_parser().parse_args(["demo", "--concurrency", "32", "--prompt-tokens",
+                                      "1048576", "--output-tokens", "4096"])
+    load = demo_options(args).load
+    assert (load.concurrency, load.input_len, load.output_len) == (32, 1048576, 4096)
+    plain = demo_options(build_parser().parse_args(["demo"])).load
+    assert (plain.input_len, plain.output_len) == (LoadSpec.input_len, LoadSpec.output_len)
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("--prompt-tokens", "0"), ("--prompt-tokens", "1048577"), ("--prompt-tokens", "1e3"),
+    ("--output-tokens", "0"), ("--output-tokens", "nan"),
+])
+def test_lengths_out_of_range_are_refused(option: str, value: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("demo", "run"):
+        argv = [command, *(["scenarios/demo.toml"] if command == "run" else []), option, value]
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args(argv)
+        assert exc.value.code == 2
+        assert f"argument {option}" in capsys.readouterr().err
+
+
+def test_a_simulated_server_is_sent_the_prompts_length() -> None:
+    sc = scenario_file.load(demo_file()).get("device")
+    load, said = driver(sc, LoadSpec(concurrency=32, input_len=65536, output_len=2048),
+                        1048576, ())
+    assert "--count-prompt" in load.argv
+    assert load.argv[load.argv.index("--input-len") + 1] == "65536"
+    assert said == ("load started: 32 streams, closed loop, prompts up to 65536 and outputs "
+                    "up to 2048 tokens")
+    real = dataclasses.replace(sc, kind="sglang")
+    load, _ = driver(real, LoadSpec(), None, ())
+    assert "--count-prompt" not in load.argv
