@@ -3,6 +3,7 @@ written as events, held against flapping, and shaped by the config's thresholds.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from collectors.readings import (
@@ -21,6 +22,9 @@ from engram_top.settings.user_config import parse_config
 
 GIB = 1024**3
 MIB = 1024**2
+NO_PROCESS = "NVML lists no process on it (another container's, or the driver's)"
+NEXT = ("; look at the KV panel (usage, retracted/s) and TTFT: the server takes requests "
+        "slower than they come")
 
 
 def gpus(store: RunStore, t: float, *used_pct: float) -> None:
@@ -74,22 +78,24 @@ def test_hbm_raised_with_its_figure_written_and_cleared() -> None:
     assert change.change == "raised"
     alert = store.alerts["hbm:gpu1"]
     assert change.alert is alert
-    assert (alert.severity, alert.message) == ("warning", "GPU 1 HBM 96.3% used (> 95%)")
+    assert (alert.severity, alert.message) == ("warning", "GPU 1 HBM 96.3% used (> 95%): "
+                                               f"{NO_PROCESS}; look at `h` (who holds each GPU)")
     assert alert.started_at == 0.0 and alert.since > 1.6e9
     assert list(store.alerts) == ["hbm:gpu1"]
-    assert texts(store) == [("warning", "GPU 1 HBM 96.3% used (> 95%)")]
+    assert texts(store) == [("warning", alert.message)]
     assert store.version("alerts") == (1,)
     # Higher still: the same alert, its figure updated, no second event.
     gpus(store, 1.0, 50.0, 97.0)
     assert monitor.evaluate(store, 1.0) == []
-    assert store.alerts["hbm:gpu1"].message == "GPU 1 HBM 97.0% used (> 95%)"
+    assert store.alerts["hbm:gpu1"].message.startswith("GPU 1 HBM 97.0% used (> 95%): ")
     # Below the threshold and the band, but not for clear_after_s (5 s) yet.
     gpus(store, 2.0, 50.0, 80.0)
     assert monitor.evaluate(store, 2.0) == []
     assert monitor.evaluate(store, 6.5) == []
     (change,) = monitor.evaluate(store, 7.0)
     assert change.change == "cleared" and store.alerts == {}
-    assert texts(store)[-1] == ("info", "cleared: GPU 1 HBM 97.0% used (> 95%)")
+    assert texts(store)[-1][0] == "info"
+    assert texts(store)[-1][1].startswith("cleared: GPU 1 HBM 97.0% used (> 95%): ")
 
 
 def test_a_value_hovering_at_the_threshold_does_not_flap() -> None:
@@ -121,7 +127,7 @@ def test_thresholds_from_the_config_file_are_honoured(tmp_path: Path) -> None:
     store.alerts.clear()
     monitor = AlertMonitor(config.alerts)
     (change,) = monitor.evaluate(store, 0.0)
-    assert change.alert.message == "GPU 0 HBM 85.0% used (> 80%)"
+    assert change.alert.message.startswith("GPU 0 HBM 85.0% used (> 80%): ")
     # No band and no hold: it clears on the first reading under the threshold.
     gpus(store, 1.0, 79.9)
     assert [c.change for c in monitor.evaluate(store, 1.0)] == ["cleared"]
@@ -144,11 +150,13 @@ def test_kv_usage_and_it_clears_when_the_server_is_gone() -> None:
     server(store, 1.0, usage=0.935)
     (change,) = monitor.evaluate(store, 1.0)
     assert change.alert.id == "kv"
-    assert change.alert.message == "KV pool 93.5% used (> 90%): 935 of 1,000 tokens"
-    # Stopped: its last figures are no longer a live pool.
+    assert change.alert.message == ("KV pool 93.5% used (> 90%): 935 of 1,000 tokens; look at "
+                                    "the KV panel (retracted/s, queue)")
+    # Stopped: its last figures are no longer a live pool, so the alert ends at once, and
+    # says why rather than "cleared".
     run.state = "stopped"
-    assert monitor.evaluate(store, 2.0) == []
-    assert [c.change for c in monitor.evaluate(store, 7.0)] == ["cleared"]
+    assert [c.change for c in monitor.evaluate(store, 2.0)] == ["cleared"]
+    assert texts(store)[-1] == ("info", f"ended (its server ended): {change.alert.message}")
 
 
 def test_host_available_memory() -> None:
@@ -157,7 +165,11 @@ def test_host_available_memory() -> None:
     assert monitor.evaluate(store, 0.0) == []
     host(store, 1.0, available_gib=8.0)
     (change,) = monitor.evaluate(store, 1.0)
-    assert change.alert.message == "host memory 8.0% available (< 10%): 8.0 of 100.0 GiB"
+    # It names the host ledger's line that grew since the monitor first saw the host.
+    assert re.fullmatch(
+        r"host memory 8\.0% available \(< 10%\): 8\.0 of 100\.0 GiB; other tenants grew the "
+        r"most, \+3\.0 GiB since \d\d:\d\d:\d\d \(now 92\.0 GiB\); look at the Host RAM "
+        r"panel's ledger", change.alert.message), change.alert.message
     host(store, 2.0, available_gib=11.0)  # inside the 2-point band: still short of memory
     assert monitor.evaluate(store, 10.0) == []
     host(store, 11.0, available_gib=40.0)
@@ -176,7 +188,8 @@ def test_swap_in_rate_from_the_cumulative_counter() -> None:
         for c in monitor.evaluate(store, float(t)):
             if c.change == "raised":
                 raised_at = t
-                assert c.alert.message == "swap-in 1.2 MiB/s over 5 s (> 1 MiB/s)"
+                assert c.alert.message == ("swap-in 1.2 MiB/s over 5 s (> 1 MiB/s); look at "
+                                           "the Host RAM panel's ledger (who grew)")
             else:
                 cleared_at = t
     # The rate is the 5 s window's: 3 MiB/s for 2 of 5 s is past 1 MiB/s at t=6. It falls
@@ -200,15 +213,25 @@ def test_queue_growing_for_longer_than_the_window() -> None:
     for t in range(40):
         server(store, float(t), queue=float(t // 3))  # grows, with flat steps
         raised += [(t, c.alert.id, c.alert.message) for c in monitor.evaluate(store, float(t))]
-    # Not before a whole window was watched.
+    # Not before a whole window was watched; it says the queue's size now.
     assert raised == [(30, "queue-growth",
-                       "request queue grew from 0 to 10 over 30 s without shrinking")]
+                       f"request queue at 10 (grew from 0 over 30 s without shrinking){NEXT}")]
     # The active alert follows the figure as it goes on growing.
     assert store.alerts["queue-growth"].message == (
-        "request queue grew from 3 to 13 over 30 s without shrinking")
-    server(store, 40.0, queue=2.0)  # drained
-    assert monitor.evaluate(store, 40.0) == []
-    assert [c.change for c in monitor.evaluate(store, 45.0)] == ["cleared"]
+        f"request queue at 13 (grew from 3 over 30 s without shrinking){NEXT}")
+    # The growth stopped but requests still wait: not cleared, however long.
+    for t in range(40, 80):
+        server(store, float(t), queue=90.0 if t < 60 else 2.0)
+        assert monitor.evaluate(store, float(t)) == []
+    assert store.alerts["queue-growth"].message == (
+        f"request queue at 2 (not drained back to 0 yet){NEXT}")
+    assert not [e for e in texts(store) if e[1].startswith("cleared")]
+    server(store, 80.0, queue=0.0)  # drained to where the growth began
+    assert monitor.evaluate(store, 80.0) == []
+    server(store, 85.0, queue=0.0)
+    (change,) = monitor.evaluate(store, 85.0)
+    assert change.change == "cleared"
+    assert texts(store)[-1] == ("info", f"cleared: {change.alert.message}")
 
 
 def test_a_queue_that_is_long_but_not_growing_raises_nothing() -> None:

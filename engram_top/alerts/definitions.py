@@ -73,6 +73,9 @@ class AlertDef:
     # toasts and stays on screen while active, but adds no second events line.
     told_elsewhere: bool = False
     fleet: FleetRule | None = None
+    # About the server's own figures: once it stops answering or ends they are stale, so the
+    # alert ends at once rather than stand on its last reading.
+    server_figures: bool = False
 
     def id(self, gpu: int | None = None) -> str:
         return self.name if gpu is None else f"{self.name}:gpu{gpu}"
@@ -81,7 +84,8 @@ class AlertDef:
 HBM = AlertDef(
     "hbm", "warning",
     "GPU N's HBM used above `hbm_used_pct` of its total (NVML memory v2, so driver-reserved "
-    "memory is not counted as used).",
+    "memory is not counted as used), naming the process that holds the most of it and its "
+    "GiB, the server's share beside it.",
     (Setting("hbm_used_pct", 95.0, PCT),),
     "Any GPU's HBM used (NVML, reserved memory apart) above this share of its total.",
     per_gpu=True, fleet=FleetRule("hbm_pct", "hbm_used_pct", True, "hbm {:.0f}%"))
@@ -89,11 +93,13 @@ KV = AlertDef(
     "kv", "warning",
     "the server's KV pool usage (SGLang's `token_usage`) above `kv_usage_pct`.",
     (Setting("kv_usage_pct", 90.0, PCT),),
-    "The server's KV pool usage (SGLang's token_usage) above this.",
+    "The server's KV pool usage (SGLang's token_usage) above this.", server_figures=True,
     fleet=FleetRule("kv_pct", "kv_usage_pct", True, "kv {:.0f}%"))
 HOST_AVAILABLE = AlertDef(
     "host-available", "warning",
-    "host memory available (`MemAvailable`) below `host_available_pct` of the total.",
+    "host memory available (`MemAvailable`) below `host_available_pct` of the total, naming "
+    "the host ledger's line that grew the most since the dashboard first saw the run (else "
+    "its largest line).",
     (Setting("host_available_pct", 10.0, PCT),),
     "Host memory available (MemAvailable) below this share of the total.",
     fleet=FleetRule("host_available_pct", "host_available_pct", False, "host {:.0f}% free"))
@@ -107,10 +113,11 @@ SWAP_IN = AlertDef(
 QUEUE_GROWTH = AlertDef(
     "queue-growth", "warning",
     "the server's request queue never shrank over the last `queue_growth_window_s` seconds "
-    "and is longer than at their start.",
+    "and is longer than at their start; it says the queue's length now, and clears once the "
+    "queue has drained back to where the growth began, not when the growth stops.",
     (Setting("queue_growth_window_s", 30.0, WINDOW_S),),
     "The server's request queue growing (never shrinking, and longer at the end) for longer "
-    "than this many seconds.")
+    "than this many seconds.", server_figures=True)
 NO_HUGE_PAGES = AlertDef(
     "no-huge-pages", "warning",
     "SGLang's start-up log said an Engram host table has \"No huge pages\" (expect much "
@@ -131,10 +138,49 @@ RANK_DIED = AlertDef(
     clears_at_once=True, told_elsewhere=True)
 SERVER_SILENT = AlertDef(
     "server-silent", "error",
-    "a ready server gave no good `/metrics` answer for `server_silent_s` seconds.",
+    "a ready server gave no good `/metrics` answer for `server_silent_s` seconds (a poll "
+    "that never ends too; while `server-gone` holds, that one says it).",
     (Setting("server_silent_s", 10.0, WINDOW_S),),
     "A ready server that gave no good /metrics answer for this many seconds.",
     fleet=FleetRule("silent_s", "server_silent_s", True, "server silent"))
+SERVER_GONE = AlertDef(
+    "server-gone", "error",
+    "a ready or attached server failed two polls in a row (nothing at its port, no whole "
+    "answer, a page that cannot be read): the header reads NOT ANSWERING, and the alerts on "
+    "its figures (`kv`, `queue-growth`, `retractions`, `slo`, `hicache-drops`) end, since "
+    "those figures are stale. It clears when the server answers.",
+    config_note="a ready or attached server failed two polls in a row", clears_at_once=True)
+RETRACTIONS = AlertDef(
+    "retractions", "warning",
+    "the server retracted (vLLM: preempted) more than `retractions_per_s` requests a second "
+    "over its 30 s window: its KV pool ran out mid-decode, and each retracted request is "
+    "computed again.",
+    (Setting("retractions_per_s", 0.1, bounded_float(0, 1e6, what="a rate per second")),),
+    "Requests retracted (vLLM: preempted) per second, over the server's 30 s window, above "
+    "this.", server_figures=True)
+SLO = AlertDef(
+    "slo", "warning",
+    "the server's TTFT or TPOT (SGLang's inter-token latency) over its 30 s window is past a "
+    "p50 or p99 bound of the config file's `[slo]`, once the window holds 10 requests (a "
+    "bound at another percentile holds the demo load's requests only).",
+    config_note="the server's p50 or p99 TTFT or TPOT past a bound of the [slo] table",
+    server_figures=True)
+HICACHE_DROPS = AlertDef(
+    "hicache-drops", "warning",
+    "SGLang's HiCache dropped tokens for host pressure "
+    "(`hicache_dropped_tokens_total{reason=\"host_pressure\"}`) faster than "
+    "`hicache_dropped_per_s` a second: its host pool is full or host RAM is short, so "
+    "those prefixes are computed again.",
+    (Setting("hicache_dropped_per_s", 0.0, bounded_float(0, 1e12, what="tokens per second")),),
+    "HiCache tokens dropped for host pressure per second above this.", server_figures=True)
+PCIE = AlertDef(
+    "pcie", "warning",
+    "GPU N's PCIe receive, averaged over `pcie_window_s`, above `pcie_rx_pct` of what its "
+    "link carries now (its generation times its width), with HiCache's load-back and the "
+    "Engram estimate (the receive less the load-back) apart where HiCache reports it.",
+    (Setting("pcie_rx_pct", 80.0, PCT), Setting("pcie_window_s", 5.0, WINDOW_S)),
+    "Any GPU's PCIe receive, averaged over pcie_window_s seconds, above this share of its "
+    "link (generation x width).", per_gpu=True)
 RECORDING = AlertDef(
     "recording", "error",
     "the recording cannot be written (its path, a full disk); it stays until quit.",
@@ -151,12 +197,14 @@ ECC = AlertDef(
     "GPU N counts uncorrected ECC errors since its driver loaded (NVML's volatile count).",
     config_note="a GPU counts uncorrected ECC errors", per_gpu=True)
 
-ALERTS: tuple[AlertDef, ...] = (HBM, KV, HOST_AVAILABLE, SWAP_IN, QUEUE_GROWTH, NO_HUGE_PAGES,
-                                SERVER_DIED, RANK_DIED, SERVER_SILENT, RECORDING, XID, ECC)
+ALERTS: tuple[AlertDef, ...] = (HBM, KV, HOST_AVAILABLE, SWAP_IN, QUEUE_GROWTH, RETRACTIONS,
+                                SLO, HICACHE_DROPS, PCIE, NO_HUGE_PAGES, SERVER_DIED,
+                                RANK_DIED, SERVER_GONE, SERVER_SILENT, RECORDING, XID, ECC)
 ALERT_NAMES: tuple[str, ...] = tuple(a.name for a in ALERTS)
 BY_NAME: dict[str, AlertDef] = {a.name: a for a in ALERTS}
 CLEARS_AT_ONCE = frozenset(a.name for a in ALERTS if a.clears_at_once)
 TOLD_ELSEWHERE = frozenset(a.name for a in ALERTS if a.told_elsewhere)
+SERVER_FIGURES = frozenset(a.name for a in ALERTS if a.server_figures)
 
 
 def readme_list(width: int = 92) -> str:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from collectors.nvml_health import xid_text
 from collectors.units import MIB, gib_text
+from engram_top.alerts import pressure
 from engram_top.alerts.definitions import (
     BY_NAME,
     CLEARS_AT_ONCE,
@@ -27,13 +28,18 @@ from engram_top.alerts.definitions import (
     QUEUE_GROWTH,
     RANK_DIED,
     SERVER_DIED,
+    SERVER_FIGURES,
+    SERVER_GONE,
     SERVER_SILENT,
     SWAP_IN,
     TOLD_ELSEWHERE,
     XID,
 )
+from engram_top.alerts.finding import Finding as Finding  # re-exported
+from engram_top.alerts.pressure import SloBound, server_down
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.model.facts import gpu_facts, host_facts, kv_facts, wall_at
+from engram_top.model.ledger import host_ledger
 from engram_top.model.store import RunFacts, RunStore
 from scenarios.runstate import ENDED, LIVE, UNASKED_END, RunState
 
@@ -57,23 +63,22 @@ class AlertChange:
     alert: Alert
 
 
-@dataclass(frozen=True)
-class Finding:
-    """A condition seen now. ``firing`` False: inside the hysteresis band, which keeps an
-    active alert alive but starts none."""
-
-    id: str
-    severity: str
-    message: str
-    firing: bool = True
-
-
 class AlertMonitor:
-    def __init__(self, thresholds: Thresholds | None = None, *, announce: bool = True) -> None:
+    def __init__(self, thresholds: Thresholds | None = None, *, announce: bool = True,
+                 slos: Sequence[SloBound] = ()) -> None:
         self.t = thresholds or Thresholds()
         # False for a replay: the recording already holds the events the live run wrote.
         self.announce = announce
+        self.slos = tuple(slos)  # the config file's [slo]: what the slo alert holds to
         self._clear_since: dict[str, float] = {}  # id -> monotonic time it was first seen clear
+        # The queue's length where the growth of the active queue-growth alert began: it
+        # clears once the queue is back there, not when it merely stops growing.
+        self._queue_from: float | None = None
+        # The host ledger as first seen with the watched run, and when: the line that grew
+        # since is what a host memory alert names.
+        self._ledger_run: object = None
+        self._ledger_first: dict[str, float] = {}
+        self._ledger_since = ""
 
     def evaluate(self, store: RunStore, now: float | None = None) -> list[AlertChange]:
         """Raise and clear alerts on ``store.alerts``; return what started or ended."""
@@ -97,14 +102,20 @@ class AlertMonitor:
                 if self.announce and alert.name not in TOLD_ELSEWHERE:
                     store.event(f.severity, f.message)
                 changes.append(AlertChange("raised", alert))
+        stale = _stale(store)
         for alert_id in [i for i in active if i not in found]:
             alert = active[alert_id]
-            hold = 0.0 if alert.name in CLEARS_AT_ONCE else self.t.clear_after_s
+            # A figure of a server that stopped answering is no figure: its alert ends now.
+            ends = alert.name in SERVER_FIGURES and stale
+            hold = 0.0 if alert.name in CLEARS_AT_ONCE or ends else self.t.clear_after_s
             if now - self._clear_since.setdefault(alert_id, now) >= hold:
                 del active[alert_id]
                 self._clear_since.pop(alert_id, None)
+                if alert.name == QUEUE_GROWTH.name:
+                    self._queue_from = None
                 if self.announce and alert.name not in TOLD_ELSEWHERE:
-                    store.event("info", f"cleared: {alert.message}")
+                    store.event("info", f"ended ({stale}): {alert.message}" if ends
+                                else f"cleared: {alert.message}")
                 changes.append(AlertChange("cleared", alert))
         if changes or touched:
             store.bump("alerts")
@@ -112,23 +123,46 @@ class AlertMonitor:
 
     def findings(self, store: RunStore, now: float) -> list[Finding]:
         """Every condition that holds now, switched-off alerts left out."""
-        checks = (self._hbm, self._kv, self._host, self._swap, self._queue, self._huge_pages,
-                  self._died, self._rank_died, self._silent, self._conditions,
+        checks = (self._hbm, self._host, self._swap, self._pcie, self._huge_pages,
+                  self._died, self._rank_died, self._gone, self._silent, self._conditions,
                   self._gpu_errors)
         out = [f for check in checks for f in check(store, now)]
-        return [f for f in out if self.t.on(f.id.split(":", 1)[0])]
+        if not _stale(store):  # the server's figures: only while they are current
+            out += [f for check in (self._kv, self._queue, self._serving)
+                    for f in check(store, now)]
+        out = [f for f in out if self.t.on(f.id.split(":", 1)[0])]
+        if any(f.id == SERVER_GONE.name for f in out):  # it says the same, sooner
+            out = [f for f in out if f.id != SERVER_SILENT.name]
+        return out
 
     # ------------------------------------------------------------------ the checks
     def _hbm(self, store: RunStore, now: float) -> Iterator[Finding]:
         limit = self.t.hbm_used_pct
+        holders: dict[int, str] | None = None
         for gpu in gpu_facts(store):
             if not gpu.total_bytes:
                 continue
             pct = 100.0 * gpu.used_bytes / gpu.total_bytes
             if pct > limit - self.t.hysteresis_pct:
+                holders = holders or pressure.hbm_cause(store)
                 yield Finding(HBM.id(gpu.index), HBM.severity,
-                              f"GPU {gpu.index} HBM {pct:.1f}% used (> {limit:g}%)",
+                              f"GPU {gpu.index} HBM {pct:.1f}% used (> {limit:g}%): "
+                              f"{holders.get(gpu.index)}; look at `h` (who holds each GPU)",
                               firing=pct > limit)
+
+    def _pcie(self, store: RunStore, now: float) -> Iterator[Finding]:
+        yield from pressure.pcie(store, now, self.t.pcie_rx_pct, self.t.pcie_window_s,
+                                 self.t.hysteresis_pct)
+
+    def _serving(self, store: RunStore, now: float) -> Iterator[Finding]:
+        """The server's figures of pressure: retractions, the SLOs, HiCache's drops."""
+        if not _live(store.run):
+            return
+        yield from pressure.retractions(store, self.t.retractions_per_s)
+        yield from pressure.slo_breaches(store, self.slos)
+        host = host_facts(store)
+        yield from pressure.hicache_drops(store, self.t.hicache_dropped_per_s,
+                                          host.available_bytes if host is not None else None)
 
     def _gpu_errors(self, store: RunStore, now: float) -> Iterator[Finding]:
         """What a GPU reports as gone wrong: XID errors, uncorrected ECC errors. Each stands
@@ -154,7 +188,8 @@ class AlertMonitor:
             if kv.used_tokens is not None and kv.capacity_tokens:
                 tokens = f": {kv.used_tokens:,} of {kv.capacity_tokens:,} tokens"
             yield Finding(KV.name, KV.severity,
-                          f"KV pool {pct:.1f}% used (> {limit:g}%){tokens}",
+                          f"KV pool {pct:.1f}% used (> {limit:g}%){tokens}; look at "
+                          "the KV panel (retracted/s, queue)",
                           firing=pct > limit)
 
     def _host(self, store: RunStore, now: float) -> Iterator[Finding]:
@@ -163,11 +198,17 @@ class AlertMonitor:
             return
         pct = 100.0 * host.available_bytes / host.total_bytes
         limit = self.t.host_available_pct
+        lines = pressure.ledger_figures(host_ledger(store))
+        if store.run is not self._ledger_run or not self._ledger_first:
+            self._ledger_run, self._ledger_first = store.run, lines
+            self._ledger_since = time.strftime("%H:%M:%S", time.localtime(wall_at(store, now)))
         if pct < limit + self.t.hysteresis_pct:
+            cause = pressure.host_cause(lines, self._ledger_first, self._ledger_since)
             yield Finding(HOST_AVAILABLE.name, HOST_AVAILABLE.severity,
                           f"host memory {pct:.1f}% available (< {limit:g}%): "
                           f"{gib_text(host.available_bytes)} of "
-                          f"{gib_text(host.total_bytes)} GiB", firing=pct < limit)
+                          f"{gib_text(host.total_bytes)} GiB; {cause}; look at the Host RAM "
+                          "panel's ledger", firing=pct < limit)
 
     def _swap(self, store: RunStore, now: float) -> Iterator[Finding]:
         series = store.line("host", "swap_in")
@@ -181,7 +222,8 @@ class AlertMonitor:
         if rate > self.t.swap_in_mib_per_s:
             yield Finding(SWAP_IN.name, SWAP_IN.severity,
                           f"swap-in {rate:.1f} MiB/s over {t1 - t0:.0f} s "
-                          f"(> {self.t.swap_in_mib_per_s:g} MiB/s)")
+                          f"(> {self.t.swap_in_mib_per_s:g} MiB/s); look at the Host RAM "
+                          "panel's ledger (who grew)")
 
     def _queue(self, store: RunStore, now: float) -> Iterator[Finding]:
         series = store.line("server", "num_queue_reqs")
@@ -191,14 +233,23 @@ class AlertMonitor:
         points = series.points()
         before = [p for p in points if p[0] <= now - window]
         after = [p for p in points if p[0] > now - window]
-        if not before or not after:  # not watched for a whole window yet
+        if not after:
             return
-        values = [before[-1][1]] + [v for _, v in after]
-        growing = all(b >= a for a, b in zip(values, values[1:], strict=False))
-        if growing and values[-1] > values[0]:
-            yield Finding(QUEUE_GROWTH.name, QUEUE_GROWTH.severity,
-                          f"request queue grew from {values[0]:.0f} to {values[-1]:.0f} "
-                          f"over {window:g} s without shrinking")
+        size = after[-1][1]
+        values = [before[-1][1]] + [v for _, v in after] if before else []
+        growing = bool(values) and values[-1] > values[0] and all(
+            b >= a for a, b in zip(values, values[1:], strict=False))
+        if growing and (self._queue_from is None or QUEUE_GROWTH.name not in store.alerts):
+            self._queue_from = values[0]
+        start = self._queue_from
+        if start is None or (not growing and size <= start):
+            return  # never grew for a window, or drained back to where it began
+        how = (f"grew from {values[0]:.0f} over {window:g} s without shrinking" if growing
+               else f"not drained back to {start:.0f} yet")
+        yield Finding(QUEUE_GROWTH.name, QUEUE_GROWTH.severity,
+                      f"request queue at {size:,.0f} ({how}); look at the KV panel (usage, "
+                      "retracted/s) and TTFT: the server takes requests slower than they "
+                      "come")
 
     def _huge_pages(self, store: RunStore, now: float) -> Iterator[Finding]:
         run = store.run
@@ -237,6 +288,17 @@ class AlertMonitor:
         for name, message in store.conditions.items():
             yield Finding(name, BY_NAME[name].severity, message)
 
+    def _gone(self, store: RunStore, now: float) -> Iterator[Finding]:
+        latest = server_down(store)
+        run = store.run
+        if latest is None or run is None:
+            return
+        since = time.strftime("%H:%M:%S", time.localtime(
+            wall_at(store, latest.failing_since or latest.at)))
+        yield Finding(SERVER_GONE.name, SERVER_GONE.severity,
+                      f"server {run.scenario} not answering since {since}: {latest.message}; "
+                      "its figures are stale: look at its process and its log")
+
     def _silent(self, store: RunStore, now: float) -> Iterator[Finding]:
         run = store.run
         if run is None or run.state not in (RunState.READY, RunState.ATTACHED):
@@ -260,6 +322,15 @@ def _live(run: RunFacts | None) -> bool:
     return run is None or run.state in LIVE
 
 
+def _stale(store: RunStore) -> str:
+    """Why the watched server's figures no longer describe it ("" while they do)."""
+    if not _live(store.run):
+        return "its server ended"
+    if server_down(store) is not None:
+        return "its server is not answering"
+    return ""
+
+
 # As often as the sources are polled (1 s by default): an alert is never staler than the
 # reading that raised it; evaluating between readings finds nothing new.
 CHECK_EVERY_S = 1.0
@@ -271,11 +342,12 @@ class AlertWatch:
     ones. Whoever shows them (the app's toasts) listens; nobody else evaluates."""
 
     def __init__(self, store: RunStore, thresholds: Thresholds | None = None, *,
-                 announce: bool = True) -> None:
+                 announce: bool = True, slos: Sequence[SloBound] = ()) -> None:
         self.store = store
         self.thresholds = thresholds or Thresholds()
         self.announce = announce  # False for a replay: its recording holds the events
-        self.monitor = AlertMonitor(self.thresholds, announce=announce)
+        self.slos = tuple(slos)
+        self.monitor = AlertMonitor(self.thresholds, announce=announce, slos=self.slos)
         self.listeners: list[Callable[[AlertChange], None]] = []
 
     def check(self, now: float | None = None) -> list[AlertChange]:
@@ -285,14 +357,17 @@ class AlertWatch:
                 listener(change)
         return changes
 
-    def configure(self, thresholds: Thresholds) -> None:
-        """The user's thresholds, once their config is read (before the session starts)."""
+    def configure(self, thresholds: Thresholds, slos: Sequence[SloBound] | None = None) -> None:
+        """The user's thresholds and [slo], once their config is read (before the session
+        starts)."""
         self.thresholds = thresholds
+        if slos is not None:
+            self.slos = tuple(slos)
         self.reset()
 
     def reset(self) -> None:
         """Forget what was raised (a replay rebuilt from its start)."""
-        self.monitor = AlertMonitor(self.thresholds, announce=self.announce)
+        self.monitor = AlertMonitor(self.thresholds, announce=self.announce, slos=self.slos)
 
     async def run(self, every_s: float = CHECK_EVERY_S) -> None:
         while True:

@@ -121,8 +121,9 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
         self.replay = session.replay
         self.session = session
         if config is not None:  # the user's thresholds, for the alerts the session raises
-            session.alerts.configure(config.alerts)
-            session.slos = config.slos  # a load's requests are held to these
+            # A load's requests are held to the [slo] bounds, and so is the slo alert.
+            session.alerts.configure(config.alerts, config.slos)
+            session.slos = config.slos
         if clock is not None:  # one "now" for the header and the panels' ages
             session.store.clock = clock
         self.clock = session.store.clock

@@ -362,7 +362,9 @@ def header(store: RunStore, now: float, width: int | None = None,
         return Text.assemble(*(lead or ()), ("engram-top · preparing the node…", "bold"))
     down = store.latest.get("server")
     state = run.state
-    if state == "ready" and down is not None and down.status.value == "error":
+    # A server we watch but did not start has no exit for the supervisor to see: a failed
+    # poll is how it is known gone (a killed attached server must not read ATTACHED).
+    if state in ("ready", "attached") and down is not None and down.status.value == "error":
         state = "not answering"
     elif state == "ready" and run.degraded:
         state = "degraded"  # a TP rank died; the server still answers

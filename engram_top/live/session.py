@@ -88,7 +88,7 @@ class Session:
             self.scenarios = self._adjust(config.load(options.scenario_file))
         # Known before start: a recorder's header (written at the first record) carries them.
         self.store.scenarios = self.scenarios
-        self.alerts = AlertWatch(self.store, options.thresholds)
+        self.alerts = AlertWatch(self.store, options.thresholds, slos=slo_defaults)
         self.store.node = (f"simulated {self.ref.gpus}x {self.ref.gpu_name}" if self.simulated
                            else socket.gethostname())
         self.load: LoadProcess | None = None

@@ -1,0 +1,199 @@
+"""The checks for memory and serving pressure: requests retracted, the SLOs breached, HiCache
+dropping tokens for host pressure, a PCIe link near saturation, and what an HBM or host
+memory alert names (who holds the GPU's memory, which host ledger line grew). Each finding
+says what to look at next. Pure, over a RunStore; the monitor calls them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+from collectors.readings import Quantiles, Reading, Status
+from collectors.units import GB, GIB
+from engram_top.alerts.definitions import HICACHE_DROPS, PCIE, RETRACTIONS, SLO
+from engram_top.alerts.finding import Finding
+from engram_top.model.facts import gpu_facts, kv_facts, latency_facts, server_pids, word
+from engram_top.model.hicache import engram_rx_estimate, hicache_facts
+from engram_top.model.ledger import HostLedger
+from engram_top.model.store import RunStore
+from engram_top.model.views import GpuView
+from scenarios.runstate import RunState
+
+# What one lane carries each way, in bytes a second, by PCIe generation (after line coding:
+# 8b/10b for Gen1-2, 128b/130b for Gen3-5, FLIT for Gen6).
+LANE_BYTES_PER_S = {1: 0.25 * GB, 2: 0.5 * GB, 3: 0.985 * GB, 4: 1.969 * GB, 5: 3.938 * GB,
+                    6: 7.563 * GB}
+# An SLO is judged from a window of at least this many requests: one slow first request
+# after a start is no breach.
+SLO_MIN_REQUESTS = 10
+# A host ledger line must have grown by this much to be named as the one that grew.
+GREW_AT_LEAST = 0.5 * GIB
+# Reclaimable: it counts as available, so its growth never explains a shortage.
+NOT_A_CAUSE = frozenset({"page cache"})
+
+
+class SloBound(Protocol):
+    """An [slo] entry (engram_top.compare.slo.Slo), as the alerts read it."""
+
+    metric: str
+    percentile: float
+    max_s: float
+
+
+def server_down(store: RunStore) -> Reading[Any] | None:
+    """The watched server's latest reading, where a ready or attached server has failed two
+    polls in a row (its figures are stale from then on); else None. Two, so that one lost
+    poll is no alarm."""
+    run = store.run
+    if run is None or run.state not in (RunState.READY, RunState.ATTACHED):
+        return None
+    latest = store.latest.get("server")
+    if latest is None or latest.status is not Status.ERROR or latest.failing_since is None:
+        return None
+    return latest if latest.at > latest.failing_since else None
+
+
+def hbm_holders(gpu: GpuView, pids: set[int]) -> str:
+    """Who holds a GPU's memory: the largest holder that is not the server (name, pid, GiB)
+    and the server's share; or why no process is named."""
+    if not gpu.processes:
+        return "NVML lists no process on it (another container's, or the driver's)"
+    ranked = sorted(gpu.processes, key=lambda p: -(p.used_bytes or 0))
+    outside = [p for p in ranked if p.pid not in pids]
+    parts = []
+    if outside and outside[0].used_bytes is not None:
+        top = outside[0]
+        parts.append(f"{top.name or 'a process'} (pid {top.pid}, not the server's) holds "
+                     f"{top.used_bytes / GIB:,.1f} GiB")
+    elif outside:
+        parts.append(f"{len(outside)} other process{'es' * (len(outside) > 1)} "
+                     "(NVML gives no figure)")
+    if gpu.server_bytes:
+        parts.append(f"the server {gpu.server_bytes / GIB:,.1f} GiB")
+    return ", ".join(parts) or "NVML gives no figure per process"
+
+
+def hbm_cause(store: RunStore) -> dict[int, str]:
+    """Each GPU's holders, for the HBM alert."""
+    pids = server_pids(store)
+    return {g.index: hbm_holders(g, pids) for g in gpu_facts(store)}
+
+
+def ledger_figures(ledger: HostLedger | None) -> dict[str, float]:
+    """The host ledger's lines with a figure, by name."""
+    if ledger is None:
+        return {}
+    return {ln.name: ln.bytes for ln in ledger.lines if ln.bytes is not None}
+
+
+def host_cause(now: dict[str, float], first: dict[str, float], since: str) -> str:
+    """The ledger line that grew the most since the run was first seen (``first``), else
+    the largest line: what a host memory alert names."""
+    grown = {name: b - first[name] for name, b in now.items()
+             if name in first and name not in NOT_A_CAUSE}
+    if grown:
+        name, by = max(grown.items(), key=lambda kv: kv[1])
+        if by >= GREW_AT_LEAST:
+            return f"{name} grew the most, +{by / GIB:,.1f} GiB since {since} " \
+                   f"(now {now[name] / GIB:,.1f} GiB)"
+    causes = {n: b for n, b in now.items() if n not in NOT_A_CAUSE}
+    if not causes:
+        return "no host ledger yet"
+    name, held = max(causes.items(), key=lambda kv: kv[1])
+    return f"the largest ledger line is {name}, {held / GIB:,.1f} GiB"
+
+
+def retractions(store: RunStore, limit: float) -> Iterator[Finding]:
+    kv = kv_facts(store)
+    rate = kv.retracted_per_s if kv is not None else None
+    if rate is None or rate <= limit:
+        return
+    used = "" if kv is None or kv.token_usage is None else \
+        f", KV pool {100 * kv.token_usage:.0f}% used"
+    yield Finding(RETRACTIONS.name, RETRACTIONS.severity,
+                  f"{rate:,.2f} requests {word(store, 'retracted')} a second (> {limit:g}/s): "
+                  f"the KV pool ran out mid-decode{used}; look at the KV panel (usage, "
+                  "queue): fewer concurrent requests or a larger KV pool")
+
+
+def _seconds(value: float, over: bool) -> str:
+    text = f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.1f} s"
+    return f"> {text}" if over else text
+
+
+def slo_breaches(store: RunStore, slos: Sequence[SloBound]) -> Iterator[Finding]:
+    """Each p50 or p99 bound of the [slo] table that the server's window is past."""
+    lat = latency_facts(store)
+    if lat is None or not slos:
+        return
+    said = []
+    for s in slos:
+        q: Quantiles | None = {"ttft": lat.ttft, "tpot": lat.tpot or lat.itl,
+                               "e2e": lat.e2e}.get(s.metric)
+        if q is None or q.count < SLO_MIN_REQUESTS or s.percentile not in (50, 99):
+            continue
+        value, over = (q.p99, q.p99_over) if s.percentile == 99 else (q.p50, q.p50_over)
+        if value is None or value <= s.max_s:
+            continue
+        said.append(f"p{s.percentile:g} {s.metric.upper()} {_seconds(value, over)} over the "
+                    f"last {lat.window_s or 30:g} s, past the [slo] bound of "
+                    f"{s.max_s * 1000:,.0f} ms")
+    if said:
+        kv = kv_facts(store)
+        queued = f" ({kv.queued:,} queued)" if kv is not None and kv.queued else ""
+        yield Finding(SLO.name, SLO.severity,
+                      "; ".join(said) + f"{queued}; look at the queue and the KV panel, and "
+                      "the latency panel's p50 against p99")
+
+
+def hicache_drops(store: RunStore, limit: float, available_bytes: float | None
+                  ) -> Iterator[Finding]:
+    view = hicache_facts(store)
+    rate = view.dropped_host_pressure_per_s if view is not None else None
+    if view is None or rate is None or rate <= limit:
+        return
+    pool = ""
+    if view.used_tokens is not None and view.total_tokens:
+        pool = f": host pool {view.used_tokens:,} of {view.total_tokens:,} tokens"
+    avail = "" if available_bytes is None else \
+        f", host memory {available_bytes / GIB:,.1f} GiB available"
+    yield Finding(HICACHE_DROPS.name, HICACHE_DROPS.severity,
+                  f"HiCache dropped {rate:,.0f} tokens/s for host pressure (> {limit:g}/s)"
+                  f"{pool}{avail}; look at the Host RAM ledger (HiCache host pools, other "
+                  "tenants) and --hicache-size")
+
+
+def link_bytes_per_s(gpu: GpuView) -> float | None:
+    lane = LANE_BYTES_PER_S.get(gpu.pcie_gen or 0)
+    return None if lane is None or not gpu.pcie_width else lane * gpu.pcie_width
+
+
+def pcie(store: RunStore, now: float, limit_pct: float, window_s: float, band: float
+         ) -> Iterator[Finding]:
+    """Each GPU whose receive, averaged over the window, is near what its link carries."""
+    gpus = gpu_facts(store)
+    rx_now: dict[int, float | None] = {}
+    for gpu in gpus:
+        series = store.line("gpu", "pcie_rx", gpu=str(gpu.index))
+        points = [v for t, v in series.fine if t >= now - window_s] if series else []
+        rx_now[gpu.index] = sum(points) / len(points) if points else gpu.pcie_rx_bytes_per_s
+    view = hicache_facts(store)
+    engram = engram_rx_estimate(rx_now, view)
+    for gpu in gpus:
+        link, rx = link_bytes_per_s(gpu), rx_now.get(gpu.index)
+        if link is None or rx is None:
+            continue
+        pct = 100.0 * rx / link
+        if pct <= limit_pct - band:
+            continue
+        apart = ""
+        load_back = view.load_back_by_rank.get(gpu.index) if view is not None else None
+        if load_back is not None and engram.get(gpu.index) is not None:
+            apart = (f": HiCache load-back {load_back / GB:,.1f} GB/s, Engram "
+                     f"~{(engram[gpu.index] or 0) / GB:,.1f} GB/s (an estimate)")
+        yield Finding(PCIE.id(gpu.index), PCIE.severity,
+                      f"GPU {gpu.index} PCIe receive {rx / GB:,.1f} GB/s over {window_s:g} s, "
+                      f"{pct:.0f}% of its Gen{gpu.pcie_gen} x{gpu.pcie_width} link "
+                      f"({link / GB:,.1f} GB/s){apart}; look at `h` (PCIe per GPU)",
+                      firing=pct > limit_pct)
