@@ -15,6 +15,8 @@ latency() and ms_text().
 
 from __future__ import annotations
 
+import math
+
 KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
@@ -67,6 +69,33 @@ def sglang_gb(gb: float | None, none: str = DASH) -> str:
 def gb_per_s(bytes_per_s: float | None, none: str = DASH) -> str:
     """A PCIe rate in decimal GB/s, as PCIe bandwidth is quoted: 2.50."""
     return none if bytes_per_s is None else f"{bytes_per_s / GB:,.2f}"
+
+
+def byte_rate(bytes_per_s: float | None, per_s: bool = True, none: str = DASH) -> str:
+    """A byte rate in the decimal unit that shows it, three figures: 2.28 GB/s, 812 MB/s,
+    8.12 MB/s, 512 B/s (a few MB/s is never 0.00 GB/s). Without ``per_s``, the unit alone
+    ("812 MB"), for a column whose header says /s."""
+    text = decimal_bytes(bytes_per_s, none)
+    return f"{text}/s" if per_s and bytes_per_s is not None and text != none else text
+
+
+def decimal_bytes(nbytes: float | None, none: str = DASH) -> str:
+    """Bytes in the decimal unit that shows them, three figures (32.0 GB, 10.0 MB): for
+    bandwidth and for SGLang's HiCache sizes, which it counts in GB of 1e9 bytes."""
+    if nbytes is None or not math.isfinite(nbytes):
+        return none
+    size = abs(nbytes)
+    # 999.7 MB would round to "1000 MB": it is said as 1.00 GB, as the next unit does.
+    divisor, unit = next((d, u) for d, u in ((GB, "GB"), (MB, "MB"), (KB, "kB"), (1, "B"))
+                         if size >= 0.9995 * d or d == 1)
+    return _three_figures(nbytes / divisor, unit)
+
+
+def _three_figures(value: float, unit: str) -> str:
+    size = abs(value)
+    if unit == "B" or size >= 99.95:
+        return f"{value:,.0f} {unit}"
+    return f"{value:.1f} {unit}" if size >= 9.995 else f"{value:.2f} {unit}"
 
 
 # --------------------------------------------------------------------------- tokens

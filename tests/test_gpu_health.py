@@ -244,11 +244,11 @@ def test_the_hbm_panel_shows_health_within_half_of_100_columns() -> None:
     # 100x30: 46 columns, 6 lines. The GPU rows and the throttle stay; nothing is cut.
     lines = [line.plain for line in hbm_panel(store, rows=6, cols=46).renderables]
     assert lines == [
-        "GPU   GiB          srv util °C W/1000 rx GB/s",
-        "0   140.2 █████░ 140.0  90% 61    640    2.28",
-        "1!  140.5 █████░ 140.2  91% 62    998    2.06",
-        "2!  140.7 █████░ 140.4  92% 91    642    1.78",
-        "3   140.9 █████░ 140.6  93% 64    643    1.71",
+        "GPU   GiB          srv util °C W/1000    rx/s",
+        "0   140.2 █████░ 140.0  90% 61    640 2.28 GB",
+        "1!  140.5 █████░ 140.2  91% 62    998 2.06 GB",
+        "2!  140.7 █████░ 140.4  92% 91    642 1.78 GB",
+        "3   140.9 █████░ 140.6  93% 64    643 1.71 GB",
         "throttled sw_power_cap: GPU 1,2",
     ]
     # Taller: each reason on a line of its own where both do not fit one, then the legend.
@@ -260,14 +260,14 @@ def test_the_hbm_panel_shows_health_within_half_of_100_columns() -> None:
     gpus[3] = dataclasses.replace(gpus[3], power_limit_w=700.0)
     store.add("gpu", Reading("nvml", Status.OK, GpuData("580.95.05", tuple(gpus)), at=NOW))
     lines = [line.plain for line in hbm_panel(store, rows=6, cols=46).renderables]
-    assert lines[0] == "GPU   GiB        srv util °C  power W rx GB/s"
-    assert lines[4] == "3   140.9 ███░ 140.6  93% 64  643/700    1.71"
+    assert lines[0] == "GPU   GiB        srv util °C  power W    rx/s"
+    assert lines[4] == "3   140.9 ███░ 140.6  93% 64  643/700 1.71 GB"
     assert max(len(line) for line in lines) <= 46
     # A wide panel has the clocks and the throttles as columns.
     lines = [line.plain for line in hbm_panel(store, rows=None, cols=120).renderables]
     assert lines[0].split() == ["GPU", "GiB", "used", "srv", "util", "°C", "power", "W",
-                                "SM", "MHz", "rx", "GB/s", "throttled"]
-    assert lines[3].endswith("1965    1.78 sw_power_cap,hw_thermal_slowdown")
+                                "SM", "MHz", "rx/s", "throttled"]
+    assert lines[3].endswith("1965 1.78 GB sw_power_cap,hw_thermal_slowdown")
     assert lines[4].split()[6] == "643/700"
 
 

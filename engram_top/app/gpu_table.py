@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from collectors.units import GIB, gb_per_s, gib, sglang_gb, tokens, weights_gb
+from collectors.units import GIB, byte_rate, gib, sglang_gb, tokens, weights_gb
 from engram_top.app.panel_text import bar, columns
 from engram_top.model import facts
 from engram_top.model.store import RunStore
@@ -31,8 +31,10 @@ def gpu_table(gpus: list[GpuView], known: bool, layout: str,
          layout == "wide" and any(g.sm_clock_mhz is not None for g in gpus)),
     ]
     shown = [h for h in health if h[3]]
+    # PCIe receive in the unit each figure reads in (the header says /s): a host-prefetch
+    # GPU's few MB/s is "4.20 MB", never 0.00 GB/s beside a chart that shows it.
     head = ["GPU", "GiB" if small else "GiB used", "", "srv", "util",
-            *[h[0] for h in shown], "rx GB/s"]
+            *[h[0] for h in shown], "rx/s"]
     wide_throttles = layout == "wide" and throttled
     if wide_throttles:
         head.append("throttled")
@@ -50,7 +52,7 @@ def gpu_table(gpus: list[GpuView], known: bool, layout: str,
             gib(server) if known else "–",
             "–" if g.util_gpu_pct is None else f"{g.util_gpu_pct}%",
             *[h[2](g) for h in shown],
-            gb_per_s(g.pcie_rx_bytes_per_s)]
+            byte_rate(g.pcie_rx_bytes_per_s, per_s=False)]
         if wide_throttles:
             row_cells.append(Text(",".join(g.throttle_reasons or ()), style="bold yellow"))
         table.append(row_cells)
