@@ -24,7 +24,7 @@ from collectors.units import (
     sglang_gb,
     tokens,
 )
-from engram_top.app import ledger_rows
+from engram_top.app import hicache_rows, ledger_rows
 from engram_top.app.gpu_table import gpu_table, server_hbm, throttle_lines
 from engram_top.app.panel_text import (
     LABEL_WIDTH,
@@ -95,6 +95,7 @@ def hbm_panel(store: RunStore, rows: int | None = None,
     out += [(1, line) for line in table]
     if throttled and layout != "wide":  # the wide table has a column for them
         out += [(1, line) for line in throttle_lines(throttled, cols)]
+    out += hicache_rows.engram_rx_rows(store, gpus, cols)  # receive less HiCache's, est.
     total = gib(gpus[0].total_bytes, 0)
     legend = first_fitting(cols, (
         f"■ reserved {gib(gpus[0].reserved_bytes)}  ■ other  ■ this server (srv)  of {total} GiB",
@@ -169,6 +170,7 @@ def kv_panel(store: RunStore, rows: int | None = None,
         out.append((3, row("queue", first_fitting(room, (
             f"{wait} · cache hit {percent(kv.cache_hit_rate, 1)}",
             f"{wait} · hit {percent(kv.cache_hit_rate, 0)}", wait)))))
+    out += hicache_rows.kv_rows(store, cols)  # the host tier, where the server has one
     out.append((5, row("trend", sparkline(_series(store, "token_usage")))))
     out += [(2, line) for line in unavailable(kv.unavailable)]
     out += [(2 if i == 0 else 4, Text(problem, style="yellow", no_wrap=True,

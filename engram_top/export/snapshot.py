@@ -31,8 +31,10 @@ from collectors.units import GIB
 from engram_top.compare.comparison import Comparison, to_json, to_markdown
 from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import comparison
+from engram_top.compare.verdict import verdict
 from engram_top.export.summary import summary_markdown
 from engram_top.model import facts, ledger
+from engram_top.model.hicache import engram_rx_estimate
 from engram_top.model.redact import REDACTED, redact, redact_text
 from engram_top.model.store import RunFacts, RunStore, SeriesKey
 from engram_top.seed.reference import Reference
@@ -75,6 +77,7 @@ def build(store: RunStore, ref: Reference) -> dict[str, Any]:
         "hbm_ledger": [g.to_json() for g in ledger.hbm_ledger(store)],
         "kv": facts.plain(facts.kv_facts(store)),
         "engram": _engram(store),
+        "hicache": _hicache(store),
         "latency": facts.plain(facts.latency_facts(store)),
         "load": dict(store.load),
         "readings": readings,
@@ -97,6 +100,17 @@ def _host_ledger(store: RunStore) -> dict[str, Any] | None:
     return {**book.to_json(),
             "server_delta_bytes": ledger.run_server_delta_bytes(store, store.run),
             "others_delta_bytes": ledger.others_delta_bytes(store)}
+
+
+def _hicache(store: RunStore) -> dict[str, Any] | None:
+    """HiCache's host tier, and each GPU's PCIe receive less its rank's load-back: the
+    Engram rows' traffic, estimated (null where either figure is unknown)."""
+    view = facts.hicache_facts(store)
+    if view is None:
+        return None
+    rx = {g.index: g.pcie_rx_bytes_per_s for g in facts.gpu_facts(store)}
+    return {**facts.plain(view), "engram_rx_estimate_bytes_per_s": facts.plain(
+        engram_rx_estimate(rx, view) if view.load_back_by_rank else {})}
 
 
 def _engram(store: RunStore) -> dict[str, Any] | None:
@@ -240,6 +254,8 @@ def snapshot_data(store: RunStore, ref: Reference, comparison: Comparison | None
     data["runs"] = [run_plain(r) for r in _runs(store)]
     data["scenarios"] = scenario_definitions(store.scenarios)
     data["comparison"] = None if comparison is None else to_json(comparison)
+    data["verdict"] = None if comparison is None else verdict(
+        comparison, warming=comparison.warming).to_json()
     alerts = getattr(store, "alerts", None)  # the alerts engine may not exist yet
     if alerts is not None:
         data["alerts"] = facts.plain(list(alerts.values()) if isinstance(alerts, dict)
@@ -282,7 +298,9 @@ def _runs(store: RunStore) -> list[RunFacts]:
 def _comparison_md(comparison: Comparison | None) -> str:
     if comparison is None:
         return "No finished runs yet: no run has reached ready and reported figures.\n"
-    return to_markdown(comparison)
+    # The verdict first: what the table below says, axis by axis.
+    found = verdict(comparison, warming=comparison.warming)
+    return found.markdown(level=3) + "\n" + to_markdown(comparison)
 
 
 # ----------------------------------------------------------------------------- time series

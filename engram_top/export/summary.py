@@ -6,7 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from collectors.safetext import visible
-from collectors.units import GIB, NA, gib_text, ms_text, percent, weights_gb
+from collectors.units import (
+    GIB,
+    NA,
+    byte_rate,
+    decimal_bytes,
+    gib_text,
+    ms_text,
+    percent,
+    weights_gb,
+)
 from engram_top.model.store import RunStore
 
 
@@ -69,6 +78,8 @@ def _readings(data: dict[str, Any]) -> list[str]:
                    + (f" ({engram['layout']} layout)" if engram.get("layout") else "")
                    + ("" if not resident else f", {resident / 1024:.1f} GiB resident")
                    + f"; {engram.get('verdict')}")
+    out += hicache_lines(data.get("hicache"), data.get("gpus") or [],
+                         (data.get("engram") or {}).get("placement"))
     host = data.get("host")
     if host:
         book = data.get("host_ledger") or {}
@@ -93,6 +104,34 @@ def _readings(data: dict[str, Any]) -> list[str]:
     if stale:
         out.append(f"- Sources not OK: {'; '.join(stale)}")
     return out or ["- no reading yet"]
+
+
+def hicache_lines(hicache: dict[str, Any] | None, gpus: list[dict[str, Any]],
+                  placement: str | None = None) -> list[str]:
+    """HiCache's host tier (where the server has one), then each GPU's PCIe receive with the
+    Engram share estimated where HiCache reports its load-back (with the tables in HBM, the
+    rest is not Engram's: "other")."""
+    out = []
+    if hicache:
+        per, ranks, pool = (hicache.get(k) for k in ("pool_bytes_per_rank", "ranks",
+                                                      "pool_bytes"))
+        out.append(
+            f"- HiCache host tier: {decimal_bytes(per, NA)} per rank x {_num(ranks, 'd')} "
+            f"ranks = {decimal_bytes(pool, NA)} ({hicache.get('source')}); host pool "
+            f"{_num(hicache.get('used_tokens'), ',')} of {_num(hicache.get('total_tokens'), ',')}"
+            f" tokens; load-back {byte_rate(hicache.get('load_back_bytes_per_s'), none=NA)}, "
+            f"backup {byte_rate(hicache.get('backup_bytes_per_s'), none=NA)}, dropped for host "
+            f"pressure {_num(hicache.get('dropped_host_pressure_per_s'), ',.1f')} tokens/s, "
+            f"evicted {_num(hicache.get('evicted_per_s'), ',.1f')} tokens/s")
+    est = (hicache or {}).get("engram_rx_estimate_bytes_per_s") or {}
+    rx = [(g["index"], g.get("pcie_rx_bytes_per_s")) for g in gpus]
+    name = "other" if placement == "device" else "Engram"
+    if any(v is not None for _, v in rx):
+        out.append("- PCIe receive: " + "; ".join(
+            f"GPU {i} {byte_rate(v, none=NA)}" + (
+                f" ({name} ≈ {byte_rate(est[str(i)], none=NA)}, estimated: receive less "
+                "HiCache load-back)" if str(i) in est else "") for i, v in rx))
+    return out
 
 
 def ledger_lines(book: dict[str, Any]) -> list[str]:

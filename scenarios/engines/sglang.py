@@ -10,7 +10,7 @@ from typing import Any
 
 from collectors import promtext
 from collectors.log_markers import FAILURE_MARKERS
-from collectors.sglang import FLEET, PAGE_PREFIXES, WORDS
+from collectors.sglang import FLEET, PAGE_PREFIXES, WORDS, hicache_metrics
 from collectors.sglang.collector import (
     COUNTERS,
     GAUGES,
@@ -123,6 +123,11 @@ class SGLangSpeaker(Engine):
             "ranks": figures["ranks"],
             "counters": {names[0]: counter_figure(find(fams, names))
                          for names in COUNTERS.values() if find(fams, names) is not None},
+            # HiCache's counters since the server started: bytes loaded back (host -> GPU)
+            # and backed up, tokens dropped for host pressure and evicted; the page's
+            # load-back per tp_rank where it labels it so. Absent: not on this page.
+            "hicache": {k: v for k, v in hicache_metrics.totals(fams).items() if v is not None},
+            "hicache_load_back_bytes_by_rank": hicache_metrics.by_rank(fams),
             # Since the server started (a single page has no window).
             "histograms": {},
             "page_problems": list(figures["page_problems"]),
