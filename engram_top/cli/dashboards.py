@@ -125,9 +125,13 @@ def run_file(args: argparse.Namespace) -> int:
 
 
 def run_attach(args: argparse.Namespace) -> int:
+    from engram_top.live.attach_node import node_dir_problem
     from engram_top.live.session import Session, SessionOptions
+    if args.node_dir is not None and (problem := node_dir_problem(args.node_dir)):
+        print(f"engram-top: --node-dir {problem}", file=sys.stderr)
+        return 2
     session = Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
-                                     engine=args.engine, load=None))
+                                     engine=args.engine, load=None, node_dir=args.node_dir))
     say_which_credential(session, args.urls, args.api_key)
     app = dashboard_app(session, args)
     if app is None or without_terminal(app.session, args.command):

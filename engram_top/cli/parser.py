@@ -48,6 +48,13 @@ def _force_argument(p: argparse.ArgumentParser) -> None:
                         "not fit the node's free HBM or host RAM (it warns instead)")
 
 
+def _node_dir_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node-dir", type=Path, default=None, metavar="DIR",
+                   help="with an attached simulated server: its node's folder, whose GPUs and "
+                        "host are shown (default: the folder the server names, when it "
+                        "serves on this machine's loopback)")
+
+
 def _load_lengths(p: argparse.ArgumentParser) -> None:
     # Long prompts by many streams fill the KV pool: 512 streams of up to 65536 tokens ask
     # for more than the device placement's 11.84M, so requests queue and are retracted.
@@ -91,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--api-key", default=None,
                       help="with --attach: the server's key (default: $ENGRAM_TOP_API_KEY)")
     _engine_argument(snap, "with --attach: the engine the server runs", detected=True)
+    _node_dir_argument(snap)
     _demo_arguments(snap)
     snap.add_argument("--after", type=AFTER_S, default=5.0,
                       help="seconds to keep watching after the server is ready (default 5)")
@@ -139,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     att = sub.add_parser("attach", help="watch servers someone else started (never stops them)")
     att.add_argument("urls", nargs="+", metavar="URL")
     _engine_argument(att, "the engine the servers run", detected=True)
+    _node_dir_argument(att)
     att.add_argument("--api-key", default=None,
                      help="for servers started with --api-key (default: $ENGRAM_TOP_API_KEY, "
                           "which, unlike this option, `ps` does not show)")
@@ -169,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
                                          "writes report.md, report.json, requests.csv")
     bench.add_argument("plan", type=Path)
     _force_argument(bench)
+    bench.add_argument("--quick", action="store_true",
+                       help="a short run (under a minute on the simulated node): two rounds "
+                            "(A B, then B A), at most 4 requests a level, the simulated "
+                            "node's service 4x faster (figures in node time); the report "
+                            "says so")
     bench.add_argument("--out", type=Path, required=True,
                        help="folder for report.md, report.json and requests.csv (nothing "
                             "else goes there)")
@@ -177,7 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="the seed-style comparison of runs from bench reports "
                                           "(report.json) and sglang.bench_serving files (.jsonl)")
     cmp_.add_argument("files", type=Path, nargs="+")
-    cmp_.add_argument("--baseline", required=True, help="the scenario the others are compared to")
+    cmp_.add_argument("--baseline", default=None,
+                      help="the scenario the others are compared to (default: the first "
+                           "scenario of the first file, said on stderr)")
     cmp_.add_argument("--price-per-gpu-hour", type=PRICE, default=None)
     cmp_.add_argument("--gpus", type=GPUS, default=None,
                       help="GPUs of the imported bench_serving runs (for the cost row)")

@@ -21,6 +21,13 @@ async def take_snapshot(args: argparse.Namespace) -> int:
     except snapshot.SnapshotError as exc:
         print(f"engram-top snapshot: {exc}", file=sys.stderr)
         return 1
+    if args.node_dir is not None:
+        from engram_top.live.attach_node import node_dir_problem
+        problem = ("it is for --attach (the node of a simulated server)" if not args.attach
+                   else node_dir_problem(args.node_dir))
+        if problem:
+            print(f"engram-top snapshot: --node-dir {problem}", file=sys.stderr)
+            return 2
     from engram_top.record.file_format import RecordingError
     try:
         session, timeout, describe = _snapshot_source(args)
@@ -71,7 +78,8 @@ def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
                     "after_s": args.after}
         session = Session(SessionOptions(attach=(args.attach,), api_key=args.api_key,
                                          engine=args.engine, load=None,
-                                         thresholds=user_thresholds()))
+                                         thresholds=user_thresholds(),
+                                         node_dir=args.node_dir))
         say_which_credential(session, (args.attach,), args.api_key)
         return session, args.ready_timeout or 30.0, describe
     if args.recording:

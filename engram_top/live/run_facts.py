@@ -105,12 +105,24 @@ def logged_args(startup: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def simulated_env(extra: dict[str, Any]) -> dict[str, str]:
+    """The Engram switches a simulated server says it runs with (/server_info's own
+    "simulated" block): started by hand, its process environment has none of them."""
+    sim = extra.get("simulated")
+    env = sim.get("env") if isinstance(sim, dict) else None
+    if not isinstance(env, dict):
+        return {}
+    return {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
+
+
 def read_engram(store: RunStore, facts: RunFacts, engine: Engine, sc: Scenario | None,
                 env: dict[str, str]) -> None:
     """The watched run's model, Engram placement and prefetch verdict, from what its
     engine can tell: the scenario (None: a server someone else started), the server's
     environment and args, its log, its GPU."""
     server = store.data("server")
+    if not env and server is not None:
+        env = simulated_env(server.extra)
     info_args = server.extra.get("server_args") if server is not None else None
     args = {**(info_args if isinstance(info_args, dict) else {}),
             **logged_args(facts.startup)}

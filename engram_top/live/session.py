@@ -29,6 +29,7 @@ from engram_top.alerts.monitor import CHECK_EVERY_S, AlertWatch
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.compare.slo import DEFAULT as slo_defaults
 from engram_top.compare.slo import Slo
+from engram_top.live.attach_node import named_node_dir
 from engram_top.live.engine_detect import DetectingCollector
 from engram_top.live.fit import refusal_for_the_app
 from engram_top.live.load import LoadSpec, context_len, counters, driver
@@ -109,6 +110,7 @@ class Session:
         self._steering: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._tmp: Path | None = None
+        self.node_dir: Path | None = None  # an attached server's simulated node, once known
         self._closing = False
         self._closed = False
         self._lock = asyncio.Lock()  # one start/stop/switch at a time
@@ -174,6 +176,9 @@ class Session:
             state.ensure_node(node_dir, self.ref)
             gpu_backend: Any = SimGpuBackend(node_dir)
             host_backend: Any = SimHostBackend(node_dir)
+        elif o.attach and o.node_dir is not None:  # attach --node-dir: the server's node
+            gpu_backend, host_backend = SimGpuBackend(o.node_dir), SimHostBackend(o.node_dir)
+            self._on_node(o.node_dir)
         else:
             gpu_backend, host_backend = NvmlBackend(), ProcBackend()
         # The poll loop and the supervisor's guards read the GPUs through one sampler: a
@@ -327,8 +332,37 @@ class Session:
         # psutil walks every socket of the machine: off the event loop.
         # Every engine's variables: the engine may be told only by a later page.
         prefixes = tuple(p for kind in engines.kinds() for p in engines.get(kind).env_prefixes)
-        _, env = await asyncio.to_thread(server_environ, url, prefixes)
+        pid, env = await asyncio.to_thread(server_environ, url, prefixes)
         self._attached_env[url] = env
+        if pid is not None and self.options.attach and url == split_userinfo(
+                self.options.attach[0])[0]:
+            self.host.root_pid = pid  # the watched server's tree: its share of the host
+
+    def _on_node(self, node_dir: Path) -> None:
+        self.node_dir = node_dir
+        self.store.node = f"simulated {self.ref.gpus}x {self.ref.gpu_name}"
+
+    def _follow_node(self, facts: RunFacts) -> None:
+        """An attached server that names its simulated node (attach_node): from now on the
+        node's GPUs and host are read from its folder, not this machine's."""
+        if self.node_dir is not None or facts.owned or not facts.url:
+            return
+        server = self.store.data("server")
+        node_dir = named_node_dir(facts.url, server.extra) if server is not None else None
+        if node_dir is None:
+            return
+        self._on_node(node_dir)
+        facts.node = self.store.node
+        self.store.bump("run")
+        self._gpus = SharedSampler(SimGpuBackend(node_dir))
+        self._host_backend = SimHostBackend(node_dir)
+        self.gpu = GpuCollector(self._gpus)
+        root, self.host = self.host.root_pid, HostCollector(self._host_backend)
+        self.host.root_pid = root
+        self.add_source(NodeSource("gpu", self.gpu.poll, self.gpu.close))
+        self.add_source(NodeSource("host", self.host.poll))
+        self.store.event("info", f"{facts.url} is a simulated server: its node's GPUs and "
+                         f"host are read from {node_dir}")
 
     def _bind(self, run: Run) -> None:
         """Point the store and the server collector at a run that was just launched."""
@@ -421,6 +455,7 @@ class Session:
                                            RunState.STARTING):
                         facts_now.results = facts_now.results.merged(summary(self.store))
                     self._read_engram(facts_now)
+                    self._follow_node(facts_now)
                 except Exception as exc:  # a reading nobody foresaw: said once, not fatal
                     why = f"{type(exc).__name__}: {exc}"
                     if why not in said and len(said) < 16:

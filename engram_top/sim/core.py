@@ -14,6 +14,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from collectors.units import GIB
@@ -31,7 +32,7 @@ from engram_top.sim.metrics_page import (
     MetricsPage,
 )
 from engram_top.sim.model import BATCH_WINDOW_S, Request, Scheduler, Step
-from engram_top.sim.startup import RankHandle, log
+from engram_top.sim.startup import LAYOUT_WORDS, RankHandle, log
 
 DECODE_LOG_INTERVAL = server_args.DECODE_LOG_INTERVAL
 MAX_LAG_S = 0.05  # how far behind plan the serving loop may run before it stops catching up
@@ -60,6 +61,7 @@ class ServerCore:
         self.sched = Scheduler(placement.service, mem.kv_tokens)
         self.ready = False
         self.warmup_token = secrets.token_hex(16)
+        self.node_dir: Path | None = None  # the simulated node's folder (server.py sets it)
         self.launched = time.monotonic()
         self.startup_seconds: float | None = None
         self.wake = asyncio.Event()
@@ -375,6 +377,15 @@ class ServerCore:
         """ValueError (HTTP 400) for a request past the context; see _check_length."""
         _check_length(input_len, max_new)
 
+    def engram_env(self) -> dict[str, str]:
+        """The placement's Engram switches, with the tables' layout it was started with."""
+        # The device placement's switch is off: said, so a reader need not guess.
+        env = dict(self.placement.env) or {"SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE": "0"}
+        if "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT" in env:
+            env["SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT"] = LAYOUT_WORDS[
+                getattr(self.args, "engram_layout", None) or "shared"]
+        return env
+
     def server_info(self) -> dict[str, Any]:
         a = self.args
         mem = self.mem
@@ -398,10 +409,17 @@ class ServerCore:
                     self.placement.service.max_running_requests,
             }],
             "version": self.version,
-            # Not in SGLang: tells tools this server is the simulated node, and its time scale.
+            # Not in SGLang: tells tools this server is the simulated node, and its time scale;
+            # served on loopback, where its node's folder is (`attach` reads the node there).
             "simulated": {"placement": self.placement.name, "time_scale": a.time_scale,
-                          "serve_scale": a.serve_scale, "env": self.placement.env},
+                          "serve_scale": a.serve_scale, "env": self.engram_env(),
+                          **({"node_dir": str(self.node_dir)}
+                             if self.node_dir is not None and _loopback(a.host) else {})},
         }
+
+
+def _loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
 
 def _check_length(input_len: int, max_new: int) -> None:

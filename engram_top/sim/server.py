@@ -148,6 +148,7 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         startup.layout = getattr(args, "engram_layout", "shared")
         app, log_config = build_app(core), _uvicorn_log_config()
     startup.held_by_others = held
+    core.node_dir = node_dir.resolve()
     server: _UvicornServer | None = None
     rc = 0
     try:
