@@ -153,11 +153,12 @@ def test_a_snapshot_folder_holds_one_comparison(tmp_path: Path) -> None:
                        compare_with=[imported], price_per_gpu_hour=2.0)
     comparison = json.loads((out / "snapshot.json").read_text())["comparison"]
     summary = (out / "summary.md").read_text()
-    assert comparison["scenarios"] == ["device", "host-prefetch", "bench_serving"]
+    # The file's runs: a column of their own, named with their source.
+    assert comparison["scenarios"] == ["device", "host-prefetch", "bench_serving (x)"]
     assert comparison["baseline"] == "device" and comparison["price_per_gpu_hour"] == 2.0
-    assert "| metric | unit | better | device (baseline) | host-prefetch | bench_serving |" \
+    assert "| metric | unit | better | device (baseline) | host-prefetch | bench_serving (x) |" \
         in summary
-    cost = row_json(comparison, "cost_per_mtok")["cells"]["bench_serving"]["mean"]
+    cost = row_json(comparison, "cost_per_mtok")["cells"]["bench_serving (x)"]["mean"]
     assert cost == pytest.approx(2.0 * 4 / 3600 / 100.0 * 1e6)
     assert md_cells(summary, "cost per million output tokens")[5].startswith(f"{cost:.4f} ")
     assert md_cells(summary, "mean TTFT")[5].startswith("700.00 ")

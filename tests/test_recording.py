@@ -728,7 +728,9 @@ def test_snapshot_of_a_recording_and_the_dashboard_comparing_with_it(demo: Demo,
                                                str(demo.path), "--price-per-gpu-hour", "6"])
     app = dashboards.dashboard_app(ReplaySession(demo.path, paused=True), args)
     assert {r.scenario for r in app.compare_with} == {"device", "host-prefetch"}
-    assert all(r.source == f"recording:{demo.path.name}" for r in app.compare_with)
+    # Each run names its file: in the comparison, columns apart from the live runs'.
+    label = f"{demo.path.parent.name}/{demo.path.name}"
+    assert all(r.source == f"recording:{label}" for r in app.compare_with)
     assert app.price_per_gpu_hour == 6.0
     bad = commands.build_parser().parse_args(["replay", str(demo.path), "--compare-with",
                                               str(tmp_path / "missing.json")])

@@ -26,6 +26,7 @@ from engram_top.compare.comparison import PROBE_ROW, Cell, Comparison, Row
 from engram_top.compare.measures import Metric, Registry
 from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import comparison
+from engram_top.compare.verdict import NO_INTERVAL, WARMING_UP, verdict
 from engram_top.model.store import RunStore
 from engram_top.probe.report import HOST_MODES, ProbeReport
 from engram_top.seed.reference import Reference
@@ -64,13 +65,17 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
     if c.engines:  # which engine and placement each column is
         t.add_row("engine · placement", *[Text(visible(c.engine_placement(s)), style="cyan")
                                           for s in c.scenarios], *[""] * len(probe))
+    if c.windows:  # what a live column's latencies were measured over
+        t.add_row("measured over", *[Text(visible(c.windows.get(s, "–")), style="dim")
+                                     for s in c.scenarios], *[""] * len(probe))
     panel = None
     marked = []
     for row in c.rows:
         if row.metric.panel != panel:
             panel = row.metric.panel
             t.add_row(Text(panel, style="dim italic"), *blank)
-        cells = [_cell(row.metric, row.cells[s], _seed(row, c.placements.get(s)))
+        cells = [_cell(row.metric, row.cells[s], _seed(row, c.placements.get(s)),
+                       c.warming.get(s))
                  for s in c.scenarios]
         # Two engines that mean different things by a figure: marked, and said below.
         mark = " ‡" if c.mixed_engines and row.metric.engine_note else ""
@@ -87,6 +92,22 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
             if s in c.throttled
             else Text("–", style="dim") for s in c.scenarios], *[""] * len(probe))
     return t
+
+
+def verdict_text(c: Comparison) -> Text:
+    """The verdict, a line per finding (compare.verdict): the winner of each measured axis
+    with its interval and method, or why there is none. Measured lines only: the probe's
+    predictions stay in their own column."""
+    found = verdict(c, warming=c.warming)
+    text = Text(f"Verdict against {visible(c.baseline)}", style="bold")
+    if not found.findings:
+        text.append("\n  one scenario only: start another to compare", style="dim")
+    for f in found.findings:
+        # A winner in bold; no verdict yet (warming up, one run each) in yellow.
+        style = "bold" if f.winner else "yellow" if f.outcome in (WARMING_UP, NO_INTERVAL) \
+            else ""
+        text.append("\n  " + visible(f.text), style=style)
+    return text
 
 
 def _probe_cell(p: ProbeReport) -> Text:
@@ -113,8 +134,12 @@ def _name(text: str) -> str:
     return escape(visible(text))
 
 
-def _cell(metric: Metric, cell: Cell, seed: str | None = None) -> Text:
-    text = _figure(metric, cell)
+def _cell(metric: Metric, cell: Cell, seed: str | None = None,
+          warming: str | None = None) -> Text:
+    if cell.mean is None and warming:  # a live run's window does not mean anything yet
+        text = Text("warming up", style="yellow")
+    else:
+        text = _figure(metric, cell)
     if seed is not None:
         text.append(f"\nseed {seed}", style="dim")
     return text
@@ -169,8 +194,10 @@ class CompareScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         # Taller than the screen with three scenarios at 100x30: it scrolls (its container
-        # is focused, so ↑ ↓ PgUp PgDn Home End move it).
+        # is focused, so ↑ ↓ PgUp PgDn Home End move it). The verdict first: what a
+        # presenter says; the table below is its evidence.
         with VerticalScroll(id="compare"):
+            yield Static(id="compare-verdict")
             yield Static(id="compare-table")
 
     def on_mount(self) -> None:
@@ -187,10 +214,13 @@ class CompareScreen(ModalScreen[None]):
     def _draw(self) -> None:
         c = self._comparison()
         view = self.query_one("#compare-table", Static)
+        said = self.query_one("#compare-verdict", Static)
         if c is None:
             view.update(Text("no run has figures yet: start a scenario", style="dim"))
+            said.update("")
             return
         self.baseline = c.baseline
+        said.update(verdict_text(c))
         view.update(comparison_table(c, self.store))
 
     def action_next_baseline(self) -> None:

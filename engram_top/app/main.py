@@ -35,6 +35,7 @@ from engram_top.app.server_log import ServerLog
 from engram_top.app.sessions import DashboardSession, ReplayControls
 from engram_top.app.snapshot_keys import TakesSnapshots
 from engram_top.app.terminal import SurvivesHangUp
+from engram_top.app.verdict_strip import VerdictStrip
 from engram_top.model import facts
 from engram_top.model.figures import RunFigures
 from engram_top.model.refusal import FitRefused
@@ -156,6 +157,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
             yield DataTable(id="scenarios", cursor_type="row", zebra_stripes=True,
                             cell_padding=0)
             yield ServerLog(id="log", max_lines=500, wrap=False, markup=False)
+        yield VerdictStrip(id="verdict")
         yield Static(id="events")
         yield Footer()
 
@@ -250,6 +252,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
                     self._charted, self._charted_at = charted, now
                     for view in self._charts:
                         view.redraw()
+            self.query_one(VerdictStrip).refresh_from(store, self.compare_with)
             self._show("#events", self._events(store))
 
     def on_resize(self, event: events.Resize) -> None:

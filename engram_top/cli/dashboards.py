@@ -32,10 +32,13 @@ def dashboard_app(session, args: argparse.Namespace, **kw):  # type: ignore[no-u
     from engram_top.settings.user_config import load_config
     runs = []
     if args.compare_with:  # the file readers (and the recording's) only when asked for
+        from engram_top.compare.runs import from_file
         from engram_top.record.importers import BenchFileError, load_runs
         notes: list[str] = []
         try:
-            runs = [r for path in args.compare_with for r in load_runs(path, notes=notes)]
+            # Each file's runs name it: their own columns, apart from the live runs'.
+            runs = [r for path in args.compare_with
+                    for r in from_file(load_runs(path, notes=notes), path)]
         except BenchFileError as exc:
             print(f"engram-top: --compare-with: {exc}", file=sys.stderr)
             return None

@@ -86,6 +86,10 @@ class Comparison:
     engines: dict[str, str] = field(default_factory=dict)
     # What an `engram-top probe` predicted (a column of its own, never a measured cell).
     probe: ProbeReport | None = None
+    # Live scenarios: what their latencies were measured over ("30 s window, 412
+    # requests"), and why one whose every run is warming up has none yet (compare.runs).
+    windows: dict[str, str] = field(default_factory=dict)
+    warming: dict[str, str] = field(default_factory=dict)
 
     @property
     def mixed_engines(self) -> bool:
@@ -292,6 +296,8 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "throttled": {s: list(t) for s, t in c.throttled.items()},
         "engines": dict(c.engines),
         "placements": dict(c.placements),
+        "windows": dict(c.windows),
+        "warming": dict(c.warming),
         # Rows whose figure means something else on each engine, and what (mixed runs).
         "engine_notes": {row.metric.key: row.metric.engine_note for row in c.rows
                          if c.mixed_engines and row.metric.engine_note},
@@ -324,13 +330,19 @@ def to_markdown(c: Comparison) -> str:
                              + [c.engine_placement(s) for s in c.scenarios]
                              + ([""] if has_ref else [])
                              + ([""] if c.probe is not None else [])))
+    if c.windows:  # what a live column's latencies were measured over
+        lines.append(_md_row(["measured over", "", ""]
+                             + [c.windows.get(s, "–") for s in c.scenarios]
+                             + ([""] if has_ref else [])
+                             + ([""] if c.probe is not None else [])))
     noisy = assumed = False
     for row in c.rows:
         label = row.metric.label + (" ‡" if c.mixed_engines and row.metric.engine_note else "")
         cells = [label, row.metric.unit, row.metric.better]
         for s in c.scenarios:
             cell = row.cells[s]
-            cells.append(_fmt_cell(row.metric, cell, c.trials[s]))
+            cells.append("warming up" if cell.mean is None and s in c.warming
+                         else _fmt_cell(row.metric, cell, c.trials[s]))
             noisy = noisy or bool(cell.spans_zero)
         if has_ref:
             cells.append(_fmt_reference(row))
@@ -400,6 +412,9 @@ def _footnotes(c: Comparison, noisy: bool, assumed: bool) -> list[str]:
                   for row in c.rows if row.metric.engine_note]
         notes.append(MIXED_TPOT)
     notes += [f"⚠ {s} {THROTTLED}: {'; '.join(t)}." for s, t in c.throttled.items()]
+    notes += [f"{s}: warming up ({why}): its latency and throughput are left out until its "
+              "run has served a whole window since ready with enough requests in it."
+              for s, why in c.warming.items()]
     if noisy:
         notes.append("~ the 95% interval spans zero: the difference is smaller than the "
                      "trial-to-trial noise.")

@@ -5,11 +5,14 @@ both show.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from pathlib import PurePath
 
 from engram_top.compare.comparison import Comparison, compare
 from engram_top.compare.measures import Registry
 from engram_top.compare.run_result import THROTTLED, RunResult
+from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts
 from engram_top.seed.reference import Reference
 
@@ -22,6 +25,8 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
     TPOT, as it does in SGLang's own metrics."""
     r = run.results
     throttled = (f"{THROTTLED}: {'; '.join(r.throttled)}",) if r.throttled else ()
+    if warming_up(r) is not None:  # its sampled figures mean nothing yet: not measured
+        r = dataclasses.replace(r, **dict.fromkeys(_SAMPLED))
     return RunResult(
         scenario=run.scenario, placement=run.placement, source=source, trial=trial,
         engine=run.engine_name or None, gpus=r.gpus, weights_gb=r.weights_gb,
@@ -34,6 +39,37 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
         output_tok_s=r.output_tok_s, joules_per_token=r.joules_per_token,
         goodput_rps=r.goodput_rps, slo_attainment=r.slo_attainment,
         notes=("live: last 30 s window of the server's histograms", *throttled))
+
+
+# A live figure means something once its run has served a whole window since ready (no
+# start-up, no first cold requests in it) and that window holds this many requests.
+WARM_REQUESTS = 30
+# The figures sampled from the window (a warming run's are left out); the KV pool, weights,
+# host memory and start-up are not, and stand from the start.
+_SAMPLED = ("ttft_p50_s", "ttft_mean_s", "itl_p50_s", "itl_mean_s", "output_tok_s",
+            "joules_per_token", "goodput_rps", "slo_attainment")
+
+
+def warming_up(r: RunFigures) -> str | None:
+    """Why a live run's latency and throughput do not mean anything yet ("12 s of a 30 s
+    window served"), else None: also when it has none (no load) or does not say (a file
+    written before runs kept their window)."""
+    if r.served_s is None or r.window_s is None or not r.window_s > 0 \
+            or all(getattr(r, name) is None for name in _SAMPLED):
+        return None
+    if r.served_s < r.window_s:
+        return f"{r.served_s:.0f} s of a {r.window_s:.0f} s window served"
+    if r.window_requests is not None and r.window_requests < WARM_REQUESTS:
+        return f"{r.window_requests} of {WARM_REQUESTS} requests in the {r.window_s:.0f} s window"
+    return None
+
+
+def window(r: RunFigures) -> str | None:
+    """What a live run's latencies were measured over: "30 s window, 412 requests"."""
+    if r.window_s is None:
+        return None
+    count = "" if r.window_requests is None else f", {r.window_requests:,} requests"
+    return f"{r.window_s:.0f} s window{count}"
 
 
 def run_results(runs: list[RunFacts], source: str = "live") -> list[RunResult]:
@@ -55,10 +91,12 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
                metrics: Registry | None = None) -> Comparison | None:
     """The comparison of a session's runs (repeats are trials) and of runs loaded from
     files (--compare-with), at a price: the compare screen's, and the one a snapshot writes
-    into both snapshot.json and summary.md. The baseline is `baseline` when it is among them,
-    else the device placement's scenario (the seed's deltas are against it), else the first.
+    into both snapshot.json and summary.md. A file's runs are columns of their own, named
+    with their source (own_column), never more trials of a live scenario. The baseline is
+    `baseline` when it is among them, else the device placement's scenario (the seed's
+    deltas are against it), else the first.
     None while no run has figures."""
-    results = run_results(list(runs)) + list(extra)
+    results = run_results(list(runs)) + [own_column(r) for r in extra]
     if not results:
         return None
     if reference is not None and runs and not extra \
@@ -69,8 +107,51 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
         device = [r.scenario for r in results if r.placement == "device"]
         baseline = (device or names)[0]
     more = {} if metrics is None else {"metrics": metrics}  # else compare's own default
-    return compare(results, baseline, reference=reference,
-                   price_per_gpu_hour=price_per_gpu_hour, **more)
+    c = compare(results, baseline, reference=reference,
+                price_per_gpu_hour=price_per_gpu_hour, **more)
+    return dataclasses.replace(c, **live_windows(runs))
+
+
+def live_windows(runs: Sequence[RunFacts]) -> dict[str, dict[str, str]]:
+    """Each live scenario's window (its latest run's), and why a scenario whose every run is
+    still warming up has no latency yet: a Comparison's ``windows`` and ``warming``."""
+    windows: dict[str, str] = {}
+    warming: dict[str, str] = {}
+    warm: set[str] = set()
+    for run in runs:
+        if not run.results.measured():
+            continue
+        if (text := window(run.results)) is not None:
+            windows[run.scenario] = text
+        why = warming_up(run.results)
+        if why is None:
+            warm.add(run.scenario)
+            warming.pop(run.scenario, None)
+        elif run.scenario not in warm:
+            warming[run.scenario] = why
+    return {"windows": windows, "warming": warming}
+
+
+def file_label(path: PurePath) -> str:
+    """A file as a column names it: its folder and name ("B/report.json"), so two bench
+    reports, each report.json in its own folder, read apart."""
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
+
+def from_file(results: Sequence[RunResult], path: PurePath) -> list[RunResult]:
+    """A file's runs, their source naming the file ("bench:B/report.json"): what keeps
+    each file's runs in columns of their own in a comparison (own_column)."""
+    label = file_label(path)
+    return [dataclasses.replace(r, source=f"{r.source.split(':', 1)[0]}:{label}")
+            for r in results]
+
+
+def own_column(r: RunResult) -> RunResult:
+    """A run loaded from a file, in a column of its own: its scenario labelled with its
+    source ("device (B/report.json)"), so a bench's device runs never join the live device
+    column as more trials of it (their workloads differ)."""
+    origin = r.source.split(":", 1)[-1] or r.source
+    return dataclasses.replace(r, scenario=f"{r.scenario} ({origin})")
 
 
 def serves(run: RunFacts, model: str) -> bool:

@@ -34,15 +34,17 @@ class Axis:
     # Not sampled: the same every run (the allocator sizes the KV pool), so one run each
     # decides by the sign and no interval is needed.
     fixed: bool = False
+    # Read from a live run's latency window: warming up until that window means something.
+    windowed: bool = False
 
 
 AXES: tuple[Axis, ...] = (
     Axis("kv_capacity", "KV capacity", "kv_tokens", "higher", fixed=True),
     Axis("host_ram", "host RAM", "host_delta_gib", "lower"),
-    Axis("ttft", "TTFT", "ttft_mean_ms", "lower"),
-    Axis("tpot", "TPOT", "tpot_mean_ms", "lower"),
-    Axis("throughput", "throughput", "output_tok_s", "higher"),
-    Axis("goodput", "goodput at the SLO", "goodput_rps", "higher"),
+    Axis("ttft", "TTFT", "ttft_mean_ms", "lower", windowed=True),
+    Axis("tpot", "TPOT", "tpot_mean_ms", "lower", windowed=True),
+    Axis("throughput", "throughput", "output_tok_s", "higher", windowed=True),
+    Axis("goodput", "goodput at the SLO", "goodput_rps", "higher", windowed=True),
 )
 _BY_KEY = {a.key: a for a in AXES}
 
@@ -102,7 +104,7 @@ class Finding:
     outcome: str  # one of the words above
     winner: str | None  # the scenario that wins this axis; None when none does
     text: str  # the whole sentence
-    short: str  # a few words for the dashboard's strip ("TTFT device")
+    short: str  # a few words for the dashboard's strip ("TTFT: device")
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self.evidence), "outcome": self.outcome, "winner": self.winner,
@@ -119,9 +121,10 @@ class Verdict:
         """A sentence per finding, then per crossover."""
         return [f.text for f in self.findings] + list(self.crossovers)
 
-    def markdown(self) -> str:
-        """A "## Verdict" section: a bullet per finding and crossover, and how to read it."""
-        out = ["## Verdict", ""]
+    def markdown(self, level: int = 2) -> str:
+        """A "## Verdict" section (``level`` #s): a bullet per finding and crossover, and
+        how to read it."""
+        out = [f"{'#' * level} Verdict", ""]
         out += [f"- {line}" for line in self.lines()] or ["- nothing measured to compare yet"]
         out += ["", VERDICT_NOTE, ""]
         return "\n".join(out)
@@ -157,12 +160,12 @@ def _finding(e: Evidence, margin: float | None) -> Finding:
     what = ax.label + ("" if e.statistic == "mean" else f" ({e.statistic})") \
         + (" (modelled)" if e.modelled else "")
     if e.warming:
-        return Finding(e, WARMING_UP, None, f"{what}: {e.scenario} warming up ({e.warming}).",
-                       f"{ax.label} warming up")
+        return Finding(e, WARMING_UP, None, f"{what}: no verdict yet, warming up ({e.warming}).",
+                       f"{ax.label}: warming up")
     if e.delta is None:
         return Finding(e, NOT_MEASURED, None,
                        f"{what}: not measured on both {e.scenario} and {e.baseline}.",
-                       f"{ax.label} n/a")
+                       f"{ax.label}: n/a")
     figure = f"{e.scenario} {_delta(e)} vs {e.baseline}"
     how = _how(e, ax)
     up = e.delta > 0
@@ -170,25 +173,26 @@ def _finding(e: Evidence, margin: float | None) -> Finding:
         if ax.fixed:
             if e.delta == 0:
                 return Finding(e, EQUAL, None, f"{what}: equal ({figure}{how}).",
-                               f"{ax.label} equal")
+                               f"{ax.label}: equal")
             win = e.scenario if up == (ax.better == "higher") else e.baseline
             return Finding(e, BETTER if win == e.scenario else WORSE, win,
-                           f"{what}: {win} wins ({figure}{how}).", f"{ax.label} {win}")
+                           f"{what}: {win} wins ({figure}{how}).", f"{ax.label}: {win}")
         return Finding(e, NO_INTERVAL, None,
                        f"{what}: no verdict: {figure}, no interval ({e.n or 1} run each): "
-                       "repeat each scenario for one.", f"{ax.label} ? n={e.n or 1}")
+                       "repeat each scenario for one.", f"{ax.label}: ? n={e.n or 1}")
     lo, hi = e.lo, e.hi
     assert lo is not None and hi is not None
     if margin is not None and -margin <= lo and hi <= margin:
         return Finding(e, EQUIVALENT, None,
                        f"{what}: equivalent within ±{_amount(e, margin)} ({figure}{how}).",
-                       f"{ax.label} ≈")
+                       f"{ax.label}: equivalent")
     if lo <= 0.0 <= hi:
         return Finding(e, NOT_DISTINGUISHABLE, None,
-                       f"{what}: not distinguishable ({figure}{how}).", f"{ax.label} ≈ n/d")
+                       f"{what}: not distinguishable ({figure}{how}).",
+                       f"{ax.label}: not distinguishable")
     win = e.scenario if (lo > 0) == (ax.better == "higher") else e.baseline
     return Finding(e, BETTER if win == e.scenario else WORSE, win,
-                   f"{what}: {win} wins ({figure}{how}).", f"{ax.label} {win}")
+                   f"{what}: {win} wins ({figure}{how}).", f"{ax.label}: {win}")
 
 
 def _amount(e: Evidence, value: float) -> str:
@@ -243,10 +247,11 @@ def from_comparison(c: Comparison, *, axes: Sequence[Axis] = AXES,
             cell = row.cells.get(s)
             if cell is None or (cell.mean is None and (base is None or base.mean is None)):
                 continue  # neither side measured it: no line
-            warm = "" if ax.fixed else (warming.get(s) or warming.get(c.baseline, ""))
+            cold = [f"{name}: {warming[name]}" for name in (s, c.baseline)
+                    if ax.windowed and name in warming]
             out.append(_evidence(ax, row.metric.delta == "relative", row.metric.unit,
                                  s, c.baseline, cell, min(c.trials[s], c.trials[c.baseline]),
-                                 warm))
+                                 "; ".join(cold)))
     return out
 
 

@@ -31,6 +31,7 @@ from collectors.units import GIB
 from engram_top.compare.comparison import Comparison, to_json, to_markdown
 from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import comparison
+from engram_top.compare.verdict import verdict
 from engram_top.export.summary import summary_markdown
 from engram_top.model import facts, ledger
 from engram_top.model.hicache import engram_rx_estimate
@@ -253,6 +254,8 @@ def snapshot_data(store: RunStore, ref: Reference, comparison: Comparison | None
     data["runs"] = [run_plain(r) for r in _runs(store)]
     data["scenarios"] = scenario_definitions(store.scenarios)
     data["comparison"] = None if comparison is None else to_json(comparison)
+    data["verdict"] = None if comparison is None else verdict(
+        comparison, warming=comparison.warming).to_json()
     alerts = getattr(store, "alerts", None)  # the alerts engine may not exist yet
     if alerts is not None:
         data["alerts"] = facts.plain(list(alerts.values()) if isinstance(alerts, dict)
@@ -295,7 +298,9 @@ def _runs(store: RunStore) -> list[RunFacts]:
 def _comparison_md(comparison: Comparison | None) -> str:
     if comparison is None:
         return "No finished runs yet: no run has reached ready and reported figures.\n"
-    return to_markdown(comparison)
+    # The verdict first: what the table below says, axis by axis.
+    found = verdict(comparison, warming=comparison.warming)
+    return found.markdown(level=3) + "\n" + to_markdown(comparison)
 
 
 # ----------------------------------------------------------------------------- time series

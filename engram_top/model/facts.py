@@ -13,7 +13,7 @@ from dataclasses import asdict, fields, is_dataclass
 from typing import Any
 
 from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
-from collectors.readings import GpuData, Reading, ServerData
+from collectors.readings import GpuData, Quantiles, Reading, ServerData
 from collectors.units import GIB
 from engram_top.model import energy, ledger
 from engram_top.model.figures import RunFigures
@@ -347,7 +347,18 @@ def summary(store: RunStore) -> RunFigures:
         itl_mean_s=_round_ms(itl.mean if itl else None, 2),
         output_tok_s=None if rate is None else round(rate, 1),
         joules_per_token=None if per_token is None else round(per_token, 3),
-        throttled=_throttled(run, server, serving), **_goodput(store.load))
+        throttled=_throttled(run, server, serving), **_goodput(store.load),
+        **_window(store, run, lat, ttft))
+
+
+def _window(store: RunStore, run: RunFacts | None, lat: LatencyView | None,
+            ttft: Quantiles | None) -> dict[str, Any]:
+    """What the latency figures were measured over, for a comparison's warming up."""
+    served = None if run is None or run.ready_at is None else store.clock() - run.ready_at
+    return {"window_s": lat.window_s if lat else None,
+            # None with no request in the window: the last count stands (RunFigures.merged).
+            "window_requests": int(ttft.count) if ttft is not None and ttft.count else None,
+            "served_s": None if served is None else round(max(0.0, served), 1)}
 
 
 def _gib(nbytes: float | None) -> float | None:

@@ -40,6 +40,12 @@ class RunFigures:
     # The demo load's requests within every SLO, per node second, and their share (0..1).
     goodput_rps: float | None = None
     slo_attainment: float | None = None
+    # What the latency figures were measured over: the window's length (s), the requests
+    # whose first token came in it, and how long the run had served (ready to the reading,
+    # s): a comparison reads them as warming up until they mean something.
+    window_s: float | None = None
+    window_requests: int | None = None
+    served_s: float | None = None
 
     def measured(self) -> bool:
         """Whether any figure is known."""
@@ -97,7 +103,7 @@ class RunFigures:
 # Fields whose JSON key and unit differ: field -> (key, JSON value per field unit).
 _JSON = {"ttft_p50_s": ("ttft_p50_ms", 1000), "ttft_mean_s": ("ttft_mean_ms", 1000),
          "itl_p50_s": ("itl_p50_ms", 1000), "itl_mean_s": ("itl_mean_ms", 1000)}
-_COUNTS = {"gpus", "kv_tokens"}
+_COUNTS = {"gpus", "kv_tokens", "window_requests"}
 _NOTES = {"throttled"}  # lists of words, not numbers
 
 

@@ -1,0 +1,236 @@
+"""The verdict (engram_top.compare.verdict) on known answers, live figures warming up
+(compare.runs), a file's runs in columns of their own, and both on screen: the compare
+screen's verdict and the dashboard's strip, driven with Pilot over a store filled by hand."""
+
+from __future__ import annotations
+
+import time
+from pathlib import PurePath
+from typing import Any
+
+import pytest
+from helpers import StaticSession, screen_text, until
+
+from engram_top.app.compare_screen import CompareScreen
+from engram_top.app.main import EngramTopApp
+from engram_top.compare.comparison import compare
+from engram_top.compare.run_result import RunResult
+from engram_top.compare.runs import WARM_REQUESTS, comparison, from_file, own_column, warming_up
+from engram_top.compare.verdict import (
+    BETTER,
+    EQUAL,
+    EQUIVALENT,
+    NO_INTERVAL,
+    NOT_DISTINGUISHABLE,
+    NOT_MEASURED,
+    WARMING_UP,
+    WORSE,
+    Evidence,
+    decide,
+    verdict,
+)
+from engram_top.model.figures import RunFigures
+from engram_top.model.store import RunFacts, RunStore
+
+
+def ev(axis: str, delta: float | None, lo: float | None = None, hi: float | None = None,
+       **kw: Any) -> Evidence:
+    return Evidence(axis, kw.pop("scenario", "host-prefetch"), "device", delta, lo=lo, hi=hi,
+                    method=kw.pop("method", "paired t"), n=kw.pop("n", 5), **kw)
+
+
+def outcome(e: Evidence, **kw: Any) -> tuple[str, str | None]:
+    (f,) = decide([e], baseline="device", **kw).findings
+    return f.outcome, f.winner
+
+
+# ----------------------------------------------------------------------------- decide
+
+def test_a_winner_only_where_the_interval_excludes_zero() -> None:
+    # TTFT is better lower: +15.6% [+10%, +21%] is the baseline's win.
+    assert outcome(ev("ttft", 0.156, 0.10, 0.21)) == (WORSE, "device")
+    assert outcome(ev("ttft", -0.05, -0.08, -0.01)) == (BETTER, "host-prefetch")
+    # Throughput is better higher: the same signs give the other winner.
+    assert outcome(ev("throughput", 0.156, 0.10, 0.21)) == (BETTER, "host-prefetch")
+    assert outcome(ev("throughput", -0.05, -0.08, -0.01)) == (WORSE, "device")
+    # The interval holds zero (at its edge too): nobody wins.
+    assert outcome(ev("ttft", 0.01, -0.02, 0.05)) == (NOT_DISTINGUISHABLE, None)
+    assert outcome(ev("tpot", 0.03, 0.0, 0.06)) == (NOT_DISTINGUISHABLE, None)
+    # Within a stated margin of ±2%: equivalent, not merely indistinguishable.
+    assert outcome(ev("tpot", 0.005, -0.01, 0.015), margins={"tpot": 0.02}) == (EQUIVALENT,
+                                                                               None)
+    assert outcome(ev("tpot", 0.005, -0.01, 0.025), margins={"tpot": 0.02}) == (
+        NOT_DISTINGUISHABLE, None)
+
+
+def test_no_interval_no_verdict_except_on_a_fixed_axis() -> None:
+    assert outcome(ev("ttft", 0.3, n=1)) == (NO_INTERVAL, None)
+    assert outcome(ev("host_ram", 195.1, n=1, relative=False, unit="GiB")) == (NO_INTERVAL,
+                                                                               None)
+    # The KV pool is sized by the allocator, the same every run: its sign decides.
+    assert outcome(ev("kv_capacity", 2.606, n=1)) == (BETTER, "host-prefetch")
+    assert outcome(ev("kv_capacity", -0.5, n=1)) == (WORSE, "device")
+    assert outcome(ev("kv_capacity", 0.0, n=1)) == (EQUAL, None)
+    assert outcome(ev("goodput", None)) == (NOT_MEASURED, None)
+    assert outcome(ev("ttft", 0.2, 0.1, 0.3, warming="device: 12 s of a 30 s window served")
+                   ) == (WARMING_UP, None)
+
+
+def test_sentences_say_the_interval_its_method_and_what_is_modelled() -> None:
+    v = decide([ev("ttft", 0.156, 0.10, 0.21, method="bootstrap over rounds",
+                   statistic="p99", n=8),
+                ev("host_ram", 195.1, 190.0, 200.0, relative=False, unit="GiB",
+                   method="Welch t", n=3),
+                ev("goodput", 0.2, 0.1, 0.3, modelled=True, method="model", n=None)],
+               baseline="device", load_unit="req/s",
+               crossovers={"host-prefetch": {"over": "device", "at": 3.2, "where": "between",
+                                             "between": (2.0, 4.0), "modelled": True,
+                                             "until": None}})
+    assert v.lines() == [
+        "TTFT (p99): device wins (host-prefetch +15.6% [+10.0%, +21.0%] vs device; 95% "
+        "bootstrap over rounds, n=8).",
+        "host RAM: device wins (host-prefetch +195 GiB [+190, +200] vs device; 95% Welch t, "
+        "n=3).",
+        "goodput at the SLO (modelled): host-prefetch wins (host-prefetch +20.0% [+10.0%, "
+        "+30.0%] vs device; 95% model).",
+        "Crossover (modelled): host-prefetch's goodput overtakes device's above 3.2 req/s "
+        "(between the levels at 2 and 4).",
+    ]
+    md = v.markdown()
+    assert md.startswith("## Verdict\n\n- TTFT (p99): device wins")
+    assert "\"not distinguishable\" where it holds zero" in md
+    data = v.to_json()
+    assert data["findings"][2]["modelled"] is True and data["findings"][0]["method"] == \
+        "bootstrap over rounds"
+
+
+def _run(scenario: str, trial: int, **kw: Any) -> RunResult:
+    return RunResult(scenario=scenario, placement=scenario, source="bench", trial=trial, **kw)
+
+
+def test_from_a_comparison_s_cells() -> None:
+    # TTFT 100/200/400 ms against 110/230/440 ms: paired deltas 0.10, 0.15, 0.10, whose
+    # 95% interval [0.045, 0.188] excludes zero; TPOT's holds it.
+    results = [_run("device", i, ttft_mean_s=t, tpot_mean_s=p, kv_tokens=11_840_000)
+               for i, (t, p) in enumerate([(0.100, 0.020), (0.200, 0.030), (0.400, 0.025)])]
+    results += [_run("host-prefetch", i, ttft_mean_s=t, tpot_mean_s=p, kv_tokens=42_700_288)
+                for i, (t, p) in enumerate([(0.110, 0.030), (0.230, 0.020), (0.440, 0.026)])]
+    v = verdict(compare(results, "device"))
+    found = {f.evidence.axis: f for f in v.findings}
+    assert set(found) == {"kv_capacity", "ttft", "tpot"}  # only what was measured
+    assert (found["ttft"].outcome, found["ttft"].winner) == (WORSE, "device")
+    assert found["ttft"].evidence.method == "paired t" and found["ttft"].evidence.n == 3
+    assert found["ttft"].evidence.lo == pytest.approx(0.045, abs=5e-3)
+    assert found["tpot"].outcome == NOT_DISTINGUISHABLE
+    assert (found["kv_capacity"].outcome, found["kv_capacity"].winner) == (BETTER,
+                                                                           "host-prefetch")
+
+
+# ----------------------------------------------------------------------------- live windows
+
+def figures(served: float | None, requests: int | None, ttft: float = 0.4) -> RunFigures:
+    return RunFigures(gpus=4, kv_tokens=42_700_288, ttft_mean_s=ttft, itl_mean_s=0.028,
+                      output_tok_s=190.0, window_s=30.0, window_requests=requests,
+                      served_s=served)
+
+
+def test_a_live_figure_warms_up_for_a_whole_window_and_enough_requests() -> None:
+    assert warming_up(figures(12, 200)) == "12 s of a 30 s window served"
+    assert warming_up(figures(45, WARM_REQUESTS - 1)) == \
+        f"{WARM_REQUESTS - 1} of {WARM_REQUESTS} requests in the 30 s window"
+    assert warming_up(figures(30, WARM_REQUESTS)) is None
+    assert warming_up(figures(None, None)) is None  # a file that does not say: as it is
+    # No load at all: nothing sampled, nothing to warm up.
+    assert warming_up(RunFigures(kv_tokens=1, window_s=30.0, served_s=5.0)) is None
+
+
+def facts(name: str, results: RunFigures) -> RunFacts:
+    now = time.monotonic()
+    run = RunFacts(scenario=name, placement=name, node="n", time_scale=1.0,
+                   launched_wall=time.time(), launched_at=now, state="stopped")
+    run.results = results
+    return run
+
+
+def test_a_warming_run_leaves_its_latency_out_of_the_comparison() -> None:
+    runs = [facts("device", figures(60, 400, ttft=0.35)), facts("host-prefetch", figures(8, 5))]
+    c = comparison(runs)
+    assert c is not None
+    assert c.warming == {"host-prefetch": "8 s of a 30 s window served"}
+    assert c.windows == {"device": "30 s window, 400 requests",
+                         "host-prefetch": "30 s window, 5 requests"}
+    assert c.row("ttft_mean_ms").cells["host-prefetch"].mean is None
+    assert c.row("kv_tokens").cells["host-prefetch"].mean == 42_700_288  # not sampled
+    axes = {f.evidence.axis: f.outcome for f in verdict(c, warming=c.warming).findings}
+    assert axes["ttft"] == WARMING_UP and axes["kv_capacity"] == EQUAL
+    # A warm earlier run of the scenario is a trial of it: no longer warming up.
+    runs.insert(1, facts("host-prefetch", figures(90, 300, ttft=0.41)))
+    c = comparison(runs)
+    assert c is not None and c.warming == {}
+    assert c.row("ttft_mean_ms").cells["host-prefetch"].mean == pytest.approx(410.0)
+    assert c.trials["host-prefetch"] == 2
+
+
+def test_each_file_s_runs_are_columns_of_their_own() -> None:
+    bench = [_run("device", 0, kv_tokens=11_840_000), _run("device", 1, kv_tokens=11_840_000)]
+    a = from_file(bench, PurePath("/x/A/report.json"))
+    b = from_file(bench, PurePath("B/report.json"))
+    assert {r.source for r in a} == {"bench:A/report.json"}
+    assert own_column(b[0]).scenario == "device (B/report.json)"
+    runs = [facts("device", figures(60, 400))]
+    c = comparison(runs, extra=[*a, *b])
+    assert c is not None
+    assert c.scenarios == ("device", "device (A/report.json)", "device (B/report.json)")
+    assert c.trials == {"device": 1, "device (A/report.json)": 2, "device (B/report.json)": 2}
+    assert c.baseline == "device"  # the live one, the first device placement
+
+
+# ----------------------------------------------------------------------------- on screen
+
+def _store(host_prefetch: RunFigures) -> RunStore:
+    store = RunStore()
+    store.set_run(facts("device", figures(60, 400, ttft=0.35)))
+    store.set_run(facts("host-prefetch", host_prefetch))
+    return store
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)])
+async def test_the_strip_and_the_compare_screen_say_the_verdict(size: tuple[int, int]) -> None:
+    store = _store(figures(8, 5))
+    app = EngramTopApp(StaticSession(store))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: "verdict vs device" in screen_text(app), what="the strip")
+        text = screen_text(app)
+        assert "KV capacity: equal;" in text  # the same pool: figures() gives both 42.70M
+        assert "TTFT: warming up;" in text
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
+        await until(pilot, lambda: "Verdict against device" in screen_text(app),
+                    what="the verdict")
+        text = screen_text(app)
+        assert "TTFT: no verdict yet, warming up (host-prefetch: 8 s of a 30 s window" in text
+        assert "measured over" in text and "30 s window, 5 requests" in text
+        assert "warming up" in text
+        await pilot.press("escape")
+        # The run warms up: the verdict follows.
+        store.runs[-1].results = figures(45, 300, ttft=0.42)
+        store.bump("server")
+        await until(pilot, lambda: "TTFT: ? n=1;" in screen_text(app), what="a warm strip")
+        await pilot.press("c")
+        await until(pilot, lambda: "TTFT: no verdict: host-prefetch +20.0% vs device, no "
+                    "interval (1 run each)" in screen_text(app), what="the warm verdict")
+        await pilot.press("escape")
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, what="the app to quit")
+
+
+async def test_no_strip_for_one_scenario() -> None:
+    store = RunStore()
+    store.set_run(facts("device", figures(60, 400)))
+    app = EngramTopApp(StaticSession(store))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: "device" in screen_text(app), what="the dashboard")
+        await pilot.pause()
+        assert "verdict vs" not in screen_text(app)
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, what="the app to quit")
