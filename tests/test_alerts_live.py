@@ -133,3 +133,44 @@ async def test_headless_the_same_alerts_are_raised_and_said(tmp_path: Path) -> N
     finally:
         await session.close()
         server.stop()
+
+
+@pytest.mark.timeout(120)
+async def test_hbm_and_host_alerts_name_the_other_tenants(tmp_path: Path) -> None:
+    """A simulated node under another tenant's pressure (`sim serve --neighbour-hbm` on GPU 0
+    and `--host-hog`): the HBM alert names the neighbour's process and its GiB, the host
+    memory alert the host ledger's line that holds the hog (other tenants)."""
+    from helpers import free_port
+
+    from engram_top.alerts.thresholds import Thresholds
+    from engram_top.sim.tenant import NEIGHBOUR_NAME
+
+    scenarios = tmp_path / "pressure.toml"
+    scenarios.write_text(
+        '[scenarios.crowded]\nkind = "simulated"\nplacement = "device"\n'
+        f'port = {free_port()}\ntime_scale = 0.02\n'
+        'args = ["--neighbour-hbm", "8", "--neighbour-gpus", "0", "--host-hog", "64"]\n')
+    # Thresholds any share trips, so the test reads the words, not the node's sizes.
+    session = Session(SessionOptions(
+        scenario_file=scenarios, start="crowded", state_dir=tmp_path / "state", load=None,
+        poll_interval=POLL_S, force=True,
+        thresholds=Thresholds(hbm_used_pct=1, host_available_pct=99.9)))
+    store = session.store
+    try:
+        await session.start()
+        await until(None, lambda: store.run is not None and store.run.state == "ready", 60,
+                    lambda: "the server to be ready; events: " + " | ".join(
+                        e.text for e in list(store.events)[-6:]))
+        await until(None, lambda: "hbm:gpu0" in store.alerts and "server" in
+                    store.alerts["hbm:gpu0"].message, 15, "the HBM alert with the server")
+        hbm = store.alerts["hbm:gpu0"].message
+        assert f"{NEIGHBOUR_NAME} (pid " in hbm and ", not the server's) holds 8.0 GiB" in hbm
+        assert hbm.endswith("GiB; look at `h` (who holds each GPU)")
+        # GPU 1 has no neighbour: the server alone is named.
+        other = store.alerts["hbm:gpu1"].message
+        assert NEIGHBOUR_NAME not in other and ": the server " in other
+        await until(None, lambda: "host-available" in store.alerts, 15, "the host alert")
+        host = store.alerts["host-available"].message
+        assert "other tenants" in host and host.endswith("look at the Host RAM panel's ledger")
+    finally:
+        await session.close()
