@@ -1,19 +1,12 @@
 """Student-t intervals for a comparison's deltas and a bench's goodput: a paired interval
-by trial, Welch's on unequal trial sets, the t table. Pure arithmetic, no scipy."""
+by trial, Welch's on unequal trial sets, and the exact Student-t quantile they use. Pure
+arithmetic, no scipy (the dashboard does not depend on it; the tests check against it)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-# Two-sided 95% Student t critical values, t(0.975, df) for df 1..30 (checked against
-# scipy.stats.t.ppf). Hard-coded so the product needs no scipy; beyond 30 df the normal 1.96.
-_T95 = (
-    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
-    2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
-    2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
-)
-_Z95 = 1.96
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -53,18 +46,108 @@ def welch(xs: list[float], bs: list[float], absolute: bool = False) -> Interval:
     diff = mx - mb
     if se == 0:
         return Interval(diff / scale, diff / scale, "welch", None)
-    # Welch-Satterthwaite; the t table is by whole df, so round down (the wider interval).
+    # Welch-Satterthwaite's df, fractional: the quantile is exact for any df (no table).
     df = (vx + vb) ** 2 / (vx**2 / (len(xs) - 1) + vb**2 / (len(bs) - 1))
-    half = t95(max(1, math.floor(df))) * se
+    half = t95(max(1.0, df)) * se
     lo, hi = (diff - half) / scale, (diff + half) / scale
     return Interval(min(lo, hi), max(lo, hi), "welch", df)
 
 
-def t95(df: int) -> float:
-    """Two-sided 95% Student t critical value for df degrees of freedom (1.96 beyond 30)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    return _T95[df - 1] if df <= len(_T95) else _Z95
+def t95(df: float) -> float:
+    """Two-sided 95% Student t critical value, t(0.975, df), exact for any df >= 1 (whole
+    or Welch's fractional): 1.96 is its limit, never its value."""
+    return t_quantile(0.975, df)
+
+
+@lru_cache(maxsize=4096)
+def t_quantile(p: float, df: float) -> float:
+    """The Student t distribution's p-quantile for df degrees of freedom: the t with
+    P(T <= t) = p, found by bisection to the last bit a float holds. It bisects on the
+    smaller of the two halves' probabilities (the centre near the median, the tail far out),
+    so neither is read as a difference of two numbers near 1."""
+    if not df > 0 or math.isinf(df) or math.isnan(df):
+        raise ValueError(f"degrees of freedom must be a positive number, got {df}")
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must lie strictly between 0 and 1, got {p}")
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    in_tail = p > 0.75
+    target = 1.0 - p if in_tail else p - 0.5
+
+    def short(t: float) -> bool:  # t is below the quantile
+        centre, tail = _halves(t, df)
+        return tail > target if in_tail else centre < target
+    lo, hi = 0.0, 1.0
+    while short(hi):  # the tail falls to 0: this ends (df 1, p 1-1e-12: 2**39)
+        lo, hi = hi, hi * 2.0
+    while True:
+        mid = (lo + hi) / 2.0
+        if mid in (lo, hi):  # no float between them: as exact as a float can be
+            return hi
+        if short(mid):
+            lo = mid
+        else:
+            hi = mid
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with df degrees of freedom."""
+    centre, tail = _halves(abs(t), df)
+    return 0.5 + centre if t >= 0 else tail
+
+
+def _halves(t: float, df: float) -> tuple[float, float]:
+    """For t >= 0: P(0 < T < t) and P(T > t), from the regularized incomplete beta
+    function (P(|T| > t) = I_x(df/2, 1/2), x = df / (df + t^2)); the one its continued
+    fraction gives directly is computed, the other is 0.5 less it."""
+    if t == 0.0:
+        return 0.0, 0.5
+    x = df / (df + t * t)
+    if x < (df / 2.0 + 1.0) / (df / 2.0 + 2.5):
+        tail = 0.5 * _beta_direct(df / 2.0, 0.5, x)
+        return 0.5 - tail, tail
+    centre = 0.5 * _beta_direct(0.5, df / 2.0, t * t / (df + t * t))
+    return centre, 0.5 - centre
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction
+    (modified Lentz), on the side of x where it converges fast."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x < (a + 1.0) / (a + b + 2.0):
+        return _beta_direct(a, b, x)
+    return 1.0 - _beta_direct(b, a, 1.0 - x)
+
+
+def _beta_direct(a: float, b: float, x: float) -> float:
+    """I_x(a, b) by the continued fraction itself (it converges fast for x below
+    (a + 1) / (a + b + 2))."""
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    return front * _beta_fraction(a, b, x) / a
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-16:
+            break
+    return h
 
 
 def mean(values: list[float]) -> float | None:
