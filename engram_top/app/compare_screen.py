@@ -95,18 +95,31 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
 
 
 def verdict_text(c: Comparison) -> Text:
-    """The verdict, a line per finding (compare.verdict): the winner of each measured axis
-    with its interval and method, or why there is none. Measured lines only: the probe's
-    predictions stay in their own column."""
+    """The verdict (compare.verdict), a line per axis: each scenario's change against the
+    baseline with its interval and ▲ it wins, ▼ the baseline wins, ≈ not distinguishable,
+    ? no interval (one run each), then how the intervals were made. Measured lines only: a
+    probe's predictions stay in their own column. The sentences are in summary.md."""
     found = verdict(c, warming=c.warming)
     text = Text(f"Verdict against {visible(c.baseline)}", style="bold")
     if not found.findings:
-        text.append("\n  one scenario only: start another to compare", style="dim")
-    for f in found.findings:
-        # A winner in bold; no verdict yet (warming up, one run each) in yellow.
-        style = "bold" if f.winner else "yellow" if f.outcome in (WARMING_UP, NO_INTERVAL) \
-            else ""
-        text.append("\n  " + visible(f.text), style=style)
+        text.append("  one scenario only: start another to compare", style="dim")
+        return text
+    text.append("  ▲ wins · ▼ loses · ≈ not distinguishable · ? one run each: no interval",
+                style="dim")
+    for label, findings in found.by_axis():
+        text.append(f"\n  {label}: ", style="bold")
+        for i, f in enumerate(findings):
+            text.append(" · " if i else "")
+            style = "bold" if f.winner else "yellow" if f.outcome in (WARMING_UP, NO_INTERVAL) \
+                else ""
+            text.append(f"{visible(f.evidence.scenario)} {visible(f.brief)}", style=style)
+    methods = sorted({f"{f.evidence.level * 100:g}% {f.evidence.method}" for f in found.findings
+                      if f.evidence.has_interval and f.evidence.method})
+    warm = [f.evidence.warming for f in found.findings if f.outcome == WARMING_UP]
+    if warm:
+        text.append(f"\n  warming up: {visible(warm[0])}", style="yellow")
+    if methods:
+        text.append(f"\n  intervals: {', '.join(methods)}", style="dim")
     return text
 
 

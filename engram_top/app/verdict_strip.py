@@ -27,21 +27,20 @@ def strip_verdict(store: RunStore, extra: Sequence[RunResult] = ()) -> Verdict |
 
 
 def strip_text(found: Verdict) -> Text:
-    """"verdict vs device · host-prefetch: KV capacity: host-prefetch · TTFT: warming up
-    ... · c: details": each scenario's findings in the axes' order."""
+    """"verdict vs device · KV capacity: host-prefetch ▲ · TTFT: host-prefetch … · c:
+    details": each axis, each scenario's mark (Finding.mark)."""
     text = Text("verdict", style="bold")
     text.append(f" vs {visible(found.baseline)}")
-    scenario = None
-    for f in found.findings:
-        if f.outcome == NOT_MEASURED:
+    for label, findings in found.by_axis():
+        shown = [f for f in findings if f.outcome != NOT_MEASURED]
+        if not shown:
             continue
-        if f.evidence.scenario != scenario:
-            scenario = f.evidence.scenario
-            text.append(f" · {visible(scenario)}:", style="bold")
-        style = "yellow" if f.outcome in (WARMING_UP, NO_INTERVAL) else \
-            "green" if f.winner else "dim"
-        text.append(f" {visible(f.short)};", style=style)
-    text.append(" · c: details", style="dim")
+        text.append(f" · {label}:", style="bold")
+        for f in shown:
+            style = "yellow" if f.outcome in (WARMING_UP, NO_INTERVAL) else \
+                "green" if f.winner else "dim"
+            text.append(f" {visible(f.evidence.scenario)} {f.mark}", style=style)
+    text.append(" · ▲ wins ▼ loses ≈ same ? one run … warming up · c: details", style="dim")
     return text
 
 

@@ -106,6 +106,21 @@ class Finding:
     text: str  # the whole sentence
     short: str  # a few words for the dashboard's strip ("TTFT: device")
 
+    @property
+    def mark(self) -> str:
+        """One sign for a narrow strip: ▲ the scenario beats the baseline, ▼ it loses, ≈ no
+        difference to tell, ? one run each, … warming up, – not measured."""
+        return {BETTER: "▲", WORSE: "▼", NO_INTERVAL: "?", WARMING_UP: "…",
+                NOT_MEASURED: "–"}.get(self.outcome, "≈")
+
+    @property
+    def brief(self) -> str:
+        """The scenario's figure and outcome in a few words: "+15.4% [+10.1%, +21.0%] ▼"."""
+        e = self.evidence
+        if self.outcome in (WARMING_UP, NOT_MEASURED):
+            return self.outcome
+        return f"{_delta(e)} {self.mark}"
+
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self.evidence), "outcome": self.outcome, "winner": self.winner,
                 "text": self.text}
@@ -128,6 +143,13 @@ class Verdict:
         out += [f"- {line}" for line in self.lines()] or ["- nothing measured to compare yet"]
         out += ["", VERDICT_NOTE, ""]
         return "\n".join(out)
+
+    def by_axis(self) -> list[tuple[str, list[Finding]]]:
+        """The findings grouped by axis (its label), in the axes' order of the evidence."""
+        groups: dict[str, list[Finding]] = {}
+        for f in self.findings:
+            groups.setdefault(f.evidence.axis, []).append(f)
+        return [(axis(key).label, found) for key, found in groups.items()]
 
     def to_json(self) -> dict[str, Any]:
         return {"baseline": self.baseline,
