@@ -201,8 +201,8 @@ async def test_the_strip_and_the_compare_screen_say_the_verdict(size: tuple[int,
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: "verdict vs device" in screen_text(app), what="the strip")
         text = screen_text(app)
-        assert "KV capacity: host-prefetch ≈" in text  # figures() gives both 42.70M
-        assert "TTFT: host-prefetch …" in text
+        # figures() gives both 42.70M tokens: the same pool; TTFT warming up.
+        assert "verdict vs device · host-prefetch: KV ≈ TTFT … TPOT … tok/s …" in text
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
         await until(pilot, lambda: "Verdict against device" in screen_text(app),
@@ -216,7 +216,7 @@ async def test_the_strip_and_the_compare_screen_say_the_verdict(size: tuple[int,
         # The run warms up: the verdict follows.
         store.runs[-1].results = figures(45, 300, ttft=0.42)
         store.bump("server")
-        await until(pilot, lambda: "TTFT: host-prefetch ?" in screen_text(app),
+        await until(pilot, lambda: "host-prefetch: KV ≈ TTFT ? TPOT ?" in screen_text(app),
                     what="a warm strip")
         await pilot.press("c")
         await until(pilot, lambda: "TTFT: host-prefetch +20.0% ?" in screen_text(app),

@@ -26,20 +26,28 @@ def strip_verdict(store: RunStore, extra: Sequence[RunResult] = ()) -> Verdict |
     return verdict(c, warming=c.warming)
 
 
+# The axes in the strip's few letters (compare.verdict's keys).
+_SHORT = {"kv_capacity": "KV", "host_ram": "host RAM", "ttft": "TTFT", "tpot": "TPOT",
+          "throughput": "tok/s", "goodput": "goodput"}
+
+
 def strip_text(found: Verdict) -> Text:
-    """"verdict vs device · KV capacity: host-prefetch ▲ · TTFT: host-prefetch … · c:
-    details": each axis, each scenario's mark (Finding.mark)."""
+    """"verdict vs device · host-prefetch: KV ▲ host RAM ? TTFT … · c: details": each
+    scenario, each axis it was measured on with its mark (Finding.mark)."""
     text = Text("verdict", style="bold")
     text.append(f" vs {visible(found.baseline)}")
-    for label, findings in found.by_axis():
-        shown = [f for f in findings if f.outcome != NOT_MEASURED]
-        if not shown:
+    scenario = None
+    order = list(dict.fromkeys(f.evidence.scenario for f in found.findings))
+    # Scenario by scenario (the findings come axis by axis), each in the axes' order.
+    for f in sorted(found.findings, key=lambda f: order.index(f.evidence.scenario)):
+        if f.outcome == NOT_MEASURED:
             continue
-        text.append(f" · {label}:", style="bold")
-        for f in shown:
-            style = "yellow" if f.outcome in (WARMING_UP, NO_INTERVAL) else \
-                "green" if f.winner else "dim"
-            text.append(f" {visible(f.evidence.scenario)} {f.mark}", style=style)
+        if f.evidence.scenario != scenario:
+            scenario = f.evidence.scenario
+            text.append(f" · {visible(scenario)}:", style="bold")
+        style = "yellow" if f.outcome in (WARMING_UP, NO_INTERVAL) else \
+            "green" if f.winner == f.evidence.scenario else "red" if f.winner else "dim"
+        text.append(f" {_SHORT.get(f.evidence.axis, f.evidence.axis)} {f.mark}", style=style)
     text.append(" · ▲ wins ▼ loses ≈ same ? one run … warming up · c: details", style="dim")
     return text
 
