@@ -13,26 +13,22 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
-from collectors.pages import split_userinfo
 from collectors.readings import GpuData, HostData
-from collectors.server_process import server_environ
 from collectors.shared import SharedSampler
 from collectors.source import NodeSource, Source
 from engram_top.alerts.monitor import CHECK_EVERY_S, AlertWatch
-from engram_top.alerts.thresholds import Thresholds
 from engram_top.compare.slo import DEFAULT as slo_defaults
 from engram_top.compare.slo import Slo
-from engram_top.live.attach_node import named_node_dir
-from engram_top.live.engine_detect import DetectingCollector
+from engram_top.live.attached import AttachedServers
 from engram_top.live.fit import refusal_for_the_app
-from engram_top.live.load import LoadSpec, context_len, counters, driver
+from engram_top.live.load import context_len, counters, driver
+from engram_top.live.options import SessionOptions as SessionOptions  # re-exported
 from engram_top.live.polling import free_port, poll_loop
 from engram_top.live.run_facts import launched, read_engram, sync, until_port
 from engram_top.model.facts import summary
@@ -42,7 +38,7 @@ from engram_top.sim import state
 from engram_top.sim.backends import SimGpuBackend, SimHostBackend
 from scenarios import engines
 from scenarios import scenario_file as config
-from scenarios.engines.base import Engine, ServerCollector
+from scenarios.engines.base import Engine
 from scenarios.runstate import ENDED, RunState
 from scenarios.scenario_file import Scenario, ScenarioFile
 from scenarios.statelock import StateLock
@@ -55,31 +51,7 @@ GUARD_MAX_AGE_S = 0.5  # how old a GPU reading the supervisor's baseline and gua
 GUARD_WAIT_S = 10.0  # how long they wait for a query in flight (a hung driver: then said)
 
 
-@dataclass(frozen=True)
-class SessionOptions:
-    scenario_file: Path | None = None
-    start: str | None = None
-    attach: tuple[str, ...] = ()
-    api_key: str | None = None  # for attached servers
-    engine: str | None = None  # the engine attached servers speak (default: engines.DEFAULT)
-    state_dir: Path | None = None  # logs and start-up history; default: a temporary folder
-    node_dir: Path | None = None  # the simulated node's folder (simulated scenarios)
-    poll_interval: float = 1.0
-    load: LoadSpec | None = LoadSpec()
-    leave_running: bool = False
-    # Start and switch even where the fit check says the scenario does not fit (--force).
-    force: bool = False
-    free_ports: bool = False  # give every scenario a free port (the embedded demo)
-    time_scale: float | None = None  # overrides for simulated scenarios
-    serve_scale: float | None = None
-    # Who holds the state folder's lock, and how long to wait for a headless holder.
-    command: str = "run"
-    lock_wait_s: float = 0.0
-    # The user's alert thresholds (their config file's [alerts]); None: the defaults.
-    thresholds: Thresholds | None = None
-
-
-class Session:
+class Session(AttachedServers):
     def __init__(self, options: SessionOptions) -> None:
         self.options = options
         self.ref = reference.default()
@@ -296,74 +268,6 @@ class Session:
             self._bind(run)
             return run
 
-    async def attach(self, url: str) -> None:
-        """Watch a server someone else started: no process of ours, no lifetime to own.
-        Every attached server is polled, each under its own node (its URL); the panels
-        show the one watched, the others wait in the list with their readings current.
-
-        A password in the URL (http://user:PASS@host) goes to the collector alone: the
-        store, the screen, recordings and snapshots know the server by its URL without it."""
-        shown, auth = split_userinfo(url)
-        engine = self._attached_engine_of(shown)
-        facts = self.store.facts_for(shown) or RunFacts(
-            scenario=shown, placement="?", node=self.store.node, time_scale=1.0,
-            launched_wall=time.time(), launched_at=time.monotonic(), state=RunState.ATTACHED,
-            url=shown, owned=False, title="attached: its lifetime is not ours",
-            own_polls=engine.own_polls, server_node=shown, engine=engine.speaks,
-            engine_name=engine.display, words=dict(engine.words))
-        self.store.set_run(facts)
-        name = f"server {shown}"
-        if shown not in self._attached_env:
-            self._attached_env[shown] = {}
-            # A task of the session's: cancelled and awaited by close.
-            self._tasks.append(asyncio.create_task(self._read_environ(shown),
-                                                   name=f"environ {shown}"))
-        if name not in self.sources:  # watched again: its collector (and password) stays
-            collector: ServerCollector = (
-                engine.collector(shown, api_key=self.options.api_key, auth=auth)
-                if self.options.engine else
-                DetectingCollector(shown, api_key=self.options.api_key, auth=auth,
-                                   on_engine=lambda e, note: self._attached_speaks(
-                                       shown, e, note)))
-            self.add_source(NodeSource(name, collector.poll, collector.close, node=shown,
-                                       kind="server"))
-
-    async def _read_environ(self, url: str) -> None:
-        # psutil walks every socket of the machine: off the event loop.
-        # Every engine's variables: the engine may be told only by a later page.
-        prefixes = tuple(p for kind in engines.kinds() for p in engines.get(kind).env_prefixes)
-        pid, env = await asyncio.to_thread(server_environ, url, prefixes)
-        self._attached_env[url] = env
-        if pid is not None and self.options.attach and url == split_userinfo(
-                self.options.attach[0])[0]:
-            self.host.root_pid = pid  # the watched server's tree: its share of the host
-
-    def _on_node(self, node_dir: Path) -> None:
-        self.node_dir = node_dir
-        self.store.node = f"simulated {self.ref.gpus}x {self.ref.gpu_name}"
-
-    def _follow_node(self, facts: RunFacts) -> None:
-        """An attached server that names its simulated node (attach_node): from now on the
-        node's GPUs and host are read from its folder, not this machine's."""
-        if self.node_dir is not None or facts.owned or not facts.url:
-            return
-        server = self.store.data("server")
-        node_dir = named_node_dir(facts.url, server.extra) if server is not None else None
-        if node_dir is None:
-            return
-        self._on_node(node_dir)
-        facts.node = self.store.node
-        self.store.bump("run")
-        self._gpus = SharedSampler(SimGpuBackend(node_dir))
-        self._host_backend = SimHostBackend(node_dir)
-        self.gpu = GpuCollector(self._gpus)
-        root, self.host = self.host.root_pid, HostCollector(self._host_backend)
-        self.host.root_pid = root
-        self.add_source(NodeSource("gpu", self.gpu.poll, self.gpu.close))
-        self.add_source(NodeSource("host", self.host.poll))
-        self.store.event("info", f"{facts.url} is a simulated server: its node's GPUs and "
-                         f"host are read from {node_dir}")
-
     def _bind(self, run: Run) -> None:
         """Point the store and the server collector at a run that was just launched."""
         self.run = run
@@ -466,26 +370,6 @@ class Session:
                 self.store.load = counters(self.load, self.slos, (
                     time.monotonic() - self._load_since) / self._load_serve)
             await asyncio.sleep(0.25)
-
-    def _attached_engine_of(self, url: str) -> Engine:
-        """The engine an attached server runs: what its page said, else --engine's."""
-        return self._attached_engine.get(url) or engines.get(self.options.engine
-                                                             or engines.DEFAULT)
-
-    def _attached_speaks(self, url: str, engine: Engine, note: str | None = None) -> None:
-        """An attached server's page named its engine (no --engine given), or changed it
-        (``note`` says how, and what a page of several engines' names was read as): its
-        facts and the placement reading follow that engine from now on."""
-        self._attached_engine[url] = engine
-        facts = self.store.facts_for(url)
-        if facts is not None:
-            facts.engine, facts.engine_name = engine.speaks, engine.display
-            facts.words = dict(engine.words)
-            facts.own_polls = engine.own_polls
-            self.store.bump("run")
-        self.announce(f"{url}: {note}" if note else
-                      f"{url}: its /metrics page is {engine.speaks}'s, so it is read as "
-                      f"{engine.speaks} (--engine {engine.kind} says so up front)")
 
     def _read_engram(self, facts: RunFacts) -> None:
         """The watched run's model and Engram placement (run_facts.read_engram): ours by

@@ -1,0 +1,138 @@
+"""Attached servers: someone else's server watched by a session, with no process or
+lifetime of ours. The session's part that reads their engine (told up front, or by their
+first page), their environment (a server on this machine: its engine's switches, its
+process tree's share of the host) and, for a simulated server, its node's folder."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collectors.host import HostCollector
+from collectors.nvml import GpuCollector
+from collectors.pages import split_userinfo
+from collectors.server_process import server_environ
+from collectors.shared import SharedSampler
+from collectors.source import NodeSource
+from engram_top.live.attach_node import named_node_dir
+from engram_top.live.engine_detect import DetectingCollector
+from engram_top.model.store import RunFacts, RunStore
+from engram_top.sim.backends import SimGpuBackend, SimHostBackend
+from scenarios import engines
+from scenarios.engines.base import Engine, ServerCollector
+from scenarios.runstate import RunState
+
+if TYPE_CHECKING:
+    from engram_top.live.options import SessionOptions
+    from engram_top.seed.reference import Reference
+
+
+class AttachedServers:
+    """Mixed into Session: what it holds that these methods read and write."""
+
+    store: RunStore
+    options: SessionOptions
+    sources: dict[str, Any]
+    node_dir: Path | None
+    ref: Reference
+    host: HostCollector
+    gpu: GpuCollector
+    _gpus: SharedSampler[Any]
+    _host_backend: Any
+    _tasks: list[asyncio.Task[Any]]
+    _attached_env: dict[str, dict[str, str]]
+    _attached_engine: dict[str, Engine]
+
+    announce: Callable[[str], None]
+    add_source: Callable[..., None]  # Session.add_source(source, interval=None)
+
+    async def attach(self, url: str) -> None:
+        """Watch a server someone else started: no process of ours, no lifetime to own.
+        Every attached server is polled, each under its own node (its URL); the panels
+        show the one watched, the others wait in the list with their readings current.
+
+        A password in the URL (http://user:PASS@host) goes to the collector alone: the
+        store, the screen, recordings and snapshots know the server by its URL without it."""
+        shown, auth = split_userinfo(url)
+        engine = self._attached_engine_of(shown)
+        facts = self.store.facts_for(shown) or RunFacts(
+            scenario=shown, placement="?", node=self.store.node, time_scale=1.0,
+            launched_wall=time.time(), launched_at=time.monotonic(), state=RunState.ATTACHED,
+            url=shown, owned=False, title="attached: its lifetime is not ours",
+            own_polls=engine.own_polls, server_node=shown, engine=engine.speaks,
+            engine_name=engine.display, words=dict(engine.words))
+        self.store.set_run(facts)
+        name = f"server {shown}"
+        if shown not in self._attached_env:
+            self._attached_env[shown] = {}
+            # A task of the session's: cancelled and awaited by close.
+            self._tasks.append(asyncio.create_task(self._read_environ(shown),
+                                                   name=f"environ {shown}"))
+        if name not in self.sources:  # watched again: its collector (and password) stays
+            collector: ServerCollector = (
+                engine.collector(shown, api_key=self.options.api_key, auth=auth)
+                if self.options.engine else
+                DetectingCollector(shown, api_key=self.options.api_key, auth=auth,
+                                   on_engine=lambda e, note: self._attached_speaks(
+                                       shown, e, note)))
+            self.add_source(NodeSource(name, collector.poll, collector.close, node=shown,
+                                       kind="server"))
+
+    async def _read_environ(self, url: str) -> None:
+        # psutil walks every socket of the machine: off the event loop.
+        # Every engine's variables: the engine may be told only by a later page.
+        prefixes = tuple(p for kind in engines.kinds() for p in engines.get(kind).env_prefixes)
+        pid, env = await asyncio.to_thread(server_environ, url, prefixes)
+        self._attached_env[url] = env
+        if pid is not None and self.options.attach and url == split_userinfo(
+                self.options.attach[0])[0]:
+            self.host.root_pid = pid  # the watched server's tree: its share of the host
+
+    def _on_node(self, node_dir: Path) -> None:
+        self.node_dir = node_dir
+        self.store.node = f"simulated {self.ref.gpus}x {self.ref.gpu_name}"
+
+    def _follow_node(self, facts: RunFacts) -> None:
+        """An attached server that names its simulated node (attach_node): from now on the
+        node's GPUs and host are read from its folder, not this machine's."""
+        if self.node_dir is not None or facts.owned or not facts.url:
+            return
+        server = self.store.data("server")
+        node_dir = named_node_dir(facts.url, server.extra) if server is not None else None
+        if node_dir is None:
+            return
+        self._on_node(node_dir)
+        facts.node = self.store.node
+        self.store.bump("run")
+        self._gpus = SharedSampler(SimGpuBackend(node_dir))
+        self._host_backend = SimHostBackend(node_dir)
+        self.gpu = GpuCollector(self._gpus)
+        root, self.host = self.host.root_pid, HostCollector(self._host_backend)
+        self.host.root_pid = root
+        self.add_source(NodeSource("gpu", self.gpu.poll, self.gpu.close))
+        self.add_source(NodeSource("host", self.host.poll))
+        self.store.event("info", f"{facts.url} is a simulated server: its node's GPUs and "
+                         f"host are read from {node_dir}")
+
+    def _attached_engine_of(self, url: str) -> Engine:
+        """The engine an attached server runs: what its page said, else --engine's."""
+        return self._attached_engine.get(url) or engines.get(self.options.engine
+                                                             or engines.DEFAULT)
+
+    def _attached_speaks(self, url: str, engine: Engine, note: str | None = None) -> None:
+        """An attached server's page named its engine (no --engine given), or changed it
+        (``note`` says how, and what a page of several engines' names was read as): its
+        facts and the placement reading follow that engine from now on."""
+        self._attached_engine[url] = engine
+        facts = self.store.facts_for(url)
+        if facts is not None:
+            facts.engine, facts.engine_name = engine.speaks, engine.display
+            facts.words = dict(engine.words)
+            facts.own_polls = engine.own_polls
+            self.store.bump("run")
+        self.announce(f"{url}: {note}" if note else
+                      f"{url}: its /metrics page is {engine.speaks}'s, so it is read as "
+                      f"{engine.speaks} (--engine {engine.kind} says so up front)")

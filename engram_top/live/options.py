@@ -1,0 +1,34 @@
+"""What a live session is asked to do: its scenario file or attached servers, its node, its
+polls, its load and its lifetime (the commands build these from their options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from engram_top.alerts.thresholds import Thresholds
+from engram_top.live.load import LoadSpec
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    scenario_file: Path | None = None
+    start: str | None = None
+    attach: tuple[str, ...] = ()
+    api_key: str | None = None  # for attached servers
+    engine: str | None = None  # the engine attached servers speak (default: engines.DEFAULT)
+    state_dir: Path | None = None  # logs and start-up history; default: a temporary folder
+    node_dir: Path | None = None  # the simulated node's folder (simulated scenarios)
+    poll_interval: float = 1.0
+    load: LoadSpec | None = LoadSpec()
+    leave_running: bool = False
+    # Start and switch even where the fit check says the scenario does not fit (--force).
+    force: bool = False
+    free_ports: bool = False  # give every scenario a free port (the embedded demo)
+    time_scale: float | None = None  # overrides for simulated scenarios
+    serve_scale: float | None = None
+    # Who holds the state folder's lock, and how long to wait for a headless holder.
+    command: str = "run"
+    lock_wait_s: float = 0.0
+    # The user's alert thresholds (their config file's [alerts]); None: the defaults.
+    thresholds: Thresholds | None = None
