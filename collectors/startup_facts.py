@@ -116,6 +116,16 @@ class RankFacts:
     # hybrid model may size one host pool per KV pool); None where the line was not seen.
     hicache_host_bytes: float | None = None
     hicache_host_lines: int = 0
+    # Where this rank sits in each parallel dimension, as its log prefix or its assignment
+    # line says (SGLang's "DP1 PP0 TP3 EP3", vLLM's "Worker_PP1_TP0", "is assigned as DP
+    # rank .."); None where nothing says. The ranks dict's key is the GPU-wide rank.
+    dp_rank: int | None = None
+    pp_rank: int | None = None
+    tp_rank: int | None = None
+    ep_rank: int | None = None
+    # vLLM (v0.21+) "Estimated CUDA graph memory: X GiB total", before capture: an estimate,
+    # kept apart from what a capture line says it took (graph_mem_usage_gb).
+    graph_estimate_gb: float | None = None
 
     @property
     def weights_bytes(self) -> int | None:
@@ -297,6 +307,15 @@ class StartupFacts:
     log_starts_after_launch: bool = False
     launches: int = 0  # launches this log holds; the facts are the latest one's
     notes: tuple[str, ...] = ()  # what the reader of these facts should be told
+    # Figures this reader worked out rather than read: field name -> how ("tp_size": "from
+    # the rank prefixes (TP0..TP7)"). A field absent here was stated by the log as is.
+    derived: dict[str, str] = field(default_factory=dict)
+    # The parallel sizes (tp, dp, pp, ep -> size): the server args' where the log dumps them,
+    # else a pasted launch command's, else the rank prefixes' (then named in derived).
+    parallel_sizes: dict[str, int] = field(default_factory=dict)
+    # vLLM's "Maximum concurrency for N tokens per request: X.XXx": N and X as stated.
+    max_concurrency: float | None = None
+    max_concurrency_tokens: int | None = None
     launch_at: float | None = None
     last_line_at: float | None = None
     lines_seen: int = 0
