@@ -134,11 +134,18 @@ def hicache_lines(hicache: dict[str, Any] | None, gpus: list[dict[str, Any]],
     return out
 
 
+def _ledger_gib(value: float | None) -> str:
+    return "unknown" if value is None else f"{gib_text(value)} GiB"
+
+
+def _ledger_items(lines: list[dict[str, Any]]) -> str:
+    return "; ".join(f"{visible(ln['name'])} {_ledger_gib(ln['bytes'])} "
+                     f"({visible(ln['source'])})" for ln in lines)
+
+
 def ledger_lines(book: dict[str, Any]) -> list[str]:
-    """The host ledger's lines, then each GPU's, as summary.md lists them."""
-    def each(lines: list[dict[str, Any]]) -> str:
-        return "; ".join(f"{visible(ln['name'])} {gib_text(ln['bytes'], none='unknown')} GiB "
-                         f"({ln['source']})" for ln in lines)
+    """The host ledger's lines, then each NUMA node's, as summary.md lists them."""
+    each = _ledger_items
     out = []
     if book.get("lines"):
         out.append(f"- Host RAM ledger: {each(book['lines'])}")
@@ -148,10 +155,9 @@ def ledger_lines(book: dict[str, Any]) -> list[str]:
 
 
 def hbm_ledger_lines(gpus: list[dict[str, Any]]) -> list[str]:
-    return [f"- HBM ledger GPU {g['index']}: NVML used {gib_text(g['used_bytes'])} GiB = "
-            + "; ".join(f"{visible(ln['name'])} {gib_text(ln['bytes'], none='unknown')} GiB "
-                        f"({ln['source']})" for ln in g["lines"])
-            + f"; unexplained {gib_text(g['unexplained_bytes'])} GiB" for g in gpus]
+    return [f"- HBM ledger GPU {g['index']}: NVML used {_ledger_gib(g['used_bytes'])} = "
+            + _ledger_items(g["lines"])
+            + f"; unexplained {_ledger_gib(g['unexplained_bytes'])}" for g in gpus]
 
 
 def _quantiles(q: dict[str, Any] | None) -> str:
