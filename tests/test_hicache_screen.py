@@ -245,7 +245,8 @@ args = ["--hicache-size", "0.01"]
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 async def test_a_hicache_server_end_to_end(tmp_path: Path) -> None:
-    from engram_top.live.session import LoadSpec, Session, SessionOptions
+    from engram_top.live.load import LoadSpec
+    from engram_top.live.session import Session, SessionOptions
     ref = reference.default()
     path = tmp_path / "hicache.toml"
     path.write_text(SCENARIOS)

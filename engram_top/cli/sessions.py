@@ -37,7 +37,8 @@ def session_options(args: argparse.Namespace, *, headless: bool = False,
                     **extra):  # type: ignore[no-untyped-def]
     """Options for a session over a scenario file; a bad file ends here with its message.
     A bench plan stands for its scenario file (`stop PLAN` stops what its bench left)."""
-    from engram_top.live.session import LoadSpec, SessionOptions
+    from engram_top.live.load import LoadSpec
+    from engram_top.live.session import SessionOptions
     from engram_top.settings.paths import default_state_dir
     from scenarios import scenario_file as config
     path = _scenario_file_of(args.scenario_file)
