@@ -94,8 +94,8 @@ def test_bench_on_the_simulated_node_reproduces_the_seeds_memory_figures(tmp_pat
     assert "## Per level" in md and "| host-prefetch | 20 | live | 8 |" in md
     assert "![Headline deltas against the baseline](deltas.png)" in md
     # Only the reports and their charts go into --out (the servers' logs and state live in
-    # the state folder).
-    charts = [f"{stem}.{ext}" for stem in ("deltas", "goodput", "kv_queue", "latency")
+    # the state folder); no [slo], no goodput chart.
+    charts = [f"{stem}.{ext}" for stem in ("deltas", "kv_queue", "latency")
               for ext in ("png", "svg")]
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["report.json", "report.md", "requests.csv", *charts])
@@ -154,3 +154,107 @@ def test_compare_joins_bench_serving_files_and_names_a_broken_line() -> None:
                           "--baseline", "device"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and f"{data / 'broken.jsonl'}:3:" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+PAIRED = """
+[bench]
+scenarios_file = "{demo}"
+scenarios = ["device", "host-prefetch"]
+baseline = "device"
+trials = {trials}
+time_scale = 0.01
+serve_scale = 0.25
+
+[workload]
+levels = [{{ concurrency = 1, requests = 6 }}, {{ concurrency = 3, requests = 6 }}]
+input_len = 256
+output_len = 48
+range_ratio = 0.5
+warmup_requests = 1
+{extra}
+"""
+
+
+@pytest.mark.timeout(200)
+def test_bench_quick_runs_paired_rounds_and_says_its_verdict(tmp_path: Path) -> None:
+    from engram_top.compare import paired
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PAIRED.format(demo=ROOT / "scenarios" / "demo.toml", trials=7, extra=""))
+    out = tmp_path / "out"
+    res = subprocess.run([str(ENGRAM_TOP), "bench", str(plan), "--quick", "--out", str(out)],
+                         capture_output=True, text=True, timeout=190)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # Progress per round, scenario and level; the rounds alternate their order.
+    assert "round 1/2: device host-prefetch" in res.stdout
+    assert "round 2/2: host-prefetch device" in res.stdout
+    assert "  device: level 1/2 (concurrency 1, 4 requests)" in res.stdout
+    assert "  host-prefetch: level 2/2 done in " in res.stdout
+    report = json.loads((out / "report.json").read_text())
+    ab = report["paired"]
+    assert ab["rounds"] == 2 and ab["quick"] is True
+    assert ab["order"] == "device host-prefetch | host-prefetch device"
+    ttft = {e["statistic"]: e for e in ab["scenarios"]["host-prefetch"]["ttft_ms"]}
+    # Two rounds: the mean's interval is the paired t's, its ratio Fieller's; a median has
+    # too few rounds for a bootstrap, and says so.
+    assert ttft["mean"]["method"] == paired.T_METHOD and ttft["mean"]["rounds"] == 2
+    assert ttft["mean"]["mde"] > 0 and ttft["mean"]["t_lo"] == ttft["mean"]["lo"]
+    assert ttft["median"]["lo"] is None and "needs 5 rounds" in ttft["median"]["method"]
+    # TPOT, steady from round to round: Fieller's relative interval, around the delta.
+    tpot = {e["statistic"]: e for e in ab["scenarios"]["host-prefetch"]["tpot_ms"]}["mean"]
+    assert tpot["diff"] == pytest.approx(tpot["value"] - tpot["baseline"])
+    assert tpot["rel_method"] == paired.FIELLER
+    assert tpot["rel_lo"] < tpot["rel"] < tpot["rel_hi"]
+    # The same seeded requests every round, each scenario: 8 measured (4 a level).
+    with open(out / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    sent: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        sent.setdefault((r["scenario"], r["trial"]), []).append(r["input_len"])
+    assert sorted(sent) == [(s, t) for s in ("device", "host-prefetch") for t in ("0", "1")]
+    assert len({tuple(sorted(v)) for v in sent.values()}) == 1
+    assert all(len(v) == 8 for v in sent.values())
+    assert all(int(r["output_len"]) <= 48 for r in rows)  # quick: shorter answers
+    # The verdict: KV capacity decided by the allocator's figures, TTFT from the rounds.
+    findings = {(f["axis"], f["statistic"]): f for f in report["verdict"]["findings"]}
+    assert findings[("kv_capacity", "mean")]["winner"] == "host-prefetch"
+    assert findings[("ttft", "mean")]["method"] == "Fieller, paired rounds"
+    md = (out / "report.md").read_text()
+    assert "## Verdict" in md and "- KV capacity: host-prefetch wins" in md
+    assert "## Paired A/B over rounds" in md and "A --quick run" in md
+    assert "2 round(s) in the order device host-prefetch | host-prefetch device" in md
+    # No [slo]: no goodput anywhere, rather than n/a and an empty chart.
+    assert "goodput req/s" not in md and "attainment" not in md and "n/a" not in md
+    assert "no [slo] in the plan, so no goodput" in md
+    assert "goodput_rps" not in {r["key"] for r in report["comparison"]["rows"]}
+    assert not (out / "goodput.png").exists() and (out / "latency.png").exists()
+
+    # compare without --baseline: the first scenario, and it says so.
+    res = subprocess.run([str(ENGRAM_TOP), "compare", str(out / "report.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "baseline: device (the first scenario; --baseline NAME picks another)" in res.stderr
+    assert "| device (baseline) |" in res.stdout
+
+
+@pytest.mark.timeout(200)
+def test_the_stop_rule_ends_the_rounds_once_the_interval_decides(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.toml"
+    # TPOT: host-prefetch reads its Engram rows from host memory each step, about a fifth
+    # slower than device, far beyond the round-to-round noise.
+    plan.write_text(PAIRED.format(demo=ROOT / "scenarios" / "demo.toml", trials=6,
+                                  extra='[stop]\nfigure = "tpot"\nmin_rounds = 3\n'))
+    out = tmp_path / "out"
+    res = subprocess.run([str(ENGRAM_TOP), "bench", str(plan), "--out", str(out)],
+                         capture_output=True, text=True, timeout=190)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "stopped after 3 rounds (host-prefetch: excludes zero)" in res.stdout
+    assert "round 4/6" not in res.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert report["paired"]["rounds"] == 3 and len(report["results"]) == 6
+    assert report["paired"]["stopped"] == "stopped after 3 rounds (host-prefetch: excludes zero)"
+    assert report["paired"]["order"] == ("device host-prefetch | host-prefetch device | "
+                                         "device host-prefetch")
+    tpot = report["paired"]["scenarios"]["host-prefetch"]["tpot_ms"][0]
+    assert tpot["statistic"] == "mean" and tpot["lo"] > 0 and tpot["holds_zero"] is False
+    md = (out / "report.md").read_text()
+    assert "- Stop rule: stopped after 3 rounds (host-prefetch: excludes zero)." in md

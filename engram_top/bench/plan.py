@@ -4,12 +4,14 @@ report describes."""
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engram_top.bench import sweep
+from engram_top.bench import ab, sweep
+from engram_top.bench.ab import StopRule
 from engram_top.bench.sweep import SweepSpec
 from engram_top.compare import slo
 from engram_top.compare.slo import Slo
@@ -22,7 +24,9 @@ from scenarios.workload import Level, WorkloadSpec
 SCALE = bounded_float(0.001, 100)  # as a scenario file's time_scale and serve_scale
 BENCH_KEYS: dict[str, tuple[Any, Any]] = {
     "scenarios_file": ("str", None), "scenarios": ("names", None), "baseline": ("str", None),
-    "trials": (bounded_int(1, 1000), 1),  # each trial starts every scenario once
+    # Rounds (the round limit under a [stop] rule): each starts every scenario once, in
+    # alternating order (A B, B A, ...).
+    "trials": (bounded_int(1, 1000), 1),
     "price_per_gpu_hour": (bounded_float(0, 10_000), None),  # US dollars: a few in practice
     "gpus": (bounded_int(1, 1024), None), "time_scale": (SCALE, None),
     "serve_scale": (SCALE, None)}
@@ -36,6 +40,12 @@ WORKLOAD_KEYS: dict[str, tuple[Any, Any]] = {
     # A request not finished by then failed ("no complete answer within N s"): a stream that
     # stalls must not hold a level for the 10 minutes of a read timeout. A day at most.
     "request_timeout_s": (bounded_float(0.1, 86_400, unit="seconds"), 300.0)}
+# [stop]: end the rounds early once the paired interval decides (bench.ab.StopRule).
+STOP_KEYS: dict[str, tuple[Any, Any]] = {
+    "figure": ("str", "ttft"), "statistic": ("str", "mean"),
+    "margin_pct": (bounded_float(0.001, 100, unit="percent"), None),
+    "min_rounds": (bounded_int(2, 1000), 3)}
+STATISTICS = ("mean", "median", "p99")
 # A level: requests to send, and streams in flight (one process: past a thousand it meets
 # the open-file limit) or a rate in requests per second.
 REQUESTS = bounded_int(1, 1_000_000)
@@ -62,6 +72,8 @@ class Plan:
     serve_scale: float | None
     slos: tuple[Slo, ...] = ()
     sweep: SweepSpec | None = None
+    stop: StopRule | None = None
+    quick: bool = False  # cut down by --quick (quick_plan)
 
 
 def _check(kind: Any, value: Any) -> str | None:
@@ -127,7 +139,7 @@ def load_plan(path: Path) -> Plan:
     except RecursionError:
         raise PlanError(f"{path}: not a plan (nested too deeply to read)") from None
     problems = [f"{path}: unknown top-level key '{k}'" for k in raw
-                if k not in ("bench", "workload", "slo", "sweep")]
+                if k not in ("bench", "workload", "slo", "sweep", "stop")]
     bench = _table(path, raw, "bench", BENCH_KEYS, problems)
     wl = _table(path, raw, "workload", WORKLOAD_KEYS, problems)
     for key in ("scenarios_file", "scenarios", "baseline"):
@@ -135,6 +147,7 @@ def load_plan(path: Path) -> Plan:
             problems.append(f"{path}: bench.{key}: missing")
     slos = slo.parse(str(path), raw.get("slo"), problems)
     sweep_spec = sweep.parse(str(path), raw.get("sweep"), problems)
+    stop = _stop(path, raw, problems)
     if "sweep" in raw and wl["levels"] is not None:
         problems.append(f"{path}: workload.levels: a plan with [sweep] takes its levels from "
                         "sweep.loads; give one or the other")
@@ -170,4 +183,56 @@ def load_plan(path: Path) -> Plan:
                         request_timeout_s=float(wl["request_timeout_s"]))
     return Plan(path, scen_file, names, bench["baseline"], bench["trials"], spec,
                 bench["price_per_gpu_hour"], bench["gpus"], bench["time_scale"],
-                bench["serve_scale"], slos, sweep_spec)
+                bench["serve_scale"], slos, sweep_spec, stop)
+
+
+def _stop(path: Path, raw: dict[str, Any], problems: list[str]) -> StopRule | None:
+    if "stop" not in raw:
+        return None
+    before = len(problems)
+    t = _table(path, raw, "stop", STOP_KEYS, problems)
+    if t["figure"] not in ab.STOP_FIGURES:
+        problems.append(f"{path}: stop.figure: one of {', '.join(ab.STOP_FIGURES)}, "
+                        f"got {t['figure']!r}")
+    if t["statistic"] not in STATISTICS:
+        problems.append(f"{path}: stop.statistic: one of {', '.join(STATISTICS)}, "
+                        f"got {t['statistic']!r}")
+    elif ab.STOP_FIGURES.get(t["figure"]) in ab.PER_ROUND and t["statistic"] != "mean":
+        problems.append(f"{path}: stop.statistic: {t['figure']} is one figure per round: "
+                        "only its mean")
+    if len(problems) > before:
+        return None
+    margin = None if t["margin_pct"] is None else float(t["margin_pct"]) / 100
+    return StopRule(ab.STOP_FIGURES[t["figure"]], t["statistic"], margin, t["min_rounds"])
+
+
+# --quick: a short run that still pairs (two rounds, A B then B A), under a minute on the
+# simulated node: a few requests a level, service 4x faster (converted back to node time),
+# start-up 100x.
+QUICK_REQUESTS = 4
+QUICK_SERVE_SCALE = 0.25
+QUICK_TIME_SCALE = 0.01
+QUICK_MODELLED = 60
+# Shorter answers, where no sweep needs the plan's long contexts: TTFT and TPOT are per
+# token and keep their meaning; end-to-end latency and throughput are of the shorter answers.
+QUICK_OUTPUT_LEN = 48
+
+
+def quick_plan(plan: Plan) -> Plan:
+    """The plan cut down for --quick: two rounds, at most QUICK_REQUESTS requests a level
+    and one warm-up, shorter answers (but a sweep's), its sweep's model with fewer
+    requests; the simulated node faster."""
+    wl = plan.workload
+    levels = tuple(dataclasses.replace(lv, requests=min(lv.requests, QUICK_REQUESTS))
+                   for lv in wl.levels)
+    spec = plan.sweep and dataclasses.replace(
+        plan.sweep, requests=min(plan.sweep.requests, QUICK_REQUESTS),
+        modelled_requests=min(plan.sweep.modelled_requests, QUICK_MODELLED))
+    return dataclasses.replace(
+        plan, trials=2, quick=True, sweep=spec,
+        workload=dataclasses.replace(
+            wl, levels=levels, warmup_requests=min(wl.warmup_requests, 1),
+            output_len=wl.output_len if plan.sweep else min(wl.output_len, QUICK_OUTPUT_LEN)),
+        time_scale=min(plan.time_scale or QUICK_TIME_SCALE, QUICK_TIME_SCALE),
+        serve_scale=min(plan.serve_scale or QUICK_SERVE_SCALE, QUICK_SERVE_SCALE),
+        stop=None)

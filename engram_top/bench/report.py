@@ -35,19 +35,26 @@ def _interval(lv: LevelStats) -> str:
 HEAD = ("| scenario | load | from | requests | out tok/s | TTFT p50 / p90 / p95 / p99 ms | "
         "TPOT p50 / p90 / p95 / p99 ms | E2E p99 s | goodput req/s [95%] | attainment | "
         "meets SLO | queue s | retracted | KV max / mean |")
+# Goodput is requests within the SLOs: a plan without [slo] has no such column at all.
+SLO_COLUMNS = " goodput req/s [95%] | attainment | meets SLO |"
 
 
-def _row(name: str, lv: LevelStats) -> str:
+def _head(with_slo: bool) -> str:
+    return HEAD if with_slo else HEAD.replace(SLO_COLUMNS, "")
+
+
+def _row(name: str, lv: LevelStats, with_slo: bool = True) -> str:
     t, p = lv.latency.get("ttft", {}), lv.latency.get("tpot", {})
     e2e = lv.latency.get("e2e", {}).get("p99")
     kv = "–" if lv.kv_usage_max is None else \
         f"{_pct(lv.kv_usage_max)} / {_pct(lv.kv_usage_mean)}"
     meets = "–" if lv.meets_slo is None else ("yes" if lv.meets_slo else "**no**")
+    slo_cells = f"{_interval(lv)} | {_pct(lv.attainment)} | {meets} | " if with_slo else ""
     return (f"| {table_cell(name)} | {lv.load:g} | {'modelled' if lv.modelled else 'live'} | "
             f"{lv.requests + lv.failed} | {_num(lv.output_tok_s, 4)} | "
             f"{' / '.join(_ms(t.get(q)) for q in ('p50', 'p90', 'p95', 'p99'))} | "
             f"{' / '.join(_ms(p.get(q)) for q in ('p50', 'p90', 'p95', 'p99'))} | "
-            f"{_num(e2e, 4)} | {_interval(lv)} | {_pct(lv.attainment)} | {meets} | "
+            f"{_num(e2e, 4)} | {slo_cells}"
             f"{_num(lv.queue_mean_s, 3)} | {'–' if lv.retractions is None else lv.retractions}"
             f" | {kv} |")
 
@@ -59,14 +66,17 @@ def levels_markdown(plan: Plan, levels: dict[str, list[LevelStats]],
         return ""
     kinds = {lv.kind for lvs in levels.values() for lv in lvs}
     unit = "req/s" if kinds == {"rate"} else "concurrent requests"
+    head = _head(bool(plan.slos))
     lines = ["", "## Per level", "",
              f"Load in {unit}" + (" (node time: Poisson arrivals)" if "rate" in kinds else "")
-             + ". Latencies and goodput in node time; goodput's interval is Wilson's on the "
-             "attainment (one trial) or a t-interval across trials. `modelled`: the "
-             "simulator's scheduler in virtual time, not measured over HTTP.", "", HEAD,
-             "|" + "---|" * HEAD.count(" | ") + "---|"]
+             + ". Latencies" + (" and goodput" if plan.slos else "") + " in node time"
+             + ("; goodput's interval is Wilson's on the attainment (one trial) or a "
+                "t-interval across trials" if plan.slos else
+                "; no [slo] in the plan, so no goodput") + ". `modelled`: the "
+             "simulator's scheduler in virtual time, not measured over HTTP.", "", head,
+             "|" + "---|" * head.count(" | ") + "---|"]
     for name, lvs in levels.items():
-        lines += [_row(name, lv) for lv in lvs]
+        lines += [_row(name, lv, bool(plan.slos)) for lv in lvs]
     if summary is not None:
         lines += ["", "## The decision", ""]
         if summary["slo"]:

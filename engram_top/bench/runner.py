@@ -27,11 +27,12 @@ from collectors.pages import PageClient, bearer
 from collectors.safetext import visible
 from engram_top.alerts.monitor import AlertChange
 from engram_top.alerts.thresholds import Thresholds
+from engram_top.bench import ab, sweep
 from engram_top.bench import report as bench_report
-from engram_top.bench import sweep
 from engram_top.bench.plan import Plan
-from engram_top.compare import slo
+from engram_top.compare import paired, slo
 from engram_top.compare.comparison import compare, to_json, to_markdown
+from engram_top.compare.measures import GOODPUT, METRICS, Registry
 from engram_top.compare.run_result import THROTTLED, RunResult
 from engram_top.compare.runs import serves
 from engram_top.compare.slo import LevelStats, Slo
@@ -73,11 +74,14 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
 
     session.alerts.listeners.append(alert)
     levels: dict[str, list[list[LevelStats]]] = {}  # scenario -> trials -> levels
+    stopped: str | None = None  # why the stop rule ended the rounds early
+    rounds = 0
     modelled: dict[str, str] = {}  # scenario -> its placement, where the model can stand in
     try:
         await session.start()
         for trial in range(plan.trials):
-            for name in plan.scenarios:
+            say(f"round {trial + 1}/{plan.trials}: {' '.join(ab.order(plan.scenarios, trial))}")
+            for name in ab.order(plan.scenarios, trial):
                 result, lvs = await _one(session, plan, name, trial, requests, say)
                 results.append(result)
                 levels.setdefault(name, []).append(lvs)
@@ -85,6 +89,12 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
                 if getattr(sc.engine, "follows_reference", False) and \
                         sc.placement in reference.default().placements:
                     modelled[name] = sc.placement
+            rounds = trial + 1
+            if plan.stop is not None and trial + 1 < plan.trials and (stopped := ab.stop_reason(
+                    plan.stop, plan.scenarios, plan.baseline, requests, results, rounds,
+                    plan.workload.seed)):
+                say(stopped)
+                break
         await session.stop_scenario()
     finally:
         await session.close()
@@ -92,7 +102,7 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
     seed_column = any(serves(run, reference.default().model) for run in session.store.runs)
     table = _level_table(plan, levels, modelled, say)
     return write_report(plan, results, requests, out, raised, seed_column=seed_column,
-                        levels=table)
+                        levels=table, rounds=rounds, stopped=stopped)
 
 
 def _level_table(plan: Plan, levels: dict[str, list[list[LevelStats]]],
@@ -136,13 +146,18 @@ def _level_table(plan: Plan, levels: dict[str, list[list[LevelStats]]],
 def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, Any]],
                  out: Path, alerts: list[dict[str, Any]] | None = None,
                  *, seed_column: bool = True,
-                 levels: dict[str, list[LevelStats]] | None = None) -> dict[str, Any]:
+                 levels: dict[str, list[LevelStats]] | None = None, rounds: int | None = None,
+                 stopped: str | None = None) -> dict[str, Any]:
     """The plan's trials compared against its baseline, at its price, with the seed's
     figures beside them unless told not to, each level's row and a sweep's summary:
     report.json, report.md, requests.csv and the charts under ``out``; returns
     report.json's data."""
+    # Goodput counts requests within the SLOs: a plan without [slo] has no goodput row.
+    metrics = METRICS if plan.slos else Registry(tuple(m for m in METRICS
+                                                       if m.key != GOODPUT.key))
     comparison = compare(results, plan.baseline, price_per_gpu_hour=plan.price_per_gpu_hour,
-                         reference=reference.default() if seed_column else None)
+                         reference=reference.default() if seed_column else None,
+                         metrics=metrics)
     levels = levels or {}
     summary = sweep.summary(levels, plan.baseline, plan.slos) if plan.sweep or plan.slos \
         else None
@@ -153,14 +168,28 @@ def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, 
                       for x in plan.slos],
               "levels": {name: [lv.to_dict() for lv in lvs] for name, lvs in levels.items()},
               "sweep": summary, "alerts": list(alerts or ())}
+    rounds = rounds if rounds is not None else max((r.trial + 1 for r in results), default=0)
+    found = ab.analyse(plan.scenarios, plan.baseline, requests, results, seed=plan.workload.seed)
+    report["paired"] = {
+        "rounds": rounds, "order": ab.pattern(plan.scenarios, rounds), "stopped": stopped,
+        "stop_rule": None if plan.stop is None else plan.stop.describe(), "quick": plan.quick,
+        "methods": {"difference": paired.bootstrap_method(paired.RESAMPLES, plan.workload.seed),
+                    "mean_difference": paired.T_METHOD, "mean_relative": paired.FIELLER,
+                    "quantile_relative": paired.BOOT_RATIO},
+        "scenarios": ab.to_json(found)}
+    judged = ab.verdict(plan, comparison, found, summary)
+    report["verdict"] = judged.to_json()
     from engram_top.export import plots  # the charts' library only when writing them
     charts, why = plots.bench_charts(out, levels, summary, comparison, plan.baseline)
     report["charts"] = charts
     _write(out / "report.json", json.dumps(facts.finite_json(report), indent=2, default=str,
                                            allow_nan=False) + "\n")
     _write(out / "report.md", _markdown(plan, results, to_markdown(comparison),
-                                        report["alerts"]) + bench_report.levels_markdown(
-        plan, levels, summary, charts, why))
+                                        report["alerts"])
+           + "\n".join(map(visible, judged.markdown().split("\n")))
+           + ab.markdown(found, plan.baseline, plan.scenarios, rounds, paired.RESAMPLES,
+                         plan.workload.seed, stopped)
+           + bench_report.levels_markdown(plan, levels, summary, charts, why))
     _write(out / "requests.csv", _csv(requests))
     return report
 
@@ -170,7 +199,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
                ) -> tuple[RunResult, list[LevelStats]]:
     sc = session.scenario(name)
     time_scale, serve = sc.engine.clock(sc)
-    say(f"trial {trial + 1}/{plan.trials}: {name}: starting")
+    say(f"round {trial + 1}/{plan.trials}: {name}: starting")
     run = await session.switch(name)
     if not await session.supervisor.wait_ready(run):
         say(f"  {name} did not become ready: {run.failure or run.state}")
@@ -189,6 +218,14 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
 
     async def on_level(index: int, when: str) -> None:
         marks[(index, when)] = (time.monotonic(), await sweep.mark(client, sc.engine.mark_figures))
+        lv = plan.workload.levels[index]
+        what = f"concurrency {lv.concurrency}" if lv.concurrency else f"{lv.rate:g} req/s"
+        if when == "start":
+            say(f"  {name}: level {index + 1}/{len(spec.levels)} ({what}, {lv.requests} "
+                "requests)")
+        else:
+            took = marks[(index, "end")][0] - marks.get((index, "start"), marks[(index, when)])[0]
+            say(f"  {name}: level {index + 1}/{len(spec.levels)} done in {took:.1f} s")
 
     gpu_before = session.store.last_ok.get("gpu")  # the energy counters as it starts
     try:
@@ -303,8 +340,11 @@ def _markdown(plan: Plan, results: list[RunResult], table: str,
                        if lv.concurrency else f"{lv.requests} requests at {lv.rate:g} req/s"
                        for lv in wl.levels)
     lines = [f"# engram-top bench: {plan.path.name}", "",
-             f"Scenarios from `{plan.scenarios_file.name}`, {plan.trials} trial(s) each, "
-             f"baseline `{plan.baseline}`.",
+             f"Scenarios from `{plan.scenarios_file.name}`, {plan.trials} round(s) at most "
+             f"(each scenario once a round, in alternating order), baseline `{plan.baseline}`."
+             + (" A --quick run: two rounds, a few requests a level, shorter answers (no "
+                "sweep), the simulated node served faster (figures in node time); a first "
+                "look, not a measurement to quote." if plan.quick else ""),
              f"Workload: {levels}; input {wl.input_len} and output {wl.output_len} tokens "
              f"(range ratio {wl.range_ratio:g}), seed {wl.seed}, {wl.warmup_requests} warm-up "
              f"request(s) excluded, streaming {wl.endpoint}.",

@@ -27,6 +27,10 @@ def compare_files(args: argparse.Namespace) -> int:
         return 2
     for note in notes:  # a recording's lines skipped: the comparison is of the rest
         print(f"engram-top compare: {note}", file=sys.stderr)
+    if args.baseline is None and results:  # the first scenario, and said so
+        args.baseline = results[0].scenario
+        print(f"engram-top compare: baseline: {args.baseline} (the first scenario; "
+              "--baseline NAME picks another)", file=sys.stderr)
     if args.baseline not in {r.scenario for r in results}:
         known = ", ".join(sorted({r.scenario for r in results}))
         print(f"engram-top compare: no runs of '{args.baseline}' (runs: {known})",

@@ -106,6 +106,8 @@ async def bench(args: argparse.Namespace) -> int:
     from scenarios.supervisor import DoesNotFit, SupervisorError
     try:
         plan = bench_plan.load_plan(args.plan)
+        if args.quick:
+            plan = bench_plan.quick_plan(plan)
         snapshot.check_writable(args.out)
     except (bench_plan.PlanError, snapshot.SnapshotError) as exc:
         print(f"engram-top bench: {exc}", file=sys.stderr)

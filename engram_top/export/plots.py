@@ -222,7 +222,9 @@ def bench_charts(out: Path, levels: dict[str, list[LevelStats]],
         return {}, f"charts: matplotlib cannot be imported ({exc}); pip install matplotlib"
     charts: dict[str, list[str]] = {}
     if any(len(lvs) for lvs in levels.values()):
-        charts["goodput"] = goodput_chart(out, levels, summary)
+        if any(lv.goodput_rps is not None for lvs in levels.values() for lv in lvs):
+            # Goodput counts requests within the SLOs: without [slo] there is no such chart.
+            charts["goodput"] = goodput_chart(out, levels, summary)
         charts["latency"] = latency_chart(out, levels)
         charts["kv_queue"] = kv_chart(out, levels)
     deltas = deltas_chart(out, comparison, baseline)
