@@ -173,8 +173,8 @@ class Quantiles:
     p50_over: bool = False
     p99_over: bool = False
     # The quantile fell in the lowest bucket (0 to first_bound): the value is Prometheus's
-    # interpolation from 0, so it reads "< first_bound" (vLLM's queue time: "< 300 ms"
-    # where the interpolation would say 150 ms of waiting that nobody waited).
+    # interpolation from 0, as histogram_quantile gives it and the panels show it (a bound
+    # there would read "< 100 ms" for every placement while the charts plot 57.4 ms).
     p50_under: bool = False
     p99_under: bool = False
     first_bound: float | None = None
@@ -209,6 +209,22 @@ class ServerData:
     num_retracted_reqs: float | None = None
     retracted_per_s: float | None = None
     cache_hit_rate: float | None = None  # a fraction, 0..1, whatever the server's era
+    # Since the server started, from one page's counters (a single page has no window):
+    # vLLM's prefix-cache hits over its queries, SGLang's cached prompt tokens over its
+    # prompt tokens. Never shown as cache_hit_rate, which is the window's (or the gauge's).
+    cache_hit_rate_since_start: float | None = None
+    # Requests paused (SGLang: by an async weight sync), and those aborted since the start
+    # and per second in the window.
+    num_paused_reqs: float | None = None
+    aborted_requests_total: float | None = None
+    aborted_per_s: float | None = None
+    # Prompt tokens served from a cache since the start, by where (SGLang's cache_source:
+    # device, host, storage), and per second in the window.
+    cached_tokens_total: float | None = None
+    cached_tokens_by_source: dict[str, float] = field(default_factory=dict)
+    cached_tokens_per_s: float | None = None
+    # A hybrid model's Mamba state pool's usage, 0..1 (SGLang's mamba_usage).
+    mamba_usage: float | None = None
     # Hierarchical cache's host KV tier.
     hicache_host_used_tokens: float | None = None
     hicache_host_total_tokens: float | None = None

@@ -329,17 +329,26 @@ def test_the_demo_load_fits_a_model_whose_context_is_short() -> None:
     assert fit_context(8, 8, 2) == (1, 1)
 
 
-def test_a_quantile_in_the_lowest_bucket_reads_below_its_bound() -> None:
+def test_a_quantile_inside_a_bucket_reads_as_prometheus_interpolates_it() -> None:
+    """Inside any bucket, the lowest included (from 0), the panel's figure is Prometheus's
+    histogram_quantile, the one the history's charts plot: never "< bound", which read
+    "< 100.0 ms" for every placement. Only the +Inf bucket gives a bound ("> 0.5 s")."""
     from collectors.promtext import Histogram
-    from collectors.windowed import WindowedHistogram
+    from collectors.windowed import WindowedHistogram, histogram_quantile
     from engram_top.app.panel_text import quantile
-    w = WindowedHistogram(30.0)
-    # vLLM's queue-time buckets start at 0.3 s: requests that did not wait at all.
-    w.add(0.0, Histogram(((0.3, 0.0), (0.5, 0.0), (float("inf"), 0.0)), 0.0, 0.0))
-    w.add(1.0, Histogram(((0.3, 40.0), (0.5, 40.0), (float("inf"), 40.0)), 0.004, 40.0))
-    q = w.quantiles(1.0)
-    assert q.p50 == pytest.approx(0.15) and q.p50_under and q.first_bound == 0.3
-    assert quantile(q, "p50") == "< 300.0 ms" and quantile(q, "p99") == "< 300.0 ms"
-    w.add(2.0, Histogram(((0.3, 40.0), (0.5, 100.0), (float("inf"), 100.0)), 20.0, 100.0))
-    q = w.quantiles(2.0)
-    assert not q.p99_under and quantile(q, "p99").endswith("ms")
+    bounds = (0.1, 0.25, 0.5, float("inf"))
+    # cumulative counts, the p50 and p99 expected, interpolated
+    cases = [((40, 40, 40, 40), "50.0 ms", "99.0 ms"),  # all in the lowest bucket
+             ((10, 40, 40, 40), "150.0 ms", "248.0 ms"),  # rank 20 of 40: 0.1 + 0.15 * 10/30
+             ((0, 0, 100, 100), "375.0 ms", "497.5 ms"),
+             ((0, 0, 0, 10), "> 500.0 ms", "> 500.0 ms")]  # the +Inf bucket: a bound
+    for counts, p50, p99 in cases:
+        w = WindowedHistogram(30.0)
+        w.add(0.0, Histogram(tuple((b, 0.0) for b in bounds), 0.0, 0.0))
+        w.add(1.0, Histogram(tuple(zip(bounds, map(float, counts), strict=True)), 1.0,
+                             float(counts[-1])))
+        q = w.quantiles(1.0)
+        buckets = tuple(zip(bounds, map(float, counts), strict=True))
+        assert quantile(q, "p50") == p50 and quantile(q, "p99") == p99, counts
+        if not p50.startswith(">"):
+            assert q.p50 == pytest.approx(histogram_quantile(0.5, buckets))

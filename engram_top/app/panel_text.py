@@ -95,13 +95,12 @@ def fit(rows: list[tuple[int, Any]], height: int | None) -> list[Any]:
 
 
 def quantile(q: Quantiles | None, which: str) -> str:
-    """A windowed quantile; one that fell in the histogram's +Inf bucket is only known to
-    be above its highest bound, and says so ("> 30 s"); one in its lowest bucket, below
-    that bound ("< 300 ms")."""
+    """A windowed quantile as Prometheus's histogram_quantile gives it: inside a bucket,
+    interpolated between its bounds (the lowest bucket from 0), the figure the history's
+    charts plot too. Only one that fell in the +Inf bucket is a bound, the highest finite
+    one, and says so ("> 30 s"): above it the histogram knows nothing."""
     if q is None:
         return latency(None)
-    if getattr(q, f"{which}_under", False) and q.first_bound is not None:
-        return "< " + latency(q.first_bound)
     value = getattr(q, which)
     return ("> " if getattr(q, f"{which}_over", False) else "") + latency(value)
 
