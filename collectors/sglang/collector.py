@@ -49,14 +49,20 @@ GAUGES: dict[str, tuple[tuple[str, ...], str]] = {
     "cache_hit_rate": (("sglang:cache_hit_rate",), MEAN),
     "hicache_host_used_tokens": (("sglang:hicache_host_used_tokens",), SUM),
     "hicache_host_total_tokens": (("sglang:hicache_host_total_tokens",), SUM),
+    "num_paused_reqs": (("sglang:num_paused_reqs",), SUM),
+    "mamba_usage": (("sglang:mamba_usage",), MAX),
 }
 COUNTERS: dict[str, tuple[str, ...]] = {
     "output_tokens": ("sglang:generation_tokens_total",),
     "requests": ("sglang:num_requests_total",),
-    "prompt_tokens": ("sglang:prompt_tokens_total",),
+    "prompt_tokens": ("sglang:prompt_tokens_total", "sglang:prompt_tokens"),
     "retracted": ("sglang:num_retracted_requests_total", "sglang:num_retracted_requests"),
+    # Prompt tokens served from a cache, by cache_source (device, host, storage).
+    "cached_tokens": ("sglang:cached_tokens_total", "sglang:cached_tokens"),
+    "aborted": ("sglang:num_aborted_requests_total", "sglang:num_aborted_requests"),
 }
 MAX_PROBLEMS = 20  # a page wrong everywhere: the first ones say enough
+MAX_SOURCES = 16  # cache_source values kept apart; SGLang has three
 
 
 
@@ -96,6 +102,7 @@ def page_figures(fams: dict[str, promtext.Family]) -> dict[str, Any]:
         if value is not None and math.isfinite(value):
             out[key] = int(value) if key == "max_total_num_tokens" else memory_gb(value)
     out["ranks"] = rank_constants(fams)
+    out.update(since_start(fams))
     for names in HISTOGRAMS.values():
         fam = find(fams, names)
         if fam is not None and fam.type == "histogram":
@@ -146,9 +153,40 @@ class SglangCollector(EngineCollector):
         out["output_tokens_per_s"] = self._rates["output_tokens"].rate(now)
         out["requests_per_s"] = self._rates["requests"].rate(now)
         out["retracted_per_s"] = self._rates["retracted"].rate(now)
+        out["cached_tokens_per_s"] = self._rates["cached_tokens"].rate(now)
+        out["aborted_per_s"] = self._rates["aborted"].rate(now)
         out.update(self._hicache.add(now, fams))
         out["window_s"] = self.window_s
         return out
+
+
+def since_start(fams: dict[str, promtext.Family]) -> dict[str, Any]:
+    """The request counters' totals since the server started: cached prompt tokens (and by
+    cache_source), aborted requests, and the share of prompt tokens a cache served (what
+    one page can say of the hit rate: since the start, not over a window). None where the
+    page lacks the counter."""
+    cached_fam = find(fams, COUNTERS["cached_tokens"])
+    cached = counter_figure(cached_fam)
+    prompt = counter_figure(find(fams, COUNTERS["prompt_tokens"]))
+    aborted = counter_figure(find(fams, COUNTERS["aborted"]))
+    by_source: dict[str, float] = {}
+    if cached_fam is not None:
+        sources = {dict(x.labels).get("cache_source", "") for x in cached_fam.samples}
+        for source in sorted(sources - {""})[:MAX_SOURCES]:
+            total = counter_figure(promtext.Family(
+                cached_fam.name, cached_fam.type, cached_fam.help,
+                [x for x in cached_fam.samples if dict(x.labels).get("cache_source") == source]))
+            if total is not None and math.isfinite(total):
+                by_source[source] = total
+    rate = None
+    if cached is not None and prompt and math.isfinite(cached) and math.isfinite(prompt):
+        rate = min(1.0, max(0.0, cached / prompt))
+    return {"cached_tokens_total": _finite(cached), "cached_tokens_by_source": by_source,
+            "aborted_requests_total": _finite(aborted), "cache_hit_rate_since_start": rate}
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def memory_gb(value: object) -> float | None:

@@ -51,6 +51,7 @@ COUNTERS: dict[str, tuple[str, ...]] = {
                        "vllm:gpu_prefix_cache_queries_total"),
 }
 INFO = "vllm:cache_config_info"
+ABORT = "abort"  # request_success's finished_reason for a request that was aborted
 PAGE_LIMITS = {"/health": MIB, "/version": MIB, "/v1/models": 4 * MIB, "/metrics": 64 * MIB}
 # Figures an SGLang server gives that no vLLM metric does: field -> what the panel says.
 NOT_REPORTED = {
@@ -169,6 +170,27 @@ def capacity(configs: list[dict[str, str]]) -> tuple[int | None, int | None, str
     return tokens, size or None, how
 
 
+def since_start(fams: dict[str, promtext.Family]) -> dict[str, Any]:
+    """What one page's counters say since the server started: the prefix cache's hit rate
+    (its hit tokens over the tokens looked up: a rate since the start, not the window's),
+    the tokens it served, and the requests that finished aborted. None where the page lacks
+    the counter (an older page with no queries, or none looked up yet)."""
+    hits = counter_figure(find(fams, COUNTERS["prefix_hits"]))
+    queries = counter_figure(find(fams, COUNTERS["prefix_queries"]))
+    rate = None
+    if hits is not None and queries and math.isfinite(hits) and math.isfinite(queries):
+        rate = min(1.0, max(0.0, hits / queries))
+    aborted = None
+    fam = find(fams, COUNTERS["requests"])
+    if fam is not None and any(dict(x.labels).get("finished_reason") for x in fam.samples):
+        aborted = counter_figure(promtext.Family(fam.name, fam.type, fam.help, [
+            x for x in fam.samples if dict(x.labels).get("finished_reason") == ABORT])) or 0.0
+    return {"cache_hit_rate_since_start": rate,
+            "cached_tokens_total": hits if hits is not None and math.isfinite(hits) else None,
+            "aborted_requests_total": aborted if aborted is None or math.isfinite(aborted)
+            else None}
+
+
 def page_figures(fams: dict[str, promtext.Family]) -> dict[str, Any]:
     """What one /metrics page says, as ServerData fields (the windowed figures apart).
     Pure, for the collector and for inspect-metrics."""
@@ -192,6 +214,7 @@ def page_figures(fams: dict[str, promtext.Family]) -> dict[str, Any]:
         if fam is not None and fam.type == "histogram":
             issues += promtext.problems(fam)
     out["page_problems"] = tuple(dict.fromkeys(issues))[:20]
+    out.update(since_start(fams))
     extra: dict[str, object] = {"engine": "vllm", "not_reported": dict(NOT_REPORTED)}
     if configs:
         first = configs[0]
@@ -217,6 +240,7 @@ class VllmCollector(EngineCollector):
         super().__init__(url, **kwargs)
         self._windows = {k: WindowedHistogram(self.window_s) for k in HISTOGRAMS}
         self._rates = {k: WindowedRate(self.window_s) for k in COUNTERS}
+        self._aborted = WindowedRate(self.window_s)
 
     async def _server_info(self) -> dict[str, Any]:
         """vLLM has no /server_info: its version, and the model it serves."""
@@ -256,6 +280,10 @@ class VllmCollector(EngineCollector):
         out["output_tokens_per_s"] = self._rates["output_tokens"].rate(now)
         out["requests_per_s"] = self._rates["requests"].rate(now)
         out["retracted_per_s"] = self._rates["retracted"].rate(now)
+        out["cached_tokens_per_s"] = self._rates["prefix_hits"].rate(now)
+        if out["aborted_requests_total"] is not None:
+            self._aborted.add(now, out["aborted_requests_total"])
+        out["aborted_per_s"] = self._aborted.rate(now)
         hits = self._rates["prefix_hits"].rate(now)
         queries = self._rates["prefix_queries"].rate(now)
         if out.get("cache_hit_rate") is None and hits is not None and queries:

@@ -164,12 +164,16 @@ def kv_panel(store: RunStore, rows: int | None = None,
     out.append((1, row("requests", f"{kv.running if kv.running is not None else '–'} running · "
                                    f"{kv.queued if kv.queued is not None else '–'} queued"
                                    f"{retracted}")))
-    if kv.queue_time is not None or kv.cache_hit_rate is not None:
+    # The window's hit rate; else, from one page's counters, the rate since the start, said so.
+    hit, since = kv.cache_hit_rate, ""
+    if hit is None and kv.cache_hit_since_start is not None:
+        hit, since = kv.cache_hit_since_start, " since start"
+    if kv.queue_time is not None or hit is not None:
         q = kv.queue_time
         wait = f"p50 {quantile(q, 'p50')} · p99 {quantile(q, 'p99')}"
         out.append((3, row("queue", first_fitting(room, (
-            f"{wait} · cache hit {percent(kv.cache_hit_rate, 1)}",
-            f"{wait} · hit {percent(kv.cache_hit_rate, 0)}", wait)))))
+            f"{wait} · cache hit {percent(hit, 1)}{since}",
+            f"{wait} · hit {percent(hit, 0)}{since}", wait)))))
     out += hicache_rows.kv_rows(store, cols)  # the host tier, where the server has one
     out.append((5, row("trend", sparkline(_series(store, "token_usage")))))
     out += [(2, line) for line in unavailable(kv.unavailable)]

@@ -124,6 +124,9 @@ def kv_facts(store: RunStore) -> KvView | None:
                   evictable_tokens=_int(s.kv_evictable_tokens),
                   retracted=_int(s.num_retracted_reqs), retracted_per_s=s.retracted_per_s,
                   queue_time=s.queue_time, cache_hit_rate=s.cache_hit_rate,
+                  cache_hit_since_start=s.cache_hit_rate_since_start,
+                  paused=_int(s.num_paused_reqs), aborted_total=_int(s.aborted_requests_total),
+                  aborted_per_s=s.aborted_per_s, mamba_usage=s.mamba_usage,
                   pools=_pools(startup), page_problems=tuple(s.page_problems))
 
 

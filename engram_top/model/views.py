@@ -108,6 +108,13 @@ class KvView:
     retracted_per_s: float | None = None
     queue_time: Quantiles | None = None
     cache_hit_rate: float | None = None  # a fraction
+    # One page's counters since the server started (no window yet, or none on this engine):
+    # said as "since start", never as the window's hit rate.
+    cache_hit_since_start: float | None = None
+    paused: int | None = None  # requests paused now (SGLang: by an async weight sync)
+    aborted_total: int | None = None  # requests aborted since the start
+    aborted_per_s: float | None = None
+    mamba_usage: float | None = None  # a hybrid model's Mamba state pool, 0..1
     # The pools SGLang sized at start-up (tokens per pool: full, swa, c4, c128, ...).
     pools: dict[str, int] | None = None
     page_problems: tuple[str, ...] = ()

@@ -123,6 +123,12 @@ class SGLangSpeaker(Engine):
             "ranks": figures["ranks"],
             "counters": {names[0]: counter_figure(find(fams, names))
                          for names in COUNTERS.values() if find(fams, names) is not None},
+            # Since the server started (counters): cached prompt tokens (by cache_source),
+            # aborted requests, and the cached share of prompt tokens (a hit rate since the
+            # start, not the window's).
+            "since_start": {k: figures[k] for k in (
+                "cached_tokens_total", "cached_tokens_by_source", "aborted_requests_total",
+                "cache_hit_rate_since_start") if figures[k] not in (None, {})},
             # HiCache's counters since the server started: bytes loaded back (host -> GPU)
             # and backed up, tokens dropped for host pressure and evicted; the page's
             # load-back per tp_rank where it labels it so. Absent: not on this page.

@@ -110,6 +110,11 @@ class VllmSpeaker(Engine):
             "not_reported": v.NOT_REPORTED,
             "counters": {names[0]: v.counter_figure(v.find(fams, names))
                          for names in v.COUNTERS.values() if v.find(fams, names)},
+            # Since the server started (a single page has no window): the prefix cache's
+            # hit rate over every token looked up, the tokens it served, aborted requests.
+            "since_start": {k: figures[k] for k in (
+                "cache_hit_rate_since_start", "cached_tokens_total", "aborted_requests_total")
+                if figures[k] is not None},
             "histograms": {}, "unavailable": figures["unavailable"],
             "page_problems": list(figures["page_problems"]),
         }
