@@ -6,7 +6,7 @@ Pilot; every test ends with q and checks that no process of any run is left."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import psutil
@@ -18,7 +18,8 @@ from engram_top.app.dialogs import ConfirmScreen
 from engram_top.app.main import EngramTopApp
 from engram_top.live.load import LoadSpec
 from engram_top.live.session import Session, SessionOptions
-from engram_top.model import facts
+from engram_top.model import facts, in_flight
+from scenarios.load_process import LoadProcess
 from scenarios.ports import port_in_use
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
@@ -212,9 +213,37 @@ async def test_enter_switches_and_x_stops(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- confirm screen
 
 
+@pytest.fixture
+async def other_client() -> AsyncIterator[Callable[[str], Awaitable[LoadProcess]]]:
+    """Another client's requests on a server (a process of its own, as a user's benchmark
+    would be): started by the test, stopped here on every way out."""
+    loads: list[LoadProcess] = []
+
+    async def start(url: str) -> LoadProcess:
+        load = LoadProcess(url, concurrency=3, input_len=64, output_len=256)
+        loads.append(load)
+        await load.start()
+        return load
+
+    yield start
+    for load in loads:
+        await load.stop()
+
+
+def others_serving(session: Session) -> Callable[[], bool]:
+    """The last /metrics reading shows more requests than the dashboard's own load has."""
+    return lambda: in_flight.others_in_flight(session.store) > 0
+
+
+def goes_on(load: LoadProcess) -> Callable[[], bool]:
+    sent = load.stats.sent
+    return lambda: load.stats.sent > sent
+
+
 @pytest.mark.timeout(90)
-async def test_x_asks_before_stopping_a_server_with_requests_in_flight(tmp_path: Path) -> None:
-    session = make_session(tmp_path, load=LoadSpec(concurrency=2, input_len=64, output_len=64))
+async def test_x_asks_before_stopping_a_server_with_other_clients_requests(
+        tmp_path: Path, other_client: Callable[[str], Awaitable[LoadProcess]]) -> None:
+    session = make_session(tmp_path)
     app = EngramTopApp(session)
     tracker = Tracker(session)
     async with app.run_test(size=SIZE) as pilot:
@@ -222,39 +251,42 @@ async def test_x_asks_before_stopping_a_server_with_requests_in_flight(tmp_path:
         run = session.supervisor.current
         facts_ = session.store.run
         tracker.record()
-        await until(pilot, serving(session), 15, "requests in flight")
+        other = await other_client(session.scenario("device").url)
+        await until(pilot, others_serving(session), 15, "another client's requests in flight")
 
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 2,
                     "the confirm screen")
         question = app.screen.question
         assert question.startswith("Stop device? ")
-        assert "requests are running or queued" in question
+        assert "requests from other clients are running or queued" in question
+        assert "this dashboard's load" not in question  # it has none
         await pilot.press("n")
         await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), 2,
                     "the confirm screen to close")
-        await until(pilot, load_goes_on(session), 10, "the load to go on")
+        await until(pilot, goes_on(other), 10, "the other client's requests to go on")
         assert control_done(app)
         assert run.state == "ready" and run.alive
         assert session.store.run is facts_ and facts_.state == "ready"
         assert "info: stopped device" not in events(session)
 
         # Enter on another scenario asks too (a switch stops this server), and n keeps it.
-        await until(pilot, serving(session), 10, "requests in flight")
+        await until(pilot, others_serving(session), 10, "requests in flight")
         await pilot.press("down", "enter")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 2,
                     "the confirm screen")
         assert app.screen.question.startswith("Stop device (")
-        assert app.screen.question.endswith("requests are running or queued) and start host?")
+        assert app.screen.question.endswith(
+            "requests from other clients are running or queued) and start host?")
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), 2,
                     "the confirm screen to close")
-        await until(pilot, load_goes_on(session), 10, "the load to go on")
+        await until(pilot, goes_on(other), 10, "the other client's requests to go on")
         assert control_done(app)
         assert run.state == "ready" and run.alive
         assert session.supervisor.current is run and "host" not in session.store.history
 
-        await until(pilot, serving(session), 10, "requests in flight")
+        await until(pilot, others_serving(session), 10, "requests in flight")
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 2,
                     "the confirm screen")
@@ -262,10 +294,43 @@ async def test_x_asks_before_stopping_a_server_with_requests_in_flight(tmp_path:
         await until(pilot, lambda: run.state == "stopped", 15, "the stop")
         assert not isinstance(app.screen, ConfirmScreen)
         assert tracker.left() == []
-        assert session.load is None
         await until(pilot, lambda: state_of(app, "device") == "stopped", 2, "the row")
         await quit_app(app, pilot)
     # The quit stopped them; a loaded machine may take a moment to show them gone.
+    await until(None, lambda: not tracker.left() and not strays(tmp_path), 1,
+                lambda: f"the runs' processes to go: {tracker.left()} {strays(tmp_path)}")
+
+
+@pytest.mark.timeout(90)
+async def test_the_dashboards_own_load_never_asks(tmp_path: Path) -> None:
+    """The demo's load (and run's) is this dashboard's own: a switch with its requests in
+    flight goes ahead at once, and the load starts again on the new server; a stop too."""
+    session = make_session(tmp_path, load=LoadSpec(concurrency=4, input_len=64,
+                                                   output_len=256))
+    app = EngramTopApp(session)
+    tracker = Tracker(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, ready(session, "device"), 30, "device to be ready")
+        device = session.store.run
+        tracker.record()
+        await until(pilot, serving(session), 15, "the load's requests in flight")
+        assert in_flight.own_streams(session.store) == 4
+        assert in_flight.why_ask(session.store) is None
+        await pilot.press("3")  # host-prefetch, the third row
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) or any(
+            "switching to host-prefetch" in n for n in notifications(app)), 5,
+            "the switch to begin, or a question")
+        assert not isinstance(app.screen, ConfirmScreen)
+        await until(pilot, ready(session, "host-prefetch"), 40, "host-prefetch to be ready")
+        assert device.state == "stopped"
+        tracker.record()
+        await until(pilot, serving(session), 15, "the load again, on the new server")
+        assert session.load is not None
+        await pilot.press("x")
+        await until(pilot, lambda: session.store.run.state == "stopped", 15, "the stop")
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert session.load is None
+        await quit_app(app, pilot)
     await until(None, lambda: not tracker.left() and not strays(tmp_path), 1,
                 lambda: f"the runs' processes to go: {tracker.left()} {strays(tmp_path)}")
 

@@ -36,7 +36,7 @@ from engram_top.app.sessions import DashboardSession, ReplayControls
 from engram_top.app.snapshot_keys import TakesSnapshots
 from engram_top.app.terminal import SurvivesHangUp
 from engram_top.app.verdict_strip import VerdictStrip
-from engram_top.model import facts
+from engram_top.model import facts, in_flight
 from engram_top.model.figures import RunFigures
 from engram_top.model.refusal import FitRefused
 from engram_top.model.store import RunFacts, RunStore
@@ -340,10 +340,9 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
 
     # ------------------------------------------------------------------ control
     def _serving(self) -> str | None:
-        """Why stopping now would cut off users: requests in flight, if any."""
-        kv = facts.kv_facts(self.session.store)
-        busy = 0 if kv is None else (kv.running or 0) + (kv.queued or 0)
-        return f"{busy} requests are running or queued" if busy else None
+        """Why stopping now would cut off users: other clients' requests in flight, if any
+        (this dashboard's own load never asks: model.in_flight)."""
+        return in_flight.why_ask(self.session.store)
 
     def action_scenario(self, number: int) -> None:
         """One key: start, or switch to, the scenario in that row of the list."""
