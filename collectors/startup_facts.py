@@ -297,7 +297,12 @@ class StartupFacts:
     ready: bool = False
     ready_at: float | None = None
     failed_at: float | None = None
-    failed_in: str | None = None  # the phase current when the fatal error came
+    # The phase the start-up failed in: what the error's text and its traceback's frames
+    # say (a KV pool allocation's frames: "kv_pool"), else the phase current when it came.
+    failed_in: str | None = None
+    # Why, in one line ("ValueError: The model's max seq len (163840) is larger than ..."):
+    # the fatal error's own words, cut at the first line; None where the start-up did not fail.
+    failure_cause: str | None = None
     errors: tuple[LogError, ...] = ()
     # Shutdown (see the module docstring): the first stop line, uvicorn's "Finished server".
     stopping_at: float | None = None
