@@ -350,8 +350,9 @@ def _markdown(plan: Plan, results: list[RunResult], table: str,
              f"request(s) excluded, streaming {wl.endpoint}.",
              "Measured: TTFT, TPOT (bench_serving's definitions) and output throughput by the "
              "client; weights and KV capacity from each server's own figures (SGLang's "
-             "/metrics; vLLM's cache_config_info, and its log for weights); host memory as used "
-             "(MemTotal - MemAvailable) minus the pre-launch baseline; time to ready from "
+             "/metrics; vLLM's cache_config_info, and its log for weights); host memory as the "
+             "server's share (its processes' private memory and their shared memory counted "
+             "once), other tenants apart; time to ready from "
              "launch to the ready line (vLLM: to /health and a first /metrics page).", ""]
     failed = [r for r in results if r.completed == 0]
     for r in failed:
