@@ -65,6 +65,10 @@ class ServerCore:
         self.launched = time.monotonic()
         self.startup_seconds: float | None = None
         self.wake = asyncio.Event()
+        # POST /pause_generation (in place): the loop takes no step until /continue_generation,
+        # and the requests it holds count as paused, as SGLang's weight-sync pause has them.
+        self.unpaused = asyncio.Event()
+        self.unpaused.set()
         self.streams: dict[Request, asyncio.Queue[float | None]] = {}
         self.ranks: list[RankHandle] = []
         self.tasks: list[asyncio.Task[None]] = []
@@ -90,6 +94,7 @@ class ServerCore:
         for name, help_text in (
                 ("sglang:num_running_reqs", "The number of running requests."),
                 ("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
+                ("sglang:num_paused_reqs", "The number of paused requests by async weight sync."),
                 ("sglang:num_used_tokens", "The number of used tokens."),
                 ("sglang:token_usage", "The token usage: the fullest pool's."),
                 ("sglang:full_token_usage", "The token usage of the full KV pool."),
@@ -146,6 +151,17 @@ class ServerCore:
         return (self.sched.used_tokens / self.mem.kv_tokens,
                 self.swa_used_tokens() / self.mem.pools.swa)
 
+    def paused_reqs(self) -> int:
+        """The running requests a pause holds (0 while generating)."""
+        return 0 if self.unpaused.is_set() else len(self.sched.running)
+
+    def pause(self, paused: bool) -> None:
+        if paused:
+            self.unpaused.clear()
+        else:
+            self.unpaused.set()
+            self.wake.set()
+
     def render_metrics(self) -> str:
         m, t = self.metrics, self.tok_labels
         full_usage, swa_usage = self.usages()
@@ -158,6 +174,7 @@ class ServerCore:
             s = {**self.sched_labels, "tp_rank": str(rank)}
             m.set("sglang:num_running_reqs", s, len(self.sched.running))
             m.set("sglang:num_queue_reqs", s, len(self.sched.waiting))
+            m.set("sglang:num_paused_reqs", s, self.paused_reqs())
             m.set("sglang:num_used_tokens", s, self.sched.used_tokens)
             m.set("sglang:token_usage", s, max(full_usage, swa_usage))
             m.set("sglang:full_token_usage", s, full_usage)
@@ -205,6 +222,9 @@ class ServerCore:
         scale = self.args.serve_scale
         clock: float | None = None  # when the last step should have ended; None after idle
         while True:
+            if not self.unpaused.is_set():
+                await self.unpaused.wait()
+                clock = None
             now = time.monotonic()
             step = self.sched.next_step(now)
             if step is None:

@@ -224,6 +224,23 @@ def build_app(core: ServerCore) -> ASGIApp:
     async def sim_requests(request: HttpRequest) -> Response:
         return JSONResponse({"clock": "monotonic", "requests": list(core.done)})
 
+    async def pause_generation(request: HttpRequest) -> Response:
+        # SGLang's modes: in_place (the default) keeps the requests and their KV; abort and
+        # retract are not simulated, and said so rather than taken as in_place.
+        try:
+            body = await read_body(request)
+        except ValueError:
+            body = {}
+        mode = body.get("mode", "in_place") if isinstance(body, dict) else "in_place"
+        if mode != "in_place":
+            return error(400, f"pause mode {mode!r} is not simulated; use 'in_place'")
+        core.pause(True)
+        return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
+
+    async def continue_generation(request: HttpRequest) -> Response:
+        core.pause(False)
+        return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
+
     async def metrics(request: HttpRequest) -> Response:
         return PlainTextResponse(core.render_metrics(),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -286,6 +303,8 @@ def build_app(core: ServerCore) -> ASGIApp:
         Route("/v1/models", guarded(models)), Route("/metrics", metrics),
         # Not SGLang: the simulated server's own per-request times, for testing clients.
         Route("/sim/requests", guarded(sim_requests)),
+        Route("/pause_generation", guarded(pause_generation), methods=["POST"]),
+        Route("/continue_generation", guarded(continue_generation), methods=["POST"]),
         Route("/generate", serving(generate), methods=["POST", "PUT"]),
         Route("/v1/completions", serving(completions), methods=["POST"]),
         Route("/v1/chat/completions", serving(chat_completions), methods=["POST"]),

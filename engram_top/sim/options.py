@@ -12,6 +12,9 @@ from scenarios.bounds import bounded_float, bounded_int
 
 DIALECTS = ("sglang", "vllm")
 LAYOUTS = ("shared", "numa-replicated", "per-rank")  # the host tables' copies
+FAIL_KINDS = ("sigquit", "nccl-timeout", "no-kernel-image", "oom-kv-pool")
+POOL_STYLES = ("dsv4", "swa", "mamba")
+PARALLEL_LAYOUTS = ("tp", "dp-attention", "pp")
 # The ranges, as the CLI's own: scales as a scenario file's (x0.001: the seed's start-up in an
 # eighth of a second; x100: hours), ports as TCP has them (0 for an exporter: any free one),
 # a stream's tokens per chunk up to a whole answer's worth.
@@ -81,3 +84,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-at", default=None,
                    choices=["distributed_init", "weights", "kv_pool", "graphs", "warmup"],
                    help="die during this start-up phase (for testing supervisors)")
+    p.add_argument("--fail-as", default=None, choices=FAIL_KINDS,
+                   help="die as a real server does, in its words: a scheduler's exception and "
+                        "SGLang's SIGQUIT line (sigquit, in --fail-at's phase, default "
+                        "weights), an NCCL watchdog timeout (nccl-timeout, default "
+                        "distributed_init), no kernel image in graph capture (no-kernel-image), "
+                        "CUDA out of memory allocating the KV pool (oom-kv-pool)")
+    p.add_argument("--kv-pools", choices=POOL_STYLES, default="dsv4",
+                   help="how the memory pool phase logs its pools: DeepSeek-V4's configurator "
+                        "(dsv4), SGLang's hybrid sliding-window pool (swa: full and SWA "
+                        "layers' tokens, SWAKVPool's GB), or a hybrid linear-attention model's "
+                        "Mamba state beside its KV cache (mamba); the same bytes and capacity")
+    p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
+                   help="the ranks' layout and log prefixes: TP4 (tp: 'TP3'), data-parallel "
+                        "attention DP4 TP4 EP4 (dp-attention: 'DP3 TP3 EP3'), or two pipeline "
+                        "stages of TP2 (pp: 'PP1 TP1')")
+    p.add_argument("--log-timestamps", action="store_true",
+                   help="put an RFC 3339 UTC timestamp before every log line, as `kubectl "
+                        "logs --timestamps` and `docker logs -t` show a container's log")

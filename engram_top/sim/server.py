@@ -28,7 +28,17 @@ import psutil
 import uvicorn
 
 from engram_top.seed import reference
-from engram_top.sim import exporters, hicache, memory, server_args, state, tenant, vllm_log
+from engram_top.sim import (
+    exporters,
+    fail_kinds,
+    hicache,
+    log_style,
+    memory,
+    server_args,
+    state,
+    tenant,
+    vllm_log,
+)
 from engram_top.sim import vllm as simvllm
 from engram_top.sim.core import WARMUP_HEADER, ServerCore
 from engram_top.sim.http import build_app
@@ -129,7 +139,12 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
     for name, listener in exporters_up.items():
         say(f"simulated {name}-exporter serving /metrics on {args.host}:"
             f"{exporters.port_of(listener)}")
-    ranks = spawn_ranks(node_dir, ref.gpus, "VLLM::Worker_TP{rank}" if vllm else None)
+    # SGLang names a scheduler by its prefix: sglang::scheduler_DP1_TP1_EP1.
+    name: str | Callable[[int], str] | None = "VLLM::Worker_TP{rank}" if vllm else None
+    if not vllm and args.parallel != "tp":
+        def name(rank: int) -> str:
+            return "sglang::scheduler" + log_style.rank_tag(rank).replace(" ", "_")
+    ranks = spawn_ranks(node_dir, ref.gpus, name)
 
     def main_host(nbytes: int) -> None:
         main_state.host_anon_bytes = nbytes
@@ -146,6 +161,8 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
         startup.hicache_bytes_per_rank = hicache.pool_bytes(args)
         startup.layout = getattr(args, "engram_layout", "shared")
+        startup.fail_as = args.fail_as
+        startup.pool_style = args.kv_pools
         app, log_config = build_app(core), _uvicorn_log_config()
     startup.held_by_others = held
     core.node_dir = node_dir.resolve()
@@ -176,7 +193,7 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
     except StartupFailed as exc:
         if vllm:
             vllm_log.failed(str(exc))
-        else:
+        elif not exc.said:  # a real server's own words already end the log
             log(f"Initialization failed. {exc}")
         rc = 1
     except _Stopped:
@@ -298,6 +315,22 @@ def main(argv: list[str] | None = None, args: argparse.Namespace | None = None) 
             print(f"engram-top sim serve: --api-key-file {args.api_key_file}: cannot read: "
                   f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
             return 2
+    sglang_only = [opt for opt, on in (("--fail-as", args.fail_as is not None),
+                                       ("--kv-pools", args.kv_pools != "dsv4"),
+                                       ("--parallel", args.parallel != "tp")) if on]
+    if args.dialect == "vllm" and sglang_only:
+        print(f"engram-top sim serve: {', '.join(sglang_only)}: SGLang's shapes, not vLLM's "
+              f"(leave out --dialect vllm)", file=sys.stderr)
+        return 2
+    if args.fail_as is not None:
+        try:
+            fail_kinds.phase_of(args.fail_as, args.fail_at)
+        except ValueError as exc:
+            print(f"engram-top sim serve: {exc}", file=sys.stderr)
+            return 2
+    if args.log_timestamps:  # as a container runtime stamps what the process writes
+        sys.stdout = log_style.Timestamped(sys.stdout)  # type: ignore[assignment]
+    log_style.set_layout(log_style.layout(args.parallel, reference.default().gpus))
     if args.dialect == "vllm" and args.placement not in VLLM_PLACEMENTS:
         print(f"engram-top sim serve: vLLM has no '{args.placement}' placement: it keeps the "
               f"Engram tables in HBM (device) or in pinned host memory read ahead on a side "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from engram_top.seed.reference import Placement, Reference
+from engram_top.sim import log_style
 from engram_top.sim.memory import MemoryPlan
 from engram_top.sim.model import PREFILL_TOKEN_BUDGET
 from engram_top.sim.pools import CHUNKED_PREFILL_SIZE, PAGE_SIZE
@@ -19,6 +20,7 @@ KV_CACHE_DTYPE = "fp8_e4m3"  # what SGLang sets for DeepseekV4ForCausalLM
 def build(ref: Reference, placement: Placement, mem: MemoryPlan, args: Any) -> dict[str, Any]:
     """In ServerArgs' field order; a real ServerArgs has many more, these are the ones a
     reader of placements looks at, and the usual neighbours they are printed among."""
+    lay = log_style.layout(getattr(args, "parallel", None) or "tp", ref.gpus)
     return {
         "model_path": ref.model, "tokenizer_path": ref.model, "tokenizer_mode": "auto",
         "skip_tokenizer_init": False, "load_format": "auto", "trust_remote_code": True,
@@ -33,8 +35,8 @@ def build(ref: Reference, placement: Placement, mem: MemoryPlan, args: Any) -> d
         "swa_full_tokens_ratio": ref.kv_pools.swa_full_tokens_ratio,
         "swa_prefix_tails": ref.kv_pools.swa_prefix_tails,
         "disable_hybrid_swa_memory": False, "device": "cuda",
-        "tp_size": ref.gpus, "pp_size": 1, "dp_size": 1,
-        "load_balance_method": "round_robin", "enable_dp_attention": False,
+        "tp_size": lay.tp, "pp_size": lay.pp, "dp_size": lay.dp,
+        "load_balance_method": "round_robin", "enable_dp_attention": lay.dp > 1,
         "base_gpu_id": 0, "gpu_id_step": 1, "random_seed": 0,
         "host": args.host, "port": args.port, "api_key": args.api_key, "admin_api_key": None,
         "served_model_name": ref.model, "stream_interval": args.stream_interval,
@@ -46,7 +48,7 @@ def build(ref: Reference, placement: Placement, mem: MemoryPlan, args: Any) -> d
         "grammar_backend": "xgrammar",
         "speculative_algorithm": None, "speculative_draft_model_path": None,
         "speculative_num_steps": None, "speculative_num_draft_tokens": None,
-        "ep_size": 1, "moe_a2a_backend": "none", "moe_runner_backend": "auto",
+        "ep_size": lay.ep, "moe_a2a_backend": "none", "moe_runner_backend": "auto",
         "enable_eplb": False,
         # --hicache-size GB per rank turns SGLang's hierarchical KV cache on.
         "enable_hierarchical_cache": bool(getattr(args, "hicache_size", 0)),

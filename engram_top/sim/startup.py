@@ -20,7 +20,7 @@ from pathlib import Path
 
 from collectors.units import GIB, MIB
 from engram_top.seed.reference import Placement, Reference
-from engram_top.sim import hicache, sockets
+from engram_top.sim import fail_kinds, hicache, log_style, pool_styles, sockets
 from engram_top.sim.memory import MemoryPlan
 from engram_top.sim.model import PREFILL_TOKEN_BUDGET
 from engram_top.sim.pools import CHUNKED_PREFILL_SIZE
@@ -36,14 +36,26 @@ LAYOUT_WORDS = {"shared": "shared", "numa-replicated": "numa_shared", "per-rank"
 
 
 def log(msg: str, rank: int | None = None) -> None:
+    """A line as SGLang's logger writes it: its time, the rank's prefix for the layout
+    (log_style: "TP3", "DP3 TP3 EP3", "PP1 TP1"), the message."""
     stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-    tag = f" TP{rank}" if rank is not None else ""
-    sys.stdout.write(f"[{stamp}{tag}] {msg}\n")
+    sys.stdout.write(f"[{stamp}{log_style.rank_tag(rank)}] {msg}\n")
+    sys.stdout.flush()
+
+
+def raw(text: str) -> None:
+    """Lines no logger prefixes: a traceback's body, what C++ code prints."""
+    sys.stdout.write(text.rstrip("\n") + "\n")
     sys.stdout.flush()
 
 
 class StartupFailed(Exception):
-    pass
+    """``said``: the log already tells the failure in the server's own words, so no
+    closing line of the simulator's is added."""
+
+    def __init__(self, message: str, said: bool = False) -> None:
+        super().__init__(message)
+        self.said = said
 
 
 def process_start_monotonic() -> float:
@@ -90,12 +102,14 @@ class RankHandle:
             raise StartupFailed(f"Rank {self.rank} scheduler died: {exc}") from exc
 
 
-def spawn_ranks(node_dir: Path, gpus: int, name: str | None = None) -> list[RankHandle]:
-    """One process per GPU; ``name``: its process name, ``{rank}`` filled in (default
-    SGLang's scheduler's)."""
+def spawn_ranks(node_dir: Path, gpus: int,
+                name: str | Callable[[int], str] | None = None) -> list[RankHandle]:
+    """One process per GPU; ``name``: its process name, ``{rank}`` filled in, or a function
+    of the rank (default SGLang's scheduler's)."""
     ranks = []
     for r in range(gpus):
-        named = ["--name", name.format(rank=r)] if name else []
+        named = [] if not name else ["--name", name(r) if callable(name) else
+                                     name.format(rank=r)]
         proc = subprocess.Popen(
             [sys.executable, "-m", "engram_top.sim.rank", "--node-dir", str(node_dir),
              "--gpu", str(r), "--rank", str(r), *named],
@@ -124,6 +138,8 @@ class Startup:
         self.hicache_bytes_per_rank = 0  # SGLang's HiCache host pool on each rank (0: off)
         self.layout = "shared"  # the host tables' copies (sim serve --engram-layout)
         self.held_by_others: list[int] = []  # HBM other tenants hold per GPU at launch
+        self.fail_as: str | None = None  # die in a real server's words (sim serve --fail-as)
+        self.pool_style = "dsv4"  # how the pool phase logs its pools (sim serve --kv-pools)
 
     async def wait_phase(self, phase: str) -> None:
         """A phase with nothing to show but its length (http, warmup)."""
@@ -170,6 +186,13 @@ class Startup:
             raise StartupFailed(f"CUDA out of memory on GPU {r.rank} while loading the weights")
 
     def check_fail(self, phase: str) -> None:
+        if self.fail_as is not None:
+            if fail_kinds.phase_of(self.fail_as, self.fail_at) == phase:
+                rank = self.ranks[-1].rank if self.ranks else 0
+                cause = fail_kinds.emit(self.fail_as, phase, rank, self.ref.gpu_total_bytes,
+                                        log, raw)
+                raise StartupFailed(cause, said=True)
+            return
         if self.fail_at == phase:
             log("Traceback (most recent call last):")
             log(f"RuntimeError: simulated failure during {phase} (--fail-at {phase})")
@@ -304,7 +327,8 @@ class Startup:
                 f"total_gpu_memory={total_gb:.2f} GB, "
                 f"mem_fraction_static={mem.mem_fraction_static}, "
                 f"rest_memory={rest_gb:.2f} GB", r.rank)
-            for line in mem.pools.log_lines(mem.kv_bytes):
+            for line in pool_styles.lines(self.pool_style, mem,
+                                          self.ref.kv_pools.swa_full_tokens_ratio):
                 log(line, r.rank)
             if self.hicache_bytes_per_rank:  # pinned host memory, held by the rank
                 log(hicache.log_line(self.hicache_bytes_per_rank), r.rank)
