@@ -72,21 +72,40 @@ def test_paired_delta_and_interval_by_hand() -> None:
 
 
 def test_welch_when_trial_counts_differ() -> None:
-    # Baseline 10, 12 (mean 11, var 2); other 15, 17, 19 (mean 17, var 4).
-    # se^2 = 4/3 + 2/2 = 7/3; Welch df = (7/3)^2 / ((4/3)^2/2 + 1^2/1) = 49/17 = 2.88,
-    # used as it is: t(0.975, 2.88) = 3.2572 (scipy.stats.t.ppf), not t(0.975, 2) = 4.3027.
+    # Baseline 10, 12 (mean 11, var 2); other 15, 17, 19 (mean 17, var 4). A relative
+    # change is a ratio of means, and the baseline's mean is itself uncertain (two trials):
+    # Fieller's interval is the set of ratios r with (17 - 11 r)^2 <= t^2 (4/3 + r^2 2/2),
+    # t at Welch-Satterthwaite's df of 17 - 11 r taken at r = 17/11. Checked here by a scan
+    # over r with scipy's own t quantile, not by the product's formula.
+    from scipy.stats import t as student_t
+
     results = (series("base", "output_tok_s", [10.0, 12.0])
                + series("other", "output_tok_s", [15.0, 17.0, 19.0]))
     cell = compare(results, "base").row("output_tok_s").cells["other"]
     assert cell.delta == pytest.approx(17 / 11 - 1)
     assert cell.interval is not None
     assert cell.interval.method == "welch"
-    assert cell.interval.df == pytest.approx(49 / 17)
-    half = 3.257208 * (7 / 3) ** 0.5  # 4.9755
-    assert cell.interval.lo == pytest.approx((6 - half) / 11, abs=1e-6)  # +0.0931
-    assert cell.interval.hi == pytest.approx((6 + half) / 11, abs=1e-6)  # +0.9978
-    # Rounded down to 2 df it held zero (-0.052); at its own df it does not.
-    assert cell.spans_zero is False
+    r0 = 17 / 11
+    df = (4 / 3 + r0**2) ** 2 / ((4 / 3) ** 2 / 2 + r0**4 / 1)
+    assert cell.interval.df == pytest.approx(df)
+    t = student_t.ppf(0.975, df)
+    inside = [r / 1e5 for r in range(0, 400_000)
+              if (17 - 11 * r / 1e5) ** 2 <= t * t * (4 / 3 + (r / 1e5) ** 2)]
+    assert cell.interval.lo == pytest.approx(inside[0] - 1, abs=2e-5)  # -0.0204
+    assert cell.interval.hi == pytest.approx(inside[-1] - 1, abs=2e-5)  # +1.6131
+    # Dividing Welch's interval of the difference by the baseline mean, as if that mean
+    # were exact, gave (+0.093, +0.998): a win. With the baseline's own noise it is not one.
+    assert cell.spans_zero is True
+
+
+def test_a_baseline_too_noisy_to_bound_a_ratio_gives_no_interval() -> None:
+    # Baseline 1 and 20: its mean is not clear of zero at two trials' noise, so the set of
+    # ratios is unbounded; no interval is given rather than a wrong one.
+    results = (series("base", "output_tok_s", [1.0, 20.0])
+               + series("other", "output_tok_s", [15.0, 17.0, 19.0]))
+    cell = compare(results, "base").row("output_tok_s").cells["other"]
+    assert cell.delta == pytest.approx(17 / 10.5 - 1)
+    assert cell.interval is None and cell.spans_zero is None
 
 
 def test_host_memory_delta_is_absolute_in_gib() -> None:

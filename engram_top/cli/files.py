@@ -15,6 +15,7 @@ from engram_top.seed import reference
 
 def compare_files(args: argparse.Namespace) -> int:
     from engram_top.compare.comparison import compare, to_json, to_markdown
+    from engram_top.compare.verdict import verdict
     from engram_top.probe.report import ProbeFileError
     from engram_top.record.importers import BenchFileError, load_runs, report_price
     notes: list[str] = []
@@ -47,9 +48,11 @@ def compare_files(args: argparse.Namespace) -> int:
         price = prices.pop() if prices else None
     c = compare(results, args.baseline, price_per_gpu_hour=price,
                 reference=reference.default(), probe=probe)
+    found = verdict(c)
     if args.json:
-        print_json(to_json(c))
+        print_json({**to_json(c), "verdict": found.to_json()})
     else:
+        print(found.markdown())  # the verdict first: what the table below says, axis by axis
         print(to_markdown(c))
     return 0
 

@@ -404,8 +404,10 @@ def _fmt_reference(row: Row) -> str:
 
 
 def _footnotes(c: Comparison, noisy: bool, assumed: bool) -> list[str]:
-    notes = ["Intervals: paired by trial index (t, n-1 df) when both scenarios ran the same "
-             "trials, else Welch on the difference of means over the baseline mean."]
+    notes = ["Intervals (95%): paired by trial index (t on each pair's change, n-1 df) when "
+             "both scenarios ran the same trials; else Welch's t on the difference, and for a "
+             "relative change Fieller's interval of the ratio of the means, which counts the "
+             "baseline mean's own noise (none where that noise leaves the ratio unbounded)."]
     notes += [row.metric.note for row in c.rows if row.metric.note]
     if c.mixed_engines:
         notes += [f"‡ not the same figure on both engines: {row.metric.engine_note}."

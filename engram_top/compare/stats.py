@@ -21,36 +21,64 @@ class Interval:
 
 def paired(sample: dict[int, float], base: dict[int, float],
             absolute: bool = False) -> Interval | None:
-    """Same trials on both sides: the delta of each pair, then a t-interval. Pairing
-    removes what the two runs of one trial share (the node's state, the prompts)."""
+    """Same trials on both sides: the delta of each pair (its relative change, for a
+    relative delta), then a t-interval. Pairing removes what the two runs of one trial
+    share (the node's state, the prompts)."""
+    trials = sorted(base)
     if absolute:
-        rel = [sample[t] - base[t] for t in sorted(base)]
-    elif any(base[t] == 0 for t in base):
+        rel = [sample[t] - base[t] for t in trials]
+    elif any(base[t] == 0 for t in trials):
         return None
     else:
-        rel = [sample[t] / base[t] - 1.0 for t in sorted(base)]
+        # Each pair's own ratio carries both runs' noise, the baseline's included.
+        rel = [sample[t] / base[t] - 1.0 for t in trials]
     n = len(rel)
     m = sum(rel) / n
     half = t95(n - 1) * math.sqrt(_var(rel) / n)
     return Interval(m - half, m + half, "paired", float(n - 1))
 
 
-def welch(xs: list[float], bs: list[float], absolute: bool = False) -> Interval:
-    """Unequal trial sets: Welch's interval on the difference of means, divided by the
-    baseline mean so it reads as a relative delta like the point estimate (not divided for
-    an absolute delta)."""
+def welch(xs: list[float], bs: list[float], absolute: bool = False) -> Interval | None:
+    """Unequal trial sets: Welch's interval on the difference of means (absolute), or
+    Fieller's on their ratio for a relative delta."""
+    if not absolute:
+        return _fieller(bs, xs)
     mx, mb = sum(xs) / len(xs), sum(bs) / len(bs)
-    scale = 1.0 if absolute else mb
     vx, vb = _var(xs) / len(xs), _var(bs) / len(bs)
     se = math.sqrt(vx + vb)
     diff = mx - mb
     if se == 0:
-        return Interval(diff / scale, diff / scale, "welch", None)
+        return Interval(diff, diff, "welch", None)
     # Welch-Satterthwaite's df, fractional: the quantile is exact for any df (no table).
     df = (vx + vb) ** 2 / (vx**2 / (len(xs) - 1) + vb**2 / (len(bs) - 1))
     half = t95(max(1.0, df)) * se
-    lo, hi = (diff - half) / scale, (diff + half) / scale
-    return Interval(min(lo, hi), max(lo, hi), "welch", df)
+    return Interval(diff - half, diff + half, "welch", df)
+
+
+def _fieller(bs: list[float], xs: list[float]) -> Interval | None:
+    """The relative change mean(xs) / mean(bs) - 1 of two independent sets, with Fieller's
+    interval: the ratios r for which mean(xs) - r mean(bs) is within t standard errors of
+    zero. Dividing the difference's interval by the baseline mean would take that mean as
+    exact; here its own noise widens the interval. None where the baseline mean is not
+    clear of zero at this noise (the set of ratios is then unbounded: no interval)."""
+    nx, nb = len(xs), len(bs)
+    mx, mb = sum(xs) / nx, sum(bs) / nb
+    if mb == 0:
+        return None
+    vx, vb = _var(xs) / nx, _var(bs) / nb
+    if vx == 0 and vb == 0:
+        return Interval(mx / mb - 1.0, mx / mb - 1.0, "welch", None)
+    # Welch-Satterthwaite's df of x-bar - r b-bar, taken at the estimate r = mx / mb.
+    rvb = (mx / mb) ** 2 * vb
+    df = (vx + rvb) ** 2 / (vx**2 / (nx - 1) + rvb**2 / (nb - 1))
+    t2 = t95(max(1.0, df)) ** 2
+    # (mx - r mb)^2 <= t^2 (vx + r^2 vb), as a r^2 - 2 b r + c <= 0.
+    a, b, c = mb * mb - t2 * vb, mx * mb, mx * mx - t2 * vx
+    disc = b * b - a * c
+    if a <= 0 or disc < 0:
+        return None
+    root = math.sqrt(disc)
+    return Interval((b - root) / a - 1.0, (b + root) / a - 1.0, "welch", df)
 
 
 def t95(df: float) -> float:
