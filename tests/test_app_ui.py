@@ -275,6 +275,7 @@ def test_the_header_keeps_the_scenario_and_its_state_whatever_the_width() -> Non
 
 
 def test_a_starting_header_and_the_scenario_list_fit_a_100_column_terminal() -> None:
+    from engram_top.app.main import SCENARIO_COLUMNS
     from engram_top.app.panels import PHASE_SHORT, header
     store = scene_store()
     run = store.run
@@ -283,8 +284,10 @@ def test_a_starting_header_and_the_scenario_list_fit_a_100_column_terminal() -> 
     text = header(store, NOW, width=98).plain
     assert len(text.rstrip()) <= 98
     assert "host-prefetch · STARTING" in text and "loading weights · 12.3 s of ~27.3 s" in text
-    # The list's state column holds its phase whole ("▸ weights", not "▸ loading wei–").
-    assert all(len(f"▸ {label}") <= 11 for label in PHASE_SHORT.values())
+    # The list's state column holds its phase whole ("▸ weights", not "▸ loading wei–"),
+    # with a blank before the next column.
+    width = dict(SCENARIO_COLUMNS)["state"]
+    assert all(len(f"▸ {label}") < width for label in PHASE_SHORT.values())
 
 
 def host_delta_shown(app: EngramTopApp, scenario: str) -> tuple[str, str]:

@@ -112,12 +112,13 @@ def test_hicache_off_shows_no_row_and_no_estimate() -> None:
 
 def test_the_hbm_table_reads_mb_per_s_and_estimates_engram_where_it_fits() -> None:
     store = hicache_store()
-    # Half of 100 columns, 6 lines: the GPU rows, then the estimate.
-    text = lines(hbm_panel(store, rows=6, cols=46))
+    # The panel at 100x30, 46 columns and 7 lines: the GPU rows, the weights, the estimate.
+    text = lines(hbm_panel(store, rows=7, cols=46))
     assert text[0].endswith("rx/s") and text[4].endswith(" 4.20 MB")  # not 0.00 GB/s
     assert text[1].endswith(" 2.00 GB")
+    assert text[5].startswith("weights 72.201 · KV 59.47")
     # rx less each rank's load-back: 500, 500, 0 and 3.2 MB/s.
-    assert text[5] == "Engram ≈ 0 B–500 MB/s per GPU (est.)"
+    assert text[6] == "Engram ≈ 0 B–500 MB/s per GPU (est.)"
     assert max(len(line) for line in text) <= 46
     wide = lines(hbm_panel(store, rows=None, cols=None))
     assert ("Engram ≈ GPU0 500 MB/s · GPU1 500 MB/s · GPU2 0 B/s · GPU3 3.20 MB/s (est.: PCIe "
@@ -133,7 +134,7 @@ def test_with_the_tables_in_hbm_the_rest_of_the_receive_is_not_called_engram(
     store = hicache_store()
     store.run.engram = {**store.run.engram, "placement": "device"}
     assert facts.engram_facts(store).placement == "device"
-    assert "other rx ≈ 0 B–500 MB/s per GPU (est.)" in lines(hbm_panel(store, rows=6, cols=46))
+    assert "other rx ≈ 0 B–500 MB/s per GPU (est.)" in lines(hbm_panel(store, rows=7, cols=46))
     folder = snapshot.write_folder(tmp_path, store, reference.default(), svg=None)
     md = (folder / "summary.md").read_text()
     assert "GPU 0 2.00 GB/s (other ≈ 500 MB/s, estimated" in md and "Engram ≈" not in md

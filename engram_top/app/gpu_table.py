@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from collectors.units import GIB, byte_rate, gib, sglang_gb, tokens, weights_gb
-from engram_top.app.panel_text import bar, columns
+from engram_top.app.panel_text import bar, columns, first_fitting
 from engram_top.model import facts
 from engram_top.model.store import RunStore
 from engram_top.model.views import GpuView
@@ -97,14 +97,36 @@ def _ranges(ids: list[int]) -> str:
                     for a, b in spans)
 
 
-def server_hbm(gpu: GpuView, store: RunStore) -> list[Text]:
-    """Where the server's HBM goes on one GPU, by SGLang's own figures (GB there = GiB)."""
+def _graphs_gb(gpu: GpuView, store: RunStore) -> float | None:
     run = store.run
     ranks = (run.startup.get("ranks") or {}) if run else {}
-    r0 = ranks.get(gpu.index) or {}
+    value = (ranks.get(gpu.index) or {}).get("graph_mem_usage_gb")
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def server_hbm_line(gpu: GpuView, store: RunStore, cols: int | None) -> Text | None:
+    """server_hbm in one line, for a panel without room for its three: the weights per
+    GPU whole, then the KV pool and graphs as room allows (GB as the engine writes it)."""
+    if gpu.weights_gb is None:
+        return None
+    weights = f"weights {weights_gb(gpu.weights_gb)}"
+    kv = "" if gpu.kv_cache_gb is None else f" · KV {sglang_gb(gpu.kv_cache_gb)}"
+    graphs_gb = _graphs_gb(gpu, store)
+    graphs = "" if graphs_gb is None else f" · graphs {sglang_gb(graphs_gb)}"
+    label = f"GPU {gpu.index} by {facts.engine_of(store)}: "
+    text = first_fitting(cols, (f"{label}{weights}{kv}{graphs} GB", f"{weights}{kv}{graphs} GB",
+                                f"{weights}{kv} GB", f"{weights} GB"))
+    line = Text(text, no_wrap=True, overflow="ellipsis")
+    line.highlight_words(["weights"], style="cyan")
+    line.highlight_words(["KV"], style="magenta")
+    return line
+
+
+def server_hbm(gpu: GpuView, store: RunStore) -> list[Text]:
+    """Where the server's HBM goes on one GPU, by SGLang's own figures (GB there = GiB)."""
     weights = gpu.weights_gb
     kv = gpu.kv_cache_gb
-    graphs = r0.get("graph_mem_usage_gb")
+    graphs = _graphs_gb(gpu, store)
     engine = facts.engine_of(store)
     if weights is None:
         note = facts.word(store, "weights", "")  # where an engine's metrics give none

@@ -52,14 +52,20 @@ if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of millis
 REFRESH_S = 0.5
 REFRESH_MAX_S = 1.0
 MIN_COLS, MIN_ROWS = 100, 30  # the smallest terminal every panel fits whole
-SCENARIO_COLUMNS = (("scenario", 16), ("state", 12), ("ready", 8), ("KV tokens", 10),
+# The scenario list's columns and widths (no cell padding: each width leaves its own gap).
+# All six at every size: at 100 columns they take 70 and the log pane the other 30, as the
+# headline figures of each placement (KV tokens, weights, host Δ) matter more to a room
+# than a log line's tail. A state holds 9 cells: "stopping", "▸ KV pool" (PHASE_SHORT).
+SCENARIO_COLUMNS = (("scenario", 16), ("state", 10), ("ready", 8), ("KV tokens", 10),
                     ("weights GB", 11), ("host Δ", 11))
-WIDE_LIST_COLS = 130  # from this width the scenario list shows weights and host Δ too
 # The trend strip's two minutes over its ~70 dot columns (160 columns wide): a column is
 # about 1.7 s, so a redraw every 2 s moves it by one column, never less.
 CHART_EVERY_S = 2.0
 TREND_CHARTS = ("hbm", "kv", "ttft", "rx")
 TREND_WINDOW_S = 120.0
+START_KEYS = Binding.Group("Start/switch")
+SEEK_KEYS = Binding.Group("±10 s")
+SPEED_KEYS = Binding.Group("Speed")
 
 
 class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, SurvivesHangUp,
@@ -78,28 +84,36 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
     VERTICAL_BREAKPOINTS = [(0, "-low"), (MIN_ROWS, "-short"), (48, "-tall")]
     replay: ReplayControls | None = None  # check_action runs before __init__ ends
     BINDINGS = [
+        # Enter and the rows' numbers share a footer entry ("⏎ 1 2 3 Start/switch"): one
+        # number per row of the list (check_action hides the rest), first, as the keys a
+        # demo is driven by. Enter first too where the list has the focus (its own enter).
+        Binding("enter", "start_selected", "Start/switch", id="start", priority=True,
+                group=START_KEYS),
+        *[Binding(str(n), f"scenario({n})", f"Scenario {n}", id=f"scenario-{n}",
+                  group=START_KEYS) for n in range(1, 10)],
         Binding("q", "quit", "Quit", id="quit"),
-        Binding("enter", "start_selected", "Start/switch", id="start", priority=True),
         Binding("x", "stop", "Stop", id="stop"),
         Binding("c", "compare", "Compare", id="compare"),
         Binding("h", "history", "History", id="history"),
         Binding("s", "snapshot", "Snapshot", id="snapshot"),
-        *[Binding(str(n), f"scenario({n})", f"Scenario {n}", show=False, id=f"scenario-{n}")
-          for n in range(1, 10)],
         Binding("question_mark", "help", "Keys", key_display="?", id="help"),
         # A replay's controls; check_action hides them (and the server keys) by session kind.
         Binding("space", "replay_toggle", "Play/pause", id="replay-toggle"),
         # Not the arrows: the scenario list and the palette's input need those.
-        Binding("comma", "replay_seek(-10)", "-10 s", key_display=",", id="replay-back"),
-        Binding("full_stop", "replay_seek(10)", "+10 s", key_display=".", id="replay-forward"),
+        # Paired keys share a footer entry each, so that a replay's footer fits 100 columns.
+        Binding("comma", "replay_seek(-10)", "-10 s", key_display=",", id="replay-back",
+                group=SEEK_KEYS),
+        Binding("full_stop", "replay_seek(10)", "+10 s", key_display=".", id="replay-forward",
+                group=SEEK_KEYS),
         Binding("less_than_sign", "replay_seek(-60)", "-1 min", key_display="<", show=False,
                 id="replay-back-more"),
         Binding("greater_than_sign", "replay_seek(60)", "+1 min", key_display=">", show=False,
                 id="replay-forward-more"),
         Binding("0", "replay_to(0)", "To the start", show=False, id="replay-start"),
-        Binding("minus", "replay_speed(0.5)", "Slower", key_display="-", id="replay-slower"),
+        Binding("minus", "replay_speed(0.5)", "Slower", key_display="-", id="replay-slower",
+                group=SPEED_KEYS),
         Binding("plus,equals_sign", "replay_speed(2)", "Faster", key_display="+",
-                id="replay-faster"),
+                id="replay-faster", group=SPEED_KEYS),
     ]
 
     def __init__(self, session: DashboardSession, *, clock: Callable[[], float] | None = None,
@@ -132,7 +146,6 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
         self.compare_probe = probe  # --probe: predictions, a column of the comparison
         self.price_per_gpu_hour = price_per_gpu_hour
         self._closed = False
-        self._scenario_columns = 0  # how many of SCENARIO_COLUMNS the list shows
         self._laid_out = False
         self._rows: tuple[tuple[str, ...], ...] = ()
         self._shown: dict[str, object] = {}  # what a fixed-size line shows now, by widget id
@@ -152,18 +165,17 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
             for key in TREND_CHARTS:
                 yield ChartView(partial(trends.draw, key), id=f"trend-{key}")
         with Horizontal(id="bottom"):
-            # No cell padding: each column's width leaves its own gap, and the six columns
-            # fit in 72 cells, so a 100-column terminal shows them all without scrolling.
+            # No cell padding: each column's width leaves its own gap (SCENARIO_COLUMNS).
             yield DataTable(id="scenarios", cursor_type="row", zebra_stripes=True,
                             cell_padding=0)
             yield ServerLog(id="log", max_lines=500, wrap=False, markup=False)
         yield VerdictStrip(id="verdict")
         yield Static(id="events")
-        yield Footer()
+        yield Footer(compact=True)  # one blank between keys: a replay's fit 100 columns
 
     def on_mount(self) -> None:
         table = self.query_one("#scenarios", DataTable)
-        self._lay_out_scenarios(self.size.width)
+        self._lay_out_scenarios()
         self._notice(self.size.width, self.size.height)
         self._laid_out = True
         table.border_title = "Scenarios"
@@ -259,23 +271,14 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
         if self._closed or not self._laid_out:
             return  # before on_mount (its own layout comes then), or tearing down
         self._notice(event.size.width, event.size.height)
-        self._lay_out_scenarios(event.size.width)
 
-    def _lay_out_scenarios(self, cols: int) -> None:
-        """The scenario list's columns: all six from WIDE_LIST_COLS, else the four that
-        decide a placement, so that a 100-column terminal's log pane keeps room for its
-        lines (weights and host Δ are in the panels and the comparison)."""
-        columns = SCENARIO_COLUMNS if cols >= WIDE_LIST_COLS else SCENARIO_COLUMNS[:4]
-        if len(columns) == self._scenario_columns:
-            return
-        self._scenario_columns = len(columns)
+    def _lay_out_scenarios(self) -> None:
+        """The scenario list's columns (SCENARIO_COLUMNS), and its width: they, a border
+        each side, a scroll bar; the log pane takes the rest."""
         table = self.query_one("#scenarios", DataTable)
-        table.clear(columns=True)
-        for label, width in columns:
+        for label, width in SCENARIO_COLUMNS:
             table.add_column(label, width=width)
-        # Its own width: the columns, a border each side, a scroll bar.
-        table.styles.width = sum(width for _, width in columns) + 4
-        self._rows = ()  # filled again at the next refresh
+        table.styles.width = sum(width for _, width in SCENARIO_COLUMNS) + 4
 
     def _notice(self, cols: int, rows: int) -> None:
         """Below 100x30 the screen says what it needs, rather than hide a GPU."""
@@ -321,9 +324,11 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
             delta = panels.host_delta(facts.run_host_delta_bytes(store, f))
             row = (("▶ " if current else "  ") + name, state,
                    seconds(r.ready_s), tokens(r.kv_tokens), weights_gb(r.weights_gb), delta)
-            rows.append(row[:self._scenario_columns])
+            rows.append(row)
         if tuple(rows) == self._rows:
             return
+        if len(rows) != len(self._rows):
+            self.refresh_bindings()  # the footer's numbers follow the rows
         table = self.query_one("#scenarios", DataTable)
         cursor = table.cursor_row
         table.clear()
@@ -440,6 +445,9 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self._applies(action):
             return False
+        if action == "scenario" and parameters and isinstance(parameters[0], int):
+            # A number with no row is neither shown in the footer nor taken.
+            return parameters[0] <= len(self._scenario_names())
         # Enter is a priority binding (the scenario table would take it otherwise); on any
         # screen above the dashboard (the command palette, a dialog) it is that screen's.
         return not (action == "start_selected" and len(self.screen_stack) > 1)

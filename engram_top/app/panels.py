@@ -25,7 +25,7 @@ from collectors.units import (
     tokens,
 )
 from engram_top.app import hicache_rows, ledger_rows
-from engram_top.app.gpu_table import gpu_table, server_hbm, throttle_lines
+from engram_top.app.gpu_table import gpu_table, server_hbm, server_hbm_line, throttle_lines
 from engram_top.app.panel_text import (
     LABEL_WIDTH,
     bar,
@@ -39,7 +39,7 @@ from engram_top.app.panel_text import (
 )
 from engram_top.model import facts
 from engram_top.model.store import RunStore
-from engram_top.model.views import HostView
+from engram_top.model.views import HostView, KvView
 
 
 def source_line(store: RunStore, kind: str, label: str) -> Text | None:
@@ -95,6 +95,7 @@ def hbm_panel(store: RunStore, rows: int | None = None,
     out += [(1, line) for line in table]
     if throttled and layout != "wide":  # the wide table has a column for them
         out += [(1, line) for line in throttle_lines(throttled, cols)]
+    under_table = len(out)
     out += hicache_rows.engram_rx_rows(store, gpus, cols)  # receive less HiCache's, est.
     total = gib(gpus[0].total_bytes, 0)
     legend = first_fitting(cols, (
@@ -107,7 +108,16 @@ def hbm_panel(store: RunStore, rows: int | None = None,
         line.stylize(colour, i, i + 1)
     out.append((3, line))
     out += ledger_rows.hbm_rows(store, cols)
-    out += [(4, line) for line in server_hbm(gpus[0], store)]
+    # The server's breakdown: its three lines where the panel has room for them beside
+    # what it keeps before them, else one line of the weights per GPU (a headline figure,
+    # so it stays before the legend and the ledger's lines) right under the table.
+    breakdown = server_hbm(gpus[0], store)
+    kept = sum(rank < 4 for rank, _ in out)
+    short = server_hbm_line(gpus[0], store, cols)
+    if rows is not None and rows - kept < len(breakdown) and short is not None:
+        out.insert(under_table, (2, short))
+    else:
+        out += [(4, line) for line in breakdown]
     return Group(*fit(out, rows))
 
 
@@ -131,15 +141,13 @@ def kv_panel(store: RunStore, rows: int | None = None,
         f"{tokens(kv.capacity_tokens)} tokens")))))
     split = {name: u for name, u in (("full", kv.full_usage), ("swa", kv.swa_usage))
              if u is not None}
-    # The fullest pool is the bottleneck; which one it is, said where there are several.
-    worst = max(split, key=split.__getitem__) if len(split) > 1 else None
-    used = f"{percent(usage, 1)}" + (f" {worst.upper()}" if worst and worst != "full" else "")
+    # An engine that gives the usage as a fraction only: no token count made up.
+    counted = not (kv.used_tokens is None and "num_used_tokens" in facts.not_reported(store))
+    width = 12 if room is None or room >= 44 else 8
     out.append((1, row("in use", Text.assemble(
-        bar([(usage or 0.0, "magenta")], 1.0, 12 if room is None or room >= 44 else 8),
-        (" ", "grey37"), used,
-        # An engine that gives the usage as a fraction only: no token count made up.
-        "" if kv.used_tokens is None and "num_used_tokens" in facts.not_reported(store)
-        else f" · {tokens(kv.used_tokens)} tokens"))))
+        bar([(usage or 0.0, "magenta")], 1.0, width), (" ", "grey37"),
+        first_fitting(None if room is None else room - width - 1,
+                      _in_use(kv, split, counted))))))
     if kv.pools or split:  # a hybrid model's pools (DeepSeek-V4.x): the full one is the capacity
         sizes = kv.pools or {}
         each = [f"{name} {percent(split[name], 1)}" if name in split else None
@@ -190,6 +198,29 @@ def kv_panel(store: RunStore, rows: int | None = None,
     if store.run is not None:
         out.append((6, Text(f"placement: {store.run.placement}", style="dim")))
     return Group(*fit(out, rows))
+
+
+def _in_use(kv: KvView, split: dict[str, float], counted: bool) -> tuple[str, ...]:
+    """The "in use" row's words, most first. The bar is the server's token usage, the
+    fullest pool's (the bottleneck): with several pools it names that pool and its size,
+    never reading as a share of the capacity above (the full pool's) when it is the sliding
+    window's; the tokens in use are the full pool's, said beside it."""
+    used = f"{tokens(kv.used_tokens)} tokens" if counted else ""
+    pct = percent(kv.token_usage, 1)
+    if not split:  # one pool: the capacity's
+        return (f"{pct} · {used}" if used else pct,)
+    worst = max(split, key=split.__getitem__)
+    if worst == "full":
+        return tuple(v for v in (f"full pool {pct} · {used}" if used else "",
+                                 f"full pool {pct} · {used.removesuffix(' tokens')}"
+                                 if used else "", f"full pool {pct}") if v)
+    size = (kv.pools or {}).get(worst)
+    of = f" of {tokens(size)}" if size else ""
+    full = split.get("full")
+    beside = ", ".join(x for x in (None if full is None else percent(full, 1),
+                                   used or None) if x)
+    return tuple(v for v in (f"{worst} pool {pct}{of} · full {beside}" if beside else "",
+                             f"{worst} pool {pct}{of}", f"{worst} pool {pct}") if v)
 
 
 # --------------------------------------------------------------------------- host RAM
@@ -348,8 +379,9 @@ PHASE_LABELS = {"launching": "launching", "distributed_init": "distributed init"
                 "graphs": "capturing CUDA graphs", "http": "starting HTTP",
                 "warmup": "warming up", "ready": "ready", "failed": "failed",
                 "stopping": "stopping", "stopped": "stopped"}
-# The same phases in a table cell of 11 ("▸ KV pool").
-PHASE_SHORT = {"launching": "launching", "distributed_init": "dist init", "weights": "weights",
+# The same phases in the scenario list's state cell of 9 ("▸ KV pool"); the header says
+# each in full (PHASE_LABELS).
+PHASE_SHORT = {"launching": "launch", "distributed_init": "init", "weights": "weights",
                "kv_pool": "KV pool", "graphs": "graphs", "http": "HTTP", "warmup": "warm-up"}
 STATE_STYLES = {"ready": "bold green", "starting": "bold yellow", "launching": "bold yellow",
                 "stopping": "bold yellow", "stopped": "bold", "exited": "bold red",
