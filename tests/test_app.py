@@ -142,12 +142,12 @@ async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline()
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
         text = screen_text(app)
-        assert "device (baseline)" in text
+        assert "baseline: device" in text and "n=1 · baseline" in text
         assert "42.70M +260.6%" in text  # KV capacity gained, against device
         assert "72.201 -39.3%" in text and "191.8 -14.4%" in text
         assert "▶ host-prefetch" in text  # the live (latest) run is marked
         await pilot.press("b")  # host-prefetch becomes the baseline
-        await until(pilot, lambda: "host-prefetch (baseline)" in screen_text(app),
+        await until(pilot, lambda: "baseline: host-prefetch" in screen_text(app),
                     what="the new baseline")
         assert "11.84M -72.3%" in screen_text(app)
         await pilot.press("escape")

@@ -58,7 +58,8 @@ async def test_each_file_is_its_own_columns_beside_the_live_run(tmp_path: Path,
                     "the verdict")
         text = screen_text(app)
         # The live device run is one trial of its own, not joined by the files' two each.
-        assert "▶ device (baseline) n=1" in text
+        assert "▶ device" in text and "baseline: device" in text
+        assert "n=1 · baseline" in text  # the first row: each column's runs
         c = app.screen._comparison()
         assert c is not None
         assert c.trials == {"device": 1, **{f"{p} ({name}/report.json)": 2

@@ -180,3 +180,76 @@ async def test_a_replays_footer_and_header_fit_100_columns(tmp_path: Path) -> No
         assert "Start/switch" not in line and "x Stop" not in line  # a replay starts nothing
         head = screen_lines(app)[0]
         assert "REPLAY ⏸" in head and "host-prefetch · READY" in head and "…" not in head
+
+
+def file_runs() -> list[Any]:
+    """Two bench reports' runs as --compare-with loads them: two trials each of device and
+    host-prefetch, each file's in columns of their own ("device (A/report.json)")."""
+    from pathlib import PurePath
+
+    from engram_top.compare.run_result import RunResult
+    from engram_top.compare.runs import from_file
+    runs: list[Any] = []
+    for name, ttft in (("A", 0.35), ("B", 0.50)):
+        results = [RunResult(scenario=p, placement=p, source="bench", trial=t, gpus=4,
+                             kv_tokens=kv, ttft_mean_s=ttft * (1.0 + 0.01 * t),
+                             output_tok_s=200.0)
+                   for p, kv in (("device", 11_840_000), ("host-prefetch", 42_700_288))
+                   for t in range(2)]
+        runs += from_file(results, PurePath(name) / "report.json")
+    return runs
+
+
+def table_head(lines: list[str]) -> list[str]:
+    """The comparison table's header rows: between its top border and its rule (their
+    joints, ┳ and ╇: scrolled sideways, the corners are off the screen)."""
+    top = next(i for i, line in enumerate(lines) if "━┳━" in line)
+    rule = next(i for i, line in enumerate(lines) if "━╇━" in line)
+    return lines[top + 1:rule]
+
+
+async def test_the_comparison_at_100x30_keeps_headers_short_and_scrolls_sideways() -> None:
+    """Six columns (the live two, two files' two each) do not fit 100 columns: each header
+    wraps to two lines at most (the runs and the baseline are the first row's), and the
+    table scrolls sideways to its last column rather than cut it off."""
+    from engram_top.app.compare_screen import CompareScreen
+    app = EngramTopApp(StaticSession(scene_store()), clock=lambda: NOW,
+                       compare_with=file_runs())
+    async with app.run_test(size=SIZE) as pilot:
+        await drawn(pilot)
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen)
+                    and any("┡" in line for line in screen_lines(app)), what="the table")
+        for _ in range(30):  # down to the table's header, under the verdict
+            if any("┏" in line for line in screen_lines(app)):
+                break
+            await pilot.press("down")
+        head = table_head(screen_lines(app))
+        assert len(head) == 2, head
+        # A file's column: its scenario over its file, never a third line for its runs.
+        assert "figure" in head[1] and "(A/report.json)" in head[1], head
+        runs = next(line for line in screen_lines(app) if "│ runs " in line)
+        assert "n=1" in runs and "n=2" in runs  # the live runs one each, the files' two
+        assert "(B/report.json)" not in "".join(head)  # past the right edge for now
+        for _ in range(120):
+            if "(B/report.json)" in "".join(table_head(screen_lines(app))):
+                break
+            await pilot.press("right")
+        head = table_head(screen_lines(app))
+        assert "(B/report.json)" in "".join(head), head
+        assert len(head) == 2
+
+
+async def test_three_scenarios_compare_with_one_line_headers_at_100x30() -> None:
+    from engram_top.app.compare_screen import CompareScreen
+    app = EngramTopApp(StaticSession(three_scenarios_store()), clock=lambda: NOW)
+    async with app.run_test(size=SIZE) as pilot:
+        await drawn(pilot)
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen)
+                    and any("┏" in line for line in screen_lines(app)), what="the table")
+        head = table_head(screen_lines(app))
+        assert len(head) == 1 and re.search(r"figure +┃ +device +┃ +host +┃ +▶ host-prefetch",
+                                            head[0]), head
+        runs = next(line for line in screen_lines(app) if "│ runs " in line)
+        assert re.search(r"n=1 · baseline +│ +n=1 +│ +n=1", runs), runs

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -40,15 +41,15 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
     markup, so each is made visible and escaped (a name holding "[/]" would break it)."""
     live = store.run.scenario if store.run is not None else None  # the run on screen
     t = Table(title=f"baseline: {_name(c.baseline)}  ·  b: next baseline  ·  "
-                    "↑↓ PgUp PgDn: scroll  ·  esc: close",
+                    "↑↓ ←→ PgUp PgDn: scroll  ·  esc: close",
               caption="mean of n runs · Δ vs baseline [95% interval] · ~ within the noise · "
                       "seed: the seed benchmark's figure for that placement",
               expand=True)
     t.add_column("figure", style="bold", no_wrap=True)
     for name in c.scenarios:
+        # The name alone: its runs and the baseline are the first row's, so that a header
+        # wraps to two lines at most at 100 columns ("device" over "(B/report.json)").
         head = ("▶ " if name == live else "") + _name(name)
-        head += " (baseline)" if name == c.baseline else ""
-        head += f" n={c.trials[name]}"
         longest = max(len(word) for word in head.split())
         t.add_column(head, justify="right", min_width=longest, overflow="fold")
     # A probe's predictions: a column of their own, apart from every measured cell.
@@ -62,6 +63,9 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
                      style="italic" if p.meaningful_for_placement else "dim italic")
         t.caption = f"{t.caption}\npredicted by probe: {_probe_caption(p)}"
     blank = [""] * (len(c.scenarios) + len(probe))
+    t.add_row("runs", *[Text(f"n={c.trials[s]}" + (" · baseline" if s == c.baseline else ""),
+                             style="bold" if s == c.baseline else "")
+                        for s in c.scenarios], *[""] * len(probe))
     if c.engines:  # which engine and placement each column is
         t.add_row("engine · placement", *[Text(visible(c.engine_placement(s)), style="cyan")
                                           for s in c.scenarios], *[""] * len(probe))
@@ -234,7 +238,14 @@ class CompareScreen(ModalScreen[None]):
             return
         self.baseline = c.baseline
         said.update(verdict_text(c))
-        view.update(comparison_table(c, self.store))
+        table = comparison_table(c, self.store)
+        # As wide as the screen; wider, scrolled sideways (← →), where even its narrowest
+        # form (each header wrapped between words) does not fit: never a column cut off.
+        room = self.query_one("#compare", VerticalScroll).scrollable_content_region.width
+        console = self.app.console  # measured unbounded: a Measurement is clamped to it
+        least = Measurement.get(console, console.options.update_width(100_000), table).minimum
+        view.styles.width = least if room and least > room else None
+        view.update(table)
 
     def action_next_baseline(self) -> None:
         c = self._comparison()
