@@ -53,6 +53,9 @@ class KvPool:
     # Inline "dtype: .." (0.5.x), else the "Using KV cache dtype" line before it (older).
     dtype: str | None = None
     at: float | None = None
+    # The words before "KV Cache is allocated" ("Full", "SWA": a SWA model's two pools),
+    # "post-capture" for the pool a post-capture resize states; None where there are none.
+    label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,19 @@ class RankFacts:
     # hybrid model may size one host pool per KV pool); None where the line was not seen.
     hicache_host_bytes: float | None = None
     hicache_host_lines: int = 0
+    # The rank's place by every dimension its line prefix names ({"DP": 1, "TP": 0}; {} for
+    # a bare line) and those as printed ("DP1 TP0"). The ranks' key is the GPU order.
+    coords: dict[str, int] = field(default_factory=dict)
+    label: str = ""
+    # The line each KV figure was taken from: kv_tokens ("sliding window pool:
+    # full_layer_tokens", "SWAKVPool: full size", "KV Cache is allocated: #tokens", ..) and
+    # kv_total_gb ("SWAKVPool mem usage", "KV Cache is allocated", or "derived: ..").
+    kv_tokens_from: str | None = None
+    kv_total_from: str | None = None
+    # "Mamba Cache is allocated. max_mamba_cache_size: N, conv_state size: X GB, ssm_state
+    # size: Y GB, ..": counts as printed, sizes under "<name>_gb" (GiB); their sum apart.
+    mamba_state: dict[str, float | int] = field(default_factory=dict)
+    mamba_state_gb: float | None = None
     # Where this rank sits in each parallel dimension, as its log prefix or its assignment
     # line says (SGLang's "DP1 PP0 TP3 EP3", vLLM's "Worker_PP1_TP0", "is assigned as DP
     # rank .."); None where nothing says. The ranks dict's key is the GPU-wide rank.
@@ -174,6 +190,7 @@ class LogError:
     # The start-up phase the traceback's frames point at (model_runner's init_memory_pool:
     # "kv_pool"), where they name one.
     phase: str | None = None
+    rank_label: str = ""  # the line's rank by every dimension its prefix names ("PP1 TP0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +324,16 @@ class StartupFacts:
     # Shutdown (see the module docstring): the first stop line, uvicorn's "Finished server".
     stopping_at: float | None = None
     stopped_at: float | None = None
+    # Parallel layout: tp_size, dp_size, pp_size, ep_size (and attn_cp_size, moe_dp_size
+    # where prefixes name them), each from the first source that gives it, named in
+    # parallel_from: "server_args", "launch command", or "rank prefixes" (derived).
+    parallel: dict[str, int] = field(default_factory=dict)
+    parallel_from: dict[str, str] = field(default_factory=dict)
+    # Where kv_capacity_tokens came from ("max_total_num_tokens", or the lowest rank's line).
+    kv_capacity_from: str | None = None
+    mamba_state: dict[str, float | int] = field(default_factory=dict)  # the lowest rank's
+    # The figures above that are derived rather than stated, by name, with how.
+    derived: dict[str, str] = field(default_factory=dict)
     # Timeline. A log that starts after its server's launch (its first start-up line is a
     # later phase's) has no launch_at: its time to ready is unknown, not counted from there.
     log_starts_after_launch: bool = False

@@ -3,6 +3,8 @@ feed it."""
 
 from __future__ import annotations
 
+import json
+
 from collectors.sglang.startup_log import StartupLogParser
 
 # (a) Verbatim from the notes: LOGDOC, Qwen2.5-0.5B, 1 GPU, 2026-02-04 (no prefixes there).
@@ -41,3 +43,53 @@ def feed_with_at(parser: StartupLogParser, text: str, t0: float = 1000.0) -> lis
 
 def phase_changes(events: list[list[str]]) -> list[str]:
     return [e for evs in events for e in evs if e.startswith("phase:")]
+
+
+# --------------------------------------------------------------------------- prefix styles
+# The same lines as different builds and shippers print them: SGLang's own prefix with a
+# date or the time only, docker compose's "name  | ", Kubernetes' RFC 3339 time in front,
+# docker's json-file records and a structured logger's JSON. Ranks ride in SGLang's prefix
+# ("DP1 TP0"); the styles without one ("none", "json_message") lose them.
+STYLES = ("none", "datetime", "time_only", "docker", "kubernetes", "kubectl_bare", "json_docker",
+          "json_message")
+RANKED_STYLES = ("datetime", "time_only", "docker", "kubernetes", "json_docker")
+DAY = "2026-03-14"
+
+
+def dress(lines: list[tuple[str, str]], style: str, start_s: int = 0) -> str:
+    """``(tags, message)`` pairs as one log in ``style``, line i at 10:00:00 + start_s + i
+    seconds ("" tags: a line with no rank). A message may hold newlines (a traceback
+    logged as one record): JSON styles keep them in one record, the others print them."""
+    out = []
+    for i, (tags, msg) in enumerate(lines):
+        s = start_s + i
+        clock = f"{10 + s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+        head = f"{clock} {tags}".strip()
+        own = f"[{DAY} {head}] {msg}"
+        if style == "none":
+            out.append(msg)
+        elif style == "datetime":
+            out.append(own)
+        elif style == "time_only":
+            out.append(f"[{head}] {msg}")
+        elif style == "docker":
+            out.append("\n".join(f"sglang-1  | {part}" for part in own.split("\n")))
+        elif style == "kubernetes":
+            out.append("\n".join(f"{DAY}T{clock}.{123456789 + i}Z {part}"
+                                 for part in own.split("\n")))
+        elif style == "kubectl_bare":  # the shipper's time alone, no SGLang prefix
+            out.append("\n".join(f"{DAY}T{clock}.5Z {part}" for part in msg.split("\n")))
+        elif style == "json_docker":
+            out.append(json.dumps({"log": own + "\n", "stream": "stderr",
+                                   "time": f"{DAY}T{clock}.000000001Z"}))
+        elif style == "json_message":
+            out.append(json.dumps({"timestamp": f"{DAY} {clock},250", "level": "INFO",
+                                   "message": msg}))
+        else:
+            raise ValueError(style)
+    return "\n".join(out) + "\n"
+
+
+def timed(style: str) -> bool:
+    """Whether lines in ``style`` carry a time the parser reads."""
+    return style != "none"

@@ -190,8 +190,11 @@ def test_startup_then_shutdown(startup_text: str, shutdown_text: str) -> None:
 
 
 def test_shutdown_log_alone(shutdown_text: str) -> None:
+    # A teardown after a server ran is no launch: the log began after its server's launch.
     f, events = _parse(shutdown_text)
-    assert f.launch_at == f.stopping_at == _ts("19:50:06")
+    assert f.log_starts_after_launch is True and f.launch_at is None
+    assert f.launches == 1 and "relaunch" not in events
+    assert f.stopping_at == _ts("19:50:06")
     assert f.stopped_at == _ts("19:50:11")
     assert f.current_phase() == STOPPED and f.ready is False
     assert f.errors == () and f.failed_at is None

@@ -5,9 +5,21 @@ What each means is in :mod:`collectors.sglang.failures`.
 
 from __future__ import annotations
 
-from collectors.sglang.failures import BARE_EXC, EXC_LINE, OOM_WORDS, LogErr, kv_failure, read_frame
+from collectors.sglang.failures import (
+    BARE_EXC,
+    EXC_LINE,
+    NCCL_TIMEOUT_WORDS,
+    OOM_WORDS,
+    LogErr,
+    kv_failure,
+    read_frame,
+)
 from collectors.sglang.launch_state import MAX_ERROR_TEXT, LaunchState
 from collectors.sglang.line_prefix import PREFIX, LogLine
+
+# A scheduler's death as its parent tells it ("Rank 0 scheduler died during initialization
+# (exit code: -9)", "Rank 0 scheduler is dead", "Subprocess .. crashed with exit code ..").
+CHILD_WORDS = ("scheduler died", "scheduler is dead", "crashed with exit code")
 
 
 class ErrorHandlers(LaunchState):
@@ -24,9 +36,18 @@ class ErrorHandlers(LaunchState):
             kind = "retract"  # runtime KV retraction: the server carries on
         elif "Traceback" in msg:
             kind = "traceback"
-        elif "Received sigquit" in msg:
-            kind = "child_failed"  # a scheduler or detokenizer died; SGLang kills the rest
-        elif "CUDA Error" in msg and not any(word in msg for word in OOM_WORDS):
+        elif any(word in msg for word in NCCL_TIMEOUT_WORDS):
+            kind = "nccl_timeout"  # a collective that never finished: a rank hung or died
+        elif "sigquit" in msg.lower() or any(word in msg for word in CHILD_WORDS):
+            # A scheduler or detokenizer died and SGLang kills the rest: "Received sigquit
+            # from a child process" (older), "SIGQUIT received. .. It usually means one
+            # child failed." (0.5.x); a handler being set up is no failure.
+            if not any(word in msg.lower() for word in ("received", "fail", "died", "dead",
+                                                         "crashed", "terminated")):
+                return
+            kind = "child_failed"
+        elif ("CUDA Error" in msg or "CUDA error" in msg) \
+                and not any(word in msg for word in OOM_WORDS):
             kind = "cuda"
         else:
             kind = "oom"
@@ -53,6 +74,8 @@ class ErrorHandlers(LaunchState):
         if not stripped or line[0] in " \t":
             if stripped.startswith("File "):
                 read_frame(err, stripped)
+                if err is self._failing and err.phase is not None:
+                    self._failed_in = err.phase  # a log cut inside its traceback too
             return True
         if stripped.startswith(("Traceback", "During handling", "The above exception")):
             return True
@@ -63,6 +86,8 @@ class ErrorHandlers(LaunchState):
         err.exception = stripped[:MAX_ERROR_TEXT]
         if err.kind == "traceback" and any(word in stripped for word in OOM_WORDS):
             err.kind = "oom"
+        elif err.kind == "traceback" and ("CUDA error" in stripped or "CUDA Error" in stripped):
+            err.kind = "cuda"
         if not err.outer:
             err.phase = kv_failure(stripped) or err.phase
         self._traceback_done(err)
@@ -71,3 +96,17 @@ class ErrorHandlers(LaunchState):
     def _traceback_done(self, err: LogErr) -> None:
         if err is self._failing and err.phase is not None:
             self._failed_in = err.phase
+
+    def _loose_frame(self, line: str) -> bool:
+        """Frames printed without their "Traceback" line (a log cut, or a logger that
+        dropped it): read for the phase of the exception line after them; True while the
+        line is one of them or their source lines (never scanned for needles)."""
+        stripped = line.strip()
+        if line[:1] not in (" ", "\t") or not stripped:
+            return False
+        if stripped.startswith('File "'):
+            if self._loose is None:
+                self._loose = LogErr(None, "frames", "", 0, False)
+            read_frame(self._loose, stripped)
+            return True
+        return self._loose is not None  # a frame's source line

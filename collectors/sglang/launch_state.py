@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from collectors.sglang.failures import FATAL_KINDS, LogErr
-from collectors.sglang.line_prefix import LineClock, LogLine
+from collectors.sglang.failures import FATAL_KINDS, SYMPTOM_KINDS, LogErr, text_phase
+from collectors.sglang.line_prefix import DIMS, LineClock, LogLine, RankKey
 from collectors.sglang.phase_timeline import PhaseTimeline
 from collectors.sglang.rank_state import RankState
 from collectors.startup_facts import (
@@ -53,7 +53,21 @@ class LaunchState:
         self._started = False
         self._from_launch: bool | None = None  # None until a start-up line tells
         self._launch_at: float | None = None
-        self._ranks: dict[int, RankState] = {}
+        self._ranks: dict[RankKey, RankState] = {}
+        self._named_dims: set[str] = set()  # the dimensions rank prefixes named
+        # The sizes a launch command in the log gave (--tp 8 --dp 8 ..), and whether its
+        # lines go on ("\\" at a line's end).
+        self._command: dict[str, int | bool] = {}
+        self._command_goes_on = False
+        self._command_lines = 0
+        # Out-of-order lines: the launch's earliest and latest times, and when it reached
+        # ready, failed or a stop (a start-up line from before that is no new launch).
+        self._earliest_t: float | None = None
+        self._latest_t: float | None = None
+        self._final_at: float | None = None
+        # Frames printed without their "Traceback" line: their phase, for the exception
+        # line that follows them.
+        self._loose: LogErr | None = None
         self._phases = PhaseTimeline()
         self._summary: dict[str, str] = {}
         self._server_args: ServerArgsFacts | None = None
@@ -91,26 +105,52 @@ class LaunchState:
         self._phases.open("launching", 0, None)
         events.append("relaunch")
 
-    def _rank(self, rank: int) -> RankState:
-        st = self._ranks.get(rank)
+    def _rank(self, ln: LogLine) -> RankState:
+        """The state of the line's rank, keyed by every dimension its prefix names."""
+        st = self._ranks.get(ln.key)
         if st is None:
-            st = RankState(rank)
+            st = RankState(ln.rank)
             if len(self._ranks) < MAX_RANKS:  # past it, a line's figures are not kept
-                self._ranks[rank] = st
+                self._ranks[ln.key] = st
+        if ln.label and not st.label:
+            st.label = ln.label
+            for name in ln.label.split():
+                dim = name.rstrip("0123456789")
+                if dim in DIMS:
+                    st.coords[dim] = ln.key[DIMS.index(dim)]
+                    self._named_dims.add(dim)
         return st
+
+    def _is_late(self, t: float | None) -> bool:
+        """Whether a line is from before the launch became ready, failed or stopped: a line
+        out of order, not a new launch."""
+        return t is not None and self._final_at is not None and t < self._final_at
+
+    def _reached_final(self, t: float | None) -> None:
+        if self._final_at is None:
+            self._final_at = t if t is not None else self._latest_t
 
     def _record_error(self, ln: LogLine, kind: str, events: list[str],
                       phase: str | None = None) -> LogErr:
         # Nothing is fatal once ready, nor while stopping (a stop interrupts whatever runs).
         fatal = kind in FATAL_KINDS and not self._ready and not self._stopping
-        err = LogErr(ln.t, kind, ln.msg.strip()[:MAX_ERROR_TEXT], ln.rank, fatal)
-        err.phase = phase
+        err = LogErr(ln.t, kind, ln.msg.strip()[:MAX_ERROR_TEXT], ln.rank, fatal, ln.label)
+        loose, self._loose = self._loose, None
+        # The phase: the caller's, else frames printed just before, else the text's words.
+        err.phase = phase or (loose.phase if loose is not None else None) \
+            or text_phase(err.text)
         self._errors.append(err)
         events.append("error")
         if fatal and self._failed_at is None:
             self._failed_at = ln.t if ln.t is not None else self._clock.last_t
-            self._failed_in = phase or self._phases.under_way()
+            self._failed_in = err.phase or self._phases.under_way()
             self._failing = err
             self._phases.phase = FAILED
+            self._reached_final(self._failed_at)
             events.append("failed")
+        elif fatal and self._failing is not None and self._failing.kind in SYMPTOM_KINDS \
+                and kind not in SYMPTOM_KINDS:
+            # "One child failed" came first; this is the child's own error: the cause.
+            self._failing = err
+            self._failed_in = err.phase or self._failed_in
         return err

@@ -30,23 +30,49 @@ OUTER = re.compile(
     r"(?:[\w.\-]+\s+\|\s?"
     r"|(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?"
     r"(?:Z|[+-]\d\d:?\d\d)?\s"
+    r"|(?:stdout|stderr) [FP] "  # containerd's CRI log format, after its time
     r"|[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?:\s"
     r"|\[pod/[^\]]*\]\s)+"
 )
 _LEVEL = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[\w.\-/]+:\d+:\s*")
 _GPU_ID = re.compile(r"\[gpu_id=(\d+)\]\s*")
-_TP = re.compile(r"\bTP(\d+)\b")
+# A rank's place in the prefix: "DP1 PP0 ATTN_CP0 MOE_DP0 TP3 EP3" (SGLang names only the
+# dimensions that are larger than one, in this order). MOE_DP and ATTN_CP are whole words:
+# their "DP"/"CP" is not read as the DP dimension.
+_DIM = re.compile(r"(?<![\w])(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)\b")
+DIMS = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
+_DIM_AT = {name: i for i, name in enumerate(DIMS)}
+# PyTorch's own lines of a rank ("[rank3]:[E227 10:11:12.38 ProcessGroupNCCL.cpp:616] ..")
+# and an elastic launcher's copy of a worker's output ("[rank0]: Traceback ..", every line
+# of it, indentation kept after the one blank).
+_TORCH_RANK = re.compile(r"\[rank(\d+)\]: ?")
+RankKey = tuple[int, ...]  # one index per DIMS entry, 0 where the prefix names none
+NO_PLACE: RankKey = (0,) * len(DIMS)
 
 
 class LogLine:
     """A line split into time, rank and message; built only for lines a needle matched."""
 
-    __slots__ = ("t", "rank", "msg")
+    __slots__ = ("t", "rank", "msg", "key", "label")
 
-    def __init__(self, t: float | None, rank: int, msg: str) -> None:
+    def __init__(self, t: float | None, rank: int, msg: str,
+                 key: RankKey = NO_PLACE, label: str = "") -> None:
         self.t = t
-        self.rank = rank
+        self.rank = rank  # the TP rank (what single-dimension logs key ranks by)
         self.msg = msg
+        self.key = key  # the rank's place in every dimension its prefix names
+        self.label = label  # those dimensions as printed: "DP1 TP0", "" for none
+
+
+def rank_key(tags: str) -> tuple[RankKey, str] | None:
+    """A prefix's tags as a key over DIMS and their label; None when they name no rank."""
+    found = _DIM.findall(tags)
+    if not found:
+        return None
+    key = [0] * len(DIMS)
+    for name, idx in found:
+        key[_DIM_AT[name]] = int(idx)
+    return tuple(key), " ".join(f"{name}{idx}" for name, idx in found)
 
 
 def find_prefix(msg: str) -> tuple[re.Match[str] | None, str]:
@@ -68,10 +94,11 @@ class LineClock:
     for time-only prefixes (counted from midnight wraps). It outlives a relaunch: the log's
     clock goes on."""
 
-    __slots__ = ("last_t", "_ts_cache", "_tod_day", "_tod_last")
+    __slots__ = ("last_t", "outer_rank", "_ts_cache", "_tod_day", "_tod_last")
 
     def __init__(self) -> None:
         self.last_t: float | None = None
+        self.outer_rank: int | None = None  # "[rank3]:" of the line strip_outer took off
         self._ts_cache: tuple[str, float] = ("", 0.0)
         self._tod_day = 0.0
         self._tod_last = -1.0
@@ -79,11 +106,17 @@ class LineClock:
     def strip_outer(self, line: str) -> tuple[str, float | None]:
         """The line without a container's or shipper's head, and that head's time."""
         outer_t: float | None = None
+        self.outer_rank = None
         if line and (line[0] != "[" or line.startswith("[pod/")):
             m = OUTER.match(line)
             if m is not None:  # a container's or shipper's head: off, its time kept
                 if m.group("time"):
                     outer_t = self.parse_ts(m.group("date"), m.group("time"), m.group("frac"))
+                line = line[m.end():]
+        if line.startswith("[rank"):
+            m = _TORCH_RANK.match(line)
+            if m is not None:
+                self.outer_rank = int(m.group(1))
                 line = line[m.end():]
         return line, outer_t
 
@@ -121,13 +154,16 @@ class LineClock:
         container put in front (``outer_t``), else the previous line's."""
         t = at
         rank: int | None = None
+        key: RankKey | None = None
+        label = ""
         m, msg = find_prefix(line.lstrip())
         if m:
             if t is None:
                 t = self.parse_ts(m.group(1), m.group(2), m.group(3))
-            tp = _TP.search(m.group(4))
-            if tp:
-                rank = int(tp.group(1))
+            place = rank_key(m.group(4))
+            if place is not None:
+                key, label = place
+                rank = key[_DIM_AT["TP"]]
             msg = msg[m.end():]
         lvl = _LEVEL.match(msg)
         if lvl:
@@ -138,11 +174,16 @@ class LineClock:
             if rank is None:
                 rank = int(gpu.group(1))
             msg = msg[gpu.end():]
+        if rank is None and self.outer_rank is not None:
+            rank = self.outer_rank  # torch's global rank: the TP rank on one TP group
         if t is None:
             t = outer_t
         if t is None:
             t = self.last_t
         else:
             self.last_t = t
-        return LogLine(t, rank if rank is not None else 0, msg)
+        if key is None:
+            key = tuple(rank or 0 if d == "TP" else 0 for d in DIMS)
+            label = f"TP{rank}" if rank is not None else ""
+        return LogLine(t, rank if rank is not None else 0, msg, key, label)
 

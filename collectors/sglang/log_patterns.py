@@ -30,6 +30,21 @@ AVAILABLE = re.compile(r"available_(\w+?)_mem")
 # "/path/x.py:71: UserWarning: msg" (after an optional "[ts]" prefix): Python's warnings.
 PY_WARNING = re.compile(r"^(?:\[[^\]]*\]\s*)?\S+:\d+: (?:[\w.]+\.)?\w*Warning: ")
 GRAPH = re.compile(r"Capture\s+(.*?)\s*cuda graph\s+(begin|end)\b", re.IGNORECASE)
+# "Capture cuda graph failed: ..", "Capture prefill CUDA graph failed", "Capture CPU graph
+# failed" (builds word it their own way; a failure all the same).
+GRAPH_FAILED = re.compile(r"Capture\b.*?\bgraphs?\b.*?\bfail", re.IGNORECASE)
+# "Full KV Cache is allocated.", "SWA KV Cache is allocated." (a SWA model's two pools);
+# the label is the words before "KV Cache".
+_POOL_LABEL = re.compile(r"([\w][\w .\-]*?)\s+KV Cache is allocated")
+# "SWAKVPool mem usage: 77.63 GB, swa size: 1048576, full size: 1310720" ("VA upper bound"
+# in place of "mem usage" where the pools are reserved, not backed, until after capture).
+SWA_KV_POOL = re.compile(
+    r"SWAKVPool\s+(mem usage|VA upper bound)\s*[:=]\s*" + NUM + r"\s*GB", re.IGNORECASE)
+SWA_KV_SIZE = re.compile(r"\b(swa|full)[\s_]+size\s*[:=]\s*(\d+)", re.IGNORECASE)
+# "Mamba Cache is allocated. max_mamba_cache_size: 656, conv_state size: 0.12GB, ssm_state
+# size: 12.30GB intermediate_ssm_state_cache size: 0.00GB ..": counts and sizes by name.
+STATE_FIELD = re.compile(
+    r"([A-Za-z_]\w*?)(?:\s+size)?\s*[:=]\s*" + NUM + r"\s*(GB|GiB|MB|MiB)?(?![\w.])")
 PAIR = re.compile(r"(\w+)=([^,\s]+)")
 PID = re.compile(r"Started server process \[(\d+)\]")
 URL = re.compile(r"Uvicorn running on (\S+)")
@@ -134,3 +149,27 @@ def sum_known(values: Iterable[float | None]) -> float | None:
 def batch_fields(msg: str, head: str) -> dict[str, str]:
     body = msg[msg.find(head) + len(head):]
     return {k.strip(): v.strip() for k, v in BATCH_FIELD.findall(body)}
+
+
+def pool_label(msg: str) -> str | None:
+    """The label before "KV Cache is allocated" ("Full", "SWA"), None where there is none."""
+    m = _POOL_LABEL.search(msg)
+    if m is None:
+        return None
+    label = m.group(1).strip()
+    return label[:60] if label else None
+
+
+_GIB = {"GB": 1.0, "GiB": 1.0, "MB": 1 / 1024, "MiB": 1 / 1024}
+
+
+def state_fields(body: str) -> dict[str, float | int]:
+    """``name: N`` counts and ``name size: X GB`` sizes (under ``name_gb``, GiB) of a
+    state pool's line; the first of a name wins."""
+    out: dict[str, float | int] = {}
+    for name, value, unit in STATE_FIELD.findall(body):
+        if unit:
+            out.setdefault(f"{name}_gb", round(nz(float(value)) * _GIB[unit], 6))
+        elif "." not in value:
+            out.setdefault(name, int(value))
+    return out

@@ -14,6 +14,7 @@ from collectors.sglang.log_patterns import (
     DIST,
     ELAPSED,
     GRAPH,
+    GRAPH_FAILED,
     HICACHE_HOST,
     KV_DTYPE,
     KV_FIELD,
@@ -21,6 +22,7 @@ from collectors.sglang.log_patterns import (
     MEM_USAGE,
     group_float,
     nz,
+    pool_label,
     sum_known,
     to_float,
 )
@@ -38,9 +40,10 @@ class MemoryHandlers(LaunchState):
         m = DIST.search(ln.msg)
         if m is None:
             return
-        if m.group(1).lower() == "begin" and self._phases.phase in FINAL:
+        if m.group(1).lower() == "begin" and self._phases.phase in FINAL \
+                and not self._is_late(ln.t):
             self._relaunch(ln, events)  # a server that was ready (or died) starts again
-        st = self._rank(ln.rank)
+        st = self._rank(ln)
         if m.group(1).lower() == "begin":
             self._phases.open("distributed_init", st.dist_begins, ln.t)
             st.dist_begins += 1
@@ -54,10 +57,18 @@ class MemoryHandlers(LaunchState):
 
     def _on_weights(self, ln: LogLine, events: list[str]) -> None:
         msg = ln.msg
-        if "Load weight begin" in msg and self._phases.phase in FINAL:
+        if "Load weight begin" in msg and self._phases.phase in FINAL \
+                and not self._is_late(ln.t):
             self._relaunch(ln, events)
-        st = self._rank(ln.rank)
+        st = self._rank(ln)
         if "Load weight begin" in msg:
+            late = self._late_begin(st.loads, ln.t)
+            if late is not None:  # its end came first (lines out of order): the same load
+                st.loads[late] = replace(st.loads[late], begin_avail_gb=group_float(AVAIL, msg),
+                                         begin_at=ln.t)
+                self._phases.open("weights", late, ln.t)
+                events.append("weights_begin")
+                return
             if len(st.loads) >= MAX_LOADS:  # the same loads again and again: one more is noise
                 events.append("weights_begin")
                 return
@@ -108,18 +119,33 @@ class MemoryHandlers(LaunchState):
         self._phases.close("weights", idx, ln.t)
         events.append("weights_end")
 
+    @staticmethod
+    def _late_begin(passes: list[WeightLoad] | list[GraphCapture], t: float | None,
+                    kind: str | None = None) -> int | None:
+        """The pass a begin line belongs to when its end line came first (lines out of
+        order): one ended at or after ``t`` without a begin of its own."""
+        if t is None:
+            return None
+        for idx, done in enumerate(passes):
+            if done.begin_at is None and done.end_at is not None and done.end_at >= t \
+                    and (kind is None or getattr(done, "kind", kind) == kind):
+                return idx
+        return None
+
     def _on_baseline(self, ln: LogLine, events: list[str]) -> None:
         # "Memory baseline taken. mem usage=0.00 GB" (0.5.x, after the distributed init).
-        self._rank(ln.rank).baseline_gb = group_float(MEM_USAGE, ln.msg)
+        self._rank(ln).baseline_gb = group_float(MEM_USAGE, ln.msg)
         events.append("memory_baseline")
 
     def _on_kv_dtype(self, ln: LogLine, events: list[str]) -> None:
         m = KV_DTYPE.search(ln.msg)
         if m:
-            self._rank(ln.rank).kv_dtype = m.group(1)
+            self._rank(ln).kv_dtype = m.group(1)
 
     def _on_kv(self, ln: LogLine, events: list[str]) -> None:
-        st = self._rank(ln.rank)
+        if "VA upper bound" in ln.msg:  # a post-capture build's reservation, not its pool
+            return
+        st = self._rank(ln)
         sizes: dict[str, float] = {}
         for key, value in KV_FIELD.findall(ln.msg):
             sizes.setdefault(key, nz(float(value)))
@@ -136,6 +162,7 @@ class MemoryHandlers(LaunchState):
             st.pools.append(KvPool(
                 tokens=None if tokens is None else int(tokens), k_size_gb=k, v_size_gb=v,
                 kv_size_gb=kv, extra_gb=extra, total_gb=total, dtype=st.kv_dtype, at=ln.t,
+                label=pool_label(ln.msg),
             ))
         # This rank's KV pass: its pool ends so far.
         self._phases.open("kv_pool", st.pool_ends, ln.t)
@@ -145,7 +172,7 @@ class MemoryHandlers(LaunchState):
         """A hybrid model's KV sizing: memory profiling, the SWA sizing, the memory
         calculation, the pool sizes and the pool's construction (its sizes again)."""
         msg = ln.msg
-        st = self._rank(ln.rank)
+        st = self._rank(ln)
         full: object = None
         if "Memory profiling:" in msg:
             st.profile = log_lines.memory_profiling(msg)
@@ -177,7 +204,7 @@ class MemoryHandlers(LaunchState):
             self._record_error(ln, "oom", events, phase="kv_pool")
 
     def _on_pool_end(self, ln: LogLine, events: list[str]) -> None:
-        st = self._rank(ln.rank)
+        st = self._rank(ln)
         st.pool_end_avail_gb = group_float(AVAIL, ln.msg)
         self._phases.close("kv_pool", st.pool_ends, ln.t)
         st.pool_ends += 1
@@ -189,7 +216,7 @@ class MemoryHandlers(LaunchState):
         m = HICACHE_HOST.search(ln.msg)
         if m is None:
             return
-        st = self._rank(ln.rank)
+        st = self._rank(ln)
         if st.hicache_lines >= MAX_POOLS:
             return
         size = float(m.group(1).replace(",", "")) * GB  # SGLang divides by 1e9 here
@@ -201,11 +228,20 @@ class MemoryHandlers(LaunchState):
     def _on_graph(self, ln: LogLine, events: list[str]) -> None:
         m = GRAPH.search(ln.msg)
         if m is None:  # "Capture cuda graph bs [..]" and other progress lines
+            if GRAPH_FAILED.search(ln.msg):  # "Capture cuda graph failed: CUDA error: .."
+                self._on_graph_failed(ln, events)
             return
         kind = " ".join(m.group(1).lower().split()) or "default"
-        st = self._rank(ln.rank)
+        st = self._rank(ln)
         msg = ln.msg
         if m.group(2).lower() == "begin":
+            late = self._late_begin(st.graphs, ln.t, kind)
+            if late is not None:  # its end came first (lines out of order)
+                st.graphs[late] = replace(st.graphs[late], begin_at=ln.t,
+                                          begin_avail_gb=group_float(AVAIL, msg))
+                self._phases.open("graphs", late, ln.t)
+                events.append("graphs_begin")
+                return
             if len(st.graphs) >= MAX_CAPTURES:  # the same captures again and again: noise
                 events.append("graphs_begin")
                 return
@@ -240,3 +276,11 @@ class MemoryHandlers(LaunchState):
         )
         self._phases.close("graphs", idx, ln.t)
         events.append("graphs_end")
+
+    def _on_graph_failed(self, ln: LogLine, events: list[str]) -> None:
+        """A capture that failed ("Capture cuda graph failed: CUDA error: no kernel image
+        is available .."): the graph phase's failure, whatever its words."""
+        low = ln.msg.lower()
+        kind = "oom" if "out of memory" in low else "cuda" if "cuda error" in low \
+            else "exception"
+        self._record_error(ln, kind, events, phase="graphs")

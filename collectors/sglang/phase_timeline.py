@@ -13,11 +13,14 @@ MAX_SPANS = 16  # passes kept of one phase: past them a log repeats itself
 class PhaseTimeline:
     """Where a launch stands and when each of its phases ran; a new launch gets a new one."""
 
-    __slots__ = ("phase", "spans")
+    __slots__ = ("phase", "spans", "closed")
 
     def __init__(self) -> None:
         self.phase = "launching"
         self.spans: dict[str, list[list[float | None]]] = {p: [] for p in PHASES}
+        # Passes of each phase whose end line was seen (with a time or not: a log without
+        # timestamps still says a phase ended).
+        self.closed: dict[str, int] = {}
 
     def open(self, phase: str, idx: int, t: float | None) -> None:
         """Start pass ``idx`` of ``phase`` (earliest start over ranks wins)."""
@@ -36,6 +39,7 @@ class PhaseTimeline:
     def close(self, phase: str, idx: int, t: float | None) -> None:
         """End pass ``idx`` of ``phase`` (latest end over ranks wins)."""
         spans = self.spans[phase]
+        self.closed[phase] = max(self.closed.get(phase, 0), idx + 1)
         # An end moves the phase forward too: its begin may be a line this log lacks, or a
         # model's way of sizing its KV pool that prints no "KV Cache is allocated".
         self.advance(phase, force=False)
@@ -60,7 +64,7 @@ class PhaseTimeline:
         not a weights one)."""
         spans = self.spans.get(self.phase)
         order = ORDER.get(self.phase)
-        if spans and spans[-1][1] is not None and order is not None \
+        if spans and self.closed.get(self.phase, 0) >= len(spans) and order is not None \
                 and order + 1 < len(PHASES) - 1:  # never "ready"
             return PHASES[order + 1]
         return self.phase
@@ -71,13 +75,20 @@ class PhaseTimeline:
         first_other: float | None = None
         for phase in PHASES[1:]:
             for start, end in self.spans[phase]:
+                if start is not None and end is not None and end < start:
+                    # Lines out of order (two streams merged, ranks' buffers flushed late):
+                    # the pass spans both stated times, never a negative stretch.
+                    start, end = end, start
                 spans.append(PhaseSpan(phase, start, end))
                 if start is not None and (first_other is None or start < first_other):
                     first_other = start
         if self.spans["launching"] and from_launch is not False:
             # "launching" lasts from the first line until any other phase starts; a log that
             # starts after the launch has none to show.
-            spans.insert(0, PhaseSpan("launching", launch_at, first_other))
+            start = launch_at
+            if start is not None and first_other is not None and first_other < start:
+                start = first_other  # a later line stated an earlier time: it starts there
+            spans.insert(0, PhaseSpan("launching", start, first_other))
 
         def key(span: PhaseSpan) -> tuple[int, float, int]:
             at = span.start if span.start is not None else span.end

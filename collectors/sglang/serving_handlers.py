@@ -32,7 +32,8 @@ class ServingHandlers(LaunchState):
         if not raw:
             return
         if self._server_args is not None \
-                and ORDER.get(self._phases.phase, 99) >= ORDER["weights"]:
+                and ORDER.get(self._phases.phase, 99) >= ORDER["weights"] \
+                and not self._is_late(ln.t):
             self._relaunch(ln, events)
         self._server_args = log_lines.typed_server_args(raw)
         events.append("server_args")
@@ -74,10 +75,12 @@ class ServingHandlers(LaunchState):
             return
         self._ready = True
         self._ready_at = ln.t
+        self._reached_final(ln.t)
         self._phases.close("warmup", 0, ln.t)
         # Being ready proves an earlier "fatal-looking" line was not fatal after all.
         self._failed_at = None
         self._failed_in = None
+        self._failing = None
         for err in self._errors:
             err.fatal = False
         self._phases.phase = "ready"
@@ -97,6 +100,7 @@ class ServingHandlers(LaunchState):
             return
         if self._stopping_at is None and ln.t is not None:
             self._stopping_at = ln.t
+        self._reached_final(ln.t)
         if not self._stopping:
             self._stopping = True
             events.append("stopping")

@@ -54,9 +54,13 @@ engram_handlers and error_handlers, which this parser joins.
 
 from __future__ import annotations
 
+from collectors.sglang import json_lines
 from collectors.sglang.engram_handlers import EngramHandlers
 from collectors.sglang.error_handlers import ErrorHandlers
+from collectors.sglang.failures import NCCL_TIMEOUT_WORDS, cause_line
+from collectors.sglang.hybrid_handlers import HybridPoolHandlers
 from collectors.sglang.launch_state import Handler
+from collectors.sglang.layout_handlers import LayoutHandlers
 from collectors.sglang.log_patterns import (
     ANSI,
     AVAILABLE,
@@ -66,6 +70,7 @@ from collectors.sglang.log_patterns import (
     to_int,
 )
 from collectors.sglang.memory_handlers import MemoryHandlers
+from collectors.sglang.parallel_layout import COMMAND_WORDS, DERIVED_FROM_PREFIXES, PREFIX_SOURCE
 from collectors.sglang.serving_handlers import ServingHandlers
 from collectors.startup_facts import StartupFacts
 
@@ -76,7 +81,10 @@ _LAUNCH_EVENTS = frozenset({"server_args", "model_defaults", "distributed_init_b
 _LATER_EVENTS = frozenset({
     "distributed_init_end", "weights_end", "kv_allocated", "kv_sizing", "kv_pool_end",
     "graphs_begin", "graphs_end", "scheduler_summary", "http_started", "http_running", "ready",
-    "engram_layer", "engram_table", "startup_timings", "hicache_allocated",
+    "engram_layer", "engram_table", "startup_timings", "hicache_allocated", "mamba_allocated",
+    # A log whose first lines are a stop's began after its server's launch: a teardown is
+    # no launch of its own.
+    "stopping", "stopped",
 })
 
 # Event names feed() can return. "phase:<name>" is added whenever current_phase() changes.
@@ -85,12 +93,14 @@ EVENTS: tuple[str, ...] = (
     "kv_allocated", "kv_pool_end", "graphs_begin", "graphs_end", "scheduler_summary",
     "http_started", "http_running", "ready", "engram_table", "engram_config", "error", "failed",
     "memory_baseline", "startup_timings", "stopping", "stopped", "kv_sizing", "server_args",
-    "engram_layer", "relaunch", "model_defaults", "hicache_allocated",
+    "engram_layer", "relaunch", "model_defaults", "hicache_allocated", "mamba_allocated",
+    "launch_command",
 )
 NOTE_AFTER_LAUNCH = "log starts after launch: time to ready unknown"
 
 
-class StartupLogParser(MemoryHandlers, ServingHandlers, EngramHandlers, ErrorHandlers):
+class StartupLogParser(MemoryHandlers, HybridPoolHandlers, ServingHandlers, EngramHandlers,
+                       ErrorHandlers, LayoutHandlers):
     """Feed SGLang log lines one at a time; ask for facts() whenever convenient."""
 
     def __init__(self) -> None:
@@ -106,11 +116,17 @@ class StartupLogParser(MemoryHandlers, ServingHandlers, EngramHandlers, ErrorHan
             ("Decode batch", self._on_decode),
             ("Prefill batch", self._on_prefill),
             ("ServerArgs(", self._on_server_args),
+            *((words, self._on_command) for words in COMMAND_WORDS),
             ("swa_full_tokens_ratio to", self._on_swa_ratio),
             ("Init torch distributed", self._on_dist),
             ("Init parallel", self._on_dist),
             ("Memory baseline taken", self._on_baseline),
             ("Load weight ", self._on_weights),
+            ("liding window memory pool", self._on_swa_pool),
+            ("_layer_tokens=", self._on_swa_pool),
+            ("SWAKVPool", self._on_swa_kv),
+            ("KV cache allocated", self._on_post_capture_kv),
+            ("Mamba Cache is allocated", self._on_mamba),
             ("KV Cache is allocated", self._on_kv),
             ("Using KV cache dtype", self._on_kv_dtype),
             ("Memory profiling:", self._on_kv_sizing),
@@ -144,7 +160,13 @@ class StartupLogParser(MemoryHandlers, ServingHandlers, EngramHandlers, ErrorHan
             ("no GPU memory for the KV cache", self._on_error),
             ("profiled value -", self._on_error),
             ("Received sigquit", self._on_error),
+            ("SIGQUIT", self._on_error),
+            *((words, self._on_error) for words in NCCL_TIMEOUT_WORDS),
+            ("scheduler died", self._on_error),
+            ("scheduler is dead", self._on_error),
+            ("crashed with exit code", self._on_error),
             ("CUDA Error", self._on_error),
+            ("CUDA error", self._on_error),
             ("Error:", self._on_bare_error),
             ("Exception:", self._on_bare_error),
             ("Engram", self._on_engram_message),
@@ -190,10 +212,21 @@ class StartupLogParser(MemoryHandlers, ServingHandlers, EngramHandlers, ErrorHan
             if m:
                 device, available = m.group(1), to_float(s[key])
                 break
-        ranks = {r: st.freeze() for r, st in sorted(self._ranks.items())}
+        ranks, parallel, parallel_from = self._layout()
         first = next(iter(ranks.values()), None)
         max_total = to_int(s.get("max_total_num_tokens"))
         after_launch = self._from_launch is False
+        derived = {f"parallel.{name}": DERIVED_FROM_PREFIXES
+                   for name, source in parallel_from.items() if source == PREFIX_SOURCE}
+        capacity_from = "max_total_num_tokens" if max_total is not None else (
+            first.kv_tokens_from if first is not None and first.kv_tokens is not None
+            else None)
+        if first is not None and (first.kv_total_from or "").startswith("derived"):
+            derived["ranks.kv_total_gb"] = first.kv_total_from or ""
+        launch_at = self._launch_at
+        if launch_at is not None and self._earliest_t is not None \
+                and self._earliest_t < launch_at:
+            launch_at = self._earliest_t  # lines out of order: the launch began at the earliest
         return StartupFacts(
             ranks=ranks,
             max_total_num_tokens=max_total,
@@ -210,6 +243,12 @@ class StartupLogParser(MemoryHandlers, ServingHandlers, EngramHandlers, ErrorHan
             },
             kv_capacity_tokens=max_total if max_total is not None
             else (first.kv_tokens if first is not None else None),
+            kv_capacity_from=capacity_from,
+            mamba_state=dict(first.mamba_state) if first is not None else {},
+            parallel=parallel,
+            parallel_from=parallel_from,
+            derived=derived,
+            failure_cause=cause_line(self._failing) if self._failing is not None else None,
             pool_sizes=dict(first.pool_sizes) if first is not None else {},
             draft_pool_sizes=dict(first.draft_pool_sizes) if first is not None else {},
             server_args=self._server_args,
@@ -232,16 +271,34 @@ class StartupLogParser(MemoryHandlers, ServingHandlers, EngramHandlers, ErrorHan
             log_starts_after_launch=after_launch,
             launches=self._launches,
             notes=(NOTE_AFTER_LAUNCH,) if after_launch else (),
-            launch_at=None if after_launch else self._launch_at,
+            launch_at=None if after_launch else launch_at,
             last_line_at=self._clock.last_t,
             lines_seen=self._lines,
             phase=self._phases.phase,
-            timeline=self._phases.timeline(self._launch_at, self._from_launch),
+            timeline=self._phases.timeline(launch_at, self._from_launch),
             decode=self._decode,
             prefill=self._prefill,
         )
 
     def _feed(self, line: str, at: float | None) -> list[str]:
+        if line[:1] == "{" or line.lstrip()[:1] == "{":
+            record = json_lines.unwrap(line)
+            if record is not None:  # a shipper's JSON: the lines it carries, at its time
+                pieces, when = record
+                json_t = self._json_time(when)
+                events: list[str] = []
+                for piece in pieces:
+                    events.extend(self._feed_line(piece, at, json_t))
+                return events
+        return self._feed_line(line, at, None)
+
+    def _json_time(self, when: object) -> float | None:
+        parts = json_lines.iso_parts(when)
+        if parts is not None:
+            return self._clock.parse_ts(*parts)
+        return json_lines.epoch_seconds(when)
+
+    def _feed_line(self, line: str, at: float | None, json_t: float | None) -> list[str]:
         events: list[str] = []
         if at is not None:
             self._clock.last_t = at
@@ -251,6 +308,8 @@ class StartupLogParser(MemoryHandlers, ServingHandlers, EngramHandlers, ErrorHan
         if "\x1b" in line:
             line = ANSI.sub("", line)
         line, outer_t = self._clock.strip_outer(line)
+        if outer_t is None:
+            outer_t = json_t
         self._lines += 1
         if not self._started:
             self.version += 1
@@ -269,6 +328,10 @@ class StartupLogParser(MemoryHandlers, ServingHandlers, EngramHandlers, ErrorHan
                 self._launch_at = t
         if self._tb is not None and self._traceback_continues(line):
             return events
+        if self._command_goes_on and self._command_continues(line):
+            return events
+        if self._tb is None and self._loose_frame(line):
+            return events
         if self._in_warning:
             if line[:1] in (" ", "\t"):  # the warning's source line or message continuation
                 return events
@@ -280,13 +343,25 @@ class StartupLogParser(MemoryHandlers, ServingHandlers, EngramHandlers, ErrorHan
             if needle in line:
                 self.version += 1
                 before = self._phases.phase
-                handler(self._clock.split(line, at, outer_t), events)
+                ln = self._clock.split(line, at, outer_t)
+                self._saw_time(ln.t)
+                handler(ln, events)
                 if self._from_launch is None:
                     self._tell_start(events)
                 if self._phases.phase != before:
                     events.append(f"phase:{self._phases.phase}")
                 break
+        if line[:1] not in (" ", "\t"):
+            self._loose = None  # frames without a traceback end at the next line
         return events
+
+    def _saw_time(self, t: float | None) -> None:
+        if t is None:
+            return
+        if self._earliest_t is None or t < self._earliest_t:
+            self._earliest_t = t
+        if self._latest_t is None or t > self._latest_t:
+            self._latest_t = t
 
     def _tell_start(self, events: list[str]) -> None:
         """Whether the log holds its server's launch: its first start-up line says."""
