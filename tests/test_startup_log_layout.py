@@ -274,3 +274,19 @@ def test_odd_json_records_never_raise(line: str) -> None:
     parser = StartupLogParser()
     parser.feed(line)
     parser.facts().to_dict()
+
+
+def test_a_message_that_names_the_module_is_no_launch() -> None:
+    lines = [*READY, ("", "'python -m sglang.launch_server' is still supported; see sglang serve")]
+    parser = StartupLogParser()
+    events = parser.feed_text(dress(lines, "datetime"))
+    f = parser.facts()
+    assert f.launches == 1 and "relaunch" not in events and f.ready and f.parallel == {
+        "tp_size": 1}
+
+
+def test_a_command_echoed_after_a_run_is_the_next_launch() -> None:
+    lines = [*READY, ("", "python -m sglang.launch_server --model-path m --tp 2")]
+    f = parse_startup_log(dress(lines, "datetime"))
+    assert f.launches == 2 and not f.ready and f.parallel == {"tp_size": 2}
+    assert f.parallel_from == {"tp_size": "launch command"}

@@ -18,6 +18,11 @@ class LayoutHandlers(LaunchState):
     """Reads a launch command's parallel flags; lays the ranks out."""
 
     def _on_command(self, ln: LogLine, events: list[str]) -> None:
+        # Only a command with flags (or lines to come) is one: a message that names the
+        # module is no launch.
+        if not parallel_layout.FLAG_WORD.search(ln.msg) \
+                and not ln.msg.rstrip().endswith("\\"):
+            return
         if self._phases.phase in FINAL and not self._is_late(ln.t):
             self._relaunch(ln, events)  # a command echoed after a run: the next launch
         self._command_lines = 0

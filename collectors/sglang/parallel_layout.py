@@ -29,6 +29,7 @@ _FLAG = re.compile(
                                        reverse=True))
     + r")(?:\s*=\s*|\s+)['\"]?(\d{1,6})['\"]?(?![\w.])"
 )
+FLAG_WORD = re.compile(r"(?<![\w-])--[a-z][\w-]*")  # any "--flag": a command, not a mention
 _DP_ATTENTION = re.compile(r"(?<![\w-])--enable-dp-attention\b")
 # A line that shows SGLang being launched: the module, the CLI, or the engine's entry.
 COMMAND_WORDS = ("sglang.launch_server", "sglang serve", "launch_server.py")

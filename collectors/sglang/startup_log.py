@@ -77,7 +77,7 @@ from collectors.startup_facts import StartupFacts
 # Events of a launch's first lines, and of later phases: the first of either that a log
 # shows tells whether it holds its server's launch.
 _LAUNCH_EVENTS = frozenset({"server_args", "model_defaults", "distributed_init_begin",
-                            "weights_begin", "memory_baseline"})
+                            "weights_begin", "memory_baseline", "launch_command"})
 _LATER_EVENTS = frozenset({
     "distributed_init_end", "weights_end", "kv_allocated", "kv_sizing", "kv_pool_end",
     "graphs_begin", "graphs_end", "scheduler_summary", "http_started", "http_running", "ready",

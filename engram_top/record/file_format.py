@@ -374,6 +374,8 @@ _STARTUP_SHAPES: dict[str, tuple[type, type | None]] = {
     "ranks": (dict, dict), "engram_layers": (dict, dict), "engram_tables": (list, dict),
     "errors": (list, dict), "pool_sizes": (dict, None), "decode": (dict, None),
     "prefill": (dict, None), "server_args": (dict, None), "engram_config": (dict, None),
+    "parallel": (dict, None), "parallel_from": (dict, None), "mamba_state": (dict, None),
+    "derived": (dict, None),
 }
 _STARTUP_NUMBERS = ("last_line_at", "max_total_num_tokens", "kv_capacity_tokens")
 
