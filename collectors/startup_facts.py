@@ -132,13 +132,6 @@ class RankFacts:
     # size: Y GB, ..": counts as printed, sizes under "<name>_gb" (GiB); their sum apart.
     mamba_state: dict[str, float | int] = field(default_factory=dict)
     mamba_state_gb: float | None = None
-    # Where this rank sits in each parallel dimension, as its log prefix or its assignment
-    # line says (SGLang's "DP1 PP0 TP3 EP3", vLLM's "Worker_PP1_TP0", "is assigned as DP
-    # rank .."); None where nothing says. The ranks dict's key is the GPU-wide rank.
-    dp_rank: int | None = None
-    pp_rank: int | None = None
-    tp_rank: int | None = None
-    ep_rank: int | None = None
     # vLLM (v0.21+) "Estimated CUDA graph memory: X GiB total", before capture: an estimate,
     # kept apart from what a capture line says it took (graph_mem_usage_gb).
     graph_estimate_gb: float | None = None
@@ -339,12 +332,6 @@ class StartupFacts:
     log_starts_after_launch: bool = False
     launches: int = 0  # launches this log holds; the facts are the latest one's
     notes: tuple[str, ...] = ()  # what the reader of these facts should be told
-    # Figures this reader worked out rather than read: field name -> how ("tp_size": "from
-    # the rank prefixes (TP0..TP7)"). A field absent here was stated by the log as is.
-    derived: dict[str, str] = field(default_factory=dict)
-    # The parallel sizes (tp, dp, pp, ep -> size): the server args' where the log dumps them,
-    # else a pasted launch command's, else the rank prefixes' (then named in derived).
-    parallel_sizes: dict[str, int] = field(default_factory=dict)
     # vLLM's "Maximum concurrency for N tokens per request: X.XXx": N and X as stated.
     max_concurrency: float | None = None
     max_concurrency_tokens: int | None = None

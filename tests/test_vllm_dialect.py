@@ -97,8 +97,11 @@ def test_a_failed_start_says_where_it_failed_and_why() -> None:
     before = GPU_V1.split("Available KV cache memory")[0].rsplit("\n", 1)[0]
     events = p.feed_text(before + "\n" + (ERAS / "failed-kv.log").read_text())
     f = p.facts()
-    assert "failed" in events and f.phase == "failed" and f.failed_in == "graphs"
+    # The log was compiling when the engine gave up; the words that follow say the KV cache
+    # did not fit, and that is the cause, not the generic first line.
+    assert "failed" in events and f.phase == "failed" and f.failed_in == "kv_pool"
     assert f.errors[0].fatal and "EngineCore failed to start" in f.errors[0].text
+    assert f.failure_cause.startswith("ValueError: No available memory for the cache blocks.")
     assert not f.ready
 
 
