@@ -19,6 +19,17 @@ allocated``: the ``<tag> memory calculation``, ``<tag> pool sizes``, ``<tag> SWA
 without a ``max_total_num_tokens=`` line the full pool is the capacity
 (:mod:`collectors.sglang.log_lines` reads their figures).
 
+A sliding-window (SWA) model logs a full and a SWA pool: its capacity is the full pool's
+("Use sliding window memory pool. full_layer_tokens=..", "SWAKVPool .. full size"), its KV
+total SWAKVPool's "mem usage"; a post-capture resize states the pool that serves; a Mamba
+model's state pool is apart (:mod:`collectors.sglang.hybrid_handlers`). Each figure says
+the line it came from, and derived ones say so.
+
+Ranks are keyed by every dimension their prefix names (``DP1 PP0 TP3 EP3``), in GPU order;
+the parallel sizes come from the ServerArgs, a pasted launch command, or the prefixes
+(derived) (:mod:`collectors.sglang.parallel_layout`). A shipper's JSON records
+(:mod:`collectors.sglang.json_lines`) and PyTorch's ``[rankN]:`` heads are taken off first.
+
 The facts and their units (SGLang's "GB" is GiB) are in :mod:`collectors.startup_facts`.
 
 Times: give ``at`` for every line or for none: the two clocks are not comparable.
@@ -35,9 +46,15 @@ Python warnings (``path.py:71: UserWarning: ..`` and their indented continuation
 skipped: they are neither errors nor facts.
 
 Failures: a traceback (its frames name the phase it came from: model_runner's
-``load_model``, ``init_memory_pool``, the graph capture...), a bare ``SomeError: ..`` line,
-``CUDA Error: ..``, SGLang's "Received sigquit from a child process", an out-of-memory
-message or a KV pool sized below zero. Before "ready" they are fatal.
+``load_model``, ``init_memory_pool``, the graph capture...; frames printed without their
+"Traceback" line too), a bare ``SomeError: ..`` line, ``CUDA error: ..`` (no kernel image),
+"Capture cuda graph failed", SGLang's "Received sigquit from a child process" and "SIGQUIT
+received .. one child failed", a scheduler that died, NCCL's watchdog timeouts, an
+out-of-memory message or a KV pool sized below zero. Before "ready" they are fatal; the
+phase is what the frames or the text name, else the one under way, and the cause is one
+line (a child's own error wins over the "one child failed" that announced it). Lines out
+of order (a begin after its end, a rank's lines flushed late) never start a new launch
+nor run the timeline backwards.
 
 Shutdown: ``SIGTERM received``, ``Gracefully exiting``, uvicorn's ``Shutting down`` and
 ``Waiting for application shutdown``/``Application shutdown complete`` set ``stopping_at``
