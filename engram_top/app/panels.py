@@ -24,7 +24,7 @@ from collectors.units import (
     sglang_gb,
     tokens,
 )
-from engram_top.app import hicache_rows, ledger_rows
+from engram_top.app import hicache_rows, ledger_rows, pool_rows
 from engram_top.app.gpu_table import gpu_table, server_hbm, server_hbm_line, throttle_lines
 from engram_top.app.panel_text import (
     LABEL_WIDTH,
@@ -183,6 +183,7 @@ def kv_panel(store: RunStore, rows: int | None = None,
             f"{wait} · cache hit {percent(hit, 1)}{since}",
             f"{wait} · hit {percent(hit, 0)}{since}", wait)))))
     out += hicache_rows.kv_rows(store, cols)  # the host tier, where the server has one
+    out += pool_rows.kv_rows(store, kv, cols)  # Mamba state, paused and aborted, where reported
     out.append((5, row("trend", sparkline(_series(store, "token_usage")))))
     out += [(2, line) for line in unavailable(kv.unavailable)]
     out += [(2 if i == 0 else 4, Text(problem, style="yellow", no_wrap=True,
