@@ -7,13 +7,15 @@ timestamps (--log-timestamps), and paused requests (/pause_generation)."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from helpers import ServerSpec, SimServer, wait_until
+from helpers import ENGRAM_TOP, ServerSpec, SimServer, wait_until
 
 from collectors import promtext
 from collectors.sglang.collector import canonical
@@ -58,16 +60,19 @@ def ended(server: SimServer) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "extra", "phase", "words"), [
-    ("sigquit", (), "weights", "It usually means one child failed."),
-    ("sigquit", ("--fail-at", "kv_pool"), "kv_pool", "It usually means one child failed."),
+@pytest.mark.parametrize(("kind", "extra", "phase", "words", "cause"), [
+    ("sigquit", (), "weights", "It usually means one child failed.", "SafetensorError"),
+    ("sigquit", ("--fail-at", "kv_pool"), "kv_pool", "It usually means one child failed.",
+     "Not enough memory"),
     ("no-kernel-image", (), "graphs",
-     "CUDA error: no kernel image is available for execution on the device"),
-    ("oom-kv-pool", ("--fail-at", "kv_pool"), "kv_pool", "torch.OutOfMemoryError"),
+     "CUDA error: no kernel image is available for execution on the device",
+     "no kernel image is available"),
+    ("oom-kv-pool", ("--fail-at", "kv_pool"), "kv_pool", "torch.OutOfMemoryError",
+     "CUDA out of memory"),
 ])
 def test_each_failure_kind_ends_the_start_up_in_its_own_words(
         launch: list[SimServer], tmp_path: Path, kind: str, extra: tuple[str, ...],
-        phase: str, words: str) -> None:
+        phase: str, words: str, cause: str) -> None:
     text = ended(start(launch, tmp_path, kind, "--fail-as", kind, *extra))
     assert words in text
     # The server's words end it: no line of the simulator's own.
@@ -77,8 +82,9 @@ def test_each_failure_kind_ends_the_start_up_in_its_own_words(
     fatal = [e for e in facts.errors if e.fatal and e.exception]
     assert fatal, facts.errors
     # The phase the text gives, its stack frames included; the cause in one line.
-    assert fatal[0].phase == phase
-    assert "\n" not in fatal[0].exception
+    assert fatal[0].phase == phase and facts.failed_in == phase
+    assert facts.failure_cause is not None and cause in facts.failure_cause
+    assert "\n" not in facts.failure_cause
 
 
 @pytest.mark.slow
@@ -108,7 +114,9 @@ def test_an_nccl_watchdog_timeout_behind_container_timestamps(
     assert any("Timeout at NCCL work: 1" in line for line in watchdog)
     assert "Load weight begin" not in text  # it died in the distributed init
     facts = parse_startup_log(text)
-    assert facts.phase == "failed"
+    assert facts.phase == "failed" and facts.failed_in == "distributed_init"
+    assert facts.failure_cause is not None and "Watchdog caught collective operation " \
+        "timeout" in facts.failure_cause
 
 
 @pytest.mark.parametrize(("argv", "says"), [
@@ -150,7 +158,12 @@ def test_a_hybrid_swa_pool_in_two_pipeline_stages(launch: list[SimServer],
     facts = parse_startup_log(text)
     # The capacity is the full pool's, as the server says it is.
     assert facts.kv_capacity_tokens == info["max_total_num_tokens"] == PLAN.kv_tokens
-    assert facts.server_args is not None and facts.server_args.pp_size == 2
+    assert facts.pool_sizes == {"full": PLAN.kv_tokens, "swa": swa}
+    assert facts.parallel["pp_size"] == 2 and facts.parallel["tp_size"] == 2
+    # Two stages of TP2: four ranks, PP0 TP0 and PP1 TP0 apart.
+    assert sorted(f.label for f in facts.ranks.values()) == [
+        "PP0 TP0", "PP0 TP1", "PP1 TP0", "PP1 TP1"]
+    assert all(f.kv_tokens == PLAN.kv_tokens for f in facts.ranks.values())
 
 
 @pytest.mark.slow
@@ -176,7 +189,12 @@ def test_a_mamba_state_beside_the_kv_cache_with_dp_attention(launch: list[SimSer
     assert names == [f"sglang::scheduler_DP{r}_TP{r}_EP{r}" for r in range(REF.gpus)]
     facts = parse_startup_log(text)
     assert facts.kv_capacity_tokens == info["max_total_num_tokens"]
-    assert facts.server_args is not None and facts.server_args.dp_size == 4
+    assert facts.parallel["dp_size"] == 4 and facts.parallel["ep_size"] == 4
+    assert sorted(f.label for f in facts.ranks.values()) == [
+        f"DP{r} TP{r} EP{r}" for r in range(REF.gpus)]
+    for f in facts.ranks.values():
+        assert f.mamba_state["max_mamba_cache_size"] == PLAN.pools.max_num_reqs + 1
+        assert f.mamba_state_gb == pytest.approx(state_gib, abs=0.011)
 
 
 # --------------------------------------------------------------------------- paused, aborted
@@ -211,6 +229,11 @@ def test_paused_requests_and_aborted_ones_on_the_metrics_page(launch: list[SimSe
             c.post("/pause_generation").raise_for_status()
             wait_until(lambda: _gauge(server, "sglang:num_paused_reqs") == [1.0] * REF.gpus,
                        10.0, "the running request counted as paused")
+            # inspect-metrics on the live page, as a user runs it: the paused count.
+            done = subprocess.run([*ENGRAM_TOP, "inspect-metrics", f"{server.url}/metrics"],
+                                  capture_output=True, text=True, timeout=30)
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["gauges"]["num_paused_reqs"] == 1.0
         # Its client went away while paused: aborted, and counted so.
         wait_until(lambda: _gauge(server, "sglang:num_aborted_requests_total") == [1.0], 10.0,
                    "the abort counted")
