@@ -16,7 +16,8 @@ _ARGS = re.compile(r"non-default args: (\{.*\})\s*$")
 _NAMESPACE = re.compile(r"\bargs: (Namespace\(.*\))\s*$")
 _CONFIG = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v?[\w.+-]+\) with config: (.*)$")
 _PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,\s][^,]*?)(?=,\s*\w+=|$)")
-_COMMAND = re.compile(r"(?:^|[\s$#>])(?:vllm serve\s|\S*python\S*\s+-m\s+vllm\.entrypoints\.\S+)")
+# Where a pasted command starts: ``vllm serve``, or the module a ``python -m`` runs.
+_COMMAND_STARTS = ("vllm serve ", "-m vllm.entrypoints.")
 # Flags of a command, with their short forms, by the name vLLM's args dump uses.
 FLAGS = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size",
          "-dp": "data_parallel_size", "-ep": "enable_expert_parallel",
@@ -64,13 +65,14 @@ def engine_config(msg: str) -> dict[str, object] | None:
 
 def command(msg: str) -> dict[str, object] | None:
     """A pasted launch command's flags, by the args dump's names; None for no command."""
-    m = _COMMAND.search(msg[:MAX_TEXT])
-    if m is None:
+    text = msg[:MAX_TEXT]
+    start = min((i for i in (text.find(w) for w in _COMMAND_STARTS) if i >= 0), default=-1)
+    if start < 0:
         return None
     try:
-        words = shlex.split(msg[m.start():MAX_TEXT].replace("\\\n", " "), posix=True)
+        words = shlex.split(text[start:].replace("\\\n", " "), posix=True)
     except ValueError:  # an unclosed quote: the words as they stand
-        words = msg[m.start():MAX_TEXT].split()
+        words = text[start:].split()
     out: dict[str, object] = {}
     if "serve" in words:
         after = words[words.index("serve") + 1:]
