@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.startup_facts import StartupFacts
+from collectors.startup_facts import PHASES, StartupFacts
 from collectors.vllm.startup_log import VllmLogParser
 from engram_top.cli.commands import main as engram_top_main
 
@@ -406,3 +406,22 @@ def test_inspect_log_prints_every_new_field(tmp_path: Path,
     assert out["parallel"] == {"tp_size": 1, "pp_size": 2}
     assert "ranks.graph_mem_usage_gb" in out["derived"]
     assert out["kv_capacity_from"] == "max seq len .. can be stored in KV cache (N)"
+
+
+@pytest.mark.parametrize("hostile", [
+    "python" * 20000, "vllm serve " * 10000, "-m vllm.entrypoints. --tp" * 4000,
+    "model weights take " * 5000, "x=1GiB " * 20000, "(" + "a" * 100000,
+    "(a pid=1" + ", b=c" * 20000, "12:00:00 " * 10000, "[rank1]:[E" + "1" * 100000,
+    "rank 1 in world size 2 is assigned as " + "DP rank 99999999999, " * 5000,
+    '{"log": ' * 5000, '{"log": 5, "time": "2026-99-99T99:99:99Z"}', "\x00\x1b[31m\udcff",
+    "INFO 13-45 25:61:61 [x.py:1] GPU KV cache size: 12 tokens",
+    "Maximum concurrency for " + "9" * 5000 + " tokens per request: 1e400x",
+], ids=lambda text: repr(text[:24]))
+def test_hostile_lines_neither_raise_nor_make_up_figures(hostile: str) -> None:
+    p = VllmLogParser()
+    for _ in range(3):
+        p.feed(hostile)
+    f = p.facts()
+    assert f.phase in PHASES and f.errors == ()
+    assert all(r.weights_gb is None for r in f.ranks.values())
+    assert all(v > 0 for v in f.parallel.values())
