@@ -425,3 +425,16 @@ def test_hostile_lines_neither_raise_nor_make_up_figures(hostile: str) -> None:
     assert f.phase in PHASES and f.errors == ()
     assert all(r.weights_gb is None for r in f.ranks.values())
     assert all(v > 0 for v in f.parallel.values())
+
+
+def test_a_worker_and_its_engine_core_are_one_rank_and_a_zero_stays_zero() -> None:
+    f = read([line("Model loading took 0.0 GiB and 1 seconds", 0, "Worker_TP0 pid=10"),
+              line("Model loading took 7.5 GiB and 1 seconds", 0, "Worker_TP1 pid=11"),
+              line("Available KV cache memory: 0.0 GiB", 1, "Worker_TP0 pid=10"),
+              line("GPU KV cache size: 1,024 tokens", 2, "EngineCore_DP0 pid=9"),
+              line("Model loading took 3.0 GiB and 1 seconds", 3, "EngineCore_DP0 pid=9")])
+    # The engine core's lines are rank 0's (DP0, no TP named): its weights line does not
+    # overwrite the worker's stated 0.0, and the token count joins the worker's figures.
+    assert f.ranks[0].weights_gb == 0.0 and f.ranks[0].kv_total_gb == 0.0
+    assert f.ranks[0].kv_tokens == 1024 and f.kv_capacity_tokens == 1024
+    assert f.ranks[1].weights_gb == 7.5 and f.ranks[1].kv_tokens is None

@@ -103,7 +103,8 @@ def _ranks(s: LogState, book: RankBook, tp: int, pp: int,
 
 def _fill(into: RankFigures, other: RankFigures) -> None:
     for name in RankFigures.__dataclass_fields__:
-        if getattr(into, name) in (None, {}, False):
+        value = getattr(into, name)  # unset: None, an empty profile, a False flag (not 0.0)
+        if value is None or value is False or (isinstance(value, dict) and not value):
             setattr(into, name, getattr(other, name))
 
 
