@@ -251,11 +251,15 @@ def test_the_hbm_panel_shows_health_within_half_of_100_columns() -> None:
         "3   140.9 █████░ 140.6  93% 64    643 1.71 GB",
         "throttled sw_power_cap: GPU 1,2",
     ]
-    # Taller: each reason on a line of its own where both do not fit one, then the legend.
+    # Taller: each reason on a line of its own where both do not fit one, then the weights
+    # per GPU whole (the headline figure), then the legend and the ledger's other holders.
     lines = [line.plain for line in hbm_panel(store, rows=8, cols=46).renderables]
     assert lines[5:] == ["throttled sw_power_cap: GPU 1,2",
                          "throttled hw_thermal_slowdown: GPU 2",
-                         "■ reserved 0.5 ■ other ■ this server · 179 GiB"]
+                         "weights 72.201 · KV 59.47 · graphs 1.20 GB"]
+    lines = [line.plain for line in hbm_panel(store, rows=12, cols=46).renderables]
+    assert lines[8:] == ["■ reserved 0.5 ■ other ■ this server · 179 GiB",
+                         "GPU0 python (pid 999) 0.5 · ? 6.9", "GPU2 python (pid 999) 0.5 · ? 8.5"]
     # Limits that differ cannot go in the header: each GPU's, with a shorter bar.
     gpus[3] = dataclasses.replace(gpus[3], power_limit_w=700.0)
     store.add("gpu", Reading("nvml", Status.OK, GpuData("580.95.05", tuple(gpus)), at=NOW))
