@@ -438,3 +438,28 @@ def test_a_worker_and_its_engine_core_are_one_rank_and_a_zero_stays_zero() -> No
     assert f.ranks[0].weights_gb == 0.0 and f.ranks[0].kv_total_gb == 0.0
     assert f.ranks[0].kv_tokens == 1024 and f.kv_capacity_tokens == 1024
     assert f.ranks[1].weights_gb == 7.5 and f.ranks[1].kv_tokens is None
+
+
+@pytest.mark.parametrize("record", [
+    {"log": "{line}\n", "stream": "stderr", "time": "2026-07-12T02:00:05.5Z"},
+    {"message": "{line}", "timestamp": "2026-07-12T02:00:05.500+00:00", "level": "info"},
+    {"MESSAGE": "{line}", "__REALTIME_TIMESTAMP": "1783821605500000", "_PID": "7"},
+    {"jsonPayload": {"message": "{line}"}, "timestamp": "2026-07-12T02:00:05.5Z"},
+    {"textPayload": "{line}", "timestamp": "2026-07-12T02:00:05.5Z"},
+    {"msg": "{line}", "ts": 1783821605.5},
+], ids=["docker", "shipper", "journald", "cloud-json", "cloud-text", "epoch"])
+def test_json_records_of_every_shipper_are_read_with_their_time(record: dict) -> None:
+    def as_json(msg: str, second: int) -> str:
+        r = json.loads(json.dumps(record).replace("{line}", msg.replace('"', '\\"')))
+        return json.dumps(r).replace("05.5", f"{second:02d}.5").replace(
+            "1783821605", str(1783821600 + second))
+    f = read([as_json("(Worker_TP1 pid=9) INFO 07-12 02:00:05 [w.py:1] Starting to load "
+                      "model m...", 5),
+              as_json("(Worker_TP1 pid=9) INFO 07-12 02:00:35 [w.py:1] Model loading took "
+                      "4.25 GiB and 30 seconds", 35)])
+    assert f.ranks[1].weights_gb == 4.25 and f.ranks[1].label == "TP1"
+    assert f.timeline[0].phase == "weights"
+    assert f.launch_at is not None and f.last_line_at - f.launch_at == pytest.approx(30)
+    # A JSON object that is no shipper's record is the line itself.
+    g = read(['{"model": "m", "tensor_parallel_size": 2}'])
+    assert g.errors == () and g.ranks == {}
