@@ -326,3 +326,42 @@ async def test_a_launch_s_host_delta_is_the_host_ram_panel_s() -> None:
         store.bump("run")
         await until(pilot, lambda: host_delta_shown(app, "host-prefetch")[1] == "+17.5 GiB",
                     5, "the row to show the run's figure")
+
+
+async def test_the_events_line_puts_errors_and_new_alerts_first_a_line_each() -> None:
+    """Four alerts, each longer than the screen is wide, in two rows: the error first, then
+    the newest warning, cut to their line (a wrapped alert hid the ones after it), and the
+    rest counted by name on the last row."""
+    from engram_top.alerts.monitor import Alert
+
+    session = StaticSession(scene_store())
+    tail = " and more words" * 20
+    session.store.alerts = {
+        "kv": Alert("kv", "warning", "KV pool 96% used (> 90%)" + tail, WALL - 60, NOW - 60),
+        "slo": Alert("slo", "warning", "p99 TTFT 19.8 s: past [slo]" + tail, WALL - 50,
+                     NOW - 50),
+        "hicache-drops": Alert("hicache-drops", "warning", "HiCache dropped 181 tokens/s"
+                               + tail, WALL - 10, NOW - 10),
+        "xid:gpu1": Alert("xid:gpu1", "error", "GPU 1 XID 79: fallen off the bus" + tail,
+                          WALL - 5, NOW - 5),
+    }
+    app = EngramTopApp(session, clock=lambda: NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        def rows() -> list[str]:
+            return [s.text for s in app.query_one("#events").render_lines(
+                app.query_one("#events").region.reset_offset)]
+
+        await until(pilot, lambda: "GPU 1 XID 79" in "".join(rows()),
+                    what="the alerts on the events line")
+        shown = [r.strip() for r in rows() if r.strip()]
+        # The scene's two placements have figures: the verdict strip takes a row of two.
+        assert app.screen.has_class("-verdict") and len(shown) == 1
+        assert shown[0].startswith("(+3 more: s writes all)")
+        assert "⚠ GPU 1 XID 79" in shown[0] and shown[0].endswith("…")
+        app.screen.remove_class("-verdict")
+        app.query_one("#events").update(app._events(session.store))
+        await until(pilot, lambda: len([r for r in rows() if r.strip()]) == 2,
+                    what="two rows of alerts")
+        first, second = [r.strip() for r in rows() if r.strip()]
+        assert "⚠ GPU 1 XID 79" in first and first.endswith("…")
+        assert second.startswith("(+2 more: s writes all)") and "HiCache dropped 181" in second

@@ -420,19 +420,23 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
                          lambda go: self.control(verb, exc.scenario, True) if go else None)
 
     def _events(self, store: RunStore) -> Text:
-        """Active alerts first, then the latest events, each with its time."""
-        text = Text()
-        alerts = sorted(store.alerts.values(), key=lambda a: a.since)
-        for alert in alerts:
-            text.append(time.strftime("%H:%M:%S ", time.localtime(alert.since)), style="dim")
-            style = "bold red" if alert.severity == "error" else "bold yellow"
-            text.append(f"⚠ {visible(alert.message)}\n", style=style)
-        events = list(store.events)[-(2 - len(alerts)):] if len(alerts) < 2 else []
-        for e in events:
-            style = {"error": "red", "warning": "yellow"}.get(e.level, "")
-            text.append(time.strftime("%H:%M:%S ", time.localtime(e.wall)), style="dim")
-            text.append(visible(e.text[:160]) + "\n", style=style)
-        return text
+        """Active alerts first, errors before warnings and the newest first, a line each
+        (cut to the line, never wrapped: a long alert hid the ones after it); what does not
+        fit is counted. Then the latest events in the lines left, each with its time."""
+        rows = 1 if self.screen.has_class("-verdict") else 2  # app.tcss: the strip takes one
+        alerts = sorted(store.alerts.values(), key=lambda a: (a.severity != "error", -a.since))
+        shown, hidden = alerts[:rows], len(alerts[rows:])
+        lines = [Text.assemble(
+            (f"(+{hidden} more: s writes all) " if hidden and i == len(shown) - 1 else "",
+             "yellow"),
+            (time.strftime("%H:%M:%S ", time.localtime(a.since)), "dim"),
+            (f"⚠ {visible(a.message)}", "bold red" if a.severity == "error" else "bold yellow"))
+            for i, a in enumerate(shown)]
+        for e in list(store.events)[-(rows - len(lines)):] if len(lines) < rows else []:
+            lines.append(Text.assemble((time.strftime("%H:%M:%S ", time.localtime(e.wall)),
+                                        "dim"), (visible(e.text[:160]), {
+                                            "error": "red", "warning": "yellow"}.get(e.level, ""))))
+        return Text("\n").join(lines)  # each cut to its line by app.tcss
 
     # ------------------------------------------------------------------ which keys apply
     def _applies(self, action: str) -> bool:
