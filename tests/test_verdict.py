@@ -13,6 +13,7 @@ from helpers import StaticSession, screen_text, until
 
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp
+from engram_top.app.verdict_strip import VerdictStrip, strip_text, strip_verdict
 from engram_top.compare.comparison import compare
 from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import WARM_REQUESTS, comparison, from_file, own_column, warming_up
@@ -235,5 +236,93 @@ async def test_no_strip_for_one_scenario() -> None:
         await until(pilot, lambda: "device" in screen_text(app), what="the dashboard")
         await pilot.pause()
         assert "verdict vs" not in screen_text(app)
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, what="the app to quit")
+
+
+# ----------------------------------------------------------------------------- the strip's width
+
+_AXES = ("KV", "RAM", "TTFT", "TPOT", "tok/s", "good")
+_LONG_AXES = ("KV", "host RAM", "TTFT", "TPOT", "tok/s", "goodput")
+_NAMES = ("device", "host-prefetch", "host-offload-nvme")
+
+
+def _every_axis(kv: int, host: float, ttft: float) -> RunFigures:
+    return RunFigures(gpus=4, kv_tokens=kv, host_delta_gib=host, ttft_mean_s=ttft,
+                      itl_mean_s=0.028, output_tok_s=190.0, goodput_rps=2.5,
+                      window_s=30.0, window_requests=400, served_s=60.0)
+
+
+def _wide_store(count: int) -> RunStore:
+    store = RunStore()
+    for i, name in enumerate(_NAMES[:count]):
+        store.set_run(facts(name, _every_axis(11_840_000 * (1 + i), 2.0 + 40 * i, 0.35 + i / 10)))
+    return store
+
+
+def _shown(line: str) -> dict[str, str]:
+    """Each scenario on the strip's line and the text after its name, up to the next."""
+    out = {}
+    for part in line.split(" · ")[1:]:
+        name, sep, rest = part.partition(": ")
+        if sep and name in _NAMES:
+            out[name] = rest
+    return out
+
+
+def _whole(rest: str) -> bool:
+    """A scenario's axes, each with its mark, long names or short, none cut."""
+    return rest.split() in ([w for a in axes for w in (*a.split(), "?" if a != "KV" else "▲")]
+                            for axes in (_AXES, _LONG_AXES))
+
+
+def test_the_strip_gives_up_its_legend_then_long_names_then_scenarios() -> None:
+    def line(count: int, width: int | None) -> str:
+        found = strip_verdict(_wide_store(count))
+        assert found is not None
+        return strip_text(found, width).plain
+
+    full = line(3, None)
+    assert full.endswith("· ▲ wins ▼ loses ≈ same ? one run … warming up · c: details")
+    long_axes = "KV ▲ host RAM ? TTFT ? TPOT ? tok/s ? goodput ?"
+    short_axes = "KV ▲ RAM ? TTFT ? TPOT ? tok/s ? good ?"
+    two = f"verdict vs device · host-prefetch: {long_axes}"
+    assert line(2, len(two) + len(" · c: details")) == two + " · c: details"
+    assert line(2, len(two) + 12) == f"verdict vs device · host-prefetch: {short_axes} · c: details"
+    three = f"verdict vs device · host-prefetch: {short_axes} · host-offload-nvme: {short_axes}"
+    assert line(3, len(three)) == three
+    assert line(3, len(three) - 1) == f"verdict vs device · host-prefetch: {short_axes} · +1 (c)"
+    for width in range(40, 200):  # every width: within it, and each shown scenario whole
+        text = line(3, width)
+        shown = _shown(text)
+        assert len(text) <= width or list(shown) == ["host-prefetch"], (width, text)
+        assert all(_whole(rest.split(" · ")[0]) for rest in shown.values()), (width, text)
+
+
+@pytest.mark.parametrize("size", [(100, 30), (160, 48)])
+@pytest.mark.parametrize("count", [2, 3])
+async def test_the_strip_fits_its_width_with_each_scenario_s_axes_whole(
+        size: tuple[int, int], count: int) -> None:
+    app = EngramTopApp(StaticSession(_wide_store(count)))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: "verdict vs device" in screen_text(app), what="the strip")
+        await pilot.pause()
+        strip = app.query_one(VerdictStrip)
+        line = strip.render_line(0).text.strip()
+        assert line in screen_text(app)
+        assert len(line) <= strip.content_size.width and not line.endswith("…")
+        shown = _shown(line)
+        hidden = count - 1 - len(shown)
+        assert list(shown) == list(_NAMES[1:1 + len(shown)]) and shown, line
+        for name, rest in shown.items():
+            assert _whole(rest.split(" · ")[0]), (name, line)  # every axis and its mark
+        if hidden:
+            assert line.endswith(f"· +{hidden} (c)")
+        else:
+            assert line.endswith(("c: details", "good ?", "goodput ?"))
+        # What each size shows: 100 columns, two scenarios with long names and the way to
+        # the details, three with the first and +1; 160 columns, all with their names.
+        expected = {(100, 2): 1, (100, 3): 1, (160, 2): 1, (160, 3): 2}[(size[0], count)]
+        assert len(shown) == expected, line
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running, what="the app to quit")

@@ -13,7 +13,14 @@ from textual.widgets import Static
 from collectors.safetext import visible
 from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import comparison
-from engram_top.compare.verdict import NO_INTERVAL, NOT_MEASURED, WARMING_UP, Verdict, verdict
+from engram_top.compare.verdict import (
+    NO_INTERVAL,
+    NOT_MEASURED,
+    WARMING_UP,
+    Finding,
+    Verdict,
+    verdict,
+)
 from engram_top.model.store import RunStore
 
 
@@ -26,29 +33,57 @@ def strip_verdict(store: RunStore, extra: Sequence[RunResult] = ()) -> Verdict |
     return verdict(c, warming=c.warming)
 
 
-# The axes in the strip's few letters (compare.verdict's keys).
-_SHORT = {"kv_capacity": "KV", "host_ram": "host RAM", "ttft": "TTFT", "tpot": "TPOT",
-          "throughput": "tok/s", "goodput": "goodput"}
+# The axes as the strip names them (compare.verdict's keys), and in fewer letters where the
+# line is too narrow for every scenario's axes.
+_LONG = {"kv_capacity": "KV", "host_ram": "host RAM", "ttft": "TTFT", "tpot": "TPOT",
+         "throughput": "tok/s", "goodput": "goodput"}
+_SHORT = {**_LONG, "host_ram": "RAM", "goodput": "good"}
+LEGEND = " · ▲ wins ▼ loses ≈ same ? one run … warming up · c: details"
+DETAILS = " · c: details"
 
 
-def strip_text(found: Verdict) -> Text:
+def strip_text(found: Verdict, width: int | None = None) -> Text:
     """"verdict vs device · host-prefetch: KV ▲ host RAM ? TTFT … · c: details": each
-    scenario, each axis it was measured on with its mark (Finding.mark)."""
+    scenario, each axis it was measured on with its mark (Finding.mark), in ``width`` cells
+    (None: no limit) with every shown scenario's axes whole. Too wide, it gives up in this
+    order: the legend, "c: details", the axes' long names, then the last scenarios ("+2 (c)":
+    the compare screen has them all)."""
+    groups = _by_scenario(found)
+    tries = [(_LONG, LEGEND), (_LONG, DETAILS), (_SHORT, DETAILS), (_SHORT, "")]
+    text = Text()
+    for names, tail in tries:
+        text = _line(found, groups, names, tail)
+        if width is None or text.cell_len <= width:
+            return text
+    for shown in range(len(groups) - 1, 0, -1):
+        text = _line(found, groups[:shown], _SHORT, f" · +{len(groups) - shown} (c)")
+        if text.cell_len <= width:
+            return text
+    return text  # even one scenario is too wide (a long name): the line's ellipsis cuts it
+
+
+def _by_scenario(found: Verdict) -> list[tuple[str, list[Finding]]]:
+    """The measured findings scenario by scenario (they come axis by axis), each in the
+    axes' order."""
+    groups: dict[str, list[Finding]] = {}
+    for f in found.findings:
+        if f.outcome != NOT_MEASURED:
+            groups.setdefault(f.evidence.scenario, []).append(f)
+    return list(groups.items())
+
+
+def _line(found: Verdict, groups: Sequence[tuple[str, Sequence[Finding]]],
+          names: dict[str, str], tail: str) -> Text:
     text = Text("verdict", style="bold")
     text.append(f" vs {visible(found.baseline)}")
-    scenario = None
-    order = list(dict.fromkeys(f.evidence.scenario for f in found.findings))
-    # Scenario by scenario (the findings come axis by axis), each in the axes' order.
-    for f in sorted(found.findings, key=lambda f: order.index(f.evidence.scenario)):
-        if f.outcome == NOT_MEASURED:
-            continue
-        if f.evidence.scenario != scenario:
-            scenario = f.evidence.scenario
-            text.append(f" · {visible(scenario)}:", style="bold")
-        style = "yellow" if f.outcome in (WARMING_UP, NO_INTERVAL) else \
-            "green" if f.winner == f.evidence.scenario else "red" if f.winner else "dim"
-        text.append(f" {_SHORT.get(f.evidence.axis, f.evidence.axis)} {f.mark}", style=style)
-    text.append(" · ▲ wins ▼ loses ≈ same ? one run … warming up · c: details", style="dim")
+    for scenario, findings in groups:
+        text.append(f" · {visible(scenario)}:", style="bold")
+        for f in findings:
+            style = "yellow" if f.outcome in (WARMING_UP, NO_INTERVAL) else \
+                "green" if f.winner == scenario else "red" if f.winner else "dim"
+            text.append(f" {names.get(f.evidence.axis, f.evidence.axis)} {f.mark}", style=style)
+    if tail:
+        text.append(tail, style="dim")
     return text
 
 
@@ -60,6 +95,7 @@ class VerdictStrip(Static):
     def __init__(self, **kw: str) -> None:
         super().__init__(**kw)
         self._seen: tuple[int, ...] | None = None
+        self._found: Verdict | None = None
 
     def refresh_from(self, store: RunStore, extra: Sequence[RunResult]) -> None:
         seen = store.version("run", "server")
@@ -69,5 +105,14 @@ class VerdictStrip(Static):
         found = strip_verdict(store, extra)
         self.set_class(found is not None, "-shown")
         self.screen.set_class(found is not None, "-verdict")
-        if found is not None:
-            self.update(strip_text(found))
+        self._found = found
+        self._fit()
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        """The verdict's line at the strip's width (a line that does not fit gives up its
+        legend, then long names, then scenarios: never an axis cut in half)."""
+        if self._found is not None and self.content_size.width > 0:
+            self.update(strip_text(self._found, self.content_size.width), layout=False)
