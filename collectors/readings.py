@@ -178,6 +178,11 @@ class Quantiles:
     p50_under: bool = False
     p99_under: bool = False
     first_bound: float | None = None
+    # The spread of the window's observations (a standard deviation about ``mean``), from
+    # the bucket counts (windowed.bucket_sd); None where it cannot be told. ``over``: the
+    # observations above the highest finite bound, whose spread nobody knows.
+    sd: float | None = None
+    over: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,41 @@ def first_bound(buckets: Sequence[tuple[float, float]]) -> float | None:
     return low if low is not None and low > 0 else None
 
 
+def bucket_sd(buckets: Sequence[tuple[float, float]], mean: float) -> float | None:
+    """The sample standard deviation about ``mean`` (the exact sum/count) of the
+    observations in cumulative ``(upper bound, count)`` buckets: each bucket's observations
+    at its midpoint, plus the spread within it as a uniform one (width^2 / 12); the lowest
+    bucket starts at 0 (latencies), as histogram_quantile takes it. Measured about the exact
+    mean rather than the midpoints' mean, it can only come out larger (the gap between the
+    two means is added in), never narrower than the buckets allow. None with fewer than two
+    observations, a missing +Inf bucket, or any observation above the highest finite bound
+    (an open bucket: its spread is unknown)."""
+    bs = sorted(buckets)
+    if len(bs) < 2 or bs[-1][0] != math.inf or _over(bs) > 0:
+        return None
+    total, square, low, below = 0.0, 0.0, 0.0, 0.0
+    for bound, cumulative in bs[:-1]:
+        n = max(0.0, cumulative - below)  # a dip across a non-atomic scrape counts none
+        below = max(below, cumulative)
+        lo = min(low, bound)
+        if n > 0:
+            mid, width = (lo + bound) / 2, bound - lo
+            square += n * ((mid - mean) ** 2 + width * width / 12)
+            total += n
+        low = bound
+    if total < 2 or not math.isfinite(square):
+        return None
+    return math.sqrt(square / (total - 1))
+
+
+def _over(buckets: Sequence[tuple[float, float]]) -> float:
+    """Observations above the highest finite bound (in the +Inf bucket alone)."""
+    bs = sorted(buckets)
+    if len(bs) < 2 or bs[-1][0] != math.inf:
+        return 0.0
+    return max(0.0, bs[-1][1] - max(c for _, c in bs[:-1]))
+
+
 def _under(value: float | None, first: float | None) -> bool:
     return value is not None and first is not None and value < first
 
@@ -175,9 +210,11 @@ class WindowedHistogram:
         p50, p50_over = quantile_bound(0.5, d.buckets)
         p99, p99_over = quantile_bound(0.99, d.buckets)
         first = first_bound(d.buckets)
+        over = _over(d.buckets)
         return Quantiles(p50=p50, p99=p99, mean=mean, count=d.count,
                          p50_over=p50_over, p99_over=p99_over, first_bound=first,
-                         p50_under=_under(p50, first), p99_under=_under(p99, first))
+                         p50_under=_under(p50, first), p99_under=_under(p99, first),
+                         sd=None if mean is None else bucket_sd(d.buckets, mean), over=over)
 
 
 class WindowedRate:

@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import PurePath
 
+from engram_top.compare import live_interval
 from engram_top.compare.comparison import Comparison, compare
 from engram_top.compare.measures import Registry
 from engram_top.compare.run_result import THROTTLED, RunResult
@@ -109,7 +110,40 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
     more = {} if metrics is None else {"metrics": metrics}  # else compare's own default
     c = compare(results, baseline, reference=reference,
                 price_per_gpu_hour=price_per_gpu_hour, **more)
-    return dataclasses.replace(c, **live_windows(runs))
+    return within_windows(dataclasses.replace(c, **live_windows(runs)), runs)
+
+
+def within_windows(c: Comparison, runs: Sequence[RunFacts]) -> Comparison:
+    """The comparison with an interval on the mean TTFT's delta of each live scenario
+    measured by one run, against a baseline measured by one, from within their windows
+    (compare.live_interval); where an open bucket stops one, its window says why. Repeated runs keep
+    their trial-level intervals."""
+    alone = {}
+    for run in runs:
+        if run.results.measured():
+            alone[run.scenario] = None if run.scenario in alone else run.results
+    base = alone.get(c.baseline)
+    row = next((r for r in c.rows if r.metric.key == "ttft_mean_ms"), None)
+    if base is None or row is None or c.trials.get(c.baseline) != 1 \
+            or (base_cell := row.cells.get(c.baseline)) is None or base_cell.mean is None:
+        return c
+    cells, windows = dict(row.cells), dict(c.windows)
+    for s, cell in row.cells.items():
+        figures = alone.get(s)
+        if s == c.baseline or figures is None or c.trials.get(s) != 1 or cell.mean is None \
+                or cell.delta is None or cell.interval is not None:
+            continue
+        found = live_interval.ttft_interval(figures, base)
+        if isinstance(found, str):
+            # Said where the window had one to give but an open bucket hides the spread;
+            # otherwise the verdict's "one run each" says it.
+            if s in windows and (figures.ttft_over or base.ttft_over):
+                windows[s] += f"; no TTFT interval: {found}"
+            continue
+        cells[s] = dataclasses.replace(cell, interval=found,
+                                       spans_zero=found.lo <= 0.0 <= found.hi)
+    rows = tuple(dataclasses.replace(r, cells=cells) if r is row else r for r in c.rows)
+    return dataclasses.replace(c, rows=rows, windows=windows)
 
 
 def live_windows(runs: Sequence[RunFacts]) -> dict[str, dict[str, str]]:

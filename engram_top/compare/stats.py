@@ -61,13 +61,19 @@ def _fieller(bs: list[float], xs: list[float]) -> Interval | None:
     zero. Dividing the difference's interval by the baseline mean would take that mean as
     exact; here its own noise widens the interval. None where the baseline mean is not
     clear of zero at this noise (the set of ratios is then unbounded: no interval)."""
-    nx, nb = len(xs), len(bs)
-    mx, mb = sum(xs) / nx, sum(bs) / nb
+    return fieller(sum(xs) / len(xs), _var(xs) / len(xs), len(xs),
+                   sum(bs) / len(bs), _var(bs) / len(bs), len(bs))
+
+
+def fieller(mx: float, vx: float, nx: int, mb: float, vb: float, nb: int,
+             method: str = "welch") -> Interval | None:
+    """Fieller's interval of mx / mb - 1 from each side's mean, squared standard error
+    (variance / n) and count: _fieller's, for sides known only by their moments (a live
+    window's histogram)."""
     if mb == 0:
         return None
-    vx, vb = _var(xs) / nx, _var(bs) / nb
     if vx == 0 and vb == 0:
-        return Interval(mx / mb - 1.0, mx / mb - 1.0, "welch", None)
+        return Interval(mx / mb - 1.0, mx / mb - 1.0, method, None)
     # Welch-Satterthwaite's df of x-bar - r b-bar, taken at the estimate r = mx / mb.
     rvb = (mx / mb) ** 2 * vb
     df = (vx + rvb) ** 2 / (vx**2 / (nx - 1) + rvb**2 / (nb - 1))
@@ -78,7 +84,7 @@ def _fieller(bs: list[float], xs: list[float]) -> Interval | None:
     if a <= 0 or disc < 0:
         return None
     root = math.sqrt(disc)
-    return Interval((b - root) / a - 1.0, (b + root) / a - 1.0, "welch", df)
+    return Interval((b - root) / a - 1.0, (b + root) / a - 1.0, method, df)
 
 
 def t95(df: float) -> float:

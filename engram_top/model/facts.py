@@ -346,6 +346,8 @@ def summary(store: RunStore) -> RunFigures:
         host_delta_gib=_gib(run_host_delta_bytes(store, run)),
         ttft_p50_s=_round_ms(ttft.p50 if ttft else None, 1),
         ttft_mean_s=_round_ms(ttft.mean if ttft else None, 2),
+        ttft_sd_s=_round_ms(ttft.sd if ttft else None, 2),
+        ttft_over=None if ttft is None or not ttft.count else int(ttft.over),
         itl_p50_s=_round_ms(itl.p50 if itl else None, 1),
         itl_mean_s=_round_ms(itl.mean if itl else None, 2),
         output_tok_s=None if rate is None else round(rate, 1),

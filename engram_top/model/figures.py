@@ -46,6 +46,11 @@ class RunFigures:
     window_s: float | None = None
     window_requests: int | None = None
     served_s: float | None = None
+    # The spread (standard deviation) of the window's TTFTs, from the histogram's buckets,
+    # and how many lay above its highest finite bound (then no spread can be told): a
+    # single live run's interval within its window (compare.live_interval).
+    ttft_sd_s: float | None = None
+    ttft_over: int | None = None
 
     def measured(self) -> bool:
         """Whether any figure is known."""
@@ -102,8 +107,9 @@ class RunFigures:
 
 # Fields whose JSON key and unit differ: field -> (key, JSON value per field unit).
 _JSON = {"ttft_p50_s": ("ttft_p50_ms", 1000), "ttft_mean_s": ("ttft_mean_ms", 1000),
+         "ttft_sd_s": ("ttft_sd_ms", 1000),
          "itl_p50_s": ("itl_p50_ms", 1000), "itl_mean_s": ("itl_mean_ms", 1000)}
-_COUNTS = {"gpus", "kv_tokens", "window_requests"}
+_COUNTS = {"gpus", "kv_tokens", "window_requests", "ttft_over"}
 _NOTES = {"throttled"}  # lists of words, not numbers
 
 
