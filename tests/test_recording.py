@@ -622,38 +622,40 @@ def test_a_recorder_started_late_catches_up(tmp_path: Path) -> None:
 
 
 def test_new_log_lines_alone_bump_the_run_so_the_recorder_writes_them() -> None:
-    """The session copies a run's state, phase and parsed start-up facts into the store and
-    bumps "run" when they change; the recorder writes run facts on that bump. Lines that
-    change the facts without a new phase must bump too, or a replay shows the older facts
-    (a loaded machine batches lines so that this happens)."""
+    """The session copies a run's state, phase and parsed start-up facts into the store
+    (run_facts.sync, on each of the supervisor's run_changed) and bumps "run" when they
+    change; the recorder writes run facts on that bump. Lines that change the facts without a
+    new phase must bump too, or a replay shows the older facts (a loaded machine batches lines
+    so that this happens)."""
     from types import SimpleNamespace
 
     from collectors.sglang.startup_log import StartupLogParser
-    session = Session(SessionOptions(scenario_file=DEMO_FILE))
+    from engram_top.live.run_facts import sync
+    store = RunStore()
+    seen: dict[str, tuple[float, int, int | None]] = {}
     parser = StartupLogParser()
     run = SimpleNamespace(scenario=SimpleNamespace(name="device"), launched_at=5.0,
                           state="starting", phase="kv_pool", ready_at=None, ended_at=None,
                           exit_code=None, failure=None, lines_seen=0, parser=parser,
                           degraded=None)
     facts = RunFacts("device", "device", "n", 1.0, 1.7e9, 5.0, state="starting")
-    session.store.set_run(facts)
-    session.run = run
+    store.set_run(facts)
 
     def feed(line: str) -> None:
         parser.feed(line, at=6.0 + run.lines_seen)
         run.lines_seen += 1
 
     feed("[2026-11-29 10:00:00 TP0] Load weight begin. avail mem=178.50 GB")
-    session._sync(run)
-    version = session.store.versions["run"]
+    sync(store, run, seen)
+    version = store.versions["run"]
     feed("[2026-11-29 10:00:01 TP0] KV Cache is allocated. #tokens: 11840000, KV size: 8.00 GB")
     assert parser.facts().phase == run.phase == "kv_pool"  # no new phase: lines alone
-    session._sync(run)
-    assert session.store.versions["run"] > version
+    sync(store, run, seen)
+    assert store.versions["run"] > version
     assert facts.lines_seen == 2 and facts.startup["ranks"][0]["kv_tokens"] == 11_840_000
-    version = session.store.versions["run"]
-    session._sync(run)  # nothing new: no bump
-    assert session.store.versions["run"] == version
+    version = store.versions["run"]
+    sync(store, run, seen)  # nothing new: no bump
+    assert store.versions["run"] == version
 
 
 # --------------------------------------------------------------------------- the command line
