@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.safetext import table_cell
+from collectors.safetext import table_cell, visible
 from engram_top.compare import paired
 from engram_top.compare import verdict as verdicts
 from engram_top.compare.paired import Estimate
@@ -183,7 +183,8 @@ def markdown(found: dict[str, dict[str, list[Estimate]]], baseline: str,
                     f"{_pct(e.rel)} "
                     f"{_span(e.rel_lo, e.rel_hi, pct=True)}{rel_how.get(e.rel_method, '')} | "
                     f"{'–' if e.mde is None else f'{e.mde:,.3g}'} |")
-    return "\n".join(lines) + "\n"
+    # The order sentence and the stop rule quote scenario names: outside text, a line each.
+    return "\n".join(map(visible, lines)) + "\n"
 
 
 # The verdict's axes the paired rounds measure, each from its figure.

@@ -186,7 +186,7 @@ def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, 
                                            allow_nan=False) + "\n")
     _write(out / "report.md", _markdown(plan, results, to_markdown(comparison),
                                         report["alerts"])
-           + "\n".join(map(visible, judged.markdown().split("\n")))
+           + judged.markdown()
            + ab.markdown(found, plan.baseline, plan.scenarios, rounds, paired.RESAMPLES,
                          plan.workload.seed, stopped)
            + bench_report.levels_markdown(plan, levels, summary, charts, why))

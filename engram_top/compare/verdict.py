@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from collectors.safetext import visible
 from engram_top.compare.comparison import Cell, Comparison
 
 # ----------------------------------------------------------------------------- the axes
@@ -142,7 +143,9 @@ class Verdict:
         out = [f"{'#' * level} Verdict", ""]
         out += [f"- {line}" for line in self.lines()] or ["- nothing measured to compare yet"]
         out += ["", VERDICT_NOTE, ""]
-        return "\n".join(out)
+        # Each sentence names scenarios (from servers and files): made visible here, so that
+        # every writer and `compare`'s stdout get no control from it.
+        return "\n".join(map(visible, out))
 
     def by_axis(self) -> list[tuple[str, list[Finding]]]:
         """The findings grouped by axis (its label), in the axes' order of the evidence."""

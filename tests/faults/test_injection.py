@@ -463,7 +463,12 @@ args = ["--fault", "log=inject", "--fault", "info=inject", "--fault", "metrics=i
     assert res.returncode == 0, res.stdout + res.stderr
     assert_clean_output(res.stdout, res.stderr)
     report = assert_clean_file(out / "report.md")
-    assert visible(NAME) in report
+    # Every section quotes the name, shown: the comparison, the verdict's sentences, the
+    # paired A/B's order and rows, the per-level rows.
+    sections = {s.split("\n", 1)[0]: s for s in report.split("\n## ")[1:]}
+    for title in ("Verdict", "Paired A/B over rounds", "Per level"):
+        assert visible(NAME) in sections[title], (title, sections.keys())
+    assert f"in the order ok {visible(NAME)};" in sections["Paired A/B over rounds"]
     for table in report.split("\n\n"):
         rows = [line.replace("\\|", "") for line in table.splitlines() if line.startswith("|")]
         assert len({row.count("|") for row in rows}) <= 1, table
@@ -471,3 +476,13 @@ args = ["--fault", "log=inject", "--fault", "info=inject", "--fault", "metrics=i
     assert visible(NAME) in (out / "requests.csv").read_text()
     data = json.loads((out / "report.json").read_text())
     assert NAME in [r["scenario"] for r in data["results"]]  # the data itself, JSON-escaped
+    assert NAME in data["paired"]["scenarios"] and f"ok {NAME}" == data["paired"]["order"]
+    assert NAME in [
+        f["scenario"] for f in data["verdict"]["findings"]]
+    # engram-top compare of that report: its verdict and table printed with the name shown.
+    res = cli.run("compare", str(out / "report.json"), "--baseline", "ok")
+    no_traceback(res.stdout, res.stderr)
+    assert res.returncode == 0, res.stderr
+    assert_clean_output(res.stdout, res.stderr)
+    assert res.stdout.startswith("## Verdict\n"), res.stdout
+    assert f"\n- TTFT: no verdict: {visible(NAME)} " in res.stdout, res.stdout
