@@ -205,8 +205,12 @@ def test_inspect_metrics_on_a_saved_page(tmp_path: Path, device_metrics_page: st
     assert set(out["gauges"]) == {
         "num_running_reqs", "num_queue_reqs", "num_used_tokens", "token_usage",
         "gen_throughput", "full_token_usage", "swa_token_usage", "kv_used_tokens",
-        "kv_available_tokens", "kv_evictable_tokens", "num_retracted_reqs", "cache_hit_rate"}
-    assert out["missing"] == ["hicache_host_total_tokens", "hicache_host_used_tokens"]
+        "kv_available_tokens", "kv_evictable_tokens", "num_retracted_reqs", "num_paused_reqs",
+        "cache_hit_rate"}
+    assert out["gauges"]["num_paused_reqs"] == 0  # SGLang's gauge: none paused by a weight sync
+    # No HiCache on this node; the simulator serves no Mamba pool gauge (SGLang states 0.0).
+    assert out["missing"] == ["hicache_host_total_tokens", "hicache_host_used_tokens",
+                              "mamba_usage"]
     assert out["constants"]["max_total_num_tokens"] == 11_840_000
     assert out["page_problems"] == []
     assert sorted(out["ranks"]) == ["0", "1", "2", "3"]
