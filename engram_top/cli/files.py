@@ -48,7 +48,7 @@ def compare_files(args: argparse.Namespace) -> int:
         price = prices.pop() if prices else None
     c = compare(results, args.baseline, price_per_gpu_hour=price,
                 reference=reference.default(), probe=probe)
-    found = verdict(c)
+    found = verdict(c, warming=c.warming)
     if args.json:
         print_json({**to_json(c), "verdict": found.to_json()})
     else:

@@ -18,7 +18,7 @@ from collectors.safetext import table_cell, visible
 from collectors.units import pct_change
 from engram_top.compare import stats
 from engram_top.compare.measures import METRICS, TPOT, Metric, Registry
-from engram_top.compare.run_result import THROTTLED, RunResult
+from engram_top.compare.run_result import THROTTLED, WARMING, RunResult
 from engram_top.compare.stats import Interval
 from engram_top.probe.report import HOST_MODES, ProbeReport
 from engram_top.seed.reference import Reference
@@ -28,6 +28,13 @@ from engram_top.seed.reference import Reference
 def _throttled(results: list[RunResult]) -> tuple[str, ...]:
     return tuple(f"trial {r.trial + 1}: {note[len(THROTTLED):].lstrip(': ')}"
                  for r in results for note in r.notes if note.startswith(THROTTLED))
+
+
+def _warming(results: list[RunResult]) -> str | None:
+    """Why a scenario's every trial has no latency yet (the last one's reason), else None."""
+    why = [next((n[len(WARMING):].lstrip(": ") for n in r.notes if n.startswith(WARMING)),
+                None) for r in results]
+    return why[-1] if why and None not in why else None
 
 
 # Said under any comparison of two engines: their TPOTs are the same figure here.
@@ -142,6 +149,7 @@ def compare(results: list[RunResult], baseline: str, *,
         placements={s: p for s, rs in by_scenario.items()
                     if (p := next((r.placement for r in rs if r.placement), None))},
         throttled={s: t for s, rs in by_scenario.items() if (t := _throttled(rs))},
+        warming={s: w for s, rs in by_scenario.items() if (w := _warming(rs))},
         engines={s: e for s, rs in by_scenario.items()
                  if (e := next((r.engine for r in rs if r.engine), None))},
         probe=probe,

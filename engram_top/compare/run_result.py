@@ -101,3 +101,7 @@ def _check_type(name: str, value: Any) -> None:
 # A RunResult note that starts so says a GPU's clocks were held down while the run served
 # ("throttled while serving: GPU 2 sw_power_cap"): the comparison flags that run.
 THROTTLED = "throttled while serving"
+# One that starts so says its latency and throughput were left out, the window they came
+# from not meaning anything yet ("warming up: 1 s of a 30 s window served"): a recording's
+# run carries the reason into a comparison of files, as a live run's column says it.
+WARMING = "warming up"

@@ -12,7 +12,7 @@ from pathlib import PurePath
 from engram_top.compare import live_interval
 from engram_top.compare.comparison import Comparison, compare
 from engram_top.compare.measures import Registry
-from engram_top.compare.run_result import THROTTLED, RunResult
+from engram_top.compare.run_result import THROTTLED, WARMING, RunResult
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts
 from engram_top.seed.reference import Reference
@@ -26,8 +26,10 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
     TPOT, as it does in SGLang's own metrics."""
     r = run.results
     throttled = (f"{THROTTLED}: {'; '.join(r.throttled)}",) if r.throttled else ()
-    if warming_up(r) is not None:  # its sampled figures mean nothing yet: not measured
+    warming = ()
+    if (why := warming_up(r)) is not None:  # its sampled figures mean nothing yet
         r = dataclasses.replace(r, **dict.fromkeys(_SAMPLED))
+        warming = (f"{WARMING}: {why}",)
     return RunResult(
         scenario=run.scenario, placement=run.placement, source=source, trial=trial,
         engine=run.engine_name or None, gpus=r.gpus, weights_gb=r.weights_gb,
@@ -39,7 +41,7 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
         ttft_mean_s=r.ttft_mean_s, tpot_mean_s=r.itl_mean_s, itl_mean_s=r.itl_mean_s,
         output_tok_s=r.output_tok_s, joules_per_token=r.joules_per_token,
         goodput_rps=r.goodput_rps, slo_attainment=r.slo_attainment,
-        notes=("live: last 30 s window of the server's histograms", *throttled))
+        notes=("live: last 30 s window of the server's histograms", *throttled, *warming))
 
 
 # A live figure means something once its run has served a whole window since ready (no
@@ -110,7 +112,9 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
     more = {} if metrics is None else {"metrics": metrics}  # else compare's own default
     c = compare(results, baseline, reference=reference,
                 price_per_gpu_hour=price_per_gpu_hour, **more)
-    return within_windows(dataclasses.replace(c, **live_windows(runs)), runs)
+    live = live_windows(runs)  # a file's runs say their own warming up (their notes)
+    c = dataclasses.replace(c, windows=live["windows"], warming={**c.warming, **live["warming"]})
+    return within_windows(c, runs)
 
 
 def within_windows(c: Comparison, runs: Sequence[RunFacts]) -> Comparison:
