@@ -107,6 +107,15 @@ def screen_text(app: App[Any]) -> str:
     return html.unescape(svg).replace("\xa0", " ")
 
 
+def panel_text(app: App[Any], selector: str) -> str:
+    """A panel's words as one line: its rows joined where the panel wrapped them (a
+    message wrapped at the panel's width reads whole), its border left out."""
+    widget = app.query_one(selector)
+    rows = [strip.text.strip(" │╭╮╰╯─") for strip in widget.render_lines(
+        widget.region.reset_offset)]
+    return " ".join(" ".join(rows).replace("\xa0", " ").split())
+
+
 async def quit_app(app: App[Any], pilot: Pilot[Any]) -> None:
     await pilot.press("q")
     await until(pilot, lambda: not app.is_running, 20, "the app to quit")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from drive import SIZE
 from faultkit import PLAN, Cli, bench_with, no_traceback, sim_scenario_file
-from helpers import ENGRAM_TOP, quit_app, screen_text, until, wait_until
+from helpers import ENGRAM_TOP, panel_text, quit_app, screen_text, until, wait_until
 
 from engram_top.app.main import EngramTopApp
 from engram_top.live.session import Session, SessionOptions
@@ -38,11 +38,14 @@ async def test_fault_06_a_dripping_page_ends_each_poll_and_the_source_recovers(
                     "the dripping page said on screen")
         polls = bad_server.requests.count("GET /health")
         bad_server.faults["health"] = "drip"
-        await until(pilot, lambda: "/health gave no whole answer" in screen_text(app), 20,
+        # Said in the KV panel, wrapped at its width (the events line cuts each alert to
+        # its line), and the header says the server is not answering.
+        await until(pilot, lambda: "/health gave no whole answer within 5 s"
+                    in panel_text(app, "#kv") and "NOT ANSWERING" in screen_text(app), 20,
                     "the dripping /health said on screen")
         bad_server.faults["health"] = ""
         bad_server.faults["metrics"] = "endless"  # a firehose, not a drip: cut at a size
-        await until(pilot, lambda: "more than 64 MiB" in screen_text(app), 20,
+        await until(pilot, lambda: "more than 64 MiB" in panel_text(app, "#kv"), 20,
                     "the endless page cut off")
         bad_server.faults.clear()  # the server recovers: so must the source
         await until(pilot, lambda: session.store.latest["server"].ok, 20,
