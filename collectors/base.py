@@ -45,6 +45,8 @@ class FailureTracker:
 def describe(exc: BaseException) -> str:
     """One line for an exception: its type and message, never a traceback."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, TooLarge) and text:
+        return text  # our own words say it whole ("URL: more than 64 MiB")
     name = type(exc).__name__
     return f"{name}: {text}" if text else name
 
