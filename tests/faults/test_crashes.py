@@ -113,7 +113,14 @@ async def test_fault_02_compare_takes_files_whose_trials_repeat(cli: Cli, tmp_pa
         replay.seek(replay.duration)
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, CompareScreen), 10, "the comparison")
-        await until(pilot, lambda: "mean TTFT" in screen_text(app), 10, "its rows")
+        await until(pilot, lambda: "KV capacity (tokens)" in screen_text(app), 10, "its rows")
+        # At 100x30 the verdict's lines come first: the latency rows are a page down.
+        await pilot.press("pagedown")
+        await until(pilot, lambda: "mean TTFT" in screen_text(app), 10, "its latency rows")
+        [row] = [line for line in screen_text(app).splitlines() if "mean TTFT" in line]
+        # The recording's columns, then the two reports' repeated trials as one column each.
+        assert [c.strip() for c in row.split("│") if c.strip()][1:] \
+            == ["350.0", "400.0 +14.3%", "355.0 +1.4%", "405.0 +15.7%"], row
         await pilot.press("escape")
         await quit_app(app, pilot)
 
