@@ -320,9 +320,10 @@ def evil_recording(path: Path) -> Path:
                 ready_s=100.0 + 50 * i, ttft_mean_s=0.35 + 0.05 * i, itl_mean_s=0.026,
                 output_tok_s=224.0 - 30 * i),
             log_lines=deque([(now, f"[2026-12-01 00:00:00] replayed {INJECT}")])))
-    store.event("error", f"server said: {INJECT}")
     store.add("server", Reading("sglang http://127.0.0.1:1", Status.ERROR, None,
                                 f"HTTP 500: {INJECT}"))
+    # The latest event: beside the verdict strip the events line has one row, for it.
+    store.event("error", f"server said: {INJECT}")
     recorder.close()
     return path
 
@@ -334,10 +335,11 @@ async def test_a_recording_replayed_and_compared(cli: Cli, tmp_path: Path) -> No
     app = EngramTopApp(ReplaySession(rec, paused=True))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("greater_than_sign")  # to its end: every record read
+        # At 100x30 the log pane is 30 columns: its line is cut within the escape, shown.
         await until(pilot, lambda: app.session.store.run is not None
-                    and f"replayed {OSC_SHOWN}" in painted(app), 10, "the runs and the log")
-        screen = painted(app)  # the events line (it wraps), the panels' source lines
-        assert "server said:" in screen and screen.count(OSC_SHOWN) >= 4
+                    and "replayed \\x1b]0;" in painted(app), 10, "the runs and the log")
+        screen = painted(app)  # the events line, the verdict strip, the panels' source lines
+        assert f"server said: {OSC_SHOWN}" in screen and screen.count(OSC_SHOWN) >= 4
         await pilot.press("c")
         await until(pilot, lambda: len(app.screen_stack) == 2, 10, "the comparison")
         await pilot.pause()
