@@ -365,3 +365,21 @@ async def test_the_events_line_puts_errors_and_new_alerts_first_a_line_each() ->
         first, second = [r.strip() for r in rows() if r.strip()]
         assert "⚠ GPU 1 XID 79" in first and first.endswith("…")
         assert second.startswith("(+2 more: s writes all)") and "HiCache dropped 181" in second
+
+
+async def test_a_server_that_stopped_answering_reads_so_in_the_header_and_its_row() -> None:
+    """A killed server is known by its failed polls: the header and the scenario list both
+    say so (the list said 'ready' or 'attached' for a dead server)."""
+    session = StaticSession(scene_store())
+    store = session.store
+    store.add("server", Reading("sglang", Status.ERROR, None,
+                                "no server at http://127.0.0.1:30000 (connection refused)",
+                                at=NOW))
+    app = EngramTopApp(session, clock=lambda: NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: "NOT ANSWERING" in screen_text(app).upper(),
+                    what="the header's state")
+        table = app.query_one("#scenarios", DataTable)
+        current = [table.get_row_at(i) for i in range(table.row_count)
+                   if str(table.get_row_at(i)[0]).startswith("▶")]
+        assert current and str(current[0][1]) == "no answer"

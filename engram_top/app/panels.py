@@ -38,7 +38,7 @@ from engram_top.app.panel_text import (
     unavailable,
 )
 from engram_top.model import facts
-from engram_top.model.store import RunStore
+from engram_top.model.store import RunFacts, RunStore
 from engram_top.model.views import HostView, KvView
 
 
@@ -389,6 +389,18 @@ STATE_STYLES = {"ready": "bold green", "starting": "bold yellow", "launching": "
                 "failed": "bold red"}
 
 
+def run_state(store: RunStore, run: RunFacts) -> str:
+    """A run's state as the screen says it. A server we watch but did not start has no
+    exit for the supervisor to see: a failed poll is how it is known gone (a killed
+    attached server must not read ATTACHED)."""
+    down = store.latest.get("server") if run is store.run else None
+    if run.state in ("ready", "attached") and down is not None and down.status.value == "error":
+        return "not answering"
+    if run.state == "ready" and run.degraded:
+        return "degraded"  # a TP rank died; the server still answers
+    return str(run.state)
+
+
 def header(store: RunStore, now: float, width: int | None = None,
            lead: tuple[Text, Text] | None = None) -> Text:
     """The header line: the node, the scenario, its state and how far its start-up is (or
@@ -399,14 +411,7 @@ def header(store: RunStore, now: float, width: int | None = None,
     run = store.run
     if run is None:
         return Text.assemble(*(lead or ()), ("engram-top · preparing the node…", "bold"))
-    down = store.latest.get("server")
-    state = run.state
-    # A server we watch but did not start has no exit for the supervisor to see: a failed
-    # poll is how it is known gone (a killed attached server must not read ATTACHED).
-    if state in ("ready", "attached") and down is not None and down.status.value == "error":
-        state = "not answering"
-    elif state == "ready" and run.degraded:
-        state = "degraded"  # a TP rank died; the server still answers
+    state = run_state(store, run)
     parts: list[tuple[str, Text]] = []  # (name, text), in screen order
     if lead is not None:
         parts.append(("lead", lead[0]))
