@@ -35,6 +35,7 @@ from scenarios.run_files import RunFiles
 from scenarios.runstate import ENDED, UNASKED_END, RunState
 from scenarios.scenario_file import Scenario
 from scenarios.server_run import Run, gone_members, server_members
+from scenarios.shm_sweep import sweep as sweep_shm
 
 FOLLOW_S = 0.1  # log tail and liveness cadence while a server starts
 HEALTH_S = 0.5  # /health probe cadence once the log shows the HTTP server is up
@@ -419,6 +420,10 @@ class Supervisor:
                              f"{list(result.survivors)}")
         else:
             self.owner.event("info", f"stopped {run.scenario.name}")
+            left = await asyncio.to_thread(sweep_shm, run.launched_wall)
+            if left:
+                self.owner.event("info", f"removed {len(left)} shared-memory segment(s) "
+                                 f"{run.scenario.name} left in /dev/shm ({left[0]}, ...)")
         if self._follow_task is not None and self._follow_task is not asyncio.current_task():
             self._follow_task.cancel()
             with contextlib.suppress(BaseException):

@@ -18,6 +18,7 @@ from helpers import until
 from engram_top.live.load import LoadSpec
 from engram_top.live.session import Session, SessionOptions
 from scenarios.ports import port_in_use
+from scenarios.shm_sweep import FAMILIES
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
@@ -63,6 +64,7 @@ def keyed_copy(tmp_path: Path) -> Path:
 @pytest.mark.timeout(400)
 async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
     assert READY, "the SGLang CPU environment is missing: run scripts/setup-sglang-cpu.sh"
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     session = Session(SessionOptions(
         scenario_file=keyed_copy(tmp_path), start="tiny-8k",
         state_dir=tmp_path / "state", free_ports=True, poll_interval=0.5,
@@ -145,6 +147,11 @@ async def test_real_sglang_start_measure_switch(tmp_path: Path) -> None:
     finally:
         await session.close()
     assert not alive(second_pids), "processes of the second server survived the close"
+    # SGLang unlinks its load-snapshot segments only on a clean exit: each stop left one in
+    # /dev/shm (host RAM) for good, until the supervisor swept what its servers left.
+    if os.path.isdir("/dev/shm"):
+        left = {n for n in os.listdir("/dev/shm") if n.startswith(FAMILIES)} - shm_before
+        assert not left, left
 
 
 @pytest.mark.timeout(400)

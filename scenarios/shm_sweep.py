@@ -1,0 +1,67 @@
+"""Shared memory a stopped server left in /dev/shm.
+
+SGLang unlinks its load-snapshot segments (``sglang_loads_*``) and its pid-stamped ones
+(``sgl_shm_*``) only on a clean Python exit. A stop that ends its processes by SIGKILL (ours
+after the grace period, or its own kill_process_tree on the way down) leaves them behind for
+good, in a tmpfs that is host RAM: a node that switches placements all day collects them.
+After a stop we remove the ones created since that server's launch that no live process
+holds open or mapped; anything else in /dev/shm is not ours to touch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SHM_DIR = Path("/dev/shm")
+FAMILIES = ("sglang_loads_", "sgl_shm_")  # SGLang's segments: the names its own sweep knows
+
+
+def held(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")) -> set[str]:
+    """The /dev/shm paths some live process has open or mapped (any we may read)."""
+    prefix = f"{shm_dir}/"
+    out: set[str] = set()
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"{entry.path}/maps", errors="replace") as maps:
+                out.update(line.split(None, 5)[5].strip() for line in maps
+                           if prefix in line and len(line.split(None, 5)) == 6)
+            fds = os.scandir(f"{entry.path}/fd")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        with fds:
+            for fd in fds:
+                try:
+                    target = os.readlink(fd.path)
+                except OSError:
+                    continue
+                if target.startswith(prefix):
+                    out.add(target)
+    return {p.removesuffix(" (deleted)") for p in out}
+
+
+def sweep(since_wall: float, shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"),
+          slack_s: float = 1.0) -> list[str]:
+    """Remove SGLang's segments created at or after ``since_wall`` (less ``slack_s``: the
+    kernel's file times run on a coarser clock) that nothing holds; return their names. A
+    folder that cannot be read removes nothing."""
+    try:
+        found = [e for e in os.scandir(shm_dir) if e.name.startswith(FAMILIES)]
+    except OSError:
+        return []
+    if not found:
+        return []
+    busy = held(shm_dir, proc)
+    removed = []
+    for entry in found:
+        try:
+            # ctime: when the segment was made (or last resized), not when it was written.
+            if entry.stat().st_ctime < since_wall - slack_s or entry.path in busy:
+                continue
+            os.unlink(entry.path)
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        removed.append(entry.name)
+    return sorted(removed)
