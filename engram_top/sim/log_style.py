@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 
 @dataclass(frozen=True)
@@ -92,3 +92,31 @@ class Timestamped:
 
     def __getattr__(self, name: str) -> object:  # encoding, errors, ... as the stream has them
         return getattr(self.inner, name)
+
+
+def uvicorn_log_config(prefix: str = "") -> dict[str, Any]:
+    """uvicorn's loggers on stdout beside the server's own lines, each line after ``prefix``
+    (SGLang gives them its timestamp, "[%(asctime)s] "; vLLM leaves uvicorn's format alone)."""
+    def formatter(kind: str, fmt: str) -> dict[str, Any]:
+        return {"()": f"uvicorn.logging.{kind}", "fmt": prefix + fmt,
+                "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False}
+
+    def handler(formatter_name: str) -> dict[str, Any]:
+        return {"formatter": formatter_name, "class": "logging.StreamHandler",
+                "stream": "ext://sys.stdout"}
+
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "default": formatter("DefaultFormatter", "%(levelprefix)s %(message)s"),
+            "access": formatter("AccessFormatter", '%(levelprefix)s %(client_addr)s - '
+                                '"%(request_line)s" %(status_code)s'),
+        },
+        "handlers": {"default": handler("default"), "access": handler("access")},
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
+        },
+    }

@@ -155,7 +155,7 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         core: ServerCore = vcore
         startup: Startup = vllm_log.VllmStartup(ref, placement, mem, ranks, args.time_scale,
                                                args.fail_at, main_host)
-        app, log_config = simvllm.build_app(vcore), vllm_log.uvicorn_log_config()
+        app, log_config = simvllm.build_app(vcore), log_style.uvicorn_log_config()
     else:
         core = ServerCore(ref, placement, mem, args, VERSION)
         startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
@@ -163,7 +163,8 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         startup.layout = getattr(args, "engram_layout", "shared")
         startup.fail_as = args.fail_as
         startup.pool_style = args.kv_pools
-        app, log_config = build_app(core), _uvicorn_log_config()
+        # SGLang gives uvicorn's loggers its own timestamp prefix (set_uvicorn_logging_configs).
+        app, log_config = build_app(core), log_style.uvicorn_log_config("[%(asctime)s] ")
     startup.held_by_others = held
     core.node_dir = node_dir.resolve()
     server: _UvicornServer | None = None
@@ -272,34 +273,6 @@ async def _warm_up(args: argparse.Namespace, placement: reference.Placement, cor
     if resp.status_code != 200:
         raise StartupFailed(f"warmup error: /generate answered {resp.status_code}")
 
-
-
-def _uvicorn_log_config() -> dict:
-    # SGLang gives uvicorn's loggers its own timestamp prefix (set_uvicorn_logging_configs).
-    fmt = "[%(asctime)s] %(levelprefix)s %(message)s"
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {
-            "default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": fmt,
-                        "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
-            "access": {"()": "uvicorn.logging.AccessFormatter",
-                       "fmt": '[%(asctime)s] %(levelprefix)s %(client_addr)s - '
-                              '"%(request_line)s" %(status_code)s',
-                       "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
-        },
-        "handlers": {
-            "default": {"formatter": "default", "class": "logging.StreamHandler",
-                        "stream": "ext://sys.stdout"},
-            "access": {"formatter": "access", "class": "logging.StreamHandler",
-                       "stream": "ext://sys.stdout"},
-        },
-        "loggers": {
-            "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
-            "uvicorn.error": {"level": "INFO"},
-            "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
-        },
-    }
 
 
 def main(argv: list[str] | None = None, args: argparse.Namespace | None = None) -> int:

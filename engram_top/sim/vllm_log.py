@@ -148,32 +148,6 @@ def shutdown_lines(signame: str, workers: int) -> None:
         log(msg, proc, where)
 
 
-def uvicorn_log_config() -> dict[str, Any]:
-    """uvicorn's own format (vLLM leaves it alone), on stdout beside the rest."""
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {
-            "default": {"()": "uvicorn.logging.DefaultFormatter",
-                        "fmt": "%(levelprefix)s %(message)s", "use_colors": False},
-            "access": {"()": "uvicorn.logging.AccessFormatter",
-                       "fmt": '%(levelprefix)s %(client_addr)s - "%(request_line)s" '
-                              '%(status_code)s', "use_colors": False},
-        },
-        "handlers": {
-            "default": {"formatter": "default", "class": "logging.StreamHandler",
-                        "stream": "ext://sys.stdout"},
-            "access": {"formatter": "access", "class": "logging.StreamHandler",
-                       "stream": "ext://sys.stdout"},
-        },
-        "loggers": {
-            "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
-            "uvicorn.error": {"level": "INFO"},
-            "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
-        },
-    }
-
-
 # --------------------------------------------------------------------------- start-up
 
 
