@@ -164,7 +164,9 @@ async def test_dashboard_asks_before_a_start_that_does_not_fit(tmp_path: Path) -
         launched.append(session.supervisor.current.pid)
 
         await pilot.press("2")  # a switch that does not fit: asked before device stops
-        await until(pilot, lambda: isinstance(app.screen, FitScreen), 10, "the fit dialog")
+        # The switch's check reads the node beside a live server (its guards wait up to
+        # 10 s for a reading in flight): on a busy machine that alone can take 10 s.
+        await until(pilot, lambda: isinstance(app.screen, FitScreen), 30, "the fit dialog")
         assert session.store.run.scenario == "device" and alive(launched[0])
         await pilot.press("s")  # start anyway
         await until(pilot, lambda: session.store.run is not None

@@ -388,6 +388,9 @@ class Session(AttachedServers):
         self.load, said = driver(sc, spec, context_len(self.store), self.slos)
         self._load_since, self._load_serve = time.monotonic(), sc.engine.clock(sc)[1]
         await self.load.start()
+        # Known from its start, not from the counters' next pass: until then its requests
+        # in flight would read as another client's, and a switch would ask about them.
+        self.store.load = counters(self.load, self.slos, 0.0)
         self.store.event("info", said)
 
     async def _stop_load(self) -> None:
