@@ -302,9 +302,7 @@ class Supervisor:
                     run.failure = (f"not ready after {run.scenario.readiness_timeout_s:.0f} s "
                                    f"(last phase: {phase})" + self._last_error(run))
                     self.owner.event("error", f"{run.scenario.name}: {run.failure}; stopping it")
-                    await self._stop(run)
-                    run.state = RunState.FAILED  # after _stop, which marks it stopped
-                    self._tell(run)
+                    await self._stop(run, end_as=RunState.FAILED)
                     return
             await asyncio.sleep(FOLLOW_S if run.state == RunState.STARTING else 0.25)
 
@@ -399,7 +397,9 @@ class Supervisor:
             return None
         return await self._stop(run)
 
-    async def _stop(self, run: Run) -> StopResult:
+    async def _stop(self, run: Run, end_as: RunState | None = None) -> StopResult:
+        """Stop ``run``; it ends as ``end_as`` when given (a readiness timeout: failed), set
+        before the shared-memory sweep awaits, so no watcher ever sees it stopped first."""
         previous = run.state
         run.state = RunState.STOPPING
         self._tell(run)
@@ -410,7 +410,7 @@ class Supervisor:
             self._forget_current(run)
         run.ended_at = run.ended_at or time.monotonic()
         # An end it had already come to (exited, failed) stays what it was.
-        run.state = previous if previous in UNASKED_END else RunState.STOPPED
+        run.state = end_as or (previous if previous in UNASKED_END else RunState.STOPPED)
         self._tell(run)
         if result.killed:
             self.owner.event("warning", f"{run.scenario.name} ignored SIGTERM for "

@@ -217,7 +217,16 @@ def test_bench_quick_runs_paired_rounds_and_says_its_verdict(tmp_path: Path) -> 
     # The verdict: KV capacity decided by the allocator's figures, TTFT from the rounds.
     findings = {(f["axis"], f["statistic"]): f for f in report["verdict"]["findings"]}
     assert findings[("kv_capacity", "mean")]["winner"] == "host-prefetch"
-    assert findings[("ttft", "mean")]["method"] == "Fieller, paired rounds"
+    # Two rounds (df = 1) give Fieller's ratio only when the baseline's two round means lie
+    # within about 16% of each other; a busy machine can part them, and then the finding
+    # says so rather than name a winner.
+    ttft_finding = findings[("ttft", "mean")]
+    if ttft["mean"]["rel_method"] == paired.FIELLER:
+        assert ttft_finding["method"] == "Fieller, paired rounds"
+        assert ttft_finding["lo"] == ttft["mean"]["rel_lo"]
+    else:
+        assert ttft_finding["method"] == paired.UNBOUNDED == ttft["mean"]["rel_method"]
+        assert ttft_finding["outcome"] == "no interval" and ttft_finding["winner"] is None
     md = (out / "report.md").read_text()
     assert "## Verdict" in md and "- KV capacity: host-prefetch wins" in md
     assert "## Paired A/B over rounds" in md and "A --quick run" in md

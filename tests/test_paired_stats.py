@@ -103,6 +103,13 @@ def test_fieller_carries_the_baselines_uncertainty() -> None:
     mean = paired.estimates("x", {0: [1.0], 1: [-1.0], 2: [2.0]},
                             {0: [5.0], 1: [6.0], 2: [7.0]}, statistics=("mean",))[0]
     assert mean.rel_lo is None and mean.rel_method == paired.UNBOUNDED
+    # The verdict says that reason, not "one run each": three rounds were run.
+    from engram_top.compare import verdict
+    found = verdict.decide(ab.evidence({"b": {"ttft_ms": [mean]}}, "a"), baseline="a")
+    (finding,) = found.findings
+    assert finding.outcome == verdict.NO_INTERVAL and finding.winner is None
+    assert "Fieller's set is unbounded" in finding.text and "(n=3)" in finding.text
+    assert "run each" not in finding.text and finding.short == "TTFT: ? n=3"
 
 
 def test_bootstrap_over_rounds_is_seeded_and_exact_on_a_pure_shift() -> None:

@@ -201,8 +201,10 @@ def evidence(found: dict[str, dict[str, list[Estimate]]], baseline: str) -> list
             for e in figs.get(fig, []):
                 if e.statistic != "mean" and e.lo is None:
                     continue  # too few rounds for its bootstrap: the table shows its figure
+                # Without an interval, the method is why (the verdict says it).
                 method = {paired.FIELLER: "Fieller, paired rounds",
-                          paired.BOOT_RATIO: "bootstrap over rounds"}.get(e.rel_method, "")
+                          paired.BOOT_RATIO: "bootstrap over rounds"}.get(e.rel_method,
+                                                                          e.rel_method)
                 out.append(Evidence(ax, name, baseline, e.rel, True, e.rel_lo, e.rel_hi,
                                     method, statistic=e.statistic, n=e.rounds))
     return out

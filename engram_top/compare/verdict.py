@@ -202,6 +202,10 @@ def _finding(e: Evidence, margin: float | None) -> Finding:
             win = e.scenario if up == (ax.better == "higher") else e.baseline
             return Finding(e, BETTER if win == e.scenario else WORSE, win,
                            f"{what}: {win} wins ({figure}{how}).", f"{ax.label}: {win}")
+        if (e.n or 1) > 1 and e.method:  # repeated, yet no interval: the method says why
+            return Finding(e, NO_INTERVAL, None,
+                           f"{what}: no verdict: {figure}, {e.method} (n={e.n}): "
+                           "more rounds narrow it.", f"{ax.label}: ? n={e.n}")
         return Finding(e, NO_INTERVAL, None,
                        f"{what}: no verdict: {figure}, no interval ({e.n or 1} run each): "
                        "repeat each scenario for one.", f"{ax.label}: ? n={e.n or 1}")

@@ -24,9 +24,22 @@ def others_in_flight(store: RunStore) -> int:
     """Requests running or queued on the watched server beyond what this dashboard's own
     load can hold (a lower bound on the other clients' share: the server counts them all
     alike)."""
+    if _read_before_ready(store):
+        return 0
     kv = kv_facts(store)
     busy = 0 if kv is None else (kv.running or 0) + (kv.queued or 0)
     return max(0, busy - own_streams(store))
+
+
+def _read_before_ready(store: RunStore) -> bool:
+    """The server's newest page was read before it was ready (or it is still starting): the
+    request it ran then was its own warm-up (SGLang sends one /generate before it says
+    ready), not another client's. Counted as one, it asked before every switch made in the
+    half second after a server came up."""
+    run, reading = store.run, store.last_ok.get("server")
+    if run is None or reading is None:
+        return False
+    return run.ready_at is None or reading.at <= run.ready_at
 
 
 def why_ask(store: RunStore) -> str | None:
