@@ -2,14 +2,18 @@
 
 Both run in tmux at 160x50 (a session each, as a user's terminal), over the same stand-in
 libnvidia-ml.so.1 (tests/nvml_stub) with N GPUs, at one sample a second. engram-top watches
-a simulated device server with `attach` (no load); the server's own CPU is not counted, only
-each UI process's. Both are measured over the same window from /proc (user + system time of
+a simulated device server with `attach` (no load) as it would one on a real node: the server
+hides its node's folder (--hide-node), so attach reads the GPUs through NVML as nvitop does,
+and /proc for the host and the server's process tree (--follow-node measures attach
+following the node's folder instead). The server's own CPU is not counted, only each UI
+process's. Both are measured over the same window from /proc (user + system time of
 the process and its threads; RSS at the end): the first minute after the first frame, while
 the two-minute trend lines still grow, and a later minute once they are full, which is what
 a dashboard left open for hours costs. First frames are timed with our modules' bytecode
 written (compile_bytecode), as any start after the first has it.
 
-    python benchmarks/bench_ui_cpu.py [--gpus 4,8] [--seconds 60] [--steady-after 130] [--demo]
+    python benchmarks/bench_ui_cpu.py [--gpus 4,8] [--seconds 60] [--steady-after 130]
+                                      [--follow-node] [--demo]
 
 Prints, per GPU count: each program's CPU (% of one core) and RSS, and engram-top's ratio to
 nvitop. Needs tmux, gcc and nvitop (the test extras install it). Figures, not pass/fail.
@@ -93,8 +97,8 @@ def cpu_seconds(pid: int) -> float:
     return t.user + t.system
 
 
-def measure(gpus: int, seconds: float, steady_after: float,
-            work: Path) -> dict[str, dict[str, dict[str, float]]]:
+def measure(gpus: int, seconds: float, steady_after: float, work: Path,
+            follow_node: bool = False) -> dict[str, dict[str, dict[str, float]]]:
     nvitop = shutil.which("nvitop", path=str(BIN)) or shutil.which("nvitop")
     if nvitop is None:
         raise SystemExit("bench_ui_cpu: nvitop not found: pip install -e '.[test]'")
@@ -104,7 +108,8 @@ def measure(gpus: int, seconds: float, steady_after: float,
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "engram_top", "sim", "serve", "--placement", "device",
-         "--port", str(port), "--time-scale", "0.02", "--node-dir", str(work / "node")],
+         "--port", str(port), "--time-scale", "0.02", "--node-dir", str(work / "node"),
+         *(() if follow_node else ("--hide-node",))],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     socket = work / "tmux.sock"
     sessions: list[Tmux] = []
@@ -208,6 +213,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="each window's length")
     ap.add_argument("--steady-after", type=float, default=130.0,
                     help="seconds after the first frame the steady window starts")
+    ap.add_argument("--follow-node", action="store_true",
+                    help="let attach follow the simulated node's folder (the server names "
+                         "it) instead of reading the stand-in NVML and /proc as nvitop does")
     ap.add_argument("--demo", action="store_true",
                     help="also the demo: its dashboard's CPU apart from its load driver's")
     args = ap.parse_args()
@@ -215,7 +223,8 @@ def main() -> int:
         raise SystemExit("bench_ui_cpu: tmux not found (apt-get install tmux)")
     for gpus in (int(g) for g in args.gpus.split(",")):
         with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
-            result = measure(gpus, args.seconds, args.steady_after, Path(tmp))
+            result = measure(gpus, args.seconds, args.steady_after, Path(tmp),
+                             args.follow_node)
         start = result.pop("start")["engram-top"]
         print(f"{gpus} GPUs: engram-top's first frame {start['median_s']:.2f} s after its "
               f"launch (median of {FIRST_FRAMES}, {start['min_s']:.2f}-{start['max_s']:.2f} s; "

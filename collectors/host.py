@@ -16,6 +16,7 @@ import psutil
 from collectors import numa
 from collectors.base import FailureTracker, describe, run_blocking
 from collectors.readings import HostData, ProcessTreeMemory, Reading, Status
+from collectors.tree_members import TreeMembers
 from collectors.units import KIB
 
 STATUS_KEYS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
@@ -39,6 +40,10 @@ class HostBackend(Protocol):
 
     def children(self, pid: int) -> list[int] | None:
         """The process's descendants; None if the process is gone."""
+
+    def thread_children(self, pid: int) -> list[int] | None:
+        """The children of the process's main thread; None where the kernel does not say
+        (collectors.tree_members)."""
 
     def node_meminfo(self) -> dict[int, dict[str, int]] | None:
         """Per NUMA node, its meminfo fields (numa.NumaBackend)."""
@@ -99,6 +104,13 @@ class ProcBackend:
         except psutil.NoSuchProcess:
             return None
 
+    def thread_children(self, pid: int) -> list[int] | None:
+        try:
+            text = (self.proc / str(pid) / "task" / str(pid) / "children").read_text()
+        except OSError:  # gone, or a kernel built without CONFIG_PROC_CHILDREN
+            return None
+        return [int(k) for k in text.split() if k.isdigit()]
+
     def node_meminfo(self) -> dict[int, dict[str, int]] | None:
         return numa.read_node_meminfo(self.sys)
 
@@ -107,9 +119,11 @@ class ProcBackend:
 
 
 def sample(backend: HostBackend, root_pid: int | None,
-           share: numa.ServerShare | None = None) -> HostData:
+           share: numa.ServerShare | None = None,
+           members: TreeMembers | None = None) -> HostData:
     """``share`` reads where the server's shared memory sits per NUMA node; without it (the
-    supervisor's guards, which need the totals only) the nodes' own figures alone."""
+    supervisor's guards, which need the totals only) the nodes' own figures alone.
+    ``members`` keeps the server tree's listing between polls (a poller's own)."""
     mi = backend.meminfo()
     total = mi["MemTotal"]
     # MemAvailable exists since Linux 3.14; estimate as `free` does on older kernels.
@@ -118,7 +132,7 @@ def sample(backend: HostBackend, root_pid: int | None,
     vm = backend.vmstat()
     page = 4096
     swap_total = mi.get("SwapTotal", 0)
-    tree = tree_memory(backend, root_pid) if root_pid else None
+    tree = tree_memory(backend, root_pid, members) if root_pid else None
     nodes, numa_problem = numa.reading(backend, mi.get("Hugepagesize", 0),
                                        tree.pids if tree else (), share)
     return HostData(
@@ -144,18 +158,26 @@ def sample(backend: HostBackend, root_pid: int | None,
     )
 
 
-def tree_memory(backend: HostBackend, root_pid: int) -> ProcessTreeMemory | None:
-    kids = backend.children(root_pid)
-    if kids is None:
+def tree_memory(backend: HostBackend, root_pid: int,
+                members: TreeMembers | None = None) -> ProcessTreeMemory | None:
+    if members is None:
+        kids = backend.children(root_pid)
+        pids = None if kids is None else [root_pid, *kids]
+    else:
+        pids = members.get(backend, root_pid)
+    if pids is None:
         return None
-    pids = [root_pid, *kids]
     totals = dict.fromkeys(STATUS_KEYS, 0)
     pinned: int | None = None
     alive = []
     for pid in pids:
         mem = backend.process_memory(pid)
-        if mem is None:
-            continue  # exited between the listing and the read
+        if mem is None:  # exited since the listing
+            if members is not None:
+                members.gone()
+            if pid == root_pid:
+                return None
+            continue
         alive.append(pid)
         for key in STATUS_KEYS:
             totals[key] += mem[key]
@@ -173,11 +195,13 @@ class HostCollector:
         self.timeout = timeout
         self.tracker = FailureTracker(source)
         self.numa_share = numa.ServerShare()  # throttled: numa_maps is a page-table walk
+        self.members = TreeMembers()  # the tree's listing, kept between polls
 
     async def poll(self) -> Reading[HostData]:
         try:
             data = await run_blocking(
-                lambda: sample(self.backend, self.root_pid, self.numa_share), self.timeout)
+                lambda: sample(self.backend, self.root_pid, self.numa_share, self.members),
+                self.timeout)
         except TimeoutError:
             return self.tracker.fail(Status.ERROR, f"/proc did not answer within {self.timeout:g}s")
         except Exception as exc:  # a collector never lets a failure escape

@@ -300,6 +300,45 @@ async def test_host_collector_on_this_machine_sees_a_child() -> None:
         tree.rss_anon_bytes + tree.rss_file_bytes + tree.rss_shmem_bytes, rel=0.05)
 
 
+SPAWNER = """
+import subprocess, sys, time
+sys.stdin.readline()  # told to: one worker, spawned from the main thread
+kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(kid.pid, flush=True)
+sys.stdin.readline()  # told to: the worker ends
+kid.kill()
+kid.wait()
+print("gone", flush=True)
+time.sleep(60)
+"""
+
+
+async def test_host_collector_sees_a_spawned_worker_without_listing_every_poll() -> None:
+    import subprocess
+    with running([sys.executable, "-c", SPAWNER], stdin=subprocess.PIPE,
+                 stdout=subprocess.PIPE, text=True) as root:
+        assert root.stdin is not None and root.stdout is not None
+        collector = HostCollector(ProcBackend(), root_pid=root.pid)
+        for _ in range(3):  # steady: one whole listing of /proc, then the kept one
+            tree = (await collector.poll()).data.server_tree
+            assert tree is not None and tree.pids == (root.pid,)
+        assert collector.members.listings == 1
+        root.stdin.write("\n")
+        root.stdin.flush()
+        worker = int(root.stdout.readline())
+        tree = (await collector.poll()).data.server_tree  # the very next poll has it
+        assert tree is not None and tree.pids == (root.pid, worker)
+        assert collector.members.listings == 2
+        root.stdin.write("\n")
+        root.stdin.flush()
+        assert root.stdout.readline().strip() == "gone"
+        tree = (await collector.poll()).data.server_tree  # read gone: dropped, listed again
+        assert tree is not None and tree.pids == (root.pid,)
+        tree = (await collector.poll()).data.server_tree
+        assert tree is not None and tree.pids == (root.pid,)
+        assert collector.members.listings == 3
+
+
 async def test_host_collector_gone_root_gives_no_tree() -> None:
     with running([sys.executable, "-c", "pass"]) as child:
         child.wait(30)

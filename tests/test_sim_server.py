@@ -549,3 +549,16 @@ async def test_queue_time_excludes_the_scaled_prefill() -> None:
     assert ttft.sum >= placement.service.prefill_time_s(200) * 20 * 0.9
     assert sum(queue.counts) == 1
     assert queue.sum < 0.1
+
+
+def test_a_hidden_node_is_left_out_of_server_info(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # --hide-node: the server looks like one on a real node (attach reads NVML and /proc);
+    # without it, a loopback server names its folder.
+    def info(hide: bool) -> dict:  # type: ignore[type-arg]
+        args = argparse.Namespace(host="127.0.0.1", port=0, time_scale=1.0, serve_scale=1.0,
+                                  stream_interval=1, api_key=None, hide_node=hide)
+        core = ServerCore(REF, REF.placements["device"], PLAN["device"], args, "test")
+        core.node_dir = tmp_path
+        return core.server_info()["simulated"]
+    assert info(False)["node_dir"] == str(tmp_path)
+    assert "node_dir" not in info(True) and info(True)["placement"] == "device"

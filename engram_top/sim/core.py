@@ -434,7 +434,8 @@ class ServerCore:
             "simulated": {"placement": self.placement.name, "time_scale": a.time_scale,
                           "serve_scale": a.serve_scale, "env": self.engram_env(),
                           **({"node_dir": str(self.node_dir)}
-                             if self.node_dir is not None and _loopback(a.host) else {})},
+                             if self.node_dir is not None and _loopback(a.host)
+                             and not a.hide_node else {})},
         }
 
 

@@ -54,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="multiply request service times by this (default 1: node time)")
     p.add_argument("--node-dir", type=Path, default=None,
                    help="the simulated node's state folder (default: per user, under /tmp)")
+    p.add_argument("--hide-node", action="store_true",
+                   help="leave the node's folder out of /server_info: `attach` then reads "
+                        "NVML and /proc, as beside a server on a real node")
     p.add_argument("--dcgm-exporter-port", type=ANY_PORT, default=None, metavar="PORT",
                    help="also serve the node's GPUs in dcgm-exporter's format on PORT "
                         "(0: any free port, logged)")
