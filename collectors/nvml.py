@@ -20,6 +20,7 @@ import pynvml
 
 from collectors.base import FailureTracker, SourceUnavailable, describe, run_blocking
 from collectors.nvml_health import XidWatch, throttle_names
+from collectors.proc_names import ProcessNames
 from collectors.readings import GpuData, GpuDevice, GpuProcess, Reading, Status
 
 R = TypeVar("R")
@@ -102,6 +103,7 @@ class NvmlBackend:
         self._counters: dict[tuple[str, int], _Counter] = {}
         self._missing: set[str] = set()  # newer NVML calls this driver lacks (_newer)
         self._xids = XidWatch()
+        self._names = ProcessNames()  # its GPU processes' names, read once per pid
 
     # ------------------------------------------------------------------ public
 
@@ -115,6 +117,7 @@ class NvmlBackend:
             seen: dict[tuple[str, int], _Counter] = {}
             devices = tuple(self._device(i, seen) for i in range(count))
             self._counters = seen  # forget counters of GPUs that went away
+            self._names.keep_only(p.pid for d in devices for p in d.processes)
             return GpuData(driver_version=driver or "", devices=devices)
         finally:
             self._lock.release()
@@ -341,14 +344,15 @@ class NvmlBackend:
         except pynvml.NVMLError as exc:
             bad.append(("processes", _error_text(exc)))
             return ()
-        return tuple(
-            GpuProcess(
+        out = []
+        for p in procs:
+            name = self._names.name(int(p.pid))
+            out.append(GpuProcess(
                 pid=int(p.pid),
                 # None where NVML cannot say (pynvml maps NVML_VALUE_NOT_AVAILABLE to None).
                 used_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory),
-            )
-            for p in procs
-        )
+                name=name or "", seen=name is not None))
+        return tuple(out)
 
 
 class GpuCollector:

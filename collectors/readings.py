@@ -50,6 +50,10 @@ class GpuProcess:
     pid: int
     used_bytes: int | None  # None where NVML cannot say (WDDM, some containers)
     name: str = ""
+    # Whether this host's /proc has the pid: False for another PID namespace's (the
+    # dashboard in a container, the driver answering with the host's pids); None where
+    # nobody looked (a simulated node, an older recording).
+    seen: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

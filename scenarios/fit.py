@@ -130,7 +130,10 @@ def node_free(gpu: GpuData | None, host: HostData | None, *,
     gpus = []
     for d in gpu.devices if gpu is not None else ():
         mine = sum(p.used_bytes or 0 for p in d.processes if p.pid in server_pids)
-        others = tuple((f"{p.name or 'pid'} (pid {p.pid})", p.used_bytes or 0)
+        # A pid this host cannot see (another PID namespace) is said so: the server itself
+        # when the dashboard runs in its container, which --force then overrides.
+        others = tuple((f"{p.name or ('another PID namespace' if p.seen is False else 'pid')}"
+                        f" (pid {p.pid})", p.used_bytes or 0)
                        for p in d.processes if p.pid not in server_pids)
         gpus.append(GpuFree(d.index, d.total_bytes, d.reserved_bytes, d.free_bytes + mine,
                             others))

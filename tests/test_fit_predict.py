@@ -15,6 +15,7 @@ import pytest
 from helpers import DEMO, GIB
 
 from collectors.host import sample as host_sample
+from collectors.readings import GpuProcess
 from collectors.units import GB
 from engram_top.seed import reference
 from engram_top.sim import state
@@ -115,6 +116,16 @@ def test_hbm_another_process_holds_refuses_and_names_it(tmp_path: Path) -> None:
     assert host.level == WARN
     assert "the KV pool would be 37.3 GiB instead of 67.3 GiB (-45%)" in line(host, "GPU 1").text
     assert line(host, "GPU 0").level == fit.OK
+
+
+def test_a_pid_of_another_pid_namespace_is_named_so(tmp_path: Path) -> None:
+    # The driver's host pid, which a dashboard in a container cannot see: said so (it may
+    # be the server itself; --force overrides), never "pid (pid N)".
+    gpus = SimGpuBackend(make_node(tmp_path)).sample()
+    dev = dataclasses.replace(gpus.devices[0], processes=(
+        GpuProcess(900_000, 30 * GIB, "", seen=False),))
+    node = node_free(dataclasses.replace(gpus, devices=(dev, *gpus.devices[1:])), None)
+    assert node.gpus[0].others == (("another PID namespace (pid 900000)", 30 * GIB),)
 
 
 def test_a_switch_counts_the_stopping_servers_memory_as_free(tmp_path: Path) -> None:

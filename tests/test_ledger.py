@@ -19,7 +19,7 @@ from helpers import GIB, running, screen_text, until
 from scene import scene_store
 
 from collectors.host import ProcBackend, sample
-from collectors.readings import Reading, Status
+from collectors.readings import GpuProcess, Reading, Status
 from engram_top.app.main import EngramTopApp
 from engram_top.export import snapshot
 from engram_top.live.demo import DemoOptions, DemoSession
@@ -111,6 +111,49 @@ def test_a_zero_kv_gauge_is_unknown_and_the_rest_unexplained() -> None:
     # A process NVML cannot size (None) is unknown too, not 0.
     gpu1 = books[1]
     assert next(ln for ln in gpu1.lines if not ln.server).bytes is None
+
+
+def test_nvml_pids_of_another_pid_namespace_are_the_server_s_not_a_tenant() -> None:
+    """The dashboard in the server's container: the driver answers with the host's pids,
+    which this /proc lacks. On a GPU the server's metrics name, those are the server's (its
+    own memory is not counted twice, nor called a stranger's); a tenant this host sees is
+    still another's; on a GPU the server does not use, an unseen pid stays another's."""
+    from engram_top.alerts.pressure import hbm_cause
+    store = scene_store()
+    gpus = store.data("gpu")
+    devices = []
+    for d in gpus.devices:
+        server_mem = round(140 * GIB)
+        devices.append(dataclasses.replace(d, processes=(
+            GpuProcess(900_000 + d.index, server_mem, "", seen=False),
+            GpuProcess(999, 2 * GIB, "python", seen=True))))
+    store.add("gpu", Reading("gpu", Status.OK, dataclasses.replace(
+        gpus, devices=tuple(devices)), at=NOW))
+    server = store.data("server")
+    ranks = {r: v for r, v in server.ranks.items() if r != 3}  # GPU 3: not the server's
+    store.add("server", Reading("server", Status.OK, dataclasses.replace(server, ranks=ranks),
+                                at=NOW))
+    store.run.startup = {k: v for k, v in store.run.startup.items() if k != "ranks"}
+    books = ledger.hbm_ledger(store)
+    gpu0 = books[0]
+    assert [ln.name for ln in gpu0.lines if not ln.server] == ["python (pid 999)"]
+    assert gpu0.server_bytes == round(140 * GIB)
+    assert gpu0.note == ("NVML's pid 900000 not on this host (another PID namespace: a "
+                         "container): taken as the server's")
+    known = sum(ln.bytes or 0 for ln in gpu0.lines)
+    assert gpu0.unexplained_bytes == pytest.approx(gpu0.used_bytes - known)
+    assert gpu0.to_json()["note"] == gpu0.note
+    views = facts.gpu_facts(store)
+    assert views[0].server_bytes == round(140 * GIB)
+    assert [(p.pid, p.server) for p in views[0].processes] == [(900_000, True), (999, False)]
+    # GPU 3, where no rank of the server runs: the unseen pid is another tenant's.
+    gpu3 = books[3]
+    assert gpu3.note == "" and gpu3.server_bytes == 0
+    assert "another PID namespace's process (pid 900003)" in [ln.name for ln in gpu3.lines]
+    cause = hbm_cause(store)
+    assert cause[0] == "python (pid 999, not the server's) holds 2.0 GiB, the server 140.0 GiB"
+    assert cause[3].startswith("a process of another PID namespace (pid 900003, not the "
+                               "server's) holds 140.0 GiB")
 
 
 # --------------------------------------------------------------------------- end to end

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 ROOT = Path(__file__).resolve().parents[1]
 
 MIB = 1024 * 1024
+UNSEEN = 4194304 + 7  # beyond Linux's PID_MAX_LIMIT: no process of this host has it
 B200_TOTAL = 183359 * MIB
 B200_RESERVED = 512 * MIB
 NO_DRIVER = "no NVIDIA driver: libnvidia-ml.so.1 not found"
@@ -147,7 +148,7 @@ def test_old_driver_falls_back_to_memory_v1_and_processes_v2(
         stub_libs: dict[str, Path], tmp_path: Path) -> None:
     used = 100_000 * MIB
     (reading,) = run_nvml(stub_libs["old"], state_file=tmp_path / "state", steps=[
-        {"state": f"0 used {used}\n0 proc 7 {used}\n"}], FAKE_NVML_COUNT="1")
+        {"state": f"0 used {used}\n0 proc {UNSEEN} {used}\n"}], FAKE_NVML_COUNT="1")
 
     (dev,) = devices(reading)
     assert dev["total_bytes"] == B200_TOTAL
@@ -157,21 +158,28 @@ def test_old_driver_falls_back_to_memory_v1_and_processes_v2(
     assert dev["free_bytes"] == B200_TOTAL - B200_RESERVED - used
     assert unsupported(dev) == {"reserved_bytes": "Function Not Found"}
     # pynvml's unversioned call raised NVMLLibraryMismatchError; _v2 answered instead.
-    assert dev["processes"] == [{"pid": 7, "used_bytes": used, "name": ""}]
+    assert dev["processes"] == [{"pid": UNSEEN, "used_bytes": used, "name": "",
+                                 "seen": False}]
 
 
 def test_process_list_with_pids_and_bytes(stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    # A process of this host (this test's own) is named from /proc; pids beyond Linux's
+    # PID_MAX_LIMIT, as another PID namespace's would be, are said unseen.
+    me, away = os.getpid(), UNSEEN + 1111
     (reading,) = run_nvml(stub_libs["current"], state_file=tmp_path / "state", FAKE_NVML_COUNT="3",
-                          steps=[{"state": "0 proc 1111 1073741824\n0 proc 2222 na\n1 noprocs\n"}])
+                          steps=[{"state": f"0 proc {me} 1073741824\n0 proc {away} na\n"
+                                           "1 noprocs\n"}])
 
     d0, d1, d2 = devices(reading)
+    own = Path(f"/proc/{me}/comm").read_text().strip()
     assert d0["processes"] == [
-        {"pid": 1111, "used_bytes": 1 << 30, "name": ""},
-        {"pid": 2222, "used_bytes": None, "name": ""},  # NVML_VALUE_NOT_AVAILABLE
+        {"pid": me, "used_bytes": 1 << 30, "name": own, "seen": True},
+        {"pid": away, "used_bytes": None, "name": "", "seen": False},  # NOT_AVAILABLE bytes
     ]
     assert d1["processes"] == []
-    # Untouched device: the stub's default process.
-    assert d2["processes"] == [{"pid": 4244, "used_bytes": (152_000 - 200) * MIB, "name": ""}]
+    # Untouched device: the stub's default process, a pid no host has.
+    assert d2["processes"] == [{"pid": 4194304 + 4244, "used_bytes": (152_000 - 200) * MIB,
+                                "name": "", "seen": False}]
     assert all(unsupported(d) == {} for d in (d0, d1, d2))
 
 
@@ -599,3 +607,16 @@ port = {free_port()}
     assert out["baselines"] == [list(range(8))] * 4
     assert out["notes"] == [None] * 4
     assert not [e for e in out["events"] if "HBM baseline" in e or "cannot read" in e]
+
+
+def test_process_names_are_read_once_and_forgotten_once_unlisted(tmp_path: Path) -> None:
+    from collectors.proc_names import ProcessNames
+    (tmp_path / "12").mkdir()
+    (tmp_path / "12" / "comm").write_text("sglang::schedu\n")
+    names = ProcessNames(tmp_path)
+    assert names.name(12) == "sglang::schedu" and names.name(13) is None
+    (tmp_path / "12" / "comm").write_text("renamed\n")
+    assert names.name(12) == "sglang::schedu"  # read once while NVML lists it
+    names.keep_only([13])
+    assert names.name(12) == "renamed"  # unlisted, then listed again: a new process
+    assert names.name(0) is None and names.name(-1) is None

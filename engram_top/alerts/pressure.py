@@ -13,7 +13,7 @@ from collectors.readings import Quantiles, Reading, Status
 from collectors.units import GB, GIB
 from engram_top.alerts.definitions import HICACHE_DROPS, PCIE, RETRACTIONS, SLO
 from engram_top.alerts.finding import Finding
-from engram_top.model.facts import gpu_facts, kv_facts, latency_facts, server_pids, word
+from engram_top.model.facts import gpu_facts, kv_facts, latency_facts, word
 from engram_top.model.hicache import engram_rx_estimate, hicache_facts
 from engram_top.model.ledger import HostLedger
 from engram_top.model.store import RunStore
@@ -54,17 +54,19 @@ def server_down(store: RunStore) -> Reading[Any] | None:
     return latest if latest.at > latest.failing_since else None
 
 
-def hbm_holders(gpu: GpuView, pids: set[int]) -> str:
+def hbm_holders(gpu: GpuView) -> str:
     """Who holds a GPU's memory: the largest holder that is not the server (name, pid, GiB)
     and the server's share; or why no process is named."""
     if not gpu.processes:
         return "NVML lists no process on it (another container's, or the driver's)"
     ranked = sorted(gpu.processes, key=lambda p: -(p.used_bytes or 0))
-    outside = [p for p in ranked if p.pid not in pids]
+    outside = [p for p in ranked if not p.server]
     parts = []
     if outside and outside[0].used_bytes is not None:
         top = outside[0]
-        parts.append(f"{top.name or 'a process'} (pid {top.pid}, not the server's) holds "
+        name = top.name or ("a process of another PID namespace" if top.seen is False
+                            else "a process")
+        parts.append(f"{name} (pid {top.pid}, not the server's) holds "
                      f"{top.used_bytes / GIB:,.1f} GiB")
     elif outside:
         parts.append(f"{len(outside)} other process{'es' * (len(outside) > 1)} "
@@ -76,8 +78,7 @@ def hbm_holders(gpu: GpuView, pids: set[int]) -> str:
 
 def hbm_cause(store: RunStore) -> dict[int, str]:
     """Each GPU's holders, for the HBM alert."""
-    pids = server_pids(store)
-    return {g.index: hbm_holders(g, pids) for g in gpu_facts(store)}
+    return {g.index: hbm_holders(g) for g in gpu_facts(store)}
 
 
 def ledger_figures(ledger: HostLedger | None) -> dict[str, float]:

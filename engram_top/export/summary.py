@@ -157,7 +157,8 @@ def ledger_lines(book: dict[str, Any]) -> list[str]:
 def hbm_ledger_lines(gpus: list[dict[str, Any]]) -> list[str]:
     return [f"- HBM ledger GPU {g['index']}: NVML used {_ledger_gib(g['used_bytes'])} = "
             + _ledger_items(g["lines"])
-            + f"; unexplained {_ledger_gib(g['unexplained_bytes'])}" for g in gpus]
+            + f"; unexplained {_ledger_gib(g['unexplained_bytes'])}"
+            + (f" ({g['note']})" if g.get("note") else "") for g in gpus]
 
 
 def _quantiles(q: dict[str, Any] | None) -> str:

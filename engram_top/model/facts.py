@@ -18,6 +18,7 @@ from collectors.units import GIB
 from engram_top.model import energy, ledger
 from engram_top.model.figures import RunFigures
 from engram_top.model.hicache import hicache_facts as hicache_facts  # re-exported
+from engram_top.model.host_facts import gpu_server_pids
 from engram_top.model.host_facts import host_facts as host_facts  # re-exported
 from engram_top.model.host_facts import server_pids as server_pids  # re-exported
 from engram_top.model.store import RunFacts, RunStore
@@ -67,10 +68,11 @@ def gpu_facts(store: RunStore) -> list[GpuView]:
     log_ranks = (run.startup.get("ranks") or {}) if run else {}
     out = []
     for dev in gpus.devices:
-        share = sum(p.used_bytes or 0 for p in dev.processes if p.pid in pids)
         # TP rank r runs on GPU r (SGLang's default base_gpu_id 0, gpu_id_step 1).
         rank_metrics = (server.ranks.get(dev.index) if server else None) or {}
         rank_log = log_ranks.get(dev.index) or {}
+        mine = gpu_server_pids(dev, pids, bool(rank_metrics or rank_log))
+        share = sum(p.used_bytes or 0 for p in dev.processes if p.pid in mine)
         baseline = run.baseline_gpu_used.get(dev.index) if run else None
         out.append(GpuView(
             index=dev.index, name=dev.name, uuid=dev.uuid,
@@ -84,7 +86,8 @@ def gpu_facts(store: RunStore) -> list[GpuView]:
             weights_gb=rank_metrics.get("weight_gb", rank_log.get("weights_gb")),
             kv_cache_gb=rank_metrics.get("kv_cache_gb", rank_log.get("kv_total_gb")),
             kv_tokens=_int(rank_metrics.get("max_total_num_tokens", rank_log.get("kv_tokens"))),
-            processes=tuple(GpuProcessView(pid=p.pid, name=p.name, used_bytes=p.used_bytes)
+            processes=tuple(GpuProcessView(pid=p.pid, name=p.name, used_bytes=p.used_bytes,
+                                           server=p.pid in mine, seen=p.seen)
                             for p in dev.processes),
             power_limit_w=dev.power_limit_w, temperature_c=dev.temperature_c,
             sm_clock_mhz=dev.sm_clock_mhz, throttle_reasons=dev.throttle_reasons,

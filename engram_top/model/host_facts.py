@@ -3,7 +3,7 @@ host ledger both read (apart from the facts, so the ledger need not import them)
 
 from __future__ import annotations
 
-from collectors.readings import HostData
+from collectors.readings import GpuDevice, HostData
 from collectors.units import GIB
 from engram_top.model.store import RunStore
 from engram_top.model.views import HostView
@@ -14,6 +14,19 @@ def server_pids(store: RunStore) -> set[int]:
     if host is None or host.server_tree is None:
         return set()
     return set(host.server_tree.pids)
+
+
+def gpu_server_pids(dev: GpuDevice, pids: set[int], serves: bool) -> set[int]:
+    """The pids NVML lists on ``dev`` that are the watched server's: those in its process
+    tree (``pids``). Where none is, yet the server runs on this GPU (``serves``: its metrics
+    or log name the rank) and NVML lists pids this host's /proc lacks, those are: the
+    dashboard sees another PID namespace (it runs in the server's container while the driver
+    answers with the host's pids). Counted as another tenant's, the server's own memory
+    would be counted twice in the ledger and named as a stranger in the HBM alert."""
+    mine = {p.pid for p in dev.processes if p.pid in pids}
+    if mine or not serves or not pids:
+        return mine
+    return {p.pid for p in dev.processes if p.seen is False}
 
 
 def host_facts(store: RunStore) -> HostView | None:

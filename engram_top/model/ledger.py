@@ -21,7 +21,7 @@ from typing import Any
 from collectors.readings import GpuData, HostData, ServerData
 from collectors.units import GIB, MIB
 from engram_top.model.hicache import hicache_facts
-from engram_top.model.host_facts import host_facts, server_pids
+from engram_top.model.host_facts import gpu_server_pids, host_facts, server_pids
 from engram_top.model.store import RunFacts, RunStore
 from scenarios.runstate import LIVE
 
@@ -71,6 +71,9 @@ class GpuLedger:
     # report (a line whose figure is unknown lands here too). Negative: the lines over-count.
     unexplained_bytes: float
     server_bytes: int  # what NVML attributes to the server's processes
+    # NVML's pids this host cannot see, taken as the server's (model.host_facts.
+    # gpu_server_pids): said, since it is a reading of the node, not a figure.
+    note: str = ""
 
     def line(self, name: str) -> LedgerLine | None:
         return next((ln for ln in self.lines if ln.name.startswith(name)), None)
@@ -79,7 +82,8 @@ class GpuLedger:
         return {"index": self.index, "total_bytes": self.total_bytes,
                 "used_bytes": self.used_bytes, "server_bytes": self.server_bytes,
                 "unexplained_bytes": self.unexplained_bytes,
-                "lines": [_line_json(ln) for ln in self.lines]}
+                "lines": [_line_json(ln) for ln in self.lines],
+                **({"note": self.note} if self.note else {})}
 
 
 def _line_json(line: LedgerLine) -> dict[str, Any]:
@@ -229,7 +233,8 @@ def hbm_ledger(store: RunStore) -> list[GpuLedger]:
     for dev in gpus.devices:
         metrics = (server.ranks.get(dev.index) if server else None) or {}
         logged = log_ranks.get(dev.index) or log_ranks.get(str(dev.index)) or {}
-        serving = any(p.pid in pids for p in dev.processes) or bool(metrics or logged)
+        mine = gpu_server_pids(dev, pids, bool(metrics or logged))
+        serving = bool(mine) or bool(metrics or logged)
         lines: list[LedgerLine] = []
         if serving:
             name = "weights (Engram tables in them)" if device_tables else "weights"
@@ -247,12 +252,17 @@ def hbm_ledger(store: RunStore) -> list[GpuLedger]:
                                          ("/server_info", server.graph_gb if server
                                           and dev.index == 0 else None)]),
             ]
-        lines += _other_processes(dev.processes, pids)
+        lines += _other_processes(dev.processes, mine)
         known = sum(ln.bytes or 0.0 for ln in lines)
+        unseen = sorted(pid for pid in mine if pid not in pids)
+        note = "" if not unseen else (
+            f"NVML's pid{'s' * (len(unseen) > 1)} {', '.join(map(str, unseen))} not on this "
+            "host (another PID namespace: a container): taken as the server's")
         out.append(GpuLedger(
             index=dev.index, total_bytes=dev.total_bytes, used_bytes=dev.used_bytes,
             lines=tuple(lines), unexplained_bytes=dev.used_bytes - known,
-            server_bytes=sum(p.used_bytes or 0 for p in dev.processes if p.pid in pids)))
+            server_bytes=sum(p.used_bytes or 0 for p in dev.processes if p.pid in mine),
+            note=note))
     return out
 
 
@@ -270,10 +280,18 @@ def _gb_line(name: str, tries: list[tuple[str, Any]], zero_is_unknown: bool = Fa
     return LedgerLine(name, None, zero or "not reported", True)
 
 
+def process_name(p: Any) -> str:
+    """A GPU process as a line names it: its command, or where it lives when unnamed."""
+    if p.name:
+        return str(p.name)
+    return "another PID namespace's process" if getattr(p, "seen", None) is False \
+        else "process"
+
+
 def _other_processes(processes: Any, pids: set[int]) -> list[LedgerLine]:
     others = sorted((p for p in processes if p.pid not in pids),
                     key=lambda p: -(p.used_bytes or 0))
-    lines = [LedgerLine(f"{p.name or 'process'} (pid {p.pid})", p.used_bytes,
+    lines = [LedgerLine(f"{process_name(p)} (pid {p.pid})", p.used_bytes,
                         "NVML processes", False) for p in others[:OTHER_PROCESS_LINES]]
     rest = others[OTHER_PROCESS_LINES:]
     if rest:

@@ -226,7 +226,9 @@ static void set_defaults(struct nvmlDevice_st *d, unsigned int i) {
     d->snap_tx_kbps = 2000000;
     d->snap_rx_kbps = 10000000;
     d->nprocs = 1;
-    d->pids[0] = 4242 + i;
+    /* Above Linux's PID_MAX_LIMIT (2^22): no process of this host can have it, as a pid
+     * the driver gives from another PID namespace (the stub has no process of its own). */
+    d->pids[0] = 4194304 + 4242 + i;
     d->proc_bytes[0] = d->used - 200ULL * MIB;
     d->temp_c = 62 + i;
     d->sm_mhz = 1965;
