@@ -164,6 +164,15 @@ def test_a_warming_run_leaves_its_latency_out_of_the_comparison() -> None:
     assert c.row("kv_tokens").cells["host-prefetch"].mean == 42_700_288  # not sampled
     axes = {f.evidence.axis: f.outcome for f in verdict(c, warming=c.warming).findings}
     assert axes["ttft"] == WARMING_UP and axes["kv_capacity"] == EQUAL
+    # Both warming up: nothing sampled on either side, and the verdict says why, per axis,
+    # rather than leave the latency axes out.
+    both = comparison([facts("device", figures(5, 3)), facts("host-prefetch", figures(8, 5))])
+    assert both is not None and set(both.warming) == {"device", "host-prefetch"}
+    found = {f.evidence.axis: f for f in verdict(both, warming=both.warming).findings}
+    assert found["ttft"].outcome == WARMING_UP and found["tpot"].outcome == WARMING_UP
+    assert found["ttft"].text == ("TTFT: no verdict yet, warming up (host-prefetch: 8 s of a "
+                                  "30 s window served; device: 5 s of a 30 s window served).")
+    assert found["kv_capacity"].outcome == EQUAL
     # A warm earlier run of the scenario is a trial of it: no longer warming up.
     runs.insert(1, facts("host-prefetch", figures(90, 300, ttft=0.41)))
     c = comparison(runs)

@@ -274,10 +274,12 @@ def from_comparison(c: Comparison, *, axes: Sequence[Axis] = AXES,
             if s == c.baseline:
                 continue
             cell = row.cells.get(s)
-            if cell is None or (cell.mean is None and (base is None or base.mean is None)):
-                continue  # neither side measured it: no line
             cold = [f"{name}: {warming[name]}" for name in (s, c.baseline)
                     if ax.windowed and name in warming]
+            if cell is None or (cell.mean is None and (base is None or base.mean is None)):
+                if cold:  # nothing yet on either side, as both warm up: said, not left out
+                    out.append(Evidence(ax.key, s, c.baseline, None, warming="; ".join(cold)))
+                continue  # neither side measured it: no line
             out.append(_evidence(ax, row.metric.delta == "relative", row.metric.unit,
                                  s, c.baseline, cell, min(c.trials[s], c.trials[c.baseline]),
                                  "; ".join(cold)))
