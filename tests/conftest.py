@@ -17,7 +17,7 @@ import pytest
 from helpers import Fleet, SimServer
 from quick_tier import is_slow, mark_server_tests, no_processes
 
-# The modules that take minutes (real servers on the CPU, whole benches) start first: the two
+# The modules that take minutes (real servers on the CPU, whole benches) start first: the
 # workers each take a module at a time in collection order, so the longest ones begin at
 # once and the short ones fill in around them, instead of one long module ending the run
 # (pyproject's --no-loadscope-reorder keeps xdist to this order).

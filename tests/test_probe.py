@@ -285,5 +285,6 @@ def test_gpu_check_against_the_stand_in_nvml_and_nvidia_smi(tmp_path: Path) -> N
     assert rows["`memory.reserved`"][2] == "only NVML"
     assert rows["`memory.used`"] == ["150,000 MiB", "150000", "yes"]
     assert all(r[2] == "yes" for name, r in rows.items() if name != "`memory.reserved`"), rows
-    assert "| 4242 | 149,800 | 149800 |" in gpu0  # per-process memory, both tools
+    # Per-process memory, both tools; the stand-in's pid is one no host has (4194304 + 4242).
+    assert "| 4198546 | 149,800 | 149800 |" in gpu0
     assert "same order" in gpu0  # PCIe: the collector's counters beside dmon's throughput
