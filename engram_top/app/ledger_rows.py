@@ -65,9 +65,19 @@ def hbm_rows(store: RunStore, cols: int | None = None) -> list[tuple[int, Text]]
     panel they stay before the legend), else the first GPU (ranks are alike; rank 3)."""
     books = ledger.hbm_ledger(store)
     notable = [b for b in books if _notable(b)]
-    return [(2 if notable else 3, Text(first_fitting(cols, _hbm_variants(b)), no_wrap=True,
+    rows = [(2 if notable else 3, Text(first_fitting(cols, _hbm_variants(b)), no_wrap=True,
                                        overflow="ellipsis", style="dim"))
             for b in notable or books[:1]]
+    noted = [str(b.index) for b in books if b.note]
+    if noted:  # the ledger's reading of the node, said where its figures are
+        where = f"GPU{'s' * (len(noted) > 1)} {','.join(noted)}"
+        rows.append((2, Text(first_fitting(cols, (
+            f"{where}: NVML's pids are not on this host (another PID namespace): taken as "
+            "the server's",
+            f"{where}: pids of another PID namespace, taken as the server's",
+            f"{where}: other PID namespace")), no_wrap=True, overflow="ellipsis",
+            style="dim")))
+    return rows
 
 
 def _notable(book: GpuLedger) -> bool:
