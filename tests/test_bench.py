@@ -199,11 +199,15 @@ def test_bench_quick_runs_paired_rounds_and_says_its_verdict(tmp_path: Path) -> 
     assert ttft["mean"]["method"] == paired.T_METHOD and ttft["mean"]["rounds"] == 2
     assert ttft["mean"]["mde"] > 0 and ttft["mean"]["t_lo"] == ttft["mean"]["lo"]
     assert ttft["median"]["lo"] is None and "needs 5 rounds" in ttft["median"]["method"]
-    # TPOT, steady from round to round: Fieller's relative interval, around the delta.
+    # TPOT: Fieller's relative interval, around the delta; or, where a loaded machine parts
+    # the baseline's two round means by more than about 16% (t at df = 1 is 12.7), none,
+    # and the estimate says why (tests/test_paired_stats.py holds both cases exactly).
     tpot = {e["statistic"]: e for e in ab["scenarios"]["host-prefetch"]["tpot_ms"]}["mean"]
     assert tpot["diff"] == pytest.approx(tpot["value"] - tpot["baseline"])
-    assert tpot["rel_method"] == paired.FIELLER
-    assert tpot["rel_lo"] < tpot["rel"] < tpot["rel_hi"]
+    if tpot["rel_method"] == paired.FIELLER:
+        assert tpot["rel_lo"] < tpot["rel"] < tpot["rel_hi"]
+    else:
+        assert tpot["rel_method"] == paired.UNBOUNDED and tpot["rel_lo"] is None
     # The same seeded requests every round, each scenario: 8 measured (4 a level).
     with open(out / "requests.csv") as f:
         rows = list(csv.DictReader(f))
