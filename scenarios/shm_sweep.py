@@ -26,8 +26,8 @@ def held(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")) -> set[str]:
             continue
         try:
             with open(f"{entry.path}/maps", errors="replace") as maps:
-                out.update(line.split(None, 5)[5].strip() for line in maps
-                           if prefix in line and len(line.split(None, 5)) == 6)
+                fields = (line.split(None, 5) for line in maps if prefix in line)
+                out.update(f[5].strip() for f in fields if len(f) == 6)
             fds = os.scandir(f"{entry.path}/fd")
         except OSError:  # gone meanwhile, or not ours to read
             continue

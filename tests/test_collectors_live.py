@@ -300,16 +300,19 @@ async def test_host_collector_on_this_machine_sees_a_child() -> None:
         tree.rss_anon_bytes + tree.rss_file_bytes + tree.rss_shmem_bytes, rel=0.05)
 
 
+# Each step on a line of its stdin; the worker lives until its own stdin closes, the root
+# until the test closes its stdin (or kills it on the way out).
 SPAWNER = """
-import subprocess, sys, time
+import subprocess, sys
 sys.stdin.readline()  # told to: one worker, spawned from the main thread
-kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+kid = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                       stdin=subprocess.PIPE)
 print(kid.pid, flush=True)
 sys.stdin.readline()  # told to: the worker ends
 kid.kill()
 kid.wait()
 print("gone", flush=True)
-time.sleep(60)
+sys.stdin.read()
 """
 
 

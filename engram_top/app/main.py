@@ -319,7 +319,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
             r = f.results if f else RunFigures()
             current = store.run is not None and f is store.run
             state = "–" if f is None else (
-                panels.run_state(store, f).replace("not answering", "no answer")
+                panels.run_state(store, f, silent="no answer")
                 if f.state != "starting" else f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}")
             # The live run's is the Host RAM panel's own figure, written the same way.
             delta = panels.host_delta(facts.run_host_delta_bytes(store, f))

@@ -389,13 +389,13 @@ STATE_STYLES = {"ready": "bold green", "starting": "bold yellow", "launching": "
                 "failed": "bold red"}
 
 
-def run_state(store: RunStore, run: RunFacts) -> str:
+def run_state(store: RunStore, run: RunFacts, silent: str = "not answering") -> str:
     """A run's state as the screen says it. A server we watch but did not start has no
     exit for the supervisor to see: a failed poll is how it is known gone (a killed
-    attached server must not read ATTACHED)."""
+    attached server must not read ATTACHED), said as ``silent``."""
     down = store.latest.get("server") if run is store.run else None
     if run.state in ("ready", "attached") and down is not None and down.status.value == "error":
-        return "not answering"
+        return silent
     if run.state == "ready" and run.degraded:
         return "degraded"  # a TP rank died; the server still answers
     return str(run.state)
