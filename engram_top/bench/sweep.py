@@ -67,10 +67,10 @@ def parse(where: str, table: Any, problems: list[str]) -> SweepSpec | None:
         problems.append(f"{where}: sweep.live_up_to: {problem}")
         ok = False
     counts = {}
-    for key, default, kind in (("requests", 32, REQUESTS),
-                               ("modelled_requests", 400, MODELLED_REQUESTS)):
+    for key, default, bounds in (("requests", 32, REQUESTS),
+                                 ("modelled_requests", 400, MODELLED_REQUESTS)):
         v = table.get(key, default)
-        if (problem := kind.problem(v)) is not None:
+        if (problem := bounds.problem(v)) is not None:
             problems.append(f"{where}: sweep.{key}: {problem}")
             ok = False
         counts[key] = v
