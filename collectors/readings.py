@@ -12,7 +12,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -166,19 +166,35 @@ class HostData:
 # --------------------------------------------------------------------------- SGLang
 
 
+class Bucketed(NamedTuple):
+    """One quantile of a histogram and the bucket it fell in (collectors.windowed decides
+    ``coarse``, once, for every screen and file)."""
+
+    value: float | None  # histogram_quantile's figure: interpolated inside the bucket
+    lo: float | None  # the bucket's lower bound, 0 for the first one; None: not known
+    hi: float | None  # its upper bound; None for the +Inf bucket (or not known)
+    # The bucket is wider than windowed.COARSE_SHARE of ``value`` (the first bucket from 0
+    # always is), or open (+Inf): ``value`` is an interpolation, not a measurement, and the
+    # screens and files say the bucket's bounds instead ("<= 100 ms", "100-200 ms").
+    coarse: bool = False
+    over: bool = False  # in the +Inf bucket: ``value`` is the highest finite bound
+
+
+Which = Literal["p50", "p99"]
+
+
 @dataclass(frozen=True, slots=True)
 class Quantiles:
     p50: float | None
     p99: float | None
-    mean: float | None
+    mean: float | None  # exact: the window's _sum over its _count
     count: float  # observations in the window
     # The quantile fell in the +Inf bucket: the value is the last finite bound, a lower
     # bound ("> 30 s"), not the quantile itself.
     p50_over: bool = False
     p99_over: bool = False
-    # The quantile fell in the lowest bucket (0 to first_bound): the value is Prometheus's
-    # interpolation from 0, as histogram_quantile gives it and the panels show it (a bound
-    # there would read "< 100 ms" for every placement while the charts plot 57.4 ms).
+    # The quantile fell in the lowest bucket (0 to first_bound). Kept for recordings made
+    # before the buckets below were (bucketed() reads them there).
     p50_under: bool = False
     p99_under: bool = False
     first_bound: float | None = None
@@ -187,6 +203,31 @@ class Quantiles:
     # observations above the highest finite bound, whose spread nobody knows.
     sd: float | None = None
     over: float = 0.0
+    # The bucket each quantile fell in, (lower, upper) in seconds, the upper None for the
+    # +Inf bucket; ``*_coarse``: too wide a bucket for the interpolated figure to be a
+    # measurement (Bucketed.coarse). None where the quantile came without its buckets.
+    p50_bucket: tuple[float, float | None] | None = None
+    p99_bucket: tuple[float, float | None] | None = None
+    p50_coarse: bool = False
+    p99_coarse: bool = False
+
+    def bucketed(self, which: Which) -> Bucketed:
+        """The p50 or p99 with its bucket. A recording made before buckets were kept gives
+        them from its older flags (the first bucket, the +Inf one); a quantile that came
+        without buckets (Prometheus's answer) has none, and reads as its figure."""
+        if which == "p50":
+            value, bucket, coarse, over, under = (self.p50, self.p50_bucket, self.p50_coarse,
+                                                  self.p50_over, self.p50_under)
+        else:
+            value, bucket, coarse, over, under = (self.p99, self.p99_bucket, self.p99_coarse,
+                                                  self.p99_over, self.p99_under)
+        if bucket is not None:
+            return Bucketed(value, bucket[0], bucket[1], coarse or over, over)
+        if over and value is not None:
+            return Bucketed(value, value, None, True, True)
+        if under and self.first_bound is not None:
+            return Bucketed(value, 0.0, self.first_bound, True, False)
+        return Bucketed(value, None, None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,6 +138,33 @@ def ms_text(value_s: float | None, none: str = NA) -> str:
     return none if value_s is None else f"{value_s * 1000:.1f} ms"
 
 
+def latency_bucket(lo: float, hi: float | None) -> str:
+    """The histogram bucket a quantile lies in, where the interpolation inside it is no
+    measurement (collectors.windowed.coarse), for the dashboard: "<= 100 ms" (the first
+    bucket, from 0), "100-200 ms", "0.8-1 s", "4-6 s", "> 30 s" (the +Inf bucket, above
+    its lower bound). Bounds are set round: in ms below 1 s, in seconds from 1 s (by the
+    upper bound; +Inf's by its lower), each as exactly as it is set, thousands grouped."""
+    return _bucket(lo, hi, ",")
+
+
+def bucket_text(lo: float, hi: float | None) -> str:
+    """The same bucket in text files (summary.md), not grouped: "1200-1800 s"."""
+    return _bucket(lo, hi, "")
+
+
+def _bucket(lo: float, hi: float | None, group: str) -> str:
+    scale, unit = (1.0, "s") if (lo if hi is None else hi) >= 1 else (1000.0, "ms")
+
+    def bound(v: float) -> str:  # 0.1 s is 100 ms, not 100.00000000000001; never 1e+06
+        return format(round(v * scale, 6), f"{group}.6f").rstrip("0").rstrip(".")
+
+    if hi is None:
+        return f"> {bound(lo)} {unit}"
+    if lo == 0:
+        return f"<= {bound(hi)} {unit}"
+    return f"{bound(lo)}-{bound(hi)} {unit}"
+
+
 # --------------------------------------------------------------------------- rates and shares
 
 

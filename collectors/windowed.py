@@ -1,6 +1,8 @@
 """Windowed statistics from successive scrapes, as dashboards get them from PromQL.
 
 ``histogram_quantile`` follows Prometheus (promql/quantile.go, classic buckets);
+``quantile_bound`` gives the same figure with its bucket's bounds and whether that bucket is
+too wide for the figure to be a measurement (COARSE_SHARE: the rule, decided here once);
 ``WindowedHistogram`` and ``WindowedRate`` play the part of ``rate()`` over a window: they
 take the difference between the oldest retained scrape and the newest. Unlike ``rate()``
 they do not extrapolate to the window edges, and a counter reset (server restarted) restarts
@@ -19,11 +21,19 @@ from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
 from collectors.promtext import Histogram
-from collectors.readings import Quantiles
+from collectors.readings import Bucketed, Quantiles
 
-__all__ = ["WindowedHistogram", "WindowedRate", "histogram_quantile", "quantile_bound"]
+__all__ = ["COARSE_SHARE", "WindowedHistogram", "WindowedRate", "bucket_bounds", "coarse",
+           "histogram_quantile", "quantile_bound"]
 
 _EMPTY = Quantiles(p50=None, p99=None, mean=None, count=0.0)
+
+
+# A quantile whose bucket is wider than this share of its interpolated value is "coarse":
+# the interpolation, not a measurement, and the screens and files show the bucket's bounds
+# instead ("<= 100 ms", "100-200 ms"). The first bucket from 0 always is (its width is its
+# upper bound, never less than the value), and so is the open +Inf one ("> 30 s").
+COARSE_SHARE = 0.5
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
@@ -34,22 +44,29 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     rank falls in the +Inf bucket. None when there are no observations, when the +Inf bucket
     is missing or there is no finite bucket (Prometheus: NaN). q < 0 gives -inf, q > 1 +inf.
     """
-    return quantile_bound(q, buckets)[0]
+    return quantile_bound(q, buckets).value
 
 
-def quantile_bound(q: float, buckets: Sequence[tuple[float, float]]
-                   ) -> tuple[float | None, bool]:
-    """:func:`histogram_quantile`, and whether the rank fell in the +Inf bucket: then the
-    value is only a lower bound (the highest finite bound), "> 30 s" rather than 30 s."""
+def coarse(value: float, lo: float, hi: float | None) -> bool:
+    """Whether a quantile interpolated to ``value`` inside the bucket (lo, hi] is no
+    measurement: the bucket open (+Inf), or wider than COARSE_SHARE of the value."""
+    return hi is None or hi - lo > COARSE_SHARE * abs(value)
+
+
+def quantile_bound(q: float, buckets: Sequence[tuple[float, float]]) -> Bucketed:
+    """:func:`histogram_quantile`'s figure with the bucket it lies in and whether that
+    bucket is too wide for the figure to be a measurement (:func:`coarse`). In the +Inf
+    bucket the figure is the highest finite bound, only a lower bound ("> 30 s": ``over``,
+    the bucket (bound, None)). Bounds None where there is no figure or q is outside 0..1."""
     if math.isnan(q):
-        return None, False
+        return Bucketed(None, None, None)
     if q < 0:
-        return -math.inf, False
+        return Bucketed(-math.inf, None, None)
     if q > 1:
-        return math.inf, False
+        return Bucketed(math.inf, None, None)
     bs = sorted(buckets)
     if len(bs) < 2 or bs[-1][0] != math.inf:
-        return None, False
+        return Bucketed(None, None, None)
     # Scrapes are not atomic across buckets, so cumulative counts can dip; Prometheus forces
     # them monotonic the same way.
     counts: list[float] = []
@@ -59,21 +76,21 @@ def quantile_bound(q: float, buckets: Sequence[tuple[float, float]]
         counts.append(running)
     total = counts[-1]
     if not total > 0:  # also catches NaN
-        return None, False
+        return Bucketed(None, None, None)
     rank = q * total
     b = bisect_left(counts, rank, 0, len(counts) - 1)
     if b == len(counts) - 1:
-        return bs[-2][0], True
-    if b == 0 and bs[0][0] <= 0:
-        return bs[0][0], False
+        return Bucketed(bs[-2][0], bs[-2][0], None, coarse=True, over=True)
+    if b == 0 and bs[0][0] <= 0:  # every observation at or below a bound <= 0: that bound
+        return Bucketed(bs[0][0], bs[0][0], bs[0][0])
     start, end, count = 0.0, bs[b][0], counts[b]
     if b > 0:
         start = bs[b - 1][0]
         count -= counts[b - 1]
         rank -= counts[b - 1]
-    if count <= 0:  # q == 0 over an empty first bucket: Prometheus gives NaN, 0/0
-        return start, False
-    return start + (end - start) * (rank / count), False
+    # q == 0 over an empty first bucket: Prometheus gives NaN, 0/0; the lower bound here.
+    value = start if count <= 0 else start + (end - start) * (rank / count)
+    return Bucketed(value, start, end, coarse(value, start, end))
 
 
 def first_bound(buckets: Sequence[tuple[float, float]]) -> float | None:
@@ -207,14 +224,21 @@ class WindowedHistogram:
         if d is None or not d.count > 0:
             return _EMPTY
         mean = d.sum / d.count if math.isfinite(d.sum) else None
-        p50, p50_over = quantile_bound(0.5, d.buckets)
-        p99, p99_over = quantile_bound(0.99, d.buckets)
+        p50, p99 = quantile_bound(0.5, d.buckets), quantile_bound(0.99, d.buckets)
         first = first_bound(d.buckets)
         over = _over(d.buckets)
-        return Quantiles(p50=p50, p99=p99, mean=mean, count=d.count,
-                         p50_over=p50_over, p99_over=p99_over, first_bound=first,
-                         p50_under=_under(p50, first), p99_under=_under(p99, first),
-                         sd=None if mean is None else bucket_sd(d.buckets, mean), over=over)
+        return Quantiles(p50=p50.value, p99=p99.value, mean=mean, count=d.count,
+                         p50_over=p50.over, p99_over=p99.over, first_bound=first,
+                         p50_under=_under(p50.value, first), p99_under=_under(p99.value, first),
+                         sd=None if mean is None else bucket_sd(d.buckets, mean), over=over,
+                         p50_bucket=bucket_bounds(p50), p99_bucket=bucket_bounds(p99),
+                         p50_coarse=p50.coarse, p99_coarse=p99.coarse)
+
+
+def bucket_bounds(b: Bucketed) -> tuple[float, float | None] | None:
+    """The bucket's (lower, upper) bounds as Quantiles keeps them (upper None: +Inf); None
+    where there is no bucket."""
+    return None if b.lo is None else (b.lo, b.hi)
 
 
 class WindowedRate:

@@ -134,10 +134,11 @@ def test_a_series_given_twice_is_flagged() -> None:
 def test_a_quantile_in_the_inf_bucket_is_a_lower_bound() -> None:
     buckets = [(b, c) for b, c in zip((*BUCKETS, float("inf")), (0, 0, 0, 1, 2, 100),
                                       strict=True)]
-    assert quantile_bound(0.99, buckets) == (30.0, True)
-    assert quantile_bound(0.01, buckets) == (5.0, False)
+    assert quantile_bound(0.99, buckets) == (30.0, 30.0, None, True, True)
+    assert quantile_bound(0.01, buckets).value == 5.0
+    assert not quantile_bound(0.01, buckets).over
     q = Quantiles(p50=30.0, p99=30.0, mean=41.0, count=100, p50_over=True, p99_over=True)
-    assert quantile(q, "p99") == "> 30.00 s"
+    assert quantile(q, "p99") == "> 30 s"
     assert quantile(Quantiles(0.2, 0.3, 0.2, 10), "p99") == "300.0 ms"
 
 

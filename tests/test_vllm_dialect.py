@@ -332,19 +332,21 @@ def test_the_demo_load_fits_a_model_whose_context_is_short() -> None:
     assert fit_context(8, 8, 2) == (1, 1)
 
 
-def test_a_quantile_inside_a_bucket_reads_as_prometheus_interpolates_it() -> None:
-    """Inside any bucket, the lowest included (from 0), the panel's figure is Prometheus's
-    histogram_quantile, the one the history's charts plot: never "< bound", which read
-    "< 100.0 ms" for every placement. Only the +Inf bucket gives a bound ("> 0.5 s")."""
+def test_a_quantile_in_a_wide_bucket_reads_as_the_buckets_bounds() -> None:
+    """The panel's figure is Prometheus's histogram_quantile where its bucket is narrow
+    enough to resolve it; in the lowest bucket (from 0), in one wider than half the figure,
+    and in the +Inf bucket it is the bucket's bounds, not the interpolation. q.p50 stays the
+    interpolated figure (the history's charts plot it)."""
     from collectors.promtext import Histogram
     from collectors.windowed import WindowedHistogram, histogram_quantile
     from engram_top.app.panel_text import quantile
-    bounds = (0.1, 0.25, 0.5, float("inf"))
-    # cumulative counts, the p50 and p99 expected, interpolated
-    cases = [((40, 40, 40, 40), "50.0 ms", "99.0 ms"),  # all in the lowest bucket
-             ((10, 40, 40, 40), "150.0 ms", "248.0 ms"),  # rank 20 of 40: 0.1 + 0.15 * 10/30
-             ((0, 0, 100, 100), "375.0 ms", "497.5 ms"),
-             ((0, 0, 0, 10), "> 500.0 ms", "> 500.0 ms")]  # the +Inf bucket: a bound
+    bounds = (0.1, 0.25, 0.5, 0.55, float("inf"))
+    # cumulative counts, the p50 and p99 as the panel shows them
+    cases = [((40, 40, 40, 40, 40), "<= 100 ms", "<= 100 ms"),  # all in the lowest bucket
+             ((10, 40, 40, 40, 40), "100-250 ms", "100-250 ms"),  # 150 ms: a 150 ms bucket
+             ((0, 0, 100, 100, 100), "250-500 ms", "250-500 ms"),
+             ((0, 0, 0, 100, 100), "525.0 ms", "549.5 ms"),  # a 50 ms bucket resolves them
+             ((0, 0, 0, 0, 10), "> 550 ms", "> 550 ms")]  # the +Inf bucket: a bound
     for counts, p50, p99 in cases:
         w = WindowedHistogram(30.0)
         w.add(0.0, Histogram(tuple((b, 0.0) for b in bounds), 0.0, 0.0))
@@ -353,5 +355,4 @@ def test_a_quantile_inside_a_bucket_reads_as_prometheus_interpolates_it() -> Non
         q = w.quantiles(1.0)
         buckets = tuple(zip(bounds, map(float, counts), strict=True))
         assert quantile(q, "p50") == p50 and quantile(q, "p99") == p99, counts
-        if not p50.startswith(">"):
-            assert q.p50 == pytest.approx(histogram_quantile(0.5, buckets))
+        assert q.p50 == pytest.approx(histogram_quantile(0.5, buckets))

@@ -3,11 +3,11 @@ the rows that fit a short panel, and a windowed quantile in words."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from rich.text import Text
 
-from collectors.units import latency
+from collectors.units import latency, latency_bucket
 from engram_top.model.views import Quantiles
 
 BAR_WIDTH = 24
@@ -94,15 +94,19 @@ def fit(rows: list[tuple[int, Any]], height: int | None) -> list[Any]:
     return [rows[i][1] for i in sorted(keep)]
 
 
-def quantile(q: Quantiles | None, which: str) -> str:
-    """A windowed quantile as Prometheus's histogram_quantile gives it: inside a bucket,
-    interpolated between its bounds (the lowest bucket from 0), the figure the history's
-    charts plot too. Only one that fell in the +Inf bucket is a bound, the highest finite
-    one, and says so ("> 30 s"): above it the histogram knows nothing."""
+def quantile(q: Quantiles | None, which: Literal["p50", "p99"]) -> str:
+    """A windowed quantile as it is known: Prometheus's histogram_quantile figure where its
+    bucket is narrow enough for it to be a measurement ("57.4 ms"); else the bucket's bounds
+    (Quantiles.bucketed: the rule is collectors.windowed's): "<= 100 ms" in the first
+    bucket, "100-200 ms" in a wide one, "> 30 s" in the +Inf bucket, above which the
+    histogram knows nothing. The history's charts plot the interpolated figure all the same
+    (and say so)."""
     if q is None:
         return latency(None)
-    value = getattr(q, which)
-    return ("> " if getattr(q, f"{which}_over", False) else "") + latency(value)
+    b = q.bucketed(which)
+    if b.coarse and b.lo is not None:
+        return latency_bucket(b.lo, b.hi)
+    return latency(b.value)
 
 
 def unavailable(why: dict[str, str]) -> list[Text]:

@@ -23,7 +23,7 @@ from collectors.sglang.collector import (
     merged_histogram,
     page_figures,
 )
-from collectors.windowed import quantile_bound
+from collectors.windowed import bucket_bounds, quantile_bound
 from scenarios.engines import engram
 from scenarios.engines.base import (
     PLACEMENTS,
@@ -143,14 +143,17 @@ class SGLangSpeaker(Engine):
             if fam is None or fam.type != "histogram":
                 continue
             h = merged_histogram(fam)
-            p50, p50_over = quantile_bound(0.5, h.buckets)
-            p99, p99_over = quantile_bound(0.99, h.buckets)
+            p50, p99 = quantile_bound(0.5, h.buckets), quantile_bound(0.99, h.buckets)
             out["histograms"][key] = {  # type: ignore[index]
                 "family": fam.name, "count": h.count, "sum": h.sum,
                 "mean": h.sum / h.count if h.count else None,
-                "p50": p50, "p99": p99,
+                "p50": p50.value, "p99": p99.value,
                 # A quantile in the +Inf bucket is only known to exceed its highest bound.
-                "p50_is_lower_bound": p50_over, "p99_is_lower_bound": p99_over}
+                "p50_is_lower_bound": p50.over, "p99_is_lower_bound": p99.over,
+                # The bucket each lies in ([lower, upper], upper null for +Inf), and whether
+                # it is too wide for the interpolated figure to be a measurement.
+                "p50_bucket": bucket_bounds(p50), "p99_bucket": bucket_bounds(p99),
+                "p50_coarse": p50.coarse, "p99_coarse": p99.coarse}
         return out
 
     def engram(self, sc: ScenarioSpec | None, *, env: Mapping[str, str],

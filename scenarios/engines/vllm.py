@@ -95,7 +95,7 @@ class VllmSpeaker(Engine):
     def inspect_metrics(self, text: str) -> dict[str, object]:
         from collectors import promtext
         from collectors.vllm import collector as v
-        from collectors.windowed import quantile_bound
+        from collectors.windowed import bucket_bounds, quantile_bound
         fams = v.canonical(promtext.parse(text))
         if not v.is_vllm_page(fams):
             raise ValueError("not a vLLM metrics page: no vllm: families")
@@ -123,11 +123,13 @@ class VllmSpeaker(Engine):
             if fam is None or fam.type != "histogram":
                 continue
             h = v.merged_histogram(fam)
-            p50, _ = quantile_bound(0.5, h.buckets)
-            p99, _ = quantile_bound(0.99, h.buckets)
+            p50, p99 = quantile_bound(0.5, h.buckets), quantile_bound(0.99, h.buckets)
             out["histograms"][key] = {  # type: ignore[index]
                 "family": fam.name, "count": h.count, "sum": h.sum,
-                "mean": h.sum / h.count if h.count else None, "p50": p50, "p99": p99}
+                "mean": h.sum / h.count if h.count else None, "p50": p50.value,
+                "p99": p99.value, "p50_bucket": bucket_bounds(p50),
+                "p99_bucket": bucket_bounds(p99), "p50_coarse": p50.coarse,
+                "p99_coarse": p99.coarse}
         return out
 
     def engram(self, sc: ScenarioSpec | None, *, env: Mapping[str, str],
