@@ -120,7 +120,7 @@ def test_an_slo_breach_against_the_configs_bounds() -> None:
            e2e=q(80.0, 99.0, 146), window_s=30.0, num_queue_reqs=146.0)
     (change,) = monitor.evaluate(store, 1.0)
     assert change.alert.message == (
-        "p99 TTFT > 30.0 s over the last 30 s, past the [slo] bound of 2,000 ms (146 queued); "
+        "p99 TTFT > 30 s over the last 30 s, past the [slo] bound of 2,000 ms (146 queued); "
         "look at the queue and the KV panel, and the latency panel's p50 against p99")
     # Both breached: one alert, both said.
     server(store, 2.0, ttft=q(0.5, 2.5, 146), itl=q(0.03, 0.080, 5000), window_s=30.0)
@@ -130,6 +130,29 @@ def test_an_slo_breach_against_the_configs_bounds() -> None:
         "over the last 30 s, past the [slo] bound of 50 ms; look at")
     # No [slo] given: nothing to hold to.
     assert AlertMonitor().findings(store, 2.0) == []
+
+
+def test_an_slo_breach_on_a_coarse_quantile_says_its_bucket() -> None:
+    """A p99 interpolated inside a bucket too wide to resolve it is said by the bucket,
+    never by the interpolated figure: past the bound where the whole bucket is, "not
+    resolved" where the bucket holds the bound."""
+    def coarse(p99: float, bucket: tuple[float, float]) -> Quantiles:
+        return Quantiles(p50=0.05, p99=p99, mean=0.004, count=200, p99_bucket=bucket,
+                         p99_coarse=True, p50_bucket=(0.0, 0.1), p50_coarse=True)
+    store, monitor = RunStore(), AlertMonitor(slos=(Slo("ttft", 99, 0.05),))
+    attached(store)
+    # All in SGLang's first TTFT bucket (0-100 ms): p99 interpolates to 99 ms, past 50 ms.
+    server(store, 0.0, ttft=coarse(0.099, (0.0, 0.1)), window_s=30.0)
+    (change,) = monitor.evaluate(store, 0.0)
+    assert change.alert.message == (
+        "p99 TTFT <= 100 ms over the last 30 s, a histogram bucket that holds the [slo] "
+        "bound of 50 ms: not resolved; look at the queue and the KV panel, and the latency "
+        "panel's p50 against p99")
+    # The whole bucket past the bound: past, by the bucket.
+    server(store, 1.0, ttft=coarse(0.15, (0.1, 0.2)), window_s=30.0)
+    assert monitor.evaluate(store, 1.0) == []  # the same alert, its message updated
+    assert store.alerts["slo"].message.startswith(
+        "p99 TTFT 100-200 ms over the last 30 s, past the [slo] bound of 50 ms; look at")
 
 
 def test_hicache_dropping_tokens_for_host_pressure() -> None:

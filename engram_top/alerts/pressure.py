@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from collectors.readings import Quantiles, Reading, Status
-from collectors.units import GB, GIB
+from collectors.units import GB, GIB, latency_bucket
 from engram_top.alerts.definitions import HICACHE_DROPS, PCIE, RETRACTIONS, SLO
 from engram_top.alerts.finding import Finding
 from engram_top.model.facts import gpu_facts, kv_facts, latency_facts, word
@@ -118,13 +118,16 @@ def retractions(store: RunStore, limit: float) -> Iterator[Finding]:
                   "queue): fewer concurrent requests or a larger KV pool")
 
 
-def _seconds(value: float, over: bool) -> str:
-    text = f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.1f} s"
-    return f"> {text}" if over else text
+def _seconds(value: float) -> str:
+    return f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.1f} s"
 
 
 def slo_breaches(store: RunStore, slos: Sequence[SloBound]) -> Iterator[Finding]:
-    """Each p50 or p99 bound of the [slo] table that the server's window is past."""
+    """Each p50 or p99 bound of the [slo] table that the server's window is past. A quantile
+    whose bucket is too wide to resolve it (Quantiles.bucketed) is said by its bucket, never
+    by the interpolated figure: past the bound where the whole bucket is, "not resolved"
+    where the bucket holds the bound (the alert fires there as histogram_quantile's figure
+    would, and says that much only)."""
     lat = latency_facts(store)
     if lat is None or not slos:
         return
@@ -134,12 +137,19 @@ def slo_breaches(store: RunStore, slos: Sequence[SloBound]) -> Iterator[Finding]
                                "e2e": lat.e2e}.get(s.metric)
         if q is None or q.count < SLO_MIN_REQUESTS or s.percentile not in (50, 99):
             continue
-        value, over = (q.p99, q.p99_over) if s.percentile == 99 else (q.p50, q.p50_over)
-        if value is None or value <= s.max_s:
+        b = q.bucketed("p99" if s.percentile == 99 else "p50")
+        if b.value is None or b.value <= s.max_s:
             continue
-        said.append(f"p{s.percentile:g} {s.metric.upper()} {_seconds(value, over)} over the "
-                    f"last {lat.window_s or 30:g} s, past the [slo] bound of "
-                    f"{s.max_s * 1000:,.0f} ms")
+        what = f"p{s.percentile:g} {s.metric.upper()}"
+        window = f"over the last {lat.window_s or 30:g} s"
+        bound = f"the [slo] bound of {s.max_s * 1000:,.0f} ms"
+        if not b.coarse or b.lo is None:
+            said.append(f"{what} {_seconds(b.value)} {window}, past {bound}")
+        elif b.lo >= s.max_s:  # the whole bucket lies past the bound
+            said.append(f"{what} {latency_bucket(b.lo, b.hi)} {window}, past {bound}")
+        else:
+            said.append(f"{what} {latency_bucket(b.lo, b.hi)} {window}, a histogram bucket "
+                        f"that holds {bound}: not resolved")
     if said:
         kv = kv_facts(store)
         queued = f" ({kv.queued:,} queued)" if kv is not None and kv.queued else ""
