@@ -264,8 +264,8 @@ def table_cells(app: App[None]) -> list[list[str]]:
 
 
 TITLES = ("HBM used (GiB of 180)", "KV cache usage (%)", "Host RAM used (GiB of 1,024)",
-          "TTFT p50 (ms)", "TPOT p50 (ms)", "PCIe receive (GB/s)", "PCIe transmit (MB/s)",
-          "GPU memory by process")
+          "TTFT p50 (ms, interpolated)", "TPOT p50 (ms, interpolated)", "PCIe receive (GB/s)",
+          "PCIe transmit (MB/s)", "GPU memory by process")
 
 
 @pytest.mark.parametrize(("size", "columns", "scheduler"), [

@@ -258,14 +258,16 @@ class Charts:
             y_max, title
 
     def _lines_ttft(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
+        # Histogram_quantile's figure, interpolated inside its bucket: where the bucket is
+        # too wide, the latency panel shows the bucket's bounds instead ("<= 100 ms").
         ttft = self.store.line("server", "ttft.p50")
         return [self._line(ttft, "p50", "yellow", start, now, width, 1000.0)], \
-            None, "TTFT p50 (ms)"
+            None, "TTFT p50 (ms, interpolated)"
 
     def _lines_tpot(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
         itl = self.store.line("server", "itl.p50")
         return [self._line(itl, "p50", "green", start, now, width, 1000.0)], \
-            None, "TPOT p50 (ms)"
+            None, "TPOT p50 (ms, interpolated)"
 
     def _pcie(self, what: str, label: str, start: float, now: float,
               width: int) -> tuple[list[Line], Any, str]:

@@ -50,7 +50,8 @@ WARM_REQUESTS = 30
 # The figures sampled from the window (a warming run's are left out); the KV pool, weights,
 # host memory and start-up are not, and stand from the start.
 _SAMPLED = ("ttft_p50_s", "ttft_mean_s", "itl_p50_s", "itl_mean_s", "output_tok_s",
-            "joules_per_token", "goodput_rps", "slo_attainment")
+            "joules_per_token", "goodput_rps", "slo_attainment", "ttft_p50_bucket_s",
+            "itl_p50_bucket_s")
 
 
 def warming_up(r: RunFigures) -> str | None:

@@ -44,6 +44,8 @@ SNAPSHOT_VERSION = 1
 UNITS = {"used": "bytes", "util": "%", "pcie_rx": "bytes/s", "pcie_tx": "bytes/s",
          "token_usage": "fraction", "num_running_reqs": "requests",
          "num_queue_reqs": "requests", "output_tokens_per_s": "tokens/s", "p50": "s",
+         # The bucket a coarse p50 lies in (collectors.windowed.coarse): its bounds.
+         "p50_lo": "s", "p50_hi": "s",
          "swap_in": "bytes (cumulative)", "energy": "mJ (cumulative)"}
 # What replaces a secret in each file's text: valid XML in the SVG, and no HTML-like tag for a
 # Markdown viewer to swallow.
@@ -357,7 +359,7 @@ HISTORY = {  # the history PNG's charts: (source, metric) -> (title, y label, sc
     ("gpu", "used"): ("HBM used per GPU", "GiB", 1 / GIB),
     ("server", "token_usage"): ("KV cache usage", "%", 100.0),
     ("host", "used"): ("Host RAM used", "GiB", 1 / GIB),
-    ("server", "ttft.p50"): ("TTFT p50", "ms", 1000.0),
+    ("server", "ttft.p50"): ("TTFT p50, interpolated", "ms", 1000.0),
 }
 
 

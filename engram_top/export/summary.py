@@ -9,6 +9,7 @@ from collectors.safetext import visible
 from collectors.units import (
     GIB,
     NA,
+    bucket_text,
     byte_rate,
     decimal_bytes,
     gib_text,
@@ -162,10 +163,21 @@ def hbm_ledger_lines(gpus: list[dict[str, Any]]) -> list[str]:
 
 
 def _quantiles(q: dict[str, Any] | None) -> str:
+    """"p50 <= 100 ms, p99 100-200 ms, mean 3.6 ms": each quantile as the dashboard shows
+    it (its bucket where the interpolation is no measurement, Quantiles.bucketed), then the
+    exact mean."""
     if not q or q.get("p50") is None:
         return "n/a"
-    p99 = q.get("p99")
-    return f"p50 {ms_text(q['p50'])}, p99 {ms_text(p99)}"
+    mean = "" if q.get("mean") is None else f", mean {ms_text(q['mean'])}"
+    return f"p50 {_quantile(q, 'p50')}, p99 {_quantile(q, 'p99')}{mean}"
+
+
+def _quantile(q: dict[str, Any], which: str) -> str:
+    """One quantile of snapshot.json's latency (a Quantiles as plain data)."""
+    bucket = q.get(f"{which}_bucket")
+    if bucket and (q.get(f"{which}_coarse") or q.get(f"{which}_over")):
+        return bucket_text(bucket[0], bucket[1])
+    return ms_text(q.get(which))
 
 
 def _num(value: Any, spec: str) -> str:

@@ -351,12 +351,20 @@ def summary(store: RunStore) -> RunFigures:
         ttft_mean_s=_round_ms(ttft.mean if ttft else None, 2),
         ttft_sd_s=_round_ms(ttft.sd if ttft else None, 2),
         ttft_over=None if ttft is None or not ttft.count else int(ttft.over),
+        ttft_p50_bucket_s=_coarse_bucket(ttft),
         itl_p50_s=_round_ms(itl.p50 if itl else None, 1),
+        itl_p50_bucket_s=_coarse_bucket(itl),
         itl_mean_s=_round_ms(itl.mean if itl else None, 2),
         output_tok_s=None if rate is None else round(rate, 1),
         joules_per_token=None if per_token is None else round(per_token, 3),
         throttled=_throttled(run, server, serving), **_goodput(store.load),
         **_window(store, run, lat, ttft))
+
+
+def _coarse_bucket(q: Quantiles | None) -> tuple[float, float | None] | None:
+    """The bucket a p50 lies in where it is too wide to resolve it (Quantiles.bucketed)."""
+    b = None if q is None else q.bucketed("p50")
+    return (b.lo, b.hi) if b is not None and b.coarse and b.lo is not None else None
 
 
 def _window(store: RunStore, run: RunFacts | None, lat: LatencyView | None,

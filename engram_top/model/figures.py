@@ -51,6 +51,11 @@ class RunFigures:
     # single live run's interval within its window (compare.live_interval).
     ttft_sd_s: float | None = None
     ttft_over: int | None = None
+    # The bucket each p50 lies in where that bucket is too wide for the figure to be a
+    # measurement (Quantiles.bucketed, collectors.windowed.coarse): (lower, upper), the upper
+    # None for the +Inf bucket; None where the p50 is resolved. It goes with its p50.
+    ttft_p50_bucket_s: tuple[float, float | None] | None = None
+    itl_p50_bucket_s: tuple[float, float | None] | None = None
 
     def measured(self) -> bool:
         """Whether any figure is known."""
@@ -62,6 +67,9 @@ class RunFigures:
         add up: one seen a minute ago still happened during the run."""
         taken = {f.name: v for f in dataclasses.fields(self)
                  if (v := getattr(newer, f.name)) is not None}
+        for p50, bucket in _BUCKETS.items():  # a resolved p50 takes its bucket away
+            if getattr(newer, p50) is not None:
+                taken[bucket] = getattr(newer, bucket)
         if self.throttled and newer.throttled:
             taken["throttled"] = tuple(dict.fromkeys(self.throttled + newer.throttled))
         return dataclasses.replace(self, **taken)
@@ -77,6 +85,9 @@ class RunFigures:
                 out[f.name] = list(value)
                 continue
             key, scale = _JSON.get(f.name, (f.name, 1))
+            if f.name in _BUCKETS.values():
+                out[key] = [None if v is None else round(v * scale, 6) for v in value]
+                continue
             # Rounded to the nanosecond: seconds x 1000 must not write 12.350000000000001.
             out[key] = round(value * scale, 6) if scale != 1 else value
         return out
@@ -99,6 +110,9 @@ class RunFigures:
             if name in _NOTES:
                 values[name] = _notes(key, value)
                 continue
+            if name in _BUCKETS.values():
+                values[name] = _bucket(key, value, scale)
+                continue
             values[name] = _number(key, value, whole=name in _COUNTS)
             if values[name] is not None and scale != 1:
                 values[name] /= scale
@@ -108,7 +122,11 @@ class RunFigures:
 # Fields whose JSON key and unit differ: field -> (key, JSON value per field unit).
 _JSON = {"ttft_p50_s": ("ttft_p50_ms", 1000), "ttft_mean_s": ("ttft_mean_ms", 1000),
          "ttft_sd_s": ("ttft_sd_ms", 1000),
-         "itl_p50_s": ("itl_p50_ms", 1000), "itl_mean_s": ("itl_mean_ms", 1000)}
+         "itl_p50_s": ("itl_p50_ms", 1000), "itl_mean_s": ("itl_mean_ms", 1000),
+         "ttft_p50_bucket_s": ("ttft_p50_bucket_ms", 1000),
+         "itl_p50_bucket_s": ("itl_p50_bucket_ms", 1000)}
+# Each p50 and the field of the bucket it lies in (where that is too wide to resolve it).
+_BUCKETS = {"ttft_p50_s": "ttft_p50_bucket_s", "itl_p50_s": "itl_p50_bucket_s"}
 _COUNTS = {"gpus", "kv_tokens", "window_requests", "ttft_over"}
 _NOTES = {"throttled"}  # lists of words, not numbers
 
@@ -119,6 +137,18 @@ def _notes(key: str, value: Any) -> tuple[str, ...] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"{key}: expected a list of strings, got {value!r}")
     return tuple(value)
+
+
+def _bucket(key: str, value: Any, scale: float) -> tuple[float, float | None] | None:
+    """A bucket's [lower, upper] (upper null: +Inf) from JSON, in the field's unit."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 2 or value[0] is None:
+        raise ValueError(f"{key}: expected [lower, upper], got {value!r}")
+    lo, hi = (_number(key, v, whole=False) for v in value)
+    if lo is None or (hi is None and value[1] is not None):
+        raise ValueError(f"{key}: expected finite bounds, got {value!r}")
+    return lo / scale, None if hi is None else hi / scale
 
 
 def _number(key: str, value: Any, whole: bool) -> float | int | None:

@@ -301,7 +301,14 @@ class RunStore:
                 point(name, getattr(data, name))
             for name in ("ttft", "itl"):
                 q = getattr(data, name)
-                point(f"{name}.p50", None if q is None else q.p50)
+                # The interpolated figure (the charts plot it), and beside it the bucket it
+                # lies in where that is too wide for it to be a measurement: the exports'
+                # p50_lo and p50_hi (no p50_hi in the open +Inf bucket).
+                b = None if q is None else q.bucketed("p50")
+                point(f"{name}.p50", None if b is None else b.value)
+                if b is not None and b.coarse:
+                    point(f"{name}.p50_lo", b.lo)
+                    point(f"{name}.p50_hi", b.hi)
         else:
             # A reading of a type this store has no panel for (a new source's): its
             # numbers are kept as series all the same, by field name, never dropped.
