@@ -43,14 +43,20 @@ HOST_TABLES_MIN_BYTES = 64 * GIB  # shared or huge-page memory this large: Engra
 MIN_PAUSE_S = 0.1
 
 # What a fleet can compare: Prometheus has quantiles from histograms, not per-request means,
-# and no start-up or host-delta figure (a node's memory before launch is not kept).
-TTFT_P50 = Metric("ttft_p50_ms", "p50 TTFT", "ms", "lower",
-                  extract=lambda r: ms(r.ttft_p50_s), panel="latency")
-TPOT_P50 = Metric("tpot_p50_ms", "p50 TPOT", "ms", "lower",
+# and no start-up or host-delta figure (a node's memory before launch is not kept). Its
+# histogram_quantile answers a figure interpolated inside a bucket, without the bucket: the
+# rows and their intervals say so (label and note), as none can be told resolved or not.
+INTERPOLATED_NOTE = ("p50 and p99 TTFT and TPOT are Prometheus's histogram_quantile, "
+                     "interpolated inside a histogram bucket (the first from 0) that its answer "
+                     "does not name: a figure, and an interval across nodes, no finer than "
+                     "that bucket, which may be wider than the difference.")
+TTFT_P50 = Metric("ttft_p50_ms", "p50 TTFT, interpolated", "ms", "lower",
+                  extract=lambda r: ms(r.ttft_p50_s), panel="latency", note=INTERPOLATED_NOTE)
+TPOT_P50 = Metric("tpot_p50_ms", "p50 TPOT, interpolated", "ms", "lower",
                   extract=lambda r: ms(r.tpot_p50_s), panel="latency")
-TTFT_P99 = Metric("ttft_p99_ms", "p99 TTFT", "ms", "lower",
+TTFT_P99 = Metric("ttft_p99_ms", "p99 TTFT, interpolated", "ms", "lower",
                   extract=lambda r: ms(r.ttft_p99_s), panel="latency")
-TPOT_P99 = Metric("tpot_p99_ms", "p99 TPOT", "ms", "lower",
+TPOT_P99 = Metric("tpot_p99_ms", "p99 TPOT, interpolated", "ms", "lower",
                   extract=lambda r: ms(r.tpot_p99_s), panel="latency")
 METRICS = Registry((WEIGHTS, KV, KV_RATIO, TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, THROUGHPUT,
                     ENERGY))
@@ -213,7 +219,8 @@ def results(rows: list[FleetRow]) -> list[RunResult]:
             ttft_p50_s=r.ttft_p50, tpot_p50_s=r.tpot_p50, ttft_p99_s=r.ttft_p99,
             tpot_p99_s=r.tpot_p99, output_tok_s=r.output_tok_s,
             joules_per_token=r.joules_per_token,
-            notes=("latencies: Prometheus's histogram_quantile over the rate window",)))
+            notes=("latencies: Prometheus's histogram_quantile over the rate window, "
+                   "interpolated inside its buckets",)))
     return out
 
 
