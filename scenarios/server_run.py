@@ -10,6 +10,7 @@ import contextlib
 import re
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 import psutil
@@ -21,6 +22,15 @@ from scenarios.runstate import RunState
 from scenarios.scenario_file import Scenario
 
 LOG_KEEP = 400  # recent log lines kept for the log pane
+
+
+class Origin(Enum):
+    """Who started a run: this command, or an earlier engram-top whose server this one found
+    still running in the state folder and took over (Supervisor.adopt). Closing stops what
+    this command launched; an adopted server only when someone here asks for it."""
+
+    LAUNCHED = "launched"
+    ADOPTED = "adopted"
 
 
 @dataclass
@@ -59,6 +69,7 @@ class Run:
     # once the server's processes are gone.
     scratch: Path | None = None
     baseline_note: str | None = None  # why there is no HBM baseline, when there is none
+    origin: Origin = Origin.LAUNCHED
 
     def __post_init__(self) -> None:
         self.follower = self.scenario.engine.follower()
@@ -78,6 +89,13 @@ class Run:
     @property
     def alive(self) -> bool:
         return self.proc.alive()
+
+    def left_on_close(self, leave_running: bool) -> bool:
+        """Whether closing leaves it running: told to (``leave_running``), or an earlier
+        engram-top started it (adopted) and nobody here asked to stop it (a stop or switch
+        under way is finished)."""
+        return leave_running or (self.origin is Origin.ADOPTED
+                                 and self.state in (RunState.STARTING, RunState.READY))
 
 
 def server_members(pid: int) -> dict[int, tuple[float, str]]:

@@ -34,7 +34,7 @@ from scenarios.process import LaunchSpec, ManagedProcess, StopResult
 from scenarios.run_files import RunFiles
 from scenarios.runstate import ENDED, UNASKED_END, RunState
 from scenarios.scenario_file import Scenario
-from scenarios.server_run import Run, gone_members, server_members
+from scenarios.server_run import Origin, Run, gone_members, server_members
 from scenarios.shm_sweep import sweep as sweep_shm
 
 FOLLOW_S = 0.1  # log tail and liveness cadence while a server starts
@@ -111,7 +111,7 @@ class Supervisor:
             _drop_scratch(run)
 
     def adopt(self, scenarios: dict[str, Scenario]) -> Run | None:
-        """Take over the server an earlier engram-top left running from this state folder."""
+        """Take over the server an earlier engram-top left running here (Origin.ADOPTED)."""
         try:
             data = self.files.read_current()
             sc = scenarios[data["scenario"]]
@@ -129,7 +129,7 @@ class Supervisor:
         run = Run(sc, proc, log_path, time.monotonic() - age, float(data["launched_wall"]),
                   {int(k): int(v) for k, v in (data.get("baseline_gpu") or {}).items()},
                   data.get("baseline_host_used"), self.estimate(sc),
-                  baseline_host_shmem=data.get("baseline_host_shmem"))
+                  baseline_host_shmem=data.get("baseline_host_shmem"), origin=Origin.ADOPTED)
         if isinstance(data.get("key_file"), str):
             run.key_file = Path(data["key_file"])
         if isinstance(data.get("scratch"), str):
@@ -474,9 +474,10 @@ class Supervisor:
 
     def close_now(self, leave_running: bool = False) -> None:
         """close() for a process whose event loop is gone (a crash, a signal): stop the
-        server we started, without a loop."""
+        server we started, without a loop (not an adopted one: Run.left_on_close)."""
         run = self.current
-        if run is None or leave_running or run.state == RunState.STOPPED or not run.alive:
+        if run is None or run.left_on_close(leave_running) or run.state == RunState.STOPPED \
+                or not run.alive:
             return
         run.stop_result = run.proc.stop_now(run.scenario.stop_grace_s)
         run.state = RunState.STOPPED
@@ -484,11 +485,12 @@ class Supervisor:
             self._forget_current(run)
 
     async def close(self, leave_running: bool = False) -> None:
-        run = self.current
-        if run is not None and run.alive and not leave_running:
+        run = self.current  # what we started is stopped (not an adopted one: left_on_close)
+        if run is not None and run.alive and not run.left_on_close(leave_running):
             await self._stop(run)
-        elif run is not None and leave_running and run.alive:
-            self.owner.event("info", f"left {run.scenario.name} running (pid {run.pid})")
+        elif run is not None and run.alive:
+            whose = ", started by an earlier engram-top" if run.origin is Origin.ADOPTED else ""
+            self.owner.event("info", f"left {run.scenario.name} running (pid {run.pid}{whose})")
         if self._follow_task is not None:
             self._follow_task.cancel()
             with contextlib.suppress(BaseException):

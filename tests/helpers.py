@@ -149,6 +149,9 @@ class StaticSession:
     def close_now(self) -> None:
         self.closed = True
 
+    def left_running(self) -> tuple[()]:
+        return ()
+
     async def start_scenario(self, name: str, force: bool = False) -> None:
         raise RuntimeError("a fixed store: it starts nothing")
 

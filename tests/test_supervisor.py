@@ -25,7 +25,7 @@ from scenarios.owner import SupervisorOwner
 from scenarios.ports import port_in_use
 from scenarios.runstate import RunState
 from scenarios.scenario_file import Scenario
-from scenarios.server_run import Run
+from scenarios.server_run import Origin, Run
 from scenarios.supervisor import Supervisor, SupervisorError
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
@@ -113,7 +113,8 @@ def test_a_live_session_and_the_tests_owner_are_what_the_supervisor_asks_for() -
 @pytest.fixture
 async def supervisors(tmp_path: Path, node: Path) -> AsyncIterator[Callable[..., Supervisor]]:
     """Supervisors on this test's node: ``supervisors(events)`` makes one. Each is closed
-    after the test, which stops any server it still runs, a failed assertion or not."""
+    after the test, and any server it still runs stopped (an adopted one too, which close
+    leaves), a failed assertion or not."""
     made: list[Supervisor] = []
 
     def make(events: list[str] | None = None) -> Supervisor:
@@ -122,6 +123,8 @@ async def supervisors(tmp_path: Path, node: Path) -> AsyncIterator[Callable[...,
 
     yield make
     for sup in made:
+        if sup.current is not None and sup.current.alive:
+            await sup.stop()
         await sup.close()
 
 
@@ -305,11 +308,32 @@ async def test_a_later_supervisor_adopts_the_server_left_running(tmp_path,
     await first.close(leave_running=True)
     assert run.alive
 
+    assert run.origin is Origin.LAUNCHED
+
+    # Closing a supervisor that adopted it leaves it running, with a loop or without.
     events: list[str] = []
     second = supervisors(events)
     adopted = second.adopt({"dev": sc})
     assert adopted is not None and adopted.pid == run.pid
+    assert adopted.origin is Origin.ADOPTED
     assert any("still running" in e for e in events)
+    await second.close()
+    assert adopted.alive and adopted.state in (RunState.STARTING, RunState.READY)
+    assert f"info: left dev running (pid {run.pid}, started by an earlier engram-top)" \
+        in events
+    assert adopted.left_on_close(False) and not run.left_on_close(False)
+    third = supervisors()
+    assert third.adopt({"dev": sc}) is not None
+    third.close_now()
+    assert run.alive and (tmp_path / "state" / "current.json").exists()
+    await third.close()  # its follow task: the loop is still here in this test
+    assert run.alive
+
+    # Asked to here (stop, switch), it is stopped.
+    events.clear()
+    second = supervisors(events)
+    adopted = second.adopt({"dev": sc})
+    assert adopted is not None
     with pytest.raises(SupervisorError, match="still running"):
         await second.start(dataclasses.replace(sc, port=free_port()))
     result = await second.stop()

@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from engram_top.alerts.monitor import AlertWatch
 from engram_top.compare.slo import Slo
+from engram_top.model.left_running import LeftRunning
 from engram_top.model.store import RunStore
 
 
@@ -60,6 +61,9 @@ class DashboardSession(Protocol):
     async def close(self) -> None: ...
     def close_now(self) -> None:
         """What it holds (servers, folders) closed without a loop: the CLI's last resort."""
+    def left_running(self) -> Sequence[LeftRunning]:
+        """The servers closing leaves running (once closed: has left): the dashboard asks
+        about an adopted one before it quits, and the CLI names each as the command ends."""
     async def start_scenario(self, name: str, force: bool = False) -> object: ...
     async def switch(self, name: str, force: bool = False) -> object: ...
     async def stop_scenario(self) -> None: ...

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shlex
 import shutil
 import socket
 import tempfile
@@ -32,8 +33,10 @@ from engram_top.live.options import SessionOptions as SessionOptions  # re-expor
 from engram_top.live.polling import free_port, poll_loop
 from engram_top.live.run_facts import launched, read_engram, sync, until_port
 from engram_top.model.facts import summary
+from engram_top.model.left_running import LeftRunning
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.seed import reference
+from engram_top.settings.paths import default_state_dir
 from engram_top.sim import state
 from engram_top.sim.backends import SimGpuBackend, SimHostBackend
 from scenarios import engines
@@ -41,6 +44,7 @@ from scenarios import scenario_file as config
 from scenarios.engines.base import Engine
 from scenarios.runstate import ENDED, RunState
 from scenarios.scenario_file import Scenario, ScenarioFile
+from scenarios.server_run import Origin
 from scenarios.statelock import StateLock
 from scenarios.supervisor import Run, Supervisor, SupervisorError
 
@@ -85,6 +89,7 @@ class Session(AttachedServers):
         self.node_dir: Path | None = None  # an attached server's simulated node, once known
         self._closing = False
         self._closed = False
+        self._leave: bool | None = None  # what close() was told: leave what it started
         self._lock = asyncio.Lock()  # one start/stop/switch at a time
         self._closers: set[asyncio.Task[None]] = set()
         # One command at a time starts and stops a scenario file's servers (its state
@@ -193,6 +198,7 @@ class Session(AttachedServers):
             return
         self._closing = True
         leave = self.options.leave_running if leave_running is None else leave_running
+        self._leave = leave
         closing = asyncio.ensure_future(self._close(leave))
         try:
             await asyncio.shield(closing)
@@ -230,6 +236,29 @@ class Session(AttachedServers):
         if hasattr(self, "supervisor"):
             self.supervisor.close_now(self.options.leave_running)
         self._release()
+
+    def left_running(self) -> tuple[LeftRunning, ...]:
+        """The server closing leaves running (once closed: has left): one it was told to
+        leave (--leave-running, a switch), or one an earlier engram-top started that this
+        session adopted and nobody here asked to stop (Run.left_on_close)."""
+        run = self.supervisor.current if hasattr(self, "supervisor") else None
+        told = self.options.leave_running if self._leave is None else self._leave
+        if run is None or not run.alive or not run.left_on_close(told):
+            return ()
+        sc = run.scenario
+        return (LeftRunning(sc.name, run.pid, sc.host, sc.port,
+                            adopted=run.origin is Origin.ADOPTED, asked=told,
+                            stop_with=self._stop_command()),)
+
+    def _stop_command(self) -> str:
+        """`engram-top stop FILE`, with --state-dir where this session's is not FILE's own."""
+        file = self.options.scenario_file
+        words = ["engram-top", "stop", str(file)]
+        state_dir = self.options.state_dir
+        if file is not None and state_dir is not None and \
+                state_dir.resolve() != default_state_dir(file).resolve():
+            words += ["--state-dir", str(state_dir)]
+        return shlex.join(words)
 
     def _release(self) -> None:
         self._closed = True

@@ -162,6 +162,9 @@ class ReplaySession:
     def close_now(self) -> None:
         """A replay starts no process and keeps no folder: nothing to close without a loop."""
 
+    def left_running(self) -> tuple[()]:
+        return ()  # it runs no server
+
     # A replay starts and stops nothing; the app's keys get a clear answer.
     async def start_scenario(self, name: str, force: bool = False) -> None:
         raise RuntimeError("this is a replay: it cannot start servers")
