@@ -1,5 +1,5 @@
-"""The dashboard's two dialogs: a question before a server that is serving is stopped, and
-the keys in force."""
+"""The dashboard's dialogs: a question before a server that is serving is stopped, what to
+do on quit with a server an earlier engram-top started, and the keys in force."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from collectors.safetext import visible
+from engram_top.model.left_running import LeftRunning
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -29,6 +30,38 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
+
+
+class QuitAdoptedScreen(ModalScreen[str | None]):
+    """On quit, with a server running that an earlier engram-top started (this dashboard
+    adopted it): "leave" it running (the default), "stop" it, or None: do not quit."""
+
+    BINDINGS = [Binding("l,enter,q", "answer('leave')", "Leave it running"),
+                Binding("s", "answer('stop')", "Stop it"),
+                Binding("c,escape", "answer(None)", "Cancel")]
+
+    def __init__(self, server: LeftRunning, serving: str | None = None) -> None:
+        super().__init__()
+        self.server = server
+        self.serving = serving  # other clients' requests in flight on it, if any
+
+    @property
+    def question(self) -> str:
+        s = self.server
+        return (f"{s.scenario} (pid {s.pid}, port {s.port}) was started by an earlier "
+                "engram-top. Quit and leave it running, or stop it?")
+
+    def compose(self) -> ComposeResult:
+        text = Text.assemble((visible(self.question), "bold"))
+        if self.serving:
+            text.append(f"\n{visible(self.serving)}.", style="yellow")
+        text.append_text(Text.assemble(
+            "\n\n", ("l", "bold cyan"), "/", ("enter", "bold cyan"), " leave it running   ",
+            ("s", "bold cyan"), " stop it   ", ("esc", "bold cyan"), " cancel"))
+        yield Static(text, id="confirm")
+
+    def action_answer(self, choice: str | None) -> None:
+        self.dismiss(choice)
 
 
 class HelpScreen(ModalScreen[None]):

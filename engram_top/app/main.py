@@ -29,6 +29,7 @@ from engram_top.app.keymap import keep_a_quit_key
 from engram_top.app.palette import KeysShown
 from engram_top.app.panel import Panel, text_key
 from engram_top.app.process_end import EndsAsTheProcess
+from engram_top.app.quitting import QuitsAsking
 from engram_top.app.replay_keys import ReplayKeys, replay_line
 from engram_top.app.safe import SafeOutput, cell, safe
 from engram_top.app.server_log import ServerLog
@@ -68,8 +69,8 @@ SEEK_KEYS = Binding.Group("±10 s")
 SPEED_KEYS = Binding.Group("Speed")
 
 
-class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, SurvivesHangUp,
-                   SafeOutput, App[int]):
+class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsTheProcess,
+                   SurvivesHangUp, SafeOutput, App[int]):
     """The dashboard over one session (DashboardSession): the panels, the scenario list,
     the server log and the events line, redrawn from the session's store; its keys call the
     session (start, switch, stop, attach) or move its replay. The keys' help and palette,
@@ -477,12 +478,6 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, EndsAsTheProcess, Surv
         """A click on the highlighted row (the mouse's enter) starts or switches to it."""
         if event.data_table.id == "scenarios":
             self.action_start_selected()
-
-    async def action_quit(self) -> None:
-        """Stop what we started (load, server, polls), then leave."""
-        self._show("#header", Text("stopping the server…", style="bold"))
-        await self.close_session()
-        self.exit(0)
 
     async def close_session(self) -> None:
         if not self._closed:
