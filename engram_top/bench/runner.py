@@ -47,11 +47,14 @@ from scenarios.workload import DriverResult, run_workload
 
 async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *,
                     state_dir: Path | None = None, lock_wait_s: float = 0.0,
-                    thresholds: Thresholds | None = None, force: bool = False) -> dict[str, Any]:
+                    thresholds: Thresholds | None = None, force: bool = False,
+                    say_left: Callable[[Session], None] | None = None) -> dict[str, Any]:
     """Run the plan and write its reports under ``out``. The servers it starts are those of
     the plan's scenario file, in its state folder (by default the one run, switch and stop
     use): `engram-top stop` finds whatever a killed bench left, and no second command starts
-    a server of that file meanwhile."""
+    a server of that file meanwhile. ``say_left``: told the session once it is closed, to
+    name what it left running (an earlier command's server, if the bench ended before
+    switching away from it)."""
     session = Session(SessionOptions(
         scenario_file=plan.scenarios_file,
         state_dir=state_dir or default_state_dir(plan.scenarios_file), load=None,
@@ -98,6 +101,8 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
         await session.stop_scenario()
     finally:
         await session.close()
+        if say_left is not None:
+            say_left(session)
     # Another model's runs: the seed's figures are no reference for them.
     seed_column = any(serves(run, reference.default().model) for run in session.store.runs)
     table = _level_table(plan, levels, modelled, say)

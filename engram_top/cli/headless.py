@@ -9,6 +9,7 @@ import sys
 
 from engram_top.cli.lifetime import (
     say,
+    say_left,
 )
 from engram_top.cli.sessions import session_options, user_thresholds
 
@@ -16,8 +17,9 @@ LOCK_WAIT_S = 600.0  # how long a headless command waits for another one on the 
 
 
 async def switch(args: argparse.Namespace) -> int:
-    """Stop whatever this file's state folder says is running, then start --to; leave it.
-    Interrupted before it is done (a signal), it stops what it started instead."""
+    """Stop whatever this file's state folder says is running, then start --to; leave it,
+    and say so. Interrupted before it is done (a signal), it stops what it started instead;
+    a server an earlier command left that it had not stopped yet is left, and named."""
     from engram_top.live.session import Session
     from scenarios.statelock import StateBusy
     from scenarios.supervisor import DoesNotFit, SupervisorError
@@ -62,6 +64,7 @@ async def switch(args: argparse.Namespace) -> int:
         raise
     finally:
         await session.close(leave_running=leave)
+        say_left(session, "engram-top switch")
     return code
 
 
@@ -96,6 +99,7 @@ async def stop(args: argparse.Namespace) -> int:
         return 0
     finally:
         await session.close()
+        say_left(session, "engram-top stop")  # interrupted before it could stop it
 
 
 async def bench(args: argparse.Namespace) -> int:
@@ -115,7 +119,8 @@ async def bench(args: argparse.Namespace) -> int:
     try:
         report = await runner.run_bench(plan, args.out, state_dir=args.state_dir,
                                         thresholds=user_thresholds(),
-                                        lock_wait_s=LOCK_WAIT_S, force=args.force)
+                                        lock_wait_s=LOCK_WAIT_S, force=args.force,
+                                        say_left=lambda s: say_left(s, "engram-top bench"))
     except DoesNotFit as exc:
         print(f"engram-top bench: {exc}", file=sys.stderr)
         return 2

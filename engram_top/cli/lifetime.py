@@ -2,6 +2,10 @@
 
 Every process a command started is stopped on every exit path (unless the user asked to
 leave it running), its temporary folders go, and the user reads one line, never a traceback.
+A server an earlier engram-top started, which the command found running and took over
+(adopted), is stopped only when the user asks for it (a key, the quit dialog, `stop`): on a
+signal or a crash no one can be asked, so it is left running. Every server a command leaves
+running is named as it ends, with the command that stops it (``say_left``).
 
 - Headless commands (bench, switch, stop, snapshot) run as one asyncio task: a signal cancels
   it, so its own ``finally`` blocks stop what it started; the exit code is 128 + the signal.
@@ -116,10 +120,22 @@ def without_terminal(session: Any, command: str) -> bool:
     return True
 
 
+def left_running(session: Any) -> tuple[Any, ...]:
+    """The servers a session leaves running (LeftRunning); a fleet's runs none."""
+    return tuple(getattr(session, "left_running", tuple)())
+
+
+def say_left(session: Any, prefix: str = "engram-top") -> None:
+    """A line for each server the session left running as it closed (LeftRunning.line):
+    which, whose, and the command that stops it."""
+    for server in left_running(session):
+        say(f"{prefix}: {server.line()}")
+
+
 def run_dashboard(app: Any, crash_dir: Path | None) -> int:
     """Run the Textual app; then close what its session left open (a crash, a signal), and
-    say in one line what happened. The traceback of a crash goes to a file under
-    ``crash_dir``, never to the terminal."""
+    say in one line what happened, and a line for each server left running. The traceback
+    of a crash goes to a file under ``crash_dir``, never to the terminal."""
     session = app.session
     interrupted: BaseException | None = None
     try:
@@ -129,18 +145,29 @@ def run_dashboard(app: Any, crash_dir: Path | None) -> int:
     finally:
         with ignoring_signals():
             session.close_now()
+    try:
+        return _ended(app, interrupted, crash_dir)
+    finally:
+        say_left(session)
+
+
+def _ended(app: Any, interrupted: BaseException | None, crash_dir: Path | None) -> int:
+    # What it launched is stopped, unless it was told to leave it (say_left names that).
+    stopped = "what this dashboard started is stopped" if not any(
+        not s.adopted for s in left_running(app.session)) else ""
     crash = getattr(app, "crash", None)
     if crash is not None:
         where = write_crash_report(crash_dir, crash)
-        say(f"engram-top: internal error: {type(crash).__name__}: {crash}. What this dashboard "
-            "started is stopped." + (f" Details: {where}" if where else ""))
+        say(f"engram-top: internal error: {type(crash).__name__}: {crash}."
+            + (f" {stopped.capitalize()}." if stopped else "")
+            + (f" Details: {where}" if where else ""))
         return 1
     sig = getattr(app, "stopped_by", None)
     if sig is not None:
-        say(f"engram-top: stopped by {sig.name}; what this dashboard started is stopped")
+        say(f"engram-top: stopped by {sig.name}" + (f"; {stopped}" if stopped else ""))
         return 128 + sig
     if isinstance(interrupted, KeyboardInterrupt):
-        say("engram-top: interrupted; what this dashboard started is stopped")
+        say("engram-top: interrupted" + (f"; {stopped}" if stopped else ""))
         return 130
     if interrupted is not None and not isinstance(interrupted, Exception):
         raise interrupted  # SystemExit and the like: theirs to end the process

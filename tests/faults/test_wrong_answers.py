@@ -69,9 +69,15 @@ port = {free_port()}
     res = cli.run("switch", str(scenarios), "--to", "host")
     no_traceback(res.stdout, res.stderr)
     assert res.returncode == 1 and "are run by engram-top run (pid" in res.stderr, res.stderr
-    term.proc.send_signal(signal.SIGTERM)  # the dashboard stops what it ran
+    # The dashboard started nothing: the server it adopted is left running, and named.
+    term.proc.send_signal(signal.SIGTERM)
     assert term.wait(60) == 128 + signal.SIGTERM
-    assert not cli.servers()
+    assert [p.pid for p in cli.servers() if "sim serve" in " ".join(p.cmdline())] == \
+        [mains[0].pid]
+    assert f"left running: device (pid {mains[0].pid}) on 127.0.0.1:" in term.output
+    res = cli.run("stop", str(scenarios))
+    assert res.returncode == 0 and res.stdout.startswith("stopped device"), res.stderr
+    wait_until(lambda: not cli.servers(), 15, "no server left")
 
 
 def test_fault_11_non_finite_numbers_are_refused_where_they_are(cli: Cli,
