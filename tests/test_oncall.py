@@ -158,6 +158,11 @@ def test_a_host_hog_raises_host_available_and_refuses_the_host_placement(
     assert "(--force starts it anyway)" in out.stderr
     assert "Traceback" not in out.stderr
     assert alive(server_pid)
+    # It found host-hog running (the first switch's) and left it so; it says how to stop it.
+    assert f"engram-top switch: left running: host-hog (pid {server_pid}) on " \
+        f"127.0.0.1:{url_of(headless.file, 'host-hog').rsplit(':', 1)[1]}, adopted; stop it " \
+        f"with `engram-top stop {headless.file} --state-dir {headless.state_dir}`" \
+        in out.stderr, out.stderr
     assert json.loads((headless.state_dir / "current.json").read_text())["scenario"] == \
         "host-hog"
 
