@@ -74,9 +74,11 @@ port = {free_port()}
     assert term.wait(60) == 128 + signal.SIGTERM
     assert [p.pid for p in cli.servers() if "sim serve" in " ".join(p.cmdline())] == \
         [mains[0].pid]
-    assert f"left running: device (pid {mains[0].pid}) on 127.0.0.1:" in term.output
+    last = json.loads(current.read_text())["scenario"]  # the switches' order is the lock's
+    assert f"left running: {last} (pid {mains[0].pid}) on 127.0.0.1:" in term.output, \
+        term.output[-600:]
     res = cli.run("stop", str(scenarios))
-    assert res.returncode == 0 and res.stdout.startswith("stopped device"), res.stderr
+    assert res.returncode == 0 and res.stdout.startswith(f"stopped {last}"), res.stderr
     wait_until(lambda: not cli.servers(), 15, "no server left")
 
 
