@@ -15,6 +15,7 @@ import math
 import os
 import re
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from engram_top.seed import reference
 from engram_top.sim import memory, state
 from engram_top.sim.backends import SimGpuBackend
 from engram_top.sim.core import ServerCore
+from engram_top.sim.model import BATCH_WINDOW_S
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
@@ -533,7 +535,8 @@ def test_client_disconnect_aborts_the_request(sim_device: SimServer) -> None:
 
 async def test_queue_time_excludes_the_scaled_prefill() -> None:
     # In-process, without a rank: the serving loop alone. At --serve-scale 20 a 200-token
-    # prefill takes ~0.6 s of wall time; a lone request never queues, so queue time is ~0.
+    # prefill takes ~0.6 s of wall time; a lone request queues only for the model's batch
+    # window after idle (0.4 s at this scale), never for its own prefill.
     args = argparse.Namespace(host="127.0.0.1", port=0, time_scale=1.0, serve_scale=20.0,
                               stream_interval=1, api_key=None)
     placement = REF.placements["device"]
@@ -548,7 +551,40 @@ async def test_queue_time_excludes_the_scaled_prefill() -> None:
     ttft = core.histograms["sglang:time_to_first_token_seconds"]
     assert ttft.sum >= placement.service.prefill_time_s(200) * 20 * 0.9
     assert sum(queue.counts) == 1
-    assert queue.sum < 0.1
+    assert queue.sum == pytest.approx(BATCH_WINDOW_S * 20, abs=0.1)
+
+
+async def _first_tokens(core: ServerCore, sizes: list[int]) -> list[float]:
+    """Each request's first-token time; request i is sent when the list says (seconds after
+    the first), its arrival stamped then, as the HTTP layer stamps it."""
+    async def one(n_in: int, after: float) -> float:
+        await asyncio.sleep(after)
+        async for _, t in core.generate(n_in, 1, arrived=time.monotonic()):
+            return t
+        raise AssertionError("no token")
+    return list(await asyncio.gather(*(one(n, d) for n, d in zip(sizes, DELAYS, strict=True))))
+
+
+# A burst of 16 whose client stalls 15 ms half-way (opening connections, a collection
+# pause): longer than the model's batch window at this scale, shorter than BURST_PAUSE_S.
+DELAYS = [0.0] * 8 + [0.015] * 8
+
+
+async def test_a_burst_the_client_spread_is_one_batch_served_as_the_model_plans_it() -> None:
+    args = argparse.Namespace(host="127.0.0.1", port=0, time_scale=1.0, serve_scale=0.1,
+                              stream_interval=1, api_key=None)
+    core = ServerCore(REF, REF.placements["device"], PLAN["device"], args, "test")
+    loop_task = asyncio.create_task(core._serve_loop())
+    try:
+        sent = time.monotonic()
+        firsts = await _first_tokens(core, [800] * 16)
+    finally:
+        loop_task.cancel()
+    # One prefill batch: every request's first token at the same step's end.
+    assert len(set(firsts)) == 1
+    # Served as of its first arrival plus the model's window (not of its last arrival).
+    planned = (BATCH_WINDOW_S + REF.placements["device"].service.prefill_time_s(16 * 800)) * 0.1
+    assert firsts[0] - sent == pytest.approx(planned, abs=0.01)
 
 
 def test_a_hidden_node_is_left_out_of_server_info(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -31,12 +31,22 @@ from engram_top.sim.metrics_page import (
     Histogram,
     MetricsPage,
 )
-from engram_top.sim.model import BATCH_WINDOW_S, Request, Scheduler, Step
+from engram_top.sim.model import (
+    BATCH_WINDOW_S,
+    PREFILL_TOKEN_BUDGET,
+    Request,
+    Scheduler,
+    Step,
+)
 from engram_top.sim.startup import LAYOUT_WORDS, RankHandle, log
 
 DECODE_LOG_INTERVAL = server_args.DECODE_LOG_INTERVAL
 MAX_LAG_S = 0.05  # how far behind plan the serving loop may run before it stops catching up
-BURST_MAX_S = 0.25  # the longest an idle server waits for a burst of arrivals to end
+# A burst's arrivals are gathered until they pause this long (real seconds) or the model's
+# batch window, whichever is longer: a client that stalls mid-burst (opening connections,
+# a collection pause) must not split it, whatever the serve scale.
+BURST_PAUSE_S = 0.03
+BURST_MARGIN_S = 0.002  # gathering ends this long before the batch's planned end
 CONTEXT_LEN = server_args.CONTEXT_LEN  # as the start-up log's scheduler summary prints it
 WARMUP_HEADER = "x-sim-warmup"  # the warm-up request's token (served before ready)
 
@@ -225,17 +235,43 @@ class ServerCore:
             if not self.unpaused.is_set():
                 await self.unpaused.wait()
                 clock = None
+            if not self.sched.running:
+                # Idle (nothing decoding): the next batch forms as the model forms one, even
+                # where the first arrivals came before this loop saw the server go idle (a
+                # closed loop's next level on its kept-alive connections would otherwise be
+                # prefilled apart from the rest of its burst).
+                idle_since = time.monotonic() if clock is None else clock
+                if not self.sched.waiting:
+                    self.wake.clear()
+                    await self.wake.wait()
+                    if not self.sched.waiting:  # aborted before it was served
+                        continue
+                # The burst is served as the model serves one sent all at once: its batch
+                # window counts from its first arrival, not from when the client finished
+                # putting it on the wire (a spread that would otherwise add to every TTFT).
+                first = max(idle_since, min(r.arrival for r in self.sched.waiting))
+                clock = first + BATCH_WINDOW_S * scale
+                await self._gather_burst(scale, clock)
+                burst = True
+            else:
+                burst = False
             now = time.monotonic()
             step = self.sched.next_step(now)
             if step is None:
+                clock = None
                 self.wake.clear()
                 await self.wake.wait()
-                await self._gather_burst(scale)
-                clock = None
                 continue
             # Steps follow their planned ends, so event-loop lateness does not add up into
-            # slower decoding; a loop that fell far behind starts afresh from now.
-            start = now if clock is None else max(clock, now - MAX_LAG_S)
+            # slower decoding; a loop that fell far behind starts afresh from now. A burst's
+            # batch keeps its plan (gathering it took no node time) unless that plan has
+            # already ended.
+            if clock is None:
+                start = now
+            elif burst:
+                start = max(clock, now - step.duration * scale)
+            else:
+                start = max(clock, now - MAX_LAG_S)
             end = start + step.duration * scale
             await asyncio.sleep(max(0.0, end - time.monotonic()))
             clock = end
@@ -263,15 +299,22 @@ class ServerCore:
             f"cuda graph: False, input throughput (token/s): "
             f"{step.tokens / max(1e-9, step.duration * scale):.2f}", 0)
 
-    async def _gather_burst(self, scale: float) -> None:
-        """After idling, wait until arrivals pause for a batch window (at most BURST_MAX_S):
-        a burst sent together is prefilled together, as the model has it, however long the
-        client takes to put it on the wire (model.BATCH_WINDOW_S says how long that is)."""
-        deadline = time.monotonic() + BURST_MAX_S * scale
+    async def _gather_burst(self, scale: float, start: float) -> None:
+        """After idling, gather arrivals until they pause (BURST_PAUSE_S, or the model's batch
+        window if longer), so a burst sent together is prefilled together, as the model has
+        it. The batch is served as of ``start`` (its first arrival plus the window), so the
+        gathering costs nothing until the batch's prefill would have ended: it stops there,
+        never delaying the batch past its plan."""
+        pause = max(BATCH_WINDOW_S * scale, BURST_PAUSE_S)
         while True:
             seen = len(self.sched.waiting)
-            await asyncio.sleep(BATCH_WINDOW_S * scale)
-            if len(self.sched.waiting) == seen or time.monotonic() >= deadline:
+            tokens = min(sum(r.held for r in self.sched.waiting), PREFILL_TOKEN_BUDGET)
+            limit = start + self.sched.service.prefill_time_s(tokens) * scale - BURST_MARGIN_S
+            left = limit - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(pause, left))
+            if len(self.sched.waiting) == seen:
                 return
 
     def _log_decode(self, batch: int) -> None:
