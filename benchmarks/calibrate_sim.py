@@ -1,9 +1,9 @@
 """Fit the host-prefetch service extras so the simulated node reproduces the seed's deltas.
 
 Runs the seed-like workload (seeds [workload]) through the simulated scheduler in virtual
-time for device and host-prefetch, and solves for (extra_step_s, extra_per_seq_s,
-prefill_factor) so that mean TTFT, mean TPOT and output throughput move by the seed's
-+15.57%, +10.91% and -14.36%. Prints the fit and the residuals; copy the three numbers into
+time for device and host-prefetch, over model.DRAWS draws of its requests (a bench's rounds
+each draw their own), and solves for (extra_step_s, extra_per_seq_s, prefill_factor) so that
+mean TTFT, mean TPOT and output throughput move by the seed's +15.57%, +10.91% and -14.36%. Prints the fit and the residuals; copy the three numbers into
 seeds/dsv41_flash_4xb200.toml [service.extra.host-prefetch]. Deterministic: same numbers
 every run.
 
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engram_top.seed import reference  # noqa: E402
 from engram_top.sim.memory import kv_capacity_tokens  # noqa: E402
-from engram_top.sim.model import simulate_closed_loop  # noqa: E402
+from engram_top.sim.model import DRAWS, simulate_draws  # noqa: E402
 
 
 def deltas(ref, params):
@@ -31,8 +31,8 @@ def deltas(ref, params):
 
 def deltas_of(ref, placement, svc):
     dev = ref.placements["device"]
-    base = simulate_closed_loop(dev.service, kv_capacity_tokens(ref, "device"), ref.workload)
-    got = simulate_closed_loop(svc, kv_capacity_tokens(ref, placement), ref.workload)
+    base = simulate_draws(dev.service, kv_capacity_tokens(ref, "device"), ref.workload)
+    got = simulate_draws(svc, kv_capacity_tokens(ref, placement), ref.workload)
     return (got.mean_ttft / base.mean_ttft - 1, got.mean_tpot / base.mean_tpot - 1,
             got.output_throughput / base.output_throughput - 1)
 
@@ -74,7 +74,7 @@ def main() -> None:
                    for k in ("ttft_mean", "tpot_mean", "output_throughput"))
     x = solve(ref, target)
     got = deltas(ref, x)
-    print("workload:", ref.workload)
+    print("workload:", ref.workload, f"over {DRAWS} draws")
     print(f"fit: extra_step_s = {x[0]:.7f}  extra_per_seq_s = {x[1]:.8f}  "
           f"prefill_factor = {x[2]:.5f}")
     for name, g, t in zip(("TTFT", "TPOT", "throughput"), got, target, strict=True):

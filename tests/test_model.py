@@ -15,6 +15,7 @@ from engram_top.sim.model import (
     Request,
     Scheduler,
     simulate_closed_loop,
+    simulate_draws,
 )
 
 SVC = ServiceModel(max_running_requests=4, step_s=0.010, per_seq_s=0.001, prefill_s=0.002,
@@ -202,11 +203,12 @@ def test_closed_loop_is_deterministic_and_complete() -> None:
 
 
 def test_host_prefetch_reproduces_the_seed_deltas() -> None:
+    # Over the draws a bench's rounds make of the workload (each round its own requests).
     ref = reference.default()
-    base = simulate_closed_loop(ref.placements["device"].service,
-                                kv_capacity_tokens(ref, "device"), ref.workload)
-    got = simulate_closed_loop(ref.placements["host-prefetch"].service,
-                               kv_capacity_tokens(ref, "host-prefetch"), ref.workload)
+    base = simulate_draws(ref.placements["device"].service,
+                          kv_capacity_tokens(ref, "device"), ref.workload)
+    got = simulate_draws(ref.placements["host-prefetch"].service,
+                         kv_capacity_tokens(ref, "host-prefetch"), ref.workload)
     deltas = {
         "ttft_mean": got.mean_ttft / base.mean_ttft - 1,
         "tpot_mean": got.mean_tpot / base.mean_tpot - 1,

@@ -3,8 +3,11 @@ against the baseline from the bench's own rows, the stop rule, and report.md's s
 
 Rounds alternate (A B, B A, A B ...; with three scenarios A B C, C B A ...), so neither side
 always runs first, after the same neighbour or at the same point of a drift. Each round
-starts every scenario afresh and sends it the same seeded requests; start-up, the switch and
-the warm-up requests are not measured (the workload driver's warm-up is excluded)."""
+starts every scenario afresh and sends every scenario the same requests, drawn for that round
+(the plan's seed, then the next); start-up, the switch and the warm-up requests are not
+measured (the workload driver's warm-up is excluded). A new draw each round puts the
+workload's own sampling into the rounds' spread: an interval then covers what another draw of
+the same workload would give, not only the node's noise on one draw."""
 
 from __future__ import annotations
 
@@ -149,8 +152,9 @@ def markdown(found: dict[str, dict[str, list[Estimate]]], baseline: str,
              stopped: str | None) -> str:
     """report.md's "Paired A/B" section: every estimate with its interval and method."""
     lines = ["", "## Paired A/B over rounds", "",
-             f"{rounds} round(s) in the order {pattern(scenarios, rounds)}; the same seeded "
-             "requests each round; start-up, the switch and warm-up not measured. Each "
+             f"{rounds} round(s) in the order {pattern(scenarios, rounds)}; each round its own "
+             "seeded requests (the plan's seed, then the next), the same for every scenario "
+             "of the round; start-up, the switch and warm-up not measured. Each "
              f"difference is the scenario's figure less `{baseline}`'s.",
              "- Differences of means, medians and p99s: 95% "
              f"{paired.bootstrap_method(resamples, seed)}; each resample pools the requests "

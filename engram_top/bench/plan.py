@@ -74,6 +74,9 @@ class Plan:
     sweep: SweepSpec | None = None
     stop: StopRule | None = None
     quick: bool = False  # cut down by --quick (quick_plan)
+    # The live requests' answers, where shorter than the workload's (a quick sweep's): the
+    # modelled loads keep the workload's.
+    live_output_len: int | None = None
 
 
 def _check(kind: Any, value: Any) -> str | None:
@@ -206,33 +209,38 @@ def _stop(path: Path, raw: dict[str, Any], problems: list[str]) -> StopRule | No
     return StopRule(ab.STOP_FIGURES[t["figure"]], t["statistic"], margin, t["min_rounds"])
 
 
-# --quick: a short run that still pairs (two rounds, A B then B A), under a minute on the
+# --quick: a short run that still pairs (two rounds, A B then B A), about a minute on the
 # simulated node: a few requests a level, service 4x faster (converted back to node time),
 # start-up 100x.
 QUICK_REQUESTS = 4
 QUICK_SERVE_SCALE = 0.25
 QUICK_TIME_SCALE = 0.01
-QUICK_MODELLED = 60
-# Shorter answers, where no sweep needs the plan's long contexts: TTFT and TPOT are per
-# token and keep their meaning; end-to-end latency and throughput are of the shorter answers.
+# Shorter answers: TTFT and TPOT are per token and keep their meaning; end-to-end latency
+# and throughput are of the shorter answers.
 QUICK_OUTPUT_LEN = 48
+# A sweep's live loads are a few requests a node minute: served 100x faster, their arrivals
+# come a second apart instead of a minute. Its live answers are QUICK_OUTPUT_LEN long (the
+# model beside them too); its modelled loads keep the plan's lengths and requests, so the
+# crossover is the full plan's.
+QUICK_SWEEP_SERVE_SCALE = 0.01
 
 
 def quick_plan(plan: Plan) -> Plan:
     """The plan cut down for --quick: two rounds, at most QUICK_REQUESTS requests a level
-    and one warm-up, shorter answers (but a sweep's), its sweep's model with fewer
-    requests; the simulated node faster."""
+    and one warm-up, shorter answers (a sweep's live ones only), the simulated node
+    faster."""
     wl = plan.workload
     levels = tuple(dataclasses.replace(lv, requests=min(lv.requests, QUICK_REQUESTS))
                    for lv in wl.levels)
     spec = plan.sweep and dataclasses.replace(
-        plan.sweep, requests=min(plan.sweep.requests, QUICK_REQUESTS),
-        modelled_requests=min(plan.sweep.modelled_requests, QUICK_MODELLED))
+        plan.sweep, requests=min(plan.sweep.requests, QUICK_REQUESTS))
+    serve = QUICK_SWEEP_SERVE_SCALE if plan.sweep else QUICK_SERVE_SCALE
     return dataclasses.replace(
         plan, trials=2, quick=True, sweep=spec,
         workload=dataclasses.replace(
             wl, levels=levels, warmup_requests=min(wl.warmup_requests, 1),
             output_len=wl.output_len if plan.sweep else min(wl.output_len, QUICK_OUTPUT_LEN)),
+        live_output_len=min(wl.output_len, QUICK_OUTPUT_LEN) if plan.sweep else None,
         time_scale=min(plan.time_scale or QUICK_TIME_SCALE, QUICK_TIME_SCALE),
-        serve_scale=min(plan.serve_scale or QUICK_SERVE_SCALE, QUICK_SERVE_SCALE),
+        serve_scale=min(plan.serve_scale or serve, serve),
         stop=None)

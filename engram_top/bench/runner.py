@@ -42,7 +42,7 @@ from engram_top.model.store import node_time as startup_in_node_time
 from engram_top.seed import reference
 from engram_top.settings.paths import default_state_dir
 from scenarios.engines.base import Mark
-from scenarios.workload import DriverResult, run_workload
+from scenarios.workload import DriverResult, WorkloadSpec, run_workload
 
 
 async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *,
@@ -122,7 +122,7 @@ def _level_table(plan: Plan, levels: dict[str, list[list[LevelStats]]],
             for lv in trial:
                 by_load.setdefault(lv.load, []).append(lv)
         table[name] = [slo.merge_trials(lvs) for _, lvs in sorted(by_load.items())]
-    spec, wl = plan.sweep, plan.workload
+    spec, wl, live_wl = plan.sweep, plan.workload, live_workload(plan)
     if spec is None:
         return table
     for name, placement in modelled.items():
@@ -130,7 +130,9 @@ def _level_table(plan: Plan, levels: dict[str, list[list[LevelStats]]],
         say(f"modelling {name} at {len(spec.loads)} loads (the simulator's scheduler)")
         out = []
         for i, load in enumerate(spec.loads):
-            lengths = sweep.lengths(wl.input_len, wl.output_len, wl.range_ratio,
+            # The model beside a live level serves what the live level served.
+            answers = live_wl.output_len if load <= spec.live_up_to else wl.output_len
+            lengths = sweep.lengths(wl.input_len, answers, wl.range_ratio,
                                     spec.modelled_requests, wl.seed + 1000 + i)
             m = sweep.modelled_level(placement, load, spec.kind, lengths, plan.slos, wl.seed)
             if load <= spec.live_up_to and load not in live:
@@ -146,6 +148,20 @@ def _level_table(plan: Plan, levels: dict[str, list[list[LevelStats]]],
                 out.append(m)
         table[name] = out
     return table
+
+
+def round_seed(seed: int, trial: int) -> int:
+    """The requests' seed of a round: the plan's for the first, the next ones after it."""
+    return seed + trial
+
+
+def live_workload(plan: Plan) -> WorkloadSpec:
+    """What the live levels send: the plan's workload, its answers capped where the plan
+    says (a quick sweep's)."""
+    wl = plan.workload
+    if plan.live_output_len is None or plan.live_output_len >= wl.output_len:
+        return wl
+    return dataclasses.replace(wl, output_len=plan.live_output_len)
 
 
 def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, Any]],
@@ -213,9 +229,12 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
                          notes=(f"not ready: {run.failure or run.state}",)), []
     say(f"  ready after {run.ready_s:.1f} s; measuring")
     await asyncio.sleep(1.5)  # a fresh poll of every source after ready
-    # A plan's rates are node time: the simulated node serves `serve` times faster.
+    # A plan's rates are node time: the simulated node serves `serve` times faster. Each
+    # round draws its own requests (every scenario of the round gets the same ones), so the
+    # rounds' spread holds the workload's own sampling, not only the node's noise.
     spec = dataclasses.replace(
-        plan.workload, count_prompts=bool(getattr(sc.engine, "simulated_node", False)),
+        live_workload(plan), count_prompts=bool(getattr(sc.engine, "simulated_node", False)),
+        seed=round_seed(plan.workload.seed, trial),
         levels=tuple(dataclasses.replace(lv, rate=lv.rate / serve) if lv.rate else lv
                      for lv in plan.workload.levels))
     marks: dict[tuple[int, str], tuple[float, Mark | None]] = {}
@@ -347,8 +366,10 @@ def _markdown(plan: Plan, results: list[RunResult], table: str,
     lines = [f"# engram-top bench: {plan.path.name}", "",
              f"Scenarios from `{plan.scenarios_file.name}`, {plan.trials} round(s) at most "
              f"(each scenario once a round, in alternating order), baseline `{plan.baseline}`."
-             + (" A --quick run: two rounds, a few requests a level, shorter answers (no "
-                "sweep), the simulated node served faster (figures in node time); a first "
+             + (" A --quick run: two rounds, a few requests a level, shorter answers "
+                + (f"(the live levels' {plan.live_output_len} tokens; the modelled levels "
+                   "keep the plan's)" if plan.live_output_len else "")
+                + ", the simulated node served faster (figures in node time); a first "
                 "look, not a measurement to quote." if plan.quick else ""),
              f"Workload: {levels}; input {wl.input_len} and output {wl.output_len} tokens "
              f"(range ratio {wl.range_ratio:g}), seed {wl.seed}, {wl.warmup_requests} warm-up "

@@ -1,6 +1,6 @@
 """A paired A/B comparison over interleaved rounds: each round ran every scenario once with
-the same seeded requests, so a round's two samples share what the round shares (the node's
-state, the prompts, the time of day) and their difference cancels it.
+the same requests (a draw of the round's own), so a round's two samples share what the round
+shares (the node's state, the prompts, the time of day) and their difference cancels it.
 
 For each scenario against the baseline and each compared figure:
 - the difference of means, medians and p99s, with a 95% interval from a bootstrap over

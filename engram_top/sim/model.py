@@ -16,6 +16,7 @@ again. The ratio then rises to what the survivors have written plus 20 steps.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -296,6 +297,31 @@ def simulate_closed_loop(service: ServiceModel, kv_capacity: int,
         duration += run.duration
         output_tokens += run.output_tokens
     return WorkloadResult(tuple(results), duration, output_tokens)
+
+
+# A bench draws each round's requests anew (seed, seed + 1, ...): the model's figures for a
+# workload are its mean over the draws of this many rounds, as the demo plan
+# (scenarios/demo-bench.toml, three rounds) measures them.
+DRAWS = 3
+
+
+@dataclass(frozen=True)
+class DrawsResult:
+    mean_ttft: float  # over every request of every draw
+    mean_tpot: float
+    output_throughput: float  # the mean of the draws' throughputs, as rounds average them
+
+
+def simulate_draws(service: ServiceModel, kv_capacity: int, workload: Workload,
+                   draws: int = DRAWS) -> DrawsResult:
+    """The workload's figures over ``draws`` draws of its requests (seeds from its own)."""
+    runs = [simulate_closed_loop(service, kv_capacity,
+                                 dataclasses.replace(workload, seed=workload.seed + k))
+            for k in range(draws)]
+    requests = [r for run in runs for r in run.requests]
+    tpots = [r.tpot for r in requests if r.output_len > 1]
+    return DrawsResult(sum(r.ttft for r in requests) / len(requests), sum(tpots) / len(tpots),
+                       sum(run.output_throughput for run in runs) / len(runs))
 
 
 def simulate_open_level(service: ServiceModel, kv_capacity: int, rate: float,
