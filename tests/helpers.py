@@ -12,10 +12,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import html
+import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,9 +44,26 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "scenarios" / "demo.toml"
 GIB = 1024**3
 MIB = 1024**2
-# The venv's console script, as a user runs it; the module if this interpreter has none.
-_SCRIPT = Path(sys.executable).with_name("engram-top")
-ENGRAM_TOP = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "engram_top"]
+
+
+def installed_script(name: str = "engram-top") -> Path:
+    """The console script pip installed for this interpreter, as the README installs it
+    (`pip install -e '.[test]'` into the environment pytest runs in): its scripts folder,
+    wherever that is (a venv's bin/, a --user install's ~/.local/bin), then PATH. Never a
+    fixed path, and never a silent fallback to `python -m`: a test of the command line
+    runs the command a user runs, or says it is not installed."""
+    where = os.pathsep.join(p for p in (sysconfig.get_path("scripts"),
+                                        str(Path(sys.executable).parent),
+                                        os.environ.get("PATH", "")) if p)
+    found = shutil.which(name, path=where)
+    if found is None:
+        raise RuntimeError(f"{name} is not installed for {sys.executable}: "
+                           "pip install -e '.[test]' (the README's test command does)")
+    return Path(found)
+
+
+# The console script, as a user runs it.
+ENGRAM_TOP = [str(installed_script())]
 
 
 # --------------------------------------------------------------------------- waits

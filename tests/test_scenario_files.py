@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import installed_script
 
 from scenarios import scenario_file
 from scenarios.scenario_file import Scenario, ScenarioError
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "scenarios"
-ENGRAM_TOP = REPO / ".venv" / "bin" / "engram-top"
+ENGRAM_TOP = installed_script()
 
 HOST_TABLE = "SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE"
 LAYOUT = "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT"

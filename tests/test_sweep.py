@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import PageServer
+from helpers import PageServer, installed_script
 
 from collectors.pages import PageClient
 from engram_top.bench import sweep
@@ -22,7 +21,7 @@ from scenarios import engines
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGRAM_TOP = Path(sys.executable).with_name("engram-top")
+ENGRAM_TOP = installed_script()
 LONG = sweep.lengths(98304, 16384, 0.75, 200, 7)  # the demo sweep's contexts and count
 SLOS = (Slo("ttft", 99, 60.0), Slo("tpot", 99, 0.25))
 
