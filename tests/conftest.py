@@ -21,9 +21,9 @@ from quick_tier import is_slow, mark_server_tests, no_processes
 # workers each take a module at a time in collection order, so the longest ones begin at
 # once and the short ones fill in around them, instead of one long module ending the run
 # (pyproject's --no-loadscope-reorder keeps xdist to this order).
-FIRST = ("test_real_vllm.py", "test_real_sglang.py", "test_bench.py", "test_sweep.py",
-         "test_sim_vllm.py", "test_fleet.py", "test_oncall.py", "test_app_control.py",
-         "test_hangs.py")
+FIRST = ("test_real_vllm.py", "test_real_sglang.py", "test_first_command.py", "test_oncall.py",
+         "test_benches.py", "test_bench.py", "test_sweep.py", "test_sim_vllm.py",
+         "test_fleet.py", "test_app_control.py", "test_hangs.py")
 
 
 # First, so that the slow marks it adds are there when `-m "not slow"` deselects.

@@ -192,9 +192,12 @@ async def test_the_ledgers_on_a_simulated_node_with_another_tenant(tmp_path: Pat
             await until(pilot, lambda: "others +300.0" in screen_text(app), 15,
                         "the Host RAM panel's other tenants' growth")
             text = screen_text(app)
-            # The seed's host placement: 195.4 GiB since launch, the server's alone.
-            assert "server +195.4 GiB" in text
-            assert "tenant (pid" in text and "20.0" in text  # the HBM panel's GPU 1 row
+            # The seed's host placement: 195.4 GiB since launch, the server's alone; the HBM
+            # panel's ledger row for GPU 1. Both as the README quotes them (its example).
+            rows = [" ".join(line.split()) for line in text.splitlines()]
+            for quoted in ("Δ server +195.4 GiB · others +300.0",
+                           f"GPU1 tenant (pid {other.pid}) 20.0 · ? 1.6"):
+                assert any(" ".join(quoted.split()) in row for row in rows), (quoted, text)
             book = ledger.host_ledger(store)
             tables = book.line("Engram tables")
             assert tables is not None and tables.server
