@@ -383,49 +383,6 @@ def test_the_simulated_vllm_engine(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- the mixed plan
 
-BENCH = """
-[bench]
-scenarios_file = "{mixed}"
-scenarios = ["sglang-device", "sglang-host-prefetch", "vllm-host-prefetch"]
-baseline = "sglang-device"
-trials = 1
-gpus = 4
-time_scale = 0.02
-
-[workload]
-levels = [{{ concurrency = 2, requests = 4 }}]
-input_len = 64
-output_len = 16
-range_ratio = 0.5
-warmup_requests = 1
-"""
-
-
-@pytest.mark.timeout(150)
-def test_the_mixed_bench_runs_both_engines(tmp_path: Path) -> None:
-    plan = tmp_path / "plan.toml"
-    plan.write_text(BENCH.format(mixed=MIXED))
-    out = tmp_path / "out"
-    res = subprocess.run([*ENGRAM_TOP, "bench", str(plan), "--out", str(out)],
-                         capture_output=True, text=True, timeout=140)
-    assert res.returncode == 0, res.stdout + res.stderr
-    report = json.loads((out / "report.json").read_text())
-    by = {r["scenario"]: r for r in report["results"]}
-    assert {n: (r["engine"], r["completed"], r["failed"]) for n, r in by.items()} == {
-        "sglang-device": ("SGLang (simulated)", 4, 0),
-        "sglang-host-prefetch": ("SGLang (simulated)", 4, 0),
-        "vllm-host-prefetch": ("vLLM (simulated)", 4, 0)}
-    sg, vl = by["sglang-host-prefetch"], by["vllm-host-prefetch"]
-    # The same model behind both: capacity and host memory alike; weights as each prints
-    # them (vLLM rounds to two places).
-    assert vl["kv_tokens"] == sg["kv_tokens"] == PLAN["host-prefetch"].kv_tokens
-    assert vl["weights_gb"] == pytest.approx(sg["weights_gb"], abs=0.005)
-    assert vl["host_delta_gib"] == pytest.approx(sg["host_delta_gib"], abs=0.05)
-    assert vl["ready_s"] == pytest.approx(REF.placements["host-prefetch"].ready_s, rel=0.15)
-    md = (out / "report.md").read_text()
-    assert "| engine · placement |" in md and "vLLM (simulated) · host-prefetch" in md
-
-
 @pytest.mark.timeout(90)
 async def test_the_dashboard_fills_the_vllm_panels(tmp_path: Path) -> None:
     from engram_top.app.main import EngramTopApp

@@ -13,6 +13,8 @@ import pytest
 from conftest import Docs
 from readme import ROOT, assert_quoted, block_at, covers
 
+from engram_top.compare import paired
+
 pytestmark = [pytest.mark.docs, pytest.mark.slow]
 
 BENCH = "engram-top bench scenarios/demo-bench.toml --out B"
@@ -37,11 +39,28 @@ def _headline(report: dict, scenario: str) -> dict[str, dict]:  # type: ignore[t
 def test_the_quotable_bench_then_the_dashboard_against_it(docs: Docs) -> None:
     done = docs.sh(BENCH + QUICK, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    # Progress per round, scenario and level; the rounds alternate their order.
+    assert "round 1/2: device host host-prefetch" in done.stdout
+    assert "round 2/2: host-prefetch host device" in done.stdout
+    assert "  device: level 1/3 (concurrency 1, 4 requests)" in done.stdout
+    assert "  host-prefetch: level 3/3 done in " in done.stdout
     out = docs.cwd / "B"
     for name in ("report.md", "report.json", "requests.csv"):
         assert (out / name).stat().st_size > 0, name
     report = json.loads((out / "report.json").read_text())
-    assert report["paired"]["quick"] is True and report["paired"]["rounds"] == 2
+    ab = report["paired"]
+    assert ab["quick"] is True and ab["rounds"] == 2
+    assert ab["order"] == "device host host-prefetch | host-prefetch host device"
+    # The seed's memory figures, in both rounds, and start-up in node time in its order.
+    by = {(r["scenario"], r["trial"]): r for r in report["results"]}
+    for trial in (0, 1):
+        dev, host, pre = (by[(s, trial)] for s in ("device", "host", "host-prefetch"))
+        assert dev["weights_gb"] == 119.043 and pre["weights_gb"] == 72.201
+        assert dev["kv_tokens"] == 11_840_000 and pre["kv_tokens"] == 42_700_288
+        assert dev["host_delta_gib"] == pytest.approx(6.5, abs=0.01)
+        assert host["host_delta_gib"] == pytest.approx(195.4, abs=0.01)
+        assert pre["host_delta_gib"] == pytest.approx(201.6, abs=0.01)
+        assert dev["ready_s"] < host["ready_s"] < pre["ready_s"]
     # The three latency deltas of the seed, each with its 95% interval or the reason it has
     # none (Fieller's set is unbounded over two noisy rounds), and its method.
     for figure, entry in _headline(report, "host-prefetch").items():
@@ -49,9 +68,24 @@ def test_the_quotable_bench_then_the_dashboard_against_it(docs: Docs) -> None:
         bounded = entry["rel_lo"] is not None and entry["rel_hi"] is not None
         assert (bounded and entry["rel_lo"] <= entry["rel"] <= entry["rel_hi"]) or \
             "unbounded" in (entry["rel_method"] or ""), (figure, entry)
+    ttft = {e["statistic"]: e for e in ab["scenarios"]["host-prefetch"]["ttft_ms"]}
+    assert ttft["mean"]["method"] == paired.T_METHOD and ttft["mean"]["mde"] > 0
+    assert ttft["median"]["lo"] is None and "needs 5 rounds" in ttft["median"]["method"]
+    findings = {(f["axis"], f["scenario"]): f for f in report["verdict"]["findings"]
+                if f["statistic"] == "mean"}
+    assert findings[("kv_capacity", "host-prefetch")]["winner"] == "host-prefetch"
     md = (out / "report.md").read_text()
     assert "a first look, not a measurement to quote" in md
     assert "## Verdict" in md and "## Paired A/B over rounds" in md
+    assert "- KV capacity: host-prefetch wins" in md
+    # No [slo]: no goodput anywhere, rather than n/a and an empty chart.
+    assert "no [slo] in the plan, so no goodput" in md and "attainment" not in md
+    assert not (out / "goodput.png").exists() and (out / "latency.png").exists()
+    # compare without --baseline: the first scenario, and it says so.
+    compared = docs.sh("engram-top compare B/report.json", timeout=60)
+    assert compared.returncode == 0, compared.stderr
+    assert "baseline: device (the first scenario; --baseline NAME picks another)" in \
+        compared.stderr
 
     # The dashboard beside it: `c` puts the file's runs in columns of their own.
     term = docs.screen(COMPARE_WITH, size=(40, 160))
@@ -113,8 +147,21 @@ def test_every_plan_is_run_by_some_test() -> None:
 def test_a_plan_runs_to_its_report(docs: Docs, plan: str) -> None:
     done = docs.sh(f"engram-top bench scenarios/{plan} --out out-{plan}{QUICK}", timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    report = json.loads((docs.cwd / f"out-{plan}" / "report.json").read_text())
+    out = docs.cwd / f"out-{plan}"
+    report = json.loads((out / "report.json").read_text())
     assert report["results"] and all(r["completed"] for r in report["results"])
+    # SGLang's and vLLM's simulated servers side by side: the same model behind both, so
+    # capacity and host memory alike, weights as each prints them (vLLM to two places).
+    by = {r["scenario"]: r for r in report["results"] if r["trial"] == 0}
+    assert {n: r["engine"] for n, r in by.items()} == {
+        "sglang-device": "SGLang (simulated)", "sglang-host-prefetch": "SGLang (simulated)",
+        "vllm-host-prefetch": "vLLM (simulated)"}
+    sg, vl = by["sglang-host-prefetch"], by["vllm-host-prefetch"]
+    assert vl["kv_tokens"] == sg["kv_tokens"] == 42_700_288
+    assert vl["weights_gb"] == pytest.approx(sg["weights_gb"], abs=0.005)
+    assert vl["host_delta_gib"] == pytest.approx(sg["host_delta_gib"], abs=0.05)
+    md = (out / "report.md").read_text()
+    assert "| engine · placement |" in md and "vLLM (simulated) · host-prefetch" in md
 
 
 @pytest.mark.parametrize("plan", sorted(NEEDS_A_NODE))

@@ -3,9 +3,10 @@ services script and the real servers' set-up scripts run as written (each keeps 
 already built and says so); the quick tier selects what its name says; the screens'
 update command runs as written in a checkout and, with nothing changed, changes nothing.
 
-`.venv/bin/pytest -m "not slow"` is checked by what it selects (run with `--collect-only`):
-the suite this test belongs to runs every test it selects, so running them a second time
-here would prove nothing more and cost the quick tier's minutes again."""
+`.venv/bin/pytest -m "not slow"` and `-m docs` are checked by what they select (run with
+`--collect-only`): the suite this test belongs to runs every test they select, so running
+them a second time here would prove nothing more and cost their minutes again (the docs
+tier would run itself)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ TEST_COMMAND = ("python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && 
                 "scripts/setup-test-services.sh && .venv/bin/pytest")
 QUICK_TIER = '.venv/bin/pytest -m "not slow"'
 SCREENS = ".venv/bin/pytest tests/test_screens.py --snapshot-update"
+DOCS_TIER = ".venv/bin/pytest -m docs"
 
 
 @covers(TEST_COMMAND)
@@ -58,6 +60,17 @@ def test_the_quick_tier_selects_no_slow_test(docs: Docs) -> None:
     quick, everything, deselected = (int(g) for g in m.groups())
     assert quick + deselected == everything and quick > 1000 and deselected > 100
     assert "tests/test_real_sglang.py" not in done.stdout
+
+
+@pytest.mark.timeout(120)
+@covers(DOCS_TIER)
+def test_the_docs_tier_is_this_folder(docs: Docs) -> None:
+    done = docs.sh(DOCS_TIER + " --collect-only -q", timeout=100)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    assert len(ids) > 20 and all(i.startswith("tests/docs/") for i in ids), ids[:5]
+    assert any("test_oncall.py" in i for i in ids) and any("test_first_command" in i
+                                                           for i in ids)
 
 
 @pytest.mark.timeout(240)
