@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
@@ -128,8 +128,10 @@ class FleetGpu:
     @property
     def total_bytes(self) -> int | None:
         # dcgm-exporter's default fields carry no total: used + free + reserved is it.
-        parts = (self.used_bytes, self.free_bytes, self.reserved_bytes)
-        return None if None in parts else sum(parts)  # type: ignore[arg-type]
+        used, free, reserved = self.used_bytes, self.free_bytes, self.reserved_bytes
+        if used is None or free is None or reserved is None:
+            return None
+        return used + free + reserved
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,12 +314,13 @@ class PrometheusSource:
             await client.aclose()
 
 
-async def together(aws: Iterable[Awaitable[T]]) -> list[T]:
-    """Every awaitable's result, run concurrently; when one fails, the others are cancelled
-    and awaited before its exception goes up (asyncio.gather would leave them running)."""
+async def together(aws: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Every coroutine's result, run concurrently; when one fails, the others are cancelled
+    and awaited before its exception goes up (asyncio.gather would leave them running).
+    Coroutines, not any awaitable: a TaskGroup runs only those."""
     try:
         async with asyncio.TaskGroup() as tasks:
-            started = [tasks.create_task(aw) for aw in aws]  # type: ignore[arg-type]
+            started = [tasks.create_task(aw) for aw in aws]
     except BaseExceptionGroup as failed:
         raise failed.exceptions[0] from None
     return [t.result() for t in started]

@@ -354,8 +354,12 @@ def _is_finite(value: object) -> bool:
 
 
 def _finite_quantiles(q: Quantiles) -> Quantiles:
-    parts = {k: getattr(q, k) for k in ("p50", "p99", "mean")}
-    if all(_is_finite(v) for v in parts.values()) and math.isfinite(q.count):
+    if all(_is_finite(v) for v in (q.p50, q.p99, q.mean)) and math.isfinite(q.count):
         return q
-    clean = {k: v if _is_finite(v) else None for k, v in parts.items()}
-    return dataclasses.replace(q, **clean, count=q.count if math.isfinite(q.count) else 0.0)
+    return dataclasses.replace(q, p50=_finite_or_none(q.p50), p99=_finite_or_none(q.p99),
+                               mean=_finite_or_none(q.mean),
+                               count=q.count if math.isfinite(q.count) else 0.0)
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if _is_finite(value) else None

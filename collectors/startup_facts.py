@@ -9,6 +9,7 @@ properties) for bytes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from collectors.units import MIB, gib_to_bytes
@@ -259,6 +260,52 @@ class ServerArgsFacts:
     swa_full_tokens_ratio: float | None = None
     engram_config: str | dict[str, object] | None = None
     raw: dict[str, object] = field(default_factory=dict)
+
+
+def server_args_facts(values: Mapping[str, object], raw: dict[str, object]) -> ServerArgsFacts:
+    """ServerArgsFacts of the settings a log states by ServerArgsFacts' names, each of its
+    field's type or None (a bool is no int here; an int is a float)."""
+
+    def text(name: str) -> str | None:
+        value = values.get(name)
+        return value if isinstance(value, str) else None
+
+    def whole(name: str) -> int | None:
+        value = values.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def real(name: str) -> float | None:
+        value = values.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value)
+
+    def flag(name: str) -> bool | None:
+        value = values.get(name)
+        return value if isinstance(value, bool) else None
+
+    engram = values.get("engram_config")
+    return ServerArgsFacts(
+        model_path=text("model_path"), tp_size=whole("tp_size"), dp_size=whole("dp_size"),
+        pp_size=whole("pp_size"), ep_size=whole("ep_size"),
+        mem_fraction_static=real("mem_fraction_static"),
+        kv_cache_dtype=text("kv_cache_dtype"), page_size=whole("page_size"),
+        context_length=whole("context_length"),
+        max_running_requests=whole("max_running_requests"),
+        chunked_prefill_size=whole("chunked_prefill_size"),
+        attention_backend=text("attention_backend"),
+        decode_attention_backend=text("decode_attention_backend"),
+        prefill_attention_backend=text("prefill_attention_backend"),
+        speculative_algorithm=text("speculative_algorithm"),
+        speculative_num_steps=whole("speculative_num_steps"),
+        speculative_num_draft_tokens=whole("speculative_num_draft_tokens"),
+        speculative_draft_model_path=text("speculative_draft_model_path"),
+        enable_dp_attention=flag("enable_dp_attention"),
+        enable_hierarchical_cache=flag("enable_hierarchical_cache"),
+        hicache_ratio=real("hicache_ratio"), hicache_size=real("hicache_size"),
+        swa_full_tokens_ratio=real("swa_full_tokens_ratio"),
+        engram_config=engram if isinstance(engram, str | dict) else None,
+        raw=raw)
 
 
 @dataclass(frozen=True, slots=True)

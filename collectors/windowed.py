@@ -145,7 +145,8 @@ class _HistPoint(NamedTuple):
     bounds: tuple[float, ...]
     counts: tuple[float, ...]
     sum: float
-    count: float
+    # Not ``count``: a NamedTuple field of that name hides tuple.count.
+    observed: float
 
 
 class _RatePoint(NamedTuple):
@@ -192,7 +193,7 @@ class WindowedHistogram:
                 return
             if (
                 point.bounds != last.bounds  # restarted with other --bucket-* flags
-                or point.count < last.count
+                or point.observed < last.observed
                 or any(c < p for c, p in zip(point.counts, last.counts, strict=True))
             ):
                 pts.clear()
@@ -217,7 +218,7 @@ class WindowedHistogram:
         buckets = tuple(
             (b, c - p) for b, c, p in zip(new.bounds, new.counts, old.counts, strict=True)
         )
-        return Histogram(buckets, new.sum - old.sum, new.count - old.count)
+        return Histogram(buckets, new.sum - old.sum, new.observed - old.observed)
 
     def quantiles(self, now: float) -> Quantiles:
         d = self.delta(now)

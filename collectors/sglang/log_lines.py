@@ -17,7 +17,7 @@ import ast
 import re
 from typing import Any
 
-from collectors.startup_facts import ServerArgsFacts
+from collectors.startup_facts import ServerArgsFacts, server_args_facts
 
 # "name=12.5 GB", "full_token=5875712", "hit_rate=12.5%": a name, a number, a unit.
 _NUM_PAIR = re.compile(
@@ -219,18 +219,6 @@ def server_args(msg: str) -> dict[str, Any]:
     return out
 
 
-_ARG_TYPES: dict[str, type | tuple[type, ...]] = {
-    "model_path": str, "tp_size": int, "dp_size": int, "pp_size": int, "ep_size": int,
-    "mem_fraction_static": (int, float), "kv_cache_dtype": str, "page_size": int,
-    "context_length": int, "max_running_requests": int, "chunked_prefill_size": int,
-    "attention_backend": str, "decode_attention_backend": str,
-    "prefill_attention_backend": str, "speculative_algorithm": str,
-    "speculative_num_steps": int, "speculative_num_draft_tokens": int,
-    "speculative_draft_model_path": str, "enable_dp_attention": bool,
-    "enable_hierarchical_cache": bool, "hicache_ratio": (int, float),
-    "hicache_size": (int, float), "swa_full_tokens_ratio": (int, float),
-    "engram_config": (str, dict),
-}
 # Older and newer names of the same setting.
 _ARG_ALIASES = {"ep_size": ("moe_ep_size", "expert_parallel_size"),
                 "tp_size": ("tensor_parallel_size",), "dp_size": ("data_parallel_size",)}
@@ -239,14 +227,9 @@ _ARG_ALIASES = {"ep_size": ("moe_ep_size", "expert_parallel_size"),
 def typed_server_args(raw: dict[str, object]) -> ServerArgsFacts:
     """The settings a placement reading needs from a ServerArgs dump, each of its type or
     None (a bool is no int here; an int is a float)."""
-    typed: dict[str, object] = {}
-    for name, kind in _ARG_TYPES.items():
-        value = raw.get(name)
-        for alias in _ARG_ALIASES.get(name, ()):
-            if value is None:
-                value = raw.get(alias)
-        if isinstance(value, bool) and kind is not bool:
-            value = None
-        if value is not None and isinstance(value, kind):
-            typed[name] = float(value) if kind == (int, float) else value
-    return ServerArgsFacts(**typed, raw=dict(raw))  # type: ignore[arg-type]
+    stated = dict(raw)
+    for name, aliases in _ARG_ALIASES.items():
+        for alias in aliases:
+            if stated.get(name) is None:
+                stated[name] = raw.get(alias)
+    return server_args_facts(stated, raw=dict(raw))

@@ -4,6 +4,7 @@ weight loads, the KV pool (a hybrid model's several pools too) and graph capture
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from collectors.sglang import log_lines
@@ -120,7 +121,7 @@ class MemoryHandlers(LaunchState):
         events.append("weights_end")
 
     @staticmethod
-    def _late_begin(passes: list[WeightLoad] | list[GraphCapture], t: float | None,
+    def _late_begin(passes: Sequence[WeightLoad | GraphCapture], t: float | None,
                     kind: str | None = None) -> int | None:
         """The pass a begin line belongs to when its end line came first (lines out of
         order): one ended at or after ``t`` without a begin of its own."""

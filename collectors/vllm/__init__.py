@@ -4,6 +4,7 @@ engram-top knows of vLLM, declared here once (the engine in scenarios/engines re
 from collectors.fleet_dialect import FleetDialect
 
 SPEAKS = "vLLM"  # how people name it, and whose dialect a server speaks
+SOURCE = "vllm"  # what its collector names its readings by ("vllm http://host:port")
 PAGE_PREFIXES = ("vllm:", "vllm_")  # its /metrics names; a pipeline may spell : as _
 # Its words where they differ from the dashboard's (SGLang's): the key is the dashboard's.
 WORDS: dict[str, str] = {

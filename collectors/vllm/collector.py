@@ -21,6 +21,7 @@ from collectors import promtext
 from collectors.engine_http import EngineCollector
 from collectors.readings import spell
 from collectors.units import GIB, MIB
+from collectors.vllm import SOURCE
 from collectors.windowed import WindowedHistogram, WindowedRate
 
 SUM, MAX = "sum", "max"
@@ -234,7 +235,7 @@ def page_figures(fams: dict[str, promtext.Family]) -> dict[str, Any]:
 
 class VllmCollector(EngineCollector):
     PAGE_LIMITS = PAGE_LIMITS
-    SOURCE = "vllm"
+    SOURCE = SOURCE  # collectors.vllm's, where the engine reads it without this module
 
     def __init__(self, url: str, **kwargs: Any) -> None:
         super().__init__(url, **kwargs)

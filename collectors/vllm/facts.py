@@ -44,8 +44,8 @@ def freeze(s: LogState, book: RankBook, launches: int, lines: int,
         if value is not None:
             extra[key] = str(value)
     context = s.context_len
-    if context is None and isinstance(args.get("max_model_len"), int):
-        context = args["max_model_len"]  # type: ignore[assignment]
+    if context is None and isinstance(stated := args.get("max_model_len"), int):
+        context = stated
     max_running = args.get("max_num_seqs")
     return StartupFacts(
         ranks=ranks, max_total_num_tokens=capacity, kv_capacity_tokens=capacity,
@@ -91,13 +91,13 @@ def _ranks(s: LogState, book: RankBook, tp: int, pp: int,
         if r.weights_from_profile:
             derived.setdefault("ranks.weights_gb", "derived: the memory profile's 'model "
                                "weights take' (no loading line)")
-        place = coords(p, book.ep.get(p), tp, pp)
+        at = coords(p, book.ep.get(p), tp, pp)
         out[key] = RankFacts(
             rank=key, weights_gb=r.weights_gb, all_weights_gb=r.weights_gb,
             weights_elapsed_s=r.weights_s, kv_total_gb=r.kv_gb, all_kv_gb=r.kv_gb,
             kv_tokens=r.kv_tokens, graph_mem_usage_gb=graph, graph_elapsed_s=r.graph_s,
             graph_estimate_gb=r.graph_estimate_gb, memory_profile=dict(r.profile),
-            coords=place, label=label(place))
+            coords=at, label=label(at))
     return out
 
 
@@ -118,13 +118,15 @@ def _capacity(s: LogState, ranks: dict[int, RankFacts], args: dict[str, object],
     if e.stated_capacity is not None:
         return e.stated_capacity, "max seq len .. can be stored in KV cache (N)", None
     block = args.get("block_size")
-    said = isinstance(block, int) and not isinstance(block, bool) and 0 < block < 1 << 20
+    said = (block if isinstance(block, int) and not isinstance(block, bool)
+            and 0 < block < 1 << 20 else None)
     how = None
-    if e.gpu_blocks is not None and (said or e.concurrency is None):
-        size = block if said else DEFAULT_BLOCK_SIZE
+    if e.gpu_blocks is not None and (said is not None or e.concurrency is None):
+        size = DEFAULT_BLOCK_SIZE if said is None else said
         how = (f"GPU blocks x block size ({e.gpu_blocks} x {size}"
-               + ("" if said else ", vLLM's default") + "): this build prints no token count")
-        tokens = e.gpu_blocks * size  # type: ignore[operator]
+               + ("" if said is not None else ", vLLM's default")
+               + "): this build prints no token count")
+        tokens = e.gpu_blocks * size
     elif e.concurrency is not None and e.concurrency_tokens is not None:
         how = ("the maximum concurrency line (tokens per request x concurrency): this build "
                "prints no token count")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from collectors.startup_facts import DecodeStats, ServerArgsFacts
+from collectors.startup_facts import DecodeStats, ServerArgsFacts, server_args_facts
 
 if TYPE_CHECKING:
     from collectors.vllm.log_state import LogState
@@ -113,15 +113,5 @@ def server_args(s: LogState) -> ServerArgsFacts | None:
     spec = args.get("speculative_config")
     if isinstance(spec, dict):
         typed["speculative_algorithm"] = spec.get("method")
-    fields = ServerArgsFacts.__dataclass_fields__
-    clean = {k: v for k, v in typed.items() if k in fields and _fits(k, v)}
     raw = {k: "<redacted>" if _SECRET.search(k) and v else v for k, v in args.items()}
-    return ServerArgsFacts(**clean, raw=raw)
-
-
-def _fits(name: str, value: object) -> bool:
-    if name in ("model_path", "kv_cache_dtype", "speculative_algorithm"):
-        return isinstance(value, str)
-    if name == "engram_config":
-        return isinstance(value, str | dict)
-    return isinstance(value, int) and not isinstance(value, bool)
+    return server_args_facts(typed, raw=raw)
