@@ -20,8 +20,8 @@ def who_listens(port: int) -> str:
     """'pid 123 (python)' for a local listener, where the OS lets us see it."""
     with contextlib.suppress(psutil.Error, OSError):
         for conn in psutil.net_connections(kind="tcp"):
-            listening = conn.status == psutil.CONN_LISTEN and conn.laddr
-            if listening and conn.laddr.port == port and conn.pid:
+            laddr = conn.laddr  # an empty tuple where the socket has no address
+            if conn.status == psutil.CONN_LISTEN and laddr and laddr.port == port and conn.pid:
                 with contextlib.suppress(psutil.Error):
                     return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
                 return f"pid {conn.pid}"

@@ -43,5 +43,6 @@ def open_private(path: Path, mode: str = "a") -> IO[Any]:
     fd = os.open(path, flags, 0o600)
     with contextlib.suppress(OSError):
         os.fchmod(fd, 0o600)
-    return os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8",
-                     **({} if "b" in mode else {"newline": "\n"}))
+    if "b" in mode:
+        return os.fdopen(fd, mode)
+    return os.fdopen(fd, mode, encoding="utf-8", newline="\n")

@@ -15,7 +15,6 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -37,13 +36,14 @@ class StopResult:
     survivors: tuple[int, ...]  # pids of the group still alive afterwards (should be empty)
 
 
-def _step(steps: Generator[float, None, StopResult]) -> tuple[bool, Any]:
-    """The next step of a stop: (False, pause) or (True, its result). StopIteration cannot
-    cross a thread's future, so it ends here."""
+def _step(steps: Generator[float, None, StopResult]) -> float | StopResult:
+    """The next step of a stop: the pause to take, or the stop's result. StopIteration
+    cannot cross a thread's future, so it ends here."""
     try:
-        return False, next(steps)
+        return next(steps)
     except StopIteration as done:
-        return True, done.value
+        result: StopResult = done.value
+        return result
 
 
 def _exited(proc: psutil.Process) -> bool:
@@ -141,20 +141,20 @@ class ManagedProcess:
         steps = self._stopping(grace)
         while True:
             # Each step scans the process table: on a thread, not the caller's event loop.
-            done, value = await asyncio.to_thread(_step, steps)
-            if done:
-                return value  # type: ignore[no-any-return]
-            await asyncio.sleep(value)
+            step = await asyncio.to_thread(_step, steps)
+            if isinstance(step, StopResult):
+                return step
+            await asyncio.sleep(step)
 
     def stop_now(self, grace: float = 10.0) -> StopResult:
         """stop() without an event loop: for a process that is exiting because its loop
         died (a crash, a signal), when nothing else will stop this server."""
         steps = self._stopping(grace)
         while True:
-            done, value = _step(steps)
-            if done:
-                return value  # type: ignore[no-any-return]
-            time.sleep(value)
+            step = _step(steps)
+            if isinstance(step, StopResult):
+                return step
+            time.sleep(step)
 
     def _stopping(self, grace: float) -> Generator[float, None, StopResult]:
         """The stop as a series of pauses for the caller to take (awaited or slept)."""

@@ -12,7 +12,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from collectors.pages import header_value_problem
 from scenarios import engines
@@ -20,6 +20,12 @@ from scenarios.bounds import Range, bounded_float, bounded_int, read_toml
 from scenarios.engines import PLACEMENTS
 
 INTERFACES = ("env", "config", "none")
+
+
+class _At(Protocol):
+    """Where in the file a key is: "FILE:LINE" for a dotted path of keys."""
+
+    def __call__(self, *keys: str) -> str: ...
 
 # key -> (accepted types, description for messages)
 FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -282,7 +288,7 @@ def load(path: Path) -> ScenarioFile:
                         scenarios, warnings)
 
 
-def _check_fields(table: dict[str, Any], where: tuple[str, ...], at) -> list[str]:  # type: ignore[no-untyped-def]
+def _check_fields(table: dict[str, Any], where: tuple[str, ...], at: _At) -> list[str]:
     problems = []
     dotted = ".".join(where)
     for key, value in table.items():
@@ -305,15 +311,18 @@ def _check_fields(table: dict[str, Any], where: tuple[str, ...], at) -> list[str
             problems.append(f"{at(*where, key)}: {dotted}.{key}: should be {what}, "
                             f"got {value}")
             continue
-        if key == "api_key" and (problem := header_value_problem(value)) is not None:
+        # FIELDS says what each is: str, list, dict.
+        if key == "api_key" and isinstance(value, str) \
+                and (problem := header_value_problem(value)) is not None:
             # Never quoted: it is a secret. A CR or LF would add headers of its own.
             problems.append(f"{at(*where, key)}: {dotted}.api_key: {problem}")
-        if key == "args" and not all(isinstance(a, str) for a in value):
+        if key == "args" and isinstance(value, list) \
+                and not all(isinstance(a, str) for a in value):
             problems.append(f"{at(*where, key)}: {dotted}.args: every argument must be a string")
-        elif key == "args" and any("\0" in a for a in value):
+        elif key == "args" and isinstance(value, list) and any("\0" in a for a in value):
             problems.append(f"{at(*where, key)}: {dotted}.args: an argument holds a NUL "
                             "character, which no command line can carry")
-        if key == "env":
+        if key == "env" and isinstance(value, dict):
             for k, v in value.items():
                 if not isinstance(v, str):
                     problems.append(f"{at(*where, key)}: {dotted}.env.{k}: should be a string, "
@@ -330,7 +339,7 @@ def _wrong_numbers(table: dict[str, Any]) -> set[str]:
     return {k for k, r in RANGES.items() if k in table and r.problem(table[k]) is not None}
 
 
-def _build(name: str, m: dict[str, Any], at, *,  # type: ignore[no-untyped-def]
+def _build(name: str, m: dict[str, Any], at: _At, *,
            build: bool = True) -> tuple[Scenario | None, list[str]]:
     problems = []
     here = ("scenarios", name)

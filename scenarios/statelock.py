@@ -65,7 +65,12 @@ class StateLock:
         h = self.holder()
         if not h:
             return "another engram-top"
-        since = time.strftime("%H:%M:%S", time.localtime(float(h.get("since", 0) or 0)))
+        # A time as try_acquire writes it; anything else in the file (a string, a list, an
+        # Inf: another build's, a hand's) is no time, where float() or localtime() would
+        # raise in the middle of this message.
+        at = h.get("since")
+        when = at if isinstance(at, int | float) and abs(at) < 1e12 else 0
+        since = time.strftime("%H:%M:%S", time.localtime(when))
         return f"engram-top {h.get('command', '?')} (pid {h.get('pid', '?')}, since {since})"
 
     def holder_is_dashboard(self) -> bool:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass
+from dataclasses import Field, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from collectors.fleet_dialect import FleetDialect
 from collectors.readings import Reading, ServerData
@@ -49,7 +49,10 @@ class Mark(NamedTuple):
 class ScenarioSpec(Protocol):
     """What an engine reads of a scenario (scenarios.scenario_file.Scenario has it all).
     A protocol rather than the class: the scenario file looks its engine up here, so an
-    engine importing the scenario's module would close an import circle."""
+    engine importing the scenario's module would close an import circle. A dataclass:
+    tune() gives back a copy with fields replaced."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     @property
     def placement(self) -> str | None: ...

@@ -104,12 +104,13 @@ class SGLangSpeaker(Engine):
         kind = page_kind.of_families(fams, ((self.kind, PAGE_PREFIXES),
                                             ("vllm", vllm.PAGE_PREFIXES)))
         if kind.kind != "sglang":  # another exporter's page: what it is, not a list of nulls
-            out = {"page": kind.kind, "sglang": False, "summary": kind.summary,
-                   "found": kind.found}
+            other: dict[str, object] = {"page": kind.kind, "sglang": False,
+                                        "summary": kind.summary, "found": kind.found}
             if kind.kind == "vllm":
-                out["hint"] = "a vLLM server's page: read it with --engine vllm"
-            return out
+                other["hint"] = "a vLLM server's page: read it with --engine vllm"
+            return other
         figures = page_figures(fams)
+        histograms: dict[str, dict[str, object]] = {}  # filled below, in out
         out: dict[str, object] = {
             "page": "sglang",
             "families": len(fams),
@@ -135,7 +136,7 @@ class SGLangSpeaker(Engine):
             "hicache": {k: v for k, v in hicache_metrics.totals(fams).items() if v is not None},
             "hicache_load_back_bytes_by_rank": hicache_metrics.by_rank(fams),
             # Since the server started (a single page has no window).
-            "histograms": {},
+            "histograms": histograms,
             "page_problems": list(figures["page_problems"]),
         }
         for key, names in HISTOGRAMS.items():
@@ -144,7 +145,7 @@ class SGLangSpeaker(Engine):
                 continue
             h = merged_histogram(fam)
             p50, p99 = quantile_bound(0.5, h.buckets), quantile_bound(0.99, h.buckets)
-            out["histograms"][key] = {  # type: ignore[index]
+            histograms[key] = {
                 "family": fam.name, "count": h.count, "sum": h.sum,
                 "mean": h.sum / h.count if h.count else None,
                 "p50": p50.value, "p99": p99.value,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collectors.vllm import FLEET, PAGE_PREFIXES, SPEAKS, WORDS
+from collectors.vllm import FLEET, PAGE_PREFIXES, SOURCE, SPEAKS, WORDS
 from scenarios.engines.base import (
     Engine,
     EngineError,
@@ -64,10 +64,7 @@ class VllmSpeaker(Engine):
     readiness = Readiness(health_only_after_s=0.0, probe_after_s=5.0, log_decides=False,
                           confirm_path="/metrics", confirm_text="vllm:")
 
-    @property
-    def reading_source(self) -> str:  # type: ignore[override]
-        from collectors.vllm.collector import VllmCollector
-        return VllmCollector.SOURCE
+    reading_source = SOURCE
 
     def parser(self) -> LogParser:
         from collectors.vllm.startup_log import VllmLogParser
@@ -100,6 +97,7 @@ class VllmSpeaker(Engine):
         if not v.is_vllm_page(fams):
             raise ValueError("not a vLLM metrics page: no vllm: families")
         figures = v.page_figures(fams)
+        histograms: dict[str, dict[str, object]] = {}  # filled below, in out
         out: dict[str, object] = {
             "page": "vllm", "families": len(fams),
             "vllm_families": sorted(n for n in fams if n.startswith("vllm:")),
@@ -115,7 +113,7 @@ class VllmSpeaker(Engine):
             "since_start": {k: figures[k] for k in (
                 "cache_hit_rate_since_start", "cached_tokens_total", "aborted_requests_total")
                 if figures[k] is not None},
-            "histograms": {}, "unavailable": figures["unavailable"],
+            "histograms": histograms, "unavailable": figures["unavailable"],
             "page_problems": list(figures["page_problems"]),
         }
         for key, names in v.HISTOGRAMS.items():
@@ -124,7 +122,7 @@ class VllmSpeaker(Engine):
                 continue
             h = v.merged_histogram(fam)
             p50, p99 = quantile_bound(0.5, h.buckets), quantile_bound(0.99, h.buckets)
-            out["histograms"][key] = {  # type: ignore[index]
+            histograms[key] = {
                 "family": fam.name, "count": h.count, "sum": h.sum,
                 "mean": h.sum / h.count if h.count else None, "p50": p50.value,
                 "p99": p99.value, "p50_bucket": bucket_bounds(p50),
