@@ -288,8 +288,7 @@ class ClosedLoopLoad:
 def within(record: RequestRecord, bounds: dict[str, float]) -> bool:
     """The request met every bound (a one-token request has no TPOT to break)."""
     values = {"ttft": record.ttft, "tpot": record.tpot, "e2e": record.e2e}
-    return all(values.get(k) is None or values[k] <= v  # type: ignore[operator]
-               for k, v in bounds.items())
+    return all((value := values.get(k)) is None or value <= v for k, v in bounds.items())
 
 
 # --------------------------------------------------------------------------- measured runs
