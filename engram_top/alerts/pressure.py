@@ -62,12 +62,12 @@ def hbm_holders(gpu: GpuView) -> str:
     ranked = sorted(gpu.processes, key=lambda p: -(p.used_bytes or 0))
     outside = [p for p in ranked if not p.server]
     parts = []
-    if outside and outside[0].used_bytes is not None:
+    if outside and (held := outside[0].used_bytes) is not None:
         top = outside[0]
         name = top.name or ("a process of another PID namespace" if top.seen is False
                             else "a process")
         parts.append(f"{name} (pid {top.pid}, not the server's) holds "
-                     f"{top.used_bytes / GIB:,.1f} GiB")
+                     f"{held / GIB:,.1f} GiB")
     elif outside:
         parts.append(f"{len(outside)} other process{'es' * (len(outside) > 1)} "
                      "(NVML gives no figure)")

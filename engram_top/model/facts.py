@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, fields, is_dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
 from collectors.readings import GpuData, Quantiles, Reading, ServerData
@@ -138,8 +138,12 @@ def _latest_batch(startup: dict[str, Any]) -> dict[str, Any]:
     lines = [b for b in (startup.get("decode"), startup.get("prefill")) if isinstance(b, dict)]
     if not lines:
         return {}
-    return max(lines, key=lambda b: b.get("at") if isinstance(b.get("at"), int | float)
-               else float("-inf"))
+    return max(lines, key=_batch_at)
+
+
+def _batch_at(batch: dict[str, Any]) -> float:
+    at = batch.get("at")
+    return at if isinstance(at, int | float) else float("-inf")
 
 
 def _number(value: object) -> float | None:
@@ -341,6 +345,7 @@ def summary(store: RunStore) -> RunFigures:
     serving = _serving(gpus)
     power = energy.window_power_w(store, [g.index for g in serving], lat.window_s if lat else None)
     per_token = energy.joules_per_token(power, rate)
+    goodput = _goodput(store.load)
     return RunFigures(
         ready_s=None if run is None or run.ready_s is None else round(run.ready_s, 2),
         gpus=len(gpus) or None,
@@ -357,7 +362,9 @@ def summary(store: RunStore) -> RunFigures:
         itl_mean_s=_round_ms(itl.mean if itl else None, 2),
         output_tok_s=None if rate is None else round(rate, 1),
         joules_per_token=None if per_token is None else round(per_token, 3),
-        throttled=_throttled(run, server, serving), **_goodput(store.load),
+        throttled=_throttled(run, server, serving),
+        goodput_rps=goodput.rps if goodput is not None else None,
+        slo_attainment=goodput.attainment if goodput is not None else None,
         **_window(store, run, lat, ttft))
 
 
@@ -381,15 +388,20 @@ def _gib(nbytes: float | None) -> float | None:
     return None if nbytes is None else round(nbytes / GIB, 3)
 
 
-def _goodput(load: dict[str, Any]) -> dict[str, float]:
+class _Goodput(NamedTuple):
+    rps: float
+    attainment: float
+
+
+def _goodput(load: dict[str, Any]) -> _Goodput | None:
     """The demo load's goodput so far: its good requests per node second, and their share
     of those that ended; nothing before a request has ended."""
     good, node_s = load.get("good"), load.get("node_s")
     ended = (load.get("completed") or 0) + (load.get("failed") or 0)
     if not isinstance(good, int) or not isinstance(node_s, int | float) or node_s <= 0 \
             or not ended:
-        return {}
-    return {"goodput_rps": round(good / node_s, 4), "slo_attainment": round(good / ended, 4)}
+        return None
+    return _Goodput(round(good / node_s, 4), round(good / ended, 4))
 
 
 def _serving(gpus: list[GpuView]) -> list[GpuView]:

@@ -104,7 +104,9 @@ class RunFigures:
         unknown = sorted(set(data) - set(names))
         if unknown:
             raise ValueError(f"unknown figures {unknown}")
-        values = {}
+        # Each field's value of its field's kind, as _notes, _bucket and _number check it:
+        # words, a bucket or a number, by field name.
+        values: dict[str, Any] = {}
         for key, value in data.items():
             name, scale = names[key]
             if name in _NOTES:
@@ -113,9 +115,8 @@ class RunFigures:
             if name in _BUCKETS.values():
                 values[name] = _bucket(key, value, scale)
                 continue
-            values[name] = _number(key, value, whole=name in _COUNTS)
-            if values[name] is not None and scale != 1:
-                values[name] /= scale
+            number = _number(key, value, whole=name in _COUNTS)
+            values[name] = number / scale if number is not None and scale != 1 else number
         return cls(**values)
 
 

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, Status
 from collectors.source import LOCAL, SourceKey
@@ -165,6 +165,13 @@ class RunFacts:
     @property
     def ready_s(self) -> float | None:
         return None if self.ready_at is None else self.ready_at - self.launched_at
+
+    @overload
+    def node_seconds(self, real_s: float) -> float: ...
+    @overload
+    def node_seconds(self, real_s: None) -> None: ...
+    @overload
+    def node_seconds(self, real_s: float | None) -> float | None: ...
 
     def node_seconds(self, real_s: float | None) -> float | None:
         """A start-up time as the node would take it (node_time)."""
