@@ -149,10 +149,15 @@ def bootstrap(base: Sequence[Sequence[float]], other: Sequence[Sequence[float]],
             ratios.append(so / sb - 1.0)
     if not diffs:
         return None
-    ends = (percentile(diffs, 2.5), percentile(diffs, 97.5))
-    rel = (percentile(ratios, 2.5), percentile(ratios, 97.5)) if len(ratios) == len(diffs) \
-        else None
-    return ends, rel  # type: ignore[return-value]
+    return _ends(diffs), _ends(ratios) if len(ratios) == len(diffs) else None
+
+
+def _ends(values: list[float]) -> tuple[float, float]:
+    """The 95% percentile interval of some values (none: a caller's bug)."""
+    lo, hi = percentile(values, 2.5), percentile(values, 97.5)
+    if lo is None or hi is None:
+        raise ValueError("a percentile interval of no values")
+    return lo, hi
 
 
 def estimates(figure: str, base: dict[int, list[float]], other: dict[int, list[float]], *,

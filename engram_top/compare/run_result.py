@@ -63,7 +63,9 @@ class RunResult:
         missing = [k for k in ("scenario", "source", "trial") if k not in data]
         if missing:
             raise ValueError(f"RunResult: missing keys {missing}")
-        values = {name: data.get(name) for name in known - {"completed", "failed", "notes"}}
+        # Each of its field's kind, as _check_type checks it below: str, int, float, notes.
+        values: dict[str, Any] = {name: data.get(name)
+                                  for name in known - {"completed", "failed", "notes"}}
         values["completed"] = data.get("completed", 0)
         values["failed"] = data.get("failed", 0)
         values["notes"] = tuple(data.get("notes", ()))

@@ -11,7 +11,7 @@ from pathlib import PurePath
 
 from engram_top.compare import live_interval
 from engram_top.compare.comparison import Comparison, compare
-from engram_top.compare.measures import Registry
+from engram_top.compare.measures import METRICS, Registry
 from engram_top.compare.run_result import THROTTLED, WARMING, RunResult
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts
@@ -26,7 +26,7 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
     TPOT, as it does in SGLang's own metrics."""
     r = run.results
     throttled = (f"{THROTTLED}: {'; '.join(r.throttled)}",) if r.throttled else ()
-    warming = ()
+    warming: tuple[str, ...] = ()
     if (why := warming_up(r)) is not None:  # its sampled figures mean nothing yet
         r = dataclasses.replace(r, **dict.fromkeys(_SAMPLED))
         warming = (f"{WARMING}: {why}",)
@@ -110,9 +110,9 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
     if baseline not in names:
         device = [r.scenario for r in results if r.placement == "device"]
         baseline = (device or names)[0]
-    more = {} if metrics is None else {"metrics": metrics}  # else compare's own default
     c = compare(results, baseline, reference=reference,
-                price_per_gpu_hour=price_per_gpu_hour, **more)
+                price_per_gpu_hour=price_per_gpu_hour,
+                metrics=METRICS if metrics is None else metrics)
     live = live_windows(runs)  # a file's runs say their own warming up (their notes)
     c = dataclasses.replace(c, windows=live["windows"], warming={**c.warming, **live["warming"]})
     return within_windows(c, runs)

@@ -93,8 +93,7 @@ def percentile(values: Sequence[float], p: float) -> float | None:
 
 def good(times: dict[str, float | None], slos: Sequence[Slo]) -> bool:
     """A completed request within every bound (a one-token request has no TPOT to break)."""
-    return all(times.get(s.metric) is None or times[s.metric] <= s.max_s  # type: ignore[operator]
-               for s in slos)
+    return all((t := times.get(s.metric)) is None or t <= s.max_s for s in slos)
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
@@ -145,11 +144,11 @@ def level_stats(requests: Sequence[dict[str, float | None]], failed: int, durati
     """One trial's level from its completed requests' times (seconds, keys ttft, tpot, e2e)
     and its failed count."""
     total = len(requests) + failed
-    lat = {m: {f"p{p}": percentile([r[m] for r in requests if r.get(m) is not None], p)
-               for p in PERCENTILES} for m in METRICS}
+    lat = {m: {f"p{p}": percentile(_times(requests, m), p) for p in PERCENTILES}
+           for m in METRICS}
     for m in METRICS:
-        vs = [r[m] for r in requests if r.get(m) is not None]
-        lat[m]["mean"] = sum(vs) / len(vs) if vs else None  # type: ignore[arg-type]
+        vs = _times(requests, m)
+        lat[m]["mean"] = sum(vs) / len(vs) if vs else None
     n_good = sum(1 for r in requests if good(r, slos))
     rate = total / duration_s if duration_s > 0 else None
     attain = n_good / total if total else None
@@ -157,9 +156,7 @@ def level_stats(requests: Sequence[dict[str, float | None]], failed: int, durati
     checks: dict[str, dict[str, Any]] = {}
     for s in slos:
         # A failed request is as slow as can be: it counts, at +inf, in the percentile.
-        vs = [r[s.metric] for r in requests if r.get(s.metric) is not None] + \
-            [math.inf] * failed
-        v = percentile(vs, s.percentile)  # type: ignore[arg-type]
+        v = percentile(_times(requests, s.metric) + [math.inf] * failed, s.percentile)
         checks[s.label] = {"value_s": None if v is None or math.isinf(v) else v,
                            "max_s": s.max_s, "met": v is not None and v <= s.max_s}
     return LevelStats(
@@ -177,13 +174,18 @@ def level_stats(requests: Sequence[dict[str, float | None]], failed: int, durati
         **extra)
 
 
+def _times(requests: Sequence[dict[str, float | None]], metric: str) -> list[float]:
+    """The requests' times of one metric, where they have one."""
+    return [t for r in requests if (t := r.get(metric)) is not None]
+
+
 def merge_trials(trials: Sequence[LevelStats]) -> LevelStats:
     """Several trials of one level: their means, and a t-interval of the goodput."""
     if len(trials) == 1:
         return trials[0]
     first = trials[0]
 
-    def mean(values: list[float | None]) -> float | None:
+    def mean(values: Sequence[float | None]) -> float | None:
         xs = [v for v in values if v is not None]
         return sum(xs) / len(xs) if xs else None
 
@@ -205,7 +207,7 @@ def merge_trials(trials: Sequence[LevelStats]) -> LevelStats:
         duration_s=sum(t.duration_s for t in trials),
         output_tok_s=mean([t.output_tok_s for t in trials]),
         request_per_s=mean([t.request_per_s for t in trials]), latency=lat,
-        good=sum(t.good for t in trials), goodput_rps=mean(goodputs),  # type: ignore[arg-type]
+        good=sum(t.good for t in trials), goodput_rps=mean(goodputs),
         attainment=mean([t.attainment for t in trials]), interval=interval, slo=checks,
         meets_slo=None if first.meets_slo is None else all(t.meets_slo for t in trials),
         trials=len(trials), queue_mean_s=mean([t.queue_mean_s for t in trials]),
@@ -233,10 +235,9 @@ def crossover(a: Sequence[LevelStats], b: Sequence[LevelStats]) -> dict[str, Any
     if it does (``until``, None when it stays ahead to the highest load swept). ``at`` is
     None when b is never ahead."""
     by_a = {lv.load: lv.goodput_rps for lv in a}
-    loads = sorted(lv.load for lv in b if lv.load in by_a and lv.goodput_rps is not None
-                   and by_a[lv.load] is not None)
-    diff = {lv.load: lv.goodput_rps - by_a[lv.load] for lv in b  # type: ignore[operator]
-            if lv.load in loads}
+    diff = {lv.load: gb - ga for lv in b
+            if (gb := lv.goodput_rps) is not None and (ga := by_a.get(lv.load)) is not None}
+    loads = sorted(diff)
     if not loads:
         return {"at": None, "where": "no common level"}
     first = next((i for i, x in enumerate(loads) if diff[x] > 0), None)
