@@ -30,10 +30,11 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engram_top.probe.report import (
     HOST_MODES,
@@ -44,6 +45,9 @@ from engram_top.probe.report import (
     to_markdown,
 )
 from scenarios.bounds import IntList, bounded_float, bounded_int
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 GIB = 1024**3
 # A realistic Engram row: a 4 KiB row is 2,048 fp8 values (or 1,024 bf16), the order of a
@@ -197,6 +201,10 @@ def summary(data: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- measuring
 
+# One decode step of a mode: (step ms, host gather ms or None, the copy's handle or None).
+Step = tuple[float, float | None, Any]
+
+
 class _Rig:
     """The tables, buffers and GEMM of one probe, on one device; a step of each mode."""
 
@@ -302,8 +310,8 @@ class _Rig:
     # -- the three modes: each runs at least n steps and on until `until` (perf_counter
     # seconds), and returns (step ms, host gather ms, copy handle) per step.
 
-    def device_steps(self, n: int, until: float = 0.0) -> list[tuple[float, float | None, Any]]:
-        out = []
+    def device_steps(self, n: int, until: float = 0.0) -> list[Step]:
+        out: list[Step] = []
         for k in _steps(n, until):
             t0 = time.perf_counter()
             rows = self.torch.index_select(self.hbm_table, 0, self._indices(self.gpu),
@@ -313,8 +321,8 @@ class _Rig:
             out.append(((time.perf_counter() - t0) * 1000, None, None))
         return out
 
-    def host_steps(self, n: int, until: float = 0.0) -> list[tuple[float, float | None, Any]]:
-        out = []
+    def host_steps(self, n: int, until: float = 0.0) -> list[Step]:
+        out: list[Step] = []
         for k in _steps(n, until):
             t0 = time.perf_counter()
             staged, gather_ms = self._host_gather(k)
@@ -333,11 +341,11 @@ class _Rig:
         with self.torch.cuda.stream(self.side):
             return gather_ms, self._timed_copy(self.dev_bufs[k % 2], staged, self.side)
 
-    def prefetch_steps(self, n: int, until: float = 0.0) -> list[tuple[float, float | None, Any]]:
+    def prefetch_steps(self, n: int, until: float = 0.0) -> list[Step]:
         # Buffer k % 2 is free when step k+1's fetch starts: step k-1, which read it, ended
         # with a synchronize, and so had its copy, before step k began.
-        out = []
-        pending = self.pool.submit(self._fetch, 0)
+        out: list[Step] = []
+        pending: Future[tuple[float, Any]] | None = self.pool.submit(self._fetch, 0)
         k = 0
         while pending is not None:
             t0 = time.perf_counter()
@@ -354,7 +362,7 @@ class _Rig:
         return out
 
 
-def _steps(n: int, until: float) -> Any:
+def _steps(n: int, until: float) -> Iterator[int]:
     """0, 1, ...: at least n, and on while perf_counter() is before `until`."""
     k = 0
     while k < n or time.perf_counter() < until:

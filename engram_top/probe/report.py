@@ -126,11 +126,14 @@ class _Reader:
     def obj(self, data: dict[str, Any], key: str, prefix: str = "") -> dict[str, Any]:
         return self.field(data, key, dict, prefix)
 
-    def number(self, data: dict[str, Any], key: str, prefix: str, *,
-               optional: bool = False) -> float | None:
-        value = data.get(key)
-        if value is None and optional and key in data:
+    def optional_number(self, data: dict[str, Any], key: str, prefix: str) -> float | None:
+        """A finite number, or null; never missing."""
+        if key in data and data[key] is None:
             return None
+        return self.number(data, key, prefix)
+
+    def number(self, data: dict[str, Any], key: str, prefix: str) -> float:
+        value = data.get(key)
         if key not in data:
             raise self.fail(prefix + key, "missing")
         if isinstance(value, bool) or not isinstance(value, int | float) \
@@ -150,11 +153,10 @@ class _Reader:
         change: dict[str, float] = {}
         for mode in HOST_MODES:
             m = self.obj(modes, mode, prefix + "modes.")
-            extra[mode] = self.number(m, "exposed_ms", f"{prefix}modes.{mode}.")  # type: ignore[assignment]
-            change[mode] = self.number(predicted, mode,  # type: ignore[assignment]
-                                       prefix + "predicted_tpot_change.")
-        overlap = self.number(b, "overlap_fraction", prefix, optional=True)
-        return ProbeBatch(batch, step, extra, change, overlap)  # type: ignore[arg-type]
+            extra[mode] = self.number(m, "exposed_ms", f"{prefix}modes.{mode}.")
+            change[mode] = self.number(predicted, mode, prefix + "predicted_tpot_change.")
+        overlap = self.optional_number(b, "overlap_fraction", prefix)
+        return ProbeBatch(batch, step, extra, change, overlap)
 
 
 # ----------------------------------------------------------------------------- probe.md
