@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from collectors.host import ProcBackend
+from collectors.numa import Mappings
 from collectors.readings import GpuData, GpuDevice, GpuProcess
 from collectors.units import GIB, MIB
 from engram_top.sim import sockets, state
@@ -147,7 +148,7 @@ class SimHostBackend(ProcBackend):
         # The virtual host's two sockets, never this machine's /sys (engram_top.sim.sockets).
         return sockets.node_meminfo(state.read_spec(self.node_dir), self._live().values())
 
-    def shared_mappings(self, pid: int) -> list[tuple[tuple[str, int], dict[int, int]]] | None:
+    def shared_mappings(self, pid: int) -> Mappings | None:
         # The model only: a real process's own shared mappings are Python's few KiB, on
         # this machine's nodes rather than the virtual host's.
         proc = self._live().get(pid)

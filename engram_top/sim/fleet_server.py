@@ -17,11 +17,17 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from engram_top.seed import reference
 from engram_top.sim.exporters import listen, port_of
 from engram_top.sim.fleet import EXPORTERS, FleetNode
+
+
+def _renderer(node: FleetNode, exporter: str) -> Callable[[], str]:
+    """The exporter's page of the node, rendered when asked."""
+    return lambda: node.page(exporter, time.monotonic())
 
 
 async def serve(nodes: int, ports_file: Path, skip: set[tuple[str, str]]) -> None:
@@ -31,15 +37,15 @@ async def serve(nodes: int, ports_file: Path, skip: set[tuple[str, str]]) -> Non
     table: list[dict[str, object]] = []
     for i in range(nodes):
         node = FleetNode(ref, i, started)
+        ports: dict[str, int] = {}
         entry: dict[str, object] = {"node": node.name, "placement": node.placement,
-                                    "gpus": ref.gpus, "ports": {}}
+                                    "gpus": ref.gpus, "ports": ports}
         for exporter in EXPORTERS:
             if (node.name, exporter) in skip:
                 continue  # that exporter is down on that node: its port answers nothing
-            server = await listen(lambda n=node, e=exporter: n.page(e, time.monotonic()),
-                                  "127.0.0.1", 0)
+            server = await listen(_renderer(node, exporter), "127.0.0.1", 0)
             servers.append(server)
-            entry["ports"][exporter] = port_of(server)  # type: ignore[index]
+            ports[exporter] = port_of(server)
         table.append(entry)
     tmp = ports_file.with_name(ports_file.name + ".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "nodes": table}))

@@ -143,7 +143,7 @@ def openai_handlers(core: ServerCore, error: ErrorReply) -> tuple[Handler, Handl
                     payload["usage"] = usage(n)
                 yield f"data: {json.dumps(payload)}\n\n".encode()
             if opts.get("include_usage"):
-                tail = {"id": cid, "object": chunk_kind, "created": created,
+                tail: dict[str, object] = {"id": cid, "object": chunk_kind, "created": created,
                         "model": model, "choices": [], "usage": usage(sent)}
                 yield f"data: {json.dumps(tail)}\n\n".encode()
             yield b"data: [DONE]\n\n"

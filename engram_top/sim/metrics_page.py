@@ -63,11 +63,14 @@ class Histogram:
         return out
 
 
+_Sample = tuple[dict[str, str], float | Histogram]  # (its labels, its value)
+
+
 class MetricsPage:
     """Holds the families in declaration order and renders the exposition text."""
 
     def __init__(self) -> None:
-        self._families: dict[str, tuple[str, str, list[tuple[dict[str, str], object]]]] = {}
+        self._families: dict[str, tuple[str, str, list[_Sample]]] = {}
 
     def declare(self, name: str, kind: str, help_text: str) -> None:
         self._families.setdefault(name, (kind, help_text, []))
@@ -91,5 +94,5 @@ class MetricsPage:
                 if isinstance(value, Histogram):
                     lines.extend(value.render(name, labels))
                 else:
-                    lines.append(f"{name}{_labels(labels)} {_fmt(float(value))}")  # type: ignore[arg-type]
+                    lines.append(f"{name}{_labels(labels)} {_fmt(float(value))}")
         return "\n".join(lines) + "\n"

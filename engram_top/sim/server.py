@@ -20,8 +20,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import psutil
@@ -104,8 +105,13 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
     stop = asyncio.Event()
     signals: list[str] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        signals.append(sig.name)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda s=sig: (signals.append(s.name), stop.set()))
+        loop.add_signal_handler(sig, on_signal, sig)
 
     sock = None
     if vllm:
@@ -136,14 +142,17 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         if sock is not None:
             sock.close()
         return 1
-    for name, listener in exporters_up.items():
-        say(f"simulated {name}-exporter serving /metrics on {args.host}:"
+    for exporter, listener in exporters_up.items():
+        say(f"simulated {exporter}-exporter serving /metrics on {args.host}:"
             f"{exporters.port_of(listener)}")
+
     # SGLang names a scheduler by its prefix: sglang::scheduler_DP1_TP1_EP1.
+    def scheduler_name(rank: int) -> str:
+        return "sglang::scheduler" + log_style.rank_tag(rank).replace(" ", "_")
+
     name: str | Callable[[int], str] | None = "VLLM::Worker_TP{rank}" if vllm else None
     if not vllm and args.parallel != "tp":
-        def name(rank: int) -> str:
-            return "sglang::scheduler" + log_style.rank_tag(rank).replace(" ", "_")
+        name = scheduler_name
     ranks = spawn_ranks(node_dir, ref.gpus, name)
 
     def main_host(nbytes: int) -> None:
@@ -211,7 +220,8 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         await core.close()
         for r in ranks:
             with contextlib.suppress(Exception):
-                r.proc.stdin.close()  # EOF: the rank removes its memory and exits
+                if r.proc.stdin is not None:
+                    r.proc.stdin.close()  # EOF: the rank removes its memory and exits
         for r in ranks:
             try:
                 r.proc.wait(timeout=5)
@@ -235,11 +245,14 @@ def _held_by_others(node_dir: Path, spec: state.NodeSpec) -> list[int]:
     return held
 
 
+T = TypeVar("T")
+
+
 class _Stopped(Exception):
     pass
 
 
-async def _until_stopped(coro, stop: asyncio.Event):  # type: ignore[no-untyped-def]
+async def _until_stopped(coro: Coroutine[Any, Any, T], stop: asyncio.Event) -> T:
     """Run ``coro`` unless a stop signal comes first."""
     task = asyncio.ensure_future(coro)
     waiter = asyncio.ensure_future(stop.wait())
@@ -302,7 +315,7 @@ def main(argv: list[str] | None = None, args: argparse.Namespace | None = None) 
             print(f"engram-top sim serve: {exc}", file=sys.stderr)
             return 2
     if args.log_timestamps:  # as a container runtime stamps what the process writes
-        sys.stdout = log_style.Timestamped(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = log_style.Timestamped(sys.stdout)
     log_style.set_layout(log_style.layout(args.parallel, reference.default().gpus))
     if args.dialect == "vllm" and args.placement not in VLLM_PLACEMENTS:
         print(f"engram-top sim serve: vLLM has no '{args.placement}' placement: it keeps the "

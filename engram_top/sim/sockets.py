@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from collectors.numa import Mappings
 from collectors.units import GIB
 from engram_top.sim.state import NodeSpec, ProcState
 
@@ -60,7 +61,7 @@ def node_meminfo(spec: NodeSpec, procs: Iterable[ProcState]) -> dict[int, dict[s
     return out
 
 
-def shared_mappings(proc: ProcState, gpus: int) -> list[tuple[tuple[str, int], dict[int, int]]]:
+def shared_mappings(proc: ProcState, gpus: int) -> Mappings:
     """The process's shared memory as one mapping on its node. Only rank 0 holds the tables
     (the others' shares are their own pinned staging), so nothing is counted twice."""
     if not proc.host_shmem_bytes:
