@@ -8,15 +8,17 @@ so the dashboard still starts and can say what is wrong, as FILE:LINE: KEY: what
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import textwrap
 import tomllib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from engram_top.alerts.definitions import ALERT_NAMES, ALERTS
+from engram_top.alerts.definitions import ALERT_NAMES, ALERTS, Setting
 from engram_top.alerts.thresholds import CLEAR_AFTER, DISABLED, ENABLED, HYSTERESIS, Thresholds
 
 # The scenario loader's line finder and did-you-mean, so both files report problems alike.
@@ -117,7 +119,7 @@ def parse_config_text(text: str, path: Path) -> UserConfig:
         if key not in ALERT_FIELDS:
             bad(("alerts", key), "unknown key" + _hint(key, ALERT_FIELDS))
             continue
-        checked = _check_alert(key, value, lambda what, k=key: bad(("alerts", k), what))
+        checked = _check_alert(key, value, functools.partial(bad, ("alerts", key)))
         if checked is not None:
             values[key] = checked
     keys = _table(raw, "keys", bad)
@@ -139,7 +141,8 @@ def parse_config_text(text: str, path: Path) -> UserConfig:
                       theme=theme.strip() if isinstance(theme, str) else None, path=path)
 
 
-def _table(raw: dict[str, Any], name: str, bad) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _table(raw: dict[str, Any], name: str,
+           bad: Callable[[tuple[str, ...], str], None]) -> dict[str, Any]:
     table = raw.get(name, {})
     if not isinstance(table, dict):
         bad((name,), f"should be a table [{name}], got {_show(table)}")
@@ -147,7 +150,8 @@ def _table(raw: dict[str, Any], name: str, bad) -> dict[str, Any]:  # type: igno
     return table
 
 
-def _check_alert(key: str, value: Any, bad) -> Any:  # type: ignore[no-untyped-def]
+def _check_alert(key: str, value: Any,
+                 bad: Callable[[str], None]) -> bool | tuple[str, ...] | float | None:
     """The value as Thresholds keeps it, or None after reporting what is wrong."""
     kind, what = ALERT_FIELDS[key]
     if kind == "bool":
@@ -205,7 +209,7 @@ def _check_keys(value: Any) -> tuple[str, str | None]:
     return ",".join(parts), None
 
 
-def _hint(key: str, known) -> str:  # type: ignore[no-untyped-def]
+def _hint(key: str, known: Iterable[str]) -> str:
     close = [k for k in known if similar(k, key)]
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -247,10 +251,11 @@ def _alerts_section() -> str:
     """[alerts]: the switches, each alert's thresholds under what they mean (from the
     alerts' definitions), the settings against flapping, then the alerts without one."""
     t = Thresholds()
-    groups = [("Alerts show in the events pane with their time, as toasts, and in snapshots.",
-               (ENABLED,)),
-              ('Alerts switched off one by one, e.g. disabled = ["swap-in", "queue-growth"]. '
-               f"Names: {', '.join(ALERT_NAMES)}.", (DISABLED,))]
+    groups: list[tuple[str, tuple[Setting, ...]]] = [
+        ("Alerts show in the events pane with their time, as toasts, and in snapshots.",
+         (ENABLED,)),
+        ('Alerts switched off one by one, e.g. disabled = ["swap-in", "queue-growth"]. '
+         f"Names: {', '.join(ALERT_NAMES)}.", (DISABLED,))]
     groups += [(a.config_note, a.settings) for a in ALERTS if a.settings]
     groups.append(("Against flapping: a percentage alert clears only hysteresis_pct points "
                    "back on the safe side of its threshold, and any alert only after staying "
