@@ -23,7 +23,7 @@ import time
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collectors.safetext import visible
 from collectors.source import LOCAL
@@ -38,6 +38,9 @@ from engram_top.model.hicache import engram_rx_estimate
 from engram_top.model.redact import REDACTED, redact, redact_text
 from engram_top.model.store import RunFacts, RunStore, SeriesKey
 from engram_top.seed.reference import Reference
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SNAPSHOT_VERSION = 1
 # Unit of each series, by the last part of its metric (store._record_series names them).
@@ -326,21 +329,21 @@ def _series_points(store: RunStore) -> SeriesPoints:
     return SeriesPoints(points, origin, now_mono, facts.wall_at(store, now_mono))
 
 
-def timeseries_frame(store: RunStore):  # type: ignore[no-untyped-def]
+def timeseries_frame(store: RunStore) -> pd.DataFrame:
     """Every stored series in long format: one row per point. t_s is seconds since the run's
     launch (negative: before it), or since the first point when there is no run; tier says
     whether a point is a raw sample ("fine") or an average of older ones ("coarse")."""
     return _frame(_series_points(store))
 
 
-def _frame(taken: SeriesPoints):  # type: ignore[no-untyped-def]
+def _frame(taken: SeriesPoints) -> pd.DataFrame:
     import pandas as pd  # a second's import; only exports need it
 
     rows = []
     for key in sorted(taken.points, key=lambda k: k.name):
         fine_start, points = taken.points[key]
-        gpu = key.label("gpu")
-        gpu = int(gpu) if gpu is not None and gpu.isdigit() else None
+        label = key.label("gpu")
+        gpu = int(label) if label is not None and label.isdigit() else None
         unit = UNITS.get(key.metric.rpartition(".")[2], "")
         for t, value in points:
             rows.append((key.name, key.source, gpu, key.metric, unit,
@@ -385,7 +388,7 @@ def _history_png(path: Path, taken: SeriesPoints) -> None:
         plots.history_png(path, panels)  # a fleet's snapshot has no such series: no picture
 
 
-def _write_parquet(path: Path, frame: Any) -> None:
+def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
     # fastparquet's own writer: pandas 3 deprecates its fastparquet engine, and pyarrow is a
     # 55 MB wheel for one file.
     with warnings.catch_warnings():  # its import asks pandas 3 about a deprecated option

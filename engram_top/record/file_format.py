@@ -344,7 +344,7 @@ def decode_facts_fields(data: Any, origin: float, where: str) -> dict[str, Any]:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{where}: unknown fields {unknown}")
-    out = {}
+    out: dict[str, Any] = {}  # each field's value as its type hint decodes it, or a Patch
     for k, v in data.items():
         if k in PATCH_FIELDS and isinstance(v, dict) and "$patch" in v:
             drop = v.get("$drop", [])

@@ -26,10 +26,6 @@ from engram_top.seed.reference import PLACEMENTS
 
 # The four means every bench_serving version writes; a line without them is not a result.
 LATENCY_KEYS = ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2e_latency_ms")
-# bench_serving's name of each RunResult latency: it writes ms, RunResult keeps seconds.
-LATENCIES_MS = {"ttft_mean_s": "mean_ttft_ms", "tpot_mean_s": "mean_tpot_ms",
-                "itl_mean_s": "mean_itl_ms", "e2e_mean_s": "mean_e2e_latency_ms",
-                "ttft_p99_s": "p99_ttft_ms", "tpot_p99_s": "p99_tpot_ms"}
 # Run settings bench_serving echoes into each line; kept as notes so a trial says what load it was.
 _ECHOED = ("backend", "dataset_name", "num_prompts", "request_rate", "max_concurrency",
            "random_input_len", "random_output_len", "random_range_ratio")
@@ -107,7 +103,10 @@ def _run_result(record: dict[str, Any], where: str, *, name: str, source: str, t
         source=f"bench_serving:{source}",
         trial=trial,
         gpus=gpus,
-        **{name: seconds(key) for name, key in LATENCIES_MS.items()},
+        # bench_serving's name of each latency: it writes ms, RunResult keeps seconds.
+        ttft_mean_s=seconds("mean_ttft_ms"), tpot_mean_s=seconds("mean_tpot_ms"),
+        itl_mean_s=seconds("mean_itl_ms"), e2e_mean_s=seconds("mean_e2e_latency_ms"),
+        ttft_p99_s=seconds("p99_ttft_ms"), tpot_p99_s=seconds("p99_tpot_ms"),
         output_tok_s=_rate(num("output_throughput"), output_tokens, duration),
         request_per_s=_rate(num("request_throughput"),
                             None if completed is None else float(completed), duration),

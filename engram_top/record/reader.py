@@ -161,7 +161,7 @@ def read_sessions(path: Path | str, origin: float = 0.0,
     """Every readable session of a recording file, in file order; RecordingError when the
     file holds none. The file's own skips are in the first one's."""
     found = scan(Path(path))
-    out = []
+    out: list[Recording] = []
     for span in found.spans:
         if span.problem is None:
             rec = read_session(found, span, origin, kinds)

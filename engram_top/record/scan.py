@@ -188,9 +188,9 @@ def _spans(f: BinaryIO, path: Path, hits: list[tuple[int, int, int]], size: int,
         spans.append(Span(i + 1, number, min(after, end), end, max(number, last_line),
                           header, _format_problem(header),
                           ends_in_next=nxt is not None and nxt[0] > nxt[1]))
-    for span, nxt in zip(spans, spans[1:], strict=False):
+    for span, following in zip(spans, spans[1:], strict=False):
         if not span.ends_in_next:  # a glued header's damage is said above
-            skip = _boundary_skip(f, span, nxt)
+            skip = _boundary_skip(f, span, following)
             if skip is not None:
                 skips.append(skip)
     for span in spans:
@@ -207,6 +207,7 @@ def _boundary_skip(f: BinaryIO, span: Span, nxt: Span) -> Skip | None:
     """A session's last line, when it is the half line a crash left before the next
     session was appended: said whichever session is read."""
     begin = _line_start(f, span.start, span.end - 1)
+    problem: str | None
     if begin is None:
         problem = "a line too long to be a record (binary data?)"
     else:
