@@ -48,7 +48,8 @@ class Source(Protocol):
     name: str  # unique in a session: adding a source of the same name replaces it
 
     def poll(self) -> Awaitable[list[Keyed]]: ...
-    def close(self) -> Awaitable[None]: ...
+    # A coroutine: the session closes a dropped source on a task of its own.
+    async def close(self) -> None: ...
 
 
 class NodeSource:

@@ -34,11 +34,15 @@ NOT_A_CAUSE = frozenset({"page cache"})
 
 
 class SloBound(Protocol):
-    """An [slo] entry (engram_top.compare.slo.Slo), as the alerts read it."""
+    """An [slo] entry (engram_top.compare.slo.Slo), as the alerts read it: read only, as
+    that frozen dataclass's fields are."""
 
-    metric: str
-    percentile: float
-    max_s: float
+    @property
+    def metric(self) -> str: ...
+    @property
+    def percentile(self) -> float: ...
+    @property
+    def max_s(self) -> float: ...
 
 
 def server_down(store: RunStore) -> Reading[Any] | None:

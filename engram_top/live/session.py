@@ -143,9 +143,10 @@ class Session(AttachedServers):
         o = self.options
         if self.state_lock is not None:  # StateBusy: the caller says who holds it
             await self.state_lock.acquire(o.lock_wait_s, self.announce)
-        if o.state_dir is None:
+        state_dir = o.state_dir
+        if state_dir is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="engram-top-"))
-        state_dir = o.state_dir or self._tmp / "state"  # type: ignore[operator]
+            state_dir = self._tmp / "state"
         node_dir = None
         if self.simulated:
             # Beside the state: a server left running keeps its node for the next session.
@@ -437,7 +438,8 @@ class Session(AttachedServers):
             if attached is not None and not attached.owned:
                 # Someone else's server: ready is when it answers with its figures.
                 server = self.store.latest.get("server")
-                if server is not None and server.ok and server.data.max_total_num_tokens:
+                if server is not None and server.ok and server.data is not None \
+                        and server.data.max_total_num_tokens:
                     return True
             if run is not None and run.state in ENDED:
                 return False
