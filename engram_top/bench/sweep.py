@@ -74,7 +74,7 @@ def parse(where: str, table: Any, problems: list[str]) -> SweepSpec | None:
             problems.append(f"{where}: sweep.{key}: {problem}")
             ok = False
         counts[key] = v
-    if not ok:
+    if not ok or not isinstance(loads, list):  # a list when ok: narrowed for the types
         return None
     return SweepSpec(kind, tuple(float(v) for v in loads), float(live),
                      counts["requests"], counts["modelled_requests"])
@@ -114,10 +114,12 @@ def server_deltas(start: Mark | None, end: Mark | None,
     out: dict[str, Any] = {}
     if start is None or end is None:
         return out
-    if None not in (start.queue_sum_s, end.queue_sum_s, start.queue_count, end.queue_count):
-        n = end.queue_count - start.queue_count  # type: ignore[operator]
+    sum0, sum1, count0, count1 = (start.queue_sum_s, end.queue_sum_s, start.queue_count,
+                                  end.queue_count)
+    if sum0 is not None and sum1 is not None and count0 is not None and count1 is not None:
+        n = count1 - count0
         if n > 0:
-            out["queue_mean_s"] = (end.queue_sum_s - start.queue_sum_s) / n / serve_scale  # type: ignore[operator]
+            out["queue_mean_s"] = (sum1 - sum0) / n / serve_scale
     if start.retracted is not None and end.retracted is not None:
         out["retractions"] = round(end.retracted - start.retracted)
     return out
