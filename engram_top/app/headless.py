@@ -11,10 +11,12 @@ from engram_top.model.store import RunStore
 
 
 class Drawable(Protocol):
-    """What a headless drawing needs of the session it borrows."""
+    """What a headless drawing needs of the session it borrows (read only)."""
 
-    store: RunStore
-    alerts: AlertWatch
+    @property
+    def store(self) -> RunStore: ...
+    @property
+    def alerts(self) -> AlertWatch: ...
 
 
 class BorrowedSession:

@@ -43,8 +43,11 @@ class DashboardSession(Protocol):
     """The store the dashboard draws, the alerts it toasts, and the calls its keys make. A
     session that cannot start servers (a replay) refuses them with a message the app shows."""
 
-    store: RunStore
-    alerts: AlertWatch
+    # Read only (a replay's store is a ReplayStore); the app sets slos from its config.
+    @property
+    def store(self) -> RunStore: ...
+    @property
+    def alerts(self) -> AlertWatch: ...
     slos: tuple[Slo, ...]  # the config's [slo]: what a load's requests are held to
 
     @property

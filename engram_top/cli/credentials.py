@@ -90,7 +90,7 @@ def read_token_file(path: Path) -> tuple[str, tuple[str, ...]]:
     problem = header_value_problem(token)
     if problem is not None:
         raise CredentialError(f"{where}: the token on its first line {problem}")
-    warnings = ()
+    warnings: tuple[str, ...] = ()
     if mode & stat.S_IROTH:
         warnings = (f"{where}: every user of this machine can read it (mode "
                     f"{stat.S_IMODE(mode):o}): chmod 600 it",)

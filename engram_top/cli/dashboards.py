@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from engram_top.cli.lifetime import (
     run_dashboard,
@@ -14,6 +15,10 @@ from engram_top.cli.lifetime import (
 )
 from engram_top.cli.sessions import demo_options, load_probe, say_which_credential, session_options
 from engram_top.settings.paths import state_base
+
+if TYPE_CHECKING:  # the app's modules (Textual) load only for a command that draws
+    from engram_top.app.main import EngramTopApp
+    from engram_top.app.sessions import DashboardSession
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -24,7 +29,8 @@ def run_demo(args: argparse.Namespace) -> int:
     return run_recorded(app, args, None)
 
 
-def dashboard_app(session, args: argparse.Namespace, **kw):  # type: ignore[no-untyped-def]
+def dashboard_app(session: DashboardSession, args: argparse.Namespace,
+                  **kw: Any) -> EngramTopApp | None:
     """The dashboard over a session, with the options every dashboard command takes; None
     (and the reason on stderr) when a --compare-with file cannot be read."""
     from engram_top.app.main import EngramTopApp
@@ -55,7 +61,7 @@ def dashboard_app(session, args: argparse.Namespace, **kw):  # type: ignore[no-u
                         own_process=True, probe=probe, **kw)
 
 
-def run_recorded(app, args: argparse.Namespace,  # type: ignore[no-untyped-def]
+def run_recorded(app: EngramTopApp, args: argparse.Namespace,
                  state_dir: Path | None) -> int:
     """Run the dashboard; its session is recorded unless --no-record."""
     recorder = None
@@ -103,8 +109,9 @@ def run_file(args: argparse.Namespace) -> int:
     if options is None:
         return 2
     session = Session(options)
-    if args.start is not None and args.start not in session.scenarios.scenarios:
-        known = ", ".join(session.scenarios.scenarios)
+    names = session.scenarios.scenarios if session.scenarios is not None else {}
+    if args.start is not None and args.start not in names:
+        known = ", ".join(names)
         print(f"engram-top: --start: no scenario '{args.start}' in {options.scenario_file} "
               f"(known: {known})", file=sys.stderr)
         return 2
@@ -115,8 +122,8 @@ def run_file(args: argparse.Namespace) -> int:
         print(f"engram-top: cannot use the state folder {options.state_dir}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return 2
-    if not acquired:  # said now, not inside the dashboard
-        print(f"engram-top: {lock.busy_error()}", file=sys.stderr)  # type: ignore[union-attr]
+    if not acquired and lock is not None:  # said now, not inside the dashboard
+        print(f"engram-top: {lock.busy_error()}", file=sys.stderr)
         return 2
     app = dashboard_app(session, args)
     if app is None:

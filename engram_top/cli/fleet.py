@@ -7,6 +7,8 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engram_top.cli.lifetime import (
     NEEDS_TERMINAL,
@@ -16,6 +18,11 @@ from engram_top.cli.lifetime import (
     without_terminal,
 )
 from engram_top.fleet.session import FleetSession
+
+if TYPE_CHECKING:
+    from scenarios.fleet_demo import FleetDemo
+
+T = TypeVar("T")
 
 DEMO_SCRAPE_S = 2.0
 DEMO_WINDOW = "20s"  # 10 scrapes at the demo's 2 s interval
@@ -33,7 +40,7 @@ def _check_nodes(command: str, nodes: int) -> bool:
     return True
 
 
-async def _start_demo(nodes: int) -> tuple[object, str]:
+async def _start_demo(nodes: int) -> tuple[FleetDemo, str]:
     from scenarios.fleet_demo import FleetDemo
     demo = FleetDemo(nodes, scrape_s=DEMO_SCRAPE_S)
     url = await demo.start()
@@ -89,10 +96,11 @@ def run_fleet(args: argparse.Namespace) -> int:
     return run_dashboard(FleetApp(session, own_process=True), None)
 
 
-def run_until_signal_value(coro, stopped: list[int] | None = None):  # type: ignore[no-untyped-def]
+def run_until_signal_value(coro: Coroutine[Any, Any, tuple[T, str]],
+                           stopped: list[int] | None = None) -> tuple[T | None, str]:
     """The demo's start under run_until_signal: (None, "") when a signal stopped it (what
     it had started is stopped by its own error path), its exit code then in ``stopped``."""
-    box: list[tuple[object, str]] = []
+    box: list[tuple[T, str]] = []
 
     async def main() -> int:
         box.append(await coro)

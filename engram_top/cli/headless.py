@@ -28,8 +28,9 @@ async def switch(args: argparse.Namespace) -> int:
     if options is None:
         return 2
     session = Session(options)
-    if args.to not in session.scenarios.scenarios:
-        known = ", ".join(session.scenarios.scenarios)
+    names = session.scenarios.scenarios if session.scenarios is not None else {}
+    if args.to not in names:
+        known = ", ".join(names)
         print(f"engram-top switch: --to: no scenario '{args.to}' in {options.scenario_file} "
               f"(known: {known})", file=sys.stderr)
         return 2

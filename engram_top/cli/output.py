@@ -40,8 +40,8 @@ class VisibleWriter:
 def visible_output() -> Iterator[None]:
     """sys.stdout and sys.stderr made visible while the block runs."""
     out, err = sys.stdout, sys.stderr
-    sys.stdout = VisibleWriter(out)  # type: ignore[assignment]
-    sys.stderr = VisibleWriter(err)  # type: ignore[assignment]
+    sys.stdout = VisibleWriter(out)
+    sys.stderr = VisibleWriter(err)
     try:
         yield
     finally:

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from engram_top.cli.lifetime import (
     say,
 )
 
+if TYPE_CHECKING:  # each imported where it is needed: a command loads only its own
+    from engram_top.alerts.thresholds import Thresholds
+    from engram_top.live.demo import DemoOptions
+    from engram_top.live.session import Session, SessionOptions
+    from engram_top.probe.report import ProbeReport
 
-def demo_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+
+def demo_options(args: argparse.Namespace) -> DemoOptions:
     from engram_top.live.demo import DemoOptions
     from engram_top.live.load import LoadSpec
     load = None if args.no_load else LoadSpec(concurrency=args.concurrency,
@@ -23,7 +31,7 @@ def demo_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
                        force=bool(getattr(args, "force", False)))
 
 
-def user_thresholds():  # type: ignore[no-untyped-def]
+def user_thresholds() -> Thresholds:
     """The alert thresholds of the user's config file, for a command without a dashboard
     (which reads it itself and shows a broken one as an event); a broken file is said."""
     from engram_top.settings.user_config import load_config
@@ -34,7 +42,7 @@ def user_thresholds():  # type: ignore[no-untyped-def]
 
 
 def session_options(args: argparse.Namespace, *, headless: bool = False,
-                    **extra):  # type: ignore[no-untyped-def]
+                    **extra: Any) -> SessionOptions | None:
     """Options for a session over a scenario file; a bad file ends here with its message.
     A bench plan stands for its scenario file (`stop PLAN` stops what its bench left)."""
     from engram_top.live.load import LoadSpec
@@ -76,7 +84,7 @@ def _scenario_file_of(path: Path) -> Path:
     return path
 
 
-def say_which_credential(session, urls, key: str | None) -> None:  # type: ignore[no-untyped-def]
+def say_which_credential(session: Session, urls: Iterable[str], key: str | None) -> None:
     """An attached URL with user:password@ and an API key: the events line says the key is
     what is sent."""
     from engram_top.cli.credentials import attach_note
@@ -85,7 +93,7 @@ def say_which_credential(session, urls, key: str | None) -> None:  # type: ignor
             session.store.event("warning", note)
 
 
-def load_probe(path: Path | None):  # type: ignore[no-untyped-def]
+def load_probe(path: Path | None) -> ProbeReport | None:
     """The --probe file's predictions; None without one. Raises ProbeFileError."""
     from engram_top.probe.report import load_probe
     return None if path is None else load_probe(path)

@@ -8,9 +8,32 @@ import asyncio
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from engram_top.cli.sessions import demo_options, say_which_credential, user_thresholds
 from engram_top.seed import reference
+
+if TYPE_CHECKING:
+    from engram_top.alerts.monitor import AlertWatch
+    from engram_top.model.store import RunStore
+
+
+class _Watched(Protocol):
+    """What a snapshot watches and draws: a demo's or an attached server's session, or a
+    recording (_RecordingSource)."""
+
+    @property
+    def store(self) -> RunStore: ...
+    @property
+    def alerts(self) -> AlertWatch: ...
+    @property
+    def ref(self) -> reference.Reference: ...
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
+
+    async def start(self) -> None: ...
+    async def wait_ready(self, timeout: float) -> bool: ...
+    async def close(self) -> None: ...
 
 
 async def take_snapshot(args: argparse.Namespace) -> int:
@@ -67,7 +90,7 @@ async def take_snapshot(args: argparse.Namespace) -> int:
     return 0 if ready else 1
 
 
-def _snapshot_source(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _snapshot_source(args: argparse.Namespace) -> tuple[_Watched, float, dict[str, object]]:
     """The session a snapshot watches, how long to wait for its server, and a description
     for snapshot.json. A source is a session object (start, wait_ready, close, store, ref)."""
     from engram_top.live.demo import DemoSession
