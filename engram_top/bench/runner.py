@@ -228,7 +228,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
                          gpus=plan.gpus, engine=sc.engine.display,
                          notes=(f"not ready: {run.failure or run.state}",)), []
     say(f"  ready after {run.ready_s:.1f} s; measuring")
-    await asyncio.sleep(1.5)  # a fresh poll of every source after ready
+    await _fresh_readings(session, time.monotonic())
     # A plan's rates are node time: the simulated node serves `serve` times faster. Each
     # round draws its own requests (every scenario of the round gets the same ones), so the
     # rounds' spread holds the workload's own sampling, not only the node's noise.
@@ -316,6 +316,20 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
                                                                                   plan.slos),
         completed=len(result.records), failed=result.failed,
         duration_s=result.duration_s / serve, notes=tuple(notes)), levels
+
+
+FRESH_WAIT_S = 5.0  # the most a run waits for its sources' first readings after ready
+
+
+async def _fresh_readings(session: Session, since: float) -> None:
+    """Wait until every source has a reading taken after ``since`` (the run's ready moment:
+    its memory figures and energy counters as it starts serving), FRESH_WAIT_S at most."""
+    deadline = since + FRESH_WAIT_S
+    while time.monotonic() < deadline:
+        latest = session.store.latest
+        if latest and all(r.at > since for r in latest.values()):
+            return
+        await asyncio.sleep(0.05)
 
 
 def _live_levels(plan: Plan, result: DriverResult,
