@@ -119,7 +119,7 @@ class FleetApp(SurvivesHangUp, SafeOutput, App[int]):
         self._every_rows: tuple[tuple[int, int], list[FleetRow]] | None = None
         self._row_cells: dict[str, tuple[tuple[Any, ...], tuple[Text, ...]]] = {}
         self._filter_timer: Timer | None = None
-        self._closed = False
+        self._session_closed = False  # not _closed: Textual's MessagePump has that one
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-header")
@@ -147,8 +147,8 @@ class FleetApp(SurvivesHangUp, SafeOutput, App[int]):
         return sorted(rows, key=key, reverse=self.descending)
 
     def refresh_fleet(self) -> None:
-        if not self.is_mounted:
-            return
+        # Polls and ticks come only once mounted (on_mount sets them up). No is_mounted test:
+        # an App's is_mounted is a method (of a widget), always true as a test.
         with contextlib.suppress(NoMatches):  # a tick during teardown: nothing to draw on
             self._draw()
 
@@ -328,8 +328,8 @@ class FleetApp(SurvivesHangUp, SafeOutput, App[int]):
         self.exit(0)
 
     async def close_session(self) -> None:
-        if not self._closed and not self.borrowed:
-            self._closed = True
+        if not self._session_closed and not self.borrowed:
+            self._session_closed = True
             await self.session.close()
 
     async def on_unmount(self) -> None:

@@ -146,7 +146,9 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         self.compare_with = list(compare_with)  # runs loaded from files, for the comparison
         self.compare_probe = probe  # --probe: predictions, a column of the comparison
         self.price_per_gpu_hour = price_per_gpu_hour
-        self._closed = False
+        # Not _closed: that is Textual's own (MessagePump's), and setting it made the app
+        # drop every message (a call_later, a key, exit()'s) while its session closed.
+        self._session_closed = False
         self._laid_out = False
         self._rows: tuple[tuple[str, ...], ...] = ()
         self._shown: dict[str, object] = {}  # what a fixed-size line shows now, by widget id
@@ -180,8 +182,9 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         self._notice(self.size.width, self.size.height)
         self._laid_out = True
         table.border_title = "Scenarios"
-        self._log = self.query_one("#log", ServerLog)
-        self._log.border_title = "Server log"
+        # Not _log: App._log is Textual's logging callable (textual.log, `textual console`).
+        self._server_log = self.query_one("#log", ServerLog)
+        self._server_log.border_title = "Server log"
         # Found once: walking the DOM for them twice a second is a cost of its own.
         self._panels = list(self.query(Panel))
         self._charts = list(self.query(ChartView))
@@ -236,7 +239,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             self.notify(f"could not start: {exc}", severity="error", timeout=15)
 
     def refresh_panels(self) -> None:
-        if self._closed:
+        if self._session_closed:
             return  # quitting: the widgets may already be gone
         try:
             self._refresh_panels()
@@ -255,7 +258,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             for panel in self._panels:
                 panel.refresh_from(store)
             self._refresh_scenarios(store)
-            self._log.show(store.run)
+            self._server_log.show(store.run)
             if self._trends.display:
                 # Redrawn when a reading came, at most every CHART_EVERY_S: between readings
                 # nothing on them moves, and a dot column of the strip is longer than that.
@@ -269,7 +272,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             self._show("#events", self._events(store))
 
     def on_resize(self, event: events.Resize) -> None:
-        if self._closed or not self._laid_out:
+        if self._session_closed or not self._laid_out:
             return  # before on_mount (its own layout comes then), or tearing down
         self._notice(event.size.width, event.size.height)
 
@@ -371,15 +374,17 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             self.notify("nothing to start here", severity="warning")
             return
         run = store.run
-        running = run is not None and run.owned and run.state in ("starting", "ready")
-        if running and run.scenario == name:
-            self.notify(f"{name} is already {run.state}")
+        running = run if run is not None and run.owned and run.state in ("starting", "ready") \
+            else None
+        if running is not None and running.scenario == name:
+            self.notify(f"{name} is already {running.state}")
             return
-        verb = "switch" if running else "start"
-        reason = self._serving() if running else None
-        if reason:
-            self.push_screen(ConfirmScreen(f"Stop {run.scenario} ({reason}) and start {name}?"),
-                             lambda yes: self.control(verb, name) if yes else None)
+        verb = "switch" if running is not None else "start"
+        reason = self._serving() if running is not None else None
+        if running is not None and reason:
+            self.push_screen(
+                ConfirmScreen(f"Stop {running.scenario} ({reason}) and start {name}?"),
+                lambda yes: self._control_if(yes, verb, name))
         else:
             self.control(verb, name)
 
@@ -391,23 +396,30 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         reason = self._serving()
         if reason:
             self.push_screen(ConfirmScreen(f"Stop {run.scenario}? {reason}."),
-                             lambda yes: self.control("stop", None) if yes else None)
+                             lambda yes: self._control_if(yes, "stop", None))
         else:
             self.control("stop", None)
 
+    def _control_if(self, yes: bool | None, verb: str, name: str | None,
+                    force: bool = False) -> None:
+        """A dialog's answer: yes runs the control, no (or escape) nothing."""
+        if yes:
+            self.control(verb, name, force)
+
     @work(exclusive=True, group="control", exit_on_error=False)
     async def control(self, verb: str, name: str | None, force: bool = False) -> None:
+        """start, watch or switch to the scenario ``name``; stop (no name) the server."""
         session = self.session
         try:
-            if verb == "start":
+            if verb == "stop" or name is None:
+                await session.stop_scenario()
+            elif verb == "start":
                 await session.start_scenario(name, force)
             elif verb == "watch":
                 await session.attach(name)
             elif verb == "switch":
                 self.notify(f"switching to {name}: stopping the current server first")
                 await session.switch(name, force)
-            else:
-                await session.stop_scenario()
         except FitRefused as exc:
             self._refused(verb, exc)
         except Exception as exc:  # a refused start says why; the app stays up
@@ -419,7 +431,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         self.session.store.event("warning", f"{verb} {exc.scenario}: " + " ".join(
             line.strip() for line in exc.lines[:2]))
         self.push_screen(FitScreen(verb, exc.scenario, exc.lines),
-                         lambda go: self.control(verb, exc.scenario, True) if go else None)
+                         lambda go: self._control_if(go, verb, exc.scenario, True))
 
     def _events(self, store: RunStore) -> Text:
         """Active alerts first, errors before warnings and the newest first, a line each
@@ -480,8 +492,8 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             self.action_start_selected()
 
     async def close_session(self) -> None:
-        if not self._closed:
-            self._closed = True
+        if not self._session_closed:
+            self._session_closed = True
             await self.session.close()
 
     async def on_unmount(self) -> None:
