@@ -9,12 +9,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from textual.app import SystemCommand
-from textual.binding import Binding, BindingType
+from textual.binding import Binding
 from textual.markup import escape as escape_markup
 from textual.screen import ModalScreen, Screen
 
 from collectors.safetext import visible
 from engram_top.app.dialogs import HelpScreen
+from engram_top.app.mixin import AppMixin
 from engram_top.app.sessions import ReplayControls
 
 # Textual's own palette entries cover quitting; the rest of our keys get one each.
@@ -32,12 +33,11 @@ _PALETTE_HELP = {
 }
 
 
-class KeysShown:
+class KeysShown(AppMixin):
     """For the dashboard's App (before App in its bases: the palette adds to Textual's own
     commands): its BINDINGS, replay, and which actions apply."""
 
-    BINDINGS: list[BindingType]
-    replay: ReplayControls | None
+    replay: ReplayControls | None = None
 
     if TYPE_CHECKING:  # the App's own
         def _applies(self, action: str) -> bool: ...
@@ -56,10 +56,10 @@ class KeysShown:
             keys, _ = by_action.setdefault(b.action, ([], b.description))
             if (shown := self.get_key_display(b)) not in keys:
                 keys.append(shown)
-        keys = [(", ".join(k), d) for k, d in by_action.values()]
-        keys.append(("1-9", "start or switch to scenario 1-9 of the list"))
-        keys.append(("↑/↓, click", "select a scenario (click it again, or ⏎, to start it)"))
-        self.push_screen(HelpScreen(keys))
+        lines = [(", ".join(k), d) for k, d in by_action.values()]
+        lines.append(("1-9", "start or switch to scenario 1-9 of the list"))
+        lines.append(("↑/↓, click", "select a scenario (click it again, or ⏎, to start it)"))
+        self.push_screen(HelpScreen(lines))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """Every action of ours that applies here, once each, beside Textual's own (themes,

@@ -11,8 +11,10 @@ import sys
 import termios
 from typing import Any
 
+from engram_top.app.mixin import AppMixin
 
-class EndsAsTheProcess:
+
+class EndsAsTheProcess(AppMixin):
     """For the dashboard's App: its own_process, crash and stopped_by, and its action_quit."""
 
     own_process: bool
@@ -41,8 +43,11 @@ class EndsAsTheProcess:
         sends SIGHUP and then SIGCONT: resuming a dead terminal starts a writer that dies on
         its first write, and the quit then waits on it for ever. Only a live terminal is
         resumed; the SIGHUP quits us."""
+        stdin = sys.__stdin__  # None where the process started without one
+        if stdin is None:
+            return
         try:
-            termios.tcgetattr(sys.__stdin__.fileno())  # type: ignore[union-attr]
+            termios.tcgetattr(stdin.fileno())
         except (termios.error, OSError, ValueError, AttributeError):
             return
         handler = self._textual_sigcont

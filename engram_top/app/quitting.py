@@ -6,22 +6,28 @@ without asking (no one is there to answer), and leaves such a server running."""
 from __future__ import annotations
 
 import signal
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
 
 from engram_top.app.dialogs import QuitAdoptedScreen
+from engram_top.app.mixin import AppMixin
 from engram_top.app.sessions import DashboardSession
 from engram_top.model import in_flight
 
 
-class QuitsAsking:
+class QuitsAsking(AppMixin):
     """For the dashboard's App: its action_quit (its session, stopped_by, _show and
     close_session are the app's)."""
 
     session: DashboardSession
     stopped_by: signal.Signals | None
     _quitting = False  # a quit is under way (its dialog answered, or none needed)
+
+    if TYPE_CHECKING:  # the App's own
+        def _show(self, selector: str, content: Text) -> None: ...
+        async def close_session(self) -> None: ...
 
     async def action_quit(self) -> None:
         """Stop what we started, then leave; an adopted server is asked about first."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from collectors.safetext import visible
+from engram_top.app.mixin import AppMixin
 from engram_top.app.sessions import ReplayControls
 
 
@@ -27,11 +28,11 @@ def replay_line(replay: ReplayControls) -> tuple[Text, Text]:
             Text(visible(replay.path.name), style="dim"))
 
 
-class ReplayKeys:
+class ReplayKeys(AppMixin):
     """For the dashboard's App: the replay's actions (None in a live session: check_action
     hides them there)."""
 
-    replay: ReplayControls | None
+    replay: ReplayControls | None = None
 
     if TYPE_CHECKING:  # the App's own
         def refresh_panels(self) -> None: ...

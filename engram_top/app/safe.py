@@ -20,6 +20,7 @@ from rich.text import Span, Text
 from textual.strip import Strip
 
 from collectors.safetext import unsafe_in, visible
+from engram_top.app.mixin import AppMixin
 
 
 def safe_text(text: Text, keep: str = "") -> Text:
@@ -99,17 +100,17 @@ def clean_update(update: Any) -> Any:
     return update
 
 
-class SafeOutput:
+class SafeOutput(AppMixin):
     """For an App: its toasts shown as text, never as markup, with their controls made
     visible (they quote names, answers and exceptions); and every frame it writes cleaned
     of any control that reached a widget by another path."""
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
                timeout: float | None = None, markup: bool = False) -> None:
-        super().notify(visible(message, "\n"), title=visible(title),  # type: ignore[misc]
+        super().notify(visible(message, "\n"), title=visible(title),
                        severity=severity, timeout=timeout, markup=markup)
 
     def _display(self, screen: Any, renderable: Any) -> None:
-        if not self.is_headless:  # type: ignore[attr-defined]  # headless: nothing is written
+        if not self.is_headless:  # headless: nothing is written
             renderable = clean_update(renderable)
-        super()._display(screen, renderable)  # type: ignore[misc]
+        super()._display(screen, renderable)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from textual import work
 
+from engram_top.app.mixin import AppMixin
 from engram_top.app.sessions import DashboardSession
 
 if TYPE_CHECKING:  # loaded when used: pandas and Parquet cost the first frame
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # loaded when used: pandas and Parquet cost the first frame
     from engram_top.seed.reference import Reference
 
 
-class TakesSnapshots:
+class TakesSnapshots(AppMixin):
     """For the dashboard's App: what a snapshot takes besides the screen."""
 
     session: DashboardSession

@@ -16,6 +16,8 @@ from typing import Any, TextIO
 
 from textual.driver import Driver
 
+from engram_top.app.mixin import AppMixin
+
 
 class GoneTolerant:
     """A text file (the terminal) whose writes and flushes, once one fails, are dropped."""
@@ -46,7 +48,7 @@ class GoneTolerant:
 def tolerant(base: type[Driver]) -> type[Driver]:
     """``base`` (Textual's driver for this platform) writing through GoneTolerant."""
 
-    class TolerantDriver(base):  # type: ignore[valid-type, misc]
+    class TolerantDriver(base):  # type: ignore[valid-type, misc]  # a base chosen at run time: mypy takes no variable as a class's base
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             file = getattr(self, "_file", None)
@@ -57,11 +59,11 @@ def tolerant(base: type[Driver]) -> type[Driver]:
     return TolerantDriver
 
 
-class SurvivesHangUp:
+class SurvivesHangUp(AppMixin):
     """For an App: its driver keeps quitting possible on a terminal that is gone."""
 
     def get_driver_class(self) -> type[Driver]:
-        base = super().get_driver_class()  # type: ignore[misc]
+        base = super().get_driver_class()
         with contextlib.suppress(TypeError):  # a driver that cannot be subclassed: as it is
             return tolerant(base)
         return base
