@@ -223,7 +223,8 @@ def _columns(pts: list[tuple[float, float]]) -> list[tuple[int, float, float, fl
             continue  # before the window
         if prev is not None and prev[0] < 0:  # enter at the left edge, at the line's height
             px, py = prev
-            out.append((0, *([py + (y - py) * (0 - px) / (x - px)] * 4)))
+            edge = py + (y - py) * (0 - px) / (x - px)
+            out.append((0, edge, edge, edge, edge))
         prev = (x, y)
         xi = _round(x)
         if out and out[-1][0] == xi:

@@ -78,9 +78,9 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
         if row.metric.panel != panel:
             panel = row.metric.panel
             t.add_row(Text(panel, style="dim italic"), *blank)
-        cells = [_cell(row.metric, row.cells[s], _seed(row, c.placements.get(s)),
-                       c.warming.get(s))
-                 for s in c.scenarios]
+        cells: list[Text | str] = [
+            _cell(row.metric, row.cells[s], _seed(row, c.placements.get(s)), c.warming.get(s))
+            for s in c.scenarios]
         # Two engines that mean different things by a figure: marked, and said below.
         mark = " ‡" if c.mixed_engines and row.metric.engine_note else ""
         if mark:

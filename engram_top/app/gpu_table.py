@@ -135,10 +135,11 @@ def server_hbm(gpu: GpuView, store: RunStore) -> list[Text]:
     parts = [("weights", weights, "cyan"), ("KV pool", kv, "magenta"), ("graphs", graphs, "blue")]
     shown = [(v * GIB, st) for _, v, st in parts if v is not None]
     label = f"GPU {gpu.index} by {engine}"
-    lines = [[Text(label, style="bold"), bar(shown, gpu.total_bytes, 28)],
-             ["", Text.assemble(*[(f"{name} {weights_gb(v)} GB  " if name == "weights" else
-                                   f"{name} {sglang_gb(v)} GB  ", st)
-                                  for name, v, st in parts if v is not None])]]
+    lines: list[list[Text | str]] = [
+        [Text(label, style="bold"), bar(shown, gpu.total_bytes, 28)],
+        ["", Text.assemble(*[(f"{name} {weights_gb(v)} GB  " if name == "weights" else
+                              f"{name} {sglang_gb(v)} GB  ", st)
+                             for name, v, st in parts if v is not None])]]
     if gpu.kv_tokens is not None:
         lines.append(["", f"KV capacity {tokens(gpu.kv_tokens)} tokens"])
     return columns(lines)

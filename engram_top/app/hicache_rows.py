@@ -80,6 +80,7 @@ def engram_rx_rows(store: RunStore, gpus: list[GpuView],
     # With the tables in HBM no Engram row crosses the link: the rest is someone else's.
     name = "other rx" if engram is not None and engram.placement == "device" else "Engram"
     known = {i: v for i, v in est.items() if v is not None}
+    text: tuple[str, ...]  # the variants, most detailed first (first_fitting)
     if not known:
         text = (f"{name} ≈ ? (est.: no PCIe receive reading to take HiCache's load-back from)",
                 f"{name} ≈ ? (est.: no PCIe receive)")

@@ -3,11 +3,12 @@ redrawn only when its sources' versions move, and then only the lines that chang
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol
 
 from rich.console import Group
 from rich.text import Text
+from textual.app import RenderResult
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.visual import RichVisual, Visual
@@ -19,6 +20,13 @@ from engram_top.model.store import RunStore
 LineKey = tuple[object, ...]
 
 
+class PanelDrawing(Protocol):
+    """One of panels.py's functions: the panel's lines for the room it has (None: any)."""
+
+    def __call__(self, store: RunStore, rows: int | None = None,
+                 cols: int | None = None) -> Group: ...
+
+
 class Panel(Static):
     """A bordered panel redrawn from the store when one of its sources has a new version.
 
@@ -26,7 +34,7 @@ class Panel(Static):
     line as Textual draws it within the whole: a new reading that moves one figure, or a
     trend that grows by a bar, repaints the screen lines that changed and no others."""
 
-    def __init__(self, title: str, render_fn: Callable[[RunStore], Any],
+    def __init__(self, title: str, render_fn: PanelDrawing,
                  sources: tuple[str, ...], *, id: str) -> None:
         super().__init__(classes="panel", id=id)
         self.border_title = title
@@ -59,7 +67,7 @@ class Panel(Static):
             # Its size is the grid's, never its content's: no layout pass for a new value.
             self.update(content, layout=False)
             return
-        self._panel_lines = list(content.renderables)
+        self._panel_lines = texts(content.renderables)
         before, width = self._panel_rows, self.size.width
         self._panel_rows = None
         if force or before is None or not width or width != self._rows_width:
@@ -95,7 +103,7 @@ class Panel(Static):
         self._line_strips, self._panel_rows, self._rows_width = drawn, rows, width
         return rows
 
-    def render(self) -> Any:
+    def render(self) -> RenderResult:
         if self._panel_lines is None:
             return super().render()
         return Group(*self._panel_lines)
@@ -133,10 +141,16 @@ def text_key(text: Text) -> tuple[object, ...]:
             text.justify)
 
 
-def same_as_shown(content: object) -> tuple[object, ...] | None:
+def same_as_shown(content: object) -> tuple[LineKey, ...] | None:
     """A panel's lines as comparable keys, or None when it holds something that is not a
     line of text (then it is always redrawn)."""
     lines = content.renderables if isinstance(content, Group) else [content]
-    if not all(isinstance(line, Text) for line in lines):
+    shown = texts(lines)
+    if len(shown) != len(lines):
         return None
-    return tuple(text_key(line) for line in lines)  # type: ignore[arg-type]
+    return tuple(text_key(line) for line in shown)
+
+
+def texts(lines: Sequence[object]) -> list[Text]:
+    """The lines that are Text (all of a panel's lines: same_as_shown)."""
+    return [line for line in lines if isinstance(line, Text)]

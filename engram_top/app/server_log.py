@@ -18,10 +18,10 @@ _STYLES = {"error": "bold red", "warning": "yellow", "ready": "bold green"}
 class ServerLog(RichLog):
     """A RichLog that follows one run's log lines (a new run starts it afresh)."""
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._source: object = None  # the run's deque of lines being shown
-        self._last: object = None  # the last log entry written to the pane
+    # The run's deque of lines being shown, and the last log entry written to the pane (a
+    # RichLog's own __init__ as it is: these start as nothing).
+    _source: object = None
+    _last: object = None
 
     def show(self, run: RunFacts | None) -> None:
         lines = run.log_lines if run is not None else None

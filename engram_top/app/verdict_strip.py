@@ -50,10 +50,12 @@ def strip_text(found: Verdict, width: int | None = None) -> Text:
     the compare screen has them all)."""
     groups = _by_scenario(found)
     tries = [(_LONG, LEGEND), (_LONG, DETAILS), (_SHORT, DETAILS), (_SHORT, "")]
+    if width is None:  # room for it all
+        return _line(found, groups, *tries[0])
     text = Text()
     for names, tail in tries:
         text = _line(found, groups, names, tail)
-        if width is None or text.cell_len <= width:
+        if text.cell_len <= width:
             return text
     for shown in range(len(groups) - 1, 0, -1):
         text = _line(found, groups[:shown], _SHORT, f" · +{len(groups) - shown} (c)")
@@ -92,8 +94,8 @@ class VerdictStrip(Static):
     line below it gives up a row for it (the screen's -verdict class), so no panel loses
     one at 100x30."""
 
-    def __init__(self, **kw: str) -> None:
-        super().__init__(**kw)
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self._seen: tuple[int, ...] | None = None
         self._found: Verdict | None = None
 
