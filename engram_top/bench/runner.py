@@ -182,13 +182,15 @@ def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, 
     levels = levels or {}
     summary = sweep.summary(levels, plan.baseline, plan.slos) if plan.sweep or plan.slos \
         else None
-    report = {"plan": str(plan.path), "scenarios_file": str(plan.scenarios_file),
-              "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "results": [r.to_dict() for r in results], "comparison": to_json(comparison),
-              "slo": [{"metric": x.metric, "percentile": x.percentile, "max_s": x.max_s}
-                      for x in plan.slos],
-              "levels": {name: [lv.to_dict() for lv in lvs] for name, lvs in levels.items()},
-              "sweep": summary, "alerts": list(alerts or ())}
+    shown_alerts = list(alerts or ())
+    report: dict[str, Any] = {
+        "plan": str(plan.path), "scenarios_file": str(plan.scenarios_file),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "results": [r.to_dict() for r in results], "comparison": to_json(comparison),
+        "slo": [{"metric": x.metric, "percentile": x.percentile, "max_s": x.max_s}
+                for x in plan.slos],
+        "levels": {name: [lv.to_dict() for lv in lvs] for name, lvs in levels.items()},
+        "sweep": summary, "alerts": shown_alerts}
     rounds = rounds if rounds is not None else max((r.trial + 1 for r in results), default=0)
     found = ab.analyse(plan.scenarios, plan.baseline, requests, results, seed=plan.workload.seed)
     report["paired"] = {
@@ -206,7 +208,7 @@ def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, 
     _write(out / "report.json", json.dumps(facts.finite_json(report), indent=2, default=str,
                                            allow_nan=False) + "\n")
     _write(out / "report.md", _markdown(plan, results, to_markdown(comparison),
-                                        report["alerts"])
+                                        shown_alerts)
            + judged.markdown()
            + ab.markdown(found, plan.baseline, plan.scenarios, rounds, paired.RESAMPLES,
                          plan.workload.seed, stopped)
