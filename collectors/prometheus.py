@@ -315,9 +315,8 @@ class PrometheusSource:
 
 
 async def together(aws: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
-    """Every coroutine's result, run concurrently; when one fails, the others are cancelled
-    and awaited before its exception goes up (asyncio.gather would leave them running).
-    Coroutines, not any awaitable: a TaskGroup runs only those."""
+    """Every coroutine's result, run concurrently in a TaskGroup; when one fails, the others
+    are cancelled and awaited before its exception goes up (asyncio.gather leaves them)."""
     try:
         async with asyncio.TaskGroup() as tasks:
             started = [tasks.create_task(aw) for aw in aws]

@@ -146,8 +146,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         self.compare_with = list(compare_with)  # runs loaded from files, for the comparison
         self.compare_probe = probe  # --probe: predictions, a column of the comparison
         self.price_per_gpu_hour = price_per_gpu_hour
-        # Not _closed: that is Textual's own (MessagePump's), and setting it made the app
-        # drop every message (a call_later, a key, exit()'s) while its session closed.
+        # Not _closed: MessagePump's own (set, the app dropped its messages as it closed).
         self._session_closed = False
         self._laid_out = False
         self._rows: tuple[tuple[str, ...], ...] = ()
@@ -380,8 +379,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             self.notify(f"{name} is already {running.state}")
             return
         verb = "switch" if running is not None else "start"
-        reason = self._serving() if running is not None else None
-        if running is not None and reason:
+        if running is not None and (reason := self._serving()):
             self.push_screen(
                 ConfirmScreen(f"Stop {running.scenario} ({reason}) and start {name}?"),
                 lambda yes: self._control_if(yes, verb, name))
