@@ -198,6 +198,9 @@ def test_a_stop_table_is_checked_and_quick_cuts_the_plan(tmp_path: Path) -> None
     assert [lv.requests for lv in quick.workload.levels] == [4, 4, 4]
     assert quick.workload.output_len == 48 and quick.serve_scale == 0.25
     assert quick.time_scale == 0.01 and quick.workload.warmup_requests == 1
+    # A quick sweep: its live levels 100x faster with short answers; its modelled levels
+    # keep the plan's lengths and requests, so its crossover is the full plan's.
     sweep = quick_plan(load_plan(ROOT / "scenarios" / "demo-sweep.toml"))
-    assert sweep.workload.output_len == 16384  # a sweep keeps its long contexts
-    assert sweep.sweep is not None and sweep.sweep.modelled_requests == 60
+    assert sweep.workload.output_len == 16384 and sweep.live_output_len == 48
+    assert sweep.sweep is not None and sweep.sweep.modelled_requests == 200
+    assert sweep.sweep.requests == 4 and sweep.serve_scale == 0.01

@@ -10,7 +10,7 @@ import json
 import re
 
 import pytest
-from conftest import Docs
+from docskit import Docs
 from readme import ROOT, assert_quoted, block_at, covers
 
 from engram_top.compare import paired

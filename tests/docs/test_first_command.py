@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import Docs, copy_tree, until
+from docskit import Docs, copy_tree, until
 from readme import covers
 
 from engram_top.seed import reference

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import readme
-from conftest import Docs, Screen, until
+from docskit import Docs, Screen, until
 from readme import assert_quoted, block_at, covers
 
 from engram_top.seed import reference

@@ -10,7 +10,7 @@ import re
 import signal
 
 import pytest
-from conftest import Docs
+from docskit import Docs
 from readme import assert_quoted, block_at, covers
 
 pytestmark = [pytest.mark.docs, pytest.mark.slow]

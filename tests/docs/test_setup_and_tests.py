@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import Docs
+from docskit import Docs
 from readme import ROOT, covers
 
 pytestmark = [pytest.mark.docs, pytest.mark.slow]
