@@ -8,6 +8,7 @@ node, a Prometheus server for every node it scrapes. So a poll returns readings 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
 from collectors.readings import Reading
@@ -15,9 +16,19 @@ from collectors.readings import Reading
 LOCAL = ""  # the node this session runs on (or simulates): the one its panels show first
 
 
+class SourceName(StrEnum):
+    """The sources every node has, by the name their readings are kept under. A StrEnum:
+    each is its string too, so a recording's "gpu" and a source of a name of its own read
+    the same way."""
+
+    GPU = "gpu"
+    HOST = "host"
+    SERVER = "server"  # a node's server; in the store, the watched one
+
+
 class SourceKey(NamedTuple):
-    """Where a reading comes from: the node it describes, and what read it there ("gpu",
-    "host", "server" or a name of a source's own). A named tuple: hashed and compared in C,
+    """Where a reading comes from: the node it describes, and what read it there (a
+    SourceName, or a name of a source's own). A named tuple: hashed and compared in C,
     for it keys every reading and every point of every series."""
 
     node: str

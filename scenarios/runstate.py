@@ -24,3 +24,11 @@ class RunState(StrEnum):
 LIVE = frozenset({RunState.LAUNCHING, RunState.STARTING, RunState.READY, RunState.ATTACHED})
 ENDED = frozenset({RunState.STOPPED, RunState.EXITED, RunState.FAILED})
 UNASKED_END = frozenset({RunState.EXITED, RunState.FAILED})  # ended without a stop asked
+# A server that serves requests now: ready, or someone else's we watch.
+SERVING = frozenset({RunState.READY, RunState.ATTACHED})
+# A server of ours that a stop or a switch would end: starting up or ready.
+UNDER_WAY = frozenset({RunState.STARTING, RunState.READY})
+# Before ready: its start-up shows as progress.
+STARTING_UP = frozenset({RunState.LAUNCHING, RunState.STARTING})
+# Asked to stop: going, or gone.
+STOP_ASKED = frozenset({RunState.STOPPING, RunState.STOPPED})

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from collectors.nvml_health import xid_text
+from collectors.source import SourceName
 from collectors.units import MIB, gib_text
 from engram_top.alerts import pressure
 from engram_top.alerts.definitions import (
@@ -40,8 +41,8 @@ from engram_top.alerts.pressure import SloBound, server_down
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.model.facts import gpu_facts, host_facts, kv_facts, wall_at
 from engram_top.model.ledger import host_ledger
-from engram_top.model.store import RunFacts, RunStore
-from scenarios.runstate import ENDED, LIVE, UNASKED_END, RunState
+from engram_top.model.store import RunFacts, RunStore, SeriesName
+from scenarios.runstate import ENDED, LIVE, SERVING, UNASKED_END
 
 
 @dataclass
@@ -211,7 +212,7 @@ class AlertMonitor:
                           "panel's ledger", firing=pct < limit)
 
     def _swap(self, store: RunStore, now: float) -> Iterator[Finding]:
-        series = store.line("host", "swap_in")
+        series = store.line(SourceName.HOST, SeriesName.SWAP_IN)
         window = self.t.swap_window_s
         points = [p for p in series.fine if p[0] >= now - window] if series else []
         if len(points) < 2 or points[-1][0] <= points[0][0]:
@@ -226,7 +227,7 @@ class AlertMonitor:
                           "panel's ledger (who grew)")
 
     def _queue(self, store: RunStore, now: float) -> Iterator[Finding]:
-        series = store.line("server", "num_queue_reqs")
+        series = store.line(SourceName.SERVER, SeriesName.QUEUED)
         if series is None or not _live(store.run):
             return
         window = self.t.queue_growth_window_s
@@ -301,16 +302,16 @@ class AlertMonitor:
 
     def _silent(self, store: RunStore, now: float) -> Iterator[Finding]:
         run = store.run
-        if run is None or run.state not in (RunState.READY, RunState.ATTACHED):
+        if run is None or run.state not in SERVING:
             return
-        good = store.last_ok.get("server")
+        good = store.last_ok.get(SourceName.SERVER)
         since = run.ready_at if run.ready_at is not None else run.launched_at
         if good is not None:
             since = max(since, good.at)
         silent = now - since
         if silent <= self.t.server_silent_s:
             return
-        latest = store.latest.get("server")
+        latest = store.latest.get(SourceName.SERVER)
         why = f" ({latest.message})" if latest is not None and latest.message else ""
         yield Finding(SERVER_SILENT.name, SERVER_SILENT.severity,
                       f"server {run.scenario} gave no good /metrics answer for {silent:.0f} s "

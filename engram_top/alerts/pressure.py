@@ -10,15 +10,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from collectors.readings import Quantiles, Reading, Status
+from collectors.source import SourceName
 from collectors.units import GB, GIB, latency_bucket
 from engram_top.alerts.definitions import HICACHE_DROPS, PCIE, RETRACTIONS, SLO
 from engram_top.alerts.finding import Finding
 from engram_top.model.facts import gpu_facts, kv_facts, latency_facts, word
 from engram_top.model.hicache import engram_rx_estimate, hicache_facts
 from engram_top.model.ledger import HostLedger
-from engram_top.model.store import RunStore
+from engram_top.model.store import RunStore, SeriesName
 from engram_top.model.views import GpuView
-from scenarios.runstate import RunState
+from scenarios.runstate import SERVING
 
 # What one lane carries each way, in bytes a second, by PCIe generation (after line coding:
 # 8b/10b for Gen1-2, 128b/130b for Gen3-5, FLIT for Gen6).
@@ -50,9 +51,9 @@ def server_down(store: RunStore) -> Reading[Any] | None:
     polls in a row (its figures are stale from then on); else None. Two, so that one lost
     poll is no alarm."""
     run = store.run
-    if run is None or run.state not in (RunState.READY, RunState.ATTACHED):
+    if run is None or run.state not in SERVING:
         return None
-    latest = store.latest.get("server")
+    latest = store.latest.get(SourceName.SERVER)
     if latest is None or latest.status is not Status.ERROR or latest.failing_since is None:
         return None
     return latest if latest.at > latest.failing_since else None
@@ -190,7 +191,7 @@ def pcie(store: RunStore, now: float, limit_pct: float, window_s: float, band: f
     gpus = gpu_facts(store)
     rx_now: dict[int, float | None] = {}
     for gpu in gpus:
-        series = store.line("gpu", "pcie_rx", gpu=str(gpu.index))
+        series = store.line(SourceName.GPU, SeriesName.PCIE_RX, gpu=str(gpu.index))
         points = [v for t, v in series.fine if t >= now - window_s] if series else []
         rx_now[gpu.index] = sum(points) / len(points) if points else gpu.pcie_rx_bytes_per_s
     view = hicache_facts(store)

@@ -31,7 +31,14 @@ from collectors.units import GIB, gib, percent
 from engram_top.app.charts import PALETTE, Line, chart, rate_unit
 from engram_top.app.safe import cell, safe_text
 from engram_top.model import facts
-from engram_top.model.store import LOCAL, RunStore, Series
+from engram_top.model.store import (
+    GPU_LABEL,
+    LOCAL,
+    RunStore,
+    Series,
+    SeriesName,
+    SourceName,
+)
 
 REFRESH_S = 0.5  # at most 2 Hz, as the dashboard
 WINDOWS_S = (60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0)
@@ -82,11 +89,11 @@ def _median_step(points: Sequence[tuple[float, float]]) -> float | None:
     return steps[len(steps) // 2] if steps else None
 
 
-def gpu_indices(store: RunStore, what: str) -> list[int]:
+def gpu_indices(store: RunStore, what: SeriesName) -> list[int]:
     """The GPUs of this node that have a series of ``what``, by index."""
     return sorted({int(gpu) for key in store.series
-                   if key.node == LOCAL and key.source == "gpu" and key.metric == what
-                   and (gpu := key.label("gpu")) is not None})
+                   if key.node == LOCAL and key.source == SourceName.GPU and key.metric == what
+                   and (gpu := key.label(GPU_LABEL)) is not None})
 
 
 def process_rows(gpu_data: Any) -> list[tuple[str, str, str, str, str]]:
@@ -230,46 +237,46 @@ class Charts:
         column_s = self.window_s / max(1, 2 * width)
         return Line(label, points, colour, None if gap is None else max(gap, 2 * column_s))
 
-    def _per_gpu(self, what: str, start: float, now: float, width: int,
+    def _per_gpu(self, what: SeriesName, start: float, now: float, width: int,
                  scale: float) -> list[Line]:
-        return [self._line(self.store.line("gpu", what, gpu=str(i)), f"GPU{i}",
+        return [self._line(self.store.line(SourceName.GPU, what, gpu=str(i)), f"GPU{i}",
                            PALETTE[n % len(PALETTE)], start, now, width, scale)
                 for n, i in enumerate(gpu_indices(self.store, what))]
 
     def _lines_hbm(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
-        gpu = self.store.data("gpu")
+        gpu = self.store.data(SourceName.GPU)
         total = max((d.total_bytes for d in gpu.devices), default=0) if gpu else 0
         y_max = total / GIB if total else None
         title = "HBM used (GiB)" if not total else f"HBM used (GiB of {gib(total, 0)})"
-        return self._per_gpu("used", start, now, width, 1 / GIB), y_max, title
+        return self._per_gpu(SeriesName.USED, start, now, width, 1 / GIB), y_max, title
 
     def _lines_kv(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
-        kv = self.store.line("server", "token_usage")
+        kv = self.store.line(SourceName.SERVER, SeriesName.TOKEN_USAGE)
         return [self._line(kv, "KV", "magenta", start, now, width, 100.0)], \
             100.0, "KV cache usage (%)"
 
     def _lines_host(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
-        host = self.store.data("host")
+        host = self.store.data(SourceName.HOST)
         y_max = host.total_bytes / GIB if host and host.total_bytes else None
         title = "Host RAM used (GiB)" if y_max is None else \
             f"Host RAM used (GiB of {y_max:,.0f})"
-        used = self.store.line("host", "used")
+        used = self.store.line(SourceName.HOST, SeriesName.USED)
         return [self._line(used, "used", "bright_blue", start, now, width, 1 / GIB)], \
             y_max, title
 
     def _lines_ttft(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
         # Histogram_quantile's figure, interpolated inside its bucket: where the bucket is
         # too wide, the latency panel shows the bucket's bounds instead ("<= 100 ms").
-        ttft = self.store.line("server", "ttft.p50")
+        ttft = self.store.line(SourceName.SERVER, SeriesName.TTFT_P50)
         return [self._line(ttft, "p50", "yellow", start, now, width, 1000.0)], \
             None, "TTFT p50 (ms, interpolated)"
 
     def _lines_tpot(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
-        itl = self.store.line("server", "itl.p50")
+        itl = self.store.line(SourceName.SERVER, SeriesName.ITL_P50)
         return [self._line(itl, "p50", "green", start, now, width, 1000.0)], \
             None, "TPOT p50 (ms, interpolated)"
 
-    def _pcie(self, what: str, label: str, start: float, now: float,
+    def _pcie(self, what: SeriesName, label: str, start: float, now: float,
               width: int) -> tuple[list[Line], Any, str]:
         raw = self._per_gpu(what, start, now, width, 1.0)
         peak = max((v for line in raw for t, v in line.points if start <= t <= now),
@@ -280,10 +287,10 @@ class Charts:
         return lines, None, f"PCIe {label} ({unit})"
 
     def _lines_rx(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
-        return self._pcie("pcie_rx", "receive", start, now, width)
+        return self._pcie(SeriesName.PCIE_RX, "receive", start, now, width)
 
     def _lines_tx(self, start: float, now: float, width: int) -> tuple[list[Line], Any, str]:
-        return self._pcie("pcie_tx", "transmit", start, now, width)
+        return self._pcie(SeriesName.PCIE_TX, "transmit", start, now, width)
 
 
 
@@ -361,7 +368,7 @@ class HistoryScreen(Screen[None]):
         table = self.query_one("#procs-table", DataTable)
         # Room left for the name once the other columns (and cell padding) are laid out.
         name_w = max(8, self.query_one("#history-procs").size.width - 38)
-        rows = process_rows(self.store.data("gpu"))
+        rows = process_rows(self.store.data(SourceName.GPU))
         self.query_one("#procs-title", Static).update(self._table_title(rows))
         key = (tuple(rows), name_w)
         if key == self._table_key:
@@ -384,8 +391,8 @@ class HistoryScreen(Screen[None]):
 
     def _table_title(self, rows: list[Any]) -> Text:
         text = Text("GPU memory by process", style="bold")
-        st = facts.source_status(self.store, "gpu", now=self.clock())
-        if self.store.data("gpu") is None:
+        st = facts.source_status(self.store, SourceName.GPU, now=self.clock())
+        if self.store.data(SourceName.GPU) is None:
             text.append(" · no GPU reading yet", style="dim")
         elif not rows:
             text.append(" · no process holds GPU memory", style="dim")

@@ -37,10 +37,10 @@ from engram_top.app.sessions import DashboardSession, ReplayControls
 from engram_top.app.snapshot_keys import TakesSnapshots
 from engram_top.app.terminal import SurvivesHangUp
 from engram_top.app.verdict_strip import VerdictStrip
-from engram_top.model import facts, in_flight
+from engram_top.model import UNDER_WAY, RunState, facts, in_flight
 from engram_top.model.figures import RunFigures
 from engram_top.model.refusal import FitRefused
-from engram_top.model.store import RunFacts, RunStore
+from engram_top.model.store import RunFacts, RunStore, SourceName
 from engram_top.seed import reference
 from engram_top.settings.user_config import UserConfig
 
@@ -261,7 +261,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             if self._trends.display:
                 # Redrawn when a reading came, at most every CHART_EVERY_S: between readings
                 # nothing on them moves, and a dot column of the strip is longer than that.
-                charted = store.version("gpu", "server")
+                charted = store.version(SourceName.GPU, SourceName.SERVER)
                 now = time.monotonic()
                 if charted != self._charted and now - self._charted_at >= CHART_EVERY_S:
                     self._charted, self._charted_at = charted, now
@@ -322,8 +322,8 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             r = f.results if f else RunFigures()
             current = store.run is not None and f is store.run
             state = "–" if f is None else (
-                panels.run_state(store, f, silent="no answer")
-                if f.state != "starting" else f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}")
+                panels.run_state(store, f, silent="no answer") if f.state != RunState.STARTING
+                else f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}")
             # The live run's is the Host RAM panel's own figure, written the same way.
             delta = panels.host_delta(facts.run_host_delta_bytes(store, f))
             row = (("▶ " if current else "  ") + name, state,
@@ -373,7 +373,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             self.notify("nothing to start here", severity="warning")
             return
         run = store.run
-        running = run if run is not None and run.owned and run.state in ("starting", "ready") \
+        running = run if run is not None and run.owned and run.state in UNDER_WAY \
             else None
         if running is not None and running.scenario == name:
             self.notify(f"{name} is already {running.state}")
@@ -388,7 +388,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
 
     def action_stop(self) -> None:
         run = self.session.store.run
-        if run is None or not run.owned or run.state not in ("starting", "ready"):
+        if run is None or not run.owned or run.state not in UNDER_WAY:
             self.notify("no server of ours is running", severity="warning")
             return
         reason = self._serving()

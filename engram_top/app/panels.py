@@ -38,7 +38,7 @@ from engram_top.app.panel_text import (
     unavailable,
 )
 from engram_top.model import facts
-from engram_top.model.store import RunFacts, RunStore
+from engram_top.model.store import RunFacts, RunStore, SourceName
 from engram_top.model.views import HostView, KvView
 
 
@@ -369,7 +369,7 @@ def latency_panel(store: RunStore, rows: int | None = None,
 
 def _series(store: RunStore, metric: str) -> list[float]:
     """The watched server's recent values of ``metric``."""
-    s = store.line("server", metric)
+    s = store.line(SourceName.SERVER, metric)
     return [] if s is None else s.values(last=60)
 
 
@@ -393,7 +393,7 @@ def run_state(store: RunStore, run: RunFacts, silent: str = "not answering") -> 
     """A run's state as the screen says it. A server we watch but did not start has no
     exit for the supervisor to see: a failed poll is how it is known gone (a killed
     attached server must not read ATTACHED), said as ``silent``."""
-    down = store.latest.get("server") if run is store.run else None
+    down = store.latest.get(SourceName.SERVER) if run is store.run else None
     if run.state in ("ready", "attached") and down is not None and down.status.value == "error":
         return silent
     if run.state == "ready" and run.degraded:

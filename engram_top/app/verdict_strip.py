@@ -21,7 +21,7 @@ from engram_top.compare.verdict import (
     Verdict,
     verdict,
 )
-from engram_top.model.store import RunStore
+from engram_top.model.store import RunStore, SourceName, StoreTopic
 
 
 def strip_verdict(store: RunStore, extra: Sequence[RunResult] = ()) -> Verdict | None:
@@ -100,7 +100,7 @@ class VerdictStrip(Static):
         self._found: Verdict | None = None
 
     def refresh_from(self, store: RunStore, extra: Sequence[RunResult]) -> None:
-        seen = store.version("run", "server")
+        seen = store.version(StoreTopic.RUN, SourceName.SERVER)
         if seen == self._seen:  # no new reading, no new run: the same verdict
             return
         self._seen = seen

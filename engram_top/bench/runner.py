@@ -25,6 +25,7 @@ from typing import Any
 
 from collectors.pages import PageClient, bearer
 from collectors.safetext import visible
+from collectors.source import SourceName
 from engram_top.alerts.monitor import AlertChange
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.bench import ab, sweep
@@ -38,6 +39,7 @@ from engram_top.compare.runs import serves
 from engram_top.compare.slo import LevelStats, Slo
 from engram_top.live.session import Session, SessionOptions
 from engram_top.model import energy, facts
+from engram_top.model.store import SeriesName
 from engram_top.model.store import node_time as startup_in_node_time
 from engram_top.seed import reference
 from engram_top.settings.paths import default_state_dir
@@ -253,7 +255,7 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
             took = marks[(index, "end")][0] - marks.get((index, "start"), marks[(index, when)])[0]
             say(f"  {name}: level {index + 1}/{len(spec.levels)} done in {took:.1f} s")
 
-    gpu_before = session.store.last_ok.get("gpu")  # the energy counters as it starts
+    gpu_before = session.store.last_ok.get(SourceName.GPU)  # the energy counters as it starts
     try:
         result = await run_workload(sc.url, spec, api_key=sc.api_key, on_level=on_level)
     finally:
@@ -311,7 +313,8 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
         output_tok_s=None if result.output_tok_s is None else result.output_tok_s * serve,
         # The serving GPUs' mean draw over the workload per node-time token/s: J per token.
         joules_per_token=energy.joules_per_token(
-            energy.mean_power_w(gpu_before, store.last_ok.get("gpu"), facts.serving_gpus(store)),
+            energy.mean_power_w(gpu_before, store.last_ok.get(SourceName.GPU),
+                                facts.serving_gpus(store)),
             None if result.output_tok_s is None else result.output_tok_s * serve),
         request_per_s=None if result.request_per_s is None else result.request_per_s * serve,
         goodput_rps=_run_goodput(levels, plan.slos), slo_attainment=_run_attainment(levels,
@@ -338,7 +341,7 @@ def _live_levels(plan: Plan, result: DriverResult,
                  marks: dict[tuple[int, str], tuple[float, Mark | None]],
                  store: Any, serve: float) -> list[LevelStats]:
     """One row per level the driver ran, in node time."""
-    series = store.line("server", "token_usage")
+    series = store.line(SourceName.SERVER, SeriesName.TOKEN_USAGE)
     points = series.points() if series is not None else []
     out = []
     for i, level in enumerate(plan.workload.levels):

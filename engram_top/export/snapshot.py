@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collectors.safetext import visible
-from collectors.source import LOCAL
+from collectors.source import LOCAL, SourceName
 from collectors.units import GIB
 from engram_top.compare.comparison import Comparison, to_json, to_markdown
 from engram_top.compare.run_result import RunResult
@@ -36,8 +36,9 @@ from engram_top.export.summary import summary_markdown
 from engram_top.model import facts, ledger
 from engram_top.model.hicache import engram_rx_estimate
 from engram_top.model.redact import REDACTED, redact, redact_text
-from engram_top.model.store import RunFacts, RunStore, SeriesKey
+from engram_top.model.store import GPU_LABEL, RunFacts, RunStore, SeriesKey, SeriesName
 from engram_top.seed.reference import Reference
+from scenarios.runstate import SERVING
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -294,7 +295,7 @@ def _runs(store: RunStore) -> list[RunFacts]:
     refreshes them once a second, so they may lag the readings this snapshot shows)."""
     runs = getattr(store, "runs", None) or list(store.history.values())
     live = store.run
-    if live is None or live.state not in ("ready", "attached"):
+    if live is None or live.state not in SERVING:
         return list(runs)
     now = dataclasses.replace(live, results=live.results.merged(facts.summary(store)))
     return [now if r is live else r for r in runs]
@@ -342,11 +343,11 @@ def _frame(taken: SeriesPoints) -> pd.DataFrame:
     rows = []
     for key in sorted(taken.points, key=lambda k: k.name):
         fine_start, points = taken.points[key]
-        label = key.label("gpu")
+        label = key.label(GPU_LABEL)
         gpu = int(label) if label is not None and label.isdigit() else None
         unit = UNITS.get(key.metric.rpartition(".")[2], "")
         for t, value in points:
-            rows.append((key.name, key.source, gpu, key.metric, unit,
+            rows.append((key.name, str(key.source), gpu, str(key.metric), unit,
                          "coarse" if t < fine_start else "fine", t - taken.origin,
                          taken.now_wall - (taken.now_mono - t), value))
     frame = pd.DataFrame(rows, columns=TIMESERIES_COLUMNS)
@@ -358,11 +359,12 @@ def _frame(taken: SeriesPoints) -> pd.DataFrame:
     return frame
 
 
-HISTORY = {  # the history PNG's charts: (source, metric) -> (title, y label, scale)
-    ("gpu", "used"): ("HBM used per GPU", "GiB", 1 / GIB),
-    ("server", "token_usage"): ("KV cache usage", "%", 100.0),
-    ("host", "used"): ("Host RAM used", "GiB", 1 / GIB),
-    ("server", "ttft.p50"): ("TTFT p50, interpolated", "ms", 1000.0),
+# The history PNG's charts: (source, metric) -> (title, y label, scale).
+HISTORY: dict[tuple[str, str], tuple[str, str, float]] = {
+    (SourceName.GPU, SeriesName.USED): ("HBM used per GPU", "GiB", 1 / GIB),
+    (SourceName.SERVER, SeriesName.TOKEN_USAGE): ("KV cache usage", "%", 100.0),
+    (SourceName.HOST, SeriesName.USED): ("Host RAM used", "GiB", 1 / GIB),
+    (SourceName.SERVER, SeriesName.TTFT_P50): ("TTFT p50, interpolated", "ms", 1000.0),
 }
 
 
@@ -379,7 +381,7 @@ def _history_png(path: Path, taken: SeriesPoints) -> None:
         # An attached server's series are under its URL: a line of its own, by number (a
         # picture cannot be scrubbed of a secret in a URL, so it never holds one).
         lines = panels[title][1]
-        name = f"GPU {key.label('gpu')}" if key.label("gpu") is not None else \
+        name = f"GPU {key.label(GPU_LABEL)}" if key.label(GPU_LABEL) is not None else \
             key.source if key.node == LOCAL else f"{key.source} {len(lines) + 1}"
         pts = [(t - taken.now_mono, v * scale) for t, v in points
                if taken.now_mono - t <= 3600]

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from collectors.prom_answer import small_index
 from collectors.prometheus import FleetGpu, FleetNodeData
 from collectors.readings import GpuData, GpuDevice, HostData, Quantiles, Reading, ServerData, Status
-from collectors.source import LOCAL, SourceKey
-from engram_top.model.store import RunFacts, RunStore
+from collectors.source import LOCAL, SourceKey, SourceName
+from engram_top.model.store import RunFacts, RunStore, StoreTopic
 from scenarios.runstate import RunState
 
 HISTORY_S = 1800.0  # a node's detail opens with its last half hour
@@ -91,21 +91,23 @@ def readings(d: FleetNodeData, url: str, window_s: float | None, at: float,
     def missing(what: str) -> str:
         return f"Prometheus has no {what} for this node"
     gpu: Reading[object] = (
-        Reading("gpu", Status.OK, data=GpuData(driver_version="", backend="dcgm-exporter",
-                                               devices=tuple(_device(i, g) for i, g in
-                                                             enumerate(d.gpus))),
+        Reading(SourceName.GPU, Status.OK,
+                data=GpuData(driver_version="", backend="dcgm-exporter",
+                             devices=tuple(_device(i, g) for i, g in enumerate(d.gpus))),
                 at=at, wall=wall) if d.gpus else
-        Reading("gpu", Status.ERROR, message=missing("dcgm-exporter series"), at=at, wall=wall))
-    host: Reading[object] = (
-        Reading("host", Status.OK, data=_host(d.host), at=at, wall=wall) if "total" in d.host
-        else Reading("host", Status.ERROR, message=missing("node-exporter series"), at=at,
-                     wall=wall))
-    server: Reading[object] = (
-        Reading("server", Status.OK, data=_server(url, d, window_s), at=at, wall=wall)
-        if d.server else
-        Reading("server", Status.ERROR, message=missing("inference engine's series"), at=at,
+        Reading(SourceName.GPU, Status.ERROR, message=missing("dcgm-exporter series"), at=at,
                 wall=wall))
-    return {"gpu": gpu, "host": host, "server": server}
+    host: Reading[object] = (
+        Reading(SourceName.HOST, Status.OK, data=_host(d.host), at=at, wall=wall)
+        if "total" in d.host
+        else Reading(SourceName.HOST, Status.ERROR, message=missing("node-exporter series"),
+                     at=at, wall=wall))
+    server: Reading[object] = (
+        Reading(SourceName.SERVER, Status.OK, data=_server(url, d, window_s), at=at, wall=wall)
+        if d.server else
+        Reading(SourceName.SERVER, Status.ERROR, message=missing("inference engine's series"),
+                at=at, wall=wall))
+    return {SourceName.GPU: gpu, SourceName.HOST: host, SourceName.SERVER: server}
 
 
 class NodeDetail:
@@ -148,7 +150,7 @@ class NodeDetail:
         if run is not None and dialect is not None and run.engine != dialect.name:
             run.engine = run.engine_name = dialect.name
             run.words = dict(dialect.words)
-            self.store.bump("run")
+            self.store.bump(StoreTopic.RUN)
 
     def backfill(self, points: list[tuple[float, FleetNodeData]]) -> int:
         """The node's history and what the store already holds, in time order, in a new

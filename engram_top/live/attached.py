@@ -16,10 +16,10 @@ from collectors.nvml import GpuCollector
 from collectors.pages import split_userinfo
 from collectors.server_process import server_environ
 from collectors.shared import SharedSampler
-from collectors.source import NodeSource
+from collectors.source import NodeSource, SourceName
 from engram_top.live.attach_node import named_node_dir
 from engram_top.live.engine_detect import DetectingCollector
-from engram_top.model.store import RunFacts, RunStore
+from engram_top.model.store import RunFacts, RunStore, StoreTopic
 from engram_top.sim.backends import SimGpuBackend, SimHostBackend
 from scenarios import engines
 from scenarios.engines.base import Engine, ServerCollector
@@ -100,20 +100,20 @@ class AttachedServers:
         node's GPUs and host are read from its folder, not this machine's."""
         if self.node_dir is not None or facts.owned or not facts.url:
             return
-        server = self.store.data("server")
+        server = self.store.data(SourceName.SERVER)
         node_dir = named_node_dir(facts.url, server.extra) if server is not None else None
         if node_dir is None:
             return
         self._on_node(node_dir)
         facts.node = self.store.node
-        self.store.bump("run")
+        self.store.bump(StoreTopic.RUN)
         self._gpus = SharedSampler(SimGpuBackend(node_dir))
         self._host_backend = SimHostBackend(node_dir)
         self.gpu = GpuCollector(self._gpus)
         root, self.host = self.host.root_pid, HostCollector(self._host_backend)
         self.host.root_pid = root
-        self.add_source(NodeSource("gpu", self.gpu.poll, self.gpu.close))
-        self.add_source(NodeSource("host", self.host.poll))
+        self.add_source(NodeSource(SourceName.GPU, self.gpu.poll, self.gpu.close))
+        self.add_source(NodeSource(SourceName.HOST, self.host.poll))
         self.store.event("info", f"{facts.url} is a simulated server: its node's GPUs and "
                          f"host are read from {node_dir}")
 
@@ -132,7 +132,7 @@ class AttachedServers:
             facts.engine, facts.engine_name = engine.speaks, engine.display
             facts.words = dict(engine.words)
             facts.own_polls = engine.own_polls
-            self.store.bump("run")
+            self.store.bump(StoreTopic.RUN)
         self.announce(f"{url}: {note}" if note else
                       f"{url}: its /metrics page is {engine.speaks}'s, so it is read as "
                       f"{engine.speaks} (--engine {engine.kind} says so up front)")

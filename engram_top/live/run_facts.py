@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from collectors.readings import Reading, Status
-from engram_top.model.store import RunFacts, RunStore
+from collectors.source import SourceName
+from engram_top.model.store import RunFacts, RunStore, StoreTopic
 from engram_top.seed.reference import Reference
 from scenarios.engines.base import Engine, ServerCollector
 from scenarios.runstate import RunState
@@ -76,7 +77,7 @@ def sync(store: RunStore, run: Run, seen: dict[str, tuple[float, int, int | None
     facts.exit_code, facts.failure = run.exit_code, run.failure
     if facts.degraded != run.degraded:
         facts.degraded = run.degraded
-        store.bump("run")
+        store.bump(StoreTopic.RUN)
     if run.lines_seen != facts.lines_seen:
         facts.lines_seen = run.lines_seen
         # The facts as plain data cost a millisecond or two: rebuilt only when a line
@@ -90,7 +91,7 @@ def sync(store: RunStore, run: Run, seen: dict[str, tuple[float, int, int | None
         elif facts.startup:  # the log's clock moves on all the same (a stale rate shows)
             facts.startup["last_line_at"] = getattr(run.parser, "last_line_at", None)
     if (facts.state, facts.phase, facts.lines_seen) != before:
-        store.bump("run")
+        store.bump(StoreTopic.RUN)
 
 
 def logged_args(startup: dict[str, Any]) -> dict[str, Any]:
@@ -120,13 +121,13 @@ def read_engram(store: RunStore, facts: RunFacts, engine: Engine, sc: Scenario |
     """The watched run's model, Engram placement and prefetch verdict, from what its
     engine can tell: the scenario (None: a server someone else started), the server's
     environment and args, its log, its GPU."""
-    server = store.data("server")
+    server = store.data(SourceName.SERVER)
     if not env and server is not None:
         env = simulated_env(server.extra)
     info_args = server.extra.get("server_args") if server is not None else None
     args = {**(info_args if isinstance(info_args, dict) else {}),
             **logged_args(facts.startup)}
-    gpus = store.data("gpu")
+    gpus = store.data(SourceName.GPU)
     gpu_name = gpus.devices[0].name if gpus is not None and gpus.devices else None
     setting = engine.engram(sc, env=env, args=args, startup=facts.startup,
                             gpu_name=gpu_name)
@@ -142,4 +143,4 @@ def read_engram(store: RunStore, facts: RunFacts, engine: Engine, sc: Scenario |
     if model != facts.model:
         facts.model, changed = model, True
     if changed:
-        store.bump("run")
+        store.bump(StoreTopic.RUN)

@@ -22,7 +22,7 @@ from collectors.host import sample as host_sample
 from collectors.nvml import GpuCollector, NvmlBackend
 from collectors.readings import GpuData, HostData
 from collectors.shared import SharedSampler
-from collectors.source import NodeSource, Source
+from collectors.source import NodeSource, Source, SourceName
 from engram_top.alerts.monitor import CHECK_EVERY_S, AlertWatch
 from engram_top.compare.slo import DEFAULT as slo_defaults
 from engram_top.compare.slo import Slo
@@ -169,8 +169,8 @@ class Session(AttachedServers):
         # The session owns the supervisor (scenarios.owner.SupervisorOwner): it reads the
         # node for it and hears each change to a run ("the supervisor's owner", below).
         self.supervisor = Supervisor(state_dir, self, node_dir=node_dir)
-        for source in (NodeSource("gpu", self.gpu.poll, self.gpu.close),
-                       NodeSource("host", self.host.poll)):
+        for source in (NodeSource(SourceName.GPU, self.gpu.poll, self.gpu.close),
+                       NodeSource(SourceName.HOST, self.host.poll)):
             for key, reading in await source.poll():  # the first frame has the node
                 self.store.add(key, reading)
             self.add_source(source)
@@ -308,7 +308,7 @@ class Session(AttachedServers):
 
     def _watch_server(self, collector: engines.ServerCollector, run: Run | None = None) -> None:
         poll = collector.poll if run is None else until_port(run, collector)
-        self.add_source(NodeSource("server", poll, collector.close))
+        self.add_source(NodeSource(SourceName.SERVER, poll, collector.close))
 
     def add_source(self, source: Source, interval: float | None = None) -> None:
         """Poll ``source`` from now on, in a loop of its own; one of the same name goes."""
@@ -437,7 +437,7 @@ class Session(AttachedServers):
             attached = self.store.run
             if attached is not None and not attached.owned:
                 # Someone else's server: ready is when it answers with its figures.
-                server = self.store.latest.get("server")
+                server = self.store.latest.get(SourceName.SERVER)
                 if server is not None and server.ok and server.data is not None \
                         and server.data.max_total_num_tokens:
                     return True

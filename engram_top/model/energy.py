@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from collectors.readings import GpuData, Reading
-from engram_top.model.store import RunStore
+from collectors.source import SourceName
+from engram_top.model.store import RunStore, SeriesName
 
 
 def total_energy_mj(data: GpuData | None, gpus: Collection[int] | None = None) -> int | None:
@@ -56,7 +57,7 @@ def window_power_w(store: RunStore, gpus: list[int], window_s: float | None) -> 
         return None
     total = 0.0
     for index in gpus:
-        series = store.line("gpu", "energy", gpu=str(index))
+        series = store.line(SourceName.GPU, SeriesName.ENERGY, gpu=str(index))
         if series is None or not series.fine:
             return None
         # Newest first, stopping at the window's start: once a second, on every GPU, the

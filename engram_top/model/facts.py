@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
 from collectors.readings import GpuData, Quantiles, Reading, ServerData
+from collectors.source import SourceName
 from collectors.units import GIB
 from engram_top.model import energy, ledger
 from engram_top.model.figures import RunFigures
@@ -32,7 +33,7 @@ from engram_top.model.views import (
     RunView,
     SourceStatus,
 )
-from scenarios.runstate import RunState
+from scenarios.runstate import SERVING
 
 
 def source_status(store: RunStore, kind: str, now: float | None = None) -> SourceStatus:
@@ -59,8 +60,8 @@ def wall_at(store: RunStore, now: float) -> float:
 
 
 def gpu_facts(store: RunStore) -> list[GpuView]:
-    gpus: GpuData | None = store.data("gpu")
-    server: ServerData | None = store.data("server")
+    gpus: GpuData | None = store.data(SourceName.GPU)
+    server: ServerData | None = store.data(SourceName.SERVER)
     run = store.run
     if gpus is None:
         return []
@@ -107,7 +108,7 @@ def run_host_delta_bytes(store: RunStore, run: RunFacts | None) -> float | None:
 
 
 def kv_facts(store: RunStore) -> KvView | None:
-    s: ServerData | None = store.data("server")
+    s: ServerData | None = store.data(SourceName.SERVER)
     if s is None:
         return None
     startup = store.run.startup if store.run is not None else {}
@@ -235,7 +236,7 @@ def _why(s: ServerData, names: dict[str, str]) -> dict[str, str]:
 
 
 def latency_facts(store: RunStore) -> LatencyView | None:
-    s: ServerData | None = store.data("server")
+    s: ServerData | None = store.data(SourceName.SERVER)
     if s is None:
         return None
     return LatencyView(window_s=s.window_s, output_tokens_per_s=s.output_tokens_per_s,
@@ -260,7 +261,7 @@ def word(store: RunStore, key: str, default: str | None = None) -> str:
 
 def not_reported(store: RunStore) -> dict[str, str]:
     """Figures the watched server's engine does not report at all (field -> why)."""
-    s: ServerData | None = store.data("server")
+    s: ServerData | None = store.data(SourceName.SERVER)
     why = s.extra.get("not_reported") if s is not None else None
     return dict(why) if isinstance(why, dict) else {}
 
@@ -334,7 +335,7 @@ def summary(store: RunStore) -> RunFigures:
     lat = latency_facts(store)
     ttft, itl = (lat.ttft, lat.itl) if lat else (None, None)
     rate = lat.output_tokens_per_s if lat else None
-    server: ServerData | None = store.data("server")
+    server: ServerData | None = store.data(SourceName.SERVER)
     weights = gpus[0].weights_gb if gpus else None
     kv_tokens = gpus[0].kv_tokens if gpus else None
     if weights is None and server is not None:  # no GPU facts (a CPU server): its own
@@ -418,7 +419,7 @@ def _throttled(run: RunFacts | None, server: ServerData | None,
                gpus: list[GpuView]) -> tuple[str, ...] | None:
     """What holds each serving GPU's clocks down now, while the server serves requests
     (clocks held down while it idles cost no figure)."""
-    if run is None or run.state not in (RunState.READY, RunState.ATTACHED):
+    if run is None or run.state not in SERVING:
         return None
     if server is None or not server.num_running_reqs:
         return None

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from collectors.readings import ServerData
+from collectors.source import SourceName
 from collectors.units import GB
 from engram_top.model.store import RunStore
 from engram_top.model.views import HiCacheView
@@ -20,7 +21,7 @@ def hicache_facts(store: RunStore) -> HiCacheView | None:
     start-up line, no --enable-hierarchical-cache, no HiCache figure on its page)."""
     run = store.run
     startup: dict[str, Any] = run.startup if run is not None and run.startup else {}
-    server: ServerData | None = store.data("server")
+    server: ServerData | None = store.data(SourceName.SERVER)
     args = _server_args(startup, server)
     logged = _logged_pools(startup)
     reported = server is not None and any(v is not None for v in (

@@ -4,13 +4,14 @@ host ledger both read (apart from the facts, so the ledger need not import them)
 from __future__ import annotations
 
 from collectors.readings import GpuDevice, HostData
+from collectors.source import SourceName
 from collectors.units import GIB
 from engram_top.model.store import RunStore
 from engram_top.model.views import HostView
 
 
 def server_pids(store: RunStore) -> set[int]:
-    host: HostData | None = store.data("host")
+    host: HostData | None = store.data(SourceName.HOST)
     if host is None or host.server_tree is None:
         return set()
     return set(host.server_tree.pids)
@@ -30,7 +31,7 @@ def gpu_server_pids(dev: GpuDevice, pids: set[int], serves: bool) -> set[int]:
 
 
 def host_facts(store: RunStore) -> HostView | None:
-    host: HostData | None = store.data("host")
+    host: HostData | None = store.data(SourceName.HOST)
     if host is None:
         return None
     run = store.run

@@ -8,6 +8,7 @@ a benchmark, another tool): those are what a confirmation protects.
 
 from __future__ import annotations
 
+from collectors.source import SourceName
 from engram_top.model.facts import kv_facts
 from engram_top.model.store import RunStore
 
@@ -36,7 +37,7 @@ def _read_before_ready(store: RunStore) -> bool:
     request it ran then was its own warm-up (SGLang sends one /generate before it says
     ready), not another client's. Counted as one, it asked before every switch made in the
     half second after a server came up."""
-    run, reading = store.run, store.last_ok.get("server")
+    run, reading = store.run, store.last_ok.get(SourceName.SERVER)
     if run is None or reading is None:
         return False
     return run.ready_at is None or reading.at <= run.ready_at

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collectors.readings import GpuData, HostData, ServerData
+from collectors.source import SourceName
 from collectors.units import GIB, MIB
 from engram_top.model.hicache import hicache_facts
 from engram_top.model.host_facts import gpu_server_pids, host_facts, server_pids
@@ -95,7 +96,7 @@ def _line_json(line: LedgerLine) -> dict[str, Any]:
 
 
 def host_ledger(store: RunStore) -> HostLedger | None:
-    host: HostData | None = store.data("host")
+    host: HostData | None = store.data(SourceName.HOST)
     if host is None:
         return None
     tree = host.server_tree
@@ -200,7 +201,7 @@ def run_server_delta_bytes(store: RunStore, run: RunFacts | None) -> float | Non
     else the figure kept with the run. Other tenants' growth never counts."""
     if run is not None and run is store.run and run.state in LIVE:
         ledger = host_ledger(store)
-        host: HostData | None = store.data("host")
+        host: HostData | None = store.data(SourceName.HOST)
         if ledger is not None and host is not None and host.server_tree is not None:
             return ledger.server_bytes
     kept = run.results.host_delta_gib if run is not None else None
@@ -221,10 +222,10 @@ def others_delta_bytes(store: RunStore) -> float | None:
 
 
 def hbm_ledger(store: RunStore) -> list[GpuLedger]:
-    gpus: GpuData | None = store.data("gpu")
+    gpus: GpuData | None = store.data(SourceName.GPU)
     if gpus is None:
         return []
-    server: ServerData | None = store.data("server")
+    server: ServerData | None = store.data(SourceName.SERVER)
     run = store.run
     pids = server_pids(store)
     log_ranks = (run.startup.get("ranks") or {}) if run is not None else {}

@@ -18,12 +18,55 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, NamedTuple, overload
 
 from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, Status
-from collectors.source import LOCAL, SourceKey
+from collectors.source import LOCAL, SourceKey, SourceName
 from engram_top.model.figures import RunFigures
 from scenarios.runstate import RunState
+
+
+class SeriesName(StrEnum):
+    """The series the store keeps of its sources' readings, by metric: named here once, for
+    the store that writes them and every chart, alert and export that reads them (a name
+    spelt wrong is an error, not an empty chart). A reading of another type keeps its
+    numbers under their own field names."""
+
+    # Of each GPU (labelled gpu=INDEX).
+    USED = "used"  # also the host's
+    UTIL = "util"
+    PCIE_RX = "pcie_rx"
+    PCIE_TX = "pcie_tx"
+    ENERGY = "energy"  # cumulative, mJ
+    # Of the host.
+    SWAP_IN = "swap_in"  # cumulative, bytes
+    # Of the server.
+    TOKEN_USAGE = "token_usage"
+    RUNNING = "num_running_reqs"
+    QUEUED = "num_queue_reqs"
+    OUTPUT_TOKENS_PER_S = "output_tokens_per_s"
+    TTFT_P50 = "ttft.p50"
+    TTFT_P50_LO = "ttft.p50_lo"
+    TTFT_P50_HI = "ttft.p50_hi"
+    ITL_P50 = "itl.p50"
+    ITL_P50_LO = "itl.p50_lo"
+    ITL_P50_HI = "itl.p50_hi"
+
+
+class StoreTopic(StrEnum):
+    """What the store keeps versions of besides its sources (SourceName, "NODE/SOURCE"):
+    a redraw asks for the versions of what it shows."""
+
+    RUN = "run"  # the watched run's facts
+    EVENTS = "events"
+
+
+# A series of the server's latency: the interpolated p50, and its coarse bucket's bounds.
+_P50 = {"ttft": (SeriesName.TTFT_P50, SeriesName.TTFT_P50_LO, SeriesName.TTFT_P50_HI),
+        "itl": (SeriesName.ITL_P50, SeriesName.ITL_P50_LO, SeriesName.ITL_P50_HI)}
+_SERVER_GAUGES = (SeriesName.TOKEN_USAGE, SeriesName.RUNNING, SeriesName.QUEUED,
+                  SeriesName.OUTPUT_TOKENS_PER_S)
 
 
 class Series:
@@ -57,6 +100,7 @@ class Series:
 
 
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs: (("gpu", "0"),)
+GPU_LABEL = "gpu"  # the label of a GPU's series: its index
 
 
 class SeriesKey(NamedTuple):
@@ -86,7 +130,7 @@ class NodeView(Mapping[str, "Reading[Any]"]):
         self._server = server
 
     def _key(self, name: str) -> SourceKey:
-        return self._server if name == "server" else SourceKey(LOCAL, name)
+        return self._server if name == SourceName.SERVER else SourceKey(LOCAL, name)
 
     def __getitem__(self, name: str) -> Reading[Any]:
         return self._readings[self._key(name)]
@@ -94,8 +138,8 @@ class NodeView(Mapping[str, "Reading[Any]"]):
     def __iter__(self) -> Iterator[str]:
         for key in self._readings:
             if key == self._server:
-                yield "server"
-            elif key.node == LOCAL and key.source != "server":
+                yield SourceName.SERVER
+            elif key.node == LOCAL and key.source != SourceName.SERVER:
                 yield key.source
 
     def __len__(self) -> int:
@@ -198,7 +242,7 @@ class RunStore:
         self.series: dict[SeriesKey, Series] = {}
         self._lines: dict[tuple[SourceKey, str, Labels], Series] = {}  # _point's index
         # The server whose figures the panels show: the watched run's.
-        self.watched = SourceKey(LOCAL, "server")
+        self.watched = SourceKey(LOCAL, SourceName.SERVER)
         self.run: RunFacts | None = None
         self.history: dict[str, RunFacts] = {}  # the latest run of each scenario
         self.runs: list[RunFacts] = []  # every run, oldest first: repeated runs are trials
@@ -229,9 +273,9 @@ class RunStore:
     def last_ok(self) -> Mapping[str, Reading[Any]]:
         return NodeView(self.good, self.watched)
 
-    def line(self, source: str, metric: str, **labels: str) -> Series | None:
-        """A series of this node's source ("server": the watched one), by metric and labels."""
-        node = self.watched.node if source == "server" else LOCAL
+    def line(self, source: str, metric: SeriesName | str, **labels: str) -> Series | None:
+        """A series of this node's source (SERVER: the watched one), by metric and labels."""
+        node = self.watched.node if source == SourceName.SERVER else LOCAL
         return self.series.get(SeriesKey(node, source, metric, tuple(sorted(labels.items()))))
 
     def set_run(self, facts: RunFacts) -> None:
@@ -241,16 +285,17 @@ class RunStore:
         self.history[facts.scenario] = facts
         if not any(r is facts for r in self.runs):
             self.runs.append(facts)
-        self.watched = SourceKey(facts.server_node, "server")
+        self.watched = SourceKey(facts.server_node, SourceName.SERVER)
         if facts.server_node == LOCAL:
             self.readings.pop(self.watched, None)
             self.good.pop(self.watched, None)
-            for key in [k for k in self.series if (k.node, k.source) == (LOCAL, "server")]:
+            for key in [k for k in self.series
+                        if (k.node, k.source) == (LOCAL, SourceName.SERVER)]:
                 del self.series[key]
             self._lines.clear()
-        self.bump("server")
+        self.bump(SourceName.SERVER)
         self.load = {}
-        self.bump("run")
+        self.bump(StoreTopic.RUN)
         self._tell("run", facts)
 
     def facts_for(self, scenario: str) -> RunFacts | None:
@@ -263,14 +308,15 @@ class RunStore:
     def event(self, level: str, text: str) -> None:
         event = Event(time.time(), level, text)
         self.events.append(event)
-        self.bump("events")
+        self.bump(StoreTopic.EVENTS)
         self._tell("event", event)
 
     def add(self, key: SourceKey | str, reading: Reading[Any]) -> None:
-        """Store a reading under its source's key: "gpu", "host", "server" on this node,
-        "NODE/SOURCE" on another."""
+        """Store a reading under its source's key: a SourceName on this node, "NODE/SOURCE"
+        on another."""
         key = key if isinstance(key, SourceKey) else SourceKey.parse(key)
-        kind = "server" if key == self.watched else str(key)  # what the UI keeps versions of
+        # What the UI keeps versions of.
+        kind = SourceName.SERVER if key == self.watched else str(key)
         previous = self.readings.get(key)
         self.readings[key] = reading
         if reading.data is not None and reading.status in (Status.OK, Status.STARTING):
@@ -292,35 +338,34 @@ class RunStore:
 
         if isinstance(data, GpuData):
             for dev in data.devices:
-                gpu = (("gpu", str(dev.index)),)
-                self._point(key, "used", gpu, t, dev.used_bytes)
-                self._point(key, "util", gpu, t, dev.util_gpu_pct)
-                self._point(key, "pcie_rx", gpu, t, dev.pcie_rx_bytes_per_s)
-                self._point(key, "pcie_tx", gpu, t, dev.pcie_tx_bytes_per_s)
+                gpu = ((GPU_LABEL, str(dev.index)),)
+                self._point(key, SeriesName.USED, gpu, t, dev.used_bytes)
+                self._point(key, SeriesName.UTIL, gpu, t, dev.util_gpu_pct)
+                self._point(key, SeriesName.PCIE_RX, gpu, t, dev.pcie_rx_bytes_per_s)
+                self._point(key, SeriesName.PCIE_TX, gpu, t, dev.pcie_tx_bytes_per_s)
                 # Cumulative: energy per token takes its deltas over a window.
-                self._point(key, "energy", gpu, t, dev.energy_mj)
+                self._point(key, SeriesName.ENERGY, gpu, t, dev.energy_mj)
         elif isinstance(data, HostData):
-            point("used", data.used_bytes)
-            point("swap_in", data.swap_in_bytes)  # cumulative: alerts take rates
+            point(SeriesName.USED, data.used_bytes)
+            point(SeriesName.SWAP_IN, data.swap_in_bytes)  # cumulative: alerts take rates
         elif isinstance(data, ServerData):
-            for name in ("token_usage", "num_running_reqs", "num_queue_reqs",
-                         "output_tokens_per_s"):
+            for name in _SERVER_GAUGES:
                 point(name, getattr(data, name))
-            for name in ("ttft", "itl"):
-                q = getattr(data, name)
+            for field_name, (p50, lo, hi) in _P50.items():
+                q = getattr(data, field_name)
                 # The interpolated figure (the charts plot it), and beside it the bucket it
                 # lies in where that is too wide for it to be a measurement: the exports'
                 # p50_lo and p50_hi (no p50_hi in the open +Inf bucket).
                 b = None if q is None else q.bucketed("p50")
-                point(f"{name}.p50", None if b is None else b.value)
+                point(p50, None if b is None else b.value)
                 if b is not None and b.coarse:
-                    point(f"{name}.p50_lo", b.lo)
-                    point(f"{name}.p50_hi", b.hi)
+                    point(lo, b.lo)
+                    point(hi, b.hi)
         else:
             # A reading of a type this store has no panel for (a new source's): its
             # numbers are kept as series all the same, by field name, never dropped.
-            for name, value in _numbers(data):
-                point(name, value)
+            for field_name, value in _numbers(data):
+                point(field_name, value)
 
     def _point(self, key: SourceKey, metric: str, labels: Labels, t: float,
                value: float | None) -> None:

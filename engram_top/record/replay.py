@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from collectors.readings import Reading
+from collectors.source import SourceName
 from engram_top.alerts.monitor import AlertWatch
 from engram_top.alerts.thresholds import Thresholds
-from engram_top.model.store import Event, RunFacts, RunStore
+from engram_top.model.store import Event, RunFacts, RunStore, StoreTopic
 from engram_top.record.file_format import (
     LOG_KEEP,
     MAX_SPEED,
@@ -63,7 +64,7 @@ class ReplayStore(RunStore):
 
     def put_event(self, event: Event) -> None:
         self.events.append(event)
-        self.bump("events")
+        self.bump(StoreTopic.EVENTS)
         self._tell("event", event)
 
     def reset(self) -> None:
@@ -73,7 +74,7 @@ class ReplayStore(RunStore):
         self.__dict__.update(RunStore().__dict__)
         self.__dict__.update(keep)
         self._quiet = False
-        for key in {*self.versions, "gpu", "host", "server", "run", "events"}:
+        for key in {*self.versions, *SourceName, *StoreTopic}:
             self.bump(key)
 
 
@@ -332,14 +333,14 @@ class ReplaySession:
             if set_run:
                 store.set_run(facts)
             else:
-                store.bump("run")
+                store.bump(StoreTopic.RUN)
         elif kind == "log":
             rid, lines = payload
             facts = self._runs.get(rid)
             if facts is not None:
                 facts.log_lines.extend(lines)
                 facts.lines_seen += len(lines)
-                store.bump("run")
+                store.bump(StoreTopic.RUN)
         elif kind == "load":
             store.load = dict(payload)
 
