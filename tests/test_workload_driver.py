@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import json
+import os
+import signal
 import statistics
+import subprocess
+import sys
 
 import httpx
+import psutil
 import pytest
 
 from engram_top.live.demo import DemoOptions, DemoSession
+from scenarios import bench_driver
 from scenarios.workload import Level, WorkloadSpec, run_workload
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
@@ -66,3 +75,56 @@ async def test_driver_counts_failures_and_keeps_their_messages(server: str) -> N
     result = await run_workload(server, spec)
     assert result.records == [] and result.failed == 3
     assert all("HTTP 400" in e and "maximum context length" in e for e in result.errors)
+
+
+async def test_the_bench_driver_runs_apart_and_waits_at_each_level(server: str) -> None:
+    # The bench's driver in a process of its own: each level's start and end are said to
+    # the parent, which reads the server there, and the child waits for it.
+    spec = WorkloadSpec(levels=(Level(3, concurrency=1), Level(4, rate=20.0)), input_len=32,
+                        output_len=8, warmup_requests=1, seed=5)
+    said: list[tuple[int, str]] = []
+    children: set[int] = set()
+
+    async def on_level(index: int, when: str) -> None:
+        said.append((index, when))
+        me = psutil.Process()
+        children.update(p.pid for p in me.children(recursive=True)
+                        if "scenarios.bench_driver" in " ".join(p.cmdline()))
+        await asyncio.sleep(0.05)  # the child must not go on meanwhile
+
+    apart = await bench_driver.drive(server, spec, on_level=on_level)
+    inline = await run_workload(server, spec)
+    assert said == [(0, "start"), (0, "end"), (1, "start"), (1, "end")]
+    assert [len([r for r in res.records if r.level == i]) for res in (apart, inline)
+            for i in (0, 1)] == [3, 4, 3, 4]
+    assert sorted((r.input_len, r.output_len) for r in apart.records) == \
+        sorted((r.input_len, r.output_len) for r in inline.records)  # the same draw
+    assert apart.failed == 0 and len(apart.level_durations) == 2 and apart.driver_cpu_s > 0
+    assert all(isinstance(r.itls, tuple) for r in apart.records)
+    assert len(children) == 1 and not any(psutil.pid_exists(p) and
+                                          psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                                          for p in children)
+
+
+def test_the_bench_driver_ends_when_its_parent_goes(server: str) -> None:
+    # Its stdin is a pipe from the parent: closed mid-level, the child stops at once
+    # rather than load a server nobody measures.
+    spec = WorkloadSpec(levels=(Level(1000, concurrency=2),), input_len=32, output_len=64,
+                        warmup_requests=0)
+    child = subprocess.Popen([sys.executable, "-m", "scenarios.bench_driver"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write((json.dumps({"url": server, "spec": dataclasses.asdict(spec)})
+                           + "\n").encode())
+        child.stdin.flush()
+        assert json.loads(child.stdout.readline()) == {"level": 0, "when": "start"}
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        child.stdin.close()  # the parent is gone
+        assert child.wait(15) == 0
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait(5)

@@ -43,8 +43,9 @@ from engram_top.model.store import SeriesName
 from engram_top.model.store import node_time as startup_in_node_time
 from engram_top.seed import reference
 from engram_top.settings.paths import default_state_dir
+from scenarios import bench_driver
 from scenarios.engines.base import Mark
-from scenarios.workload import DriverResult, WorkloadSpec, run_workload
+from scenarios.workload import DriverResult, WorkloadSpec
 
 
 async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *,
@@ -257,7 +258,14 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
 
     gpu_before = session.store.last_ok.get(SourceName.GPU)  # the energy counters as it starts
     try:
-        result = await run_workload(sc.url, spec, api_key=sc.api_key, on_level=on_level)
+        # The driver in a process of its own: the session's polls in this one cannot delay
+        # its clock (a first token read a few milliseconds late is a few more of TTFT).
+        result = await bench_driver.drive(sc.url, spec, api_key=sc.api_key, on_level=on_level)
+    except bench_driver.DriverError as exc:
+        say(f"  {name}: {exc}")
+        return RunResult(scenario=name, placement=sc.placement, source="bench", trial=trial,
+                         gpus=plan.gpus, engine=sc.engine.display,
+                         notes=(f"not measured: {exc}",)), []
     finally:
         await client.aclose()
     store = session.store
