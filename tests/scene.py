@@ -15,6 +15,7 @@ from typing import Any
 
 from helpers import DEMO, GIB
 
+from collectors.engram_setting import EngramSetting
 from collectors.readings import (
     GpuData,
     GpuDevice,
@@ -151,10 +152,10 @@ def scene_store() -> RunStore:
     parser = StartupLogParser()
     for ago, text, rank in lines:
         parser.feed(_log_line(ago, text, rank), at=NOW - ago)
-    prefetch.startup = parser.facts().to_dict()
+    prefetch.startup = parser.facts()
     prefetch.model = "deepseek-ai/DeepSeek-V4.1-Flash"
-    prefetch.engram = {"placement": "host-prefetch", "layout": "shared", "pinned": True,
-                       "source": "environment", "prefetch": "engaged", "reasons": []}
+    prefetch.engram = EngramSetting(placement="host-prefetch", layout="shared", pinned=True,
+                                    source="environment", prefetch="engaged")
     store.set_run(prefetch)
     # Two minutes of history at 1 Hz, the last point now.
     for k in range(120, -1, -1):

@@ -257,7 +257,7 @@ def test_no_huge_pages_from_the_start_up_log() -> None:
         "expect ~10x slower lookups (one TLB miss per row); transparent_hugepage/shmem_enabled "
         "is 'never'\n")
     store, monitor = RunStore(), AlertMonitor()
-    new_run(store, state="starting", startup=parser.facts().to_dict())
+    new_run(store, state="starting", startup=parser.facts())
     (change,) = monitor.evaluate(store, 0.0)
     assert (change.alert.id, change.alert.severity) == ("no-huge-pages", "warning")
     assert change.alert.message == (

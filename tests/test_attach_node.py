@@ -70,8 +70,8 @@ async def test_attach_shows_the_simulated_node_in_the_dashboard(node_server: Sim
                     and h.total_bytes == 2048 * GIB, 10, "the node's host")
         assert store.node == "simulated 4x NVIDIA B200" == store.run.node
         await until(pilot, lambda: store.run.placement == "host", 10, "the placement read")
-        assert store.run.engram["placement"] == "host"
-        assert store.run.engram["layout"] == "shared"
+        assert store.run.engram is not None and store.run.engram.placement == "host"
+        assert store.run.engram.layout == "shared"
         # The server's own processes found by its port: its share of the host is its own.
         await until(pilot, lambda: store.data("host").server_tree is not None, 10,
                     "the server's tree")

@@ -46,7 +46,7 @@ def hicache_store(drops: float | None = 35.0, rx: tuple[float | None, ...] = RX)
     for rank in range(4):
         parser.feed(_log_line(160, "Allocating 32.00 GB host memory for hierarchical KV cache.",
                               rank))
-    run.startup = parser.facts().to_dict()
+    run.startup = parser.facts()
     server = dataclasses.replace(
         server_data(NOW), hicache_host_used_tokens=4 * 12_300, hicache_host_total_tokens=4 * 98_000,
         hicache_load_back_bytes_per_s=LOAD_BACK[0], hicache_backup_bytes_per_s=20e6,
@@ -132,7 +132,7 @@ def test_the_hbm_table_reads_mb_per_s_and_estimates_engram_where_it_fits() -> No
 def test_with_the_tables_in_hbm_the_rest_of_the_receive_is_not_called_engram(
         tmp_path: Path) -> None:
     store = hicache_store()
-    store.run.engram = {**store.run.engram, "placement": "device"}
+    store.run.engram = dataclasses.replace(store.run.engram, placement="device")
     assert facts.engram_facts(store).placement == "device"
     assert "other rx ≈ 0 B–500 MB/s per GPU (est.)" in lines(hbm_panel(store, rows=7, cols=46))
     folder = snapshot.write_folder(tmp_path, store, reference.default(), svg=None)

@@ -96,7 +96,7 @@ def test_a_zero_kv_gauge_is_unknown_and_the_rest_unexplained() -> None:
     ranks = {r: {**v, "kv_cache_gb": 0.0} for r, v in server.ranks.items()}
     store.add("server", Reading("server", Status.OK, dataclasses.replace(
         server, ranks=ranks, kv_cache_gb=0.0), at=NOW))
-    store.run.startup = {k: v for k, v in store.run.startup.items() if k != "ranks"}
+    store.run.startup = dataclasses.replace(store.run.startup, ranks={})
     books = ledger.hbm_ledger(store)
     assert [b.index for b in books] == [0, 1, 2, 3]
     gpu0 = books[0]
@@ -133,7 +133,7 @@ def test_nvml_pids_of_another_pid_namespace_are_the_server_s_not_a_tenant() -> N
     ranks = {r: v for r, v in server.ranks.items() if r != 3}  # GPU 3: not the server's
     store.add("server", Reading("server", Status.OK, dataclasses.replace(server, ranks=ranks),
                                 at=NOW))
-    store.run.startup = {k: v for k, v in store.run.startup.items() if k != "ranks"}
+    store.run.startup = dataclasses.replace(store.run.startup, ranks={})
     books = ledger.hbm_ledger(store)
     gpu0 = books[0]
     assert [ln.name for ln in gpu0.lines if not ln.server] == ["python (pid 999)"]

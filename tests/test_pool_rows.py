@@ -37,7 +37,7 @@ def store_with(paused: float | None = 2.0, aborted: float | None = 13.0,
     if mamba_line is not None:
         for rank in range(4):
             parser.feed(_log_line(160, mamba_line, rank))
-    run.startup = parser.facts().to_dict()
+    run.startup = parser.facts()
     server = dataclasses.replace(server_data(NOW), num_paused_reqs=paused,
                                  aborted_requests_total=aborted, aborted_per_s=aborted_per_s,
                                  mamba_usage=mamba_usage)

@@ -35,6 +35,7 @@ from collectors.readings import (
     ServerData,
     Status,
 )
+from collectors.startup_facts import RankFacts, ServerArgsFacts, StartupFacts
 from engram_top.app import panels
 from engram_top.app.dialogs import ConfirmScreen
 from engram_top.app.main import EngramTopApp
@@ -328,14 +329,17 @@ async def test_dashboard_shows_the_replay(demo: Demo) -> None:
         await until(pilot, lambda: "device · READY" in screen_text(app),
                     what="the header to show device again")
         assert "11.84M" in screen_text(app)
-        # A replay starts and stops nothing: the keys are off. A screen either key opened
-        # would be up once the key is handled.
-        await pilot.press("3")
-        await pilot.pause()
-        assert not isinstance(app.screen, ConfirmScreen), "3"
-        await pilot.press("x")
-        await pilot.pause()
-        assert not isinstance(app.screen, ConfirmScreen), "x"
+        # A replay starts and stops nothing: the keys are off. The app refuses their actions
+        # (check_action), so no binding takes the keys (what Textual dispatches a key by),
+        # while the replay's own keys are on.
+        keys = app.screen.active_bindings
+        for key, action, parameters in (("3", "scenario", (3,)), ("x", "stop", ())):
+            assert app.check_action(action, parameters) is False, key
+            assert key not in keys, key
+        assert app.check_action("start_selected", ()) is False  # enter's, above the table's
+        assert keys["space"].binding.action == "replay_toggle" and keys["space"].enabled
+        await pilot.press("3", "x")
+        assert not isinstance(app.screen, ConfirmScreen)
         assert "REPLAY ⏸" in screen_text(app) and "×1" in screen_text(app)
         position = session.position
         await pilot.press("full_stop")  # +10 s
@@ -403,14 +407,14 @@ def test_readings_round_trip_exactly() -> None:
 
     facts_in = RunFacts("device", "device", "n", 0.02, 1.7e9, 1000.5, state="ready",
                         ready_at=1003.0, baseline_gpu_used={0: 5, 3: 9},
-                        startup={"ranks": {0: {"weights_gb": 1.0}}, "engram_tables": []},
+                        startup=StartupFacts(ranks={0: RankFacts(rank=0, weights_gb=1.0)}),
                         results=RunFigures(kv_tokens=42, ttft_mean_s=0.35))
     data = json.loads(json.dumps(encode_facts(facts_in, 1000.0)))
     assert data["launched_at"] == 0.5 and "log_lines" not in data
     # The figures keep the JSON form recordings have always had: latencies in ms.
     assert data["results"] == {"kv_tokens": 42, "ttft_mean_ms": 350.0}
     out = RunFacts(**decode_facts_fields(data, 1000.0, "run"))
-    assert out == facts_in and out.startup["ranks"][0] == {"weights_gb": 1.0}
+    assert out == facts_in and out.startup.ranks[0].weights_gb == 1.0
 
 
 def write_lines(path: Path, records: list[Any]) -> None:
@@ -671,7 +675,7 @@ def test_new_log_lines_alone_bump_the_run_so_the_recorder_writes_them() -> None:
     assert parser.facts().phase == run.phase == "kv_pool"  # no new phase: lines alone
     sync(store, run, seen)
     assert store.versions["run"] > version
-    assert facts.lines_seen == 2 and facts.startup["ranks"][0]["kv_tokens"] == 11_840_000
+    assert facts.lines_seen == 2 and facts.startup.ranks[0].kv_tokens == 11_840_000
     version = store.versions["run"]
     sync(store, run, seen)  # nothing new: no bump
     assert store.versions["run"] == version
@@ -786,7 +790,7 @@ def test_no_secret_goes_into_a_recording(tmp_path: Path) -> None:
                    launched_wall=time.time(), launched_at=time.monotonic())
     run.log_lines = deque([(time.monotonic(), f"server_args=ServerArgs(api_key='{key}', "
                                               f"hf_token='{token}')")])
-    run.startup = {"server_args": {"api_key": key}}
+    run.startup = StartupFacts(server_args=ServerArgsFacts(raw={"api_key": key}))
     store.set_run(run)
     recorder.close()
     text = path.read_text()

@@ -80,9 +80,9 @@ async def test_attach_reads_the_placement_from_the_servers_environment(fleet: Fl
         run = session.store.run
         await until(None, lambda: run.placement != "?", 15, "the placement inferred")
         assert run.placement == "host-prefetch"
-        assert run.engram["source"] == "environment"
-        assert run.engram["layout"] == "shared" and run.engram["pinned"] is True
+        assert run.engram is not None and run.engram.source == "environment"
+        assert run.engram.layout == "shared" and run.engram.pinned is True
         # Asked for; what decides it (the GPU, the server args) is not all known here.
-        assert run.engram["prefetch"].startswith(("asked", "engaged", "would not"))
+        assert run.engram.prefetch.startswith(("asked", "engaged", "would not"))
     finally:
         await session.close()

@@ -13,7 +13,7 @@ import pytest
 
 from collectors import promtext
 from collectors.sglang.collector import SglangCollector
-from collectors.startup_facts import PHASES
+from collectors.startup_facts import PHASES, StartupFacts
 from collectors.vllm import collector as v
 from collectors.vllm.startup_log import VllmLogParser
 from scenarios import engines
@@ -306,8 +306,10 @@ def test_vllm_scenarios_launch_as_the_engine_wants(tmp_path: Path) -> None:
     assert env["VLLM_HOST_IP"] == "127.0.0.1" and env["VLLM_NO_USAGE_STATS"] == "1"
     assert env["HF_HUB_OFFLINE"] == "1"  # a local checkpoint folder: no hub
     e = engines.get("vllm")
-    assert e.engram(device, env={}, args={}, startup={}, gpu_name=None).placement == "device"
-    logged = {"engram_config": {"placement": "cpu", "replication": "per_rank"}}
+    nothing = StartupFacts()
+    assert e.engram(device, env={}, args={}, startup=nothing, gpu_name=None).placement \
+        == "device"
+    logged = StartupFacts(engram_config={"placement": "cpu", "replication": "per_rank"})
     got = e.engram(prefetch, env={}, args={}, startup=logged, gpu_name=None)
     assert got.placement == "host-prefetch" and got.prefetch.startswith("engaged")
     bad = tmp_path / "bad.toml"

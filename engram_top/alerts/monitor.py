@@ -256,14 +256,13 @@ class AlertMonitor:
         run = store.run
         if run is None or run.state in ENDED:
             return
-        tables = [t for t in (run.startup or {}).get("engram_tables") or []
-                  if t.get("no_huge_pages_warning")]
+        tables = [t for t in run.startup.engram_tables if t.no_huge_pages_warning]
         if not tables:
             return
-        where = ", ".join(f"{t.get('label')} (TP{t.get('rank', 0)})" for t in tables)
+        where = ", ".join(f"{t.label} (TP{t.rank})" for t in tables)
         noun = "table" if len(tables) == 1 else "tables"
         yield Finding(NO_HUGE_PAGES.name, NO_HUGE_PAGES.severity,
-                      f"Engram host {noun} {where}: {tables[0]['no_huge_pages_warning']}")
+                      f"Engram host {noun} {where}: {tables[0].no_huge_pages_warning}")
 
     def _died(self, store: RunStore, now: float) -> Iterator[Finding]:
         run = store.run

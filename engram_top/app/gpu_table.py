@@ -99,9 +99,8 @@ def _ranges(ids: list[int]) -> str:
 
 def _graphs_gb(gpu: GpuView, store: RunStore) -> float | None:
     run = store.run
-    ranks = (run.startup.get("ranks") or {}) if run else {}
-    value = (ranks.get(gpu.index) or {}).get("graph_mem_usage_gb")
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    rank = run.startup.ranks.get(gpu.index) if run is not None else None
+    return rank.graph_mem_usage_gb if rank is not None else None
 
 
 def server_hbm_line(gpu: GpuView, store: RunStore, cols: int | None) -> Text | None:

@@ -38,8 +38,8 @@ def fit_context(input_len: int, output_len: int, context: int | None) -> tuple[i
 def context_len(store: RunStore) -> int | None:
     """The watched model's context length, as its start-up log gave it."""
     run = store.run
-    value = (run.startup or {}).get("context_len") if run is not None else None
-    return value if isinstance(value, int) and value > 1 else None
+    value = run.startup.context_len if run is not None else None
+    return value if value is not None and value > 1 else None
 
 
 def driver(sc: Scenario, spec: LoadSpec, context: int | None,

@@ -4,11 +4,14 @@ and Engram placement its engine reads from what the server said."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from collectors.readings import Reading, Status
 from collectors.source import SourceName
+from collectors.startup_facts import StartupFacts
+from engram_top.model.hicache import typed_args
 from engram_top.model.store import RunFacts, RunStore, StoreTopic
 from engram_top.seed.reference import Reference
 from scenarios.engines.base import Engine, ServerCollector
@@ -80,30 +83,28 @@ def sync(store: RunStore, run: Run, seen: dict[str, tuple[float, int, int | None
         store.bump(StoreTopic.RUN)
     if run.lines_seen != facts.lines_seen:
         facts.lines_seen = run.lines_seen
-        # The facts as plain data cost a millisecond or two: rebuilt only when a line
-        # told the parser something (the dashboard's own polls in the access log do not).
+        # The facts are taken again only when a line told the parser something (the
+        # dashboard's own polls in the access log do not).
         told = (run.launched_at, id(run.parser), getattr(run.parser, "version", None))
         if told[2] is None or seen.get(run.scenario.name) != told:
             seen[run.scenario.name] = told
             parsed = run.parser.facts()
             facts.phase_durations = parsed.phase_durations()
-            facts.startup = parsed.to_dict()
-        elif facts.startup:  # the log's clock moves on all the same (a stale rate shows)
-            facts.startup["last_line_at"] = getattr(run.parser, "last_line_at", None)
+            facts.startup = parsed
+        else:  # the log's clock moves on all the same (a stale rate shows)
+            facts.startup = dataclasses.replace(
+                facts.startup, last_line_at=getattr(run.parser, "last_line_at", None))
     if (facts.state, facts.phase, facts.lines_seen) != before:
         store.bump(StoreTopic.RUN)
 
 
-def logged_args(startup: dict[str, Any]) -> dict[str, Any]:
-    """The server args its log printed (start-up facts as plain data): every key it gave,
-    the typed reading over the raw text where there is one."""
-    parsed = startup.get("server_args")
-    if not isinstance(parsed, dict):
+def logged_args(startup: StartupFacts) -> dict[str, Any]:
+    """The server args its log printed: every key it gave, the typed reading over the raw
+    text where there is one."""
+    parsed = startup.server_args
+    if parsed is None:
         return {}
-    raw = parsed.get("raw")
-    out: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
-    out.update({k: v for k, v in parsed.items() if k != "raw" and v is not None})
-    return out
+    return {**parsed.raw, **typed_args(parsed)}
 
 
 def simulated_env(extra: dict[str, Any]) -> dict[str, str]:
@@ -132,9 +133,8 @@ def read_engram(store: RunStore, facts: RunFacts, engine: Engine, sc: Scenario |
     setting = engine.engram(sc, env=env, args=args, startup=facts.startup,
                             gpu_name=gpu_name)
     changed = False
-    engram = setting.to_dict() if setting is not None else {}
-    if engram != facts.engram:
-        facts.engram, changed = engram, True
+    if setting != facts.engram:
+        facts.engram, changed = setting, True
     if not facts.owned and facts.placement == "?" and setting is not None \
             and setting.placement is not None:
         facts.placement, changed = setting.placement, True

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, fields, is_dataclass
 from typing import Any, NamedTuple
 
 from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
 from collectors.readings import GpuData, Quantiles, Reading, ServerData
 from collectors.source import SourceName
+from collectors.startup_facts import DecodeStats, PrefillStats, StartupFacts
 from collectors.units import GIB
 from engram_top.model import energy, ledger
 from engram_top.model.figures import RunFigures
@@ -66,13 +68,14 @@ def gpu_facts(store: RunStore) -> list[GpuView]:
     if gpus is None:
         return []
     pids = server_pids(store)
-    log_ranks = (run.startup.get("ranks") or {}) if run else {}
+    log_ranks = run.startup.ranks if run else {}
     out = []
     for dev in gpus.devices:
         # TP rank r runs on GPU r (SGLang's default base_gpu_id 0, gpu_id_step 1).
         rank_metrics = (server.ranks.get(dev.index) if server else None) or {}
-        rank_log = log_ranks.get(dev.index) or {}
-        mine = gpu_server_pids(dev, pids, bool(rank_metrics or rank_log))
+        rank_log = log_ranks.get(dev.index)
+        logged = rank_log or ledger.NO_RANK  # a rank the log says nothing of: figures None
+        mine = gpu_server_pids(dev, pids, bool(rank_metrics) or rank_log is not None)
         share = sum(p.used_bytes or 0 for p in dev.processes if p.pid in mine)
         baseline = run.baseline_gpu_used.get(dev.index) if run else None
         out.append(GpuView(
@@ -84,9 +87,9 @@ def gpu_facts(store: RunStore) -> list[GpuView]:
             pcie_rx_bytes_per_s=dev.pcie_rx_bytes_per_s,
             pcie_tx_bytes_per_s=dev.pcie_tx_bytes_per_s,
             # SGLang's figures: the metric's full precision, else the log's two decimals.
-            weights_gb=rank_metrics.get("weight_gb", rank_log.get("weights_gb")),
-            kv_cache_gb=rank_metrics.get("kv_cache_gb", rank_log.get("kv_total_gb")),
-            kv_tokens=_int(rank_metrics.get("max_total_num_tokens", rank_log.get("kv_tokens"))),
+            weights_gb=rank_metrics.get("weight_gb", logged.weights_gb),
+            kv_cache_gb=rank_metrics.get("kv_cache_gb", logged.kv_total_gb),
+            kv_tokens=_int(rank_metrics.get("max_total_num_tokens", logged.kv_tokens)),
             processes=tuple(GpuProcessView(pid=p.pid, name=p.name, used_bytes=p.used_bytes,
                                            server=p.pid in mine, seen=p.seen)
                             for p in dev.processes),
@@ -111,19 +114,22 @@ def kv_facts(store: RunStore) -> KvView | None:
     s: ServerData | None = store.data(SourceName.SERVER)
     if s is None:
         return None
-    startup = store.run.startup if store.run is not None else {}
+    startup = store.run.startup if store.run is not None else StartupFacts()
     # The log's latest batch line speaks of the pools too: it stands in where the metrics
     # page lacks a figure (a build or a setting without the multi-pool gauges).
     batch = _latest_batch(startup)
-    full = s.full_token_usage if s.full_token_usage is not None else batch.get("full_token_usage")
-    swa = s.swa_token_usage if s.swa_token_usage is not None else batch.get("swa_token_usage")
+    full, swa = s.full_token_usage, s.swa_token_usage
+    if full is None and batch is not None:
+        full = batch.full_token_usage
+    if swa is None and batch is not None:
+        swa = batch.swa_token_usage
     used = s.num_used_tokens if s.num_used_tokens is not None else s.kv_used_tokens
     return KvView(capacity_tokens=s.max_total_num_tokens or _logged_capacity(startup),
                   used_tokens=_int(used),
                   token_usage=s.token_usage, running=_int(s.num_running_reqs),
                   queued=_int(s.num_queue_reqs), kv_cache_gb=s.kv_cache_gb,
                   unavailable=_why(s, KV_FIELDS),
-                  full_usage=_number(full), swa_usage=_number(swa),
+                  full_usage=full, swa_usage=swa,
                   available_tokens=_int(s.kv_available_tokens),
                   evictable_tokens=_int(s.kv_evictable_tokens),
                   retracted=_int(s.num_retracted_reqs), retracted_per_s=s.retracted_per_s,
@@ -134,36 +140,26 @@ def kv_facts(store: RunStore) -> KvView | None:
                   pools=_pools(startup), page_problems=tuple(s.page_problems))
 
 
-def _latest_batch(startup: dict[str, Any]) -> dict[str, Any]:
-    """The later of the log's last decode and prefill batch lines (plain data), or {}."""
-    lines = [b for b in (startup.get("decode"), startup.get("prefill")) if isinstance(b, dict)]
+def _latest_batch(startup: StartupFacts) -> DecodeStats | PrefillStats | None:
+    """The later of the log's last decode and prefill batch lines, or None."""
+    lines = [b for b in (startup.decode, startup.prefill) if b is not None]
     if not lines:
-        return {}
+        return None
     return max(lines, key=_batch_at)
 
 
-def _batch_at(batch: dict[str, Any]) -> float:
-    at = batch.get("at")
-    return at if isinstance(at, int | float) else float("-inf")
+def _batch_at(batch: DecodeStats | PrefillStats) -> float:
+    return batch.at if batch.at is not None else float("-inf")
 
 
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-        else None
-
-
-def _logged_capacity(startup: dict[str, Any]) -> int | None:
+def _logged_capacity(startup: StartupFacts) -> int | None:
     """The KV capacity the log gave: its max_total_num_tokens, else the full pool's size."""
-    return _int(startup.get("kv_capacity_tokens") or startup.get("max_total_num_tokens"))
+    return _int(startup.kv_capacity_tokens or startup.max_total_num_tokens)
 
 
-def _pools(startup: dict[str, Any]) -> dict[str, int] | None:
+def _pools(startup: StartupFacts) -> dict[str, int] | None:
     """The main model's KV pools by name, as the log sized them (hybrid models only)."""
-    sizes = startup.get("pool_sizes")
-    if not isinstance(sizes, dict):
-        return None
-    pools = {k: int(v) for k, v in sizes.items()
-             if k in POOL_NAMES and isinstance(v, int | float) and not isinstance(v, bool)}
+    pools = {k: int(v) for k, v in startup.pool_sizes.items() if k in POOL_NAMES}
     return pools or None
 
 
@@ -174,25 +170,25 @@ def engram_facts(store: RunStore) -> EngramView | None:
     """The watched run's Engram row: placement and verdict (the engine's reading, kept with
     the run), the host tables' residency and the layers' lookups (the server's log)."""
     run = store.run
-    if run is None or not run.engram:
+    if run is None or run.engram is None:
         return None
     e = run.engram
-    tables = run.startup.get("engram_tables") or []
-    resident = sum(t.get("resident_mib") or 0.0 for t in tables) or None
-    huge = sum(t.get("huge_mib") or 0.0 for t in tables)
-    pins = {t.get("pinned") for t in tables}
-    lookups_per_s, hit_rate = _lookups(run.startup.get("engram_layers") or {},
-                                       run.startup.get("last_line_at"))
+    tables = run.startup.engram_tables
+    resident = sum(t.resident_mib for t in tables) or None
+    huge = sum(t.huge_mib for t in tables)
+    pins = {t.pinned for t in tables}
+    lookups_per_s, hit_rate = _lookups(run.startup.engram_layers, run.startup.last_line_at)
     return EngramView(
-        placement=e.get("placement"), layout=e.get("layout"), source=e.get("source", ""),
-        prefetch=e.get("prefetch", "n/a"), reasons=tuple(e.get("reasons") or ()),
+        placement=e.placement, layout=e.layout, source=e.source,
+        prefetch=e.prefetch, reasons=e.reasons,
         resident_mib=resident,
-        pinned=(pins.pop() if len(pins) == 1 else None) if tables else e.get("pinned"),
+        pinned=(pins.pop() if len(pins) == 1 else None) if tables else e.pinned,
         huge_pct=None if not resident else round(100 * huge / resident, 1),
         lookups_per_s=lookups_per_s, hit_rate_pct=hit_rate)
 
 
-def _lookups(layers: dict[Any, Any], now: object) -> tuple[float | None, float | None]:
+def _lookups(layers: Mapping[int, Mapping[str, object]],
+             now: float | None) -> tuple[float | None, float | None]:
     """(lookups per second over all layers, the lookup-weighted hit rate) from each
     layer's latest statistics line: its lookups since the line before, over the time
     between the two. A server logs no line while no token flows: a layer whose line is
@@ -270,8 +266,7 @@ def run_facts(store: RunStore) -> RunView | None:
     run = store.run
     if run is None:
         return None
-    startup = run.startup or {}
-    tables = startup.get("engram_tables") or []
+    startup = run.startup
     ready_s = run.ready_s
     return RunView(
         scenario=run.scenario, placement=run.placement, node=run.node,
@@ -282,11 +277,10 @@ def run_facts(store: RunStore) -> RunView | None:
         # Node-equivalent: what the same start-up takes at time scale 1.
         ready_s_node=None if ready_s is None else round(run.node_seconds(ready_s), 2),
         phase_durations_s={k: round(v, 3) for k, v in run.phase_durations.items()},
-        max_total_num_tokens_log=startup.get("max_total_num_tokens"),
-        # The start-up facts are plain data (a recording's too): a key may be missing.
-        engram_host_tables=tuple(EngramTableView(**{f: t.get(f) for f in _TABLE_FIELDS})
-                                 for t in tables),
-        log_errors=tuple(e.get("text") for e in (startup.get("errors") or []))[-10:],
+        max_total_num_tokens_log=startup.max_total_num_tokens,
+        engram_host_tables=tuple(EngramTableView(**{f: getattr(t, f) for f in _TABLE_FIELDS})
+                                 for t in startup.engram_tables),
+        log_errors=tuple(e.text for e in startup.errors)[-10:],
     )
 
 

@@ -7,10 +7,12 @@ Pure, over a RunStore; engram_top.model.facts gives it to the panels, alerts and
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from typing import Any
 
 from collectors.readings import ServerData
 from collectors.source import SourceName
+from collectors.startup_facts import ServerArgsFacts, StartupFacts
 from collectors.units import GB
 from engram_top.model.store import RunStore
 from engram_top.model.views import HiCacheView
@@ -20,7 +22,7 @@ def hicache_facts(store: RunStore) -> HiCacheView | None:
     """The watched server's HiCache host tier, or None where nothing says it has one (no
     start-up line, no --enable-hierarchical-cache, no HiCache figure on its page)."""
     run = store.run
-    startup: dict[str, Any] = run.startup if run is not None and run.startup else {}
+    startup = run.startup if run is not None else StartupFacts()
     server: ServerData | None = store.data(SourceName.SERVER)
     args = _server_args(startup, server)
     logged = _logged_pools(startup)
@@ -50,29 +52,28 @@ def hicache_facts(store: RunStore) -> HiCacheView | None:
         source=source, load_back_by_rank=by_rank)
 
 
-def _server_args(startup: dict[str, Any], server: ServerData | None) -> dict[str, Any]:
+def _server_args(startup: StartupFacts, server: ServerData | None) -> dict[str, Any]:
     """The server's arguments: the log's ServerArgs dump, else what /server_info gave."""
     out: dict[str, Any] = {}
     info = server.extra.get("server_args") if server is not None else None
     if isinstance(info, dict):
         out.update(info)
-    logged = startup.get("server_args")
-    if isinstance(logged, dict):
-        out.update({k: v for k, v in logged.items() if v is not None and k != "raw"})
+    out.update(typed_args(startup.server_args))
     return out
 
 
-def _logged_pools(startup: dict[str, Any]) -> dict[int, float]:
+def typed_args(logged: ServerArgsFacts | None) -> dict[str, Any]:
+    """The settings a log's ServerArgs dump gave a type to, by name (None: not given)."""
+    if logged is None:
+        return {}
+    return {f.name: value for f in fields(logged)
+            if f.name != "raw" and (value := getattr(logged, f.name)) is not None}
+
+
+def _logged_pools(startup: StartupFacts) -> dict[int, float]:
     """Each rank's host pool bytes, as its "Allocating .. host memory" lines said."""
-    ranks = startup.get("ranks")
-    out: dict[int, float] = {}
-    if not isinstance(ranks, dict):
-        return out
-    for rank, facts in ranks.items():
-        size = _number(facts.get("hicache_host_bytes")) if isinstance(facts, dict) else None
-        if size is not None and str(rank).isdigit():
-            out[int(rank)] = size
-    return out
+    return {rank: facts.hicache_host_bytes for rank, facts in startup.ranks.items()
+            if facts.hicache_host_bytes is not None}
 
 
 def _pools(logged: dict[int, float], tp: int | None, size_gb: float | None

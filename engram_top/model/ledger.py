@@ -20,6 +20,7 @@ from typing import Any
 
 from collectors.readings import GpuData, HostData, ServerData
 from collectors.source import SourceName
+from collectors.startup_facts import RankFacts
 from collectors.units import GIB, MIB
 from engram_top.model.hicache import hicache_facts
 from engram_top.model.host_facts import gpu_server_pids, host_facts, server_pids
@@ -28,6 +29,7 @@ from scenarios.runstate import LIVE
 
 # At most this many other processes get a line of their own on a GPU; the rest are one line.
 OTHER_PROCESS_LINES = 3
+NO_RANK = RankFacts(rank=-1)
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,7 @@ def _per_node(host: HostData) -> dict[int, list[LedgerLine]]:
 
 def _host_placement(store: RunStore) -> bool:
     run = store.run
-    placement = (run.engram or {}).get("placement") if run is not None else None
+    placement = run.engram.placement if run is not None and run.engram is not None else None
     return isinstance(placement, str) and placement.startswith("host")
 
 
@@ -179,15 +181,13 @@ def engram_table_bytes(store: RunStore) -> tuple[float | None, str]:
     shared table is one copy whichever ranks print it; any other layout (private, per-rank,
     numa-replicated) is one copy per rank that prints it."""
     run = store.run
-    tables = (run.startup.get("engram_tables") or []) if run is not None else []
+    tables = run.startup.engram_tables if run is not None else ()
     copies: dict[tuple[Any, ...], float] = {}
     layouts: dict[str, set[Any]] = {}
     for t in tables:
-        if not isinstance(t, dict) or not isinstance(t.get("resident_mib"), int | float):
-            continue
-        layout = str(t.get("layout") or "shared")
-        key = (t.get("label"),) if layout == "shared" else (t.get("label"), t.get("rank"))
-        copies[key] = float(t["resident_mib"]) * MIB
+        layout = t.layout or "shared"
+        key = (t.label,) if layout == "shared" else (t.label, t.rank)
+        copies[key] = t.resident_mib * MIB
         layouts.setdefault(layout, set()).add(key[1] if len(key) > 1 else None)
     if not copies:
         return None, "not in the server's log"
@@ -228,28 +228,30 @@ def hbm_ledger(store: RunStore) -> list[GpuLedger]:
     server: ServerData | None = store.data(SourceName.SERVER)
     run = store.run
     pids = server_pids(store)
-    log_ranks = (run.startup.get("ranks") or {}) if run is not None else {}
-    device_tables = run is not None and (run.engram or {}).get("placement") == "device"
+    log_ranks = run.startup.ranks if run is not None else {}
+    device_tables = run is not None and run.engram is not None \
+        and run.engram.placement == "device"
     out = []
     for dev in gpus.devices:
         metrics = (server.ranks.get(dev.index) if server else None) or {}
-        logged = log_ranks.get(dev.index) or log_ranks.get(str(dev.index)) or {}
-        mine = gpu_server_pids(dev, pids, bool(metrics or logged))
-        serving = bool(mine) or bool(metrics or logged)
+        rank_log = log_ranks.get(dev.index)
+        logged = rank_log or NO_RANK  # a rank the log says nothing of: its figures None
+        mine = gpu_server_pids(dev, pids, bool(metrics) or rank_log is not None)
+        serving = bool(mine) or bool(metrics) or rank_log is not None
         lines: list[LedgerLine] = []
         if serving:
             name = "weights (Engram tables in them)" if device_tables else "weights"
             lines += [
                 _gb_line(name, [("metrics", metrics.get("weight_gb")),
-                                ("log", logged.get("all_weights_gb")),
-                                ("log", logged.get("weights_gb"))]),
+                                ("log", logged.all_weights_gb),
+                                ("log", logged.weights_gb)]),
                 _gb_line("KV pool", [("metrics", metrics.get("kv_cache_gb")),
-                                     ("log", logged.get("all_kv_gb")),
-                                     ("log", logged.get("kv_total_gb"))],
+                                     ("log", logged.all_kv_gb),
+                                     ("log", logged.kv_total_gb)],
                          # A zero from a server that has a pool is a known-wrong gauge
                          # (SGLang's kv_cache_memory_usage_gb on DeepSeek-V4's pools).
                          zero_is_unknown=True),
-                _gb_line("CUDA graphs", [("log", logged.get("graph_mem_usage_gb")),
+                _gb_line("CUDA graphs", [("log", logged.graph_mem_usage_gb),
                                          ("/server_info", server.graph_gb if server
                                           and dev.index == 0 else None)]),
             ]

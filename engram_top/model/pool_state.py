@@ -31,14 +31,13 @@ def mamba_facts(store: RunStore, usage: float | None = None) -> MambaView | None
     run = store.run
     if run is None:
         return None
-    ranks = (run.startup or {}).get("ranks") or {}
-    for rank in (ranks.values() if isinstance(ranks, dict) else ranks):
-        state = rank.get("mamba_state") if isinstance(rank, dict) else None
-        if not isinstance(state, dict) or not state:
+    for rank in run.startup.ranks.values():
+        state = rank.mamba_state
+        if not state:
             continue
         slots = _num(state.get("max_mamba_cache_size"))
         return MambaView(slots=None if slots is None else int(slots),
                          conv_gb=_num(state.get("conv_state_gb")),
                          ssm_gb=_num(state.get("ssm_state_gb")),
-                         total_gb=_num(rank.get("mamba_state_gb")), usage=usage)
+                         total_gb=rank.mamba_state_gb, usage=usage)
     return None

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple, overload
 
+from collectors.engram_setting import EngramSetting
 from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, Status
 from collectors.source import LOCAL, SourceKey, SourceName
+from collectors.startup_facts import StartupFacts
 from engram_top.model.figures import RunFigures
 from scenarios.runstate import RunState
 
@@ -172,7 +174,7 @@ class RunFacts:
     exit_code: int | None = None
     baseline_host_used: int | None = None
     baseline_gpu_used: dict[int, int] = field(default_factory=dict)
-    startup: dict[str, Any] = field(default_factory=dict)  # what the log parser extracted
+    startup: StartupFacts = field(default_factory=StartupFacts)  # what the log parser learnt
     phase: str = "launching"
     phase_durations: dict[str, float] = field(default_factory=dict)
     expected_ready_s: float | None = None  # what start-up should take (for progress)
@@ -195,9 +197,9 @@ class RunFacts:
     # which the log pane hides.
     own_polls: tuple[str, ...] = ()
     # The model it serves (the scenario's model path, else what the server says), and its
-    # Engram placement and prefetch verdict as the engine reads them (EngramSetting's data).
+    # Engram placement and prefetch verdict as the engine reads them (None: not read yet).
     model: str | None = None
-    engram: dict[str, Any] = field(default_factory=dict)
+    engram: EngramSetting | None = None
     # Whose dialect its server speaks, as its engine names itself (Engine.speaks): what the
     # panels call its figures; "" until known (set by whoever knows its engine).
     engine: str = ""

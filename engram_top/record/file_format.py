@@ -23,6 +23,8 @@ Monotonic fields (Reading.at, failing_since, RunFacts.launched_at/ready_at/ended
 times) are stored relative to the recording's start too. Readings round-trip exactly:
 dataclasses are written as their fields and read back by their type hints (tuples, the Status
 enum, int dict keys); values typed Any keep tuples and non-string keys with "$tuple"/"$items".
+A run's start-up facts and Engram setting are typed the same way; a recording made before
+they were kept them as plain data, which is read back into the types (decode_typed).
 
 Reading a file back: a line that is not JSON, or a record that does not decode, stops with
 RecordingError "PATH:LINE: what is wrong", except a last line without its newline: that is
@@ -63,6 +65,8 @@ MAX_WALL = 253402300799.0  # 9999-12-31T23:59:59Z: a wall clock later is damage
 # Dict fields written as a patch of their changed keys: the start-up facts change with every
 # log line (last line time, decode stats) and are a few KB whole.
 PATCH_FIELDS = ("startup", "results", "phase_durations")
+# Typed fields an older recording kept as plain data: decoded from either (decode_typed).
+TYPED_FIELDS = ("startup", "engram")
 
 
 class RecordingError(ValueError):
@@ -319,6 +323,10 @@ class Patch:
     def apply(self, current: Any) -> Any:
         if _own_json(type(current)):  # patched in its JSON form, as it was written
             return type(current).from_json(self.apply(current.to_json()))
+        if dataclasses.is_dataclass(current) and not isinstance(current, type):
+            defaults = type(current)()  # a dropped field goes back to its default
+            return dataclasses.replace(current, **copy.deepcopy(self.set),
+                                       **{d: getattr(defaults, d) for d in self.drop})
         out = {k: v for k, v in current.items() if k not in self.drop}
         out.update(copy.deepcopy(self.set))
         return out
@@ -346,19 +354,27 @@ def decode_facts_fields(data: Any, origin: float, where: str) -> dict[str, Any]:
         raise ValueError(f"{where}: unknown fields {unknown}")
     out: dict[str, Any] = {}  # each field's value as its type hint decodes it, or a Patch
     for k, v in data.items():
+        hint = hints[k]
         if k in PATCH_FIELDS and isinstance(v, dict) and "$patch" in v:
             drop = v.get("$drop", [])
             if not isinstance(v["$patch"], dict) or not isinstance(drop, list):
                 raise ValueError(f"{where}.{k}: a patch needs $patch {{...}} and $drop [...]")
-            values = decode(v["$patch"], hints[k], f"{where}.{k}")
-            if _own_json(hints[k]):
-                values = values.to_json()  # checked; a patch applies to the JSON form
+            if _own_json(hint):  # checked; a patch applies to the JSON form
+                values = decode(v["$patch"], hint, f"{where}.{k}").to_json()
+            elif isinstance(hint, type) and dataclasses.is_dataclass(hint):  # field by field
+                fields = _hints(hint)
+                values = {name: decode_typed(value, fields[name], f"{where}.{k}.{name}")
+                          for name, value in v["$patch"].items() if name in fields}
+                drop = [d for d in drop if d in fields]
+            else:
+                values = decode(v["$patch"], hint, f"{where}.{k}")
             out[k] = Patch(values, tuple(str(d) for d in drop))
+        elif k == "engram" and v == {}:
+            out[k] = None  # an older recording's "nothing read yet"
+        elif k in TYPED_FIELDS:
+            out[k] = decode_typed(v, hint, f"{where}.{k}")
         else:
-            out[k] = decode(v, hints[k], f"{where}.{k}")
-    startup = out.get("startup")
-    check_startup(startup.set if isinstance(startup, Patch) else startup, f"{where}.startup")
-    check_engram(out.get("engram"), f"{where}.engram")
+            out[k] = decode(v, hint, f"{where}.{k}")
     for name in (*MONO_FIELDS, "launched_wall"):
         check_time(out.get(name), f"{where}.{name}")
     for name in MONO_FIELDS:
@@ -367,82 +383,42 @@ def decode_facts_fields(data: Any, origin: float, where: str) -> dict[str, Any]:
     return out
 
 
-# The start-up facts are plain data (whatever an engine's log parser learnt), read by the
-# panels by shape: a recording's must have the shapes the parsers write, or a damaged value
-# would reach a panel as something it cannot read.
-_STARTUP_SHAPES: dict[str, tuple[type, type | None]] = {
-    "ranks": (dict, dict), "engram_layers": (dict, dict), "engram_tables": (list, dict),
-    "errors": (list, dict), "pool_sizes": (dict, None), "decode": (dict, None),
-    "prefill": (dict, None), "server_args": (dict, None), "engram_config": (dict, None),
-    "parallel": (dict, None), "parallel_from": (dict, None), "mamba_state": (dict, None),
-    "derived": (dict, None),
-}
-_STARTUP_NUMBERS = ("last_line_at", "max_total_num_tokens", "kv_capacity_tokens")
+def typed_shape(data: Any, hint: Any, where: str) -> Any:
+    """JSON data of a typed field (the start-up facts) put in the shape decode() reads,
+    whichever recording wrote it: an older one kept these facts as plain data (its tuples
+    and integer-keyed dicts as "$tuple" and "$items") with keys since dropped or never
+    fields (current_phase), and those are left out here. A figure that is not finite is
+    damage: ValueError names it."""
+    if isinstance(data, float) and not math.isfinite(data):
+        raise ValueError(f"{where}: {data} is not a finite number")
+    if hint is Any or hint is object:
+        return data  # decode() reads it as plain data
+    if isinstance(data, dict) and set(data) == {"$tuple"} and isinstance(data["$tuple"], list):
+        data = data["$tuple"]
+    elif isinstance(data, dict) and set(data) == {"$items"} and isinstance(data["$items"], list):
+        data = {k: v for k, v in (pair for pair in data["$items"]
+                                  if isinstance(pair, list) and len(pair) == 2)}
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        rest = [a for a in get_args(hint) if a is not type(None)]
+        return typed_shape(data, rest[0], where) if len(rest) == 1 else data
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(data, dict):
+        hints = _hints(hint)
+        return {k: typed_shape(v, hints[k], f"{where}.{k}") for k, v in data.items()
+                if k in hints}
+    if origin is dict and isinstance(data, dict):
+        value_hint = get_args(hint)[1]
+        return {k: typed_shape(v, value_hint, f"{where}[{k!r}]") for k, v in data.items()}
+    if origin in (tuple, list) and isinstance(data, list):
+        args = get_args(hint)
+        item = args[0] if args else Any
+        return [typed_shape(v, item, f"{where}[{i}]") for i, v in enumerate(data)]
+    return data
 
 
-def check_startup(startup: Any, where: str) -> None:
-    if not isinstance(startup, dict):
-        return
-    for key, (outer, inner) in _STARTUP_SHAPES.items():
-        value = startup.get(key)
-        if value is None:
-            continue
-        items = value.values() if isinstance(value, dict) else value
-        if outer is list and isinstance(value, tuple):
-            outer = tuple  # a parser's tuple, kept a tuple by the format
-        if not isinstance(value, outer) or (inner is not None and not all(
-                isinstance(v, inner) for v in items)):
-            kind = f"{outer.__name__} of {inner.__name__}s" if inner else outer.__name__
-            raise ValueError(f"{where}.{key}: expected a {kind}, got {type(value).__name__}")
-    for key in _STARTUP_NUMBERS:
-        _number(startup.get(key), f"{where}.{key}")
-    _named_numbers(startup, where, 0)
-
-
-# The parsers' figures are named by their unit: a value so named is a number (or nothing).
-_NUMBER_NAMES = ("_gb", "_mib", "_s", "_at", "_pct", "tokens", "lookups")
-_VERBATIM = ("args", "config")
-
-
-def _named_numbers(value: Any, where: str, depth: int) -> None:
-    if depth > 4:  # deeper than any parser writes: nothing read there
-        return
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if isinstance(k, str) and k.endswith(_VERBATIM):
-                continue  # a server's own arguments, as it printed them
-            if isinstance(k, str) and k.endswith(_NUMBER_NAMES):
-                _numbers(v, f"{where}.{k}", depth + 1)
-            else:
-                _named_numbers(v, f"{where}.{k}", depth + 1)
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value[:1000]):
-            _named_numbers(v, f"{where}[{i}]", depth + 1)
-
-
-def _numbers(value: Any, where: str, depth: int) -> None:
-    """A figure named by its unit: a number, or figures by name (timings by phase)."""
-    if isinstance(value, dict) and depth <= 4:
-        for k, v in value.items():
-            _numbers(v, f"{where}.{k}", depth + 1)
-    elif isinstance(value, list | tuple) and depth <= 4:
-        for i, v in enumerate(value[:1000]):
-            _numbers(v, f"{where}[{i}]", depth + 1)
-    else:
-        _number(value, where)
-
-
-def _number(value: Any, where: str) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise ValueError(f"{where}: expected a number, got {type(value).__name__}")
-    check_time(value, where)
-
-
-def check_engram(engram: Any, where: str) -> None:
-    """A run's Engram reading, as EngramSetting.to_dict() writes it (or nothing)."""
-    if isinstance(engram, dict) and engram:
-        from scenarios.engines.engram import EngramSetting
-        decode_fields(EngramSetting, engram, where)
+def decode_typed(data: Any, hint: Any, where: str) -> Any:
+    """A typed field of a run record (the start-up facts), as any recording wrote it."""
+    return decode(typed_shape(data, hint, where), hint, where)
 
 
 def check_time(value: Any, where: str) -> None:

@@ -16,10 +16,10 @@ from dataclasses import Field, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
+from collectors.engram_setting import EngramSetting
 from collectors.fleet_dialect import FleetDialect
 from collectors.readings import Reading, ServerData
 from collectors.units import MIB
-from scenarios.engines.engram import EngramSetting
 
 if TYPE_CHECKING:
     from collectors.promtext import Family, Histogram
@@ -274,7 +274,7 @@ class Engine:
         return sc
 
     def engram(self, sc: ScenarioSpec | None, *, env: Mapping[str, str],
-               args: Mapping[str, Any], startup: Mapping[str, Any],
+               args: Mapping[str, Any], startup: StartupFacts,
                gpu_name: str | None) -> EngramSetting | None:
         """Where its server keeps the Engram tables and whether its prefetch engages, from
         the scenario (None for a server someone else started), the server's environment,

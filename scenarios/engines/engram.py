@@ -23,8 +23,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
+
+from collectors.engram_setting import EngramSetting as EngramSetting  # where engines find it
+from collectors.startup_facts import StartupFacts
 
 HOST_TABLE = "SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE"
 LAYOUT = "SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT"
@@ -38,28 +40,6 @@ PREFETCH_BACKENDS = frozenset({"dsv4"})
 # NVML device names of Blackwell parts (B100/B200/B300, GB200/GB300, RTX PRO Blackwell).
 _BLACKWELL = re.compile(r"\bG?B[123]00\b|Blackwell", re.IGNORECASE)
 _TRUE = frozenset({"1", "true", "yes", "on"})
-
-
-@dataclass(frozen=True)
-class EngramSetting:
-    """The Engram placement of one server and its prefetch verdict, as plain data (a
-    recording keeps it as a dict)."""
-
-    placement: str | None  # device, host, host-prefetch; None when nothing says
-    layout: str | None  # shared, private, auto (host placements)
-    pinned: bool | None
-    source: str  # what it was read from: "environment", "engram-config", "log", ...
-    prefetch: str  # "engaged", "would not engage: ...", "off", "asked: ..." or "n/a"
-    reasons: tuple[str, ...] = ()  # why it would not engage (each condition that fails)
-
-    @property
-    def verdict(self) -> str:
-        return f"prefetch: {self.prefetch}"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["reasons"] = list(self.reasons)
-        return out
 
 
 def _flag(value: object) -> bool | None:
@@ -119,11 +99,11 @@ def _int(value: object) -> int | None:
         return None
 
 
-def infer(env: Mapping[str, str], args: Mapping[str, Any], startup: Mapping[str, Any],
+def infer(env: Mapping[str, str], args: Mapping[str, Any], startup: StartupFacts,
           *, placement: str | None = None, gpu_name: str | None = None) -> EngramSetting:
     """The server's Engram setting. ``env``: its environment (or the launch env a scenario
     gives); ``args``: its server args (merged: argv, the log's server_args, /server_info);
-    ``startup``: the log parser's facts as plain data; ``placement``: the scenario's own
+    ``startup``: the log parser's facts; ``placement``: the scenario's own
     placement, when it names one of ours; ``gpu_name``: NVML's name for its GPUs."""
     layout = env.get(LAYOUT)
     pinned = _flag(env.get(PIN))
@@ -137,13 +117,13 @@ def infer(env: Mapping[str, str], args: Mapping[str, Any], startup: Mapping[str,
         if host and layout is None:
             layout = "shared" if config.get("replication") == "per_node" else "private"
         source = source or "engram-config"
-    tables = startup.get("engram_tables") or []
+    tables = startup.engram_tables
     if tables:  # the log says where the rows are, whatever was asked
         host = True
-        layout = tables[0].get("layout") or layout
-        pinned = tables[0].get("pinned", pinned)
+        layout = tables[0].layout or layout
+        pinned = tables[0].pinned
         source = source or "log"
-    logged = _config(startup.get("engram_config"))
+    logged = _config(startup.engram_config)
     if logged and host is None:
         host = str(logged.get("placement", "")).lower() in ("cpu", "host")
         source = source or "log"
@@ -171,11 +151,11 @@ def infer(env: Mapping[str, str], args: Mapping[str, Any], startup: Mapping[str,
     return EngramSetting(name, layout, pinned, source, verdict, tuple(reasons))
 
 
-def _loaded_dsv4(startup: Mapping[str, Any]) -> bool:
-    ranks = startup.get("ranks") or {}
-    first = next(iter(ranks.values()), None) if isinstance(ranks, Mapping) else None
-    kind = (first or {}).get("weights_type") or ""
-    return "DeepseekV4" in str(kind) and (first or {}).get("weights_gb") is not None
+def _loaded_dsv4(startup: StartupFacts) -> bool:
+    first = next(iter(startup.ranks.values()), None)
+    if first is None:
+        return False
+    return "DeepseekV4" in (first.weights_type or "") and first.weights_gb is not None
 
 
 def _blockers(layout: str, args: Mapping[str, Any],

@@ -23,6 +23,7 @@ from collectors.sglang.collector import (
     merged_histogram,
     page_figures,
 )
+from collectors.startup_facts import StartupFacts
 from collectors.windowed import bucket_bounds, quantile_bound
 from scenarios.engines import engram
 from scenarios.engines.base import (
@@ -158,7 +159,7 @@ class SGLangSpeaker(Engine):
         return out
 
     def engram(self, sc: ScenarioSpec | None, *, env: Mapping[str, str],
-               args: Mapping[str, Any], startup: Mapping[str, Any],
+               args: Mapping[str, Any], startup: StartupFacts,
                gpu_name: str | None) -> engram.EngramSetting | None:
         # What the scenario launches with first; what the server itself says wins.
         launch_env: dict[str, str] = {}

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collectors.engram_setting import EngramSetting
 from collectors.vllm import FLEET, PAGE_PREFIXES, SOURCE, SPEAKS, WORDS
 from scenarios.engines.base import (
     Engine,
@@ -24,10 +25,10 @@ from scenarios.engines.base import (
     Readiness,
     ScenarioSpec,
 )
-from scenarios.engines.engram import EngramSetting
 
 if TYPE_CHECKING:
     from collectors.promtext import Family
+    from collectors.startup_facts import StartupFacts
     from collectors.vllm.collector import VllmCollector
 
 # The placement -> the --engram-config flags of vLLM's DeepSeek-V4.1 code.
@@ -131,13 +132,13 @@ class VllmSpeaker(Engine):
         return out
 
     def engram(self, sc: ScenarioSpec | None, *, env: Mapping[str, str],
-               args: Mapping[str, Any], startup: Mapping[str, Any],
+               args: Mapping[str, Any], startup: StartupFacts,
                gpu_name: str | None) -> EngramSetting | None:
         """Device when the tables were kept on the GPU (cpu_offload false); host with its
         side-stream prefetch when the log says they were offloaded, or when an Engram model
         runs with vLLM's default; nothing for a model without Engram layers."""
         offload = engram_offload(self.argv(sc, None, None) if sc is not None else (), args)
-        logged = startup.get("engram_config") or {}
+        logged = startup.engram_config
         if logged.get("placement") == "cpu":
             layout = "shared" if logged.get("replication") == "shared" else "private"
             return EngramSetting("host-prefetch", layout, True, "log",

@@ -337,21 +337,24 @@ def test_a_hundred_megabytes_of_damage_is_read_in_bounded_memory(
 
 def shaped_recording(path: Path) -> Path:
     """A recording whose run carries start-up facts and an Engram reading, and a load:
-    the free-form data the panels read by shape."""
+    what the panels read, typed in the store and decoded from the file."""
     import time
 
+    from collectors.engram_setting import EngramSetting
+    from collectors.startup_facts import EngramTable, RankFacts, StartupFacts
     from engram_top.model.store import RunFacts, RunStore
     from engram_top.record.recorder import Recorder
     store = RunStore()
     recorder = Recorder(store, path).start()
+    table = EngramTable(label="L14", layout="shared", resident_mib=2048.0, huge_mib=2048.0,
+                        huge_pct=100.0, pinned=True)
     facts = RunFacts(scenario="host", placement="host", node="n", time_scale=1.0,
                      launched_wall=time.time(), launched_at=time.monotonic(), state="ready",
                      ready_at=time.monotonic(),
-                     startup={"ranks": {0: {"weights_gb": 71.5, "kv_tokens": 1000}},
-                              "engram_tables": [{"resident_mib": 2048.0, "pinned": True}],
-                              "startup_timings_s": {"weights": 12.5}},
-                     engram={"placement": "host", "layout": "shared", "pinned": True,
-                             "source": "log", "prefetch": "off", "reasons": ["x"]})
+                     startup=StartupFacts(
+                         ranks={0: RankFacts(rank=0, weights_gb=71.5, kv_tokens=1000)},
+                         engram_tables=(table,), startup_timings_s={"weights": 12.5}),
+                     engram=EngramSetting("host", "shared", True, "log", "off", ("x",)))
     store.set_run(facts)
     store.load = {"concurrency": 2, "sent": 4, "completed": 3, "failed": 1,
                   "output_tokens": 96, "last_error": "", "good": 3, "slo": [], "node_s": 2.0}
@@ -363,11 +366,11 @@ def shaped_recording(path: Path) -> Path:
 
 @pytest.mark.parametrize(("where", "value", "says"), [
     (("facts", "startup", "ranks", "0"), 5,
-     "run.facts.startup.ranks: expected a dict of dicts, got dict"),
-    (("facts", "startup", "engram_tables"), [{"resident_mib": "lots"}],
-     "run.facts.startup.engram_tables[0].resident_mib: expected a number, got str"),
+     "run.facts.startup.ranks['0']: expected an object, got int"),
+    (("facts", "startup", "engram_tables", 0, "resident_mib"), "lots",
+     "run.facts.startup.engram_tables[0].resident_mib: expected float, got str 'lots'"),
     (("facts", "startup", "startup_timings_s", "weights"), [1, "x"],
-     "run.facts.startup.startup_timings_s.weights[1]: expected a number, got str"),
+     "run.facts.startup.startup_timings_s['weights']: expected float, got list [1, 'x']"),
     (("facts", "engram", "reasons"), 7, "run.facts.engram.reasons: expected a list, got int"),
     (("load", "completed"), "many", "load.completed: expected a whole number, got 'many'"),
     (("load",), {"$tuple": [1, 2]}, "load: expected an object"),
@@ -375,7 +378,7 @@ def shaped_recording(path: Path) -> Path:
                       "or before 1970)"),
 ])
 def test_a_record_of_the_wrong_shape_is_skipped_before_a_panel_reads_it(
-        tmp_path: Path, where: tuple[str, ...], value: Any, says: str) -> None:
+        tmp_path: Path, where: tuple[str | int, ...], value: Any, says: str) -> None:
     """A value of the wrong shape deep in a record's free-form data (start-up facts, the
     Engram reading, the load's counters) is named and its line skipped: it never reaches a
     panel, which reads them by shape."""
