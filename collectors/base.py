@@ -21,21 +21,23 @@ class SourceUnavailable(Exception):
 
 
 class FailureTracker:
-    """Remembers when the current run of failures began, so the UI can show its age."""
+    """Remembers when the current run of failures began, so the UI can show its age.
+    ``clock`` gives a reading's time (monotonic seconds); a test passes its own."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
+        self.clock = clock
         self._failing_since: float | None = None
         self.last_good_at: float | None = None
 
     def ok(self, data: T, status: Status = Status.OK, message: str = "") -> Reading[T]:
-        now = time.monotonic()
+        now = self.clock()
         self._failing_since = None
         self.last_good_at = now
         return Reading(self.source, status, data, message, at=now)
 
     def fail(self, status: Status, message: str, data: T | None = None) -> Reading[T]:
-        now = time.monotonic()
+        now = self.clock()
         if self._failing_since is None:
             self._failing_since = now
         return Reading(self.source, status, data, message, at=now,

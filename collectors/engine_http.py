@@ -4,6 +4,7 @@ outlasts its deadline, and asks /health only as often as it must."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from collectors import promtext
@@ -24,14 +25,18 @@ class EngineCollector:
     def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 2.0,
                  deadline_s: float = 5.0, window_s: float = 30.0, info_every_s: float = 15.0,
                  health_every_s: float = 5.0, source: str | None = None,
-                 auth: tuple[str, str] | None = None) -> None:
+                 auth: tuple[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.url = url.rstrip("/")
+        # Monotonic seconds: the windows' times, the health and info cadences, the
+        # readings' times (a test's own clock moves them without sleeping).
+        self.clock = clock
         self.window_s = window_s
         self.info_every_s = info_every_s
         # A read timeout alone never trips on a page that drips a byte a second.
         # Each request gets this long in all, so a poll always ends and the next one goes.
         self.deadline_s = deadline_s
-        self.tracker = FailureTracker(source or f"{self.SOURCE} {self.url}")
+        self.tracker = FailureTracker(source or f"{self.SOURCE} {self.url}", clock)
         # Loopback or a node's own network only; never follows redirects to elsewhere. The
         # API key wins over a URL's user:password (one Authorization header; PageClient).
         self.client = PageClient(self.url, headers=bearer(api_key), auth=auth,
@@ -68,7 +73,7 @@ class EngineCollector:
         return self._page_families
 
     async def _poll(self) -> Reading[ServerData]:
-        now = time.monotonic()
+        now = self.clock()
         # A server that was healthy and answers /metrics is asked /health only every
         # health_every_s: one request a poll instead of two, where most of a poll's cost
         # is the HTTP round trip. Starting, failing or due, it is asked every poll.

@@ -8,6 +8,8 @@ A backend supplies the raw numbers so that a simulated node can stand in for /pr
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -189,13 +191,17 @@ def tree_memory(backend: HostBackend, root_pid: int,
 
 class HostCollector:
     def __init__(self, backend: HostBackend | None = None, *, root_pid: int | None = None,
-                 source: str = "host", timeout: float = 2.0) -> None:
+                 source: str = "host", timeout: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.backend = backend or ProcBackend()
         self.root_pid = root_pid  # the server's launcher; its tree is the server
         self.timeout = timeout
-        self.tracker = FailureTracker(source)
-        self.numa_share = numa.ServerShare()  # throttled: numa_maps is a page-table walk
-        self.members = TreeMembers()  # the tree's listing, kept between polls
+        # One clock (monotonic seconds) for the readings, the numa_maps throttle and the
+        # tree's relisting: a test's own moves them all without sleeping.
+        self.tracker = FailureTracker(source, clock)
+        # Throttled: numa_maps is a page-table walk.
+        self.numa_share = numa.ServerShare(clock=clock)
+        self.members = TreeMembers(clock)  # the tree's listing, kept between polls
 
     async def poll(self) -> Reading[HostData]:
         try:

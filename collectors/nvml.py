@@ -359,10 +359,10 @@ class GpuCollector:
     """Polls a GPU backend off the event loop; every outcome becomes a Reading."""
 
     def __init__(self, backend: SupportsSample, *, source: str = "gpu",
-                 timeout: float = 2.0) -> None:
+                 timeout: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._backend = backend
         self._timeout = timeout
-        self._tracker = FailureTracker(source)
+        self._tracker = FailureTracker(source, clock)  # the readings' times
 
     async def poll(self) -> Reading[GpuData]:
         try:
