@@ -1,22 +1,18 @@
-"""Collectors against live sources: SglangCollector on the simulated server (and on small
-local servers that misbehave), HostCollector on this machine's /proc and on the simulated
-node's host backend."""
+"""Collectors against live sources, end to end: SglangCollector on the simulated server over
+real HTTP (with and without its API key), HostCollector on this machine's /proc (a child, a
+spawned worker, a gone root) and on the simulated node's host backend. What the collectors
+make of recorded pages, windows and rates included, is tested in-process in
+tests/test_collectors_corpus.py; their handling of misbehaving peers in
+tests/test_collectors_peers.py."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import statistics
 import sys
-import threading
-import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers import GIB, free_port, running
+from helpers import GIB, running
 
 from collectors.host import HostCollector, ProcBackend
 from collectors.readings import Status
@@ -24,7 +20,6 @@ from collectors.sglang.collector import SglangCollector
 from engram_top.seed import reference
 from engram_top.sim import memory
 from engram_top.sim.backends import SimHostBackend
-from scenarios.workload import ClosedLoopLoad
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
@@ -78,203 +73,6 @@ async def test_sglang_collector_with_api_key(sim_apikey: SimServer) -> None:
     assert bad.status is Status.ERROR
     assert "server_info" in bad.message and "401" in bad.message
     assert bad.data is not None and bad.data.healthy and bad.data.num_running_reqs is not None
-
-
-async def test_latency_and_throughput_follow_the_load(sim_device: SimServer) -> None:
-    collector = SglangCollector(sim_device.url, window_s=60.0)
-    load = ClosedLoopLoad(sim_device.url, concurrency=4, input_len=200, output_len=24, seed=7)
-    try:
-        first = await collector.poll()
-        assert first.ok, first.message
-        t0 = time.monotonic()
-        await load.start()
-        await asyncio.sleep(1.0)
-        during = await collector.poll()
-        await asyncio.sleep(1.5)
-        tokens_before_last = load.stats.output_tokens
-        last = await collector.poll()
-        elapsed = time.monotonic() - t0
-    finally:
-        await load.stop()
-        await collector.close()
-    assert during.ok and last.ok, (during.message, last.message)
-    assert during.data is not None and during.data.num_running_reqs
-    data = last.data
-    assert data is not None
-    s = load.stats
-    assert s.failed == 0, s.last_error
-    assert s.completed >= 8
-    records = list(s.recent)
-    client_tpot = statistics.mean(r.tpot for r in records if r.tpot is not None)
-    client_ttft = statistics.mean(r.ttft for r in records)
-    client_rate = tokens_before_last / elapsed
-    assert data.itl is not None and data.ttft is not None and data.e2e is not None
-    for q in (data.itl, data.ttft, data.e2e):
-        assert q.count > 0
-        assert q.p50 is not None and q.p99 is not None and q.mean is not None
-        assert 0 < q.p50 <= q.p99
-        assert q.mean > 0
-    # The server sees the same tokens the client timed: ITL per token ~ client TPOT.
-    assert client_tpot / 2 < data.itl.mean < client_tpot * 2
-    assert data.ttft.mean < client_ttft * 2
-    assert data.e2e.count >= s.completed * 0.5
-    assert data.output_tokens_per_s is not None and data.output_tokens_per_s > 0
-    assert client_rate / 2 < data.output_tokens_per_s < client_rate * 2
-    assert data.requests_per_s is not None and data.requests_per_s > 0
-    assert data.window_s == 60.0
-
-
-async def test_connection_refused_is_an_error_with_a_stable_since() -> None:
-    port = free_port()
-    collector = SglangCollector(f"http://127.0.0.1:{port}", timeout=1.0)
-    try:
-        one = await collector.poll()
-        await asyncio.sleep(0.02)
-        two = await collector.poll()
-    finally:
-        await collector.close()
-    for r in (one, two):
-        assert r.status is Status.ERROR
-        assert "connection refused" in r.message
-        assert str(port) in r.message
-        assert r.data is None
-    assert one.failing_since is not None
-    assert two.failing_since == one.failing_since
-    assert two.at > two.failing_since
-
-
-# --------------------------------------------------------------------------- misbehaving peers
-
-
-GOOD_PAGE = """\
-# HELP sglang:num_running_reqs The number of running requests.
-# TYPE sglang:num_running_reqs gauge
-sglang:num_running_reqs{model_name="m",tp_rank="0"} 3.0
-"""
-BROKEN_PAGE = GOOD_PAGE + """\
-# TYPE sglang:num_queue_reqs gauge
-sglang:num_queue_reqs{model_name="m" 2.0
-"""
-SERVER_INFO = {"version": "0.5.0-test", "model_path": "m", "tp_size": 1,
-               "max_total_num_tokens": 1234, "status": "ready",
-               "internal_states": [{"memory_usage": {"weight": 1.5, "kvcache": 0.25,
-                                                     "token_capacity": 1234, "graph": 0.1}}]}
-
-
-class FakeSglang:
-    """A tiny HTTP server in a thread whose routes a test sets: (status, content type, body)."""
-
-    def __init__(self) -> None:
-        self.routes: dict[str, tuple[int, str, bytes]] = {}
-        routes = self.routes
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-                status, ctype, body = routes.get(self.path, (404, "text/plain", b"Not Found"))
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        # A short poll interval: shutdown() waits for it.
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                       daemon=True)
-        self.thread.start()
-
-    def serve(self, path: str, body: str | dict, status: int = 200) -> None:
-        if isinstance(body, dict):
-            self.routes[path] = (status, "application/json", json.dumps(body).encode())
-        else:
-            self.routes[path] = (status, "text/plain; version=0.0.4", body.encode())
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeSglang]:
-    f = FakeSglang()
-    f.serve("/health", "")
-    f.serve("/server_info", SERVER_INFO)
-    try:
-        yield f
-    finally:
-        f.close()
-
-
-async def test_broken_metrics_page_names_the_line_and_keeps_the_rest(fake: FakeSglang) -> None:
-    fake.serve("/metrics", BROKEN_PAGE)
-    collector = SglangCollector(fake.url)
-    try:
-        one = await collector.poll()
-        two = await collector.poll()
-    finally:
-        await collector.close()
-    assert one.status is Status.ERROR
-    assert "metrics page" in one.message and "line 5" in one.message
-    assert one.data is not None
-    assert one.data.healthy is True
-    assert one.data.version == "0.5.0-test"
-    assert one.data.max_total_num_tokens == 1234
-    assert one.data.weight_gb == 1.5
-    assert one.data.num_running_reqs is None  # nothing from a page that did not parse
-    assert two.failing_since == one.failing_since is not None
-
-
-async def test_good_page_after_a_broken_one_recovers(fake: FakeSglang) -> None:
-    fake.serve("/metrics", BROKEN_PAGE)
-    collector = SglangCollector(fake.url)
-    try:
-        bad = await collector.poll()
-        fake.serve("/metrics", GOOD_PAGE)
-        good = await collector.poll()
-    finally:
-        await collector.close()
-    assert bad.status is Status.ERROR
-    assert good.status is Status.OK and good.failing_since is None
-    assert good.data is not None and good.data.num_running_reqs == 3.0
-
-
-async def test_metrics_404_says_to_enable_metrics(fake: FakeSglang) -> None:
-    collector = SglangCollector(fake.url)
-    try:
-        reading = await collector.poll()
-    finally:
-        await collector.close()
-    assert reading.status is Status.ERROR
-    assert "--enable-metrics" in reading.message
-    assert reading.data is not None and reading.data.max_total_num_tokens == 1234
-
-
-async def test_health_503_is_starting(fake: FakeSglang) -> None:
-    fake.serve("/health", "", status=503)
-    fake.serve("/metrics", GOOD_PAGE)
-    collector = SglangCollector(fake.url)
-    try:
-        reading = await collector.poll()
-    finally:
-        await collector.close()
-    assert reading.status is Status.STARTING
-    assert reading.data is not None and reading.data.healthy is False
-    assert "503" in reading.message
-
-
-async def test_health_500_is_an_error(fake: FakeSglang) -> None:
-    fake.serve("/health", "", status=500)
-    collector = SglangCollector(fake.url)
-    try:
-        reading = await collector.poll()
-    finally:
-        await collector.close()
-    assert reading.status is Status.ERROR
-    assert "HTTP 500" in reading.message
 
 
 # --------------------------------------------------------------------------- host
