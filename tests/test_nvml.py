@@ -3,7 +3,8 @@
 NvmlBackend runs through the real pynvml over a stand-in libnvidia-ml.so.1 built with gcc
 (tests/nvml_stub/). The loader reads LD_LIBRARY_PATH only at process start, so those tests
 run the collector in a subprocess with the stub's directory on that path. GpuCollector's
-failure handling is tested in-process with Python fake backends.
+failure handling, in-process with Python fake backends, is in tests/test_nvml_inprocess.py
+(the quick tier).
 """
 
 from __future__ import annotations
@@ -14,17 +15,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
-import pynvml
 import pytest
 from helpers import free_port
-
-from collectors.base import SourceUnavailable
-from collectors.nvml import GpuCollector, NvmlBackend, NvmlBusy
-from collectors.readings import GpuData, GpuDevice, Status
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
@@ -363,34 +358,6 @@ def test_xid_events_are_polled_and_the_last_kept(stub_libs: dict[str, Path],
     assert all(unsupported(d) == {} for r in readings for d in devices(r))
 
 
-def test_throttle_reason_bits_decode_to_names() -> None:
-    from collectors.nvml_health import THROTTLE_BITS, throttle_names, xid_text
-
-    assert throttle_names(0) == ()
-    assert throttle_names(pynvml.nvmlClocksEventReasonGpuIdle
-                          | pynvml.nvmlClocksEventReasonApplicationsClocksSetting) == ()
-    assert throttle_names(pynvml.nvmlClocksEventReasonSwPowerCap) == ("sw_power_cap",)
-    assert throttle_names(pynvml.nvmlClocksEventReasonHwThermalSlowdown
-                          | pynvml.nvmlClocksEventReasonSwThermalSlowdown
-                          | pynvml.nvmlClocksEventReasonHwSlowdown | 0x1) == (
-        "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown")
-    assert throttle_names(pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown) == (
-        "hw_power_brake",)
-    # A bit this table does not know yet is shown by its value.
-    assert throttle_names(0x4 | 0x800) == ("sw_power_cap", "0x800")
-    # The table's bits are NVML's.
-    assert dict(THROTTLE_BITS) == {
-        pynvml.nvmlClocksEventReasonSwPowerCap: "sw_power_cap",
-        pynvml.nvmlClocksEventReasonHwSlowdown: "hw_slowdown",
-        pynvml.nvmlClocksEventReasonSyncBoost: "sync_boost",
-        pynvml.nvmlClocksEventReasonSwThermalSlowdown: "sw_thermal_slowdown",
-        pynvml.nvmlClocksEventReasonHwThermalSlowdown: "hw_thermal_slowdown",
-        pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown: "hw_power_brake",
-        pynvml.nvmlClocksEventReasonDisplayClockSetting: "display_clock_setting"}
-    assert xid_text(79) == "XID 79 (GPU has fallen off the bus)"
-    assert xid_text(1) == "XID 1"
-
-
 @pytest.mark.parametrize(("rc", "words"), [
     (9, ("driver not loaded", "kernel module")),
     (4, ("permission", "/dev/nvidia*")),
@@ -425,120 +392,6 @@ def test_no_library_is_unavailable() -> None:
         assert reading["message"] == NO_DRIVER
         assert reading["data"] is None
     assert second["failing_since"] == first["failing_since"] is not None
-
-
-# --------------------------------------------------------------------------- in-process
-
-
-def _data() -> GpuData:
-    dev = GpuDevice(0, "NVIDIA B200", "GPU-x", B200_TOTAL, B200_RESERVED, 0,
-                    B200_TOTAL - B200_RESERVED)
-    return GpuData(driver_version="580.95.05", devices=(dev,), backend="simulated")
-
-
-class ScriptedBackend:
-    """Raises or returns whatever the test queued up next."""
-
-    def __init__(self) -> None:
-        self.next: BaseException | GpuData = _data()
-        self.closed = False
-
-    def sample(self) -> GpuData:
-        if isinstance(self.next, BaseException):
-            raise self.next
-        return self.next
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class HangingBackend:
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def sample(self) -> GpuData:
-        self.release.wait(5.0)
-        return _data()
-
-
-async def test_failures_keep_failing_since_until_success() -> None:
-    backend = ScriptedBackend()
-    collector = GpuCollector(backend, source="gpu-a")
-
-    ok = await collector.poll()
-    assert ok.status is Status.OK and ok.source == "gpu-a"
-    assert ok.data == _data() and ok.failing_since is None
-
-    backend.next = RuntimeError("boom\nsecond line")
-    first = await collector.poll()
-    assert first.status is Status.ERROR
-    assert first.message == "RuntimeError: boom"
-    assert first.data is None and first.failing_since is not None
-
-    backend.next = pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)  # unhashable: no sets
-    second = await collector.poll()
-    assert second.message == "NVMLError_GpuIsLost: GPU is lost"
-    assert second.failing_since == first.failing_since
-
-    backend.next = pynvml.NVMLLibraryMismatchError("old driver")  # not an NVMLError
-    third = await collector.poll()
-    assert third.message == "NVMLLibraryMismatchError: old driver"
-    assert third.failing_since == first.failing_since
-
-    backend.next = _data()
-    back = await collector.poll()
-    assert back.status is Status.OK and back.failing_since is None
-
-    backend.next = SourceUnavailable(NO_DRIVER)
-    again = await collector.poll()
-    assert again.status is Status.UNAVAILABLE and again.message == NO_DRIVER
-    assert again.failing_since is not None and again.failing_since > first.failing_since
-
-    await collector.close()
-    assert backend.closed
-
-
-async def test_hanging_backend_times_out() -> None:
-    backend = HangingBackend()
-    collector = GpuCollector(backend, timeout=0.05)
-    try:
-        first = await collector.poll()
-        second = await collector.poll()
-    finally:
-        backend.release.set()
-    for reading in (first, second):
-        assert reading.status is Status.ERROR
-        assert reading.message == "NVML did not answer within 0.05s"
-        assert reading.data is None
-    assert second.failing_since == first.failing_since is not None
-
-    ok = await collector.poll()  # the driver answers again
-    assert ok.status is Status.OK and ok.failing_since is None
-    await collector.close()  # no close() on this backend: nothing to do
-
-
-async def test_poll_never_raises() -> None:
-    backend = ScriptedBackend()
-    collector = GpuCollector(backend)
-    for exc in (ValueError(), OSError(5, "I/O error"), pynvml.NVMLError(3), KeyError("k"),
-                ZeroDivisionError("x")):
-        backend.next = exc
-        reading = await collector.poll()
-        assert reading.status is Status.ERROR
-        assert reading.message.startswith(type(exc).__name__)
-
-
-def test_nvml_backend_refuses_to_queue_behind_a_stuck_call() -> None:
-    # A timed-out sample still holds the lock: the next one fails fast instead of tying
-    # up another worker thread (and it never reaches nvmlInit in this process).
-    backend = NvmlBackend(busy_wait=0.01)
-    backend._lock.acquire()
-    try:
-        with pytest.raises(NvmlBusy):
-            backend.sample()
-    finally:
-        backend._lock.release()
-    backend.close()  # never initialised: nothing to shut down
 
 
 # --------------------------------------------------------------------------- contention
@@ -607,16 +460,3 @@ port = {free_port()}
     assert out["baselines"] == [list(range(8))] * 4
     assert out["notes"] == [None] * 4
     assert not [e for e in out["events"] if "HBM baseline" in e or "cannot read" in e]
-
-
-def test_process_names_are_read_once_and_forgotten_once_unlisted(tmp_path: Path) -> None:
-    from collectors.proc_names import ProcessNames
-    (tmp_path / "12").mkdir()
-    (tmp_path / "12" / "comm").write_text("sglang::schedu\n")
-    names = ProcessNames(tmp_path)
-    assert names.name(12) == "sglang::schedu" and names.name(13) is None
-    (tmp_path / "12" / "comm").write_text("renamed\n")
-    assert names.name(12) == "sglang::schedu"  # read once while NVML lists it
-    names.keep_only([13])
-    assert names.name(12) == "renamed"  # unlisted, then listed again: a new process
-    assert names.name(0) is None and names.name(-1) is None
