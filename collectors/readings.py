@@ -301,6 +301,14 @@ class ServerData:
     # Per TP rank (scheduler gauges carry tp_rank; every rank reports with SGLang's
     # --enable-metrics-for-all-schedulers): weight_gb, kv_cache_gb, max_total_num_tokens.
     ranks: dict[int, dict[str, float]] = field(default_factory=dict)
+    # The server args its info endpoint gives that a placement reading needs (SGLang's
+    # /server_info: tp_size, attention backends, engram_config ...), by name; {} where none.
+    server_args: dict[str, object] = field(default_factory=dict)
+    # Figures its engine does not report at all (field -> why): vLLM's weights, graph memory
+    # and tokens in use. Said once by the panels, never shown as zeros.
+    not_reported: dict[str, str] = field(default_factory=dict)
+    # What else its engine's collector gives, by name (vLLM's cache_config, the simulated
+    # server's own block): kept, recorded and exported, read by no panel.
     extra: dict[str, object] = field(default_factory=dict)
     # Figures the server sent but that are not numbers to show (NaN, +Inf): field -> why,
     # "n/a: NaN from rank 0". The field itself is None.

@@ -305,7 +305,7 @@ def test_server_info_fields_on_the_real_body() -> None:
     assert _positive_zero(fields["weight_gb"])  # -0.002 clamped
     assert fields["kv_cache_gb"] == 0.004
     # The server args a placement reading needs, never a key.
-    args = fields["extra"]["server_args"]
+    args = fields["server_args"]
     assert args["attention_backend"] == "torch_native" and args["tp_size"] == 1
     assert (args["enable_dp_attention"], args["dp_size"]) == (False, 1)
     assert not any("key" in name for name in args)

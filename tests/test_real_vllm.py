@@ -138,7 +138,7 @@ async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
         assert server.version == "0.32.0" and server.model_path.endswith("tiny-llama")
         assert 0.0 <= server.token_usage <= 1.0
         assert server.tpot is not None and server.output_tokens_per_s > 0
-        assert server.weight_gb is None and "weight_gb" in server.extra["not_reported"]
+        assert server.weight_gb is None and "weight_gb" in server.not_reported
         assert store.run.engine == "vLLM" and store.run.engine_name == "vLLM"
         await until(None, lambda: store.run.results.kv_tokens == KV32, 10, "its figures")
         # The panels say what vLLM has, and what it does not.

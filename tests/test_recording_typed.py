@@ -95,3 +95,19 @@ def test_damaged_facts_are_named(where: tuple[str, ...], value: Any, says: str) 
     target[where[-1]] = value
     with pytest.raises(ValueError, match=r"^" + says.replace("[", r"\[").replace("]", r"\]")):
         decode_facts_fields(data, 1000.0, "run")
+
+
+def test_an_older_recording_s_server_args_and_not_reported_become_fields() -> None:
+    """ServerData kept the server args /server_info gave and the figures an engine does
+    not report in its extra dict: a recording made then reads them into their fields."""
+    from collectors.readings import Reading, ServerData, Status
+    from engram_top.record.file_format import decode_reading, encode_reading
+
+    now = Reading("sglang", Status.OK, ServerData(
+        "u", True, server_args={"tp_size": 4}, not_reported={"weight_gb": "no gauge"},
+        extra={"simulated": {"placement": "host"}}), at=5.0, wall=1.7e9)
+    data = json.loads(json.dumps(encode_reading(now)))
+    assert decode_reading(data) == now
+    for key in ("server_args", "not_reported"):
+        data["data"]["extra"][key] = data["data"].pop(key)  # as it was written then
+    assert decode_reading(data) == now

@@ -241,8 +241,6 @@ def server_info_fields(info: dict[str, Any]) -> dict[str, Any]:
     extra: dict[str, object] = {"simulated": info["simulated"]} if "simulated" in info else {}
     args = {k: info[k] for k in PLACEMENT_ARGS if k in info
             and (info[k] is None or isinstance(info[k], str | int | float | bool | dict))}
-    if args:
-        extra["server_args"] = args
     return {
         "version": _text(info.get("version")),
         "model_path": _text(info.get("model_path")),
@@ -252,6 +250,7 @@ def server_info_fields(info: dict[str, Any]) -> dict[str, Any]:
         "kv_cache_gb": memory_gb(usage.get("kvcache")),
         "graph_gb": memory_gb(usage.get("graph")),
         # Only what a dashboard needs; /server_info also echoes api keys, never kept.
+        "server_args": args,
         "extra": extra,
     }
 

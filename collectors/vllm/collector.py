@@ -216,7 +216,8 @@ def page_figures(fams: dict[str, promtext.Family]) -> dict[str, Any]:
             issues += promtext.problems(fam)
     out["page_problems"] = tuple(dict.fromkeys(issues))[:20]
     out.update(since_start(fams))
-    extra: dict[str, object] = {"engine": "vllm", "not_reported": dict(NOT_REPORTED)}
+    out["not_reported"] = dict(NOT_REPORTED)
+    extra: dict[str, object] = {"engine": "vllm"}
     if configs:
         first = configs[0]
         extra["cache_config"] = {k: first[k] for k in (

@@ -125,8 +125,7 @@ def read_engram(store: RunStore, facts: RunFacts, engine: Engine, sc: Scenario |
     server = store.data(SourceName.SERVER)
     if not env and server is not None:
         env = simulated_env(server.extra)
-    info_args = server.extra.get("server_args") if server is not None else None
-    args = {**(info_args if isinstance(info_args, dict) else {}),
+    args = {**(server.server_args if server is not None else {}),
             **logged_args(facts.startup)}
     gpus = store.data(SourceName.GPU)
     gpu_name = gpus.devices[0].name if gpus is not None and gpus.devices else None

@@ -258,8 +258,7 @@ def word(store: RunStore, key: str, default: str | None = None) -> str:
 def not_reported(store: RunStore) -> dict[str, str]:
     """Figures the watched server's engine does not report at all (field -> why)."""
     s: ServerData | None = store.data(SourceName.SERVER)
-    why = s.extra.get("not_reported") if s is not None else None
-    return dict(why) if isinstance(why, dict) else {}
+    return dict(s.not_reported) if s is not None else {}
 
 
 def run_facts(store: RunStore) -> RunView | None:

@@ -54,10 +54,7 @@ def hicache_facts(store: RunStore) -> HiCacheView | None:
 
 def _server_args(startup: StartupFacts, server: ServerData | None) -> dict[str, Any]:
     """The server's arguments: the log's ServerArgs dump, else what /server_info gave."""
-    out: dict[str, Any] = {}
-    info = server.extra.get("server_args") if server is not None else None
-    if isinstance(info, dict):
-        out.update(info)
+    out: dict[str, Any] = dict(server.server_args) if server is not None else {}
     out.update(typed_args(startup.server_args))
     return out
 

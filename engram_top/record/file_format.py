@@ -287,6 +287,7 @@ def decode_reading(obj: Any, origin: float = 0.0, where: str = "reading") -> Rea
         value = decode_fields(DATA_TYPES[data["type"]], fields, f"{where}.data")
     if isinstance(value, ServerData):
         value = finite(value)  # NaN gauges of a recording made before they were checked
+        value = fields_from_extra(value)
     rest = {k: v for k, v in obj.items() if k != "data"}
     missing = [k for k in ("at", "wall") if k not in rest]  # defaults would make up a time
     if missing:
@@ -298,6 +299,22 @@ def decode_reading(obj: Any, origin: float = 0.0, where: str = "reading") -> Rea
         reading, data=value, at=reading.at + origin,
         failing_since=None if reading.failing_since is None
         else reading.failing_since + origin)
+
+
+# ServerData's figures a recording made before they were fields kept in its extra dict.
+EXTRA_FIELDS = ("server_args", "not_reported")
+
+
+def fields_from_extra(data: ServerData) -> ServerData:
+    """An older recording's server data with what its extra dict held of the fields."""
+    moved: dict[str, Any] = {k: data.extra[k] for k in EXTRA_FIELDS
+                             if isinstance(data.extra.get(k), dict)}
+    if not moved:
+        return data
+    if "not_reported" in moved:
+        moved["not_reported"] = {str(k): str(v) for k, v in moved["not_reported"].items()}
+    return dataclasses.replace(data, **moved, extra={k: v for k, v in data.extra.items()
+                                                     if k not in moved})
 
 
 def encode_facts(facts: RunFacts, origin: float) -> dict[str, Any]:
