@@ -54,7 +54,7 @@ def main() -> None:
     print(f"  {'(Text(line), for scale)':<26} "
           f"{per_call_ns(lambda: Text(LINES['non-ASCII, printable']), runs):8.0f} ns")
 
-    # A panel: 12 lines of text with a few styled spans, as panels.py builds them.
+    # A panel: 12 lines of text with a few styled spans, as engram_top.app.panels builds them.
     lines = []
     for i in range(12):
         t = Text(f"GPU {i % 4}  ", style="bold")

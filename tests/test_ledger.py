@@ -143,7 +143,7 @@ def test_nvml_pids_of_another_pid_namespace_are_the_server_s_not_a_tenant() -> N
     known = sum(ln.bytes or 0 for ln in gpu0.lines)
     assert gpu0.unexplained_bytes == pytest.approx(gpu0.used_bytes - known)
     assert gpu0.to_json()["note"] == gpu0.note
-    from engram_top.app.ledger_rows import hbm_rows
+    from engram_top.app.panels.hbm import hbm_rows
     said = [text.plain for _, text in hbm_rows(store, cols=120)]
     assert "GPUs 0,1,2: NVML's pids are not on this host (another PID namespace): taken as " \
         "the server's" in said

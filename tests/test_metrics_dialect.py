@@ -23,7 +23,7 @@ from collectors.sglang.collector import (
     page_figures,
 )
 from collectors.windowed import quantile_bound
-from engram_top.app.panel_text import quantile
+from engram_top.app.panels.drawing import quantile
 from engram_top.model.views import Quantiles
 
 BUCKETS = (0.1, 0.5, 1.0, 5.0, 30.0)

@@ -36,9 +36,9 @@ from collectors.readings import (
     Status,
 )
 from collectors.startup_facts import RankFacts, ServerArgsFacts, StartupFacts
-from engram_top.app import panels
 from engram_top.app.dialogs import ConfirmScreen
 from engram_top.app.main import EngramTopApp
+from engram_top.app.server_log import log_line
 from engram_top.cli import commands, dashboards
 from engram_top.compare.runs import run_results, warming_up
 from engram_top.live.demo import DemoOptions, DemoSession
@@ -315,7 +315,7 @@ async def test_dashboard_shows_the_replay(demo: Demo) -> None:
         assert rows["host-prefetch"][3:] == ["42.70M", "72.201", "+201.6 GiB"]
         assert rows["device"][3:] == ["11.84M", "119.043", "+6.5 GiB"]
         log = [s.text for s in app.query_one("#log").lines]
-        shown_live = [panels.log_line(line).plain for line in demo.log_lines["host-prefetch"]
+        shown_live = [log_line(line).plain for line in demo.log_lines["host-prefetch"]
                       if not facts.is_own_poll(line, engines.get("simulated").own_polls)]
         assert log[0].startswith("── host-prefetch: ")
         assert log[1:] == shown_live[-(len(log) - 1):] and len(log) > 20

@@ -123,7 +123,7 @@ def test_a_relaunch_in_one_log_counts_the_latest() -> None:
 
 
 def test_the_log_pane_keeps_the_time_and_process_of_a_vllm_line() -> None:
-    from engram_top.app.panels import log_line
+    from engram_top.app.server_log import log_line
     line = ("(EngineCore pid=3561) WARNING 12-02 12:25:16 [vllm.py:725] Model Runner V2 "
             "requires Triton")
     assert log_line(line).plain == "12:25:16 EngineCore WARNING Model Runner V2 requires Triton"
@@ -342,7 +342,7 @@ def test_a_quantile_in_a_wide_bucket_reads_as_the_buckets_bounds() -> None:
     interpolated figure (the history's charts plot it)."""
     from collectors.promtext import Histogram
     from collectors.windowed import WindowedHistogram, histogram_quantile
-    from engram_top.app.panel_text import quantile
+    from engram_top.app.panels.drawing import quantile
     bounds = (0.1, 0.25, 0.5, 0.55, float("inf"))
     # cumulative counts, the p50 and p99 as the panel shows them
     cases = [((40, 40, 40, 40, 40), "<= 100 ms", "<= 100 ms"),  # all in the lowest bucket

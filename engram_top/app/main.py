@@ -156,11 +156,10 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         yield Static(id="too-small")
         yield Static(id="header")
         with Grid(id="grid"):
-            yield Panel("HBM per GPU", panels.hbm_panel, ("gpu", "host", "server", "run"),
-                        id="hbm")
-            yield Panel("KV pool", panels.kv_panel, ("server", "run"), id="kv")
-            yield Panel("Host RAM", panels.host_panel, ("host", "run"), id="host")
-            yield Panel("Latency", panels.latency_panel, ("server",), id="latency")
+            yield Panel("HBM per GPU", panels.hbm_panel, panels.HBM_SOURCES, id="hbm")
+            yield Panel("KV pool", panels.kv_panel, panels.KV_SOURCES, id="kv")
+            yield Panel("Host RAM", panels.host_panel, panels.HOST_SOURCES, id="host")
+            yield Panel("Latency", panels.latency_panel, panels.LATENCY_SOURCES, id="latency")
         # Shown only on a large terminal (app.tcss): the last two minutes at a glance.
         trends = Charts(self.session.store, self.clock, TREND_WINDOW_S)
         with Horizontal(id="trends"):
@@ -321,9 +320,9 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             f: RunFacts | None = store.history.get(name)
             r = f.results if f else RunFigures()
             current = store.run is not None and f is store.run
-            state = "–" if f is None else (
-                panels.run_state(store, f, silent="no answer") if f.state != RunState.STARTING
-                else f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}")
+            state = "–" if f is None else f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}" \
+                if f.state == RunState.STARTING else \
+                panels.run_state(store, f, silent=panels.Shown.NO_ANSWER)
             # The live run's is the Host RAM panel's own figure, written the same way.
             delta = panels.host_delta(facts.run_host_delta_bytes(store, f))
             row = (("▶ " if current else "  ") + name, state,

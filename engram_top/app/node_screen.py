@@ -35,15 +35,15 @@ class NodeScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="node-head")
         with Grid(id="grid"):
-            yield Panel("HBM per GPU · dcgm-exporter", panels.hbm_panel,
-                        ("gpu", "host", "server", "run"), id="hbm")
+            yield Panel("HBM per GPU · dcgm-exporter", panels.hbm_panel, panels.HBM_SOURCES,
+                        id="hbm")
             # Whose series the node's are (SGLang's, vLLM's), as its detail read them.
             engine = facts.engine_of(self.detail.store) if self.detail else "the server"
-            yield Panel(f"KV pool · {engine}", panels.kv_panel, ("server", "run"), id="kv")
-            yield Panel("Host RAM · node-exporter", panels.host_panel, ("host", "run"),
+            yield Panel(f"KV pool · {engine}", panels.kv_panel, panels.KV_SOURCES, id="kv")
+            yield Panel("Host RAM · node-exporter", panels.host_panel, panels.HOST_SOURCES,
                         id="host")
-            yield Panel("Latency · histogram_quantile", panels.latency_panel, ("server",),
-                        id="latency")
+            yield Panel("Latency · histogram_quantile", panels.latency_panel,
+                        panels.LATENCY_SOURCES, id="latency")
         yield Static(id="node-foot")
         yield Footer()
 

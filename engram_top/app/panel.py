@@ -1,5 +1,6 @@
-"""A bordered panel of the dashboard, drawn by one of panels.py's functions from a RunStore,
-redrawn only when its sources' versions move, and then only the lines that changed."""
+"""A bordered panel of the dashboard, drawn by a panel's function (engram_top.app.panels)
+from a RunStore, redrawn only when its sources' versions move, and then only the lines that
+changed."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ LineKey = tuple[object, ...]
 
 
 class PanelDrawing(Protocol):
-    """One of panels.py's functions: the panel's lines for the room it has (None: any)."""
+    """A panel's function (engram_top.app.panels): its lines for the room it has (None: any)."""
 
     def __call__(self, store: RunStore, rows: int | None = None,
                  cols: int | None = None) -> Group: ...
@@ -53,7 +54,7 @@ class Panel(Static):
         if version == self._seen and not force:
             return
         self._seen = version
-        # The lines it has: a short panel keeps its most important rows (panels.fit).
+        # The lines it has: a short panel keeps its most important rows (drawing.fit).
         size = self.content_size
         content = self.render_fn(store, rows=size.height or None, cols=size.width or None)
         # Its lines quote servers, labels and files: no control reaches the terminal.

@@ -3,11 +3,12 @@ polls left out, new lines appended as the run's bounded log grows."""
 
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 from textual.widgets import RichLog
 
 from collectors.safetext import visible
-from engram_top.app import panels
 from engram_top.app.safe import safe
 from engram_top.model import facts
 from engram_top.model.store import RunFacts
@@ -50,4 +51,28 @@ class ServerLog(RichLog):
             style = _STYLES.get(facts.classify_log_line(line) or "", "")
             # The server's own bytes: an ESC or a C1 in them is shown, never sent on (made
             # visible before it is a Text, which would drop BEL, BS, VT, FF and CR unseen).
-            self.write(panels.log_line(visible(line, "\t"), style))
+            self.write(log_line(visible(line, "\t"), style))
+
+
+# SGLang's prefix, "[2026-11-29 11:03:58 TP0] " (ranks: TP, DP, PP, EP, ...): 26 columns of a
+# narrow pane before the message starts. The pane shows the time and ranks; the file keeps it.
+LOG_PREFIX = re.compile(r"^\[\d{4}-\d{2}-\d{2} (\d{2}:\d{2}:\d{2})((?: [A-Z]{2}\d+)*)\] ")
+# vLLM's, "(EngineCore pid=3561) INFO 12-02 12:24:53 [core.py:133] ": 58 columns. The pane
+# keeps the time, the process (its first word) and a level that is not INFO.
+VLLM_PREFIX = re.compile(r"^\((\w+)(?: rank=\d+)? pid=\d+\) (DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+                         r"\d\d-\d\d (\d\d:\d\d:\d\d)(?:\.\d+)? \[[\w./-]+:\d+\] ")
+
+
+def log_line(line: str, style: str = "") -> Text:
+    """A server log line for the log pane: a short, dim time and rank, then the message."""
+    m = LOG_PREFIX.match(line)
+    if m is not None:
+        text = Text(f"{m.group(1)}{m.group(2)} ", style="dim")
+    elif (v := VLLM_PREFIX.match(line)) is not None:
+        level = "" if v.group(2) == "INFO" else f" {v.group(2)}"
+        text = Text(f"{v.group(3)} {v.group(1)}{level} ", style="dim")
+        m = v
+    else:
+        return Text(line, style=style)
+    text.append(line[m.end():], style=style)
+    return text

@@ -1,13 +1,19 @@
 """The pieces the panels are drawn with: bars, sparklines, aligned columns, labelled rows,
-the rows that fit a short panel, and a windowed quantile in words."""
+the rows that fit a short panel, a windowed quantile in words, a ledger's figure, and the
+line that says a panel's source is failing."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
+from rich.console import Group
 from rich.text import Text
 
-from collectors.units import latency, latency_bucket
+from collectors.safetext import visible
+from collectors.units import gib, latency, latency_bucket
+from engram_top.model import STOP_ASKED, facts
+from engram_top.model.ledger import LedgerLine
+from engram_top.model.store import RunStore, SeriesName, SourceName
 from engram_top.model.views import Quantiles
 
 BAR_WIDTH = 24
@@ -113,3 +119,43 @@ def unavailable(why: dict[str, str]) -> list[Text]:
     """Figures the server sent as NaN or Inf: shown as such, with the rank that sent them."""
     return [Text(f"{label} {reason}", style="yellow", no_wrap=True, overflow="ellipsis")
             for label, reason in why.items()]
+
+
+def figure(line: LedgerLine | None, digits: int = 1) -> str:
+    """A ledger's line in GiB; "?" where nobody reports it (never 0)."""
+    return "?" if line is None or line.bytes is None else gib(line.bytes, digits)
+
+
+def recent(store: RunStore, metric: SeriesName) -> list[float]:
+    """The watched server's recent values of ``metric``."""
+    s = store.line(SourceName.SERVER, metric)
+    return [] if s is None else s.values(last=60)
+
+
+def source_line(store: RunStore, kind: str, label: str) -> Text | None:
+    """A line saying the source is failing, and for how long its values have been stale;
+    for a server that was stopped, that the figures are its last."""
+    st = facts.source_status(store, kind)
+    run = store.run
+    if kind == SourceName.SERVER and st.status == "starting" and st.message.startswith("waiting"):
+        return Text(st.message, style="dim")  # a start-up before its port opens
+    if st.status in ("ok", "starting"):
+        return None
+    age = st.last_good_age_s
+    if kind == SourceName.SERVER and run is not None and run.state in STOP_ASKED:
+        return Text("server stopped" + ("" if age is None else
+                                        f": the figures below are its last, {age:.0f} s old"),
+                    style="dim yellow")
+    stale = "no good reading yet" if age is None else f"last good value {age:.0f} s old"
+    style = "yellow" if st.status == "unavailable" else "bold red"
+    return Text(f"{label}: {visible(st.message)} ({stale})", style=style)
+
+
+def source_rows(store: RunStore, kind: str, label: str) -> list[Any]:
+    """A panel's first rows: its source's failure, if it is failing."""
+    warn = source_line(store, kind, label)
+    return [warn] if warn else []
+
+
+def waiting(rows: list[Any], text: str) -> Group:
+    return Group(*rows, Text(text, style="dim"))
