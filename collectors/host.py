@@ -136,7 +136,8 @@ def sample(backend: HostBackend, root_pid: int | None,
     swap_total = mi.get("SwapTotal", 0)
     tree = tree_memory(backend, root_pid, members) if root_pid else None
     nodes, numa_problem = numa.reading(backend, mi.get("Hugepagesize", 0),
-                                       tree.pids if tree else (), share)
+                                       tree.pids if tree else (), share,
+                                       tree.rss_shmem_bytes if tree else None)
     return HostData(
         total_bytes=total,
         available_bytes=available,

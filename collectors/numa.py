@@ -158,17 +158,27 @@ class ServerShare:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
         self.clock = clock
-        self._key: int | None = None
+        self._key: tuple[int, ...] | None = None
+        self._shmem: int | None = None  # the tree's RssShmem when last read
+        self._seen: int | None = None  # its RssShmem at the call before this one
         self._at = 0.0
         self._value: tuple[dict[int, int] | None, str] = (None, "")
 
-    def get(self, backend: NumaBackend, pids: Sequence[int]) -> tuple[dict[int, int] | None, str]:
-        """Bytes per node (None when no process could be read), and a problem or ""."""
+    def get(self, backend: NumaBackend, pids: Sequence[int],
+            shmem_bytes: int | None = None) -> tuple[dict[int, int] | None, str]:
+        """Bytes per node (None when no process could be read), and a problem or "".
+        ``shmem_bytes``: the tree's RssShmem now, a cheap sign of its shared memory."""
         now = self.clock()
-        # A new server (another root) is read at once; the same one every interval.
-        if self._key == pids[0] and now - self._at < self.interval_s:
+        seen, self._seen = self._seen, shmem_bytes
+        # Read at once where the tree changed (another server, a rank come or gone), where
+        # its shared memory moved a lot since the last read (tables faulted in after a read
+        # at launch), or where it has settled at another figure (the last of a load): else
+        # every interval. A read at launch would otherwise stand for a whole interval.
+        settled = shmem_bytes != self._shmem and shmem_bytes == seen
+        if self._key == tuple(pids) and now - self._at < self.interval_s and \
+                not settled and not _moved(self._shmem, shmem_bytes):
             return self._value
-        self._key, self._at = pids[0], now
+        self._key, self._at, self._shmem = tuple(pids), now, shmem_bytes
         self._value = self._read(backend, pids[:SHARE_MAX_PIDS])
         return self._value
 
@@ -196,6 +206,16 @@ class ServerShare:
         return (total if read_any else None), problem
 
 
+SHARE_MOVED = 0.05  # a change of RssShmem past this share (and SHARE_MOVED_BYTES) re-reads
+SHARE_MOVED_BYTES = 64 * 1024 * 1024
+
+
+def _moved(before: int | None, now: int | None) -> bool:
+    if before is None or now is None:
+        return before != now
+    return abs(now - before) > max(SHARE_MOVED * before, SHARE_MOVED_BYTES)
+
+
 def node_figures(node: int, f: dict[str, int], hugepage_size: int,
                  server: dict[int, int] | None) -> NumaNode | None:
     total = f.get("MemTotal")
@@ -215,7 +235,8 @@ def node_figures(node: int, f: dict[str, int], hugepage_size: int,
 
 
 def reading(backend: NumaBackend, hugepage_size: int, pids: Sequence[int],
-            share: ServerShare | None) -> tuple[tuple[NumaNode, ...], str]:
+            share: ServerShare | None,
+            shmem_bytes: int | None = None) -> tuple[tuple[NumaNode, ...], str]:
     """The nodes' figures and a problem ("" when none); never raises, so that a NUMA
     failure costs the host reading its NUMA figures only."""
     try:
@@ -226,7 +247,7 @@ def reading(backend: NumaBackend, hugepage_size: int, pids: Sequence[int],
         server: dict[int, int] | None = None
         problem = ""
         if share is not None and pids and len(by_node) > 1:
-            server, problem = share.get(backend, pids)
+            server, problem = share.get(backend, pids, shmem_bytes)
         nodes = []
         for node, fields in by_node.items():
             figures = node_figures(node, fields, hugepage_size, server)

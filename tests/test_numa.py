@@ -199,6 +199,36 @@ def test_numa_maps_is_read_at_most_every_interval(tmp_path: Path) -> None:
     assert share.get(backend, [101])[0] == {0: SERVER_N0, 1: SERVER_N1 - GIB}
 
 
+def test_numa_maps_is_read_again_once_the_trees_shared_memory_moved(tmp_path: Path) -> None:
+    # A server read as it launched holds none of its tables yet; once they are faulted in
+    # (its RssShmem grows), they are read at the next poll, not an interval later (a quick
+    # bench's run is over by then, and read its share as the anonymous memory alone).
+    backend = write_tree(tmp_path)
+    now = [0.0]
+    share = numa.ServerShare(interval_s=5.0, clock=lambda: now[0])
+    maps = {pid: (backend.proc / str(pid) / "numa_maps").read_text() for pid in (100, 101)}
+    for pid in maps:
+        (backend.proc / str(pid) / "numa_maps").write_text("")
+    assert share.get(backend, [100, 101], 0)[0] == {}
+    for pid, text in maps.items():
+        (backend.proc / str(pid) / "numa_maps").write_text(text)
+    now[0] = 1.0
+    assert share.get(backend, [100, 101], 10 * 1024**2)[0] == {}  # a small move: kept
+    assert share.get(backend, [100, 101], 189 * GIB)[0] == {0: SERVER_N0, 1: SERVER_N1}
+    # The last small steps of a load are read once the memory settles at its figure.
+    (backend.proc / "100" / "numa_maps").write_text("")
+    assert share.get(backend, [100, 101], 189 * GIB + 2**20)[0] == \
+        {0: SERVER_N0, 1: SERVER_N1}  # still moving: kept
+    assert share.get(backend, [100, 101], 189 * GIB + 2**20)[0] != \
+        {0: SERVER_N0, 1: SERVER_N1}  # settled: read
+    now[0] = 2.0  # and then as before: the same tree, the same memory, every interval
+    (backend.proc / "100" / "numa_maps").write_text(maps[100])
+    assert share.get(backend, [100, 101], 189 * GIB + 2**20)[0] != \
+        {0: SERVER_N0, 1: SERVER_N1}
+    # A rank come or gone is another tree: read at once.
+    assert share.get(backend, [101], 189 * GIB)[0] != {0: SERVER_N0, 1: SERVER_N1}
+
+
 # --------------------------------------------------------------------------- simulated node
 
 
