@@ -1,1 +1,38 @@
-"""Readers of the node (GPUs, host memory, servers, Prometheus) into typed readings."""
+"""Readers of the node (GPUs, host memory, servers, Prometheus) into typed readings.
+
+Its face, for what shows what they read: the units (bytes, GiB, durations, rates, written
+one way everywhere) and safe text (a server's, a file's or a label's text made visible,
+never acting on the terminal). Constants and pure functions, no I/O (a contract in
+pyproject.toml holds it so); the readers themselves are their modules'."""
+
+from collectors.safetext import table_cell, unsafe_in, visible
+from collectors.units import (
+    DASH,
+    GB,
+    GIB,
+    KB,
+    KIB,
+    MB,
+    MIB,
+    NA,
+    byte_rate,
+    decimal_bytes,
+    gib,
+    gib_change,
+    gib_text,
+    latency,
+    latency_bucket,
+    ms_text,
+    pct_change,
+    percent,
+    rate,
+    seconds,
+    sglang_gb,
+    tokens,
+    weights_gb,
+)
+
+__all__ = ["DASH", "GB", "GIB", "KB", "KIB", "MB", "MIB", "NA", "byte_rate", "decimal_bytes",
+           "gib", "gib_change", "gib_text", "latency", "latency_bucket", "ms_text",
+           "pct_change", "percent", "rate", "seconds", "sglang_gb", "table_cell", "tokens",
+           "unsafe_in", "visible", "weights_gb"]

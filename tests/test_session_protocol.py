@@ -1,7 +1,8 @@
 """The dashboard talks to its session through engram_top.app.sessions' protocols: every
 session the dashboard is given (live, demo, replay, a snapshot's borrowed one, the tests'
 fixed store) declares the whole of it, methods with the protocol's parameters and kind
-(coroutine or not); and the app never asks a session what it has."""
+(coroutine or not), and so does the fleet's session for the fleet's screens (FleetView);
+and the app never asks a session what it has."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 from helpers import StaticSession
 
 from engram_top.app.headless import BorrowedSession
-from engram_top.app.sessions import DashboardSession, ReplayControls
+from engram_top.app.sessions import DashboardSession, FleetView, ReplayControls
+from engram_top.fleet import FleetSession
 from engram_top.live.demo import DemoSession
 from engram_top.live.session import Session, SessionOptions
 from engram_top.model.store import RunStore
@@ -50,8 +52,10 @@ def problems(obj: object, protocol: type) -> list[str]:
                 inspect.signature(have).bind(*(object() for _ in params))
             except TypeError as exc:
                 found.append(f"{name}{inspect.signature(have)}: {exc}")
-        elif callable(have) and not isinstance(have, type):
-            found.append(f"{name} should be a value, is a method")
+        elif callable(have) and not isinstance(have, type) and not (
+                isinstance(want, property) and want.fget is not None
+                and str(want.fget.__annotations__.get("return", "")).startswith("Callable")):
+            found.append(f"{name} should be a value, is a method")  # unless a callable one
     return found
 
 
@@ -93,6 +97,12 @@ def test_every_session_declares_what_the_dashboard_uses(tmp_path: Path) -> None:
             session.close_now()
 
 
+def test_the_fleet_session_declares_what_the_fleet_screens_use() -> None:
+    session = FleetSession("http://127.0.0.1:9")
+    assert isinstance(session, FleetView)
+    assert problems(session, FleetView) == []
+
+
 class Lacking:
     """Near a session, but not one: a close that is no coroutine, a switch that takes no
     name, no attach."""
@@ -123,7 +133,7 @@ def test_the_check_finds_what_a_session_lacks() -> None:
 def test_the_app_never_probes_its_session() -> None:
     """No getattr/hasattr on a session in the app: what it needs is the protocol's."""
     probes = []
-    for path in sorted(APP.glob("*.py")):
+    for path in sorted(APP.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                     and node.func.id in ("getattr", "hasattr") and node.args \

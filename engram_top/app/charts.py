@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from collectors.units import GB, KB, MB
+from collectors import GB, KB, MB
 
 Point = tuple[float, float]
 

@@ -21,16 +21,23 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from collectors.safetext import visible
-from collectors.units import pct_change
-from engram_top.compare.comparison import PROBE_ROW, Cell, Comparison, Row
-from engram_top.compare.measures import Metric, Registry
-from engram_top.compare.run_result import RunResult
-from engram_top.compare.runs import comparison
-from engram_top.compare.verdict import NO_INTERVAL, WARMING_UP, verdict
-from engram_top.model.store import RunStore
-from engram_top.probe.report import HOST_MODES, ProbeReport
-from engram_top.seed.reference import Reference
+from collectors import pct_change, visible
+from engram_top.compare import (
+    NO_INTERVAL,
+    PROBE_ROW,
+    WARMING_UP,
+    Cell,
+    Comparison,
+    Metric,
+    Registry,
+    Row,
+    RunResult,
+    compare_runs,
+    verdict_of,
+)
+from engram_top.model import RunStore
+from engram_top.probe import HOST_MODES, ProbeReport
+from engram_top.seed import Reference
 
 
 def comparison_table(c: Comparison, store: RunStore) -> Table:
@@ -103,7 +110,7 @@ def verdict_text(c: Comparison) -> Text:
     baseline with its interval and ▲ it wins, ▼ the baseline wins, ≈ not distinguishable,
     ? no interval (one run each), then how the intervals were made. Measured lines only: a
     probe's predictions stay in their own column. The sentences are in summary.md."""
-    found = verdict(c, warming=c.warming)
+    found = verdict_of(c, warming=c.warming)
     text = Text(f"Verdict against {visible(c.baseline)}", style="bold")
     if not found.findings:
         text.append("  one scenario only: start another to compare", style="dim")
@@ -223,7 +230,7 @@ class CompareScreen(ModalScreen[None]):
         self._draw()
 
     def _comparison(self) -> Comparison | None:
-        c = comparison(self.store.runs, baseline=self.baseline, extra=self.extra,
+        c = compare_runs(self.store.runs, baseline=self.baseline, extra=self.extra,
                              reference=self.reference, price_per_gpu_hour=self.price,
                              metrics=self.metrics)
         return c if c is None or self.probe is None else dataclasses.replace(c, probe=self.probe)

@@ -10,8 +10,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from collectors.safetext import visible
-from engram_top.model.left_running import LeftRunning
+from collectors import visible
+from engram_top.model import LeftRunning
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from collectors.safetext import visible
+from collectors import visible
 
 
 class FitScreen(ModalScreen[bool]):

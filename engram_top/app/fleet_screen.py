@@ -3,7 +3,6 @@ node's detail on Enter and the placements compared across nodes on `c`."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import time
@@ -17,14 +16,15 @@ from textual.css.query import NoMatches
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
-from collectors.safetext import visible
-from collectors.units import GIB, gib, percent, tokens
+from collectors import GIB, gib, percent, tokens, visible
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.node_screen import NodeScreen
+from engram_top.app.process_end import EndsAsTheProcess
 from engram_top.app.safe import SafeOutput, safe
+from engram_top.app.sessions import FleetView
 from engram_top.app.terminal import SurvivesHangUp
-from engram_top.fleet.session import FleetRow, FleetSession
-from engram_top.model.store import RunStore
+from engram_top.fleet import FLEET_METRICS, FleetRow, fleet_results
+from engram_top.model import RunStore
 
 DASH = "–"
 
@@ -81,7 +81,10 @@ def columns_for(width: int) -> list[Column]:
     return [c for c in COLUMNS if width >= c[5]]
 
 
-class FleetApp(SurvivesHangUp, SafeOutput, App[int]):
+class FleetApp(EndsAsTheProcess, SurvivesHangUp, SafeOutput, App[int]):
+    """The fleet's rows over a fleet session (FleetView); a node's detail on Enter, the
+    placements compared on `c`. It ends as the dashboard does (process_end)."""
+
     TITLE = "engram-top fleet"
     CSS_PATH = "app.tcss"  # the dashboard's panels and history screen, for a node's detail
     CSS = """
@@ -102,7 +105,9 @@ class FleetApp(SurvivesHangUp, SafeOutput, App[int]):
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
-    def __init__(self, session: FleetSession, *, own_process: bool = False,
+    session: FleetView
+
+    def __init__(self, session: FleetView, *, own_process: bool = False,
                  borrowed: bool = False) -> None:
         super().__init__()
         self.session = session
@@ -119,7 +124,6 @@ class FleetApp(SurvivesHangUp, SafeOutput, App[int]):
         self._every_rows: tuple[tuple[int, int], list[FleetRow]] | None = None
         self._row_cells: dict[str, tuple[tuple[Any, ...], tuple[Text, ...]]] = {}
         self._filter_timer: Timer | None = None
-        self._session_closed = False  # not _closed: Textual's MessagePump has that one
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-header")
@@ -316,50 +320,18 @@ class FleetApp(SurvivesHangUp, SafeOutput, App[int]):
             self.push_screen(NodeScreen(self.session, self._shown[table.cursor_row]))
 
     def action_compare(self) -> None:
-        from engram_top.fleet import session as fleet
-        runs = fleet.results(self.rows())
+        runs = fleet_results(self.rows())
         if not runs:
             self.notify("no serving node to compare yet", severity="warning")
             return
-        self.push_screen(CompareScreen(RunStore(), extra=runs, metrics=fleet.METRICS))
+        self.push_screen(CompareScreen(RunStore(), extra=runs, metrics=FLEET_METRICS))
 
     async def action_quit(self) -> None:
         await self.close_session()
         self.exit(0)
 
-    async def close_session(self) -> None:
-        if not self._session_closed and not self.borrowed:
-            self._session_closed = True
-            await self.session.close()
 
-    async def on_unmount(self) -> None:
-        if self.own_process:
-            self._handle_signals(False)
-        await self.close_session()
-
-    def _handle_signals(self, on: bool) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                if on:
-                    loop.add_signal_handler(sig, self._on_signal, sig)
-                else:
-                    loop.remove_signal_handler(sig)
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        if self.stopped_by is None:
-            self.stopped_by = sig
-            self.call_later(self.action_quit)
-
-    def _handle_exception(self, error: Exception) -> None:
-        if self.crash is None:
-            self.crash = error
-        super()._handle_exception(error)
-        if self.own_process:
-            self._exit_renderables.clear()
-
-
-async def render_svg(session: FleetSession, size: tuple[int, int] = (160, 48)) -> str:
+async def render_svg(session: FleetView, size: tuple[int, int] = (160, 48)) -> str:
     """The fleet screen as it draws the session now, as SVG (the session is not touched)."""
     app = FleetApp(session, borrowed=True)
     async with app.run_test(size=size) as pilot:

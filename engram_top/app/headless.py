@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from engram_top.alerts.monitor import AlertWatch
+from engram_top.alerts import AlertWatch
 from engram_top.app.main import EngramTopApp
-from engram_top.model.store import RunStore
+from engram_top.model import RunStore
 
 
 class Drawable(Protocol):

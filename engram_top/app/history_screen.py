@@ -26,19 +26,11 @@ from textual.visual import Visual
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
-from collectors.safetext import visible
-from collectors.units import GIB, gib, percent
+from collectors import GIB, gib, percent, visible
+from engram_top import model
 from engram_top.app.charts import PALETTE, Line, chart, rate_unit
 from engram_top.app.safe import cell, safe_text
-from engram_top.model import facts
-from engram_top.model.store import (
-    GPU_LABEL,
-    LOCAL,
-    RunStore,
-    Series,
-    SeriesName,
-    SourceName,
-)
+from engram_top.model import GPU_LABEL, LOCAL, RunStore, Series, SeriesName, SourceName
 
 REFRESH_S = 0.5  # at most 2 Hz, as the dashboard
 WINDOWS_S = (60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0)
@@ -391,7 +383,7 @@ class HistoryScreen(Screen[None]):
 
     def _table_title(self, rows: list[Any]) -> Text:
         text = Text("GPU memory by process", style="bold")
-        st = facts.source_status(self.store, SourceName.GPU, now=self.clock())
+        st = model.source_status(self.store, SourceName.GPU, now=self.clock())
         if self.store.data(SourceName.GPU) is None:
             text.append(" · no GPU reading yet", style="dim")
         elif not rows:

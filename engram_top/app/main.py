@@ -18,9 +18,9 @@ from textual.containers import Grid, Horizontal
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Static
 
-from collectors.safetext import visible
-from collectors.units import seconds, tokens, weights_gb
-from engram_top.alerts.monitor import AlertChange
+from collectors import seconds, tokens, visible, weights_gb
+from engram_top import model
+from engram_top.alerts import AlertChange
 from engram_top.app import panels
 from engram_top.app.dialogs import ConfirmScreen
 from engram_top.app.fit_dialog import FitScreen
@@ -37,16 +37,13 @@ from engram_top.app.sessions import DashboardSession, ReplayControls
 from engram_top.app.snapshot_keys import TakesSnapshots
 from engram_top.app.terminal import SurvivesHangUp
 from engram_top.app.verdict_strip import VerdictStrip
-from engram_top.model import UNDER_WAY, RunState, facts, in_flight
-from engram_top.model.figures import RunFigures
-from engram_top.model.refusal import FitRefused
-from engram_top.model.store import RunFacts, RunStore, SourceName
-from engram_top.seed import reference
-from engram_top.settings.user_config import UserConfig
+from engram_top.model import UNDER_WAY, FitRefused, RunFacts, RunState, RunStore
+from engram_top.seed import default_reference
+from engram_top.settings import UserConfig
 
 if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of milliseconds
-    from engram_top.compare.run_result import RunResult
-    from engram_top.probe.report import ProbeReport
+    from engram_top.compare import RunResult
+    from engram_top.probe import ProbeReport
 
 # The screen follows the readings: redrawn as often as the sources are polled (every 1 s
 # by default), and at most twice a second for a faster poll. Keys redraw at once.
@@ -131,7 +128,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         self.stopped_by: signal.Signals | None = None
         self.snapshot_dir = snapshot_dir
         self.config = config or UserConfig()
-        self.reference = reference.default()  # the seed: the comparison's reference column
+        self.reference = default_reference()  # the seed: the comparison's reference column
         self.config_error = config_error
         # A session that plays a recording says so (and gets the replay's keys).
         self.replay = session.replay
@@ -146,8 +143,6 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         self.compare_with = list(compare_with)  # runs loaded from files, for the comparison
         self.compare_probe = probe  # --probe: predictions, a column of the comparison
         self.price_per_gpu_hour = price_per_gpu_hour
-        # Not _closed: MessagePump's own (set, the app dropped its messages as it closed).
-        self._session_closed = False
         self._laid_out = False
         self._rows: tuple[tuple[str, ...], ...] = ()
         self._shown: dict[str, object] = {}  # what a fixed-size line shows now, by widget id
@@ -260,7 +255,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             if self._trends.display:
                 # Redrawn when a reading came, at most every CHART_EVERY_S: between readings
                 # nothing on them moves, and a dot column of the strip is longer than that.
-                charted = store.version(SourceName.GPU, SourceName.SERVER)
+                charted = store.version(model.SourceName.GPU, model.SourceName.SERVER)
                 now = time.monotonic()
                 if charted != self._charted and now - self._charted_at >= CHART_EVERY_S:
                     self._charted, self._charted_at = charted, now
@@ -318,13 +313,13 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         rows = []
         for name in self._scenario_names():
             f: RunFacts | None = store.history.get(name)
-            r = f.results if f else RunFigures()
+            r = f.results if f else model.RunFigures()
             current = store.run is not None and f is store.run
             state = "–" if f is None else f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}" \
                 if f.state == RunState.STARTING else \
                 panels.run_state(store, f, silent=panels.Shown.NO_ANSWER)
             # The live run's is the Host RAM panel's own figure, written the same way.
-            delta = panels.host_delta(facts.run_host_delta_bytes(store, f))
+            delta = panels.host_delta(model.run_host_delta_bytes(store, f))
             row = (("▶ " if current else "  ") + name, state,
                    seconds(r.ready_s), tokens(r.kv_tokens), weights_gb(r.weights_gb), delta)
             rows.append(row)
@@ -350,7 +345,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
     def _serving(self) -> str | None:
         """Why stopping now would cut off users: other clients' requests in flight, if any
         (this dashboard's own load never asks: model.in_flight)."""
-        return in_flight.why_ask(self.session.store)
+        return model.why_ask(self.session.store)
 
     def action_scenario(self, number: int) -> None:
         """One key: start, or switch to, the scenario in that row of the list."""
@@ -487,13 +482,3 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         """A click on the highlighted row (the mouse's enter) starts or switches to it."""
         if event.data_table.id == "scenarios":
             self.action_start_selected()
-
-    async def close_session(self) -> None:
-        if not self._session_closed:
-            self._session_closed = True
-            await self.session.close()
-
-    async def on_unmount(self) -> None:
-        if self.own_process:
-            self._handle_signals(False)
-        await self.close_session()

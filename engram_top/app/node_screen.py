@@ -11,20 +11,20 @@ from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from engram_top import model
 from engram_top.app import panels
 from engram_top.app.history_screen import HistoryScreen
 from engram_top.app.panel import Panel
 from engram_top.app.safe import safe
-from engram_top.fleet.detail import HISTORY_S
-from engram_top.fleet.session import FleetSession
-from engram_top.model import facts
+from engram_top.app.sessions import FleetView
+from engram_top.fleet import HISTORY_S
 
 
 class NodeScreen(Screen[None]):
     BINDINGS = [Binding("escape,q,enter", "dismiss", "Back"),
                 Binding("h", "history", "History")]
 
-    def __init__(self, session: FleetSession, node: str) -> None:
+    def __init__(self, session: FleetView, node: str) -> None:
         super().__init__()
         self.session = session
         self.node = node
@@ -38,7 +38,7 @@ class NodeScreen(Screen[None]):
             yield Panel("HBM per GPU · dcgm-exporter", panels.hbm_panel, panels.HBM_SOURCES,
                         id="hbm")
             # Whose series the node's are (SGLang's, vLLM's), as its detail read them.
-            engine = facts.engine_of(self.detail.store) if self.detail else "the server"
+            engine = model.engine_of(self.detail.store) if self.detail else "the server"
             yield Panel(f"KV pool · {engine}", panels.kv_panel, panels.KV_SOURCES, id="kv")
             yield Panel("Host RAM · node-exporter", panels.host_panel, panels.HOST_SOURCES,
                         id="host")

@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.markup import escape as escape_markup
 from textual.screen import ModalScreen, Screen
 
-from collectors.safetext import visible
+from collectors import visible
 from engram_top.app.dialogs import HelpScreen
 from engram_top.app.mixin import AppMixin
 from engram_top.app.sessions import ReplayControls

@@ -16,7 +16,7 @@ from textual.visual import RichVisual, Visual
 from textual.widgets import Static
 
 from engram_top.app.safe import safe
-from engram_top.model.store import RunStore
+from engram_top.model import RunStore
 
 LineKey = tuple[object, ...]
 

@@ -1,6 +1,7 @@
-"""The dashboard as the process (the CLI's): SIGTERM, SIGHUP and SIGINT quit it as `q` does,
-a terminal that closed is never resumed on SIGCONT, and a crash is kept for the CLI to file
-rather than printed on the terminal."""
+"""How an app ends, the dashboard's and the fleet's alike. As the process (the CLI's):
+SIGTERM, SIGHUP and SIGINT quit it as `q` does, a terminal that closed is never resumed on
+SIGCONT, and a crash is kept for the CLI to file rather than printed on the terminal. Either
+way its session is closed once as it unmounts (a borrowed one is its owner's to close)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,41 @@ import contextlib
 import signal
 import sys
 import termios
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engram_top.app.mixin import AppMixin
 
 
+class Closes(Protocol):
+    """What ending needs of a session (the dashboard's and the fleet's both have it)."""
+
+    async def close(self) -> None: ...
+
+
 class EndsAsTheProcess(AppMixin):
-    """For the dashboard's App: its own_process, crash and stopped_by, and its action_quit."""
+    """For an App: its own_process, crash and stopped_by, its session closed as it unmounts,
+    and its action_quit on a signal."""
 
     own_process: bool
     crash: BaseException | None
     stopped_by: signal.Signals | None
+    if TYPE_CHECKING:  # the App's own, of its kind (a DashboardSession, a FleetView)
+        @property
+        def session(self) -> Closes: ...
+    # A session someone else polls and closes (a headless snapshot's): drawn, not closed.
+    borrowed: bool = False
+    # Not _closed: MessagePump's own (set, the app dropped its messages as it closed).
+    _session_closed = False
+
+    async def close_session(self) -> None:
+        if not self._session_closed and not self.borrowed:
+            self._session_closed = True
+            await self.session.close()
+
+    async def on_unmount(self) -> None:
+        if self.own_process:
+            self._handle_signals(False)
+        await self.close_session()
 
     def _handle_signals(self, on: bool) -> None:
         loop = asyncio.get_running_loop()

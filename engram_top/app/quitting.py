@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual import work
 
+from engram_top import model
 from engram_top.app.dialogs import QuitAdoptedScreen
 from engram_top.app.mixin import AppMixin
 from engram_top.app.sessions import DashboardSession
-from engram_top.model import in_flight
 
 
 class QuitsAsking(AppMixin):
@@ -37,7 +37,7 @@ class QuitsAsking(AppMixin):
                 if not isinstance(self.screen, QuitAdoptedScreen):
                     run = self.session.store.run
                     watched = run is not None and run.owned and run.pid == adopted[0].pid
-                    serving = in_flight.why_ask(self.session.store) if watched else None
+                    serving = model.why_ask(self.session.store) if watched else None
                     self.push_screen(QuitAdoptedScreen(adopted[0], serving), self._quit_as)
                 return
         await self._quit()

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from collectors.safetext import visible
+from collectors import visible
 from engram_top.app.mixin import AppMixin
 from engram_top.app.sessions import ReplayControls
 

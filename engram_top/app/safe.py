@@ -19,7 +19,7 @@ from rich.segment import Segment
 from rich.text import Span, Text
 from textual.strip import Strip
 
-from collectors.safetext import unsafe_in, visible
+from collectors import unsafe_in, visible
 from engram_top.app.mixin import AppMixin
 
 

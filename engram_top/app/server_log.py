@@ -8,10 +8,10 @@ import re
 from rich.text import Text
 from textual.widgets import RichLog
 
-from collectors.safetext import visible
+from collectors import visible
+from engram_top import model
 from engram_top.app.safe import safe
-from engram_top.model import facts
-from engram_top.model.store import RunFacts
+from engram_top.model import RunFacts
 
 _STYLES = {"error": "bold red", "warning": "yellow", "ready": "bold green"}
 
@@ -46,9 +46,9 @@ class ServerLog(RichLog):
             return
         self._last = recent[-1]
         for _, line in recent[start:]:
-            if run is not None and facts.is_own_poll(line, run.own_polls):
+            if run is not None and model.is_own_poll(line, run.own_polls):
                 continue  # our own /health and /metrics polls: noise here, kept in the file
-            style = _STYLES.get(facts.classify_log_line(line) or "", "")
+            style = _STYLES.get(model.classify_log_line(line) or "", "")
             # The server's own bytes: an ESC or a C1 in them is shown, never sent on (made
             # visible before it is a Text, which would drop BEL, BS, VT, FF and CR unseen).
             self.write(log_line(visible(line, "\t"), style))

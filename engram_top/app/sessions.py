@@ -1,18 +1,22 @@
 """What the dashboard needs of a session, whichever it is: the live one (engram_top.live:
 servers started, switched, stopped, attached to), a replay (engram_top.record.replay: play,
-pause, seek, speed), or a test's fixed store. Each declares it all, so the app never asks a
-session what it has (tests/test_session_protocol.py checks the sessions against these)."""
+pause, seek, speed), or a test's fixed store; and what the fleet's screens need of a fleet
+session (engram_top.fleet's). Each declares it all, so the app never asks a session what it
+has, nor names the concrete one (tests/test_session_protocol.py checks the sessions against
+these)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from engram_top.alerts.monitor import AlertWatch
-from engram_top.compare.slo import Slo
-from engram_top.model.left_running import LeftRunning
-from engram_top.model.store import RunStore
+from engram_top.alerts import AlertWatch
+from engram_top.compare import Slo
+from engram_top.model import LeftRunning, Reading, RunStore
+
+if TYPE_CHECKING:  # the dashboard never loads the fleet (Prometheus's client) for these
+    from engram_top.fleet import FleetRow, NodeDetail, PromStatus
 
 
 @runtime_checkable
@@ -71,3 +75,39 @@ class DashboardSession(Protocol):
     async def switch(self, name: str, force: bool = False) -> object: ...
     async def stop_scenario(self) -> None: ...
     async def attach(self, url: str) -> None: ...
+
+
+@runtime_checkable
+class FleetView(Protocol):
+    """What the fleet's screens need of a fleet session: its nodes' rows and the age of their
+    figures, how Prometheus answered, a node's detail in the dashboard's own panels, and its
+    lifetime (a borrowed one is started and closed by its owner)."""
+
+    @property
+    def url(self) -> str: ...  # shown: without a user:password@
+    @property
+    def credential(self) -> str: ...  # which credential is sent, in words ("" for none)
+    @property
+    def interval(self) -> float: ...  # seconds between polls
+    @property
+    def polls(self) -> int: ...  # polls answered so far: a new one means new rows
+    @property
+    def status(self) -> Reading[Any] | None: ...  # the last poll's (None before the first)
+    @property
+    def nodes(self) -> Mapping[str, tuple[float, object]]: ...  # node -> (read at, figures)
+    @property
+    def clock(self) -> Callable[[], float]: ...  # the clock its readings' times are on
+    on_poll: Callable[[], None] | None  # called after each poll
+
+    def rows(self) -> list[FleetRow]: ...
+    def row_of(self, node: str) -> FleetRow | None: ...
+    def prom_status(self) -> PromStatus | None:
+        """The last answer's size and cost (None while it fails)."""
+    def detail(self, node: str) -> NodeDetail | None:
+        """A node's figures as a store of its own, for the dashboard's panels."""
+    def feed(self, d: NodeDetail) -> bool:
+        """The node's latest figures into its detail's store (False: none new)."""
+    async def load_history(self, d: NodeDetail) -> str:
+        """The node's recent past into its detail; what was loaded, in words."""
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...

@@ -13,9 +13,9 @@ from engram_top.app.mixin import AppMixin
 from engram_top.app.sessions import DashboardSession
 
 if TYPE_CHECKING:  # loaded when used: pandas and Parquet cost the first frame
-    from engram_top.compare.run_result import RunResult
-    from engram_top.export import snapshot
-    from engram_top.seed.reference import Reference
+    from engram_top import export
+    from engram_top.compare import RunResult
+    from engram_top.seed import Reference
 
 
 class TakesSnapshots(AppMixin):
@@ -33,24 +33,24 @@ class TakesSnapshots(AppMixin):
         dashboard stays live through pandas, Parquet and fsync (about half a second)."""
         store = self.session.store
         secrets = list(self.session.secrets)
-        from engram_top.export import snapshot
+        from engram_top import export
         try:
             # Its one comparison (snapshot.json and summary.md) takes the runs loaded from
             # files and the price, as the compare screen does.
-            taken = snapshot.prepare(
+            taken = export.prepare(
                 self.snapshot_dir, store, self.reference, svg=self.export_screenshot(),
                 compare_with=self.compare_with, price_per_gpu_hour=self.price_per_gpu_hour,
                 secrets=secrets)
-        except snapshot.SnapshotError as exc:
+        except export.SnapshotError as exc:
             self._snapshot_failed(exc)
             return
         self._write_snapshot(taken)
 
     @work(group="snapshot", exit_on_error=False)
-    async def _write_snapshot(self, taken: snapshot.Prepared) -> None:
+    async def _write_snapshot(self, taken: export.Prepared) -> None:
         # A thread for the files; the result is told here, on the loop. Quitting meanwhile
         # cancels this worker, not the write: Python waits for the thread before it exits.
-        from engram_top.export.snapshot import SnapshotError  # loaded by action_snapshot already
+        from engram_top.export import SnapshotError
         try:
             path = await asyncio.to_thread(taken.write)
         except SnapshotError as exc:  # nothing half-written; the app goes on

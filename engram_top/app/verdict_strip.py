@@ -10,27 +10,27 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import Static
 
-from collectors.safetext import visible
-from engram_top.compare.run_result import RunResult
-from engram_top.compare.runs import comparison
-from engram_top.compare.verdict import (
+from collectors import visible
+from engram_top.compare import (
     NO_INTERVAL,
     NOT_MEASURED,
     WARMING_UP,
     Finding,
+    RunResult,
     Verdict,
-    verdict,
+    compare_runs,
+    verdict_of,
 )
-from engram_top.model.store import RunStore, SourceName, StoreTopic
+from engram_top.model import RunStore, SourceName, StoreTopic
 
 
 def strip_verdict(store: RunStore, extra: Sequence[RunResult] = ()) -> Verdict | None:
     """The verdict of the session's comparison (with the runs loaded from files); None
     while fewer than two scenarios have figures."""
-    c = comparison(store.runs, extra=extra)
+    c = compare_runs(store.runs, extra=extra)
     if c is None or len(c.scenarios) < 2:
         return None
-    return verdict(c, warming=c.warming)
+    return verdict_of(c, warming=c.warming)
 
 
 # The axes as the strip names them (compare.verdict's keys), and in fewer letters where the

@@ -1,1 +1,14 @@
-"""A fleet read through Prometheus: its rows, a node's detail and its snapshot."""
+"""A fleet read through Prometheus: its rows, a node's detail and its snapshot.
+
+Its face: what a package above reads of it (the app through nothing else, and of a session
+only what app.sessions.FleetView declares). The fleet's comparison is fleet_results of its
+rows, over FLEET_METRICS."""
+
+from collectors.prometheus import PromStatus
+from engram_top.fleet.detail import HISTORY_S, NodeDetail
+from engram_top.fleet.session import METRICS as FLEET_METRICS
+from engram_top.fleet.session import FleetRow, FleetSession
+from engram_top.fleet.session import results as fleet_results
+
+__all__ = ["FLEET_METRICS", "HISTORY_S", "FleetRow", "FleetSession", "NodeDetail",
+           "PromStatus", "fleet_results"]

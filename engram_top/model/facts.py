@@ -21,9 +21,9 @@ from collectors.units import GIB
 from engram_top.model import energy, ledger
 from engram_top.model.figures import RunFigures
 from engram_top.model.hicache import hicache_facts as hicache_facts  # re-exported
-from engram_top.model.host_facts import gpu_server_pids
-from engram_top.model.host_facts import host_facts as host_facts  # re-exported
-from engram_top.model.host_facts import server_pids as server_pids  # re-exported
+from engram_top.model.host import gpu_server_pids
+from engram_top.model.host import host_facts as host_facts  # re-exported
+from engram_top.model.host import server_pids as server_pids  # re-exported
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.model.views import (
     EngramTableView,

@@ -23,7 +23,7 @@ from collectors.source import SourceName
 from collectors.startup_facts import RankFacts
 from collectors.units import GIB, MIB
 from engram_top.model.hicache import hicache_facts
-from engram_top.model.host_facts import gpu_server_pids, host_facts, server_pids
+from engram_top.model.host import gpu_server_pids, host_facts, server_pids
 from engram_top.model.store import RunFacts, RunStore
 from scenarios.runstate import LIVE
 
@@ -74,7 +74,7 @@ class GpuLedger:
     # report (a line whose figure is unknown lands here too). Negative: the lines over-count.
     unexplained_bytes: float
     server_bytes: int  # what NVML attributes to the server's processes
-    # NVML's pids this host cannot see, taken as the server's (model.host_facts.
+    # NVML's pids this host cannot see, taken as the server's (model.host.
     # gpu_server_pids): said, since it is a reading of the node, not a figure.
     note: str = ""
 

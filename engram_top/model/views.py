@@ -36,7 +36,7 @@ class GpuProcessView:
     pid: int
     name: str
     used_bytes: int | None
-    server: bool = False  # the watched server's (model.host_facts.gpu_server_pids)
+    server: bool = False  # the watched server's (model.host.gpu_server_pids)
     seen: bool | None = None  # on this host's /proc (collectors.readings.GpuProcess)
 
 

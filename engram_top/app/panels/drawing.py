@@ -9,12 +9,9 @@ from typing import Any, Literal
 from rich.console import Group
 from rich.text import Text
 
-from collectors.safetext import visible
-from collectors.units import gib, latency, latency_bucket
-from engram_top.model import STOP_ASKED, facts
-from engram_top.model.ledger import LedgerLine
-from engram_top.model.store import RunStore, SeriesName, SourceName
-from engram_top.model.views import Quantiles
+from collectors import gib, latency, latency_bucket, visible
+from engram_top import model
+from engram_top.model import STOP_ASKED, LedgerLine, Quantiles, RunStore, SeriesName, SourceName
 
 BAR_WIDTH = 24
 
@@ -135,7 +132,7 @@ def recent(store: RunStore, metric: SeriesName) -> list[float]:
 def source_line(store: RunStore, kind: str, label: str) -> Text | None:
     """A line saying the source is failing, and for how long its values have been stale;
     for a server that was stopped, that the figures are its last."""
-    st = facts.source_status(store, kind)
+    st = model.source_status(store, kind)
     run = store.run
     if kind == SourceName.SERVER and st.status == "starting" and st.message.startswith("waiting"):
         return Text(st.message, style="dim")  # a start-up before its port opens

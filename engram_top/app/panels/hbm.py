@@ -12,8 +12,8 @@ import re
 from rich.console import Group
 from rich.text import Text
 
-from collectors.safetext import visible
-from collectors.units import GIB, byte_rate, gib, sglang_gb, tokens, weights_gb
+from collectors import GIB, byte_rate, gib, sglang_gb, tokens, visible, weights_gb
+from engram_top import model
 from engram_top.app.panels.drawing import (
     bar,
     columns,
@@ -23,11 +23,14 @@ from engram_top.app.panels.drawing import (
     source_rows,
     waiting,
 )
-from engram_top.model import facts, ledger
-from engram_top.model.hicache import engram_rx_estimate
-from engram_top.model.ledger import GpuLedger
-from engram_top.model.store import RunStore, SourceName, StoreTopic
-from engram_top.model.views import GpuView
+from engram_top.model import (
+    GpuLedger,
+    GpuView,
+    RunStore,
+    SourceName,
+    StoreTopic,
+    engram_rx_estimate,
+)
 
 # What it is drawn from: it is redrawn when one of these has a new version in the store.
 SOURCES = (SourceName.GPU, SourceName.HOST, SourceName.SERVER, StoreTopic.RUN)
@@ -39,12 +42,12 @@ def hbm_panel(store: RunStore, rows: int | None = None,
     (half of 100 columns) the table drops the per-GPU total and clocks, and throttles get
     lines of their own; on a short one the GPU rows and the throttles stay."""
     out = [(0, w) for w in source_rows(store, SourceName.GPU, "GPU")]
-    gpus = facts.gpu_facts(store)
+    gpus = model.gpu_facts(store)
     if not gpus:
         return waiting([w for _, w in out], "waiting for the first GPU reading…")
     # With no process list (dcgm-exporter through Prometheus has none), the server's share
     # is unknown: a dash, not 0.0.
-    known = any(g.processes for g in gpus) or bool(facts.server_pids(store))
+    known = any(g.processes for g in gpus) or bool(model.server_pids(store))
     throttled = {g.index: g.throttle_reasons for g in gpus if g.throttle_reasons}
     table = []
     for layout in ("wide", "full", "narrow", "tight"):
@@ -183,7 +186,7 @@ def server_hbm_line(gpu: GpuView, store: RunStore, cols: int | None) -> Text | N
     kv = "" if gpu.kv_cache_gb is None else f" · KV {sglang_gb(gpu.kv_cache_gb)}"
     graphs_gb = _graphs_gb(gpu, store)
     graphs = "" if graphs_gb is None else f" · graphs {sglang_gb(graphs_gb)}"
-    label = f"GPU {gpu.index} by {facts.engine_of(store)}: "
+    label = f"GPU {gpu.index} by {model.engine_of(store)}: "
     text = first_fitting(cols, (f"{label}{weights}{kv}{graphs} GB", f"{weights}{kv}{graphs} GB",
                                 f"{weights}{kv} GB", f"{weights} GB"))
     line = Text(text, no_wrap=True, overflow="ellipsis")
@@ -197,9 +200,9 @@ def server_hbm(gpu: GpuView, store: RunStore) -> list[Text]:
     weights = gpu.weights_gb
     kv = gpu.kv_cache_gb
     graphs = _graphs_gb(gpu, store)
-    engine = facts.engine_of(store)
+    engine = model.engine_of(store)
     if weights is None:
-        note = facts.word(store, "weights", "")  # where an engine's metrics give none
+        note = model.word(store, "weights", "")  # where an engine's metrics give none
         return [Text(f"{engine}'s breakdown appears as the weights load"
                      + (f" ({note})" if note else ""), style="dim")]
     parts = [("weights", weights, "cyan"), ("KV pool", kv, "magenta"), ("graphs", graphs, "blue")]
@@ -223,11 +226,11 @@ def engram_rx_rows(store: RunStore, gpus: list[GpuView],
     """Under the HBM table, where HiCache reports its load-back: each GPU's receive less its
     rank's load-back, "Engram ≈ 812 MB/s per GPU (est.)". Nothing where HiCache is off or
     says nothing of its load-back: the whole receive is not called Engram's."""
-    view = facts.hicache_facts(store)
+    view = model.hicache_facts(store)
     if view is None or not view.load_back_by_rank:
         return []
     est = engram_rx_estimate({g.index: g.pcie_rx_bytes_per_s for g in gpus}, view)
-    engram = facts.engram_facts(store)
+    engram = model.engram_facts(store)
     # With the tables in HBM no Engram row crosses the link: the rest is someone else's.
     name = "other rx" if engram is not None and engram.placement == "device" else "Engram"
     known = {i: v for i, v in est.items() if v is not None}
@@ -255,7 +258,7 @@ def hbm_rows(store: RunStore, cols: int | None = None) -> list[tuple[int, Text]]
     """Each GPU's NVML used against what its holders account for: every GPU another process
     holds memory on or where a tenth of the used memory is unexplained (rank 2: on a short
     panel they stay before the legend), else the first GPU (ranks are alike; rank 3)."""
-    books = ledger.hbm_ledger(store)
+    books = model.hbm_ledger(store)
     notable = [b for b in books if _notable(b)]
     rows = [(2 if notable else 3, Text(first_fitting(cols, _hbm_variants(b)), no_wrap=True,
                                        overflow="ellipsis", style="dim"))

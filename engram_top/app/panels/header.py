@@ -7,11 +7,17 @@ from enum import StrEnum
 
 from rich.text import Text
 
-from collectors.safetext import visible
-from collectors.units import seconds
+from collectors import seconds, visible
 from engram_top.app.panels.drawing import bar
-from engram_top.model import SERVING, STARTING_UP, UNASKED_END, RunState
-from engram_top.model.store import RunFacts, RunStore, SourceName
+from engram_top.model import (
+    SERVING,
+    STARTING_UP,
+    UNASKED_END,
+    RunFacts,
+    RunState,
+    RunStore,
+    SourceName,
+)
 
 PHASE_LABELS = {"launching": "launching", "distributed_init": "distributed init",
                 "weights": "loading weights", "kv_pool": "allocating KV pool",

@@ -9,12 +9,10 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from collectors.units import GIB, MIB, gib, gib_change, rate
+from collectors import GIB, MIB, gib, gib_change, rate
+from engram_top import model
 from engram_top.app.panels.drawing import bar, figure, first_fitting, fit, row, source_rows, waiting
-from engram_top.model import facts, ledger
-from engram_top.model.ledger import LedgerLine
-from engram_top.model.store import RunStore, SourceName, StoreTopic
-from engram_top.model.views import HostView
+from engram_top.model import HostView, LedgerLine, RunStore, SourceName, StoreTopic
 
 HOST_LABEL_WIDTH = 6  # the panel's longest row label ("server")
 
@@ -26,14 +24,14 @@ SOURCES = (SourceName.HOST, StoreTopic.RUN)
 def host_panel(store: RunStore, rows: int | None = None,
                cols: int | None = None) -> Group:
     out = [(0, w) for w in source_rows(store, SourceName.HOST, "host")]
-    h = facts.host_facts(store)
+    h = model.host_facts(store)
     if h is None:
         return waiting([w for _, w in out], "waiting for the first host reading…")
     width = HOST_LABEL_WIDTH
     out.append((1, row("used", Text.assemble(bar([(h.used_bytes, "blue")], h.total_bytes, 12),
                                              " ", f"{gib(h.used_bytes)} of "
                                                   f"{gib(h.total_bytes, 0)} GiB"), width)))
-    # Δ (the scenario list's figure, facts.run_host_delta_bytes), then whose memory it is.
+    # Δ (the scenario list's figure, model.run_host_delta_bytes), then whose memory it is.
     out += host_rows(store, cols)
     # Pinned host memory (the Engram tables) shows in Shmem and huge pages (the help says);
     # the ledger rows say whose it is, so a short panel drops this one first.
@@ -87,7 +85,7 @@ def engram_rows(store: RunStore, cols: int | None = None) -> list[tuple[int, Tex
     """The Engram row, ranked for fit(): where the tables are, what they hold of host
     memory, how often the layers look rows up, and whether the prefetch engages (and why
     not)."""
-    e = facts.engram_facts(store)
+    e = model.engram_facts(store)
     out: list[tuple[int, Text]] = []
     if e is not None and e.placement is not None:
         line = Text.assemble(("Engram ", "bold"), (f"{e.placement} ", "bold cyan"),
@@ -112,7 +110,7 @@ def engram_rows(store: RunStore, cols: int | None = None) -> list[tuple[int, Tex
             style = {"engaged": "green", "off": "dim"}.get(e.prefetch, "bold yellow")
             # The verdict may be long (every failing condition): it wraps rather than hides.
             out.append((2, Text(f"  {e.verdict}", style=style)))
-    run = facts.run_facts(store)
+    run = model.run_facts(store)
     for table in run.engram_host_tables if run else ():
         if table.no_huge_pages_warning:  # the tables' one warning: lookups ~10x slower
             out.append((2, Text(f"Engram {table.label}: {table.huge_pct:.0f}% huge: "
@@ -131,7 +129,7 @@ SHORT = {"Engram tables": "tables", "HiCache host pools": "HiCache",
 def host_rows(store: RunStore, cols: int | None = None) -> list[tuple[int, Text]]:
     """The server's share of host growth with the other tenants' beside it (rank 1), then
     the server's lines (rank 2) and the rest of the host (rank 3)."""
-    book = ledger.host_ledger(store)
+    book = model.host_ledger(store)
     if book is None:
         return []
     out = [(1, delta_row(store))]
@@ -153,8 +151,8 @@ def _variants(lines: list[LedgerLine]) -> tuple[str, ...]:
 
 def delta_row(store: RunStore) -> Text:
     """Host Δ: the server's share since its launch, other tenants' growth beside it."""
-    server = ledger.run_server_delta_bytes(store, store.run)
-    others = ledger.others_delta_bytes(store)
+    server = model.run_server_delta_bytes(store, store.run)
+    others = model.others_delta_bytes(store)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append("–" if server is None else f"server {gib_change(server)} GiB",
                 style="bold green" if (server or 0) > 50 * GIB else "")

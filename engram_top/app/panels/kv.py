@@ -10,7 +10,8 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from collectors.units import byte_rate, decimal_bytes, percent, sglang_gb, tokens
+from collectors import byte_rate, decimal_bytes, percent, sglang_gb, tokens
+from engram_top import model
 from engram_top.app.panels.drawing import (
     LABEL_WIDTH,
     bar,
@@ -24,10 +25,16 @@ from engram_top.app.panels.drawing import (
     unavailable,
     waiting,
 )
-from engram_top.model import facts
-from engram_top.model.pool_state import MambaView, mamba_facts
-from engram_top.model.store import RunStore, SeriesName, SourceName, StoreTopic
-from engram_top.model.views import HiCacheView, KvView
+from engram_top.model import (
+    HiCacheView,
+    KvView,
+    MambaView,
+    RunStore,
+    SeriesName,
+    SourceName,
+    StoreTopic,
+    mamba_facts,
+)
 
 # What it is drawn from: it is redrawn when one of these has a new version in the store.
 SOURCES = (SourceName.SERVER, StoreTopic.RUN)
@@ -37,8 +44,8 @@ def kv_panel(store: RunStore, rows: int | None = None,
              cols: int | None = None) -> Group:
     """The KV pool; on a short panel the rows that matter most (capacity, use, requests,
     what is not a number) stay and the others go first."""
-    out = [(0, w) for w in source_rows(store, SourceName.SERVER, facts.engine_of(store))]
-    kv = facts.kv_facts(store)
+    out = [(0, w) for w in source_rows(store, SourceName.SERVER, model.engine_of(store))]
+    kv = model.kv_facts(store)
     if kv is None or kv.capacity_tokens is None:
         return waiting([w for _, w in out],
                         "KV pool not allocated yet (the server reports it once ready)")
@@ -51,7 +58,7 @@ def kv_panel(store: RunStore, rows: int | None = None,
     split = {name: u for name, u in (("full", kv.full_usage), ("swa", kv.swa_usage))
              if u is not None}
     # An engine that gives the usage as a fraction only: no token count made up.
-    counted = not (kv.used_tokens is None and "num_used_tokens" in facts.not_reported(store))
+    counted = not (kv.used_tokens is None and "num_used_tokens" in model.not_reported(store))
     width = 12 if room is None or room >= 44 else 8
     out.append((1, row("in use", Text.assemble(
         bar([(usage or 0.0, "magenta")], 1.0, width), (" ", "grey37"),
@@ -73,7 +80,7 @@ def kv_panel(store: RunStore, rows: int | None = None,
         out.append((3, row("free", f"{tokens(kv.available_tokens)} available · "
                                    f"{tokens(kv.evictable_tokens)} evictable")))
     # The same pressure has each engine's own word (SGLang retracts, vLLM preempts).
-    word = facts.word(store, "retracted")
+    word = model.word(store, "retracted")
     retracted = "" if kv.retracted is None else f" · {kv.retracted} {word}"
     if kv.retracted_per_s:
         retracted += (f" ({kv.retracted_per_s:.2f}/s)" if retracted
@@ -98,12 +105,12 @@ def kv_panel(store: RunStore, rows: int | None = None,
     out += [(2 if i == 0 else 4, Text(problem, style="yellow", no_wrap=True,
                                       overflow="ellipsis"))
             for i, problem in enumerate(kv.page_problems[:3])]
-    missing = facts.not_reported(store)
+    missing = model.not_reported(store)
     if missing:  # an engine without these figures: said once, not shown as zeros
         names = {"num_used_tokens": "tokens in use", "weight_gb": "weights",
                  "graph_gb": "graph memory"}
         said = ", ".join(names.get(k, k) for k in missing)
-        out.append((6, Text(f"{facts.engine_of(store)}'s metrics give no {said}",
+        out.append((6, Text(f"{model.engine_of(store)}'s metrics give no {said}",
                             style="dim", no_wrap=True, overflow="ellipsis")))
     if store.run is not None:
         out.append((6, Text(f"placement: {store.run.placement}", style="dim")))
@@ -142,7 +149,7 @@ HICACHE_RANK = 2
 def hicache_rows(store: RunStore, cols: int | None = None) -> list[tuple[int, Text]]:
     """The HiCache rows of the KV panel: its pools, their use and the host-pressure drops
     (in bold yellow while it drops), then its traffic; none where the server has none."""
-    view = facts.hicache_facts(store)
+    view = model.hicache_facts(store)
     if view is None:
         return []
     room = None if cols is None else cols - LABEL_WIDTH - 1

@@ -7,7 +7,8 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from collectors.units import latency, rate
+from collectors import latency, rate
+from engram_top import model
 from engram_top.app.panels.drawing import (
     columns,
     quantile,
@@ -17,8 +18,7 @@ from engram_top.app.panels.drawing import (
     unavailable,
     waiting,
 )
-from engram_top.model import facts
-from engram_top.model.store import RunStore, SeriesName, SourceName
+from engram_top.model import RunStore, SeriesName, SourceName
 
 # What it is drawn from: it is redrawn when one of these has a new version in the store.
 SOURCES = (SourceName.SERVER,)
@@ -26,8 +26,8 @@ SOURCES = (SourceName.SERVER,)
 
 def latency_panel(store: RunStore, rows: int | None = None,
                   cols: int | None = None) -> Group:
-    out = source_rows(store, SourceName.SERVER, facts.engine_of(store))
-    lat = facts.latency_facts(store)
+    out = source_rows(store, SourceName.SERVER, model.engine_of(store))
+    lat = model.latency_facts(store)
     if lat is None:
         return waiting(out, "no latency yet (the server reports once it serves)")
     table: list[list[Text | str]] = [[Text(h, style="bold") for h in ("", "p50", "p99", "mean")]]
