@@ -23,7 +23,7 @@ from engram_top.app.process_end import EndsAsTheProcess
 from engram_top.app.safe import SafeOutput, safe
 from engram_top.app.sessions import FleetView
 from engram_top.app.terminal import SurvivesHangUp
-from engram_top.fleet import FLEET_METRICS, FleetRow, fleet_results
+from engram_top.fleet import FLEET_METRICS, UNREAD, FleetRow, fleet_results
 from engram_top.model import RunStore
 
 DASH = "–"
@@ -217,7 +217,7 @@ class FleetApp(EndsAsTheProcess, SurvivesHangUp, SafeOutput, App[int]):
         if c[0] == "alerts" and r.alerts:
             style = "bold red" if "server silent" in r.alerts else "bold yellow"
         elif (c[0] == "alerts" and r.missing
-              or c[0] == "state" and r.state in ("stale", "no server")):
+              or c[0] == "state" and r.state in UNREAD):
             style = "yellow"
         elif c[0] == "placement" and r.placement_inferred:
             style = "dim"

@@ -7,8 +7,8 @@ rows, over FLEET_METRICS."""
 from collectors.prometheus import PromStatus
 from engram_top.fleet.detail import HISTORY_S, NodeDetail
 from engram_top.fleet.session import METRICS as FLEET_METRICS
-from engram_top.fleet.session import FleetRow, FleetSession
+from engram_top.fleet.session import UNREAD, FleetRow, FleetSession, NodeState
 from engram_top.fleet.session import results as fleet_results
 
-__all__ = ["FLEET_METRICS", "HISTORY_S", "FleetRow", "FleetSession", "NodeDetail",
-           "PromStatus", "fleet_results"]
+__all__ = ["FLEET_METRICS", "HISTORY_S", "UNREAD", "FleetRow", "FleetSession", "NodeDetail",
+           "NodeState", "PromStatus", "fleet_results"]

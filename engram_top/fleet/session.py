@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from collectors.fleet_dialect import FleetDialect
@@ -62,12 +63,24 @@ METRICS = Registry((WEIGHTS, KV, KV_RATIO, TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P9
                     ENERGY))
 
 
+class NodeState(StrEnum):
+    """A fleet node's state in its row: its server's, as Prometheus last told it."""
+
+    SERVING = "serving"  # requests running
+    IDLE = "idle"
+    NO_SERVER = "no server"  # the node answers, its inference engine's series do not
+    STALE = "stale"  # its figures are older than the fleet's stale_after_s
+
+
+UNREAD = frozenset({NodeState.NO_SERVER, NodeState.STALE})  # no figures of a server to show
+
+
 @dataclass(frozen=True)
 class FleetRow:
     node: str
     placement: str  # "?" where neither a label nor the figures tell
     placement_inferred: bool
-    state: str  # "serving", "idle", "no server", "stale"
+    state: NodeState
     gpus: int
     hbm_min: int | None
     hbm_max: int | None
@@ -117,7 +130,7 @@ class FleetRow:
         end when its exporter is missing, its age once the row is stale."""
         if self.server_missing:
             return math.inf
-        return self.age_s if self.state == "stale" else None
+        return self.age_s if self.state == NodeState.STALE else None
 
     @property
     def host_available_pct(self) -> float | None:
@@ -170,11 +183,11 @@ def row(data: FleetNodeData, age_s: float, t: Thresholds, stale_after_s: float) 
     available = _int(h.get("available"))
     kv = s.get("token_usage")
     if age_s > stale_after_s:
-        state = "stale"
+        state = NodeState.STALE
     elif not s:
-        state = "no server"
+        state = NodeState.NO_SERVER
     else:
-        state = "serving" if (s.get("num_running_reqs") or 0) > 0 else "idle"
+        state = NodeState.SERVING if (s.get("num_running_reqs") or 0) > 0 else NodeState.IDLE
     r = FleetRow(
         node=data.node, placement=placement, placement_inferred=inferred, state=state,
         gpus=len(data.gpus), hbm_min=min(used) if used else None,
@@ -209,7 +222,7 @@ def results(rows: list[FleetRow]) -> list[RunResult]:
     out = []
     trials: dict[str, int] = {}
     for r in rows:
-        if r.state in ("no server", "stale") or r.placement == "?":
+        if r.state in UNREAD or r.placement == "?":
             continue
         trial = trials[r.placement] = trials.get(r.placement, 0) + 1
         out.append(RunResult(

@@ -79,7 +79,7 @@ class AttachedServers:
                                    on_engine=lambda e, note: self._attached_speaks(
                                        shown, e, note)))
             self.add_source(NodeSource(name, collector.poll, collector.close, node=shown,
-                                       kind="server"))
+                                       kind=SourceName.SERVER))
 
     async def _read_environ(self, url: str) -> None:
         # psutil walks every socket of the machine: off the event loop.
