@@ -307,8 +307,11 @@ class ServerData:
     # Figures its engine does not report at all (field -> why): vLLM's weights, graph memory
     # and tokens in use. Said once by the panels, never shown as zeros.
     not_reported: dict[str, str] = field(default_factory=dict)
-    # What else its engine's collector gives, by name (vLLM's cache_config, the simulated
-    # server's own block): kept, recorded and exported, read by no panel.
+    # A simulated server's own block of /server_info (its placement, time scale, node
+    # folder, Engram environment); None for any other server.
+    simulated: dict[str, object] | None = None
+    # What else its engine's collector gives, by name (vLLM's cache_config): kept, recorded
+    # and exported, read by no panel.
     extra: dict[str, object] = field(default_factory=dict)
     # Figures the server sent but that are not numbers to show (NaN, +Inf): field -> why,
     # "n/a: NaN from rank 0". The field itself is None.

@@ -41,13 +41,14 @@ def test_a_simulated_server_names_its_node_on_loopback_only(node_server: SimServ
     named = info["simulated"]["node_dir"]
     assert Path(named) == node_server.node_dir.resolve()
     assert info["simulated"]["env"]["SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE"] == "1"
-    extra = {"simulated": info["simulated"]}
-    assert named_node_dir(node_server.url, extra) == Path(named)
+    simulated = info["simulated"]
+    assert named_node_dir(node_server.url, simulated) == Path(named)
     # Another machine's folder means nothing here; nor does a folder that is not a node's.
-    assert named_node_dir("http://10.0.0.7:30000", extra) is None
-    assert named_node_dir(node_server.url, {"simulated": {"node_dir": "/"}}) is None
-    assert named_node_dir(node_server.url, {"simulated": {"node_dir": "rel/dir"}}) is None
-    assert named_node_dir(node_server.url, {"simulated": {"node_dir": 7}}) is None
+    assert named_node_dir("http://10.0.0.7:30000", simulated) is None
+    assert named_node_dir(node_server.url, {"node_dir": "/"}) is None
+    assert named_node_dir(node_server.url, {"node_dir": "rel/dir"}) is None
+    assert named_node_dir(node_server.url, {"node_dir": 7}) is None
+    assert named_node_dir(node_server.url, None) is None  # not a simulated server
     assert named_node_dir(node_server.url, {"simulated": "x"}) is None
 
 

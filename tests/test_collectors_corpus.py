@@ -86,7 +86,7 @@ async def test_sglang_collector_reads_the_recorded_ready_server() -> None:
     for rank in data.ranks.values():
         assert rank == {"weight_gb": 119.043, "kv_cache_gb": pytest.approx(data.kv_cache_gb),
                         "max_total_num_tokens": 11_840_000}
-    assert data.extra["simulated"]["placement"] == "device"
+    assert data.simulated is not None and data.simulated["placement"] == "device"
     assert data.output_tokens_per_s is None  # one scrape: no window yet
     assert client.asked == ["/health", "/server_info", "/metrics"]
 

@@ -54,7 +54,7 @@ async def test_sglang_collector_reads_the_ready_server(sim_device: SimServer) ->
     for rank in data.ranks.values():
         assert rank == {"weight_gb": 119.043, "kv_cache_gb": pytest.approx(data.kv_cache_gb),
                         "max_total_num_tokens": 11_840_000}
-    assert data.extra["simulated"]["placement"] == "device"
+    assert data.simulated is not None and data.simulated["placement"] == "device"
     # One scrape: no window yet.
     assert data.output_tokens_per_s is None
 

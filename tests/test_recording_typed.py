@@ -105,9 +105,20 @@ def test_an_older_recording_s_server_args_and_not_reported_become_fields() -> No
 
     now = Reading("sglang", Status.OK, ServerData(
         "u", True, server_args={"tp_size": 4}, not_reported={"weight_gb": "no gauge"},
-        extra={"simulated": {"placement": "host"}}), at=5.0, wall=1.7e9)
+        extra={"cache_config": {"block_size": "128"}}), at=5.0, wall=1.7e9)
     data = json.loads(json.dumps(encode_reading(now)))
     assert decode_reading(data) == now
     for key in ("server_args", "not_reported"):
         data["data"]["extra"][key] = data["data"].pop(key)  # as it was written then
+    assert decode_reading(data) == now
+
+
+def test_an_older_recording_s_simulated_block_becomes_its_field() -> None:
+    from collectors.readings import Reading, ServerData, Status
+    from engram_top.record.file_format import decode_reading, encode_reading
+
+    now = Reading("sglang", Status.OK, ServerData(
+        "u", True, simulated={"placement": "host", "env": {"X": "1"}}), at=5.0, wall=1.7e9)
+    data = json.loads(json.dumps(encode_reading(now)))
+    data["data"]["extra"]["simulated"] = data["data"].pop("simulated")  # as it was written
     assert decode_reading(data) == now

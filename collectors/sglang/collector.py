@@ -238,7 +238,7 @@ def server_info_fields(info: dict[str, Any]) -> dict[str, Any]:
     usage = first.get("memory_usage") if isinstance(first, dict) else None
     if not isinstance(usage, dict):
         usage = {}
-    extra: dict[str, object] = {"simulated": info["simulated"]} if "simulated" in info else {}
+    sim = info.get("simulated")
     args = {k: info[k] for k in PLACEMENT_ARGS if k in info
             and (info[k] is None or isinstance(info[k], str | int | float | bool | dict))}
     return {
@@ -251,7 +251,7 @@ def server_info_fields(info: dict[str, Any]) -> dict[str, Any]:
         "graph_gb": memory_gb(usage.get("graph")),
         # Only what a dashboard needs; /server_info also echoes api keys, never kept.
         "server_args": args,
-        "extra": extra,
+        "simulated": sim if isinstance(sim, dict) else None,
     }
 
 

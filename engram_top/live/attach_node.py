@@ -6,8 +6,8 @@ simulated server serving on loopback names it in /server_info's "simulated" bloc
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from collectors.server_process import LOOPBACK
@@ -27,14 +27,13 @@ def node_dir_problem(path: Path) -> str | None:
     return None
 
 
-def named_node_dir(url: str, extra: dict[str, Any]) -> Path | None:
-    """The node folder a simulated server on this machine names; None for any other
-    server, a remote one (its folder would be another machine's), or a folder that is not
-    a node's."""
-    if urlsplit(url).hostname not in LOOPBACK:
+def named_node_dir(url: str, simulated: Mapping[str, object] | None) -> Path | None:
+    """The node folder a simulated server on this machine names (in ServerData.simulated);
+    None for any other server, a remote one (its folder would be another machine's), or a
+    folder that is not a node's."""
+    if urlsplit(url).hostname not in LOOPBACK or simulated is None:
         return None
-    sim = extra.get("simulated")
-    named = sim.get("node_dir") if isinstance(sim, dict) else None
+    named = simulated.get("node_dir")
     if not isinstance(named, str) or not named or "\x00" in named:
         return None
     path = Path(named)

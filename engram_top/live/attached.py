@@ -101,7 +101,7 @@ class AttachedServers:
         if self.node_dir is not None or facts.owned or not facts.url:
             return
         server = self.store.data(SourceName.SERVER)
-        node_dir = named_node_dir(facts.url, server.extra) if server is not None else None
+        node_dir = named_node_dir(facts.url, server.simulated) if server is not None else None
         if node_dir is None:
             return
         self._on_node(node_dir)

@@ -5,7 +5,7 @@ and Engram placement its engine reads from what the server said."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from collectors.readings import Reading, Status
@@ -107,11 +107,10 @@ def logged_args(startup: StartupFacts) -> dict[str, Any]:
     return {**parsed.raw, **typed_args(parsed)}
 
 
-def simulated_env(extra: dict[str, Any]) -> dict[str, str]:
+def simulated_env(simulated: Mapping[str, object] | None) -> dict[str, str]:
     """The Engram switches a simulated server says it runs with (/server_info's own
     "simulated" block): started by hand, its process environment has none of them."""
-    sim = extra.get("simulated")
-    env = sim.get("env") if isinstance(sim, dict) else None
+    env = simulated.get("env") if simulated is not None else None
     if not isinstance(env, dict):
         return {}
     return {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
@@ -124,7 +123,7 @@ def read_engram(store: RunStore, facts: RunFacts, engine: Engine, sc: Scenario |
     environment and args, its log, its GPU."""
     server = store.data(SourceName.SERVER)
     if not env and server is not None:
-        env = simulated_env(server.extra)
+        env = simulated_env(server.simulated)
     args = {**(server.server_args if server is not None else {}),
             **logged_args(facts.startup)}
     gpus = store.data(SourceName.GPU)

@@ -302,7 +302,7 @@ def decode_reading(obj: Any, origin: float = 0.0, where: str = "reading") -> Rea
 
 
 # ServerData's figures a recording made before they were fields kept in its extra dict.
-EXTRA_FIELDS = ("server_args", "not_reported")
+EXTRA_FIELDS = ("server_args", "not_reported", "simulated")
 
 
 def fields_from_extra(data: ServerData) -> ServerData:
