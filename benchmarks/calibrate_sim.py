@@ -3,9 +3,9 @@
 Runs the seed-like workload (seeds [workload]) through the simulated scheduler in virtual
 time for device and host-prefetch, over model.DRAWS draws of its requests (a bench's rounds
 each draw their own), and solves for (extra_step_s, extra_per_seq_s, prefill_factor) so that
-mean TTFT, mean TPOT and output throughput move by the seed's +15.57%, +10.91% and -14.36%. Prints the fit and the residuals; copy the three numbers into
-seeds/dsv41_flash_4xb200.toml [service.extra.host-prefetch]. Deterministic: same numbers
-every run.
+mean TTFT, mean TPOT and output throughput move by the seed's +15.57%, +10.91% and -14.36%.
+Prints the fit and the residuals; copy the three numbers into seeds/dsv41_flash_4xb200.toml
+[service.extra.host-prefetch]. Deterministic: same numbers every run.
 
     python benchmarks/calibrate_sim.py
 """

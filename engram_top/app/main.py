@@ -429,7 +429,9 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         """Active alerts first, errors before warnings and the newest first, a line each
         (cut to the line, never wrapped: a long alert hid the ones after it); what does not
         fit is counted. Then the latest events in the lines left, each with its time."""
-        rows = 1 if self.screen.has_class("-verdict") else 2  # app.tcss: the strip takes one
+        # app.tcss: the strip takes one. The dashboard's own screen (the stack's first), not
+        # whichever is on top: with help open the events line kept one row or two by chance.
+        rows = 1 if self.screen_stack[0].has_class("-verdict") else 2
         alerts = sorted(store.alerts.values(), key=lambda a: (a.severity != "error", -a.since))
         shown, hidden = alerts[:rows], len(alerts[rows:])
         lines = [Text.assemble(
