@@ -188,7 +188,7 @@ def agree(nvml: Any, text: str, scale: float, tol: Any, field: str) -> str:
     if nvml is None:
         return "only nvidia-smi"
     if field == "throttle_reasons":
-        from collectors.nvml_health import throttle_names
+        from collectors.nvml_codes import throttle_names
         try:
             smi_names = throttle_names(int(text, 16))
         except ValueError:

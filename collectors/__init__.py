@@ -1,10 +1,11 @@
 """Readers of the node (GPUs, host memory, servers, Prometheus) into typed readings.
 
 Its face, for what shows what they read: the units (bytes, GiB, durations, rates, written
-one way everywhere) and safe text (a server's, a file's or a label's text made visible,
-never acting on the terminal). Constants and pure functions, no I/O (a contract in
-pyproject.toml holds it so); the readers themselves are their modules'."""
+one way everywhere), safe text (a server's, a file's or a label's text made visible,
+never acting on the terminal) and an XID's meaning. Constants and pure functions, no I/O
+(a contract in pyproject.toml holds it so); the readers themselves are their modules'."""
 
+from collectors.nvml_codes import xid_text
 from collectors.safetext import table_cell, unsafe_in, visible
 from collectors.units import (
     DASH,
@@ -35,4 +36,4 @@ from collectors.units import (
 __all__ = ["DASH", "GB", "GIB", "KB", "KIB", "MB", "MIB", "NA", "byte_rate", "decimal_bytes",
            "gib", "gib_change", "gib_text", "latency", "latency_bucket", "ms_text",
            "pct_change", "percent", "rate", "seconds", "sglang_gb", "table_cell", "tokens",
-           "unsafe_in", "visible", "weights_gb"]
+           "unsafe_in", "visible", "weights_gb", "xid_text"]

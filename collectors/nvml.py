@@ -19,7 +19,8 @@ from typing import Any, Protocol, TypeVar
 import pynvml
 
 from collectors.base import FailureTracker, SourceUnavailable, describe, run_blocking
-from collectors.nvml_health import XidWatch, throttle_names
+from collectors.nvml_codes import throttle_names
+from collectors.nvml_health import XidWatch
 from collectors.proc_names import ProcessNames
 from collectors.readings import GpuData, GpuDevice, GpuProcess, Reading, Status
 

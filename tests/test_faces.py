@@ -7,6 +7,8 @@ nothing it does not list."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import importlib
 import pkgutil
 from pathlib import Path
@@ -74,3 +76,15 @@ def test_the_app_imports_from_a_face_only_what_it_lists() -> None:
         elif name not in face(module).__all__:
             wrong.append(f"{path}:{line}: {module} does not list {name}")
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.slow  # a fresh interpreter, to import without pynvml
+def test_the_command_line_imports_where_nvidia_ml_py_is_not_installed() -> None:
+    """`engram-top probe` runs in SGLang's environment, which has torch but need not have
+    nvidia-ml-py: nothing on the way to a command may import pynvml at module level (an
+    alert's XID text once did, through the collector that polls the events)."""
+    code = ("import sys; sys.modules['pynvml'] = None\n"
+            "import engram_top.cli.commands, engram_top.probe, engram_top.alerts")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

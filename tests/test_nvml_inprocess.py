@@ -23,7 +23,7 @@ NO_DRIVER = "no NVIDIA driver: libnvidia-ml.so.1 not found"
 
 
 def test_throttle_reason_bits_decode_to_names() -> None:
-    from collectors.nvml_health import THROTTLE_BITS, throttle_names, xid_text
+    from collectors.nvml_codes import THROTTLE_BITS, throttle_names, xid_text
 
     assert throttle_names(0) == ()
     assert throttle_names(pynvml.nvmlClocksEventReasonGpuIdle

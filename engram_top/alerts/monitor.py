@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from collectors.nvml_health import xid_text
+from collectors import xid_text
 from collectors.source import SourceName
 from collectors.units import MIB, gib_text
 from engram_top.alerts import pressure
