@@ -13,13 +13,19 @@ import os
 import signal
 import sys
 
-from engram_top.cli.lifetime import run_until_signal, say, write_crash_report
+from engram_top.cli.lifetime import (
+    run_until_signal,
+    say,
+    size_from_the_terminal,
+    write_crash_report,
+)
 from engram_top.cli.output import visible_output
 from engram_top.cli.parser import build_parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    size_from_the_terminal()
     # What a command prints quotes servers, labels and files: every line goes out with its
     # controls made visible (a simulated server's own log, `sim`, is written as it is).
     with contextlib.nullcontext() if argv[:1] == ["sim"] else visible_output():

@@ -132,6 +132,18 @@ def say_left(session: Any, prefix: str = "engram-top") -> None:
         say(f"{prefix}: {server.line()}")
 
 
+def size_from_the_terminal() -> None:
+    """Drop an exported COLUMNS and LINES when the output is a terminal: Textual (its Rich
+    console, made with the app) sizes the screen by them before it asks the terminal, at
+    start and at every resize, so a pair a CI runner or a shell profile exported (80x24,
+    say) held a 120x40 window at "too small" for good. A shell sets them unexported; the
+    terminal's own size is the truth. Called before any app is made."""
+    out = sys.__stdout__  # what Textual draws on
+    if out is not None and out.isatty():
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)
+
+
 def run_dashboard(app: Any, crash_dir: Path | None) -> int:
     """Run the Textual app; then close what its session left open (a crash, a signal), and
     say in one line what happened, and a line for each server left running. The traceback
