@@ -244,7 +244,9 @@ class ServerCore:
                 if not self.sched.waiting:
                     self.wake.clear()
                     await self.wake.wait()
-                    if not self.sched.waiting:  # aborted before it was served
+                    # Aborted before it was served, or paused meanwhile (nothing is admitted
+                    # while paused: the arrival waits in the queue).
+                    if not self.sched.waiting or not self.unpaused.is_set():
                         continue
                 # The burst is served as the model serves one sent all at once: its batch
                 # window counts from its first arrival, not from when the client finished
@@ -252,6 +254,8 @@ class ServerCore:
                 first = max(idle_since, min(r.arrival for r in self.sched.waiting))
                 clock = first + BATCH_WINDOW_S * scale
                 await self._gather_burst(scale, clock)
+                if not self.unpaused.is_set():  # paused while gathering: nothing admitted
+                    continue
                 burst = True
             else:
                 burst = False
