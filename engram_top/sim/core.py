@@ -236,21 +236,17 @@ class ServerCore:
                 await self.unpaused.wait()
                 clock = None
             if not self.sched.running:
-                # Idle (nothing decoding): the next batch forms as the model forms one, even
-                # where the first arrivals came before this loop saw the server go idle (a
-                # closed loop's next level on its kept-alive connections would otherwise be
-                # prefilled apart from the rest of its burst).
+                # Idle: the next batch forms as the model forms one, even where its first
+                # arrivals came before this loop saw the server go idle.
                 idle_since = time.monotonic() if clock is None else clock
                 if not self.sched.waiting:
                     self.wake.clear()
                     await self.wake.wait()
-                    # Aborted before it was served, or paused meanwhile (nothing is admitted
-                    # while paused: the arrival waits in the queue).
+                    # Aborted before it was served, or paused meanwhile (the arrival waits).
                     if not self.sched.waiting or not self.unpaused.is_set():
                         continue
-                # The burst is served as the model serves one sent all at once: its batch
-                # window counts from its first arrival, not from when the client finished
-                # putting it on the wire (a spread that would otherwise add to every TTFT).
+                # Served as a burst sent all at once: its batch window counts from its first
+                # arrival, not from when the client finished putting it on the wire.
                 first = max(idle_since, min(r.arrival for r in self.sched.waiting))
                 clock = first + BATCH_WINDOW_S * scale
                 await self._gather_burst(scale, clock)
