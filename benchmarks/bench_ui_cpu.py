@@ -12,8 +12,14 @@ the two-minute trend lines still grow, and a later minute once they are full, wh
 a dashboard left open for hours costs. First frames are timed with our modules' bytecode
 written (compile_bytecode), as any start after the first has it.
 
-    python benchmarks/bench_ui_cpu.py [--gpus 4,8] [--seconds 60] [--steady-after 130]
+    python benchmarks/bench_ui_cpu.py [--gpus 4,8] [--clients 0,4] [--seconds 60]
+                                      [--steady-after 130] [--profile DIR]
                                       [--follow-node] [--demo]
+
+--clients: idle (0), then under a load of that many clients sending short completions to
+the watched server in closed loops (benchmarks/ui_load.py; about 57 requests a second with
+4 here), the load a served model is under and where a dashboard's cost is: its histograms
+and counters change every second.
 
 Prints, per GPU count: each program's CPU (% of one core) and RSS, and engram-top's ratio to
 nvitop. Needs tmux, gcc and nvitop (the test extras install it). Figures, not pass/fail.
@@ -98,7 +104,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure(gpus: int, seconds: float, steady_after: float, work: Path,
-            follow_node: bool = False) -> dict[str, dict[str, dict[str, float]]]:
+            follow_node: bool = False, clients: int = 0, profile: Path | None = None
+            ) -> tuple[dict[str, dict[str, dict[str, float]]], str]:
     nvitop = shutil.which("nvitop", path=str(BIN)) or shutil.which("nvitop")
     if nvitop is None:
         raise SystemExit("bench_ui_cpu: nvitop not found: pip install -e '.[test]'")
@@ -113,14 +120,24 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     socket = work / "tmux.sock"
     sessions: list[Tmux] = []
+    load: subprocess.Popen[str] | None = None
     try:
         import httpx
         wait_for(lambda: _healthy(httpx, port), 60, "the simulated server")
+        if clients:  # the watched server busy all along, as a served model is
+            load = subprocess.Popen(
+                [sys.executable, str(ROOT / "benchmarks" / "ui_load.py"),
+                 f"http://127.0.0.1:{port}", "--clients", str(clients),
+                 "--seconds", str(steady_after + 2 * seconds + 120)],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True)
         argv = [str(BIN / "engram-top"), "attach", f"http://127.0.0.1:{port}", "--no-record"]
         compile_bytecode()
         starts = sorted(first_frame(socket, argv, env, i) for i in range(FIRST_FRAMES))
+        watched = argv if profile is None else [
+            sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "engram_top", *argv[1:]]
         sessions = [Tmux("nvitop", socket, [nvitop, "--interval", "1"], env),
-                    Tmux("engram-top", socket, argv, env)]
+                    Tmux("engram-top", socket, watched, env)]
         pids = {s.name: wait_for(s.pid, 10, f"{s.name}'s pane") for s in sessions}
         wait_for(lambda: "GPU" in sessions[1].screen() and "KV pool" in sessions[1].screen(),
                  30, "engram-top's first frame")
@@ -131,10 +148,21 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
         out["first minute"] = window(pids, seconds)
         time.sleep(max(0.0, shown_at + steady_after - time.monotonic()))
         out["steady"] = window(pids, seconds)
-        return out
+        if profile is not None:  # quit with q: cProfile writes its file as Python exits
+            subprocess.run(["tmux", "-S", str(socket), "send-keys", "-t", "engram-top", "q"],
+                           capture_output=True)
+            wait_for(lambda: profile.exists(), 30, "the profile to be written")
+        said = ""
+        if load is not None:
+            load.terminate()
+            said = (load.communicate(timeout=60)[0] or "").strip()
+        return out, said
     finally:
         for s in sessions:
             s.kill()
+        if load is not None and load.poll() is None:
+            load.kill()
+            load.wait(10)
         os.killpg(server.pid, 15)
         server.wait(30)
 
@@ -207,12 +235,33 @@ def _healthy(httpx, port: int) -> bool:  # type: ignore[no-untyped-def]
         return False
 
 
+def report(gpus: int, clients: int, seconds: float,
+           result: dict[str, dict[str, dict[str, float]]], load: str) -> None:
+    under = f"under load ({load})" if clients else "idle"
+    start = result.pop("start")["engram-top"]
+    print(f"{gpus} GPUs, {under}: engram-top's first frame {start['median_s']:.2f} s after "
+          f"its launch (median of {FIRST_FRAMES}, {start['min_s']:.2f}-{start['max_s']:.2f} "
+          "s; tmux polled every 20 ms)", flush=True)
+    for label, r in result.items():
+        n, e = r["nvitop"], r["engram-top"]
+        print(f"{gpus} GPUs, {'loaded' if clients else 'idle'}, {label} ({seconds:g} s at "
+              f"{COLS}x{ROWS}): nvitop {n['cpu_pct']:.2f}% CPU, {n['rss_mib']:.0f} MiB; "
+              f"engram-top attach {e['cpu_pct']:.2f}% CPU, {e['rss_mib']:.0f} MiB; "
+              f"ratio {e['cpu_pct'] / n['cpu_pct']:.2f}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", default="4,8", help="GPU counts, comma-separated")
     ap.add_argument("--seconds", type=float, default=60.0, help="each window's length")
     ap.add_argument("--steady-after", type=float, default=130.0,
                     help="seconds after the first frame the steady window starts")
+    ap.add_argument("--clients", default="0,4",
+                    help="load levels, comma-separated: clients sending short completions to "
+                         "the watched server in closed loops (0: idle)")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="run engram-top under cProfile and write DIR/GPUS-CLIENTS.prof "
+                         "(its CPU figures then include cProfile's own cost)")
     ap.add_argument("--follow-node", action="store_true",
                     help="let attach follow the simulated node's folder (the server names "
                          "it) instead of reading the stand-in NVML and /proc as nvitop does")
@@ -222,19 +271,16 @@ def main() -> int:
     if shutil.which("tmux") is None:
         raise SystemExit("bench_ui_cpu: tmux not found (apt-get install tmux)")
     for gpus in (int(g) for g in args.gpus.split(",")):
-        with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
-            result = measure(gpus, args.seconds, args.steady_after, Path(tmp),
-                             args.follow_node)
-        start = result.pop("start")["engram-top"]
-        print(f"{gpus} GPUs: engram-top's first frame {start['median_s']:.2f} s after its "
-              f"launch (median of {FIRST_FRAMES}, {start['min_s']:.2f}-{start['max_s']:.2f} s; "
-              "tmux polled every 20 ms)", flush=True)
-        for label, r in result.items():
-            n, e = r["nvitop"], r["engram-top"]
-            print(f"{gpus} GPUs, {label} ({args.seconds:g} s at {COLS}x{ROWS}): "
-                  f"nvitop {n['cpu_pct']:.2f}% CPU, {n['rss_mib']:.0f} MiB; "
-                  f"engram-top attach {e['cpu_pct']:.2f}% CPU, {e['rss_mib']:.0f} MiB; "
-                  f"ratio {e['cpu_pct'] / n['cpu_pct']:.2f}", flush=True)
+        for clients in (int(c) for c in args.clients.split(",")):
+            with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
+                prof = None
+                if args.profile is not None:
+                    args.profile.mkdir(parents=True, exist_ok=True)
+                    prof = args.profile.resolve() / f"{gpus}-{clients}.prof"
+                    prof.unlink(missing_ok=True)
+                result, load = measure(gpus, args.seconds, args.steady_after, Path(tmp),
+                                       args.follow_node, clients, prof)
+            report(gpus, clients, args.seconds, result, load)
     if args.demo:
         with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
             d = measure_demo(args.seconds, 30.0, Path(tmp))
