@@ -9,8 +9,9 @@ from typing import Any
 
 from collectors import promtext
 from collectors.base import FailureTracker, TooLarge, describe
+from collectors.figure_bounds import bounded
 from collectors.pages import ConnectFailed, Page, PageClient, PageError, bearer
-from collectors.readings import Reading, ServerData, Status, finite
+from collectors.readings import Reading, ServerData, Status
 from collectors.units import MIB
 
 
@@ -115,7 +116,7 @@ class EngineCollector:
             problems.append(f"/metrics: no whole page within {self.deadline_s:g} s")
         except (PageError, ValueError) as exc:
             problems.append(f"metrics: {describe(exc)}")
-        data = finite(ServerData(**fields))
+        data = bounded(ServerData(**fields))
         if problems:
             self._healthy_at = None  # ask /health again next time
             return self.tracker.fail(Status.ERROR, "; ".join(problems), data)

@@ -16,6 +16,8 @@ import json
 import re
 from datetime import UTC, datetime
 
+from collectors.figure_bounds import index
+
 OUTER = re.compile(
     r"(?:(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?"
     r"(?:Z|[+-]\d\d:?\d\d)?\s+"
@@ -67,8 +69,9 @@ def _record_time(record: dict[str, object]) -> float | None:
         value = record.get(key)
         if isinstance(value, str) and (m := _ISO.search(value)):
             return utc_seconds(m.group(1), m.group(2), m.group(3))
-        if key == "__REALTIME_TIMESTAMP" and isinstance(value, str) and value.isdigit():
-            return int(value) / 1e6  # journald: microseconds since the epoch
+        if key == "__REALTIME_TIMESTAMP" and isinstance(value, str) \
+                and (us := index(value, 10**17)) is not None:
+            return us / 1e6  # journald: microseconds since the epoch
         if isinstance(value, int | float) and not isinstance(value, bool) \
                 and 0 < value < 1e11:  # epoch seconds (a shipper's "ts")
             return float(value)
@@ -81,4 +84,5 @@ def utc_seconds(date: str, clock: str, frac: str | None) -> float | None:
         base = datetime.strptime(f"{date} {clock}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
     except ValueError:
         return None
-    return base.timestamp() + (float("0." + frac[1:]) if frac and frac[1:].isdigit() else 0.0)
+    return base.timestamp() + (float("0." + frac[1:]) if frac and frac[1:].isascii()
+                             and frac[1:].isdigit() else 0.0)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
+from collectors.figure_bounds import index
 from collectors.readings import GpuData, HostData
 from collectors.units import GB, GIB, gib_text
 from scenarios.engines.engram import LAYOUT
@@ -237,8 +238,9 @@ def need_of(sc: Scenario, figures: ModelFigures | None) -> Need | None:
     hicache = _number(_arg(sc.args, "--hicache-size")) or 0.0
     visible = sc.launch_env().get("CUDA_VISIBLE_DEVICES")
     indices = None
-    if visible and all(p.strip().isdigit() for p in visible.split(",")):
-        indices = tuple(int(p) for p in visible.split(","))
+    listed = [index(p) for p in visible.split(",")] if visible else []
+    if listed and all(i is not None for i in listed):  # else UUIDs or MIG names
+        indices = tuple(i for i in listed if i is not None)
     on_host = placement != "device"
     layout, layout_source = _layout(sc) if on_host else (None, "")
     return Need(placement, tp, indices, figures.context_bytes, weights, figures.graphs_bytes,

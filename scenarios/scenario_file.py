@@ -62,6 +62,16 @@ RANGES: dict[str, Range] = {
     "hbm_release_timeout_s": bounded_float(0, DAY_S, unit="seconds"),
     "hbm_release_slack_gib": bounded_float(0, 4096, unit="GiB"),  # beyond any GPU's HBM
 }
+# The launch arguments whose numbers engram-top reads itself (the fit check, the HiCache
+# pools): bounded as the file's own numbers are, by the same rule (ranks as `tp`).
+_RANKS = bounded_int(1, 1024, unit="ranks")
+ARG_RANGES: dict[str, Range] = {
+    "--tp-size": _RANKS, "--tp": _RANKS, "--tensor-parallel-size": _RANKS,
+    "--dp-size": _RANKS, "--dp": _RANKS, "--pp-size": _RANKS, "--ep-size": _RANKS,
+    "--hicache-size": bounded_float(0, 1e6, unit="GB a rank"),
+    "--mem-fraction-static": bounded_float(0, 1),
+    "--page-size": bounded_int(1, 1 << 20, unit="tokens"),
+}
 DEFAULTS: dict[str, Any] = {
     "kind": engines.DEFAULT, "host": "127.0.0.1", "tp": 1, "args": [], "env": {},
     "engram_interface": "none", "time_scale": 1.0, "serve_scale": 1.0,
@@ -322,6 +332,8 @@ def _check_fields(table: dict[str, Any], where: tuple[str, ...], at: _At) -> lis
         elif key == "args" and isinstance(value, list) and any("\0" in a for a in value):
             problems.append(f"{at(*where, key)}: {dotted}.args: an argument holds a NUL "
                             "character, which no command line can carry")
+        elif key == "args" and isinstance(value, list):
+            problems += [f"{at(*where, key)}: {dotted}.args: {p}" for p in arg_problems(value)]
         if key == "env" and isinstance(value, dict):
             for k, v in value.items():
                 if not isinstance(v, str):
@@ -332,6 +344,25 @@ def _check_fields(table: dict[str, Any], where: tuple[str, ...], at: _At) -> lis
                                     "variable's name is not empty and holds no = or NUL, "
                                     "nor its value a NUL")
     return problems
+
+
+def arg_problems(args: list[str]) -> list[str]:
+    """What is wrong with the numbers of ARG_RANGES' arguments (``--x v`` or ``--x=v``)."""
+    out = []
+    for i, item in enumerate(args):
+        flag, eq, inline = item.partition("=")
+        bound = ARG_RANGES.get(flag)
+        if bound is None:
+            continue
+        text = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+        if text is None:
+            out.append(f"{flag}: no value follows it")
+            continue
+        try:
+            bound.parse(text)
+        except ValueError as exc:
+            out.append(f"{flag}: {exc}")
+    return out
 
 
 def _wrong_numbers(table: dict[str, Any]) -> set[str]:

@@ -185,3 +185,16 @@ def test_no_readings_leave_the_check_to_what_was_read() -> None:
     assert verdict.level == fit.OK
     assert [ln.text for ln in verdict.lines] == [
         "HBM not checked: no NVIDIA driver", "host RAM not checked: no host reading"]
+
+
+def test_cuda_visible_devices_is_read_as_gpu_indices_only_when_it_is_them(tmp_path: Path) -> None:
+    """"²" is a digit to str.isdigit() but not to int() (it raised ValueError in the fit);
+    UUIDs and MIG names are no indices either: the check then reads no GPU list."""
+    node = free_of(make_node(tmp_path))
+    figures = fit.seed_figures()
+    for visible, indices in (("²", None), ("0,²", None), ("GPU-8d2f1c3a", None),
+                             ("99999999999999999999", None), ("2,3", (2, 3))):
+        sc = dataclasses.replace(demo("device"), env={"CUDA_VISIBLE_DEVICES": visible})
+        need = fit.need_of(sc, figures)
+        assert need is not None and need.gpu_indices == indices, visible
+        predict(sc, node)  # no exception, whatever the list

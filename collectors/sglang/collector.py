@@ -9,6 +9,7 @@ from typing import Any
 
 from collectors import promtext
 from collectors.engine_http import EngineCollector
+from collectors.figure_bounds import index
 from collectors.sglang.families import (  # noqa: F401  (the collector's readers use them)
     MAX,
     MEAN,
@@ -205,6 +206,8 @@ def memory_gb(value: object) -> float | None:
         return memory_gb(sum(known)) if known else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if isinstance(value, int) and abs(value) > 10**15:
+        return None  # no memory figure: and a 400-digit integer cannot become a float
     number = float(value)
     if not math.isfinite(number):
         return None
@@ -287,10 +290,11 @@ def rank_constants(fams: dict[str, promtext.Family]) -> dict[int, dict[str, floa
         if fam is None:
             continue
         for sample in fam.samples:
-            rank = dict(sample.labels).get("tp_rank")
-            if rank is None or not rank.isdigit():
+            label = dict(sample.labels).get("tp_rank")
+            rank = None if label is None else index(label)
+            if rank is None:
                 continue
             value = sample.value if key == "max_total_num_tokens" else memory_gb(sample.value)
             if value is not None and math.isfinite(value):
-                ranks.setdefault(int(rank), {})[key] = value
+                ranks.setdefault(rank, {})[key] = value
     return ranks

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from collectors import promtext
+from collectors.figure_bounds import index
 from collectors.readings import spell
 
 # How one scheduler's gauges add up over the DP ranks: counts add, usages take the fullest
@@ -24,11 +25,16 @@ def _label(labels: promtext.Labels, name: str) -> str | None:
     return None
 
 
-def _rank_key(labels: promtext.Labels) -> tuple[int, ...]:
+def _rank_key(labels: promtext.Labels) -> tuple[int, ...] | None:
+    """The series' (PP, TP) ranks, -1 for a label the page lacks; None where a label is no
+    rank at all ("²", a 30-digit number): that series is no scheduler's."""
     out = []
     for name in _REPLICAS:
         v = _label(labels, name)
-        out.append(int(v) if v is not None and v.isdigit() else -1)
+        i = -1 if v is None else index(v)
+        if i is None:
+            return None
+        out.append(i)
     return tuple(out)
 
 
@@ -39,13 +45,15 @@ def primary(label_sets: list[promtext.Labels]) -> dict[str, list[promtext.Labels
     if any(_label(ls, _PRIORITY) is not None for ls in label_sets):
         total = [ls for ls in label_sets if _label(ls, _PRIORITY) == ""]
         label_sets = total or label_sets
-    groups: dict[str, list[promtext.Labels]] = {}
-    for ls in label_sets:
-        groups.setdefault(_label(ls, _DP) or "", []).append(ls)
+    keyed = [(ls, key) for ls in label_sets if (key := _rank_key(ls)) is not None]
+    groups: dict[str, list[tuple[promtext.Labels, tuple[int, ...]]]] = {}
+    for ls, key in keyed:
+        groups.setdefault(_label(ls, _DP) or "", []).append((ls, key))
+    out: dict[str, list[promtext.Labels]] = {}
     for dp, members in groups.items():
-        low = min(_rank_key(ls) for ls in members)
-        groups[dp] = [ls for ls in members if _rank_key(ls) == low]
-    return groups
+        low = min(key for _, key in members)
+        out[dp] = [ls for ls, key in members if key == low]
+    return out
 
 
 def find(fams: dict[str, promtext.Family], names: tuple[str, ...]) -> promtext.Family | None:

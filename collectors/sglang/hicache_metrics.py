@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from collectors import promtext
+from collectors.figure_bounds import index
 from collectors.sglang.families import counter_figure, find
 from collectors.windowed import WindowedRate
 
@@ -64,12 +65,12 @@ def by_rank(fams: dict[str, promtext.Family]) -> dict[int, float]:
     if fam is None:
         return out
     for s in fam.samples:
-        rank = dict(s.labels).get("tp_rank")
-        if s.name.endswith("_created") or rank is None or not rank.isdigit() \
-                or not math.isfinite(s.value):
+        label = dict(s.labels).get("tp_rank")
+        rank = None if label is None else index(label)
+        if s.name.endswith("_created") or rank is None or not math.isfinite(s.value):
             continue
-        if int(rank) in out or len(out) < MAX_RANKS:
-            out[int(rank)] = out.get(int(rank), 0.0) + s.value
+        if rank in out or len(out) < MAX_RANKS:
+            out[rank] = out.get(rank, 0.0) + s.value
     return out
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from collectors.figure_bounds import index
 from collectors.vllm.line_prefix import VllmLine
 
 _NAME_DIMS = re.compile(r"_(DP|PP|TP|EP)(\d+)")
@@ -73,9 +74,9 @@ class RankBook:
             c[dim.lower()] = int(n)
         if (m := _OLD_ENGINE.match(name)) is not None:
             c["dp"] = int(m.group(1))
-        rank = line.attrs.get("rank", "")
-        if rank.isdigit():
-            c["g"] = int(rank)
+        rank = index(line.attrs.get("rank", ""))
+        if rank is not None:
+            c["g"] = rank
         if line.torch_rank is not None:
             c.setdefault("g", line.torch_rank)
         learned = self._learn(line.msg)

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collectors.figure_bounds import index
 from collectors.safetext import visible
 from collectors.source import LOCAL, SourceName
 from collectors.units import GIB
@@ -344,7 +345,7 @@ def _frame(taken: SeriesPoints) -> pd.DataFrame:
     for key in sorted(taken.points, key=lambda k: k.name):
         fine_start, points = taken.points[key]
         label = key.label(GPU_LABEL)
-        gpu = int(label) if label is not None and label.isdigit() else None
+        gpu = None if label is None else index(label)
         unit = UNITS.get(key.metric.rpartition(".")[2], "")
         for t, value in points:
             rows.append((key.name, str(key.source), gpu, str(key.metric), unit,

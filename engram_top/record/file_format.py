@@ -44,7 +44,8 @@ from functools import cache
 from pathlib import PurePath
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, finite
+from collectors.figure_bounds import bounded
+from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData
 from engram_top.model.redact import redact
 from engram_top.model.store import RunFacts
 
@@ -286,7 +287,7 @@ def decode_reading(obj: Any, origin: float = 0.0, where: str = "reading") -> Rea
         fields = {k: v for k, v in data.items() if k != "type"}
         value = decode_fields(DATA_TYPES[data["type"]], fields, f"{where}.data")
     if isinstance(value, ServerData):
-        value = finite(value)  # NaN gauges of a recording made before they were checked
+        value = bounded(value)  # NaN or absurd figures of a recording made before the checks
         value = fields_from_extra(value)
     rest = {k: v for k, v in obj.items() if k != "data"}
     missing = [k for k in ("at", "wall") if k not in rest]  # defaults would make up a time

@@ -23,6 +23,9 @@ Faults (endpoint=mode):
   stream=truncate:K   K tokens, then a clean end of the stream without [DONE]
   info=inject         /server_info's strings (version, model path, a server arg) hold INJECT
   metrics=inject      the page's label values and a HELP text hold INJECT
+  info=huge           /server_info's tp_size 1e30 (and the server arg), a 400-digit
+                      max_total_num_tokens and a weight memory of 1e308 GB
+  metrics=huge        token_usage and the weight gauge 1e308, a rank labelled "²"
   log=inject          (as a process) log lines holding INJECT before the ready line
 """
 
@@ -71,11 +74,36 @@ def injected_info() -> dict[str, object]:
     return info
 
 
+def huge_info() -> dict[str, object]:
+    """What an absurd or hostile server answers: figures no node could have."""
+    info = dict(SERVER_INFO)
+    info["tp_size"] = 1e30
+    info["max_total_num_tokens"] = 10**400
+    states = [dict(s) for s in info.get("internal_states") or [{}]]  # type: ignore[attr-defined]
+    states[0]["memory_usage"] = {**(states[0].get("memory_usage") or {}), "weight": 1e308}
+    info["internal_states"] = states
+    return info
+
+
+def huge_page(page: str) -> str:
+    out = []
+    for line in page.split("\n"):
+        if line.startswith(("sglang:token_usage{", "sglang:weight_memory_usage_gb{")) \
+                and 'tp_rank="0"' in line:
+            out.append(line.rsplit(" ", 1)[0] + " 1e308")
+            out.append(line.replace('tp_rank="0"', 'tp_rank="²"').rsplit(" ", 1)[0] + " 0.5")
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
 def metrics_page(mode: str) -> str:
     """The recorded page, with one rank's running requests and token usage made NaN or +Inf
     (as a broken exporter or a division by zero in a scheduler would print them)."""
     if mode == "inject":
         return injected_page(PAGE)
+    if mode == "huge":
+        return huge_page(PAGE)
     if mode not in ("nan", "inf"):
         return PAGE
     value = "NaN" if mode == "nan" else "+Inf"
@@ -185,7 +213,8 @@ class BadServer:
             body = b"." * 30 if mode == "drip" else b""  # something to drip: 30 s of it
             return await self._send(writer, 200, body, "text/plain", mode)
         if path in ("/server_info", "/get_server_info"):
-            info = injected_info() if self.faults.get("info") == "inject" else SERVER_INFO
+            info = {"inject": injected_info, "huge": huge_info}.get(
+                self.faults.get("info", ""), lambda: SERVER_INFO)()
             return await self._send(writer, 200, json.dumps(info).encode(),
                                     "application/json")
         if path == "/metrics" and self.faults.get("metrics") == "endless":

@@ -4,6 +4,7 @@ line that says a panel's source is failing."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from rich.console import Group
@@ -24,8 +25,11 @@ def bar(parts: list[tuple[float, str]], total: float, width: int = BAR_WIDTH) ->
     text = Text()
     used = 0
     for value, style in parts:
-        cells = 0 if total <= 0 else round(width * max(0.0, value) / total)
-        cells = min(cells, width - used)
+        # The share first, clamped: width * 1e308 is inf, and round(inf) raises (the
+        # collectors bound a server's figures; a bar never trusts them anyway).
+        share = value / total if total > 0 and math.isfinite(total) else 0.0
+        share = min(1.0, max(0.0, share)) if math.isfinite(share) else 0.0
+        cells = min(round(width * share), width - used)
         text.append("█" * cells, style=style)
         used += cells
     text.append("░" * (width - used), style="grey37")
@@ -33,13 +37,15 @@ def bar(parts: list[tuple[float, str]], total: float, width: int = BAR_WIDTH) ->
 
 
 def sparkline(values: list[float], width: int = 30) -> Text:
-    values = values[-width:]
+    values = [v for v in values[-width:] if math.isfinite(v)]
     if not values:
         return Text("")
     lo, hi = min(values), max(values)
-    span = hi - lo or 1.0
-    return Text("".join(SPARK[int((v - lo) / span * (len(SPARK) - 1))] for v in values),
-                style="cyan")
+    span = hi - lo if math.isfinite(hi - lo) and hi > lo else 1.0
+    top = len(SPARK) - 1
+    shares = [(v - lo) / span for v in values]  # 0..1, or past it where hi - lo overflowed
+    return Text("".join(SPARK[int(min(1.0, r) * top) if math.isfinite(r) else top]
+                        for r in shares), style="cyan")
 
 
 def columns(rows: list[list[Text | str]], justify: str = "") -> list[Text]:
