@@ -11,6 +11,7 @@ holds open or mapped; anything else in /dev/shm is not ours to touch.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 SHM_DIR = Path("/dev/shm")
@@ -43,10 +44,13 @@ def held(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")) -> set[str]:
 
 
 def sweep(since_wall: float, shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"),
-          slack_s: float = 1.0) -> list[str]:
+          slack_s: float = 1.0, owner: int | None = None) -> list[str]:
     """Remove SGLang's segments created at or after ``since_wall`` (less ``slack_s``: the
     kernel's file times run on a coarser clock) that nothing holds; return their names. A
-    folder that cannot be read removes nothing."""
+    folder that cannot be read removes nothing. Only plain files of ``owner`` (this process'
+    user, who launched the server): engram-top often runs as root, which may unlink any
+    user's segment, and a symlink of the family's name is no segment at all."""
+    owner = os.geteuid() if owner is None else owner
     try:
         found = [e for e in os.scandir(shm_dir) if e.name.startswith(FAMILIES)]
     except OSError:
@@ -57,8 +61,11 @@ def sweep(since_wall: float, shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")
     removed = []
     for entry in found:
         try:
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != owner:
+                continue
             # ctime: when the segment was made (or last resized), not when it was written.
-            if entry.stat().st_ctime < since_wall - slack_s or entry.path in busy:
+            if st.st_ctime < since_wall - slack_s or entry.path in busy:
                 continue
             os.unlink(entry.path)
         except OSError:  # gone meanwhile, or not ours

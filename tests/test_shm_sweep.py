@@ -47,3 +47,22 @@ def test_a_sweep_removes_only_what_the_stopped_server_left(tmp_path: Path) -> No
 
 def test_a_folder_that_cannot_be_read_removes_nothing(tmp_path: Path) -> None:
     assert sweep(0.0, shm_dir=tmp_path / "absent") == []
+
+
+def test_another_users_segment_and_a_symlink_of_the_family_stay(tmp_path: Path) -> None:
+    """engram-top often runs as root, which may unlink any user's file: a segment of the
+    family's name owned by another user stays, and so does a symlink (its target too)."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    mine = shm / "sglang_loads_mine_1.shm"
+    theirs = shm / "sglang_loads_theirs_2.shm"
+    target = tmp_path / "precious"
+    for f in (mine, theirs, target):
+        f.write_bytes(b"x" * 64)
+    link = shm / "sgl_shm_link_3"
+    link.symlink_to(target)
+    os.chown(theirs, 12345, 12345)  # the tests run as root, as CI does
+    (tmp_path / "proc").mkdir()  # no process holds anything
+    removed = sweep(0.0, shm, proc=tmp_path / "proc")
+    assert removed == ["sglang_loads_mine_1.shm"]
+    assert theirs.exists() and link.is_symlink() and target.read_bytes() == b"x" * 64
