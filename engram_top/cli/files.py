@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 from engram_top.cli.output import print_json
 from engram_top.cli.sessions import load_probe
@@ -57,13 +59,27 @@ def compare_files(args: argparse.Namespace) -> int:
     return 0
 
 
+def capped_lines(stream: TextIO, cap: int) -> Iterator[str]:
+    """A text's lines, each at most ``cap`` characters and "...": a longer one is given as
+    the log follower gives it, its start cut (a 2 GB line without a newline took over 4 GB
+    to read whole)."""
+    while line := stream.readline(cap):
+        if line.endswith("\n") or len(line) < cap:
+            yield line
+            continue
+        while not line.endswith("\n") and (piece := stream.readline(cap)):
+            line = (line + piece)[-cap:]
+        yield "..." + line
+
+
 def inspect_log(path: Path, kind: str) -> int:
     from scenarios import engines
+    from scenarios.logtail import MAX_LINE
     parser = engines.get(kind).parser()
     try:
         # Line by line: a log of many launches can be larger than memory wants to hold.
         with path.open(errors="replace") as lines:
-            for line in lines:
+            for line in capped_lines(lines, MAX_LINE):
                 parser.feed(line)
     except OSError as exc:
         print(f"engram-top inspect-log: cannot read {path}: {exc.strerror}", file=sys.stderr)
