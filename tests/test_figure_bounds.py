@@ -46,3 +46,22 @@ def test_bars_and_sparklines_draw_any_number() -> None:
     assert bar([(float("nan"), "red"), (0.5, "blue")], 1.0).plain == "█" * 12 + "░" * 12
     assert len(sparkline([1e308, -1e308, 0.0, float("nan")]).plain) == 3
     assert sparkline([1.0, 2.0, 3.0]).plain == "▁▄█"
+
+
+def test_a_report_s_impossible_figures_are_left_out_and_said() -> None:
+    """A report.json's NaN was already no figure; -1e308 ms and a negative start-up made
+    "host wins (-inf%)" in compare and the verdict strip."""
+    import pytest
+
+    from engram_top.compare.run_result import RunResult
+    run = RunResult.from_dict({"scenario": "host", "source": "bench", "trial": 0,
+                               "ready_s": -5.0, "ttft_mean_s": -1e308, "tpot_mean_s": 0.05,
+                               "kv_tokens": 10**30, "output_tok_s": float("nan")})
+    assert (run.ready_s, run.ttft_mean_s, run.kv_tokens, run.output_tok_s) == \
+        (None, None, None, None)
+    assert run.tpot_mean_s == 0.05
+    assert run.notes == (
+        "refused: kv_tokens an integer of more than 15 digits: outside 0..1e+15",
+        "refused: ready_s -5: outside 0..1e+07", "refused: ttft_mean_s -1e+308: outside 0..1e+06")
+    with pytest.raises(ValueError, match=r"RunResult.trial: -1 is outside 0..1e\+06"):
+        RunResult.from_dict({"scenario": "host", "source": "bench", "trial": -1})

@@ -64,19 +64,48 @@ class RunResult:
         if missing:
             raise ValueError(f"RunResult: missing keys {missing}")
         # Each of its field's kind, as _check_type checks it below: str, int, float, notes.
-        values: dict[str, Any] = {name: data.get(name)
-                                  for name in known - {"completed", "failed", "notes"}}
+        values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)
+                                  if f.name not in ("completed", "failed", "notes")}
         values["completed"] = data.get("completed", 0)
         values["failed"] = data.get("failed", 0)
         values["notes"] = tuple(data.get("notes", ()))
+        refused = []
         for name, value in values.items():
             _check_type(name, value)
             if isinstance(value, float) and not math.isfinite(value):
                 values[name] = None  # a NaN mean (no samples) is a figure not measured
+            elif name in RANGES and value is not None \
+                    and not RANGES[name][0] <= value <= RANGES[name][1]:
+                if name in _REQUIRED:
+                    raise ValueError(f"RunResult.{name}: {_shown(value)} is outside "
+                                     f"{RANGES[name][0]:g}..{RANGES[name][1]:g}")
+                # A figure no run could have (a negative start-up, -1e308 ms) is no figure:
+                # left out, said, the rest of the run kept.
+                values[name] = None
+                refused.append(f"{REFUSED} {name} {_shown(value)}: outside "
+                               f"{RANGES[name][0]:g}..{RANGES[name][1]:g}")
+        values["notes"] = values["notes"] + tuple(refused)
         return cls(**values)
 
 
 _INT_FIELDS = {"trial", "gpus", "kv_tokens", "completed", "failed"}
+_S, _RATE = (0.0, 1e6), (0.0, 1e12)
+# What each figure can be on any node (generous: their job is to refuse the impossible).
+RANGES: dict[str, tuple[float, float]] = {
+    "trial": (0, 1e6), "gpus": (0, 4096), "kv_tokens": (0, 1e15), "completed": (0, 1e15),
+    "failed": (0, 1e15), "weights_gb": (0.0, 1e5), "host_delta_gib": (-1e5, 1e5),
+    "ready_s": (0.0, 1e7), "ttft_mean_s": _S, "tpot_mean_s": _S, "itl_mean_s": _S,
+    "e2e_mean_s": _S, "ttft_p99_s": _S, "tpot_p99_s": _S, "ttft_p50_s": _S, "tpot_p50_s": _S,
+    "output_tok_s": _RATE, "joules_per_token": (0.0, 1e9), "request_per_s": _RATE,
+    "goodput_rps": _RATE, "slo_attainment": (0.0, 1.0), "duration_s": (0.0, 1e9),
+}
+# A note that starts so says a figure of the file was no figure and was left out.
+REFUSED = "refused:"
+
+
+def _shown(value: float) -> str:
+    return f"{value:.4g}" if isinstance(value, float) or abs(value) < 10**15 else \
+        "an integer of more than 15 digits"
 _STR_FIELDS = {"scenario", "placement", "source", "engine"}
 _REQUIRED = {"scenario", "source", "trial", "completed", "failed"}
 
