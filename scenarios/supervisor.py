@@ -73,8 +73,7 @@ class Supervisor:
     def __init__(self, state_dir: Path, owner: SupervisorOwner, *,
                  node_dir: Path | None = None) -> None:
         self.state_dir = state_dir
-        # Reads the node for the baselines and guards; told of every change to a run and
-        # every event, as it happens.
+        # Reads the node for the baselines and guards; told of each run's change and event.
         self.owner = owner
         self.node_dir = node_dir  # the simulated node's folder, for engines that run on it
         self.current: Run | None = None
@@ -307,8 +306,7 @@ class Supervisor:
             await asyncio.sleep(FOLLOW_S if run.state == RunState.STARTING else 0.25)
 
     async def _read(self, run: Run, tail: LogTail) -> None:
-        # The file read on a thread (a log on a slow disk must not stall the dashboard);
-        # the parsing here, in order.
+        # Read on a thread (a slow disk must not stall the dashboard); parsed here, in order.
         new = await asyncio.to_thread(tail.read_new)
         for at, line in new:
             run.lines.append((at, line))
@@ -374,11 +372,12 @@ class Supervisor:
 
     @staticmethod
     def _last_error(run: Run) -> str:
-        markers = run.scenario.engine.error_markers
-        for _, line in reversed(run.lines):
-            if any(m in line for m in markers):
-                return f"; last error in the log: {line.strip()[:200]}"
-        return ""
+        # A port taken first (the traceback after it is uvicorn's), else the last error.
+        taken = [ln for _, ln in run.lines if "address already in use" in ln]
+        found = taken or [ln for _, ln in run.lines if any(
+            m in ln for m in run.scenario.engine.error_markers)]
+        said = "its port was taken by another process" if taken else "last error in the log"
+        return f"; {said}: {found[-1].strip()[:200]}" if found else ""
 
     async def wait_ready(self, run: Run, timeout: float | None = None) -> bool:
         deadline = time.monotonic() + (timeout or run.scenario.readiness_timeout_s + 5)

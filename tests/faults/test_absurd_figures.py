@@ -62,3 +62,4 @@ def test_launch_arguments_engram_top_reads_are_bounded(cli: Cli, tmp_path: Path)
         assert res.returncode == 2, res.stderr
         assert f"{scenarios}:" in res.stderr and f"scenarios.device.args: {says}" \
             in res.stderr, res.stderr
+

@@ -1,0 +1,33 @@
+"""A port for a server of ours is taken below the kernel's ephemeral range, where outgoing
+connections do not draw theirs from; and a server that lost its port in the second before
+it bound it says so, not uvicorn's traceback."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from engram_top.live import polling
+from scenarios.supervisor import Supervisor
+
+
+def test_free_ports_lie_below_the_ephemeral_range() -> None:
+    low = polling._ephemeral_start()
+    ports = {polling.free_port() for _ in range(20)}
+    assert all(polling.LOWEST <= p < low for p in ports) and len(ports) > 1
+
+
+def test_a_taken_port_is_named_as_the_cause_of_a_failed_start() -> None:
+    lines = ["[t] INFO:     Application startup complete.",
+             "[t] ERROR:    [Errno 98] error while attempting to bind on address "
+             "('127.0.0.1', 60537): address already in use",
+             "[t] Shutting down.", "Traceback (most recent call last):", "SystemExit: 3"]
+    run = SimpleNamespace(lines=[(0.0, ln) for ln in lines],
+                          scenario=SimpleNamespace(engine=SimpleNamespace(
+                              error_markers=("Traceback", "Error:"))))
+    said = Supervisor._last_error(run)  # type: ignore[arg-type]
+    assert said == ("; its port was taken by another process: [t] ERROR:    [Errno 98] error "
+                    "while attempting to bind on address ('127.0.0.1', 60537): address "
+                    "already in use")
+    run.lines = [(0.0, "Traceback (most recent call last):"), (0.0, "ValueError: x")]
+    said = Supervisor._last_error(run)  # type: ignore[arg-type]
+    assert said == "; last error in the log: ValueError: x"
