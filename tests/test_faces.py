@@ -7,10 +7,10 @@ nothing it does not list."""
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 import importlib
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
