@@ -13,7 +13,9 @@ from scenarios.supervisor import Supervisor
 def test_free_ports_lie_below_the_ephemeral_range() -> None:
     low = polling._ephemeral_start()
     ports = {polling.free_port() for _ in range(20)}
-    assert all(polling.LOWEST <= p < low for p in ports) and len(ports) > 1
+    assert len(ports) > 1 and all(0 < p < 65536 for p in ports)
+    if low - polling.LOWEST >= 1000:  # else no room below it: bind(0)'s, as before
+        assert all(polling.LOWEST <= p < low for p in ports)
 
 
 def test_a_taken_port_is_named_as_the_cause_of_a_failed_start() -> None:
