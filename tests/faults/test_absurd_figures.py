@@ -6,7 +6,6 @@ scenario file's launch arguments that engram-top reads itself are bounded as its
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,11 @@ from engram_top.live.session import Session, SessionOptions
 pytestmark = pytest.mark.slow  # a server on loopback, the CLI (tests/quick_tier.py)
 
 
+@pytest.mark.timeout(120)  # a loop over 1e30 ranks, or an allocation without bound, ends it
 async def test_absurd_server_figures_are_refused_where_they_enter(bad_server, cli: Cli) -> None:
     bad_server.faults.update(info="huge", metrics="huge")
     session = Session(SessionOptions(attach=(bad_server.url,), load=None, poll_interval=0.2))
     app = EngramTopApp(session)
-    started = time.monotonic()
     async with app.run_test(size=SIZE) as pilot:
         # tp_size 1e30 once looped a HiCache pool per rank; 1e308 crashed the usage bar.
         await until(pilot, lambda: "full pool n/a" in screen_text(app), 20,
@@ -39,7 +38,6 @@ async def test_absurd_server_figures_are_refused_where_they_enter(bad_server, cl
         assert set(data.ranks) == {0}
         assert data.max_total_num_tokens == 8192  # the rest of the reading kept
         await pilot.press("q")
-    assert time.monotonic() - started < 60  # nothing allocated or looped without bound
 
     res = cli.run("snapshot", "--attach", bad_server.url, "--after", "0.5", "--out",
                   str(cli.tmp / "snaps"), timeout=60)
