@@ -21,11 +21,11 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from scenarios.load_process import wait_or_kill
 from scenarios.workload import (
     DriverResult,
     FailedRequest,
@@ -101,12 +101,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
     if proc.stdin is not None:
         proc.stdin.close()
     if proc.returncode is None:
-        try:
-            await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+        await wait_or_kill(proc, STOP_GRACE_S)
 
 
 # --------------------------------------------------------------------------- the child

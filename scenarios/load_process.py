@@ -89,12 +89,7 @@ class LoadProcess:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
+            await wait_or_kill(proc, STOP_GRACE_S)
         if proc.stdin is not None:
             proc.stdin.close()
         if self._reader is not None:
@@ -106,6 +101,17 @@ class LoadProcess:
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+async def wait_or_kill(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+    """A child (the leader of its own process group) asked to end: its exit, or after
+    ``grace_s`` its group's SIGKILL. The bench's workload driver ends the same way."""
+    try:
+        await asyncio.wait_for(proc.wait(), grace_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
 
 
 # --------------------------------------------------------------------------- the child
