@@ -15,7 +15,7 @@ import pytest
 from corpus import ManualClock
 from helpers import free_port
 
-from collectors.readings import Status
+from collectors.readings import Reading, ServerData, Status
 from collectors.sglang.collector import SglangCollector
 
 
@@ -134,12 +134,16 @@ async def test_good_page_after_a_broken_one_recovers(fake: FakeSglang) -> None:
     assert good.data is not None and good.data.num_running_reqs == 3.0
 
 
-async def test_metrics_404_says_to_enable_metrics(fake: FakeSglang) -> None:
-    collector = SglangCollector(fake.url)
+async def poll_once(url: str) -> Reading[ServerData]:
+    collector = SglangCollector(url)
     try:
-        reading = await collector.poll()
+        return await collector.poll()
     finally:
         await collector.close()
+
+
+async def test_metrics_404_says_to_enable_metrics(fake: FakeSglang) -> None:
+    reading = await poll_once(fake.url)
     assert reading.status is Status.ERROR
     assert "--enable-metrics" in reading.message
     assert reading.data is not None and reading.data.max_total_num_tokens == 1234
@@ -148,11 +152,7 @@ async def test_metrics_404_says_to_enable_metrics(fake: FakeSglang) -> None:
 async def test_health_503_is_starting(fake: FakeSglang) -> None:
     fake.serve("/health", "", status=503)
     fake.serve("/metrics", GOOD_PAGE)
-    collector = SglangCollector(fake.url)
-    try:
-        reading = await collector.poll()
-    finally:
-        await collector.close()
+    reading = await poll_once(fake.url)
     assert reading.status is Status.STARTING
     assert reading.data is not None and reading.data.healthy is False
     assert "503" in reading.message
@@ -160,10 +160,6 @@ async def test_health_503_is_starting(fake: FakeSglang) -> None:
 
 async def test_health_500_is_an_error(fake: FakeSglang) -> None:
     fake.serve("/health", "", status=500)
-    collector = SglangCollector(fake.url)
-    try:
-        reading = await collector.poll()
-    finally:
-        await collector.close()
+    reading = await poll_once(fake.url)
     assert reading.status is Status.ERROR
     assert "HTTP 500" in reading.message
