@@ -3,6 +3,8 @@ load within the SLOs and the crossover, each against a case computed by hand."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from engram_top.compare import slo
@@ -76,6 +78,37 @@ def test_the_crossover_is_interpolated_where_the_difference_first_turns_positive
     c = slo.crossover(device, mid)
     assert c["between"] == [1, 4] and c["until_between"] == [4, 16]
     assert c["at"] == 1 and c["modelled"] is False  # level with the baseline at 1
+
+
+def told(load: float, goodput: float, lo: float, hi: float) -> LevelStats:
+    return dataclasses.replace(stats(load, goodput), interval=(lo, hi))
+
+
+def test_levels_whose_goodput_intervals_overlap_are_level_not_a_crossover() -> None:
+    # The sweep CI ran: at 0.01 req/s host-prefetch's 8 live requests came in 0.00001 req/s
+    # ahead of device's, inside intervals [0, 0.04], and the crossover read "above device's
+    # from the lowest load swept", hiding the one the model finds at 0.06-0.07.
+    device = [told(0.01, 0.01174, 0, 0.0433), told(0.02, 0.0365, 0, 0.189),
+              told(0.04, 0.03695, 0.0363, 0.0369), told(0.06, 0.05564, 0.0546, 0.0556),
+              told(0.07, 0.0428, 0.0393, 0.0458), told(0.1, 0.03874, 0.0347, 0.0424),
+              told(0.12, 0.03817, 0.0342, 0.0418)]
+    host = [told(0.01, 0.01175, 0, 0.0426), told(0.02, 0.03533, 0, 0.181),
+            told(0.04, 0.03655, 0.0359, 0.0365), told(0.06, 0.0538, 0.0528, 0.0538),
+            told(0.07, 0.05428, 0.0533, 0.0543), told(0.1, 0.05728, 0.055, 0.0585),
+            told(0.12, 0.02116, 0.0174, 0.0253)]
+    c = slo.crossover(device, host)
+    assert c["where"] == "between" and c["between"] == [0.06, 0.07]
+    # -0.00184 at 0.06, +0.01148 at 0.07: zero at 0.06 + 0.01 x 0.00184 / 0.01332.
+    assert c["at"] == pytest.approx(0.06 + 0.01 * 0.00184 / 0.01332)
+    assert c["until_between"] == [0.1, 0.12] and c["until_how"] == "behind"
+    assert c["until"] == pytest.approx(0.1 + 0.02 * 0.01854 / (0.01854 + 0.01701))
+    # Ahead at the lowest load, then level where the intervals meet (the higher figure
+    # still b's): "level again", at that level.
+    c = slo.crossover([told(1, 1.0, 0.9, 1.1), told(2, 2.0, 1.8, 2.2)],
+                      [told(1, 1.5, 1.2, 1.8), told(2, 2.1, 1.9, 2.3)])
+    assert c["where"] == "below" and c["until"] == 2 and c["until_how"] == "level"
+    # Level everywhere: never ahead, whichever figure is higher.
+    assert slo.crossover(device[:2], host[:2])["at"] is None
 
 
 def test_the_highest_load_within_the_slo_stops_at_the_first_break() -> None:

@@ -14,6 +14,7 @@ from helpers import StaticSession, screen_text, until
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp
 from engram_top.app.verdict_strip import VerdictStrip, strip_text, strip_verdict
+from engram_top.bench import sweep
 from engram_top.compare.comparison import compare
 from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import WARM_REQUESTS, comparison, from_file, own_column, warming_up
@@ -27,6 +28,7 @@ from engram_top.compare.verdict import (
     WARMING_UP,
     WORSE,
     Evidence,
+    crossover_sentence,
     decide,
     verdict,
 )
@@ -97,6 +99,14 @@ def test_sentences_say_the_interval_its_method_and_what_is_modelled() -> None:
         "Crossover (modelled): host-prefetch's goodput overtakes device's above 3.2 req/s "
         "(between the levels at 2 and 4).",
     ]
+    # Ahead, then level again (the goodput intervals meet): said so, not "falls behind".
+    level = {"over": "device", "at": 1.0, "where": "below", "modelled": False, "until": 4.0,
+             "until_between": (2.0, 4.0), "until_how": "level"}
+    assert crossover_sentence("host-prefetch", level, "req/s") == (
+        "Crossover: host-prefetch's goodput is above device's from the lowest load swept "
+        "(1 req/s); it is level again (not told apart) above 4 req/s (between 2 and 4).")
+    assert sweep.crossover_sentence("host-prefetch", level, "req/s").endswith(
+        "; the two are level again (not told apart) above 4 req/s (between 2 and 4).")
     md = v.markdown()
     assert md.startswith("## Verdict\n\n- TTFT (p99): device wins")
     assert "\"not distinguishable\" where it holds zero" in md

@@ -204,5 +204,8 @@ def crossover_sentence(name: str, c: dict[str, Any], unit: str) -> str:
     if c.get("until") is None:
         return text + ", and stays ahead to the highest load swept."
     lo, hi = c["until_between"]
+    if c.get("until_how") == "level":
+        return text + (f"; the two are level again (not told apart) above {c['until']:.3g} "
+                       f"{unit} (between {lo:g} and {hi:g}).")
     return text + (f"; it falls behind again above {c['until']:.3g} {unit} (between {lo:g} "
                    f"and {hi:g}), where {name} breaks down too.")

@@ -229,18 +229,30 @@ def highest_within(levels: Sequence[LevelStats]) -> float | None:
 
 
 def crossover(a: Sequence[LevelStats], b: Sequence[LevelStats]) -> dict[str, Any]:
-    """Where ``b``'s goodput overtakes ``a``'s as the load rises: the first load at which
-    the difference turns positive, interpolated linearly between the two levels around it
-    (``at``; "below" when b is ahead from the lowest load), and where it falls behind again
-    if it does (``until``, None when it stays ahead to the highest load swept). ``at`` is
-    None when b is never ahead."""
-    by_a = {lv.load: lv.goodput_rps for lv in a}
-    diff = {lv.load: gb - ga for lv in b
-            if (gb := lv.goodput_rps) is not None and (ga := by_a.get(lv.load)) is not None}
+    """Where ``b``'s goodput overtakes ``a``'s as the load rises: the first level at which
+    b is ahead, ``at`` interpolated linearly from the level below it where the difference
+    crosses zero ("below" when b is ahead from the lowest load), and where it is no longer
+    ahead (``until``, None when it stays ahead to the highest load swept; ``until_how``
+    "behind", or "level" where the two are not told apart). ``at`` is None when b is never
+    ahead.
+
+    Ahead means told apart: a level whose goodput intervals overlap is level, whichever
+    point is higher. A light load that both placements serve in full has goodputs a hair
+    apart by chance (8 requests, intervals [0, 0.04]), and a crossover read off that sign
+    would move from run to run."""
+    by_a = {lv.load: lv for lv in a}
+    diff: dict[float, float] = {}
+    state: dict[float, int] = {}  # +1 b ahead, -1 behind, 0 level
+    for lv in b:
+        other = by_a.get(lv.load)
+        if lv.goodput_rps is None or other is None or other.goodput_rps is None:
+            continue
+        diff[lv.load] = d = lv.goodput_rps - other.goodput_rps
+        state[lv.load] = 0 if _overlap(lv.interval, other.interval) else (d > 0) - (d < 0)
     loads = sorted(diff)
     if not loads:
         return {"at": None, "where": "no common level"}
-    first = next((i for i, x in enumerate(loads) if diff[x] > 0), None)
+    first = next((i for i, x in enumerate(loads) if state[x] > 0), None)
     if first is None:
         return {"at": None, "where": "never within the sweep"}
     out: dict[str, Any]
@@ -248,16 +260,24 @@ def crossover(a: Sequence[LevelStats], b: Sequence[LevelStats]) -> dict[str, Any
         out = {"at": loads[0], "where": "below"}
     else:
         lo, hi = loads[first - 1], loads[first]
-        out = {"at": _zero(lo, hi, diff[lo], diff[hi]), "where": "between", "between": [lo, hi]}
-    back = next((i for i in range(first + 1, len(loads)) if diff[loads[i]] <= 0), None)
+        out = {"at": _zero(lo, hi, diff[lo], diff[hi]) if diff[lo] < 0 else lo,
+               "where": "between", "between": [lo, hi]}
+    back = next((i for i in range(first + 1, len(loads)) if state[loads[i]] <= 0), None)
     if back is None:
         out["until"] = None
     else:
         lo, hi = loads[back - 1], loads[back]
-        out["until"] = _zero(lo, hi, diff[lo], diff[hi])
+        out["until"] = _zero(lo, hi, diff[lo], diff[hi]) if diff[hi] <= 0 else hi
         out["until_between"] = [lo, hi]
+        out["until_how"] = "behind" if state[hi] < 0 else "level"
     out["modelled"] = _modelled(a, b, loads[first])
     return out
+
+
+def _overlap(x: tuple[float, float] | None, y: tuple[float, float] | None) -> bool:
+    """Whether two intervals share a point; False where either is unknown (then the
+    points' order decides, as it must for a level with no interval)."""
+    return x is not None and y is not None and x[0] <= y[1] and y[0] <= x[1]
 
 
 def _zero(x0: float, x1: float, d0: float, d1: float) -> float:

@@ -322,5 +322,6 @@ def crossover_sentence(name: str, c: Mapping[str, Any], unit: str) -> str:
     if c.get("until") is None:
         return text + "."
     lo, hi = c["until_between"]
-    return text + f"; it falls behind again above {c['until']:.3g} {unit} (between {lo:g} " \
-                  f"and {hi:g})."
+    again = "is level again (not told apart)" if c.get("until_how") == "level" else \
+        "falls behind again"
+    return text + f"; it {again} above {c['until']:.3g} {unit} (between {lo:g} and {hi:g})."

@@ -159,7 +159,7 @@ class Docs:
                     term.proc.wait(30)
             term.kill()
         left = self.processes()
-        names = [" ".join(p.cmdline())[:150] for p in left]
+        names = [_command_line(p)[:150] for p in left]
         for p in left:
             with contextlib.suppress(OSError, psutil.Error):
                 os.killpg(p.pid, signal.SIGKILL) if p.pid == os.getpgid(p.pid) else p.kill()
@@ -175,3 +175,11 @@ def docs(tmp_path: Path, checkout: Path) -> Iterator[Docs]:
     finally:
         left = d.close()
     assert not left, f"processes outlived the test: {left}"
+
+
+def _command_line(proc: psutil.Process) -> str:
+    """Its command line, or what psutil says instead for one that ended as we looked."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error as e:
+        return f"pid {proc.pid} ({type(e).__name__})"

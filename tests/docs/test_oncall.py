@@ -133,13 +133,32 @@ def _snapshot_of_screen(docs: Docs, term: Screen) -> str:
     return (folder / "summary.md").read_text()
 
 
+def _snapshots_until(docs: Docs, term: Screen, wanted: dict[str, float], seconds: float
+                     ) -> tuple[str, dict[str, float]]:
+    """Snapshots (`s`) until each wanted alert has been whole in one's summary.md, or the
+    deadline: the last summary, and what none held. ``wanted``: an alert as quoted, with the
+    tolerance on its figures (negative: a regular expression over the summary)."""
+    wanted = dict(wanted)
+    deadline = time.monotonic() + seconds
+    while True:
+        summary = _snapshot_of_screen(docs, term)
+        lines = summary.splitlines()
+        for alert, tolerance in list(wanted.items()):
+            if re.search(alert, summary) if tolerance < 0 else \
+                    readme.find_quoted(alert, lines, tolerance) is not None:
+                del wanted[alert]
+        if not wanted or time.monotonic() > deadline:
+            return summary, wanted
+        time.sleep(3)
+
+
 HICACHE = "engram-top run scenarios/oncall.toml --start hicache-small"
 HICACHE_ALERT = ("HiCache dropped … tokens/s for host pressure (> 0/s): host pool 6,135 of "
                  "6,135 tokens, host memory 1,999.5 GiB available; look at the Host RAM ledger "
                  "(HiCache host pools, other tenants) and --hicache-size")
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 @covers(HICACHE, "│ HiCache  10.0 MB × 4 · 6,135/6,135 tokens · drop 181/s   │", HICACHE_ALERT)
 def test_hicache_too_small_drops_for_host_pressure(docs: Docs) -> None:
     term = docs.screen(HICACHE, size=(40, 120))
@@ -148,8 +167,12 @@ def test_hicache_too_small_drops_for_host_pressure(docs: Docs) -> None:
     term.wait_for(lambda text: all(readme.find_quoted(q, text.splitlines(), 0.9,
                                                       ("10.0", "4", "6,135")) for q in quoted),
                   120, "the HiCache rows as the README quotes them")
-    summary = _snapshot_of_screen(docs, term)
-    assert_quoted([HICACHE_ALERT], summary, tolerance=0.01, where="summary.md")
+    # The drop rate is a counter's rate from one poll to the next, and the simulated pool
+    # drops in bursts: the alert comes and goes (it clears after 5 s at 0/s), so snapshots
+    # are taken until one holds it, up to a deadline.
+    summary, missed = _snapshots_until(docs, term, {HICACHE_ALERT: 0.01}, 60)
+    for alert, tolerance in missed.items():
+        assert_quoted([alert], summary, tolerance=tolerance, where="summary.md")
     term.press("q")
     assert term.wait(60) == 0, term.output[-2000:]
 
@@ -185,21 +208,11 @@ def test_long_prompts_exhaust_the_kv_pool(docs: Docs) -> None:
     # snapshots are taken until each has been in one, up to a deadline.
     term.wait_for(lambda text: "requests retracted a second" in text and
                   "request queue at" in text, 240, "the queue and retraction alerts")
-    wanted = {KV_ALERT: 0.1, QUEUE_ALERT: 1.0, RETRACT_ALERT: 1.0, SLO_WORDS: -1.0}
-    deadline = time.monotonic() + 120
-    while True:
-        summary = _snapshot_of_screen(docs, term)
-        lines = summary.splitlines()
-        for alert, tolerance in list(wanted.items()):
-            if re.search(alert, summary) if tolerance < 0 else \
-                    readme.find_quoted(alert, lines, tolerance) is not None:
-                del wanted[alert]
-        if not wanted or time.monotonic() > deadline:
-            break
-        time.sleep(3)
+    summary, missed = _snapshots_until(
+        docs, term, {KV_ALERT: 0.1, QUEUE_ALERT: 1.0, RETRACT_ALERT: 1.0, SLO_WORDS: -1.0}, 120)
     # What no snapshot held, against the last one (the SLO alert by its words alone: the
     # p99's bucket or figure and the queue move).
-    for alert, tolerance in wanted.items():
+    for alert, tolerance in missed.items():
         if tolerance < 0:
             assert re.search(alert, summary), summary
         else:

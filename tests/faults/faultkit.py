@@ -169,7 +169,7 @@ class Cli:
                 proc.kill()
             proc.communicate(timeout=10)
         left = self.processes()
-        names = [" ".join(p.cmdline())[:120] for p in left]
+        names = [_command_line(p)[:120] for p in left]
         for p in left:
             with contextlib.suppress(OSError, psutil.Error):
                 p.kill()
@@ -258,3 +258,11 @@ args = ["--fault", "{fault}"]
     with open(out / "requests.csv") as f:
         rows = list(csv.DictReader(f))
     return report, rows, took
+
+
+def _command_line(proc: psutil.Process) -> str:
+    """Its command line, or what psutil says instead for one that ended as we looked."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error as e:
+        return f"pid {proc.pid} ({type(e).__name__})"
