@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from collectors import promtext
+from collectors import page_kind, promtext
 from collectors.base import FailureTracker, TooLarge, describe
 from collectors.figure_bounds import bounded
 from collectors.pages import ConnectFailed, Page, PageClient, PageError, bearer
@@ -48,6 +48,7 @@ class EngineCollector:
         self._healthy_at: float | None = None  # when /health last said 200
         self._page_text: str | None = None  # the last /metrics page parsed, and its families
         self._page_families: dict[str, promtext.Family] = {}
+        self._page_skipped = promtext.Skipped()  # the lines of that page it left out
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -67,9 +68,11 @@ class EngineCollector:
     def _families(self, text: str) -> dict[str, promtext.Family]:
         """A /metrics page's families. An idle server's page is the same from one poll to
         the next: it is parsed once (what the readers take from the families is pure, and
-        the windows still get a point every poll). PromTextError for a page it cannot read."""
+        the windows still get a point every poll). A line it cannot read is left out (the
+        reading says which); ValueError where the text is no metrics page (page_kind.read)."""
         if text != self._page_text:
-            self._page_families = promtext.parse(text)
+            skipped = promtext.Skipped()
+            self._page_families, self._page_skipped = page_kind.read(text, skipped), skipped
             self._page_text = text
         return self._page_families
 
@@ -124,7 +127,8 @@ class EngineCollector:
             # SGLang answers 503 while it warms up and again while it shuts down.
             return self.tracker.ok(data, Status.STARTING,
                                    "not serving (/health 503: starting, or shutting down)")
-        return self.tracker.ok(data)
+        skipped = self._page_skipped
+        return self.tracker.ok(data, message=f"metrics page: {skipped}" if skipped.count else "")
 
     def _refused(self, exc: ConnectFailed) -> Reading[ServerData]:
         self._healthy_at = None

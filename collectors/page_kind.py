@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from collectors import promtext
 from collectors.promtext import Family
 
 # Name prefixes of the exporters that are no engine, the first match wins. The engines'
@@ -122,3 +123,21 @@ def of_text(text: str) -> PageKind | None:
     if low.startswith(("<!doctype html", "<html")) or "<html" in low:
         return PageKind("html", "an HTML page, not a metrics page (a login or proxy page?)")
     return None
+
+
+def read(text: str, skipped: promtext.Skipped) -> dict[str, Family]:
+    """A page's families, read around the lines it cannot read (each put in ``skipped``):
+    a page pasted with an author's ``...`` between families, or two pages run together,
+    keeps every well-formed sample. ValueError where that is not a metrics page after all:
+    no line read (the first bad line, a PromTextError), or a text with bad lines that looks
+    like something else (an HTML login page with one line that happens to parse)."""
+    families = promtext.parse(text, skipped)
+    if not skipped.first:
+        return families
+    kind = of_text(text)
+    if kind is not None:
+        raise ValueError(f"not a Prometheus metrics page: it is {kind.summary}") \
+            from skipped.first[0]
+    if not families:
+        raise skipped.first[0]
+    return families

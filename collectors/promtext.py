@@ -29,12 +29,10 @@ __all__ = [
     "Histogram",
     "PromTextError",
     "Sample",
-    "counter_total",
-    "gauge",
+    "Skipped",
     "histogram_series",
     "parse",
     "problems",
-    "renamed",
     "summed",
 ]
 
@@ -115,6 +113,27 @@ class PromTextError(ValueError):
         if len(shown) > self.MAX_SHOWN:
             shown = shown[: self.MAX_SHOWN - 3] + "..."
         return f"line {self.line_no}: {self.reason}: {shown!r}"
+
+
+@dataclass(slots=True)
+class Skipped:
+    """The lines a lenient parse() left out: the first few whole, all of them counted. A
+    page pasted with an author's ``...`` between families, or two pages run together, loses
+    those lines and keeps every other figure."""
+
+    keep: int = 5
+    first: list[PromTextError] = field(default_factory=list)
+    count: int = 0
+
+    def add(self, error: PromTextError) -> None:
+        self.count += 1
+        if len(self.first) < self.keep:
+            self.first.append(error)
+
+    def __str__(self) -> str:
+        more = self.count - len(self.first)
+        return (f"{self.count:,} line{'s' if self.count != 1 else ''} skipped: "
+                + "; ".join(str(e) for e in self.first) + (f"; {more:,} more" if more else ""))
 
 
 class _Bad(Exception):
@@ -225,10 +244,11 @@ def _careful_sample(line: str) -> tuple[str, Labels, float, int | None]:
     return name, _sorted_labels(pairs), value, ts
 
 
-def parse(text: str) -> dict[str, Family]:
+def parse(text: str, skipped: Skipped | None = None) -> dict[str, Family]:
     """Parse a /metrics page into families keyed by family name, samples in page order.
 
-    Raises PromTextError (a ValueError) for the first line it cannot read.
+    Raises PromTextError (a ValueError) for the first line it cannot read; with
+    ``skipped``, puts each such line there instead and reads on.
     """
     families: dict[str, Family] = {}
     typed: set[str] = set()
@@ -261,7 +281,9 @@ def parse(text: str) -> dict[str, Family]:
                 fam = by_sample[name] = _resolve(name, families)
             fam.samples.append(Sample(name, labels, value, ts))
         except _Bad as exc:
-            raise PromTextError(line_no, line, str(exc)) from None
+            if skipped is None:
+                raise PromTextError(line_no, line, str(exc)) from None
+            skipped.add(PromTextError(line_no, line, str(exc)))
     _adopt_histograms(families, typed)
     return families
 
@@ -446,50 +468,3 @@ def problems(family: Family) -> list[str]:
         except ValueError as exc:
             out.append(str(exc))
     return out
-
-
-def renamed(families: dict[str, Family], old: str, new: str) -> dict[str, Family]:
-    """The families with the name prefix ``old`` spelt ``new`` (``sglang_`` as gateways and
-    some Prometheus pipelines write SGLang's ``sglang:``), samples included."""
-    out: dict[str, Family] = {}
-    for name, fam in families.items():
-        if not name.startswith(old):
-            out.setdefault(name, fam)
-            continue
-        fresh = new + name[len(old):]
-        out[fresh] = Family(fresh, fam.type, fam.help, [
-            Sample(new + s.name[len(old):] if s.name.startswith(old) else s.name, s.labels,
-                   s.value, s.timestamp_ms) for s in fam.samples])
-    return out
-
-
-def gauge(families: dict[str, Family], name: str, **label_filter: object) -> float | None:
-    """Value of the FIRST sample of family ``name`` whose labels include ``label_filter``.
-
-    Not a sum: a gauge such as ``sglang:num_running_reqs`` is per scheduler, and adding
-    ratios (token_usage) across ranks would be meaningless; filter to the series you want.
-    Filter values are compared as strings (``tp_rank=0`` matches ``tp_rank="0"``).
-    Returns None when the family or a matching series is absent.
-    """
-    fam = families.get(name)
-    if fam is None:
-        return None
-    wanted = [(k, str(v)) for k, v in label_filter.items()]
-    for s in fam.samples:
-        if s.name == name and all(pair in s.labels for pair in wanted):
-            return s.value
-    return None
-
-
-def counter_total(families: dict[str, Family], name: str) -> float | None:
-    """Sum of a counter over all its label sets (``_created`` samples excluded).
-
-    ``name`` may be given with or without ``_total``. None when absent or without samples.
-    """
-    fam = families.get(name) or families.get(name + "_total")
-    if fam is None and name.endswith("_total"):
-        fam = families.get(name[:-6])
-    if fam is None:
-        return None
-    values = [s.value for s in fam.samples if not s.name.endswith("_created")]
-    return sum(values) if values else None

@@ -229,13 +229,28 @@ def test_inspect_metrics_on_a_url(sim_device: SimServer) -> None:
     assert json.loads(res.stdout)["ranks"]["0"]["weight_gb"] == 119.043
 
 
-def test_inspect_metrics_on_a_broken_page(tmp_path: Path) -> None:
+def test_inspect_metrics_reads_around_the_lines_it_cannot(tmp_path: Path) -> None:
+    # A page as people paste it: an author's "..." between families, a line cut short.
+    page = tmp_path / "pasted.txt"
+    page.write_text("# TYPE sglang:token_usage gauge\nsglang:token_usage 0.5\n...\n"
+                    'sglang:num_running_reqs{tp_rank="0" 1\n'
+                    "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs 3\n")
+    res = engram_top("inspect-metrics", str(page))
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["gauges"]["token_usage"] == 0.5 and out["gauges"]["num_queue_reqs"] == 3
+    assert out["page_problems"][:2] == [
+        "line 3: invalid metric name: '...' (skipped)",
+        "line 4: expected ',' or '}' after label 'tp_rank': "
+        "'sglang:num_running_reqs{tp_rank=\"0\" 1' (skipped)"]
+
+
+def test_inspect_metrics_on_a_page_with_no_line_it_can_read(tmp_path: Path) -> None:
     page = tmp_path / "broken.txt"
-    page.write_text("# TYPE sglang:token_usage gauge\nsglang:token_usage 0.5\n"
-                    'sglang:num_running_reqs{tp_rank="0" 1\n')
+    page.write_text('sglang:num_running_reqs{tp_rank="0" 1\n...\n')
     res = engram_top("inspect-metrics", str(page))
     assert res.returncode == 1
-    assert "line 3" in res.stderr and str(page) in res.stderr
+    assert "line 1" in res.stderr and str(page) in res.stderr
     assert "Traceback" not in res.stderr
     assert res.stdout == ""
 

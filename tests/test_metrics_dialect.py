@@ -22,8 +22,10 @@ from collectors.sglang.collector import (
     merged_histogram,
     page_figures,
 )
+from collectors.source import SourceName
 from collectors.windowed import quantile_bound
 from engram_top.app.panels.drawing import quantile
+from engram_top.model.store import RunStore
 from engram_top.model.views import Quantiles
 
 BUCKETS = (0.1, 0.5, 1.0, 5.0, 30.0)
@@ -179,7 +181,8 @@ async def test_an_unchanged_page_is_parsed_once_and_read_every_poll(monkeypatch)
             _hist("sglang:time_to_first_token_seconds", (n, n, n, n, n, n))]) + "\n"
     parsed: list[str] = []
     real_parse = promtext.parse
-    monkeypatch.setattr(promtext, "parse", lambda text: parsed.append(text) or real_parse(text))
+    monkeypatch.setattr(promtext, "parse", lambda text, skipped=None: parsed.append(text) or
+                        real_parse(text, skipped))
     with PageServer(page(3, 2)) as server:
         collector = SglangCollector(server.url, window_s=60.0)
         try:
@@ -194,6 +197,35 @@ async def test_an_unchanged_page_is_parsed_once_and_read_every_poll(monkeypatch)
     assert all(r.data.output_tokens_per_s == 0.0 for r in readings[1:])  # counted each poll
     # The window kept the unchanged pages' points: three first tokens since them.
     assert [r.data.ttft.count for r in readings[1:]] == [0, 0, 3]
+
+
+async def test_a_page_with_lines_it_cannot_read_keeps_every_other_figure() -> None:
+    """An exporter or proxy that writes one broken line (here an author's ``...`` and an
+    unclosed label set) costs that line, not the page: the reading is good, its figures
+    are there, and it says which lines were left out; the store says so once, not every
+    poll."""
+    page = "\n".join([
+        "# TYPE sglang:num_requests_running gauge", "sglang:num_requests_running 7",
+        "...",
+        'sglang:num_queue_reqs{tp_rank="0" 1',
+        "# TYPE sglang:cache_hit_rate gauge", "sglang:cache_hit_rate 0.25"]) + "\n"
+    store = RunStore()
+    with PageServer(page) as server:
+        collector = SglangCollector(server.url, window_s=60.0)
+        try:
+            readings = [await collector.poll() for _ in range(3)]
+        finally:
+            await collector.close()
+    for r in readings:
+        store.add(SourceName.SERVER, r)
+    assert all(r.ok for r in readings), [r.message for r in readings]
+    assert readings[0].data is not None and readings[0].data.num_running_reqs == 7
+    assert readings[0].data.cache_hit_rate == 0.25
+    assert readings[0].message == (
+        "metrics page: 2 lines skipped: line 3: invalid metric name: '...'; line 4: expected "
+        "',' or '}' after label 'tp_rank': 'sglang:num_queue_reqs{tp_rank=\"0\" 1'")
+    said = [e.text for e in store.events if "skipped" in e.text]
+    assert len(said) == 1 and said[0].startswith("server: metrics page: 2 lines skipped")
 
 
 # --------------------------------------------------------------------------- other pages

@@ -12,11 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from benchmarks.bench_parse import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, make_page
+from collectors.promread import counter_total, gauge
 from collectors.promtext import (
     Histogram,
     PromTextError,
-    counter_total,
-    gauge,
+    Skipped,
     histogram_series,
     parse,
 )
@@ -516,3 +516,22 @@ def test_windowed_rate() -> None:
     assert r.rate() == pytest.approx(10.0)
     r.add(102.0, 30.0)  # late: ignored
     assert r.rate() == pytest.approx(10.0)
+
+
+def test_a_lenient_parse_reads_around_bad_lines_and_counts_them() -> None:
+    # Two pages run together (a second TYPE line for the same family), an author's "...",
+    # a value that is no number: each line left out, named; every other sample read.
+    text = ("# TYPE a gauge\na 1\n...\n# TYPE a counter\nb{x=\"1\"} one\nb{x=\"2\"} 2\n"
+            + "!\n" * 10)
+    skipped = Skipped(keep=3)
+    fams = parse(text, skipped)
+    assert [(s.name, s.value) for f in fams.values() for s in f.samples] == [("a", 1.0),
+                                                                            ("b", 2.0)]
+    assert skipped.count == 13 and [e.line_no for e in skipped.first] == [3, 4, 5]
+    assert [e.reason for e in skipped.first] == [
+        "invalid metric name", "second TYPE line for 'a' (gauge then counter)",
+        "invalid value 'one'"]
+    assert str(skipped).startswith("13 lines skipped: line 3: invalid metric name: '...'; ")
+    assert str(skipped).endswith("; 10 more")
+    with pytest.raises(PromTextError, match="line 3"):
+        parse(text)  # without a place for them, the first bad line is an error, as before

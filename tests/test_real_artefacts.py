@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors import promtext
+from collectors import promread, promtext
 from collectors.readings import ServerData
 from collectors.sglang.collector import (
     HISTOGRAMS,
@@ -230,20 +230,20 @@ def test_metrics_families_and_constants(metrics_text: str) -> None:
     assert ranks[0]["max_total_num_tokens"] == 8192
     assert ranks[0]["kv_cache_gb"] == 0.003906726837158203
     # The page says -0.00229644775390625 (host RAM delta); memory figures clamp at 0.0.
-    assert promtext.gauge(fams, "sglang:weight_memory_usage_gb") == -0.00229644775390625
+    assert promread.gauge(fams, "sglang:weight_memory_usage_gb") == -0.00229644775390625
     assert _positive_zero(ranks[0]["weight_gb"])
-    assert promtext.gauge(fams, "sglang:max_total_num_tokens", tp_rank=0) == 8192
-    assert promtext.gauge(fams, "sglang:startup_available_gpu_memory_gb") == 21.70186996459961
-    assert promtext.gauge(fams, "sglang:startup_time_seconds",
+    assert promread.gauge(fams, "sglang:max_total_num_tokens", tp_rank=0) == 8192
+    assert promread.gauge(fams, "sglang:startup_available_gpu_memory_gb") == 21.70186996459961
+    assert promread.gauge(fams, "sglang:startup_time_seconds",
                           phase="tokenizer_e2e") == 8.727876483000273
 
 
 def test_metrics_counters(metrics_text: str) -> None:
     fams = promtext.parse(metrics_text)
     # Summed over is_streaming (false/true); the /health probes do not count as requests.
-    assert promtext.counter_total(fams, "sglang:prompt_tokens_total") == 83
-    assert promtext.counter_total(fams, "sglang:generation_tokens_total") == 191
-    assert promtext.counter_total(fams, "sglang:num_requests_total") == 10
+    assert promread.counter_total(fams, "sglang:prompt_tokens_total") == 83
+    assert promread.counter_total(fams, "sglang:generation_tokens_total") == 191
+    assert promread.counter_total(fams, "sglang:num_requests_total") == 10
     assert fams["sglang:num_requests_total"].type == "counter"
 
 

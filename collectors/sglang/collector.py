@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from collectors import promtext
+from collectors import promread, promtext
 from collectors.engine_http import EngineCollector
 from collectors.figure_bounds import index
 from collectors.sglang.families import (  # noqa: F401  (the collector's readers use them)
@@ -73,7 +73,7 @@ def canonical(fams: dict[str, promtext.Family]) -> dict[str, promtext.Family]:
     if any(name.startswith("sglang:") for name in fams):
         return fams
     if any(name.startswith("sglang_") for name in fams):
-        return promtext.renamed(fams, "sglang_", "sglang:")
+        return promread.renamed(fams, "sglang_", "sglang:")
     return fams
 
 
@@ -99,7 +99,7 @@ def page_figures(fams: dict[str, promtext.Family]) -> dict[str, Any]:
     for key, name in (("weight_gb", "sglang:weight_memory_usage_gb"),
                       ("kv_cache_gb", "sglang:kv_cache_memory_usage_gb"),
                       ("max_total_num_tokens", "sglang:max_total_num_tokens")):
-        value = promtext.gauge(fams, name)
+        value = promread.gauge(fams, name)
         if value is not None and math.isfinite(value):
             out[key] = int(value) if key == "max_total_num_tokens" else memory_gb(value)
     out["ranks"] = rank_constants(fams)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from collectors import promtext
+from collectors import promread, promtext
 from collectors.engine_http import EngineCollector
 from collectors.readings import spell
 from collectors.units import GIB, MIB
@@ -67,7 +67,7 @@ def canonical(fams: dict[str, promtext.Family]) -> dict[str, promtext.Family]:
     if any(name.startswith("vllm:") for name in fams):
         return fams
     if any(name.startswith("vllm_") for name in fams):
-        return promtext.renamed(fams, "vllm_", "vllm:")
+        return promread.renamed(fams, "vllm_", "vllm:")
     return fams
 
 

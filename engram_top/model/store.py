@@ -328,6 +328,11 @@ class RunStore:
             level = "info" if reading.status in (Status.OK, Status.STARTING) else "warning"
             text = reading.message or reading.status.value
             self.event(level, f"{key}: {text}")
+        elif reading.status is Status.OK and reading.message and \
+                reading.message != previous.message:
+            # A source that reads with a fault (a metrics page with lines left out): said
+            # once, when it starts or changes, not every poll.
+            self.event("warning", f"{key}: {reading.message}")
         self.bump(kind)
         self._tell("reading", (key, reading))
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from collectors.promtext import Family, Histogram
     from collectors.startup_facts import StartupFacts
 
+# Lines left out of a pasted page that inspect-metrics lists one by one; past them, a count.
+SKIPPED_SHOWN = 100
+
 # Where the Engram tables live: the seed's three placements.
 PLACEMENTS = ("device", "host", "host-prefetch")
 
@@ -262,6 +265,20 @@ class Engine:
         """What its metrics parser extracts from one page (`engram-top inspect-metrics`);
         ValueError, naming the line, for a page it cannot read."""
         raise ValueError(f"{self.label} has no metrics page reader")
+
+    @staticmethod
+    def read_page(text: str) -> tuple[dict[str, Family], list[str]]:
+        """A pasted or fetched page's families, and a problem per line left out (its number
+        and reason: an author's ``...``, two pages run together): every well-formed sample
+        is read. ValueError where no line could be read: the first bad line, or what the
+        text is instead (JSON, HTML, nvidia-smi)."""
+        from collectors import page_kind, promtext  # a command's, not a dashboard's
+        skipped = promtext.Skipped(keep=SKIPPED_SHOWN)
+        families = page_kind.read(text, skipped)
+        said = [f"{e} (skipped)" for e in skipped.first]
+        if skipped.count > len(skipped.first):
+            said.append(f"{skipped.count - len(skipped.first):,} more lines skipped")
+        return families, said
 
     def clock(self, sc: ScenarioSpec) -> tuple[float, float]:
         """(start-up time scale, service time scale): how its times compare to a real

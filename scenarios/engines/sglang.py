@@ -94,13 +94,8 @@ class SGLangSpeaker(Engine):
 
     def inspect_metrics(self, text: str) -> dict[str, object]:
         from collectors import page_kind  # a command's, not a dashboard's
-        try:
-            fams = canonical(promtext.parse(text))
-        except promtext.PromTextError as exc:
-            kind = page_kind.of_text(text)
-            if kind is None:
-                raise  # the line it cannot read: the caller says it
-            raise ValueError(f"not a Prometheus metrics page: it is {kind.summary}") from exc
+        families, skipped = self.read_page(text)
+        fams = canonical(families)
         from collectors import vllm  # its names, to say a page is vLLM's
         kind = page_kind.of_families(fams, ((self.kind, PAGE_PREFIXES),
                                             ("vllm", vllm.PAGE_PREFIXES)))
@@ -109,6 +104,8 @@ class SGLangSpeaker(Engine):
                                         "summary": kind.summary, "found": kind.found}
             if kind.kind == "vllm":
                 other["hint"] = "a vLLM server's page: read it with --engine vllm"
+            if skipped:
+                other["page_problems"] = skipped
             return other
         figures = page_figures(fams)
         histograms: dict[str, dict[str, object]] = {}  # filled below, in out
@@ -138,7 +135,7 @@ class SGLangSpeaker(Engine):
             "hicache_load_back_bytes_by_rank": hicache_metrics.by_rank(fams),
             # Since the server started (a single page has no window).
             "histograms": histograms,
-            "page_problems": list(figures["page_problems"]),
+            "page_problems": skipped + list(figures["page_problems"]),
         }
         for key, names in HISTOGRAMS.items():
             fam = find(fams, names)

@@ -91,10 +91,10 @@ class VllmSpeaker(Engine):
         return Mark.of(h, v.counter_figure(v.find(fams, v.COUNTERS["retracted"])))
 
     def inspect_metrics(self, text: str) -> dict[str, object]:
-        from collectors import promtext
         from collectors.vllm import collector as v
         from collectors.windowed import bucket_bounds, quantile_bound
-        fams = v.canonical(promtext.parse(text))
+        families, skipped = self.read_page(text)
+        fams = v.canonical(families)
         if not v.is_vllm_page(fams):
             raise ValueError("not a vLLM metrics page: no vllm: families")
         figures = v.page_figures(fams)
@@ -115,7 +115,7 @@ class VllmSpeaker(Engine):
                 "cache_hit_rate_since_start", "cached_tokens_total", "aborted_requests_total")
                 if figures[k] is not None},
             "histograms": histograms, "unavailable": figures["unavailable"],
-            "page_problems": list(figures["page_problems"]),
+            "page_problems": skipped + list(figures["page_problems"]),
         }
         for key, names in v.HISTOGRAMS.items():
             fam = v.find(fams, names)
