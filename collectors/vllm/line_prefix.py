@@ -97,8 +97,19 @@ class Clock:
         self._year = time.gmtime().tm_year
         self._day = 0.0
         self._tod_last = -1
+        self._wrapped = False  # vLLM's own lines came with a wrapper's time
 
     def time_of(self, line: VllmLine, at: float | None) -> float | None:
+        own = line.level is not None or bool(line.tags) or line.torch_rank is not None \
+            or line.tod is not None
+        if own and line.outer_t is not None:
+            self._wrapped = True
+        if at is None and not own and line.outer_t is not None and not self._wrapped:
+            # A line that is not vLLM's (another process's output, a paste's stray line)
+            # with a wrapper's time, in a log whose own lines have none: its clock is not
+            # the log's, and "never earlier than the line before" would pin every later
+            # line to it.
+            return self.last
         t = at if at is not None else line.outer_t
         if t is None and line.own_time is not None:
             t = self._own(line.own_time)
