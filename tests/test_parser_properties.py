@@ -31,6 +31,9 @@ LOGS = {
     "vllm": (VllmLogParser, DATA / "vllm-cpu" / "startup.log"),
     "vllm 0.9 on GPUs": (VllmLogParser, DATA / "vllm-eras" / "gpu-v1-0.9.log"),
     "vllm 0.6 (V0) on GPUs": (VllmLogParser, DATA / "vllm-eras" / "gpu-v0-0.6.log"),
+    "the simulated DeepSeek-V4 node": (StartupLogParser,
+                                       DATA / "sim-pages" / "sglang-device" / "server.log"),
+    "the simulated vLLM node": (VllmLogParser, DATA / "sim-pages" / "vllm-device" / "server.log"),
 }
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
