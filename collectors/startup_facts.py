@@ -201,6 +201,18 @@ class DecodeStats:
     queue_reqs: int | None = None
     accept_len: float | None = None
     graph: bool | None = None  # cuda/cpu/npu graph
+    cache_hit_rate: float | None = None  # the prefix cache's, a fraction (vLLM's stats line)
+
+
+@dataclass(frozen=True, slots=True)
+class KvShortfall:
+    """A start-up refused because one request of the longest length does not fit in the KV
+    cache (vLLM's check before it serves), in the engine's figures."""
+
+    needed_gb: float  # what one request of max_seq_len needs
+    available_gb: float  # what the KV cache has
+    max_seq_len: int | None = None  # the length asked for (where the line states it)
+    fits_len: int | None = None  # the longest the engine estimates would fit
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +399,7 @@ class StartupFacts:
     lines_seen: int = 0
     phase: str = "launching"
     timeline: tuple[PhaseSpan, ...] = ()
+    kv_shortfall: KvShortfall | None = None  # the start-up failed for it
     # Runtime (latest only).
     decode: DecodeStats | None = None
     prefill: PrefillStats | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
+from sglang_logs import STYLES, dress
 
 from collectors.sglang.startup_log import (
     NOTE_AFTER_LAUNCH,
@@ -70,6 +71,20 @@ def test_each_spelling_of_the_sizing_line_opens_the_kv_phase_and_gives_the_capac
     assert (sizing["bytes_per_full_token"], sizing["available_bytes_gb"]) == (2210.4, 12.1)
     assert f.ranks[0].kv_total_gb == 12.1  # what the pools take together
     assert ("swa_fixed_gb" in sizing) == ("swa_fixed" in calc)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_the_memory_available_for_the_kv_cache_stands_in_for_the_pools_size(style: str) -> None:
+    # "The available memory for KV cache is 9.19 GB.": the budget, where no line sizes the
+    # pool itself; a pool line that follows has the last word.
+    budget = ("TP0", "The available memory for KV cache is 9.19 GB.")
+    launch = [("TP0", "Load weight end. elapsed=50.00 s, type=LlamaForCausalLM, avail mem=20.0 GB, "
+               "mem usage=14.00 GB.")]
+    f = parse_startup_log(dress([*launch, budget], style))
+    assert f.ranks[0].kv_total_gb == 9.19 and f.phase == "kv_pool"
+    pool = ("TP0", "KV Cache is allocated. #tokens: 81920, K size: 4.50 GB, V size: 4.50 GB")
+    f = parse_startup_log(dress([*launch, budget, pool], style))
+    assert f.ranks[0].kv_total_gb == 9.0 and f.kv_capacity_tokens == 81920
 
 
 @pytest.mark.parametrize("line", [

@@ -17,9 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from collectors.startup_facts import PHASES, StartupFacts
+from collectors.readings import Reading, ServerData, Status
+from collectors.source import SourceName
+from collectors.startup_facts import PHASES, KvShortfall, StartupFacts
 from collectors.vllm.startup_log import VllmLogParser
 from engram_top.cli.commands import main as engram_top_main
+from engram_top.model.facts import kv_facts
+from engram_top.model.store import RunFacts, RunStore
 
 OUTER = ("none", "k8s", "cri", "compose", "shipper", "json")
 OWN = ("date", "tod", "old", "bare")
@@ -191,9 +195,98 @@ def test_v1_says_the_kv_cache_needed_and_the_length_that_would_fit() -> None:
     ])
     assert f.phase == "failed" and f.failed_in == "kv_pool"
     assert f.failure_cause.startswith("ValueError: To serve at least one request")
-    assert f.scheduler_extra["estimated_max_model_len"] == "53024"
-    assert float(f.scheduler_extra["kv_needed_gb"]) == 8.0
+    # The figures typed: what one request needs, what there is, and the length that fits.
+    assert f.kv_shortfall == KvShortfall(needed_gb=8.0, available_gb=3.24, max_seq_len=131072,
+                                         fits_len=53024)
     assert f.kv_capacity_tokens is None  # no token count anywhere: none made up
+
+
+@pytest.mark.parametrize("outer", OUTER)
+def test_the_memory_report_of_later_builds_in_every_dress(outer: str) -> None:
+    # 0.10+'s gpu_worker after the graphs, the stats line's prefix-cache hit rate, and the
+    # chunked-prefill budget the config prints: as a 2026 node writes them, wrapped.
+    tp0 = "Worker_TP0 pid=770"
+    f = read([
+        line("Model loading took 55.19 GiB memory and 48.502592 seconds", 0, tp0,
+             where="gpu_model_runner.py:5405", outer=outer),
+        line("Chunked prefill is enabled with max_num_batched_tokens=8192.", 1,
+             "EngineCore pid=558", where="scheduler.py:216", outer=outer),
+        line("Free memory on device (94.05/95.01 GiB) on startup. Desired GPU memory "
+             "utilization is (0.9, 85.51 GiB). Actual usage is 56.89 GiB for consumed memory "
+             "(weights + non-torch), 0.76 GiB for peak activation, and 0.32 GiB for CUDAGraph "
+             "memory. Replace gpu_memory_utilization config with `--kv-cache-memory="
+             "29407858586` (27.39 GiB) to fit into requested memory, or `--kv-cache-memory="
+             "38581581312` (35.93 GiB) to fully utilize gpu memory. Current kv cache memory in "
+             "use is 27.85 GiB.", 5, tp0, where="gpu_worker.py:789", outer=outer),
+        line("Engine 000: Avg prompt throughput: 120.5 tokens/s, Avg generation throughput: "
+             "40.2 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 12.5%, "
+             "Prefix cache hit rate: 45.2%", 9, "APIServer pid=1", where="loggers.py:123",
+             outer=outer),
+    ])
+    rank = f.ranks[0]
+    assert rank.kv_total_gb == 27.85 and rank.weights_gb == 55.19  # the loading line's
+    assert rank.memory_profile == {
+        "initial_free_gb": 94.05, "total_gpu_memory_gb": 95.01,
+        "gpu_memory_utilization": 0.9, "usable_gb": 85.51, "weights_and_non_torch_gb": 56.89,
+        "activation_peak_gb": 0.76, "cuda_graph_gb": 0.32}
+    assert "ranks.weights_gb" not in f.derived
+    assert f.decode is not None and f.decode.cache_hit_rate == pytest.approx(0.452)
+    assert f.decode.token_usage == pytest.approx(0.125) and f.decode.queue_reqs == 1
+    assert f.server_args is not None and f.server_args.chunked_prefill_size == 8192
+
+
+def test_the_kv_panel_takes_the_hit_rate_from_the_stats_line_where_the_page_has_none() -> None:
+    facts = read([line("Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
+                       "throughput: 9.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache "
+                       "usage: 1.0%, Prefix cache hit rate: 45.2%", 0, "APIServer pid=1")])
+    store = RunStore()
+    store.set_run(RunFacts(scenario="v", placement="device", node="n", time_scale=1.0,
+                           launched_wall=1.7e9, launched_at=0.0, state="ready", ready_at=0.0,
+                           startup=facts))
+    store.add(SourceName.SERVER, Reading("vllm", Status.OK, ServerData(url="u", healthy=True)))
+    kv = kv_facts(store)
+    assert kv is not None and kv.cache_hit_rate == pytest.approx(0.452)
+    store.add(SourceName.SERVER, Reading("vllm", Status.OK, ServerData(
+        url="u", healthy=True, cache_hit_rate=0.1)))
+    kv = kv_facts(store)
+    assert kv is not None and kv.cache_hit_rate == 0.1  # the page's own figure first
+
+
+def test_the_kv_cache_in_bytes_and_the_weights_from_the_report_alone() -> None:
+    # No loading line in the paste: the report's weights stand in, said to be derived.
+    f = read([line("Free memory on device (78.66/79.19 GiB) on startup. Desired GPU memory "
+                   "utilization is (0.9, 71.27 GiB). Actual usage is 14.08 GiB for weight, "
+                   "1.97 GiB for peak activation, 0.07 GiB for non-torch memory, and 0.67 GiB "
+                   "for CUDAGraph memory. Replace gpu_memory_utilization config with "
+                   "`--kv-cache-memory=58333988249` to fit into requested memory, or "
+                   "`--kv-cache-memory=66273897472` to fully utilize gpu memory. Current kv "
+                   "cache memory in use is 59212694937 bytes.", 0, "EngineCore_DP0 pid=3021",
+                   where="gpu_worker.py:391")])
+    rank = f.ranks[0]
+    assert rank.kv_total_gb == pytest.approx(59212694937 / 2**30)
+    assert rank.weights_gb == 14.08 and rank.memory_profile["non_torch_gb"] == 0.07
+    assert f.derived["ranks.weights_gb"].startswith("derived: the memory profile's weights")
+
+
+def test_a_kv_cache_reserved_by_kv_cache_memory_bytes() -> None:
+    f = read([line("Initial free memory 77.91 GiB, reserved 5.32 GiB memory for KV Cache as "
+                   "specified by kv_cache_memory_bytes config and skipped memory profiling. "
+                   "This does not respect the gpu_memory_utilization config.", 0,
+                   "EngineCore pid=29655", where="gpu_worker.py:361"),
+              line("GPU KV cache size: 38,736 tokens", 1, "EngineCore pid=29655",
+                   where="kv_cache_utils.py:1319")])
+    assert f.ranks[0].kv_total_gb == 5.32 and f.kv_capacity_tokens == 38736
+    assert f.ranks[0].memory_profile["initial_free_gb"] == 77.91
+
+
+def test_the_later_wording_of_the_kv_shortfall() -> None:
+    # 2026's check words it without the parenthesis, and "Estimated" with a capital.
+    f = read([line("ValueError: To serve at least one request with the model's max seq len "
+                   "(1000000), 3.09 GiB KV cache is needed, which is larger than the available "
+                   "KV cache memory (0.24 GiB). Estimated maximum model length is 57344.", 0,
+                   "EngineCore pid=7", "ERROR", where="core.py:1385")])
+    assert f.kv_shortfall == KvShortfall(needed_gb=3.09, available_gb=0.24,
+                                         max_seq_len=1000000, fits_len=57344)
 
 
 # --------------------------------------------------------------------------- graphs, concurrency
@@ -416,6 +509,8 @@ def test_inspect_log_prints_every_new_field(tmp_path: Path,
     '{"log": ' * 5000, '{"log": 5, "time": "2026-99-99T99:99:99Z"}', "\x00\x1b[31m\udcff",
     "INFO 13-45 25:61:61 [x.py:1] GPU KV cache size: 12 tokens",
     "Maximum concurrency for " + "9" * 5000 + " tokens per request: 1e400x",
+    "1" * 100000 + " GiB KV cache is needed", "Actual usage is 1 GiB for weight, " + "9" * 100000,
+    "Current kv cache memory in use is " + "9" * 100000 + " bytes.",
 ], ids=lambda text: repr(text[:24]))
 def test_hostile_lines_neither_raise_nor_make_up_figures(hostile: str) -> None:
     p = VllmLogParser()

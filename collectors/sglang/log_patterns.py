@@ -12,6 +12,7 @@ from collections.abc import Iterable
 NUM = r"(-?\d+(?:\.\d+)?)"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 AVAIL = re.compile(r"avail mem=\s*" + NUM + r"\s*GB")
+KV_BUDGET = re.compile(r"[Aa]vailable memory for KV cache is\s*(\d{1,9}(?:\.\d{1,9})?)\s*GB")
 MEM_USAGE = re.compile(r"mem usage=\s*" + NUM + r"\s*GB")
 ELAPSED = re.compile(r"(?:elapsed=|Time elapsed:)\s*" + NUM + r"\s*s\b")
 KV_FIELD = re.compile(

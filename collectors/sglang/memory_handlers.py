@@ -17,6 +17,7 @@ from collectors.sglang.log_patterns import (
     GRAPH,
     GRAPH_FAILED,
     HICACHE_HOST,
+    KV_BUDGET,
     KV_DTYPE,
     KV_FIELD,
     KV_INLINE_DTYPE,
@@ -189,6 +190,11 @@ class MemoryHandlers(LaunchState):
             full = sizes.get("full")
         elif "SWA sizing:" in msg:
             st.swa_sizing = log_lines.swa_sizing(msg)
+        elif (m := KV_BUDGET.search(msg)) is not None:
+            # "The available memory for KV cache is 9.19 GB.": the pool's budget, where no
+            # line sizes the pool itself (rank_state's last resort for its GiB).
+            if len(st.kv_sizings) < MAX_POOLS:
+                st.kv_sizings.append({"kv_budget_gb": float(m.group(1))})
         elif "Init" in msg and "TokenToKVPool" in msg:
             # The pool's constructor: the same sizes once more, under its own names. It
             # completes the latest sizes line (or stands for one that was not printed).

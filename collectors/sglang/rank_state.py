@@ -97,6 +97,9 @@ class RankState:
         if isinstance(sizing.get("available_bytes_gb"), float | int):
             # The sizing's available bytes are what a hybrid model's pools take together.
             return float(sizing["available_bytes_gb"]), "memory calculation: available_bytes"
+        if isinstance(sizing.get("kv_budget_gb"), float | int):
+            return float(sizing["kv_budget_gb"]), "derived: the memory available for the KV " \
+                "cache (no line states the pool's size)"
         return None, None
 
     def freeze(self, index: int | None = None) -> RankFacts:

@@ -150,6 +150,7 @@ class StartupLogParser(MemoryHandlers, HybridPoolHandlers, ServingHandlers, Engr
             ("memory calculation:", self._on_kv_sizing),
             ("pool sizes:", self._on_kv_sizing),
             ("SWA sizing:", self._on_kv_sizing),
+            ("vailable memory for KV cache is", self._on_kv_sizing),
             ("TokenToKVPool", self._on_kv_sizing),
             ("Memory pool end", self._on_pool_end),
             ("host memory for hierarchical KV cache", self._on_hicache),

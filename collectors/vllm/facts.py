@@ -11,7 +11,7 @@ the pool's actual, else v0.21+'s estimate (derived: an estimate before capture).
 
 from __future__ import annotations
 
-from collectors.startup_facts import RankFacts, StartupFacts
+from collectors.startup_facts import KvShortfall, RankFacts, StartupFacts
 from collectors.vllm.log_figures import RankFigures
 from collectors.vllm.log_state import LogState
 from collectors.vllm.ranks import ARGS_SOURCE, Place, RankBook, coords, label
@@ -38,11 +38,13 @@ def freeze(s: LogState, book: RankBook, launches: int, lines: int,
         extra["version"] = s.version
     e = s.engine
     for key, value in (("kv_device", e.kv_device), ("num_gpu_blocks", e.gpu_blocks),
-                       ("num_cpu_blocks", e.cpu_blocks), ("max_seq_len", e.too_long_seq_len),
-                       ("kv_needed_gb", e.kv_needed_gb), ("kv_available_gb", e.kv_available_gb),
-                       ("estimated_max_model_len", e.estimated_max_len)):
+                       ("num_cpu_blocks", e.cpu_blocks), ("max_seq_len", e.too_long_seq_len)):
         if value is not None:
             extra[key] = str(value)
+    shortfall = None
+    if e.kv_needed_gb is not None and e.kv_available_gb is not None:
+        shortfall = KvShortfall(e.kv_needed_gb, e.kv_available_gb, e.too_long_seq_len,
+                                e.estimated_max_len)
     context = s.context_len
     if context is None and isinstance(stated := args.get("max_model_len"), int):
         context = stated
@@ -65,7 +67,8 @@ def freeze(s: LogState, book: RankBook, launches: int, lines: int,
         parallel_from={f"{dim}_size": where for dim, where in source.items()},
         max_concurrency=e.concurrency, max_concurrency_tokens=e.concurrency_tokens,
         launch_at=s.launch_at, last_line_at=last_at, lines_seen=lines, phase=s.phase,
-        timeline=tuple(s.spans), decode=s.decode, scheduler_extra=extra)
+        timeline=tuple(s.spans), decode=s.decode, scheduler_extra=extra,
+        kv_shortfall=shortfall)
 
 
 def _ranks(s: LogState, book: RankBook, tp: int, pp: int,
@@ -89,8 +92,9 @@ def _ranks(s: LogState, book: RankBook, tp: int, pp: int,
                                "derived: vLLM's estimate before capture ('Estimated CUDA "
                                "graph memory'): no capture line states it")
         if r.weights_from_profile:
-            derived.setdefault("ranks.weights_gb", "derived: the memory profile's 'model "
-                               "weights take' (no loading line)")
+            derived.setdefault("ranks.weights_gb", "derived: the memory profile's weights "
+                               "('model weights take', 'Actual usage is X GiB for weight'; no "
+                               "loading line)")
         at = coords(p, book.ep.get(p), tp, pp)
         out[key] = RankFacts(
             rank=key, weights_gb=r.weights_gb, all_weights_gb=r.weights_gb,

@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 
 NUM = r"(-?\d+(?:\.\d+)?)"
 GIB = NUM + r"\s*(GiB|GB|MiB|MB|Gib)"
+# For a pattern that begins with the figure: digits bounded, so that a search over a line
+# of a million digits tries each start in constant time, not to the line's end.
+LEADING_GIB = r"(-?\d{1,15}(?:\.\d{1,15})?)\s*(GiB|GB|MiB|MB|Gib)"
 SCALE = {"GiB": 1.0, "GB": 1.0, "Gib": 1.0, "MiB": 1 / 1024, "MB": 1 / 1024}
 
 WEIGHTS = re.compile(r"Model loading took " + GIB + r"(?: memory)?(?:,? and (\d+(?:\.\d+)?) ?s)?")
@@ -42,6 +45,19 @@ RESULT_PAIR = re.compile(r"\b(total_gpu_memory|initial_memory_usage|peak_torch_m
                          r"weights_memory)=" + GIB)
 UTILIZATION = re.compile(r"\bgpu_memory_utilization=" + NUM)
 AVAILABLE_KV = re.compile(r"Available KV cache memory: " + GIB)
+# 0.10+'s gpu_worker, after the graphs: what the KV cache holds, in GiB or in bytes.
+CURRENT_KV = re.compile(r"Current kv cache memory in use is (?:" + GIB + r"|(\d{1,20}) bytes)")
+# --kv-cache-memory (kv_cache_memory_bytes) set: profiling skipped, the pool as asked.
+RESERVED_KV = re.compile(r"[Rr]eserved " + GIB + r" memory for KV Cache as specified by "
+                         r"kv_cache_memory_bytes")
+INITIAL_FREE = re.compile(r"Initial free memory " + GIB)
+FREE_ON_DEVICE = re.compile(r"Free memory on device \(" + NUM + r"/" + GIB + r"\) on startup")
+DESIRED = re.compile(r"Desired GPU memory utilization is \(" + NUM + r", " + GIB + r"\)")
+# "Actual usage is X GiB for weight, Y GiB for peak activation, Z GiB for non-torch memory,
+# and W GiB for CUDAGraph memory", or "X GiB for consumed memory (weights + non-torch), ..".
+ACTUAL = re.compile(r"Actual usage is " + GIB + r" for (weight|consumed memory)")
+ACTUAL_PARTS = re.compile(LEADING_GIB + r" for (peak activation|non-torch memory|CUDAGraph "
+                          r"memory)")
 EXPLICIT_KV = re.compile(r"Explicitly set \(" + NUM + r"/\d+(?:\.\d+)?\) (GiB|GB) for KV cache")
 KV_TOKENS = re.compile(r"(?P<dev>[A-Z]+(?: \+ host)?) KV cache size: (?P<n>[\d,]+) tokens")
 CAPTURED = re.compile(r"Graph capturing finished in (\d+(?:\.\d+)?) secs?(?:, took " + GIB + ")?")
@@ -53,9 +69,11 @@ BLOCKS = re.compile(r"# (?:GPU|CPU|XPU|NPU|HPU|CUDA|cuda|gpu) blocks: (\d+)"
 ALLOCATE = re.compile(r"engine can allocate (\d+) GPU blocks, (\d+) CPU blocks")
 TOO_LONG = re.compile(r"max seq len \((\d+)\) is larger than the maximum number of tokens "
                       r"that can be stored in KV cache \((\d+)\)")
-NEEDED = re.compile(r"max seq len \((\d+)\), \(" + GIB + r" KV cache is needed, which is "
-                    r"larger than the available KV cache memory \(" + GIB + r"\)")
-ESTIMATED_LEN = re.compile(r"estimated maximum model length is (\d+)")
+# The max seq len part is left out where a paste wrapped the line before it; later builds
+# write "max seq len\n(N), X GiB" without the parenthesis.
+NEEDED = re.compile(r"(?:max seq len\s*\((\d{1,15})\),\s*\(?)?" + LEADING_GIB + r" KV cache is "
+                    r"needed, which is larger than the available KV cache memory \(" + GIB + r"\)")
+ESTIMATED_LEN = re.compile(r"[Ee]stimated maximum model length is (\d+)")
 
 
 def gib(value: str, unit: str) -> float:
@@ -103,12 +121,14 @@ def read_rank(msg: str, r: RankFigures) -> None:
             r.kv_gb = r.profile["kv_cache_size_gb"]
         if (m := UTILIZATION.search(msg)) is not None:
             r.profile["gpu_memory_utilization"] = float(m.group(1))
-    if m := AVAILABLE_KV.search(msg) or REST_KV.search(msg):
+    if m := AVAILABLE_KV.search(msg) or REST_KV.search(msg) or RESERVED_KV.search(msg):
         r.kv_gb = gib(m.group(1), m.group(2))
         if m.re is REST_KV:
             r.profile["kv_cache_gb"] = r.kv_gb
     elif (m := EXPLICIT_KV.search(msg)) is not None:
         r.kv_gb = float(m.group(1))
+    if "memory" in msg:
+        _read_memory_report(msg, r)
     if (m := KV_TOKENS.search(msg)) is not None:
         r.kv_tokens = int(m["n"].replace(",", ""))
     if (m := CAPTURED.search(msg)) is not None:
@@ -119,6 +139,30 @@ def read_rank(msg: str, r: RankFigures) -> None:
         r.graph_estimate_gb = gib(m.group(1), m.group(2))
     if (m := GRAPH_POOL.search(msg)) is not None:
         r.graph_pool_gb = gib(m.group(1), m.group(2))
+
+
+def _read_memory_report(msg: str, r: RankFigures) -> None:
+    """0.10+'s memory lines: the free memory at start, the utilization's budget, the
+    actual usage by part, and what the KV cache holds once the graphs are captured."""
+    if (m := CURRENT_KV.search(msg)) is not None:
+        r.kv_gb = gib(m.group(1), m.group(2)) if m.group(1) else int(m.group(3)) / 2**30
+    if (m := INITIAL_FREE.search(msg)) is not None:
+        r.profile["initial_free_gb"] = gib(m.group(1), m.group(2))
+    if (m := FREE_ON_DEVICE.search(msg)) is not None:
+        r.profile["initial_free_gb"] = gib(m.group(1), m.group(3))
+        r.profile["total_gpu_memory_gb"] = gib(m.group(2), m.group(3))
+    if (m := DESIRED.search(msg)) is not None:
+        r.profile["gpu_memory_utilization"] = float(m.group(1))
+        r.profile["usable_gb"] = gib(m.group(2), m.group(3))
+    if (m := ACTUAL.search(msg)) is not None:
+        key = "weights_gb" if m.group(3) == "weight" else "weights_and_non_torch_gb"
+        r.profile[key] = gib(m.group(1), m.group(2))
+        names = {"peak activation": "activation_peak_gb", "non-torch memory": "non_torch_gb",
+                 "CUDAGraph memory": "cuda_graph_gb"}
+        for value, unit, part in ACTUAL_PARTS.findall(msg[m.end():]):
+            r.profile[names[part]] = gib(value, unit)
+        if key == "weights_gb" and (r.weights_gb is None or r.weights_from_profile):
+            r.weights_gb, r.weights_from_profile = r.profile["weights_gb"], True
 
 
 @dataclass
@@ -144,8 +188,9 @@ def read_engine(msg: str, e: EngineFigures) -> None:
         e.concurrency = float(m.group(2))
     if (m := TOO_LONG.search(msg)) is not None:
         e.too_long_seq_len, e.stated_capacity = int(m.group(1)), int(m.group(2))
-    if (m := NEEDED.search(msg)) is not None:
-        e.too_long_seq_len = int(m.group(1))
+    if "KV cache is needed" in msg and (m := NEEDED.search(msg)) is not None:
+        if m.group(1):
+            e.too_long_seq_len = int(m.group(1))
         e.kv_needed_gb = gib(m.group(2), m.group(3))
         e.kv_available_gb = gib(m.group(4), m.group(5))
     if (m := ESTIMATED_LEN.search(msg)) is not None:

@@ -23,6 +23,9 @@ class LogState:
     args: dict[str, object] = field(default_factory=dict)  # non-default args, Namespace
     config: dict[str, object] = field(default_factory=dict)  # the engine's config line
     command: dict[str, object] = field(default_factory=dict)  # a pasted launch command
+    # What other lines state of the settings ("Chunked prefill is enabled with
+    # max_num_batched_tokens=N"): under every dump of them.
+    stated: dict[str, object] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     version: str | None = None
     engram: dict[str, str] = field(default_factory=dict)

@@ -29,6 +29,9 @@ _UVICORN_PID = re.compile(r"Started server process \[(\d+)\]")
 _STATS = re.compile(r"Running: (\d+) reqs?, (?:Swapped: \d+ reqs?, )?Waiting: (\d+) reqs?")
 _GEN = re.compile(r"Avg generation throughput: (\d+(?:\.\d+)?) tokens/s")
 _USAGE = re.compile(r"(?:GPU |CPU )?KV cache usage: (\d+(?:\.\d+)?)%")
+# V1's "Prefix cache hit rate: 45.2%", V0's "Prefix cache hit rate: GPU: 45.20%, CPU: 0.00%".
+_HIT = re.compile(r"Prefix cache hit rate: (?:GPU: )?(\d+(?:\.\d+)?)%")
+_CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
 _ENGRAM = re.compile(r"Engram table offloaded to pinned host memory: (\d+) rows x (\d+), "
                      r"(\d+(?:\.\d+)?) GiB (shared across DP replicas|per rank)")
 _SECRET = re.compile(r"(?:^|_)(?:api_key|key|token|secret|password)$", re.IGNORECASE)
@@ -78,16 +81,20 @@ def read_stats(msg: str, at: float | None, s: LogState) -> None:
     if (m := _STATS.search(msg)) and "throughput" in msg:
         usage = _USAGE.search(msg)
         gen = _GEN.search(msg)
+        hit = _HIT.search(msg)
         s.decode = DecodeStats(at=at, rank=0, running_reqs=int(m.group(1)),
                                queue_reqs=int(m.group(2)),
                                token_usage=float(usage.group(1)) / 100 if usage else None,
-                               gen_throughput=float(gen.group(1)) if gen else None)
+                               gen_throughput=float(gen.group(1)) if gen else None,
+                               cache_hit_rate=float(hit.group(1)) / 100 if hit else None)
+    if m := _CHUNKED.search(msg):
+        s.stated["max_num_batched_tokens"] = int(m.group(1))
 
 
 def merged(s: LogState) -> dict[str, object]:
     """Every setting the log states: a pasted command's, under the engine's config line's,
     under the args dump's (the launch's own words win)."""
-    return {**s.command, **s.config, **s.args}
+    return {**s.stated, **s.command, **s.config, **s.args}
 
 
 def parallel_stated(s: LogState, command: bool = False) -> dict[str, int]:

@@ -123,6 +123,9 @@ def kv_facts(store: RunStore) -> KvView | None:
         full = batch.full_token_usage
     if swa is None and batch is not None:
         swa = batch.swa_token_usage
+    hit = s.cache_hit_rate
+    if hit is None and isinstance(batch, DecodeStats):  # vLLM's stats line states it
+        hit = batch.cache_hit_rate
     used = s.num_used_tokens if s.num_used_tokens is not None else s.kv_used_tokens
     return KvView(capacity_tokens=s.max_total_num_tokens or _logged_capacity(startup),
                   used_tokens=_int(used),
@@ -133,7 +136,7 @@ def kv_facts(store: RunStore) -> KvView | None:
                   available_tokens=_int(s.kv_available_tokens),
                   evictable_tokens=_int(s.kv_evictable_tokens),
                   retracted=_int(s.num_retracted_reqs), retracted_per_s=s.retracted_per_s,
-                  queue_time=s.queue_time, cache_hit_rate=s.cache_hit_rate,
+                  queue_time=s.queue_time, cache_hit_rate=hit,
                   cache_hit_since_start=s.cache_hit_rate_since_start,
                   paused=_int(s.num_paused_reqs), aborted_total=_int(s.aborted_requests_total),
                   aborted_per_s=s.aborted_per_s, mamba_usage=s.mamba_usage,
