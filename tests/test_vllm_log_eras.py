@@ -375,6 +375,25 @@ def test_v0_and_ray_workers_are_placed_by_rank_or_by_what_their_pid_said(outer: 
     assert ray.ranks[2].coords == {"PP": 1, "TP": 0}
 
 
+@pytest.mark.parametrize("outer", ["none", "k8s", "json"])
+def test_v0_workers_that_never_say_their_rank_are_ranks_of_their_own(outer: str) -> None:
+    # V0's multiprocessing workers, no rank line in the paste: each a rank of its own, in
+    # the order of their pids (they start one rank after another), not rank 0's lines.
+    f = read([
+        line("Loading model weights took 15.6 GB", 1, outer=outer),  # the driver: rank 0
+        line("Loading model weights took 15.7 GB", 2, "VllmWorkerProcess pid=1073",
+             outer=outer),
+        line("Loading model weights took 15.8 GB", 3, "VllmWorkerProcess pid=972", outer=outer),
+        raw("torch.OutOfMemoryError: CUDA out of memory.", outer, 4),  # pid 972's, raw
+    ])
+    assert {r: round(x.weights_gb, 1) for r, x in f.ranks.items()} == {
+        0: 15.6, 1: 15.8, 2: 15.7}
+    assert f.parallel == {"tp_size": 3}
+    assert f.derived["parallel.tp_size"].startswith("derived, at least: the driver and the 2 "
+                                                    "worker process(es)")
+    assert f.errors[-1].rank == 1
+
+
 @pytest.mark.parametrize(("launch", "sizes", "source", "derived"), [
     ("non-default args: {'model': 'm', 'tensor_parallel_size': 4, 'data_parallel_size': 2}",
      {"tp_size": 4, "dp_size": 2}, "server_args", set()),

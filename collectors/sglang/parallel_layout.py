@@ -36,7 +36,8 @@ COMMAND_WORDS = ("sglang.launch_server", "sglang serve", "launch_server.py")
 PREFIX_SOURCE = "rank prefixes"
 COMMAND_SOURCE = "launch command"
 ARGS_SOURCE = "server_args"
-DERIVED_FROM_PREFIXES = "derived: the highest rank its line prefixes show, plus one"
+DERIVED_FROM_PREFIXES = ("derived, at least: the highest rank its line prefixes show, plus one (a "
+                         "rank that logged nothing is not seen)")
 
 
 def command_sizes(text: str) -> dict[str, int | bool]:

@@ -75,7 +75,8 @@ def _ranks(s: LogState, book: RankBook, tp: int, pp: int,
            derived: dict[str, str]) -> dict[int, RankFacts]:
     merged_by: dict[int, RankFigures] = {}
     places: dict[int, Place] = {}
-    for place, figures in s.ranks.items():
+    for pid_place, figures in s.ranks.items():
+        place = book.resolve(pid_place)
         key = place.index(tp, pp)
         if key in merged_by:  # two names of one worker (its pid's, then its tag's)
             _fill(merged_by[key], figures)

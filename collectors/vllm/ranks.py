@@ -39,6 +39,9 @@ class Place:
     pp: int | None = None
     tp: int | None = None
     g: int | None = None  # a rank in the engine (or the world) with no dimension said
+    # A worker process whose lines never said where it is (V0's VllmWorkerProcess, Ray's
+    # RayWorkerWrapper): known by its pid until RankBook.resolve places it.
+    pid: str | None = None
 
     def index(self, tp_size: int, pp_size: int) -> int:
         per_engine = tp_size * pp_size
@@ -54,6 +57,9 @@ class Place:
 
 
 ENGINE = Place()  # a line of the engine itself (the API server's, a single-GPU engine's)
+# Processes that are workers beside the driver (the driver, rank 0, logs untagged or as the
+# engine): V0's multiprocessing workers and Ray's, each a rank of its own.
+WORKER_NAMES = frozenset({"VllmWorkerProcess", "RayWorkerWrapper", "Worker"})
 
 
 class RankBook:
@@ -87,11 +93,32 @@ class RankBook:
         for dim in ("dp", "pp", "tp", "ep", "g"):
             if dim in c:
                 self.largest[dim] = max(self.largest.get(dim, 0), c[dim])
+        if not c and pid and name in WORKER_NAMES and len(self.by_pid) < MAX_PIDS:
+            self.by_pid.setdefault(pid, {})
+            self.last = Place(pid=pid)
+            return self.last
         place = Place(c.get("dp"), c.get("pp"), c.get("tp"), c.get("g"))
         if "ep" in c:
             self.ep[place] = c["ep"]
         self.last = place
         return place
+
+    def unplaced(self) -> list[str]:
+        """Worker pids no line placed, in pid order: V0 and Ray start their workers one
+        rank after another, so their pids rise with their ranks (1, 2, ..: the driver is 0)."""
+        return sorted((p for p, c in self.by_pid.items() if not c),
+                      key=lambda p: (len(p), p))
+
+    def resolve(self, place: Place) -> Place:
+        """A pid's place: where a later line of it said, else its rank among the unplaced
+        workers (derived: see unplaced)."""
+        if place.pid is None:
+            return place
+        c = self.by_pid.get(place.pid) or {}
+        if c:
+            return Place(c.get("dp"), c.get("pp"), c.get("tp"), c.get("g"))
+        unplaced = self.unplaced()
+        return Place(g=1 + unplaced.index(place.pid)) if place.pid in unplaced else ENGINE
 
     def _learn(self, msg: str) -> dict[str, int]:
         if "rank" not in msg and "Rank" not in msg:
@@ -122,13 +149,19 @@ class RankBook:
                 out[dim], source[dim] = command[dim], COMMAND_SOURCE
             elif dim in self.largest:
                 out[dim], source[dim] = self.largest[dim] + 1, PREFIX_SOURCE
-                how[dim] = (f"derived: the highest {dim.upper()} rank the log's prefixes and "
-                            f"rank lines show ({dim.upper()}{self.largest[dim]}), plus one")
+                how[dim] = (f"derived, at least: the highest {dim.upper()} rank the log's "
+                            f"prefixes and rank lines show ({dim.upper()}{self.largest[dim]}), "
+                            "plus one (a rank that logged nothing is not seen)")
         if "tp" not in out and "pp" not in out and self.world_size and "g" in self.largest:
             out["tp"] = max(1, self.world_size // out.get("dp", 1))
             source["tp"] = PREFIX_SOURCE
             how["tp"] = (f"derived: the world size the log states ({self.world_size}) over the "
                          "DP size")
+        workers = len(self.unplaced())
+        if "tp" not in out and "pp" not in out and workers:
+            out["tp"], source["tp"] = workers + 1, PREFIX_SOURCE
+            how["tp"] = (f"derived, at least: the driver and the {workers} worker process(es) "
+                         "the log shows, no rank stated (V0's or Ray's workers)")
         return out, source, how
 
 

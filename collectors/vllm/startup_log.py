@@ -270,13 +270,14 @@ class VllmLogParser:
     def _label(self, place: Place) -> str:
         sizes, _, _ = self._book.sizes(parallel_stated(self._s),
                                        parallel_stated(self._s, command=True))
+        place = self._book.resolve(place)
         return label(coords(place, self._book.ep.get(place), sizes.get("tp", 1),
                             sizes.get("pp", 1)))
 
     def _index(self, place: Place) -> int:
         sizes, _, _ = self._book.sizes(parallel_stated(self._s),
                                        parallel_stated(self._s, command=True))
-        return place.index(sizes.get("tp", 1), sizes.get("pp", 1))
+        return self._book.resolve(place).index(sizes.get("tp", 1), sizes.get("pp", 1))
 
     def _enter(self, phase: str, at: float | None) -> bool:
         """Into ``phase`` (a span of its own); False when it is the current one."""
