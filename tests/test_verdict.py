@@ -137,6 +137,19 @@ def test_from_a_comparison_s_cells() -> None:
                                                                            "host-prefetch")
 
 
+def test_identical_rounds_are_no_evidence_of_a_win() -> None:
+    # A report whose rounds were copied (or edited by hand): three identical TTFTs a side
+    # give a zero-width interval, which used to read as a win. KV capacity, fixed by the
+    # allocator, still decides by its sign.
+    results = [_run("device", i, ttft_mean_s=0.100, kv_tokens=11_840_000) for i in range(3)]
+    results += [_run("host-prefetch", i, ttft_mean_s=0.120, kv_tokens=42_700_288)
+                for i in range(3)]
+    found = {f.evidence.axis: f for f in verdict(compare(results, "device")).findings}
+    assert found["ttft"].outcome == NO_INTERVAL and found["ttft"].winner is None
+    assert "its 3 rounds identical to the last digit" in found["ttft"].text
+    assert found["kv_capacity"].outcome == BETTER
+
+
 # ----------------------------------------------------------------------------- live windows
 
 def figures(served: float | None, requests: int | None, ttft: float = 0.4) -> RunFigures:
