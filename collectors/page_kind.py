@@ -7,6 +7,7 @@ the page is and what it holds, rather than a list of nulls or a parse error on l
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,11 @@ EXPORTERS: tuple[tuple[str, str], ...] = (
     ("DCGM_FI_", "dcgm-exporter"),
     ("node_", "node-exporter"),
     ("prometheus_", "prometheus"),
+    # The rest of a serving stack: SGLang's router (sgl-model-gateway: smg_ since its
+    # late-2025 releases) and LMCache's own API server.
+    ("sgl_router_", "sgl-router"),
+    ("smg_", "sgl-router"),
+    ("lmcache:", "lmcache"),
 )
 _SMI_GPU = re.compile(r"^\|\s+\d+\s+(NVIDIA[^|]*?)\s{2,}", re.MULTILINE)
 MAX_NAMED = 8  # families named in a summary
@@ -53,6 +59,13 @@ def of_families(fams: dict[str, Family],
         return _dcgm(fams)
     if kind == "node-exporter":
         return _node(fams)
+    if kind == "sgl-router":
+        return _router(fams)
+    if kind == "lmcache":
+        return PageKind("lmcache", "an LMCache page (its KV cache tier): "
+                        + (lmcache_summary(lmcache_figures(fams)) or "no figure known here"),
+                        {"families": sum(1 for n in fams if n.startswith("lmcache:")),
+                         **lmcache_figures(fams)})
     names = sorted(n for n in fams if any(n.startswith(p) for p, k in exporters if k == kind))
     # Another engine's names beside these (a gateway's page, compatibility names): said,
     # and which one the page was read as.
@@ -141,3 +154,79 @@ def read(text: str, skipped: promtext.Skipped) -> dict[str, Family]:
     if not families:
         raise skipped.first[0]
     return families
+
+
+def _total(fams: dict[str, Family], *names: str) -> float | None:
+    """A counter's or gauge's sum over its series (``_created`` aside): the first name the
+    page has."""
+    for name in names:
+        fam = fams.get(name) or fams.get(name + "_total")
+        if fam is not None and fam.samples:
+            values = [s.value for s in fam.samples if not s.name.endswith("_created")]
+            total = sum(values)
+            return total if values and math.isfinite(total) else None
+    return None
+
+
+def _router(fams: dict[str, Family]) -> PageKind:
+    """SGLang's router: its workers, requests and cache-aware routing, in either era's names."""
+    found: dict[str, object] = {"families": sum(1 for n in fams
+                                                if n.startswith(("sgl_router_", "smg_")))}
+    figures = {
+        # smg_worker_health is 1 per healthy worker: its sum counts them.
+        "active_workers": _total(fams, "sgl_router_active_workers", "smg_worker_health",
+                                 "smg_worker_pool_size"),
+        "requests_total": _total(fams, "sgl_router_requests_total", "smg_requests_total",
+                                 "smg_http_requests_total"),
+        "running_requests": _total(fams, "sgl_router_running_requests"),
+        "cache_hits_total": _total(fams, "sgl_router_cache_hits_total"),
+        "cache_misses_total": _total(fams, "sgl_router_cache_misses_total"),
+    }
+    found.update({k: v for k, v in figures.items() if v is not None})
+    workers = _label_values(fams, "sgl_router_", "worker") | \
+        _label_values(fams, "sgl_router_", "worker_url") | _label_values(fams, "smg_", "worker")
+    if workers:
+        found["workers"] = sorted(workers)[:MAX_NAMED]
+    parts = []
+    if figures["active_workers"] is not None:
+        parts.append(f"{figures['active_workers']:g} active worker(s)")
+    elif workers:
+        parts.append(f"{len(workers)} worker(s) named")
+    if figures["requests_total"] is not None:
+        parts.append(f"{figures['requests_total']:,.0f} requests")
+    if figures["running_requests"] is not None:
+        parts.append(f"{figures['running_requests']:g} running")
+    hits, misses = figures["cache_hits_total"], figures["cache_misses_total"]
+    if hits is not None and misses is not None and hits + misses > 0:
+        found["cache_hit_rate_since_start"] = hits / (hits + misses)
+        parts.append(f"cache-aware routing hit {hits / (hits + misses):.1%}")
+    return PageKind("sgl-router", "an SGLang router page (sgl-router / sgl-model-gateway)"
+                    + (": " + ", ".join(parts) if parts else ""), found)
+
+
+def lmcache_figures(fams: dict[str, Family]) -> dict[str, float]:
+    """LMCache's figures since it started (its own page, or beside vLLM's on a vLLM page):
+    tokens asked for and hit, the hit rate those make, its gauges of hit rate and use."""
+    out = {key: v for key, names in (
+        ("requested_tokens_total", ("lmcache:num_requested_tokens",)),
+        ("hit_tokens_total", ("lmcache:num_hit_tokens",)),
+        ("stored_tokens_total", ("lmcache:num_stored_tokens",)),
+        ("retrieve_hit_rate", ("lmcache:retrieve_hit_rate",)),
+        ("local_cache_usage", ("lmcache:local_cache_usage",)),
+    ) if (v := _total(fams, *names)) is not None}
+    asked, hit = out.get("requested_tokens_total"), out.get("hit_tokens_total")
+    if asked and hit is not None:
+        out["hit_rate_since_start"] = min(1.0, max(0.0, hit / asked))
+    return out
+
+
+def lmcache_summary(figures: dict[str, float]) -> str:
+    parts = []
+    if "hit_tokens_total" in figures and "requested_tokens_total" in figures:
+        parts.append(f"{figures['hit_tokens_total']:,.0f} of "
+                     f"{figures['requested_tokens_total']:,.0f} tokens asked for were hits")
+    if "hit_rate_since_start" in figures:
+        parts.append(f"hit rate {figures['hit_rate_since_start']:.1%} since the start")
+    if "local_cache_usage" in figures:
+        parts.append(f"local cache use {figures['local_cache_usage']:,.0f}")
+    return ", ".join(parts)

@@ -267,6 +267,9 @@ class ServerData:
     # and per second in the window.
     num_paused_reqs: float | None = None
     aborted_requests_total: float | None = None
+    # SGLang PD disaggregation: requests whose KV transfer between prefill and decode
+    # failed, since the start.
+    transfer_failed_total: float | None = None
     aborted_per_s: float | None = None
     # Prompt tokens served from a cache since the start, by where (SGLang's cache_source:
     # device, host, storage), and per second in the window.

@@ -27,6 +27,7 @@ from collectors.windowed import quantile_bound
 from engram_top.app.panels.drawing import quantile
 from engram_top.model.store import RunStore
 from engram_top.model.views import Quantiles
+from scenarios import engines
 
 BUCKETS = (0.1, 0.5, 1.0, 5.0, 30.0)
 
@@ -295,3 +296,71 @@ def test_inspect_metrics_on_text_that_is_no_metrics_page(tmp_path: Path, text: s
     assert res.returncode == 1 and res.stdout == ""
     assert words in res.stderr and "unexpected text" not in res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- the rest of a stack
+
+ROUTER = """\
+# TYPE sgl_router_active_workers gauge
+sgl_router_active_workers 2
+# TYPE sgl_router_requests_total counter
+sgl_router_requests_total{route="/generate"} 1200
+sgl_router_requests_total{route="/v1/chat/completions"} 34
+# TYPE sgl_router_running_requests gauge
+sgl_router_running_requests{worker="http://w1:30000"} 3
+sgl_router_running_requests{worker="http://w2:30000"} 1
+# TYPE sgl_router_cache_hits_total counter
+sgl_router_cache_hits_total 75
+# TYPE sgl_router_cache_misses_total counter
+sgl_router_cache_misses_total 25
+"""
+GATEWAY = """\
+# TYPE smg_requests_total counter
+smg_requests_total{method="POST",path="/v1/chat/completions",status="200"} 15234
+# TYPE smg_worker_health gauge
+smg_worker_health{worker="http://worker1:8000"} 1
+smg_worker_health{worker="http://worker2:8000"} 0
+"""
+LMCACHE = """\
+# TYPE lmcache:num_requested_tokens counter
+lmcache:num_requested_tokens_total{model_name="m",worker_id="0"} 4000
+lmcache:num_hit_tokens_total{model_name="m",worker_id="0"} 1103
+# TYPE lmcache:local_cache_usage gauge
+lmcache:local_cache_usage{model_name="m",worker_id="0"} 2.5e9
+"""
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_router_or_cache_page_says_what_it_is_with_its_figures(engine: str) -> None:
+    # sgl-router's page (sgl_router_*, then sgl-model-gateway's smg_*) and LMCache's own:
+    # what each is and what it holds, with either engine's reader, never an error.
+    inspect = engines.get(engine).inspect_metrics
+    router = inspect(ROUTER)
+    assert router["page"] == "sgl-router" and router["summary"] == (
+        "an SGLang router page (sgl-router / sgl-model-gateway): 2 active worker(s), 1,234 "
+        "requests, 4 running, cache-aware routing hit 75.0%")
+    gateway = inspect(GATEWAY)
+    assert gateway["summary"].endswith(": 1 active worker(s), 15,234 requests")
+    found = gateway["found"]
+    assert isinstance(found, dict) and found["workers"] == ["http://worker1:8000",
+                                                            "http://worker2:8000"]
+    cache = inspect(LMCACHE)
+    assert cache["page"] == "lmcache" and cache["summary"] == (
+        "an LMCache page (its KV cache tier): 1,103 of 4,000 tokens asked for were hits, hit "
+        "rate 27.6% since the start, local cache use 2,500,000,000")
+
+
+def test_lmcache_beside_vllm_and_sglang_pd_transfer_failures() -> None:
+    vllm_page = ("# TYPE vllm:num_requests_running gauge\n"
+                 'vllm:num_requests_running{model_name="m"} 1\n' + LMCACHE)
+    out = engines.get("vllm").inspect_metrics(vllm_page)
+    assert out["page"] == "vllm"
+    assert out["lmcache"] == {"requested_tokens_total": 4000.0, "hit_tokens_total": 1103.0,
+                              "local_cache_usage": 2.5e9,
+                              "hit_rate_since_start": pytest.approx(1103 / 4000)}
+    pd = ("# TYPE sglang:num_transfer_failed_reqs counter\n"
+          'sglang:num_transfer_failed_reqs_total{tp_rank="0"} 3\n'
+          "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 1\n")
+    out = engines.get("sglang").inspect_metrics(pd)
+    since = out["since_start"]
+    assert isinstance(since, dict) and since["transfer_failed_total"] == 3

@@ -207,9 +207,11 @@ def test_inspect_metrics_reads_a_vllm_page_and_the_sglang_reader_points_to_it() 
     assert out["histograms"]["tpot"]["family"] == "vllm:request_time_per_output_token_seconds"
     other = engines.get("sglang").inspect_metrics(AFTER)
     assert other["page"] == "vllm" and "--engine vllm" in other["hint"]
-    with pytest.raises(ValueError, match="not a vLLM metrics page"):
-        engines.get("vllm").inspect_metrics("# TYPE sglang:token_usage gauge\n"
-                                            "sglang:token_usage 0.1\n")
+    # And the other way round: the vLLM reader says an SGLang page is SGLang's.
+    back = engines.get("vllm").inspect_metrics("# TYPE sglang:token_usage gauge\n"
+                                               "sglang:token_usage 0.1\n")
+    assert back["page"] == "sglang" and back["vllm"] is False
+    assert "--engine sglang" in str(back["hint"])
 
 
 # --------------------------------------------------------------------------- over HTTP

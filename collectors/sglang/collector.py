@@ -61,6 +61,9 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     # Prompt tokens served from a cache, by cache_source (device, host, storage).
     "cached_tokens": ("sglang:cached_tokens_total", "sglang:cached_tokens"),
     "aborted": ("sglang:num_aborted_requests_total", "sglang:num_aborted_requests"),
+    # PD disaggregation's KV transfers that failed (a prefill or decode server's page).
+    "transfer_failed": ("sglang:num_transfer_failed_reqs_total",
+                        "sglang:num_transfer_failed_reqs"),
 }
 MAX_PROBLEMS = 20  # a page wrong everywhere: the first ones say enough
 MAX_SOURCES = 16  # cache_source values kept apart; SGLang has three
@@ -170,6 +173,7 @@ def since_start(fams: dict[str, promtext.Family]) -> dict[str, Any]:
     cached = counter_figure(cached_fam)
     prompt = counter_figure(find(fams, COUNTERS["prompt_tokens"]))
     aborted = counter_figure(find(fams, COUNTERS["aborted"]))
+    transfer_failed = counter_figure(find(fams, COUNTERS["transfer_failed"]))
     by_source: dict[str, float] = {}
     if cached_fam is not None:
         sources = {dict(x.labels).get("cache_source", "") for x in cached_fam.samples}
@@ -183,7 +187,8 @@ def since_start(fams: dict[str, promtext.Family]) -> dict[str, Any]:
     if cached is not None and prompt and math.isfinite(cached) and math.isfinite(prompt):
         rate = min(1.0, max(0.0, cached / prompt))
     return {"cached_tokens_total": _finite(cached), "cached_tokens_by_source": by_source,
-            "aborted_requests_total": _finite(aborted), "cache_hit_rate_since_start": rate}
+            "aborted_requests_total": _finite(aborted), "cache_hit_rate_since_start": rate,
+            "transfer_failed_total": _finite(transfer_failed)}
 
 
 def _finite(value: float | None) -> float | None:

@@ -127,7 +127,8 @@ class SGLangSpeaker(Engine):
             # start, not the window's).
             "since_start": {k: figures[k] for k in (
                 "cached_tokens_total", "cached_tokens_by_source", "aborted_requests_total",
-                "cache_hit_rate_since_start") if figures[k] not in (None, {})},
+                "cache_hit_rate_since_start", "transfer_failed_total")
+                if figures[k] not in (None, {})},
             # HiCache's counters since the server started: bytes loaded back (host -> GPU)
             # and backed up, tokens dropped for host pressure and evicted; the page's
             # load-back per tp_rank where it labels it so. Absent: not on this page.

@@ -91,12 +91,23 @@ class VllmSpeaker(Engine):
         return Mark.of(h, v.counter_figure(v.find(fams, v.COUNTERS["retracted"])))
 
     def inspect_metrics(self, text: str) -> dict[str, object]:
+        from collectors import page_kind
+        from collectors.sglang import PAGE_PREFIXES as SGLANG_PREFIXES
+        from collectors.vllm import PAGE_PREFIXES as VLLM_PREFIXES
         from collectors.vllm import collector as v
         from collectors.windowed import bucket_bounds, quantile_bound
         families, skipped = self.read_page(text)
         fams = v.canonical(families)
-        if not v.is_vllm_page(fams):
-            raise ValueError("not a vLLM metrics page: no vllm: families")
+        if not v.is_vllm_page(fams):  # another part of the stack: what it is, with figures
+            kind = page_kind.of_families(fams, (("vllm", VLLM_PREFIXES),
+                                                ("sglang", SGLANG_PREFIXES)))
+            other: dict[str, object] = {"page": kind.kind, "vllm": False,
+                                        "summary": kind.summary, "found": kind.found}
+            if kind.kind == "sglang":
+                other["hint"] = "an SGLang server's page: read it with --engine sglang"
+            if skipped:
+                other["page_problems"] = skipped
+            return other
         figures = v.page_figures(fams)
         histograms: dict[str, dict[str, object]] = {}  # filled below, in out
         out: dict[str, object] = {
@@ -117,6 +128,8 @@ class VllmSpeaker(Engine):
             "histograms": histograms, "unavailable": figures["unavailable"],
             "page_problems": skipped + list(figures["page_problems"]),
         }
+        if lmcache := page_kind.lmcache_figures(fams):  # LMCache's tier, on vLLM's page
+            out["lmcache"] = lmcache
         for key, names in v.HISTOGRAMS.items():
             fam = v.find(fams, names)
             if fam is None or fam.type != "histogram":
