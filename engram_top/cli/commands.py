@@ -8,6 +8,7 @@ no other command's imports."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -78,6 +79,9 @@ def _main(argv: list[str]) -> int:
     if args.command == "snapshot":
         from engram_top.cli.snapshot import take_snapshot
         return run_until_signal(lambda: take_snapshot(args), "snapshot")
+    if args.command == "agent":
+        from engram_top.cli.agent import run_agent
+        return asyncio.run(run_agent(args))
     if args.command == "fleet":
         from engram_top.cli.fleet import run_fleet
         return run_fleet(args)

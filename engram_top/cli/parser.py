@@ -22,6 +22,8 @@ from engram_top.cli.ranges import (
     SPEED,
     TIME_SCALE,
     WINDOW,
+    listen_address,
+    retention,
 )
 from engram_top.seed import reference
 
@@ -153,6 +155,24 @@ def build_parser() -> argparse.ArgumentParser:
                           "which, unlike this option, `ps` does not show)")
     _record_arguments(att)
     _dashboard_arguments(att)
+
+    ag = sub.add_parser("agent", help="headless and always on: watch this node's servers, "
+                                      "record them, serve /metrics to Prometheus")
+    ag.add_argument("urls", nargs="+", metavar="URL")
+    _engine_argument(ag, "the engine the servers run", detected=True)
+    _node_dir_argument(ag)
+    ag.add_argument("--api-key", default=None,
+                    help="for servers started with --api-key (default: $ENGRAM_TOP_API_KEY)")
+    ag.add_argument("--listen", type=listen_address, default="127.0.0.1:9478",
+                    metavar="HOST:PORT", help="where /metrics is served (default "
+                                              "127.0.0.1:9478; 0.0.0.0:9478 for a scraper "
+                                              "on another host)")
+    ag.add_argument("--record-dir", type=Path, default=None, metavar="DIR",
+                    help="the recordings' folder (default: the state folder's agent/)")
+    ag.add_argument("--retain", type=retention, default="7d,1GB", metavar="AGE,SIZE",
+                    help="how much of the recordings to keep: an age, a size or both "
+                         "(default 7d,1GB)")
+    ag.add_argument("--no-record", action="store_true", help="serve /metrics only")
 
     rp = sub.add_parser("replay", help="play a recording in the dashboard (play, pause, seek, "
                                        "speed); no node needed")

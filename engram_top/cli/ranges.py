@@ -4,6 +4,8 @@ value outside is refused before anything starts: exit 2, the option and its rang
 
 from __future__ import annotations
 
+import argparse
+
 from scenarios.bounds import PromDuration, bounded_float, bounded_int
 
 # A start-up at x0.001 is the seed's 125 s in an eighth of a second, quicker than a poll can
@@ -34,3 +36,22 @@ WINDOW = PromDuration(1, DAY_S)  # the rate window; written into every query
 PRICE = bounded_float(0, 10_000)
 GPUS = bounded_int(1, 1024)  # the GPUs of one bench_serving run, for its cost
 SPEED = bounded_float(0.25, 16)  # replay: slower or faster than that and nothing reads
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6): where the agent serves /metrics."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isascii() or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is no HOST:PORT (127.0.0.1:9478)")
+    return host, int(port)
+
+
+def retention(text: str) -> object:
+    """``7d``, ``2GB`` or ``7d,2GB``: how much of its recordings the agent keeps."""
+    from engram_top.record.rotation import Retention  # when the agent's options are read
+    try:
+        return Retention.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

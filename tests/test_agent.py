@@ -1,0 +1,184 @@
+"""`engram-top agent`: the node's figures in Prometheus' text format, scraped by a real
+Prometheus; its recording rotated and kept within its retention; SIGTERM ends it at once,
+exit 0, the server it watched still running. The exposition and the rotation are checked
+in-process against figures worked out by hand; the agent itself as a user runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import SimServer, installed_script, running, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+
+from collectors.readings import Reading, Status
+from collectors.source import SourceName
+from engram_top.cli.ranges import listen_address
+from engram_top.export import prometheus_text
+from engram_top.export.prometheus_text import AgentHealth, Family, render
+from engram_top.model.store import RunStore
+from engram_top.record.reader import read_recording
+from engram_top.record.rotation import Retention, RotatingRecording
+from scenarios.prometheus import Prometheus, Target, free_port
+
+HEALTH = AgentHealth(recording=True, recording_bytes=1234, started_wall=1_795_000_000.0)
+
+
+def test_families_follow_prometheus_conventions_and_escape_their_labels() -> None:
+    fam = Family("hbm_ledger_bytes", "GPU memory by ledger line.")
+    fam.add(127_817_000_000, gpu="0", line='weights "fp8"\\ \n')
+    fam.add(float("nan"), gpu="1", line="unknown")  # nobody reports it: left out, never 0
+    fam.add(None, gpu="2", line="unknown")
+    text = render([fam, Family("empty_bytes", "nothing")])
+    assert text == ("# HELP engram_top_hbm_ledger_bytes GPU memory by ledger line.\n"
+                    "# TYPE engram_top_hbm_ledger_bytes gauge\n"
+                    'engram_top_hbm_ledger_bytes{gpu="0",line="weights \\"fp8\\"\\\\ \\n"} '
+                    "127817000000\n")
+    (parsed,) = text_string_to_metric_families(text)  # prometheus_client reads it back
+    assert parsed.samples[0].labels["line"] == 'weights "fp8"\\ \n'
+
+
+def test_an_empty_store_serves_the_agents_own_figures_only() -> None:
+    store = RunStore()
+    store.add(SourceName.SERVER, Reading("sglang", Status.ERROR, None, at=5.0,
+                                         message="no server at http://127.0.0.1:1"))
+    text = render(prometheus_text.node_families(store, HEALTH, now=10.0))
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert names == {"engram_top_source_up", "engram_top_recording_up",
+                     "engram_top_recording_bytes", "engram_top_agent_start_time_seconds"}
+    assert 'engram_top_source_up{source="server"} 0' in text
+
+
+def test_retention_reads_an_age_a_size_or_both() -> None:
+    assert Retention.parse("7d,1GB") == Retention(7 * 86400.0, 10**9)
+    assert Retention.parse("90m") == Retention(5400.0, None)
+    assert Retention.parse("2GiB") == Retention(None, 2 * 2**30)
+    for bad in ("7 days", "0h", "-1GB", "GB", ""):
+        with pytest.raises(ValueError):
+            Retention.parse(bad)
+    assert listen_address("[::1]:9478") == ("::1", 9478)
+    for bad in ("9478", "host:", "host:70000", "host:９"):
+        with pytest.raises(Exception, match="HOST:PORT"):
+            listen_address(bad)
+
+
+def test_recordings_rotate_by_size_and_the_oldest_go_past_the_retention(
+        tmp_path: Path) -> None:
+    store = RunStore()
+    clock = [0.0]
+    rec = RotatingRecording(store, tmp_path, Retention(None, 30_000), file_bytes=10_000,
+                            file_age_s=3600.0, clock=lambda: clock[0])
+    rec.start()
+    first = rec.current.path if rec.current else None
+    for i in range(400):  # events of ~150 bytes each, a check every 20
+        store.event("info", f"event {i:04d} " + "x" * 100)
+        if i % 20 == 19:
+            os.utime(rec.current.path if rec.current else tmp_path, None)
+            rec.check()
+    rec.close()
+    files = rec.files()
+    assert first not in files  # the oldest went
+    assert len(files) >= 2 and rec.kept_bytes() <= 30_000 + 10_000 + 3_000
+    # Every file kept is a recording of its own, readable whole.
+    events = [p for f in files for _, kind, p in read_recording(f).records if kind == "event"]
+    assert any("event 0399" in str(e) for e in events)
+    # Past its age, a file goes too; the current one never does.
+    clock[0] = 4000.0
+    rec2 = RotatingRecording(store, tmp_path, Retention(1.0, None))
+    for f in files:
+        os.utime(f, (time.time() - 10, time.time() - 10))
+    rec2.start()
+    assert rec2.files() == [rec2.current.path] if rec2.current else False
+    rec2.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimServer,
+                                                                 tmp_path: Path) -> None:
+    port = free_port()
+    argv = [str(installed_script()), "agent", sim_device.url, "--node-dir",
+            str(sim_device.node_dir), "--listen", f"127.0.0.1:{port}", "--record-dir",
+            str(tmp_path / "rec"), "--retain", "1h,50MB"]
+    url = f"http://127.0.0.1:{port}/metrics"
+    with running(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                 start_new_session=True) as agent:
+        def scraped() -> str:
+            try:
+                text = httpx.get(url, timeout=5).text
+            except httpx.HTTPError:
+                return ""
+            return text if "engram_top_kv_capacity_tokens" in text and \
+                "engram_top_host_ledger_bytes" in text else ""
+
+        wait_until(scraped, 90, "the agent's /metrics with the KV pool and the host ledger")
+        families = {f.name: f for f in text_string_to_metric_families(scraped())}
+        # The device placement's figures, as the seed gives them.
+        (capacity,) = families["engram_top_kv_capacity_tokens"].samples
+        assert capacity.value == 11_840_000
+        weights = [s for s in families["engram_top_hbm_ledger_bytes"].samples
+                   if s.labels["line"].startswith("weights")]
+        assert sorted(s.labels["gpu"] for s in weights) == ["0", "1", "2", "3"]
+        assert all(abs(s.value - 119.043e9) < 0.01e9 for s in weights), weights
+        assert all(f.documentation for f in families.values())
+        # A real Prometheus scrapes it: the KV capacity, by PromQL.
+        prom = Prometheus(tmp_path / "prom", [Target("engram-top", f"127.0.0.1:{port}")],
+                          scrape_s=1.0)
+        prom.start()
+        try:
+            asyncio.run(prom.wait_ready())
+            asyncio.run(prom.wait_scraped(1))
+            answer = httpx.get(f"{prom.url}/api/v1/query",
+                               params={"query": "engram_top_kv_capacity_tokens"},
+                               timeout=10).json()
+            (series,) = answer["data"]["result"]
+            assert float(series["value"][1]) == 11_840_000
+        finally:
+            prom.stop_now()
+        agent.send_signal(signal.SIGTERM)
+        out, err = agent.communicate(timeout=10)
+        assert agent.returncode == 0, err
+        assert "stopped by SIGTERM" in err and "Traceback" not in err
+    # It never stops what it watched; its recording is a recording, read back whole.
+    assert httpx.get(f"{sim_device.url}/health", timeout=5).status_code == 200
+    (path,) = sorted((tmp_path / "rec").glob("agent-*.jsonl"))
+    rec = read_recording(path)
+    assert any(kind == "reading" for _, kind, _ in rec.records)
+    assert json.loads(path.read_text().splitlines()[-1])["type"] == "end"
+
+
+@pytest.mark.slow
+def test_the_agent_says_a_taken_port_and_starts_nothing(tmp_path: Path) -> None:
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([str(installed_script()), "agent", "http://127.0.0.1:9",
+                               "--listen", f"127.0.0.1:{port}", "--record-dir",
+                               str(tmp_path / "rec")], capture_output=True, text=True,
+                              timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+    assert not (tmp_path / "rec").exists()  # nothing recorded, nothing started
+
+
+def test_the_systemd_unit_starts_the_agent_with_options_it_takes() -> None:
+    import shlex
+
+    from engram_top.cli.parser import build_parser
+    unit = (Path(__file__).parents[1] / "scenarios" / "engram-top-agent.service").read_text()
+    (line,) = [x for x in unit.splitlines() if x.startswith("ExecStart=")]
+    argv = shlex.split(line.removeprefix("ExecStart="))
+    assert Path(argv[0]).name == "engram-top"
+    args = build_parser().parse_args(argv[1:])
+    assert args.command == "agent" and args.listen == ("127.0.0.1", 9478)
+    assert args.retain == Retention(7 * 86400.0, 10**9)
+    assert "KillSignal=SIGTERM" in unit and "Restart=on-failure" in unit
