@@ -15,8 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import SimServer, installed_script, running, wait_until
+from helpers import GIB, SimServer, installed_script, running, wait_until
 from prometheus_client.parser import text_string_to_metric_families
+from scene import NOW, SERVER_PID, scene_store
 
 from collectors.readings import Reading, Status
 from collectors.source import SourceName
@@ -54,6 +55,25 @@ def test_an_empty_store_serves_the_agents_own_figures_only() -> None:
     assert names == {"engram_top_source_up", "engram_top_recording_up",
                      "engram_top_recording_bytes", "engram_top_agent_start_time_seconds"}
     assert 'engram_top_source_up{source="server"} 0' in text
+
+
+def test_the_ledgers_of_a_filled_store_by_gpu_numa_node_and_line() -> None:
+    # The scene: host-prefetch on 4 GPUs, a python process of 512 MiB on GPUs 0 and 2.
+    text = render(prometheus_text.node_families(scene_store(), HEALTH, NOW))
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    hbm = {(s.labels["gpu"], s.labels["line"]): s.value
+           for s in fams["engram_top_hbm_ledger_bytes"].samples}
+    assert hbm[("0", "weights")] == pytest.approx(72.201 * GIB)
+    # Another process by its name alone (a pid label would be a new series each restart).
+    assert hbm[("0", "python")] == 512 * 1024**2 and ("1", "python") not in hbm
+    assert not any("pid" in line for _, line in hbm) and str(SERVER_PID) not in text
+    (capacity,) = fams["engram_top_kv_capacity_tokens"].samples
+    assert capacity.value == 42_700_288
+    host = {s.labels["line"] for s in fams["engram_top_host_ledger_bytes"].samples}
+    assert {"Engram tables", "page cache", "other tenants"} <= host
+    (info,) = fams["engram_top_server_info"].samples
+    assert info.labels == {"scenario": "host-prefetch", "placement": "host-prefetch",
+                           "state": "ready"}
 
 
 def test_retention_reads_an_age_a_size_or_both() -> None:
@@ -126,7 +146,7 @@ def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimS
         weights = [s for s in families["engram_top_hbm_ledger_bytes"].samples
                    if s.labels["line"].startswith("weights")]
         assert sorted(s.labels["gpu"] for s in weights) == ["0", "1", "2", "3"]
-        assert all(abs(s.value - 119.043e9) < 0.01e9 for s in weights), weights
+        assert all(abs(s.value - 119.043 * GIB) < 0.01 * GIB for s in weights), weights
         assert all(f.documentation for f in families.values())
         # A real Prometheus scrapes it: the KV capacity, by PromQL.
         prom = Prometheus(tmp_path / "prom", [Target("engram-top", f"127.0.0.1:{port}")],
@@ -182,3 +202,29 @@ def test_the_systemd_unit_starts_the_agent_with_options_it_takes() -> None:
     assert args.command == "agent" and args.listen == ("127.0.0.1", 9478)
     assert args.retain == Retention(7 * 86400.0, 10**9)
     assert "KillSignal=SIGTERM" in unit and "Restart=on-failure" in unit
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_killed_agent_leaves_its_recording_readable_to_its_last_flush(
+        sim_device: SimServer, tmp_path: Path) -> None:
+    folder = tmp_path / "rec"
+    argv = [str(installed_script()), "agent", sim_device.url, "--node-dir",
+            str(sim_device.node_dir), "--listen", f"127.0.0.1:{free_port()}", "--record-dir",
+            str(folder)]
+
+    def readings() -> int:
+        files = sorted(folder.glob("agent-*.jsonl"))
+        if not files:
+            return 0
+        return sum(1 for _, kind, _ in read_recording(files[0]).records if kind == "reading")
+
+    with running(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                 start_new_session=True) as agent:
+        wait_until(lambda: readings() >= 6, 60, "the agent's recording of a few polls")
+        agent.kill()  # SIGKILL: no cleanup of its own runs
+        agent.wait(10)
+    (path,) = folder.glob("agent-*.jsonl")
+    rec = read_recording(path)  # up to the last flush, whole lines only
+    assert sum(1 for _, kind, _ in rec.records if kind == "reading") >= 6
+    assert json.loads(path.read_text().splitlines()[0])["type"] == "header"

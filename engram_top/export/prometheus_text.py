@@ -11,6 +11,7 @@ seconds, tokens, ratio), a HELP and a TYPE line per family, label values escaped
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from engram_top.model.ledger import hbm_ledger, host_ledger
 from engram_top.model.store import RunStore
 
 PREFIX = "engram_top_"
+_PID = re.compile(r" \(pid \d+\)$")
 
 
 @dataclass
@@ -119,8 +121,15 @@ def _hbm(store: RunStore) -> list[Family]:
                 "says.")
     for ledger in hbm_ledger(store):
         gpu = str(ledger.index)
+        by_line: dict[str, float | None] = {}
         for line in ledger.lines:
-            lines.add(line.bytes, gpu=gpu, line=line.name)
+            # Another process's line by its name alone: a pid as a label value would make
+            # a new series at every restart (labels stay bounded); two of one name add up.
+            name = _PID.sub("", line.name)
+            known = [v for v in (by_line.get(name), line.bytes) if v is not None]
+            by_line[name] = sum(known) if known else None
+        for name, value in by_line.items():
+            lines.add(value, gpu=gpu, line=name)
         unexplained.add(ledger.unexplained_bytes, gpu=gpu)
         used.add(ledger.used_bytes, gpu=gpu)
         total.add(ledger.total_bytes, gpu=gpu)
