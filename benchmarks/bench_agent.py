@@ -1,0 +1,151 @@
+"""The agent left running on a node: its CPU and memory beside prometheus-node-exporter's,
+in one window, each scraped as a Prometheus would.
+
+The agent watches a simulated device server as it would one on a real node (the server
+hides its node's folder, so the agent reads the GPUs through the stand-in NVML library, N
+GPUs, and /proc for the host), polling once a second, recording, and scraped every
+--scrape seconds; node-exporter (Debian's package, what a site runs on every node anyway)
+is scraped at the same rate. Optionally under a load of clients sending short completions
+to the watched server (benchmarks/ui_load.py), where the server's histograms change every
+second. Only each exporter's own process is counted (user + system time from /proc, over
+the same window after a warm-up; RSS at the end).
+
+    python benchmarks/bench_agent.py [--gpus 8] [--clients 0,4] [--seconds 60]
+                                     [--warmup 30] [--scrape 5]
+
+Figures, not pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "nvml_stub"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_ui_cpu import cpu_seconds, free_port, wait_for  # noqa: E402
+from build import build  # noqa: E402  (tests/nvml_stub/build.py)
+
+BIN = Path(sys.executable).parent
+
+
+def scraper(url: str, every: float, stop: threading.Event, sizes: list[int]) -> None:
+    import httpx
+    while not stop.wait(every):
+        try:
+            sizes.append(len(httpx.get(url, timeout=5).content))
+        except httpx.HTTPError:
+            sizes.append(-1)
+
+
+def measure(gpus: int, clients: int, seconds: float, warmup: float, scrape: float,
+            work: Path) -> dict[str, dict[str, float]]:
+    import httpx
+    exporter = shutil.which("prometheus-node-exporter")
+    lib = build(work / "nvml")
+    env = {"LD_LIBRARY_PATH": str(lib), "FAKE_NVML_COUNT": str(gpus),
+           "HOME": str(work), "XDG_STATE_HOME": str(work / "state"), "PATH": str(BIN)}
+    port, agent_port, node_port = free_port(), free_port(), free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(argv: list[str], **kw: object) -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True, **kw)  # type: ignore[call-overload]
+        procs.append(p)
+        return p
+
+    stop = threading.Event()
+    try:
+        start([sys.executable, "-m", "engram_top", "sim", "serve", "--placement", "device",
+               "--port", str(port), "--time-scale", "0.02", "--node-dir", str(work / "node"),
+               "--hide-node"])
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _healthy(httpx, url), 60, "the simulated server")
+        if clients:
+            start([sys.executable, str(ROOT / "benchmarks" / "ui_load.py"), url, "--clients",
+                   str(clients), "--seconds", str(warmup + seconds + 60)])
+        agent = start([str(BIN / "engram-top"), "agent", url, "--listen",
+                       f"127.0.0.1:{agent_port}", "--record-dir", str(work / "rec")],
+                      env={**env, "PYTHONPATH": str(ROOT)})
+        pids = {"engram-top agent": agent.pid}
+        urls = {"engram-top agent": f"http://127.0.0.1:{agent_port}/metrics"}
+        if exporter is not None:
+            node = start([exporter, f"--web.listen-address=127.0.0.1:{node_port}"])
+            pids["node-exporter"] = node.pid
+            urls["node-exporter"] = f"http://127.0.0.1:{node_port}/metrics"
+        wait_for(lambda: all(_healthy(httpx, u) for u in urls.values()), 60, "the exporters")
+        sizes: dict[str, list[int]] = {name: [] for name in urls}
+        threads = [threading.Thread(target=scraper, args=(u, scrape, stop, sizes[n]),
+                                    daemon=True) for n, u in urls.items()]
+        for t in threads:
+            t.start()
+        time.sleep(warmup)
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        elapsed = time.monotonic() - t0
+        out = {}
+        for name, pid in pids.items():
+            used = cpu_seconds(pid) - before[name]
+            out[name] = {"cpu_pct": 100 * used / elapsed,
+                         "rss_mib": psutil.Process(pid).memory_info().rss / 2**20,
+                         "page_kb": max(sizes[name] or [0]) / 1000}
+        return out
+    finally:
+        stop.set()
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+
+def _healthy(httpx, url: str) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        return httpx.get(url if url.endswith("/metrics") else f"{url}/health",
+                         timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", default="8")
+    ap.add_argument("--clients", default="0,4")
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--warmup", type=float, default=30.0)
+    ap.add_argument("--scrape", type=float, default=5.0)
+    args = ap.parse_args()
+    for gpus in (int(g) for g in args.gpus.split(",")):
+        for clients in (int(c) for c in args.clients.split(",")):
+            with tempfile.TemporaryDirectory(prefix="engram-bench-agent-") as tmp:
+                out = measure(gpus, clients, args.seconds, args.warmup, args.scrape, Path(tmp))
+            load = f"{clients} clients" if clients else "idle"
+            for name, f in out.items():
+                print(f"{gpus} GPUs, {load}: {name}: {f['cpu_pct']:.2f}% of a core, "
+                      f"RSS {f['rss_mib']:.0f} MiB, /metrics {f['page_kb']:.1f} kB",
+                      flush=True)
+            if len(out) == 2:
+                a, n = out["engram-top agent"], out["node-exporter"]
+                print(f"{gpus} GPUs, {load}: agent / node-exporter CPU "
+                      f"{a['cpu_pct'] / max(n['cpu_pct'], 1e-9):.2f}x", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
