@@ -124,12 +124,13 @@ def test_recordings_rotate_by_size_and_the_oldest_go_past_the_retention(
 def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimServer,
                                                                  tmp_path: Path) -> None:
     port = free_port()
+    # Its recordings in the state folder's agent/, where a later attach looks for them.
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
     argv = [str(installed_script()), "agent", sim_device.url, "--node-dir",
-            str(sim_device.node_dir), "--listen", f"127.0.0.1:{port}", "--record-dir",
-            str(tmp_path / "rec"), "--retain", "1h,50MB"]
+            str(sim_device.node_dir), "--listen", f"127.0.0.1:{port}", "--retain", "1h,50MB"]
     url = f"http://127.0.0.1:{port}/metrics"
     with running(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                 start_new_session=True) as agent:
+                 start_new_session=True, env=env) as agent:
         def scraped() -> str:
             try:
                 text = httpx.get(url, timeout=5).text
@@ -168,10 +169,20 @@ def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimS
         assert "stopped by SIGTERM" in err and "Traceback" not in err
     # It never stops what it watched; its recording is a recording, read back whole.
     assert httpx.get(f"{sim_device.url}/health", timeout=5).status_code == 200
-    (path,) = sorted((tmp_path / "rec").glob("agent-*.jsonl"))
+    (path,) = sorted((tmp_path / "state" / "engram-top" / "agent").glob("agent-*.jsonl"))
     rec = read_recording(path)
     assert any(kind == "reading" for _, kind, _ in rec.records)
     assert json.loads(path.read_text().splitlines()[-1])["type"] == "end"
+    # A snapshot of the same server later starts with the agent's history behind it.
+    done = subprocess.run([str(installed_script()), "snapshot", "--attach", sim_device.url,
+                           "--node-dir", str(sim_device.node_dir), "--after", "1", "--out",
+                           str(tmp_path / "snap")], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    (folder,) = (tmp_path / "snap").iterdir()
+    snap = json.loads((folder / "snapshot.json").read_text())
+    assert any(e["text"].startswith("history from the agent's recording since ")
+               for e in snap["events"]), [e["text"] for e in snap["events"]]
 
 
 @pytest.mark.slow
@@ -228,3 +239,41 @@ def test_a_killed_agent_leaves_its_recording_readable_to_its_last_flush(
     rec = read_recording(path)  # up to the last flush, whole lines only
     assert sum(1 for _, kind, _ in rec.records if kind == "reading") >= 6
     assert json.loads(path.read_text().splitlines()[0])["type"] == "header"
+
+
+def test_an_agents_recording_goes_behind_a_later_attach_of_the_same_server(
+        tmp_path: Path) -> None:
+    from collectors.readings import ServerData
+    from collectors.source import SourceKey
+    from engram_top.model.store import RunFacts, SeriesKey
+    from engram_top.record import history
+    from engram_top.record.recorder import Recorder
+
+    def agent_file(url: str, name: str, usage: list[float]) -> None:
+        store = RunStore()
+        rec = Recorder(store, tmp_path / name).start()
+        store.set_run(RunFacts(scenario=url, placement="device", node="n", time_scale=1.0,
+                               launched_wall=time.time() - 60, launched_at=time.monotonic() - 60,
+                               state="ready", ready_at=time.monotonic() - 60, url=url,
+                               server_node=url))
+        for i, u in enumerate(usage):  # a reading 40, 30, 20 s ago
+            store.add(SourceKey(url, "server"), Reading(
+                "sglang", Status.OK, ServerData(url=url, healthy=True, token_usage=u),
+                at=time.monotonic() - 40 + 10 * i))
+        rec.close()
+
+    url = "http://127.0.0.1:30000"
+    agent_file(url, "agent-1.jsonl", [0.25, 0.5, 0.75])
+    agent_file("http://127.0.0.1:30001", "agent-2.jsonl", [0.9])  # another server's
+    store = RunStore()
+    since = history.put_behind(store, history.recorded(tmp_path, [url]))
+    series = store.series[SeriesKey(url, "server", "token_usage")]
+    points = series.points()
+    assert [v for _, v in points] == [0.25, 0.5, 0.75]  # this server's alone, in order
+    # On this process's clock: 40 s ago, give or take the file's wall-clock rounding.
+    assert abs(points[0][0] - (time.monotonic() - 40)) < 2
+    assert since is not None and abs(since - (time.time() - 40)) < 2
+    # An hour's window: a file last written before it is passed over.
+    old = time.time() - 7200
+    os.utime(tmp_path / "agent-1.jsonl", (old, old))
+    assert history.recorded(tmp_path, [url]) == []

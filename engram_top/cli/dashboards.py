@@ -13,7 +13,13 @@ from engram_top.cli.lifetime import (
     say,
     without_terminal,
 )
-from engram_top.cli.sessions import demo_options, load_probe, say_which_credential, session_options
+from engram_top.cli.sessions import (
+    demo_options,
+    history_behind,
+    load_probe,
+    say_which_credential,
+    session_options,
+)
 from engram_top.settings.paths import state_base
 
 if TYPE_CHECKING:  # the app's modules (Textual) load only for a command that draws
@@ -143,6 +149,7 @@ def run_attach(args: argparse.Namespace) -> int:
     session = Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
                                      engine=args.engine, load=None, node_dir=args.node_dir))
     say_which_credential(session, args.urls, args.api_key)
+    history_behind(session, args.urls)  # what an agent on this node recorded
     app = dashboard_app(session, args)
     if app is None or without_terminal(app.session, args.command):
         return 2

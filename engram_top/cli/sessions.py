@@ -98,3 +98,20 @@ def load_probe(path: Path | None) -> ProbeReport | None:
     from engram_top.probe.report import load_probe
     return None if path is None else load_probe(path)
 
+
+
+def history_behind(session: Session, urls: Iterable[str], folder: Path | None = None) -> None:
+    """Put an agent's recordings of these servers behind the session's live data (its
+    charts and history then go back as far as the agent kept), and say since when. Before
+    the session starts: nothing it reads live is touched."""
+    import time
+
+    from engram_top.record import history
+    from engram_top.settings.paths import state_base
+    folder = folder or state_base() / "agent"
+    if not folder.is_dir():
+        return
+    since = history.put_behind(session.store, history.recorded(folder, list(urls)))
+    if since is not None:
+        session.store.event("info", "history from the agent's recording since "
+                            f"{time.strftime('%H:%M:%S', time.localtime(since))} ({folder})")

@@ -10,7 +10,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from engram_top.cli.sessions import demo_options, say_which_credential, user_thresholds
+from engram_top.cli.sessions import (
+    demo_options,
+    history_behind,
+    say_which_credential,
+    user_thresholds,
+)
 from engram_top.seed import reference
 
 if TYPE_CHECKING:
@@ -104,6 +109,7 @@ def _snapshot_source(args: argparse.Namespace) -> tuple[_Watched, float, dict[st
                                          thresholds=user_thresholds(),
                                          node_dir=args.node_dir))
         say_which_credential(session, (args.attach,), args.api_key)
+        history_behind(session, (args.attach,))  # what an agent on this node recorded
         return session, args.ready_timeout or 30.0, describe
     if args.recording:
         from engram_top.record.file_format import RecordingError

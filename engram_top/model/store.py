@@ -336,6 +336,14 @@ class RunStore:
         self.bump(kind)
         self._tell("reading", (key, reading))
 
+    def add_history(self, key: SourceKey | str, reading: Reading[Any]) -> None:
+        """A reading from before this session (an agent's recording) into the series alone:
+        the readings shown and the events stay the live ones. Oldest first, before the live
+        ones. ValueError for a key that is no source key."""
+        key = key if isinstance(key, SourceKey) else SourceKey.parse(key)
+        if reading.data is not None and reading.status in (Status.OK, Status.STARTING):
+            self._record_series(key, reading)
+
     def _record_series(self, key: SourceKey, reading: Reading[Any]) -> None:
         t = reading.at
         data = reading.data
