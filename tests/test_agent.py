@@ -161,6 +161,16 @@ def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimS
                                timeout=10).json()
             (series,) = answer["data"]["result"]
             assert float(series["value"][1]) == 11_840_000
+            # Every query of the Grafana dashboard in the repository returns data.
+            board = json.loads((Path(__file__).parents[1] / "scenarios" /
+                                "grafana-engram-top.json").read_text())
+            exprs = [t["expr"].replace("$node", ".*") for panel in board["panels"]
+                     for t in panel["targets"]]
+            assert len(exprs) >= 9
+            empty = [e for e in exprs if not httpx.get(
+                f"{prom.url}/api/v1/query", params={"query": e},
+                timeout=10).json()["data"]["result"]]
+            assert not empty, f"dashboard queries without data: {empty}"
         finally:
             prom.stop_now()
         agent.send_signal(signal.SIGTERM)
