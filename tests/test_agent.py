@@ -25,6 +25,7 @@ from engram_top.cli.ranges import listen_address
 from engram_top.export import prometheus_text
 from engram_top.export.prometheus_text import AgentHealth, Family, render
 from engram_top.model.store import RunStore
+from engram_top.record.file_format import RecordingError
 from engram_top.record.reader import read_recording
 from engram_top.record.rotation import Retention, RotatingRecording
 from scenarios.prometheus import Prometheus, Target, free_port
@@ -236,9 +237,11 @@ def test_a_killed_agent_leaves_its_recording_readable_to_its_last_flush(
 
     def readings() -> int:
         files = sorted(folder.glob("agent-*.jsonl"))
-        if not files:
+        try:
+            rec = read_recording(files[0])
+        except (IndexError, RecordingError):  # not there yet, or nothing flushed yet
             return 0
-        return sum(1 for _, kind, _ in read_recording(files[0]).records if kind == "reading")
+        return sum(1 for _, kind, _ in rec.records if kind == "reading")
 
     with running(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                  start_new_session=True) as agent:

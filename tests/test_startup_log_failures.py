@@ -215,3 +215,27 @@ def test_frames_without_an_error_after_them_are_forgotten() -> None:
     lines = [*FRAMES, "some other line", "RuntimeError: boom"]
     f = parse_startup_log("\n".join(lines) + "\n")
     assert f.phase == FAILED and f.failed_in == "launching"  # the frames were not its
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_an_oom_while_the_weights_are_made_is_the_weights_phase(cut: bool) -> None:
+    # The parameters are made (create_weights) before any is loaded, and before the log's
+    # weights phase may have begun: the OOM is the weights', not "launching". Cut: a paste
+    # that kept only the innermost frames.
+    frames = [
+        '  File "/sgl/srt/model_executor/model_runner.py", line 300, in initialize',
+        "    self.load_model()",
+        '  File "/sgl/srt/model_loader/loader.py", line 410, in load_model',
+        "    model = _initialize_model(model_config, self.load_config)",
+        '  File "/sgl/srt/models/deepseek_v2.py", line 1800, in __init__',
+        "    self.model = DeepseekV2Model(config, quant_config)",
+        '  File "/sgl/srt/layers/quantization/fp8.py", line 300, in create_weights',
+        "    weight = ModelWeightParameter(data=torch.empty(",
+    ]
+    if cut:
+        frames = frames[4:]
+    tb = ["Traceback (most recent call last):", *frames, OOM]
+    f = parse_startup_log("\n".join(["server_args=ServerArgs(model_path='m', tp_size=1)", *tb])
+                          + "\n")
+    assert f.phase == FAILED and f.failed_in == "weights"
+    assert f.failure_cause == OOM

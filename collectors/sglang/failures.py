@@ -29,7 +29,9 @@ STEP_PHASES = {
     "init_torch_distributed": "distributed_init", "init_distributed_environment":
     "distributed_init", "initialize_model_parallel": "distributed_init",
     "load_model": "weights", "load_weights": "weights", "load_weights_and_postprocess":
-    "weights",
+    "weights", "get_model": "weights", "_initialize_model": "weights",
+    # The model's parameters made before any is loaded: an OOM there is the weights' too.
+    "create_weights": "weights",
     "init_memory_pool": "kv_pool", "profile_max_num_token": "kv_pool",
     "init_kv_cache_configurator": "kv_pool", "_init_pools": "kv_pool",
     "init_cuda_graphs": "graphs", "init_device_graphs": "graphs",
@@ -42,7 +44,7 @@ FILE_PHASES = (
     ("pool_configurator", "kv_pool"), ("memory_pool", "kv_pool"), ("allocator", "kv_pool"),
     ("kv_cache_configurator", "kv_pool"), ("kv_pool_runtime", "kv_pool"),
     ("cuda_graph_runner", "graphs"), ("graph_runner", "graphs"), ("loader", "weights"),
-    ("weight_utils", "weights"), ("weight_load", "weights"),
+    ("weight_utils", "weights"), ("weight_load", "weights"), ("layers/quantization", "weights"),
     ("parallel_state", "distributed_init"),
 )
 # A traceback's last line: "RuntimeError: ..", "torch.OutOfMemoryError: ..", "KeyboardInterrupt".
@@ -64,7 +66,8 @@ _TEXT_PHASES = (
                 "graph capture failed", "capture prefill cuda graph", "capture cpu graph")),
     ("kv_pool", ("kv cache pool", "memory pool", "kv pool", "token_to_kv_pool",
                  "max_total_num_tokens")),
-    ("weights", ("load weight", "loading weights", "load_model", "safetensors")),
+    ("weights", ("load weight", "loading weights", "load_model", "safetensors",
+                 "create_weights")),
     ("distributed_init", ("init torch distributed", "init_process_group",
                           "init_distributed_environment")),
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -81,8 +82,9 @@ async def run_agent(args: argparse.Namespace) -> int:
     try:
         server = await asyncio.start_server(answer, host, port, limit=MAX_REQUEST)
     except OSError as exc:
-        print(f"engram-top agent: cannot listen on {host}:{port}: {exc.strerror or exc}",
-              file=sys.stderr)
+        # asyncio's own words name the address again; the system's say why in three.
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        print(f"engram-top agent: cannot listen on {host}:{port}: {reason}", file=sys.stderr)
         return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
