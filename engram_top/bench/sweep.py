@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collectors import promtext
+from collectors import page_kind, promtext
 from collectors.pages import PageClient, PageError
 from engram_top.compare import slo
 from engram_top.compare.slo import LevelStats, Slo
@@ -103,9 +103,10 @@ async def mark(client: PageClient,
     no queue time or retraction count, and says nothing false)."""
     try:
         page = await client.get("/metrics", deadline_s=5.0, limit_bytes=16 * 1024 * 1024)
-        # A line it cannot read costs that line's figure only (lenient, as the poll is).
-        return figures(promtext.parse(page.text, promtext.Skipped()))
-    except (PageError, TimeoutError, OSError):
+        # A line it cannot read costs that line's figure only (lenient, as the poll is);
+        # a page with no line it can read is no mark (ValueError).
+        return figures(page_kind.read(page.text, promtext.Skipped()))
+    except (PageError, TimeoutError, OSError, ValueError):
         return None
 
 

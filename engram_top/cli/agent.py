@@ -74,6 +74,11 @@ async def run_agent(args: argparse.Namespace) -> int:
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                 ConnectionError):
             pass  # a scraper gone or too slow: nothing to answer
+        except Exception as exc:  # never a traceback on the agent's stderr for one scrape
+            say(f"engram-top agent: /metrics failed: {type(exc).__name__}: {exc}")
+            with contextlib.suppress(Exception):
+                writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n"
+                             b"Connection: close\r\n\r\n")
         finally:
             writer.close()
             with contextlib.suppress(Exception):
@@ -106,9 +111,8 @@ async def run_agent(args: argparse.Namespace) -> int:
         if recording is not None:
             recording.start()
         from collectors.pages import split_userinfo
-        say(f"engram-top agent: watching {', '.join(split_userinfo(u)[0] for u in args.urls)}; "
-            f"serving "
-            f"http://{host}:{port}/metrics; "
+        watched = ", ".join(split_userinfo(u)[0] for u in args.urls)
+        say(f"engram-top agent: watching {watched}; serving http://{host}:{port}/metrics; "
             + (f"recording to {folder}" if recording is not None else "not recording"))
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):

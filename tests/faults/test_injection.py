@@ -377,7 +377,14 @@ def test_inspect_log_and_inspect_metrics_print_no_control(cli: Cli, tmp_path: Pa
     assert res.returncode == 0, res.stderr
     assert_clean_output(res.stdout, res.stderr)
 
-    page.write_text(f"sglang:num_running_reqs{{}} 1\n{INJECT} 2\n")  # a page that is not one
+    # A line it cannot read beside one it can: read around it, the line quoted escaped.
+    page.write_text(f"sglang:num_running_reqs{{}} 1\n{INJECT} 2\n")
+    res = cli.run("inspect-metrics", str(page))
+    no_traceback(res.stdout, res.stderr)
+    assert res.returncode == 0, res.stderr
+    assert_clean_output(res.stdout, res.stderr)
+    assert "\\x1b]0;pwned" in res.stdout and "(skipped)" in res.stdout
+    page.write_text(f"{INJECT} 2\n")  # a page that is not one: refused, the line escaped
     res = cli.run("inspect-metrics", str(page))
     no_traceback(res.stdout, res.stderr)
     assert res.returncode == 1
