@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from collectors import promtext
+from collectors import promread, promtext
 from collectors.promtext import Family
 
 # Name prefixes of the exporters that are no engine, the first match wins. The engines'
@@ -62,10 +62,11 @@ def of_families(fams: dict[str, Family],
     if kind == "sgl-router":
         return _router(fams)
     if kind == "lmcache":
+        lmcache = lmcache_figures(fams)
         return PageKind("lmcache", "an LMCache page (its KV cache tier): "
-                        + (lmcache_summary(lmcache_figures(fams)) or "no figure known here"),
+                        + (lmcache_summary(lmcache) or "no figure known here"),
                         {"families": sum(1 for n in fams if n.startswith("lmcache:")),
-                         **lmcache_figures(fams)})
+                         **lmcache})
     names = sorted(n for n in fams if any(n.startswith(p) for p, k in exporters if k == kind))
     # Another engine's names beside these (a gateway's page, compatibility names): said,
     # and which one the page was read as.
@@ -157,14 +158,12 @@ def read(text: str, skipped: promtext.Skipped) -> dict[str, Family]:
 
 
 def _total(fams: dict[str, Family], *names: str) -> float | None:
-    """A counter's or gauge's sum over its series (``_created`` aside): the first name the
-    page has."""
+    """The first of ``names`` the page has, summed over its series (a gauge's too); None
+    where that sum is no number."""
     for name in names:
-        fam = fams.get(name) or fams.get(name + "_total")
-        if fam is not None and fam.samples:
-            values = [s.value for s in fam.samples if not s.name.endswith("_created")]
-            total = sum(values)
-            return total if values and math.isfinite(total) else None
+        total = promread.counter_total(fams, name)
+        if total is not None:
+            return total if math.isfinite(total) else None
     return None
 
 

@@ -59,8 +59,7 @@ async def run_agent(args: argparse.Namespace) -> int:
                 health = prometheus_text.AgentHealth(
                     recording=recording is not None and recording.active,
                     recording_bytes=recording.kept_bytes() if recording is not None else 0,
-                    started_wall=started,
-                    recording_error=recording.error if recording is not None else "")
+                    started_wall=started)
                 text = prometheus_text.render(
                     prometheus_text.node_families(store, health, store.clock()))
                 status, body, kind = "200 OK", text.encode(), TEXT_FORMAT

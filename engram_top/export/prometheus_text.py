@@ -16,7 +16,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from collectors.readings import Status
-from collectors.source import SourceKey
 from engram_top.model.facts import gpu_facts, kv_facts
 from engram_top.model.ledger import hbm_ledger, host_ledger
 from engram_top.model.store import RunStore
@@ -44,7 +43,6 @@ class AgentHealth:
     recording: bool
     recording_bytes: int
     started_wall: float
-    recording_error: str = ""
 
 
 def escape(value: str) -> str:
@@ -84,16 +82,12 @@ def _sources(store: RunStore, now: float) -> list[Family]:
     age = Family("source_last_good_age_seconds",
                  "Seconds since the source's last good reading.")
     for key, reading in sorted(store.readings.items(), key=lambda kv: str(kv[0])):
-        name = _source_name(key)
+        name = str(key)
         up.add(1 if reading.status in (Status.OK, Status.STARTING) else 0, source=name)
         good = store.good.get(key)
         if good is not None:
             age.add(max(0.0, now - good.at), source=name)
     return [up, age]
-
-
-def _source_name(key: SourceKey) -> str:
-    return str(key)
 
 
 def _server(store: RunStore) -> list[Family]:

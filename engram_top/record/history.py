@@ -9,6 +9,7 @@ the events stay the live ones.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -34,12 +35,14 @@ def recorded(folder: Path, urls: Sequence[str], window_s: float = WINDOW_S
     wanted = {split_userinfo(u)[0].rstrip("/") for u in urls}
     now_wall = time.time()
     offset = now_wall - time.monotonic()
+    dated = []
     try:
-        files = sorted((p for p in folder.glob(PATTERN)
-                        if p.stat().st_mtime >= now_wall - window_s),
-                       key=lambda p: p.stat().st_mtime)
+        for p in folder.glob(PATTERN):
+            with contextlib.suppress(OSError):  # one gone meanwhile
+                dated.append((p.stat().st_mtime, p))
     except OSError:
         return []
+    files = [p for mtime, p in sorted(dated) if mtime >= now_wall - window_s]
     out: list[tuple[str, Reading[Any]]] = []
     for path in files:
         try:

@@ -75,23 +75,24 @@ class RotatingRecording:
     def active(self) -> bool:
         return self.current is not None and self.current.active
 
-    @property
-    def error(self) -> str:
-        return (self.current.error or "") if self.current is not None else ""
-
     def files(self) -> list[Path]:
         """The agent's files, oldest first."""
-        try:
-            return sorted(self.folder.glob(PATTERN), key=lambda p: (p.stat().st_mtime, p.name))
-        except OSError:
-            return []
+        return [p for p, _ in self._stats()]
 
     def kept_bytes(self) -> int:
-        total = 0
-        for path in self.files():
+        return sum(st.st_size for _, st in self._stats())
+
+    def _stats(self) -> list[tuple[Path, os.stat_result]]:
+        """The agent's files with their stat, oldest first; one gone meanwhile left out."""
+        out = []
+        try:
+            found = list(self.folder.glob(PATTERN))
+        except OSError:
+            return []
+        for p in found:
             with contextlib.suppress(OSError):
-                total += path.stat().st_size
-        return total
+                out.append((p, p.stat()))
+        return sorted(out, key=lambda ps: (ps[1].st_mtime, ps[0].name))
 
     def start(self) -> None:
         self._open()
@@ -118,22 +119,20 @@ class RotatingRecording:
         the retention: older than its age, or past its size altogether."""
         now = time.time()
         current = self.current.path if self.current is not None else None
-        files = [p for p in self.files() if p != current]
+        stats = self._stats()
+        total = sum(st.st_size for _, st in stats)
         gone: list[Path] = []
-        sizes: dict[Path, int] = {}
-        for p in files:
-            with contextlib.suppress(OSError):
-                sizes[p] = p.stat().st_size
-        total = sum(sizes.values()) + (self._size(current) if current else 0)
-        for p in files:  # oldest first
-            too_old = self.retention.max_age_s is not None and p in sizes and \
-                now - p.stat().st_mtime > self.retention.max_age_s
+        for p, st in stats:  # oldest first
+            if p == current:
+                continue
+            too_old = self.retention.max_age_s is not None and \
+                now - st.st_mtime > self.retention.max_age_s
             too_big = self.retention.max_bytes is not None and total > self.retention.max_bytes
             if not (too_old or too_big):
                 continue
             with contextlib.suppress(OSError):
                 p.unlink()
-                total -= sizes.get(p, 0)
+                total -= st.st_size
                 gone.append(p)
         return gone
 
@@ -150,10 +149,3 @@ class RotatingRecording:
             n += 1
         self.current = Recorder(self.store, path).start()
         self._opened_at = self.clock()
-
-    @staticmethod
-    def _size(path: Path) -> int:
-        try:
-            return path.stat().st_size
-        except OSError:
-            return 0

@@ -22,6 +22,7 @@ from collectors.readings import Reading, ServerData
 from collectors.units import MIB
 
 if TYPE_CHECKING:
+    from collectors.page_kind import PageKind
     from collectors.promtext import Family, Histogram
     from collectors.startup_facts import StartupFacts
 
@@ -279,6 +280,19 @@ class Engine:
         if skipped.count > len(skipped.first):
             said.append(f"{skipped.count - len(skipped.first):,} more lines skipped")
         return families, said
+
+    @staticmethod
+    def other_page(kind: PageKind, reader: str, skipped: list[str],
+                   hints: Mapping[str, str]) -> dict[str, object]:
+        """What inspect-metrics says of a page that is not ``reader``'s engine's: what it is
+        and what it holds, not a list of nulls; ``hints``: by page kind, how to read it."""
+        other: dict[str, object] = {"page": kind.kind, reader: False, "summary": kind.summary,
+                                    "found": kind.found}
+        if kind.kind in hints:
+            other["hint"] = hints[kind.kind]
+        if skipped:
+            other["page_problems"] = skipped
+        return other
 
     def clock(self, sc: ScenarioSpec) -> tuple[float, float]:
         """(start-up time scale, service time scale): how its times compare to a real

@@ -100,13 +100,8 @@ class SGLangSpeaker(Engine):
         kind = page_kind.of_families(fams, ((self.kind, PAGE_PREFIXES),
                                             ("vllm", vllm.PAGE_PREFIXES)))
         if kind.kind != "sglang":  # another exporter's page: what it is, not a list of nulls
-            other: dict[str, object] = {"page": kind.kind, "sglang": False,
-                                        "summary": kind.summary, "found": kind.found}
-            if kind.kind == "vllm":
-                other["hint"] = "a vLLM server's page: read it with --engine vllm"
-            if skipped:
-                other["page_problems"] = skipped
-            return other
+            return self.other_page(kind, "sglang", skipped, {
+                "vllm": "a vLLM server's page: read it with --engine vllm"})
         figures = page_figures(fams)
         histograms: dict[str, dict[str, object]] = {}  # filled below, in out
         out: dict[str, object] = {

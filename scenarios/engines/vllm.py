@@ -101,13 +101,8 @@ class VllmSpeaker(Engine):
         if not v.is_vllm_page(fams):  # another part of the stack: what it is, with figures
             kind = page_kind.of_families(fams, (("vllm", VLLM_PREFIXES),
                                                 ("sglang", SGLANG_PREFIXES)))
-            other: dict[str, object] = {"page": kind.kind, "vllm": False,
-                                        "summary": kind.summary, "found": kind.found}
-            if kind.kind == "sglang":
-                other["hint"] = "an SGLang server's page: read it with --engine sglang"
-            if skipped:
-                other["page_problems"] = skipped
-            return other
+            return self.other_page(kind, "vllm", skipped, {
+                "sglang": "an SGLang server's page: read it with --engine sglang"})
         figures = v.page_figures(fams)
         histograms: dict[str, dict[str, object]] = {}  # filled below, in out
         out: dict[str, object] = {

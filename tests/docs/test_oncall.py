@@ -149,7 +149,9 @@ def _snapshots_until(docs: Docs, term: Screen, wanted: dict[str, float], seconds
                 del wanted[alert]
         if not wanted or time.monotonic() > deadline:
             return summary, wanted
-        time.sleep(3)
+        # The next snapshot once the screen has moved on (a new poll drawn), not at once.
+        term.wait_for(lambda text, shown=term.text: text != shown,
+                      max(1.0, deadline - time.monotonic()), "the screen's next frame")
 
 
 HICACHE = "engram-top run scenarios/oncall.toml --start hicache-small"
