@@ -69,6 +69,14 @@ def until(what: Callable[[], object], timeout: float, why: str) -> None:
         time.sleep(0.2)
 
 
+def snapshot_folders(where: Path) -> set[Path]:
+    """The finished snapshot folders under ``where``: a snapshot is written into a hidden
+    temporary sibling (summary.md first) and renamed when whole, so a dot-name is one still
+    being written."""
+    return {p for p in where.iterdir() if not p.name.startswith(".")} if where.exists() \
+        else set()
+
+
 class Screen(Terminal):
     """A command on a pseudo-terminal, its screen kept by a terminal emulator."""
 

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from docskit import Docs, copy_tree, until
+from docskit import Docs, copy_tree, snapshot_folders, until
 from readme import covers
 
 from engram_top.seed import reference
@@ -64,12 +64,12 @@ def test_the_first_command_installs_and_opens_the_five_minute_demo(docs: Docs,
     term.press("escape")
 
     # 4:00 `s`: a snapshot folder whose summary.md opens with the verdict.
-    before = set((fresh / "snapshots").iterdir())
+    before = snapshot_folders(fresh / "snapshots")
     term.press("s")
     until(lambda: any((f / "summary.md").exists()
-                      for f in set((fresh / "snapshots").iterdir()) - before), 60,
+                      for f in snapshot_folders(fresh / "snapshots") - before), 60,
           "the snapshot folder")
-    (folder,) = set((fresh / "snapshots").iterdir()) - before
+    (folder,) = snapshot_folders(fresh / "snapshots") - before
     first = (folder / "summary.md").read_text().split("\n## ")[1]  # after the title
     assert first.startswith("Comparison\n\n### Verdict\n\n- KV capacity: host-prefetch wins"), \
         first[:400]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import readme
-from docskit import Docs, Screen, until
+from docskit import Docs, Screen, snapshot_folders, until
 from readme import assert_quoted, block_at, covers
 
 from engram_top.seed import reference
@@ -36,14 +36,13 @@ def _summary(docs: Docs, command: str, before: set[Path]) -> tuple[str, dict]:  
     """Run a README `snapshot` command; the new folder's summary.md and snapshot.json."""
     done = docs.sh(command, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    (folder,) = set((docs.cwd / "snapshots").iterdir()) - before
+    (folder,) = _folders(docs) - before
     return ((folder / "summary.md").read_text(),
             json.loads((folder / "snapshot.json").read_text()))
 
 
 def _folders(docs: Docs) -> set[Path]:
-    where = docs.cwd / "snapshots"
-    return set(where.iterdir()) if where.exists() else set()
+    return snapshot_folders(docs.cwd / "snapshots")
 
 
 def _pid(summary: str, name: str) -> int:
