@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -77,6 +78,58 @@ def test_the_ledgers_of_a_filled_store_by_gpu_numa_node_and_line() -> None:
                            "state": "ready"}
 
 
+def test_the_engram_estimate_per_gpu_where_hicache_says_its_load_back() -> None:
+    from test_hicache_screen import hicache_store
+    fams = {f.name: f for f in text_string_to_metric_families(render(
+        prometheus_text.node_families(hicache_store(), HEALTH, NOW)))}
+    est = {s.labels["gpu"]: s.value
+           for s in fams["engram_top_engram_rx_estimate_bytes_per_second"].samples}
+    # Receive less the rank's load-back: 2.0e9 - 1.5e9, none below 0, 4.2e6 - 1.0e6.
+    assert est == {"0": 5e8, "1": 5e8, "2": 0.0, "3": 3.2e6}
+    # HiCache off: no estimate at all (the receive is not called Engram's), the receive is.
+    text = render(prometheus_text.node_families(scene_store(), HEALTH, NOW))
+    assert "engram_rx_estimate" not in text and "engram_top_gpu_pcie_rx_bytes_per_second{" in text
+
+
+def test_each_scenario_of_the_file_is_fitted_against_the_node_in_place_of_the_server() -> None:
+    from engram_top.export.fit_series import fit_families
+    from scenarios.fit import node_free, predict
+    from scenarios.scenario_file import load
+    store = scene_store()  # host-prefetch serving, 2,008.4 GiB available
+    scenarios = list(load(Path(__file__).parents[1] / "scenarios" / "demo.toml")
+                     .scenarios.values())
+    fams = {f.name: f for f in text_string_to_metric_families(render(
+        fit_families(store, scenarios)))}
+    levels = {s.labels["scenario"]: s.value for s in fams["engram_top_fit_level"].samples}
+    assert levels == {"device": 0, "host": 0, "host-prefetch": 0}
+    room = {(s.labels["placement"], s.labels["where"]): s.value
+            for s in fams["engram_top_fit_headroom_bytes"].samples}
+    assert set(room) == {(p, w) for p in ("device", "host", "host-prefetch")
+                         for w in ("GPU 0", "GPU 1", "GPU 2", "GPU 3", "host")}
+    # The host: MemAvailable with the serving server's own memory given back, less each
+    # placement's need (the tables, their staging, the server's processes): the check's own.
+    node = node_free(store.data(SourceName.GPU), store.data(SourceName.HOST),
+                     server_pids={SERVER_PID})
+    for sc in scenarios:
+        (host,) = [ln for ln in predict(sc, node).lines if ln.where == "host"]
+        assert room[(sc.placement, "host")] == host.free_bytes - host.need_bytes
+    # The tables in host memory need 187.4 GiB more of it than the device placement does.
+    assert room[("device", "host")] - room[("host", "host")] == pytest.approx(
+        188.9 * GIB, abs=0.1 * GIB)
+    # A host with 150 GiB available once the serving server's memory is given back: the
+    # placements with their tables there do not fit.
+    host = store.data(SourceName.HOST)
+    own = host.server_tree.rss_anon_bytes + host.server_tree.rss_shmem_bytes
+    store.add(SourceName.HOST, Reading("host", Status.OK, replace(
+        host, available_bytes=150 * GIB - own), at=NOW))
+    fams = {f.name: f for f in text_string_to_metric_families(render(
+        fit_families(store, scenarios)))}
+    levels = {s.labels["scenario"]: s.value for s in fams["engram_top_fit_level"].samples}
+    assert levels == {"device": 0, "host": 2, "host-prefetch": 2}
+    # No scenario file: no fit families at all.
+    assert render(fit_families(store, [])) == "\n"
+
+
 def test_retention_reads_an_age_a_size_or_both() -> None:
     assert Retention.parse("7d,1GB") == Retention(7 * 86400.0, 10**9)
     assert Retention.parse("90m") == Retention(5400.0, None)
@@ -128,7 +181,8 @@ def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimS
     # Its recordings in the state folder's agent/, where a later attach looks for them.
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
     argv = [str(installed_script()), "agent", sim_device.url, "--node-dir",
-            str(sim_device.node_dir), "--listen", f"127.0.0.1:{port}", "--retain", "1h,50MB"]
+            str(sim_device.node_dir), "--listen", f"127.0.0.1:{port}", "--retain", "1h,50MB",
+            "--scenarios", str(Path(__file__).parents[1] / "scenarios" / "demo.toml")]
     url = f"http://127.0.0.1:{port}/metrics"
     with running(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                  start_new_session=True, env=env) as agent:
@@ -137,10 +191,12 @@ def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimS
                 text = httpx.get(url, timeout=5).text
             except httpx.HTTPError:
                 return ""
-            return text if "engram_top_kv_capacity_tokens" in text and \
-                "engram_top_host_ledger_bytes" in text else ""
+            return text if all(f"engram_top_{name}" in text for name in (
+                "kv_capacity_tokens", "host_ledger_bytes", "fit_level")) else ""
 
-        wait_until(scraped, 90, "the agent's /metrics with the KV pool and the host ledger")
+        # The fit check's once the server's own processes are told apart from others'.
+        wait_until(scraped, 90, "the agent's /metrics with the KV pool, the host ledger and "
+                   "the fit check")
         families = {f.name: f for f in text_string_to_metric_families(scraped())}
         # The device placement's figures, as the seed gives them.
         (capacity,) = families["engram_top_kv_capacity_tokens"].samples
@@ -150,6 +206,10 @@ def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimS
         assert sorted(s.labels["gpu"] for s in weights) == ["0", "1", "2", "3"]
         assert all(abs(s.value - 119.043 * GIB) < 0.01 * GIB for s in weights), weights
         assert all(f.documentation for f in families.values())
+        # Each placement of the file, fitted in place of the server it watches.
+        assert {(s.labels["scenario"], s.value) for s in families[
+            "engram_top_fit_level"].samples} == {("device", 0), ("host", 0),
+                                                  ("host-prefetch", 0)}
         # A real Prometheus scrapes it: the KV capacity, by PromQL.
         prom = Prometheus(tmp_path / "prom", [Target("engram-top", f"127.0.0.1:{port}")],
                           scrape_s=1.0)
@@ -210,6 +270,17 @@ def test_the_agent_says_a_taken_port_and_starts_nothing(tmp_path: Path) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
     assert not (tmp_path / "rec").exists()  # nothing recorded, nothing started
+
+
+def test_a_scenario_file_with_a_typo_is_refused_with_its_line(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from engram_top.cli.commands import main
+    bad = tmp_path / "s.toml"
+    bad.write_text('[scenarios.device]\nplacment = "device"\n')
+    code = main(["agent", "http://127.0.0.1:9", "--scenarios", str(bad), "--record-dir",
+                 str(tmp_path / "rec")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"engram-top agent: --scenarios: {bad}:2:"), err
+    assert "placment" in err and not (tmp_path / "rec").exists()
 
 
 def test_the_systemd_unit_starts_the_agent_with_options_it_takes() -> None:

@@ -31,12 +31,19 @@ TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 
 async def run_agent(args: argparse.Namespace) -> int:
     from engram_top.export import prometheus_text
+    from engram_top.export.fit_series import fit_families
     from engram_top.live.attach_node import node_dir_problem
     from engram_top.live.session import Session, SessionOptions
     from engram_top.record.rotation import RotatingRecording
     from engram_top.settings.paths import state_base
+    from scenarios.scenario_file import ScenarioError, load
     if args.node_dir is not None and (problem := node_dir_problem(args.node_dir)):
         print(f"engram-top agent: --node-dir {problem}", file=sys.stderr)
+        return 2
+    try:
+        fits = list(load(args.scenarios).scenarios.values()) if args.scenarios else []
+    except ScenarioError as exc:
+        print(f"engram-top agent: --scenarios: {exc}", file=sys.stderr)
         return 2
     host, port = args.listen
     session = Session(SessionOptions(attach=tuple(args.urls), api_key=args.api_key,
@@ -60,8 +67,8 @@ async def run_agent(args: argparse.Namespace) -> int:
                     recording=recording is not None and recording.active,
                     recording_bytes=recording.kept_bytes() if recording is not None else 0,
                     started_wall=started)
-                text = prometheus_text.render(
-                    prometheus_text.node_families(store, health, store.clock()))
+                text = prometheus_text.render(prometheus_text.node_families(
+                    store, health, store.clock(), fit_families(store, fits)))
                 status, body, kind = "200 OK", text.encode(), TEXT_FORMAT
             elif path in ("/", "/health"):
                 status, body, kind = "200 OK", b"engram-top agent: /metrics\n", "text/plain"

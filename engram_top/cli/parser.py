@@ -173,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how much of the recordings to keep: an age, a size or both "
                          "(default 7d,1GB)")
     ag.add_argument("--no-record", action="store_true", help="serve /metrics only")
+    ag.add_argument("--scenarios", type=Path, default=None, metavar="FILE",
+                    help="a scenario file: serve whether each of its scenarios would fit on "
+                         "this node now, in place of the watched server (fit_level, "
+                         "fit_headroom_bytes)")
 
     rp = sub.add_parser("replay", help="play a recording in the dashboard (play, pause, seek, "
                                        "speed); no node needed")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from collectors.readings import Status
 from engram_top.model.facts import gpu_facts, kv_facts
+from engram_top.model.hicache import engram_rx_estimate, hicache_facts
 from engram_top.model.ledger import hbm_ledger, host_ledger
 from engram_top.model.store import RunStore
 
@@ -70,11 +71,13 @@ def render(families: Iterable[Family]) -> str:
     return "\n".join(out) + "\n"
 
 
-def node_families(store: RunStore, health: AgentHealth, now: float) -> list[Family]:
+def node_families(store: RunStore, health: AgentHealth, now: float,
+                  more: Iterable[Family] = ()) -> list[Family]:
     """Every family the agent serves, from the store as it is now (``now``: the store's
-    monotonic clock, for the sources' ages)."""
+    monotonic clock, for the sources' ages); ``more``: families built elsewhere (the fit
+    check's), before the agent's own."""
     return [*_sources(store, now), *_server(store), *_hbm(store), *_host(store), *_kv(store),
-            *_alerts(store), *_agent(health)]
+            *_alerts(store), *more, *_agent(health)]
 
 
 def _sources(store: RunStore, now: float) -> list[Family]:
@@ -113,6 +116,9 @@ def _hbm(store: RunStore) -> list[Family]:
     total = Family("hbm_total_bytes", "GPU memory, as NVML says.")
     rx = Family("gpu_pcie_rx_bytes_per_second", "PCIe receive rate (host to GPU), as NVML "
                 "says.")
+    engram = Family("engram_rx_estimate_bytes_per_second", "An ESTIMATE of the Engram rows' "
+                    "PCIe traffic: the GPU's receive less HiCache's load-back on its rank "
+                    "(none where HiCache's load-back is not reported).")
     for ledger in hbm_ledger(store):
         gpu = str(ledger.index)
         by_line: dict[str, float | None] = {}
@@ -127,9 +133,14 @@ def _hbm(store: RunStore) -> list[Family]:
         unexplained.add(ledger.unexplained_bytes, gpu=gpu)
         used.add(ledger.used_bytes, gpu=gpu)
         total.add(ledger.total_bytes, gpu=gpu)
-    for view in gpu_facts(store):
-        rx.add(view.pcie_rx_bytes_per_s, gpu=str(view.index))
-    return [lines, unexplained, used, total, rx]
+    received = {view.index: view.pcie_rx_bytes_per_s for view in gpu_facts(store)}
+    for index, value in received.items():
+        rx.add(value, gpu=str(index))
+    hicache = hicache_facts(store)
+    if hicache is not None and hicache.load_back_by_rank:
+        for index, value in engram_rx_estimate(received, hicache).items():
+            engram.add(value, gpu=str(index))
+    return [lines, unexplained, used, total, rx, engram]
 
 
 def _host(store: RunStore) -> list[Family]:

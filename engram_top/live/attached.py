@@ -25,6 +25,9 @@ from scenarios import engines
 from scenarios.engines.base import Engine, ServerCollector
 from scenarios.runstate import RunState
 
+# The host reading after the server's process is found: a poll or two, on a slow node.
+TREE_DEADLINE_S = 5.0
+
 if TYPE_CHECKING:
     from engram_top.live.options import SessionOptions
     from engram_top.seed.reference import Reference
@@ -63,7 +66,8 @@ class AttachedServers:
             launched_wall=time.time(), launched_at=time.monotonic(), state=RunState.ATTACHED,
             url=shown, owned=False, title="attached: its lifetime is not ours",
             own_polls=engine.own_polls, server_node=shown, engine=engine.speaks,
-            engine_name=engine.display, words=dict(engine.words))
+            engine_name=engine.display, words=dict(engine.words),
+            finding_processes=shown not in self._attached_env)
         self.store.set_run(facts)
         name = f"server {shown}"
         if shown not in self._attached_env:
@@ -85,11 +89,23 @@ class AttachedServers:
         # psutil walks every socket of the machine: off the event loop.
         # Every engine's variables: the engine may be told only by a later page.
         prefixes = tuple(p for kind in engines.kinds() for p in engines.get(kind).env_prefixes)
-        pid, env = await asyncio.to_thread(server_environ, url, prefixes)
-        self._attached_env[url] = env
-        if pid is not None and self.options.attach and url == split_userinfo(
-                self.options.attach[0])[0]:
-            self.host.root_pid = pid  # the watched server's tree: its share of the host
+        try:
+            pid, env = await asyncio.to_thread(server_environ, url, prefixes)
+            self._attached_env[url] = env
+            if pid is not None and self.options.attach and url == split_userinfo(
+                    self.options.attach[0])[0]:
+                self.host.root_pid = pid  # the watched server's tree: its share of the host
+                # Found: its processes are told apart from the next host reading on.
+                deadline = time.monotonic() + TREE_DEADLINE_S
+                while time.monotonic() < deadline and not self._tree_read():
+                    await asyncio.sleep(0.1)
+        finally:
+            if (facts := self.store.facts_for(url)) is not None:
+                facts.finding_processes = False
+
+    def _tree_read(self) -> bool:
+        host = self.store.data(SourceName.HOST)
+        return host is not None and host.server_tree is not None
 
     def _on_node(self, node_dir: Path) -> None:
         self.node_dir = node_dir

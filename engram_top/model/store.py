@@ -207,6 +207,10 @@ class RunFacts:
     # Its engine's words where they differ from the dashboard's ("retracted": "preempted"):
     # declared by the engine, read by the panels through facts.word.
     words: dict[str, str] = field(default_factory=dict)
+    # An attached server whose process is still being looked for on this host (its port's
+    # owner, a second's walk of the sockets): until then its processes on a GPU cannot be
+    # told from other tenants'.
+    finding_processes: bool = False
 
     @property
     def ready_s(self) -> float | None:
