@@ -50,6 +50,8 @@ RANGES: dict[str, tuple[float, float]] = {
     # the latency query's figures (seconds, tokens/s) and `up`
     "ttft_p50": _SECONDS, "ttft_p99": _SECONDS, "tpot_p50": _SECONDS, "tpot_p99": _SECONDS,
     "output_tok_s": (0.0, 1e9), "up": (0.0, 1.0),
+    # an engram-top agent's: bytes (a fit's room is negative where it is short), levels, 1s
+    "agent": (-float(2**60), float(2**60)),
 }
 MAX_NUMBER_CHARS = 64  # "1.2345e+308" is 11; a longer "number" is somebody's payload
 

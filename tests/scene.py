@@ -247,7 +247,7 @@ def fleet_results(nodes: int, at: float = 100.0) -> dict[str, list[dict[str, Any
 
     ref = default()
     out: dict[str, list[dict[str, Any]]] = {k: [] for k in ("gpu", "host", "server",
-                                                            "latency", "up")}
+                                                            "latency", "up", "agent")}
 
     def add(kind: str, labels: dict[str, str], value: float) -> None:
         out[kind].append({"metric": labels, "value": [WALL, repr(float(value))]})
@@ -281,7 +281,35 @@ def fleet_results(nodes: int, at: float = 100.0) -> dict[str, list[dict[str, Any
         add("latency", {**base, "figure": "output_tok_s"}, st.tokens_per_s / n.speed)
         for job in ("dcgm-exporter", "node-exporter", "sglang"):
             add("up", {**base, "job": job, "instance": f"10.0.{i // 250}.{i % 250}:9400"}, 1)
+        if i % 4 != 3:  # an engram-top agent on three nodes of four
+            _agent_series(add, base, n)
     return out
+
+
+def _agent_series(add: Any, base: dict[str, str], n: Any) -> None:
+    """An agent's answer to the fleet's agent query for node ``n``, labelled as Prometheus
+    labels it: the scrape config's `placement` kept, the agent's renamed exported_placement."""
+    gib = 1 << 30
+    host = n.host()
+    for numa in (0, 1):
+        add("agent", {**base, "__name__": "engram_top_host_ledger_numa_bytes",
+                      "numa_node": str(numa), "line": "free"}, host["MemFree"] / 2)
+    for gpu in range(n.ref.gpus):
+        add("agent", {**base, "__name__": "engram_top_hbm_unexplained_bytes", "gpu": str(gpu)},
+            (1.5 + 0.1 * gpu) * gib)
+    add("agent", {**base, "__name__": "engram_top_server_info", "scenario": n.placement,
+                  "exported_placement": n.placement, "state": "ready"}, 1)
+    # Each placement's need of host memory beyond this node's (the tables, their staging):
+    # a placement fits where MemAvailable keeps 5% of the host after it.
+    mine = 0 if n.placement == "device" else 201 * gib
+    for sc, need in (("device", 6.5 * gib), ("host", 195.4 * gib),
+                     ("host-prefetch", 201.6 * gib)):
+        room = host["MemAvailable"] + mine - need
+        level = 0 if room > 0.05 * host["MemTotal"] else 1 if room > 0 else 2
+        add("agent", {**base, "__name__": "engram_top_fit_level", "scenario": sc,
+                      "exported_placement": sc}, level)
+        add("agent", {**base, "scenario": sc, "exported_placement": sc,
+                      "figure": "fit_host_room"}, room)
 
 
 def fleet_session(nodes: int):  # type: ignore[no-untyped-def]

@@ -66,9 +66,9 @@ def test_instance_forms() -> None:
     assert node_of({}) == "?"
 
 
-def test_the_refresh_is_five_queries_whatever_the_fleet() -> None:
+def test_the_refresh_is_six_queries_whatever_the_fleet() -> None:
     q = queries("30s", dialects=DIALECTS)
-    assert sorted(q) == ["gpu", "host", "latency", "server", "up"]
+    assert sorted(q) == ["agent", "gpu", "host", "latency", "server", "up"]
     assert "[30s]" in q["latency"] and "sglang[:_]" in q["server"]
 
 
@@ -224,3 +224,56 @@ def test_a_vllm_nodes_panels_speak_vllms_words() -> None:
     assert detail.add(1_795_000_000.0, d)
     assert facts.engine_of(detail.store) == "vLLM"
     assert facts.word(detail.store, "retracted") == "preempted"
+
+
+def test_an_agents_series_join_its_node_and_its_own_labels_are_its_own() -> None:
+    gib = 1 << 30
+    agent = [
+        # The scrape config's placement kept, the agent's own renamed by Prometheus.
+        sample(1, __name__="engram_top_server_info", node="a", placement="device",
+               exported_placement="host", scenario="host", state="ready"),
+        sample(900 * gib, __name__="engram_top_host_ledger_numa_bytes", node="a",
+               numa_node="1", line="free"),
+        sample(800 * gib, __name__="engram_top_host_ledger_numa_bytes", node="a",
+               numa_node="0", line="free"),
+        sample(2 * gib, __name__="engram_top_hbm_unexplained_bytes", node="a", gpu="10"),
+        sample(1 * gib, __name__="engram_top_hbm_unexplained_bytes", node="a", gpu="2"),
+        sample(2, __name__="engram_top_fit_level", node="a", placement="device",
+               exported_placement="host", scenario="host"),
+        sample(-12 * gib, node="a", placement="device", exported_placement="host",
+               scenario="host", figure="fit_host_room"),
+        sample(7, __name__="engram_top_fit_level", node="a", scenario="odd"),  # no level
+        sample(1, __name__="engram_top_alert_active", node="a", alert="kv", id="kv",
+               severity="warning"),
+        sample(1, __name__="engram_top_alert_active", node="a", alert="hbm", id="hbm:gpu2",
+               severity="warning"),
+        # Without a config label, the agent's placement is `placement` itself: never the
+        # node's, which its server_info says.
+        sample(0, __name__="engram_top_fit_level", node="b", placement="host-prefetch",
+               scenario="p"),
+        sample(1, __name__="engram_top_server_info", node="b", placement="device",
+               scenario="d", state="ready"),
+    ]
+    nodes = group({"gpu": [], "host": [], "latency": [], "up": [], "agent": agent,
+                   "server": [sample(0.95, __name__="sglang:token_usage", node="a"),
+                              sample(0.1, __name__="sglang:token_usage", node="c")]},
+                  DIALECTS)
+    a, b, c = nodes["a"].agent, nodes["b"].agent, nodes["c"].agent
+    assert c is None  # no agent there: the node reads as the exporters give it
+    assert a is not None and b is not None
+    assert a.placement == "host" and nodes["a"].placement is None
+    assert a.numa_free == (("0", 800.0 * gib), ("1", 900.0 * gib))
+    assert a.hbm_unexplained == (("2", 1.0 * gib), ("10", 2.0 * gib))  # by index
+    (fit,) = a.fits
+    assert (fit.scenario, fit.placement, fit.level, fit.room_bytes) == (
+        "host", "host", 2, -12.0 * gib)
+    assert b.placement == "device" and [(f.placement, f.level) for f in b.fits] == [
+        ("host-prefetch", 0)]
+    # The row: placement as the agent reads it; the fleet's own kv rule said kv already,
+    # the agent's hbm alert on GPU 2 is added; the agent's alerts off in the config stay off.
+    ra = fleet.row(nodes["a"], 0.0, Thresholds(), 15.0)
+    assert (ra.placement, ra.placement_inferred) == ("host", False)
+    assert ra.alerts == ("kv 95%", "hbm:gpu2")
+    assert fleet.row(nodes["a"], 0.0, Thresholds(disabled=("hbm",)), 15.0).alerts == \
+        ("kv 95%",)
+    assert fleet.row(nodes["b"], 0.0, Thresholds(), 15.0).placement == "device"

@@ -7,6 +7,7 @@ flapping are here; each alert's own thresholds come from its definition
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from engram_top.alerts.definitions import ALERT_NAMES, ALERTS, PCT, Setting
@@ -43,9 +44,18 @@ Thresholds: Any = dataclasses.make_dataclass(
 Thresholds.__module__ = __name__
 
 
-def fleet_alerts(row: Any, t: Any) -> tuple[str, ...]:
+def fleet_alerts(row: Any, t: Any, agent_ids: Iterable[str] = ()) -> tuple[str, ...]:
     """The dashboard's alerts the fleet can tell from one node's row (FleetRow), with the
-    user's thresholds: each alert whose definition has a fleet rule."""
-    said = (a.fleet.says(row, getattr(t, a.fleet.setting)) for a in ALERTS
-            if a.fleet is not None and t.on(a.name))
-    return tuple(s for s in said if s is not None)
+    user's thresholds: each alert whose definition has a fleet rule; then those a node's
+    agent has active (``agent_ids``: `hbm:gpu2`, `host-available`), where no rule of the
+    fleet's said the same alert already and the user's config has it on."""
+    said: list[str] = []
+    names: set[str] = set()
+    for a in ALERTS:
+        if a.fleet is not None and t.on(a.name):
+            text = a.fleet.says(row, getattr(t, a.fleet.setting))
+            if text is not None:
+                said.append(text)
+                names.add(a.name)
+    said += [i for i in agent_ids if i.split(":")[0] not in names and t.on(i.split(":")[0])]
+    return tuple(said)

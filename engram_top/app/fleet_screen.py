@@ -52,6 +52,34 @@ def _kv(r: FleetRow) -> str:
     return f"{percent(r.kv_full or r.kv_usage, 0)}/{percent(r.kv_swa, 0)}"
 
 
+FIT_MARKS = ("✓", "~", "✗")  # fits, in part, does not (the agent's fit_level)
+
+
+def _fits(r: FleetRow) -> str:
+    """The node's agent's scenarios that would not fit whole (✗ not, ~ in part); else how
+    many fit."""
+    if r.agent is None or not r.agent.fits:
+        return DASH
+    short = [f"{FIT_MARKS[f.level]} {f.scenario}" for f in r.agent.fits if f.level]
+    return " ".join(short) if short else f"all {len(r.agent.fits)} fit"
+
+
+def _fit_sort(r: FleetRow) -> tuple[int, int]:
+    levels = [f.level for f in r.agent.fits if f.level is not None] if r.agent else []
+    return (sum(1 for v in levels if v == 2), sum(1 for v in levels if v == 1))
+
+
+def _numa(r: FleetRow) -> str:
+    if r.agent is None or not r.agent.numa_free:
+        return DASH
+    return "/".join(gib(b, 0) for _, b in r.agent.numa_free)
+
+
+def _unexplained(r: FleetRow) -> str:
+    most = r.agent.unexplained_max if r.agent is not None else None
+    return DASH if most is None else gib(most, 1)
+
+
 # (key, heading, width, text of a row, sort key, shown from this terminal width on)
 Column = tuple[str, str, int, Callable[[FleetRow], str], Callable[[FleetRow], Any], int]
 COLUMNS: tuple[Column, ...] = (
@@ -72,6 +100,12 @@ COLUMNS: tuple[Column, ...] = (
      lambda r: r.output_tok_s or 0, 110),
     ("energy", "J/tok", 6, lambda r: DASH if r.joules_per_token is None
      else f"{r.joules_per_token:.1f}", lambda r: r.joules_per_token or 0, 165),
+    # An engram-top agent's figures, where the node runs one.
+    ("fits", "fits (agent)", 20, _fits, _fit_sort, 185),
+    ("numa", "NUMA free GiB", 13, _numa,
+     lambda r: (r.agent.numa_free_min if r.agent else None) or 0, 200),
+    ("unexpl", "HBM unexpl.", 11, _unexplained,
+     lambda r: (r.agent.unexplained_max if r.agent else None) or 0, 215),
     ("alerts", "alerts", 24, lambda r: ", ".join(r.alerts + r.missing[:1]) or "",
      lambda r: (-len(r.alerts), r.node), 0),
 )

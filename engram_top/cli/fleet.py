@@ -56,6 +56,9 @@ def run_fleet(args: argparse.Namespace) -> int:
     if error:
         _say("fleet", error)
         return 2
+    if (args.once or args.json) and (args.demo or not args.once):
+        _say("fleet", "--once takes --prometheus URL, and --json takes --once")
+        return 2
     url = args.prometheus
     demo = None
     creds = None
@@ -91,9 +94,38 @@ def run_fleet(args: argparse.Namespace) -> int:
                            headers=creds.headers if creds else None,
                            auth=creds.auth if creds else None,
                            credential=creds.described if creds else "")
+    if args.once:
+        return run_until_signal(lambda: print_once(session, as_json=args.json), "fleet")
     if without_terminal(session, "fleet"):
         return 2
     return run_dashboard(FleetApp(session, own_process=True), None)
+
+
+async def print_once(session: FleetSession, *, as_json: bool) -> int:
+    """One refresh, printed for a script: a node a line (its agent's figures under it), or
+    JSON. Exit 1, with Prometheus's words on stderr, where the refresh failed."""
+    import json
+
+    from engram_top.fleet.words import agent_lines, node_json
+    try:
+        await session.poll_once()
+    finally:
+        await session.close()
+    if not session.ok:
+        _say("fleet", session.status.message if session.status else "no answer")
+        return 1
+    rows = session.rows()
+    if as_json:
+        print(json.dumps({"prometheus": session.url, "nodes": [node_json(r) for r in rows]},
+                         indent=2))
+        return 0
+    from collectors.safetext import visible
+    for r in rows:
+        alerts = ", ".join(r.alerts) or "no alerts"
+        print(visible(f"{r.node}  {r.placement}  {r.state}  {alerts}"))
+        for line in agent_lines(r.agent) if r.agent is not None else ():
+            print(visible(f"  {line}"))
+    return 0
 
 
 def run_until_signal_value(coro: Coroutine[Any, Any, tuple[T, str]],

@@ -131,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "$ENGRAM_TOP_PROMETHEUS_PASSWORD)")
     fl.add_argument("--config", type=Path, default=None, metavar="PATH",
                     help="the config file whose [alerts] thresholds apply")
+    fl.add_argument("--once", action="store_true",
+                    help="with --prometheus: one refresh printed, a node a line, no screen "
+                         "(exit 1 where Prometheus does not answer)")
+    fl.add_argument("--json", action="store_true",
+                    help="with --once: the nodes as JSON, as a snapshot's `nodes`")
 
     run = sub.add_parser("run", help="the dashboard over a scenario file: start, stop, switch")
     run.add_argument("scenario_file", type=Path)

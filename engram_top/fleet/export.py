@@ -15,6 +15,7 @@ from collectors.units import GIB
 from engram_top.compare import comparison as compare
 from engram_top.export.snapshot import Prepared, SeriesPoints
 from engram_top.fleet import session as fleet
+from engram_top.fleet.words import node_json
 from engram_top.model.store import SeriesKey
 
 FIGURES = (("hbm_max", "hbm.used_max"), ("hbm_min", "hbm.used_min"), ("kv_usage", "kv.usage"),
@@ -43,7 +44,7 @@ def prepare(parent: Path, session: fleet.FleetSession, *, svg: str | None,
                        "series": st.series if st else None,
                        "query_ms": round(st.query_ms, 1) if st else None,
                        "rate_window": session.window},
-        "nodes": [fleet.node_json(r) for r in rows],
+        "nodes": [node_json(r) for r in rows],
         "comparison": compare.to_json(comparison) if comparison else None,
         **(extra or {}),
     }

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from collectors.agent_series import AgentFigures
 from collectors.fleet_dialect import FleetDialect
 from collectors.prometheus import DEADLINE_S, FleetNodeData, PrometheusSource, PromStatus
 from collectors.readings import Reading, Status
@@ -106,6 +107,9 @@ class FleetRow:
     engine: str = ""  # whose series its server figures are ("" where it has none)
     # No engine's series, or the scrape job named for its engine down (FleetNodeData's).
     server_missing: bool = False
+    # What the node's engram-top agent serves (NUMA free, unexplained HBM, each scenario's
+    # fit, its alerts); None where no agent runs there.
+    agent: AgentFigures | None = None
 
     @property
     def joules_per_token(self) -> float | None:
@@ -166,6 +170,8 @@ def infer_placement(data: FleetNodeData) -> tuple[str, bool]:
     Synchronous reads and prefetch look alike from outside: "host?" says only that much."""
     if data.placement:
         return data.placement, False
+    if data.agent is not None and data.agent.placement:
+        return data.agent.placement, False  # the agent read it from the server itself
     h = data.host
     huge = h.get("huge_total", 0.0) - h.get("huge_free", 0.0)
     tables = max(huge * h.get("huge_size", 2 * 1024 * 1024), h.get("shmem", 0.0))
@@ -200,7 +206,7 @@ def row(data: FleetNodeData, age_s: float, t: Thresholds, stale_after_s: float) 
         tpot_p50=lat.get("tpot_p50"), tpot_p99=lat.get("tpot_p99"),
         output_tok_s=lat.get("output_tok_s"), running=s.get("num_running_reqs"),
         alerts=(), missing=data.missing, age_s=age_s, server_missing=data.server_silent,
-        engine=data.dialect.name if data.dialect is not None else "",
+        engine=data.dialect.name if data.dialect is not None else "", agent=data.agent,
         power_w=sum(g.power_w for g in data.gpus if g.power_w is not None)
         if data.gpus and all(g.power_w is not None for g in data.gpus) else None)
     return _with_alerts(r, t)
@@ -209,7 +215,8 @@ def row(data: FleetNodeData, age_s: float, t: Thresholds, stale_after_s: float) 
 def _with_alerts(r: FleetRow, t: Thresholds) -> FleetRow:
     """The dashboard's alerts, with the user's thresholds, for one node (the rules are in
     the alerts' definitions)."""
-    return dataclasses.replace(r, alerts=fleet_alerts(r, t))
+    ids = (i for i, _ in r.agent.alerts) if r.agent is not None else ()
+    return dataclasses.replace(r, alerts=fleet_alerts(r, t, ids))
 
 
 def _int(v: float | None) -> int | None:
@@ -235,23 +242,6 @@ def results(rows: list[FleetRow]) -> list[RunResult]:
             notes=("latencies: Prometheus's histogram_quantile over the rate window, "
                    "interpolated inside its buckets",)))
     return out
-
-
-def node_json(r: FleetRow) -> dict[str, Any]:
-    return {"node": r.node, "placement": r.placement, "placement_inferred": r.placement_inferred,
-            "state": r.state, "gpus": r.gpus,
-            "hbm_used_per_gpu_bytes": {"min": r.hbm_min, "max": r.hbm_max},
-            "hbm_total_per_gpu_bytes": r.hbm_total,
-            "kv": {"usage": r.kv_usage, "full": r.kv_full, "swa": r.kv_swa,
-                   "capacity_tokens": r.kv_tokens},
-            "weights_per_gpu_gb": r.weights_gb,
-            "host": {"used_bytes": r.host_used, "available_bytes": r.host_available,
-                     "total_bytes": r.host_total},
-            "latency_s": {"ttft_p50": r.ttft_p50, "ttft_p99": r.ttft_p99,
-                          "tpot_p50": r.tpot_p50, "tpot_p99": r.tpot_p99},
-            "output_tok_s": r.output_tok_s, "gpu_power_w": r.power_w,
-            "joules_per_token": r.joules_per_token, "alerts": list(r.alerts),
-            "missing": list(r.missing), "age_s": round(r.age_s, 1)}
 
 
 @dataclass
