@@ -227,7 +227,7 @@ def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimS
                                 "grafana-engram-top.json").read_text())
             exprs = [t["expr"].replace("$node", ".*") for panel in board["panels"]
                      for t in panel["targets"]]
-            assert len(exprs) >= 9
+            assert len(exprs) >= 11
             empty = [e for e in exprs if not httpx.get(
                 f"{prom.url}/api/v1/query", params={"query": e},
                 timeout=10).json()["data"]["result"]]
