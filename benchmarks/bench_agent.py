@@ -50,7 +50,7 @@ def scraper(url: str, every: float, stop: threading.Event, sizes: list[int]) -> 
 
 
 def measure(gpus: int, clients: int, seconds: float, warmup: float, scrape: float,
-            work: Path) -> dict[str, dict[str, float]]:
+            work: Path, profile: Path | None = None) -> dict[str, dict[str, float]]:
     import httpx
     exporter = shutil.which("prometheus-node-exporter")
     lib = build(work / "nvml")
@@ -93,7 +93,12 @@ def measure(gpus: int, clients: int, seconds: float, warmup: float, scrape: floa
         time.sleep(warmup)
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         t0 = time.monotonic()
-        time.sleep(seconds)
+        if profile is not None:  # py-spy's samples of the agent over the window (collapsed)
+            subprocess.run([str(BIN / "py-spy"), "record", "--pid", str(agent.pid), "--rate",
+                            "200", "--format", "raw", "--duration", str(int(seconds)),
+                            "--output", str(profile), "--nonblocking"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
         elapsed = time.monotonic() - t0
         out = {}
         for name, pid in pids.items():
@@ -130,11 +135,15 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=30.0)
     ap.add_argument("--scrape", type=float, default=5.0)
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="py-spy's samples of the agent (collapsed stacks) into DIR")
     args = ap.parse_args()
     for gpus in (int(g) for g in args.gpus.split(",")):
         for clients in (int(c) for c in args.clients.split(",")):
             with tempfile.TemporaryDirectory(prefix="engram-bench-agent-") as tmp:
-                out = measure(gpus, clients, args.seconds, args.warmup, args.scrape, Path(tmp))
+                out = measure(gpus, clients, args.seconds, args.warmup, args.scrape, Path(tmp),
+                              args.profile / f"agent-{gpus}gpus-{clients}clients.txt"
+                              if args.profile else None)
             load = f"{clients} clients" if clients else "idle"
             for name, f in out.items():
                 print(f"{gpus} GPUs, {load}: {name}: {f['cpu_pct']:.2f}% of a core, "

@@ -399,7 +399,9 @@ class Session(AttachedServers):
                 # node seconds the load has run: goodput's denominator
                 self.store.load = counters(self.load, self.slos, (
                     time.monotonic() - self._load_since) / self._load_serve)
-            await asyncio.sleep(0.25)
+            # Without a load of ours only the once-a-second part has work: an attached
+            # session (an agent's) wakes once a second, not four times.
+            await asyncio.sleep(0.25 if self.load is not None or self.options.load else 1.0)
 
     def _read_engram(self, facts: RunFacts) -> None:
         """The watched run's model and Engram placement (run_facts.read_engram): ours by

@@ -22,6 +22,7 @@ from engram_top.model import facts as facts_mod
 from engram_top.model.redact import redact, redact_text
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.record.file_format import (
+    FACTS_S,
     FLUSH_S,
     FORMAT,
     PATCH_FIELDS,
@@ -115,6 +116,7 @@ class Recorder:
         self._written: dict[str, dict[str, Any]] = {}  # run id -> its facts as last written
         self._last_line: dict[str, Any] = {}  # run id -> the last log entry written (identity)
         self._run_version = -1
+        self._facts_at = float("-inf")  # when facts mutated in place were last looked at
         self._load: Any = {}  # as a fresh store (and a replay) starts
         # Secret values seen in the scenario definitions (API keys, tokens): scrubbed from
         # events and log lines too (SGLang logs its whole ServerArgs, api_key included).
@@ -223,7 +225,11 @@ class Recorder:
             self._guard(self._on_tick)
 
     def _on_tick(self) -> None:
-        self._sample(force=True)
+        now = self.clock()
+        due = now - self._facts_at >= FACTS_S
+        if due:
+            self._facts_at = now
+        self._sample(force=due)
         self._flush_if_due()
 
     def _flush_if_due(self) -> None:
@@ -296,11 +302,10 @@ class Recorder:
 
     def _sample(self, force: bool) -> None:
         version = self.store.versions.get("run", 0)
-        if not force and version == self._run_version:
-            return
-        self._run_version = version
-        for facts in self.store.runs or list(self.store.history.values()):
-            self._write_run(facts)
+        if force or version != self._run_version:
+            self._run_version = version
+            for facts in self.store.runs or list(self.store.history.values()):
+                self._write_run(facts)
         load = loose(self.store.load)
         if load != self._load:
             self._load = load
