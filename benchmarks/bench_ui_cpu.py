@@ -134,10 +134,8 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
         argv = [str(BIN / "engram-top"), "attach", f"http://127.0.0.1:{port}", "--no-record"]
         compile_bytecode()
         starts = sorted(first_frame(socket, argv, env, i) for i in range(FIRST_FRAMES))
-        watched = argv if profile is None else [
-            sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "engram_top", *argv[1:]]
         sessions = [Tmux("nvitop", socket, [nvitop, "--interval", "1"], env),
-                    Tmux("engram-top", socket, watched, env)]
+                    Tmux("engram-top", socket, argv, env)]
         pids = {s.name: wait_for(s.pid, 10, f"{s.name}'s pane") for s in sessions}
         wait_for(lambda: "GPU" in sessions[1].screen() and "KV pool" in sessions[1].screen(),
                  30, "engram-top's first frame")
@@ -147,11 +145,15 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
                                      "min_s": starts[0], "max_s": starts[-1]}}}
         out["first minute"] = window(pids, seconds)
         time.sleep(max(0.0, shown_at + steady_after - time.monotonic()))
+        # py-spy samples the dashboard from outside over the steady window (collapsed stacks;
+        # without stopping it, so the window's figures are its own).
+        spy = None if profile is None else subprocess.Popen(
+            [str(BIN / "py-spy"), "record", "--pid", str(pids["engram-top"]), "--rate", "200",
+             "--format", "raw", "--duration", str(int(seconds)), "--output", str(profile),
+             "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out["steady"] = window(pids, seconds)
-        if profile is not None:  # quit with q: cProfile writes its file as Python exits
-            subprocess.run(["tmux", "-S", str(socket), "send-keys", "-t", "engram-top", "q"],
-                           capture_output=True)
-            wait_for(lambda: profile.exists(), 30, "the profile to be written")
+        if spy is not None:
+            spy.wait(60)
         said = ""
         if load is not None:
             load.terminate()
@@ -260,8 +262,8 @@ def main() -> int:
                     help="load levels, comma-separated: clients sending short completions to "
                          "the watched server in closed loops (0: idle)")
     ap.add_argument("--profile", type=Path, metavar="DIR",
-                    help="run engram-top under cProfile and write DIR/GPUS-CLIENTS.prof "
-                         "(its CPU figures then include cProfile's own cost)")
+                    help="py-spy's samples of engram-top over the steady window, collapsed "
+                         "stacks in DIR/GPUS-CLIENTS.txt (pip install py-spy)")
     ap.add_argument("--follow-node", action="store_true",
                     help="let attach follow the simulated node's folder (the server names "
                          "it) instead of reading the stand-in NVML and /proc as nvitop does")
@@ -276,7 +278,7 @@ def main() -> int:
                 prof = None
                 if args.profile is not None:
                     args.profile.mkdir(parents=True, exist_ok=True)
-                    prof = args.profile.resolve() / f"{gpus}-{clients}.prof"
+                    prof = args.profile.resolve() / f"{gpus}-{clients}.txt"
                     prof.unlink(missing_ok=True)
                 result, load = measure(gpus, args.seconds, args.steady_after, Path(tmp),
                                        args.follow_node, clients, prof)

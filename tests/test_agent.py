@@ -361,3 +361,50 @@ def test_an_agents_recording_goes_behind_a_later_attach_of_the_same_server(
     old = time.time() - 7200
     os.utime(tmp_path / "agent-1.jsonl", (old, old))
     assert history.recorded(tmp_path, [url]) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_agent_outlives_a_killed_server_and_records_its_death(tmp_path: Path) -> None:
+    from helpers import ServerSpec
+    server = SimServer("dies", ServerSpec("device", 0.02), tmp_path)
+    folder, port = tmp_path / "rec", free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def page() -> str:
+        try:
+            return httpx.get(url, timeout=5).text
+        except httpx.HTTPError:
+            return ""
+    try:
+        server.wait_ready()
+        argv = [str(installed_script()), "agent", server.url, "--node-dir",
+                str(server.node_dir), "--listen", f"127.0.0.1:{port}", "--record-dir",
+                str(folder)]
+        with running(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                     start_new_session=True) as agent:
+            wait_until(lambda: "engram_top_kv_capacity_tokens " in page(), 90,
+                       "the agent's figures of the live server")
+            os.killpg(server.pid, signal.SIGKILL)  # the whole server at once, no goodbye
+            # The agent goes on: its /metrics says the server is gone, and why.
+            wait_until(lambda: 'alert="server-gone"' in page(), 60,
+                       "the server-gone alert on the agent's /metrics")
+            text = page()
+            assert any(line.startswith('engram_top_source_up{source="') and "server" in line
+                       and line.endswith(" 0") for line in text.splitlines()), text
+            agent.send_signal(signal.SIGTERM)
+            out, err = agent.communicate(timeout=10)
+        assert agent.returncode == 0, err
+        assert "alert raised: " in err or "server-gone" in err or "not answering" in err, err
+    finally:
+        server.stop(grace=5.0)
+    # The recording holds the server's last figures, then its death, in order.
+    (path,) = folder.glob("agent-*.jsonl")
+    records = read_recording(path).records
+    readings = [(t, p) for t, kind, p in records if kind == "reading"
+                and str(p[0]).endswith("server")]
+    statuses = [getattr(r, "status", None) for _, (_, r) in readings]
+    ok = [i for i, s in enumerate(statuses) if s is Status.OK]
+    assert ok and any(s is Status.ERROR for s in statuses[ok[-1] + 1:]), statuses[-5:]
+    said = [getattr(p, "text", "") for _, kind, p in records if kind == "event"]
+    assert any(t.startswith(f"server {server.url} not answering since ") for t in said), said

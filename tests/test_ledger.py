@@ -228,3 +228,23 @@ async def test_the_ledgers_on_a_simulated_node_with_another_tenant(tmp_path: Pat
             assert "the server +195.4 GiB since launch (others +300.0 GiB)" in md
             assert f"tenant (pid {other.pid}) 20.0 GiB (NVML processes)" in md
             await pilot.press("q")
+
+
+def test_an_attached_servers_ranks_are_not_other_tenants_while_its_process_is_looked_for() -> None:
+    from collectors.source import SourceName
+    from engram_top.model.ledger import hbm_ledger
+    store = scene_store()
+    host = store.data(SourceName.HOST)
+    store.add(SourceName.HOST, Reading("host", Status.OK, dataclasses.replace(
+        host, server_tree=None), at=NOW))
+    assert store.run is not None
+    store.run.finding_processes = True  # attach's first second: its port's owner unknown
+    gpu0 = hbm_ledger(store)[0]
+    # Its own weights, KV pool and graphs; no process named as another tenant beside them.
+    assert [ln.name for ln in gpu0.lines] == ["weights", "KV pool", "CUDA graphs"]
+    assert gpu0.note == ("the server's processes not found on this host yet: other "
+                         "processes not told apart")
+    store.run.finding_processes = False  # looked for and not found: what NVML says, named
+    gpu0 = hbm_ledger(store)[0]
+    assert any(ln.name.startswith("python (pid ") for ln in gpu0.lines)
+    assert gpu0.note == ""

@@ -255,12 +255,19 @@ def hbm_ledger(store: RunStore) -> list[GpuLedger]:
                                          ("/server_info", server.graph_gb if server
                                           and dev.index == 0 else None)]),
             ]
-        lines += _other_processes(dev.processes, mine)
+        # An attached server's own process not found yet (the first second): its ranks
+        # would read as other tenants beside its own weights and KV pool, counted twice.
+        finding = run is not None and run.finding_processes and not pids and serving
+        if not finding:
+            lines += _other_processes(dev.processes, mine)
         known = sum(ln.bytes or 0.0 for ln in lines)
         unseen = sorted(pid for pid in mine if pid not in pids)
         note = "" if not unseen else (
             f"NVML's pid{'s' * (len(unseen) > 1)} {', '.join(map(str, unseen))} not on this "
             "host (another PID namespace: a container): taken as the server's")
+        if finding:
+            note = "the server's processes not found on this host yet: other processes not " \
+                   "told apart"
         out.append(GpuLedger(
             index=dev.index, total_bytes=dev.total_bytes, used_bytes=dev.used_bytes,
             lines=tuple(lines), unexplained_bytes=dev.used_bytes - known,
