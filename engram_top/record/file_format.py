@@ -35,20 +35,24 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import math
 import types
-from collections import deque
-from collections.abc import Callable, Mapping
-from enum import Enum
-from functools import cache
-from pathlib import PurePath
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from collections.abc import Mapping
+from typing import Any, Union, get_args, get_origin
 
 from collectors.figure_bounds import bounded
 from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData
 from engram_top.model.redact import redact
 from engram_top.model.store import RunFacts
+from engram_top.record.typed_json import (
+    decode,
+    decode_fields,
+    encode,
+    loose,
+    own_json,
+    type_hints,
+    unloose,
+)
 
 FORMAT = 1
 TICK_S = 0.25  # how often the file is flushed when due, and the load sampled
@@ -77,195 +81,6 @@ TYPED_FIELDS = ("startup", "engram")
 
 class RecordingError(ValueError):
     """A recording that cannot be read: the message names PATH:LINE."""
-
-
-# --------------------------------------------------------------------------- the codec
-
-
-@cache
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    # Once a class: get_type_hints evaluates every annotation's text anew on each call, and a
-    # recording encodes three readings a second.
-    return get_type_hints(cls)
-
-
-def encode(value: Any, hint: Any) -> Any:
-    """A value of type ``hint`` as JSON data (the inverse of decode)."""
-    return _encoder(hint)(value)
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-@functools.cache
-def _encoder(hint: Any) -> Callable[[Any], Any]:
-    """How a value of type ``hint`` is encoded, worked out once a type: a recording encodes
-    three readings a second, and walking the hints anew for every field of every reading was
-    most of an idle agent's recording time."""
-    if hint is Any or hint is object:
-        return loose
-    origin = get_origin(hint)
-    if origin in (Union, types.UnionType):
-        rest = [a for a in get_args(hint) if a is not type(None)]
-        inner = _encoder(rest[0] if len(rest) == 1 else Any)
-        return lambda v: None if v is None else inner(v)
-    if origin is tuple or origin is list:
-        args = get_args(hint)
-        if origin is list or (len(args) == 2 and args[1] is Ellipsis):
-            item = _encoder(args[0] if args else Any)
-            return lambda v: [item(x) for x in v]
-        items = [_encoder(a) for a in args]
-
-        def fixed(v: Any) -> list[Any]:
-            if len(v) != len(items):
-                raise ValueError(f"expected {len(items)} items, got {len(v)}")
-            return [f(x) for f, x in zip(items, v, strict=True)]
-        return fixed
-    if origin is dict:
-        value_of = _encoder(get_args(hint)[1])
-        return lambda v: {str(k): value_of(x) for k, x in v.items()}
-    if _own_json(hint):
-        return lambda v: v.to_json()
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        hints = _hints(hint)
-        names = [(f.name, _encoder(hints[f.name])) for f in dataclasses.fields(hint)]
-        return lambda v: {name: f(getattr(v, name)) for name, f in names}
-    if isinstance(hint, type) and issubclass(hint, Enum):
-        return lambda v: hint(v).value  # a plain "ready" where a RunState is typed: the same
-    return _same
-
-
-def decode(data: Any, hint: Any, where: str) -> Any:
-    """JSON data back to a value of type ``hint``; ValueError names the field (``where``)."""
-    if hint is Any or hint is object:
-        return unloose(data)
-    origin = get_origin(hint)
-    if origin in (Union, types.UnionType):
-        if data is None:
-            return None
-        rest = [a for a in get_args(hint) if a is not type(None)]
-        if len(rest) == 1:
-            return decode(data, rest[0], where)
-        if not any(_is_scalar(data, a) for a in rest):
-            raise ValueError(f"{where}: unexpected {type(data).__name__} {data!r}")
-        return data
-    if origin is tuple or origin is list:
-        if not isinstance(data, list):
-            raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
-        try:
-            item_hints = _item_hints(hint, len(data))
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
-        items = [decode(v, h, f"{where}[{i}]")
-                 for i, (v, h) in enumerate(zip(data, item_hints, strict=True))]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        if not isinstance(data, dict):
-            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-        key_hint, value_hint = get_args(hint)
-        out = {}
-        for k, v in data.items():
-            try:
-                key = int(k) if key_hint is int else k
-            except ValueError:
-                raise ValueError(f"{where}: key {k!r} is not an integer") from None
-            out[key] = decode(v, value_hint, f"{where}[{k!r}]")
-        return out
-    if _own_json(hint):
-        try:
-            return hint.from_json(data)
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return decode_fields(hint, data, where)
-    if isinstance(hint, type) and issubclass(hint, Enum):
-        try:
-            return hint(data)
-        except ValueError:
-            known = ", ".join(str(m.value) for m in hint)
-            raise ValueError(f"{where}: {data!r} is not one of {known}") from None
-    if not _is_scalar(data, hint):
-        raise ValueError(f"{where}: expected {getattr(hint, '__name__', hint)}, "
-                         f"got {type(data).__name__} {data!r}")
-    return data
-
-
-def _own_json(hint: Any) -> bool:
-    """A type that writes itself (to_json, from_json): RunFigures keeps the JSON form that
-    recordings have always had, whatever its fields are named."""
-    return isinstance(hint, type) and hasattr(hint, "from_json") and hasattr(hint, "to_json")
-
-
-def decode_fields(cls: type, data: Any, where: str, skip: tuple[str, ...] = ()) -> Any:
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-    hints = _hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)} - set(skip)
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"{where}: unknown fields {unknown}")
-    required = [f.name for f in dataclasses.fields(cls) if f.name in names
-                and f.default is dataclasses.MISSING
-                and f.default_factory is dataclasses.MISSING]
-    missing = [n for n in required if n not in data]
-    if missing:
-        raise ValueError(f"{where}: missing fields {missing}")
-    values = {k: decode(v, hints[k], f"{where}.{k}") for k, v in data.items()}
-    return cls(**values)
-
-
-def _item_hints(hint: Any, n: int) -> list[Any]:
-    args = get_args(hint)
-    if get_origin(hint) is list or (len(args) == 2 and args[1] is Ellipsis):
-        return [args[0] if args else Any] * n
-    if len(args) != n:
-        raise ValueError(f"expected {len(args)} items, got {n}")
-    return list(args)
-
-
-def _is_scalar(data: Any, hint: Any) -> bool:
-    if hint is float:  # JSON writes 2.0 as 2.0, but a producer may have stored an int
-        return isinstance(data, int | float) and not isinstance(data, bool)
-    if hint is int:
-        return isinstance(data, int) and not isinstance(data, bool)
-    if isinstance(hint, type):
-        return isinstance(data, hint)
-    return True
-
-
-def loose(value: Any) -> Any:
-    """Untyped data as JSON, keeping what JSON would lose: tuples, non-string keys."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list | deque):
-        return [loose(v) for v in value]
-    if isinstance(value, tuple):
-        return {"$tuple": [loose(v) for v in value]}
-    if isinstance(value, dict):
-        if all(isinstance(k, str) and not k.startswith("$") for k in value):
-            return {k: loose(v) for k, v in value.items()}
-        return {"$items": [[loose(k), loose(v)] for k, v in value.items()]}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return loose({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
-    if isinstance(value, Enum):
-        return loose(value.value)
-    if isinstance(value, PurePath):
-        return str(value)
-    return repr(value)  # something a JSON file cannot hold: at least say what it was
-
-
-def unloose(data: Any) -> Any:
-    if isinstance(data, list):
-        return [unloose(v) for v in data]
-    if isinstance(data, dict):
-        if set(data) == {"$tuple"}:
-            return tuple(unloose(v) for v in data["$tuple"])
-        if set(data) == {"$items"}:
-            return {unloose(k): unloose(v) for k, v in data["$items"]}
-        return {k: unloose(v) for k, v in data.items()}
-    return data
 
 
 def plain_fields(data: Any) -> Any:
@@ -348,7 +163,7 @@ def fields_from_extra(data: ServerData) -> ServerData:
 
 
 def encode_facts(facts: RunFacts, origin: float) -> dict[str, Any]:
-    hints = _hints(RunFacts)
+    hints = type_hints(RunFacts)
     out = {}
     for f in dataclasses.fields(RunFacts):
         if f.name in SKIP_FIELDS:
@@ -368,7 +183,7 @@ class Patch:
     drop: tuple[str, ...]
 
     def apply(self, current: Any) -> Any:
-        if _own_json(type(current)):  # patched in its JSON form, as it was written
+        if own_json(type(current)):  # patched in its JSON form, as it was written
             return type(current).from_json(self.apply(current.to_json()))
         if dataclasses.is_dataclass(current) and not isinstance(current, type):
             defaults = type(current)()  # a dropped field goes back to its default
@@ -394,7 +209,7 @@ def decode_facts_fields(data: Any, origin: float, where: str) -> dict[str, Any]:
     field; monotonic ones rebased."""
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected an object")
-    hints = _hints(RunFacts)
+    hints = type_hints(RunFacts)
     known = {f.name for f in dataclasses.fields(RunFacts)} - set(SKIP_FIELDS)
     unknown = sorted(set(data) - known)
     if unknown:
@@ -406,10 +221,10 @@ def decode_facts_fields(data: Any, origin: float, where: str) -> dict[str, Any]:
             drop = v.get("$drop", [])
             if not isinstance(v["$patch"], dict) or not isinstance(drop, list):
                 raise ValueError(f"{where}.{k}: a patch needs $patch {{...}} and $drop [...]")
-            if _own_json(hint):  # checked; a patch applies to the JSON form
+            if own_json(hint):  # checked; a patch applies to the JSON form
                 values = decode(v["$patch"], hint, f"{where}.{k}").to_json()
             elif isinstance(hint, type) and dataclasses.is_dataclass(hint):  # field by field
-                fields = _hints(hint)
+                fields = type_hints(hint)
                 values = {name: decode_typed(value, fields[name], f"{where}.{k}.{name}")
                           for name, value in v["$patch"].items() if name in fields}
                 drop = [d for d in drop if d in fields]
@@ -450,7 +265,7 @@ def typed_shape(data: Any, hint: Any, where: str) -> Any:
         rest = [a for a in get_args(hint) if a is not type(None)]
         return typed_shape(data, rest[0], where) if len(rest) == 1 else data
     if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(data, dict):
-        hints = _hints(hint)
+        hints = type_hints(hint)
         return {k: typed_shape(v, hints[k], f"{where}.{k}") for k, v in data.items()
                 if k in hints}
     if origin is dict and isinstance(data, dict):
