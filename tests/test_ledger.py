@@ -248,3 +248,28 @@ def test_an_attached_servers_ranks_are_not_other_tenants_while_its_process_is_lo
     gpu0 = hbm_ledger(store)[0]
     assert any(ln.name.startswith("python (pid ") for ln in gpu0.lines)
     assert gpu0.note == ""
+
+
+def test_a_killed_servers_last_figures_are_not_set_against_nvml_now() -> None:
+    from collectors.source import SourceName
+    from engram_top.model.ledger import hbm_ledger
+    store = scene_store()
+    gpus = store.data(SourceName.GPU)
+    # Killed: its processes gone from every GPU (the neighbour's stay), NVML's used with
+    # them; the server no longer answers, its last good figures still in the store.
+    freed = dataclasses.replace(gpus, devices=tuple(dataclasses.replace(
+        d, processes=tuple(p for p in d.processes if p.name == "python"),
+        used_bytes=sum(p.used_bytes or 0 for p in d.processes if p.name == "python"))
+        for d in gpus.devices))
+    store.add(SourceName.GPU, Reading("nvml", Status.OK, freed, at=NOW))
+    store.add(SourceName.SERVER, Reading("sglang", Status.ERROR, None, at=NOW,
+                                         message="no server at http://127.0.0.1:30000"))
+    host = store.data(SourceName.HOST)
+    store.add(SourceName.HOST, Reading("host", Status.OK, dataclasses.replace(
+        host, server_tree=None), at=NOW))
+    gpu0 = hbm_ledger(store)[0]
+    # What NVML says now, the neighbour named; nothing of the dead server, nothing negative.
+    assert [ln.name for ln in gpu0.lines] == ["python (pid 999)"]
+    assert gpu0.unexplained_bytes == 0
+    assert gpu0.note == "the server is not answering and holds nothing here: its last " \
+                        "figures left out"

@@ -25,7 +25,7 @@ from collectors.units import GIB, MIB
 from engram_top.model.hicache import hicache_facts
 from engram_top.model.host import gpu_server_pids, host_facts, server_pids
 from engram_top.model.store import RunFacts, RunStore
-from scenarios.runstate import LIVE
+from scenarios.runstate import ENDED, LIVE
 
 # At most this many other processes get a line of their own on a GPU; the rest are one line.
 OTHER_PROCESS_LINES = 3
@@ -231,12 +231,21 @@ def hbm_ledger(store: RunStore) -> list[GpuLedger]:
     log_ranks = run.startup.ranks if run is not None else {}
     device_tables = run is not None and run.engram is not None \
         and run.engram.placement == "device"
+    # A server that stopped answering, or whose run ended: its last figures are of a
+    # server that may be gone. On a GPU where none of its processes is left they are left
+    # out, never set against what NVML says now (after a kill: "engine 141.8 +
+    # unexplained -141.8 GiB").
+    latest = store.latest.get(SourceName.SERVER)
+    silent = (latest is not None and not latest.ok) or (run is not None and run.state in ENDED)
     out = []
     for dev in gpus.devices:
         metrics = (server.ranks.get(dev.index) if server else None) or {}
         rank_log = log_ranks.get(dev.index)
-        logged = rank_log or NO_RANK  # a rank the log says nothing of: its figures None
         mine = gpu_server_pids(dev, pids, bool(metrics) or rank_log is not None)
+        gone = silent and not mine
+        if gone:
+            metrics, rank_log = {}, None
+        logged = rank_log or NO_RANK  # a rank the log says nothing of: its figures None
         serving = bool(mine) or bool(metrics) or rank_log is not None
         lines: list[LedgerLine] = []
         if serving:
@@ -268,6 +277,9 @@ def hbm_ledger(store: RunStore) -> list[GpuLedger]:
         if finding:
             note = "the server's processes not found on this host yet: other processes not " \
                    "told apart"
+        elif gone and (server is not None or dev.index in log_ranks):
+            note = "the server is not answering and holds nothing here: its last figures " \
+                   "left out"
         out.append(GpuLedger(
             index=dev.index, total_bytes=dev.total_bytes, used_bytes=dev.used_bytes,
             lines=tuple(lines), unexplained_bytes=dev.used_bytes - known,
