@@ -6,6 +6,9 @@ tests/test_app.py."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from helpers import GIB, StaticSession, screen_text, until
 from scene import NOW, SEED_RESULTS, WALL
 
@@ -66,7 +69,8 @@ async def test_failing_sources_are_shown_with_their_age() -> None:
     assert session.closed
 
 
-async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline() -> None:
+async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline(
+        tmp_path: Path) -> None:
     store = RunStore()
     now = NOW
     for name, results in SEED_RESULTS.items():
@@ -74,7 +78,7 @@ async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline()
                          launched_wall=WALL, launched_at=now, state="stopped")
         facts.results = RunFigures.from_json(results)
         store.set_run(facts)
-    app = EngramTopApp(StaticSession(store))
+    app = EngramTopApp(StaticSession(store), snapshot_dir=tmp_path / "snaps")
     async with app.run_test(size=(150, 45)) as pilot:
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
@@ -87,10 +91,26 @@ async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline()
         await until(pilot, lambda: "baseline: host-prefetch" in screen_text(app),
                     what="the new baseline")
         assert "11.84M -72.3%" in screen_text(app)
+        # `s` here: this screen, and a comparison against the baseline chosen on it.
+        await pilot.press("s")
+        await until(pilot, lambda: any(e.text.startswith("snapshot written: ")
+                                       for e in store.events), 20,
+                    "the snapshot `s` writes from the compare screen")
+        (folder,) = (tmp_path / "snaps").iterdir()
+        assert "Verdict against host-prefetch" in (folder / "screen.svg").read_text() \
+            .replace("&#160;", " ")
+        assert json.loads((folder / "snapshot.json").read_text())["comparison"][
+            "baseline"] == "host-prefetch"
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, CompareScreen),
                     what="the comparison to close")
         assert "baseline" not in screen_text(app)
+        # The session's baseline: the strip says it, and the screen opens with it again.
+        await until(pilot, lambda: "vs host-prefetch" in screen_text(app), 10,
+                    "the verdict strip against the chosen baseline")
+        await pilot.press("c")
+        await until(pilot, lambda: "baseline: host-prefetch" in screen_text(app),
+                    what="the compare screen against the same baseline")
 
 
 async def test_compare_screen_treats_repeated_runs_as_trials_with_intervals() -> None:

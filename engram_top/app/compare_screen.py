@@ -201,7 +201,8 @@ def _seed(row: Row, placement: str | None) -> str | None:
 
 class CompareScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,c,q", "dismiss", "Close"),
-                Binding("b", "next_baseline", "Next baseline")]
+                Binding("b", "next_baseline", "Next baseline"),
+                Binding("s", "snapshot", "Snapshot")]
 
     def __init__(self, store: RunStore, *, extra: list[RunResult] | None = None,
                  reference: Reference | None = None,
@@ -214,7 +215,6 @@ class CompareScreen(ModalScreen[None]):
         self.extra = list(extra or [])
         self.reference = reference
         self.price = price_per_gpu_hour
-        self.baseline: str | None = None
 
     def compose(self) -> ComposeResult:
         # Taller than the screen with three scenarios at 100x30: it scrolls (its container
@@ -230,7 +230,7 @@ class CompareScreen(ModalScreen[None]):
         self._draw()
 
     def _comparison(self) -> Comparison | None:
-        c = compare_runs(self.store.runs, baseline=self.baseline, extra=self.extra,
+        c = compare_runs(self.store.runs, baseline=self.store.baseline, extra=self.extra,
                              reference=self.reference, price_per_gpu_hour=self.price,
                              metrics=self.metrics)
         return c if c is None or self.probe is None else dataclasses.replace(c, probe=self.probe)
@@ -243,7 +243,6 @@ class CompareScreen(ModalScreen[None]):
             view.update(Text("no run has figures yet: start a scenario", style="dim"))
             said.update("")
             return
-        self.baseline = c.baseline
         said.update(verdict_text(c))
         table = comparison_table(c, self.store)
         # As wide as the screen; wider, scrolled sideways (← →), where even its narrowest
@@ -254,9 +253,22 @@ class CompareScreen(ModalScreen[None]):
         view.styles.width = least if room and least > room else None
         view.update(table)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # `s` where the app takes snapshots (the dashboard's, not the fleet's compare).
+        return action != "snapshot" or hasattr(self.app, "action_snapshot")
+
+    def action_snapshot(self) -> None:
+        """The dashboard's `s`, here too: this screen (its verdict and table) with
+        everything behind it, the comparison against the baseline chosen here."""
+        take = getattr(self.app, "action_snapshot", None)
+        if take is not None:
+            take()
+
     def action_next_baseline(self) -> None:
         c = self._comparison()
         if c is not None:
             names = list(c.scenarios)
-            self.baseline = names[(names.index(c.baseline) + 1) % len(names)]
+            # The session's: the strip and snapshots take it too, and it stays once this
+            # screen is closed.
+            self.store.choose_baseline(names[(names.index(c.baseline) + 1) % len(names)])
             self._draw()

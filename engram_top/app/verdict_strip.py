@@ -27,7 +27,7 @@ from engram_top.model import RunStore, SourceName, StoreTopic
 def strip_verdict(store: RunStore, extra: Sequence[RunResult] = ()) -> Verdict | None:
     """The verdict of the session's comparison (with the runs loaded from files); None
     while fewer than two scenarios have figures."""
-    c = compare_runs(store.runs, extra=extra)
+    c = compare_runs(store.runs, baseline=store.baseline, extra=extra)
     if c is None or len(c.scenarios) < 2:
         return None
     return verdict_of(c, warming=c.warming)
@@ -100,7 +100,7 @@ class VerdictStrip(Static):
         self._found: Verdict | None = None
 
     def refresh_from(self, store: RunStore, extra: Sequence[RunResult]) -> None:
-        seen = store.version(StoreTopic.RUN, SourceName.SERVER)
+        seen = store.version(StoreTopic.RUN, SourceName.SERVER, StoreTopic.BASELINE)
         if seen == self._seen:  # no new reading, no new run: the same verdict
             return
         self._seen = seen

@@ -181,8 +181,8 @@ def prepare(parent: Path, store: RunStore, ref: Reference, *, svg: str | None,
     if "/" in base or base.startswith(".") or not base.strip():
         raise SnapshotError(f"snapshot name {base!r}: a plain folder name is needed")
     found = {s for s in secrets if s}
-    compared = comparison(_runs(store), extra=compare_with, reference=ref,
-                          price_per_gpu_hour=price_per_gpu_hour)
+    compared = comparison(_runs(store), baseline=store.baseline, extra=compare_with,
+                          reference=ref, price_per_gpu_hour=price_per_gpu_hour)
     data = redact(snapshot_data(store, ref, compared, extra), found)
     summary = summary_markdown(store, data, _comparison_md(compared))
     texts = {"snapshot.json": _json(data), "summary.md": summary}

@@ -62,6 +62,7 @@ class StoreTopic(StrEnum):
 
     RUN = "run"  # the watched run's facts
     EVENTS = "events"
+    BASELINE = "baseline"  # the comparisons' baseline, as the user chose it
 
 
 # A series of the server's latency: the interpolated p50, and its coarse bucket's bounds.
@@ -262,6 +263,10 @@ class RunStore:
         self.load: dict[str, Any] = {}
         self.node = ""
         self.scenarios: Any = None  # the session's ScenarioFile, for the scenario list
+        # The scenario every comparison of the session is against, as the user chose it
+        # (`b` on the compare screen): the strip, the compare screen and snapshots alike.
+        # None: the device placement's scenario, else the first (compare.runs).
+        self.baseline: str | None = None
         # Called as listener(what, payload) for ("reading", (kind, Reading)), ("event", Event)
         # and ("run", RunFacts) after the store has taken them in: how a recorder follows
         # the store without the session knowing about it. A listener must not raise.
@@ -310,6 +315,11 @@ class RunStore:
     # ------------------------------------------------------------------ writing
     def bump(self, key: str) -> None:
         self.versions[key] = self.versions.get(key, 0) + 1
+
+    def choose_baseline(self, scenario: str | None) -> None:
+        if scenario != self.baseline:
+            self.baseline = scenario
+            self.bump(StoreTopic.BASELINE)
 
     def event(self, level: str, text: str) -> None:
         event = Event(time.time(), level, text)
