@@ -3,6 +3,7 @@ seed column."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -350,3 +351,30 @@ def test_comparison_to_json() -> None:
                                   "assumed": False}]
     host = rows["host_delta_gib"]["reference"]
     assert [f["assumed"] for f in host] == [True, True]
+
+
+def test_every_view_of_a_quick_bench_says_it_is_a_first_look(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from engram_top.app.compare_screen import verdict_text
+    from engram_top.compare.run_result import QUICK_CAVEAT, QUICK_NOTE
+    from engram_top.export.plots import deltas_chart
+    from engram_top.record.importers import load_runs
+    quick = [run(s, i, placement=s, ttft_mean_s=t, notes=(QUICK_NOTE,))
+             for s, ts in (("device", (0.35, 0.36)), ("host", (0.40, 0.41)))
+             for i, t in enumerate(ts)]
+    c = compare(quick, "device")
+    assert c.quick == ("device", "host") and to_json(c)["quick"] == ["device", "host"]
+    assert f"⚠ device, host: {QUICK_CAVEAT}." in to_markdown(c)
+    assert f"⚠ device, host: {QUICK_CAVEAT}" in verdict_text(c).plain  # the `c` screen's
+    assert deltas_chart(tmp_path, c, "device")  # its title says so (drawn, not read back)
+    # A full bench's: no caveat anywhere.
+    full = compare([dataclasses.replace(r, notes=()) for r in quick], "device")
+    assert full.quick == () and QUICK_CAVEAT not in to_markdown(full)
+    assert QUICK_CAVEAT not in verdict_text(full).plain
+    # A report written before its runs said so: read with the caveat all the same.
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"results": [dataclasses.replace(q, notes=()).to_dict()
+                                              for q in quick], "paired": {"quick": True}}))
+    assert all(QUICK_NOTE in r.notes for r in load_runs(report))
+    report.write_text(json.dumps({"results": [dataclasses.replace(q, notes=()).to_dict()
+                                              for q in quick], "paired": {"quick": False}}))
+    assert not any(r.notes for r in load_runs(report))

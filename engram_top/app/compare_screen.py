@@ -25,6 +25,7 @@ from collectors import pct_change, visible
 from engram_top.compare import (
     NO_INTERVAL,
     PROBE_ROW,
+    QUICK_CAVEAT,
     WARMING_UP,
     Cell,
     Comparison,
@@ -129,6 +130,8 @@ def verdict_text(c: Comparison) -> Text:
     warm = [f.evidence.warming for f in found.findings if f.outcome == WARMING_UP]
     if warm:
         text.append(f"\n  warming up: {visible(warm[0])}", style="yellow")
+    if c.quick:  # said where a presenter reads the verdict, not only under the table
+        text.append(f"\n  ⚠ {visible(', '.join(c.quick))}: {QUICK_CAVEAT}", style="bold yellow")
     if methods:
         text.append(f"\n  intervals: {', '.join(methods)}", style="dim")
     return text

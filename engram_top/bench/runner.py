@@ -34,7 +34,7 @@ from engram_top.bench.plan import Plan
 from engram_top.compare import paired, slo
 from engram_top.compare.comparison import compare, to_json, to_markdown
 from engram_top.compare.measures import GOODPUT, METRICS, Registry
-from engram_top.compare.run_result import THROTTLED, RunResult
+from engram_top.compare.run_result import QUICK_NOTE, THROTTLED, RunResult
 from engram_top.compare.runs import serves
 from engram_top.compare.slo import LevelStats, Slo
 from engram_top.live.session import Session, SessionOptions
@@ -306,6 +306,8 @@ async def _one(session: Session, plan: Plan, name: str, trial: int,
     notes += result.errors[:5]
     if bound is not None and bound.results.throttled:  # the session's figures saw it serve
         notes.append(f"{THROTTLED}: {'; '.join(bound.results.throttled)}")
+    if plan.quick:  # every comparison of it says so, wherever its report is read
+        notes.append(QUICK_NOTE)
     return RunResult(
         scenario=name, placement=sc.placement, source="bench", trial=trial,
         engine=sc.engine.display, gpus=plan.gpus or (len(gpus) or None),

@@ -18,7 +18,7 @@ from collectors.safetext import table_cell, visible
 from collectors.units import pct_change
 from engram_top.compare import stats
 from engram_top.compare.measures import METRICS, TPOT, Metric, Registry
-from engram_top.compare.run_result import THROTTLED, WARMING, RunResult
+from engram_top.compare.run_result import QUICK, QUICK_CAVEAT, THROTTLED, WARMING, RunResult
 from engram_top.compare.stats import Interval
 from engram_top.probe.report import HOST_MODES, ProbeReport
 from engram_top.seed.reference import Reference
@@ -97,6 +97,8 @@ class Comparison:
     # requests"), and why one whose every run is warming up has none yet (compare.runs).
     windows: dict[str, str] = field(default_factory=dict)
     warming: dict[str, str] = field(default_factory=dict)
+    # Scenarios whose runs come from a `bench --quick` (QUICK): said wherever it is shown.
+    quick: tuple[str, ...] = ()
 
     @property
     def mixed_engines(self) -> bool:
@@ -150,6 +152,8 @@ def compare(results: list[RunResult], baseline: str, *,
                     if (p := next((r.placement for r in rs if r.placement), None))},
         throttled={s: t for s, rs in by_scenario.items() if (t := _throttled(rs))},
         warming={s: w for s, rs in by_scenario.items() if (w := _warming(rs))},
+        quick=tuple(s for s, rs in by_scenario.items()
+                    if any(n.startswith(QUICK) for r in rs for n in r.notes)),
         engines={s: e for s, rs in by_scenario.items()
                  if (e := next((r.engine for r in rs if r.engine), None))},
         probe=probe,
@@ -306,6 +310,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "placements": dict(c.placements),
         "windows": dict(c.windows),
         "warming": dict(c.warming),
+        "quick": list(c.quick),
         # Rows whose figure means something else on each engine, and what (mixed runs).
         "engine_notes": {row.metric.key: row.metric.engine_note for row in c.rows
                          if c.mixed_engines and row.metric.engine_note},
@@ -422,6 +427,8 @@ def _footnotes(c: Comparison, noisy: bool, assumed: bool) -> list[str]:
                   for row in c.rows if row.metric.engine_note]
         notes.append(MIXED_TPOT)
     notes += [f"⚠ {s} {THROTTLED}: {'; '.join(t)}." for s, t in c.throttled.items()]
+    if c.quick:
+        notes.append(f"⚠ {', '.join(c.quick)}: {QUICK_CAVEAT}.")
     notes += [f"{s}: warming up ({why}): its latency and throughput are left out until its "
               "run has served a whole window since ready with enough requests in it."
               for s, why in c.warming.items()]

@@ -136,3 +136,9 @@ THROTTLED = "throttled while serving"
 # from not meaning anything yet ("warming up: 1 s of a 30 s window served"): a recording's
 # run carries the reason into a comparison of files, as a live run's column says it.
 WARMING = "warming up"
+# One that starts so says the run is a `bench --quick` one (two rounds, a few requests a
+# level): every view of it says its intervals are a first look, not figures to quote.
+QUICK = "a --quick bench run"
+QUICK_NOTE = f"{QUICK}: two rounds, a few requests a level"
+QUICK_CAVEAT = ("a --quick bench (two rounds, a few requests a level, shorter answers): a "
+                "first look, its intervals too wide to quote")

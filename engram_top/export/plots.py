@@ -203,7 +203,10 @@ def deltas_chart(out: Path, comparison: Any, baseline: str) -> list[str]:
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)), [r.metric.label for r in rows], fontsize=9)
     ax.set_ylabel(f"change vs {baseline}, % (95% interval)")
-    ax.set_title("Headline deltas against the baseline", fontsize=10)
+    # A quick bench's picture says so on itself: it travels without the report around it.
+    ax.set_title("Headline deltas against the baseline" + (
+        "\n--quick: a first look, intervals too wide to quote" if comparison.quick else ""),
+        fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     _legend(ax, 8)
     files = _save(fig, out, "deltas")

@@ -13,13 +13,14 @@ ready stay None for imported runs (the dashboard's own runs carry those).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engram_top.compare.run_result import RunResult
+from engram_top.compare.run_result import QUICK, QUICK_NOTE, RunResult
 from engram_top.record import recorder
 from engram_top.record.file_format import RecordingError
 from engram_top.seed.reference import PLACEMENTS
@@ -209,12 +210,19 @@ def load_runs(path: Path, *, gpus: int | None = None,
         return load_bench_serving(path, gpus=gpus)
     try:
         data = json.loads(_read(path))
-        return [RunResult.from_dict(r) for r in data["results"]]
+        runs = [RunResult.from_dict(r) for r in data["results"]]
     except RecursionError:
         raise BenchFileError(f"{path}: not an engram-top bench report (nested too deeply to "
                              "read)") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise BenchFileError(f"{path}: not an engram-top bench report: {exc}") from exc
+    paired = data.get("paired") if isinstance(data, dict) else None
+    if isinstance(paired, dict) and paired.get("quick") is True:
+        # A report written before its runs said so themselves: the caveat all the same.
+        runs = [r if any(n.startswith(QUICK) for n in r.notes) else dataclasses.replace(
+            r, notes=(*r.notes, QUICK_NOTE))
+            for r in runs]
+    return runs
 
 
 def report_price(path: Path) -> float | None:
