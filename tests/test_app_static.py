@@ -87,6 +87,8 @@ async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline(
         assert "42.70M +260.6%" in text  # KV capacity gained, against device
         assert "72.201 -39.3%" in text and "191.8 -14.4%" in text
         assert "▶ host-prefetch" in text  # the live (latest) run is marked
+        # The seeds file's assumptions marked as the Markdown marks them (device's host Δ).
+        assert "seed 6.50†" in text and "† an assumption of the" in text
         await pilot.press("b")  # host-prefetch becomes the baseline
         await until(pilot, lambda: "baseline: host-prefetch" in screen_text(app),
                     what="the new baseline")

@@ -51,7 +51,8 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
     t = Table(title=f"baseline: {_name(c.baseline)}  ·  b: next baseline  ·  "
                     "↑↓ ←→ PgUp PgDn: scroll  ·  esc: close",
               caption="mean of n runs · Δ vs baseline [95% interval] · ~ within the noise · "
-                      "seed: the seed benchmark's figure for that placement",
+                      "seed: the seed benchmark's figure for that placement († an "
+                      "assumption of the seeds file, not the benchmark's)",
               expand=True)
     t.add_column("figure", style="bold", no_wrap=True)
     for name in c.scenarios:
@@ -198,7 +199,10 @@ def _seed(row: Row, placement: str | None) -> str | None:
     gives only the change against device)."""
     for f in row.reference:
         if f.placement == placement:
-            return pct_change(f.value) if f.is_delta else row.metric.screen_fmt(f.value)
+            # † as the Markdown files mark it: the seeds file's assumption, not a figure of
+            # the seed's benchmark (the caption says so).
+            return (pct_change(f.value) if f.is_delta else row.metric.screen_fmt(f.value)) \
+                + ("†" if f.assumed else "")
     return None
 
 
