@@ -145,5 +145,8 @@ async def test_compare_screen_treats_repeated_runs_as_trials_with_intervals() ->
         assert "404.0 +15.4%" in text and "[+14.5, +16.4]" in text
         # TPOT: 25.83 vs 26.0; the interval holds zero, so it is marked.
         assert "25.8 -0.6%" in text and "[-31.8, +31.8] ~" in text
-        assert "700.0 +100.0%" in text  # the imported run, one trial: no interval
+        # The imported run: its own workload, with no device run of its own to be compared
+        # with, so no change against the live device (another workload's).
+        assert "700.0" in text and "700.0 +" not in text
+        assert "n=1 · no baseline in its file" in text
         assert "11.1111" in text  # 2 per GPU-hour x 4 GPUs at 200 tok/s, per Mtok

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from engram_top.compare.comparison import Comparison, compare, to_json, to_markdown
+from engram_top.compare.comparison import Comparison, compare, to_json
+from engram_top.compare.markdown import to_markdown
 from engram_top.compare.run_result import RunResult
 from engram_top.compare.stats import t95
 from engram_top.seed import reference
@@ -378,3 +379,53 @@ def test_every_view_of_a_quick_bench_says_it_is_a_first_look(tmp_path) -> None: 
     report.write_text(json.dumps({"results": [dataclasses.replace(q, notes=()).to_dict()
                                               for q in quick], "paired": {"quick": False}}))
     assert not any(r.notes for r in load_runs(report))
+
+
+def test_a_files_runs_are_compared_with_their_own_files_baseline_never_across_workloads() -> None:
+    from engram_top.compare.runs import comparison
+    from engram_top.compare.verdict import from_comparison
+    from engram_top.model.store import RunFacts
+    # Live: the demo's device and host-prefetch, one run each, its own workload.
+    live = [run(s, 0, placement=s, ttft_mean_s=t)
+            for s, t in (("device", 0.080), ("host-prefetch", 0.270))]
+    # A bench report: two rounds of each placement, another workload (long prompts).
+    bench = [dataclasses.replace(run(s, i, placement=s, ttft_mean_s=t), source="bench:B.json")
+             for s, ts in (("device", (0.500, 0.520)), ("host-prefetch", (0.580, 0.600)))
+             for i, t in enumerate(ts)]
+    from engram_top.compare.runs import own_column
+    workloads = {own_column(r).scenario: "B.json" for r in bench}
+    c = compare(live + [own_column(r) for r in bench], "device", workloads=workloads)
+    assert c.against == {"device (B.json)": "device (B.json)",
+                         "host-prefetch (B.json)": "device (B.json)"} and c.unpaired == {}
+    ttft = c.row("ttft_mean_ms").cells
+    # The file's host-prefetch against the file's device (+15.7%, paired over its two
+    # rounds), not against the live device (+637%); the file's device has no change.
+    assert ttft["host-prefetch (B.json)"].delta == pytest.approx(0.59 / 0.51 - 1)
+    assert ttft["host-prefetch (B.json)"].interval is not None
+    assert ttft["device (B.json)"].delta is None
+    assert ttft["host-prefetch"].delta == pytest.approx(0.27 / 0.08 - 1)  # live vs live
+    found = {(e.scenario, e.baseline, e.n) for e in from_comparison(c) if e.axis == "ttft"}
+    assert found == {("host-prefetch", "device", 1),
+                     ("host-prefetch (B.json)", "device (B.json)", 2)}
+    md = to_markdown(c)
+    assert "device (B.json) (its file's baseline)" in md
+    assert ("host-prefetch (B.json): against device (B.json), of the same file (another "
+            "workload than device's: never compared across workloads).") in md
+    assert to_json(c)["against"]["host-prefetch (B.json)"] == "device (B.json)"
+    # A file with no run of the baseline's placement (nor device): shown, compared with none.
+    only = [dataclasses.replace(r, source="bench:C.json") for r in bench
+            if r.placement == "host-prefetch"]
+    c2 = compare(live + [own_column(r) for r in only], "device",
+                 workloads={own_column(r).scenario: "C.json" for r in only})
+    assert c2.unpaired == {"host-prefetch (C.json)": "C.json has no device run to compare it "
+                           "with, and device ran another workload"}
+    assert c2.row("ttft_mean_ms").cells["host-prefetch (C.json)"].delta is None
+    # The session's comparison (`--compare-with B.json`) puts the file in a workload of
+    # its own, whatever baseline the session chose.
+    from engram_top.model.figures import RunFigures
+    facts = RunFacts(scenario="device", placement="device", node="n", time_scale=1.0,
+                     launched_wall=0.0, launched_at=0.0, state="stopped")
+    facts.results = RunFigures.from_json({"gpus": 4, "ttft_mean_ms": 80.0})
+    session = comparison([facts], extra=bench)
+    assert session is not None and session.baseline == "device"
+    assert session.against["host-prefetch (B.json)"] == "device (B.json)"

@@ -20,7 +20,8 @@ from engram_top.alerts.monitor import AlertMonitor
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.app.compare_screen import comparison_table
 from engram_top.app.panels import hbm_panel
-from engram_top.compare.comparison import compare, to_json, to_markdown
+from engram_top.compare.comparison import compare, to_json
+from engram_top.compare.markdown import to_markdown
 from engram_top.compare.run_result import THROTTLED, RunResult
 from engram_top.compare.runs import run_result
 from engram_top.model import energy, facts

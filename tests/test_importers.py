@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engram_top.compare.comparison import compare, to_markdown
+from engram_top.compare.comparison import compare
+from engram_top.compare.markdown import to_markdown
 from engram_top.record.importers import BenchFileError, load_bench_serving
 from engram_top.seed import reference
 

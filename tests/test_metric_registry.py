@@ -16,7 +16,8 @@ from engram_top.app.compare_screen import comparison_table
 from engram_top.bench import runner
 from engram_top.bench.plan import Plan
 from engram_top.cli import commands
-from engram_top.compare.comparison import compare, to_json, to_markdown
+from engram_top.compare.comparison import compare, to_json
+from engram_top.compare.markdown import to_markdown
 from engram_top.compare.measures import METRICS, Metric, Registry, fixed
 from engram_top.compare.run_result import RunResult
 from engram_top.export.snapshot import write_folder
@@ -160,8 +161,11 @@ def test_a_snapshot_folder_holds_one_comparison(tmp_path: Path) -> None:
         in summary
     cost = row_json(comparison, "cost_per_mtok")["cells"]["bench_serving (x)"]["mean"]
     assert cost == pytest.approx(2.0 * 4 / 3600 / 100.0 * 1e6)
-    assert md_cells(summary, "cost per million output tokens")[5].startswith(f"{cost:.4f} ")
-    assert md_cells(summary, "mean TTFT")[5].startswith("700.00 ")
+    # Its own workload, without a device run of its own: its figures, compared with none.
+    assert md_cells(summary, "cost per million output tokens")[5] == f"{cost:.4f}"
+    assert md_cells(summary, "mean TTFT")[5] == "700.00"
+    assert comparison["unpaired"] == {"bench_serving (x)": "x has no device run to compare "
+                                      "it with, and device ran another workload"}
 
 
 # ----------------------------------------------------------------------------- RunFigures

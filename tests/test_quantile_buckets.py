@@ -26,7 +26,8 @@ from collectors.sglang.collector import SglangCollector
 from collectors.units import bucket_text, latency_bucket
 from collectors.windowed import COARSE_SHARE, coarse, histogram_quantile, quantile_bound
 from engram_top.app.panels import latency_panel
-from engram_top.compare.comparison import compare, to_markdown
+from engram_top.compare.comparison import compare
+from engram_top.compare.markdown import to_markdown
 from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import comparison
 from engram_top.compare.verdict import verdict

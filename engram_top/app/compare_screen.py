@@ -72,9 +72,7 @@ def comparison_table(c: Comparison, store: RunStore) -> Table:
                      style="italic" if p.meaningful_for_placement else "dim italic")
         t.caption = f"{t.caption}\npredicted by probe: {_probe_caption(p)}"
     blank = [""] * (len(c.scenarios) + len(probe))
-    t.add_row("runs", *[Text(f"n={c.trials[s]}" + (" · baseline" if s == c.baseline else ""),
-                             style="bold" if s == c.baseline else "")
-                        for s in c.scenarios], *[""] * len(probe))
+    t.add_row("runs", *[_runs_cell(c, s) for s in c.scenarios], *[""] * len(probe))
     if c.engines:  # which engine and placement each column is
         t.add_row("engine · placement", *[Text(visible(c.engine_placement(s)), style="cyan")
                                           for s in c.scenarios], *[""] * len(probe))
@@ -160,6 +158,20 @@ def _probe_caption(p: ProbeReport) -> str:
 def _name(text: str) -> str:
     """A name from outside, for a string the Table reads as markup."""
     return escape(visible(text))
+
+
+def _runs_cell(c: Comparison, s: str) -> Text:
+    """A column's runs, and what its changes are against where that is not the baseline (a
+    file's runs: their own file's, another workload than the live runs')."""
+    n = f"n={c.trials[s]}"
+    if s == c.baseline or c.against.get(s) == s:
+        return Text(f"{n} · baseline" if s == c.baseline else f"{n} · its file's baseline",
+                    style="bold")
+    if s in c.unpaired:
+        return Text(f"{n} · no baseline in its file", style="yellow")
+    if s in c.against:
+        return Text(f"{n} · vs {visible(c.against[s])}")
+    return Text(n)
 
 
 def _cell(metric: Metric, cell: Cell, seed: str | None = None,

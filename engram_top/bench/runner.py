@@ -32,7 +32,8 @@ from engram_top.bench import ab, sweep
 from engram_top.bench import report as bench_report
 from engram_top.bench.plan import Plan
 from engram_top.compare import paired, slo
-from engram_top.compare.comparison import compare, to_json, to_markdown
+from engram_top.compare.comparison import compare, to_json
+from engram_top.compare.markdown import to_markdown
 from engram_top.compare.measures import GOODPUT, METRICS, Registry
 from engram_top.compare.run_result import QUICK_NOTE, THROTTLED, RunResult
 from engram_top.compare.runs import serves

@@ -16,7 +16,8 @@ from engram_top.seed import reference
 
 
 def compare_files(args: argparse.Namespace) -> int:
-    from engram_top.compare.comparison import compare, to_json, to_markdown
+    from engram_top.compare.comparison import compare, to_json
+    from engram_top.compare.markdown import to_markdown
     from engram_top.compare.verdict import verdict
     from engram_top.probe.report import ProbeFileError
     from engram_top.record.importers import BenchFileError, load_runs, report_price

@@ -9,16 +9,15 @@ must never read as 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from collectors.safetext import table_cell, visible
 from collectors.units import pct_change
 from engram_top.compare import stats
 from engram_top.compare.measures import METRICS, TPOT, Metric, Registry
-from engram_top.compare.run_result import QUICK, QUICK_CAVEAT, THROTTLED, WARMING, RunResult
+from engram_top.compare.run_result import QUICK, THROTTLED, WARMING, RunResult
 from engram_top.compare.stats import Interval
 from engram_top.probe.report import HOST_MODES, ProbeReport
 from engram_top.seed.reference import Reference
@@ -99,6 +98,20 @@ class Comparison:
     warming: dict[str, str] = field(default_factory=dict)
     # Scenarios whose runs come from a `bench --quick` (QUICK): said wherever it is shown.
     quick: tuple[str, ...] = ()
+    # Columns of another workload than the baseline's (a file's runs beside live ones): each
+    # against its own workload's baseline (`against`: column -> that baseline; a workload's
+    # baseline maps to itself), or against none, with the reason (`unpaired`). Never a
+    # change across two workloads.
+    against: dict[str, str] = field(default_factory=dict)
+    unpaired: dict[str, str] = field(default_factory=dict)
+
+    def baseline_of(self, scenario: str) -> str | None:
+        """The column ``scenario``'s changes are against; None where it has none (its own
+        workload's baseline, or a workload without one)."""
+        if scenario in self.unpaired:
+            return None
+        base = self.against.get(scenario, self.baseline)
+        return None if base == scenario else base
 
     @property
     def mixed_engines(self) -> bool:
@@ -121,9 +134,13 @@ class Comparison:
 def compare(results: list[RunResult], baseline: str, *,
             price_per_gpu_hour: float | None = None,
             reference: Reference | None = None, metrics: Registry = METRICS,
-            probe: ProbeReport | None = None) -> Comparison:
+            probe: ProbeReport | None = None,
+            workloads: Mapping[str, str] | None = None) -> Comparison:
     """Tabulate results per scenario against `baseline` (a scenario name): a row per metric
-    of `metrics`, in its order; a priced one only when there is a price."""
+    of `metrics`, in its order; a priced one only when there is a price. ``workloads``: each
+    scenario's workload where they differ (a file's runs: the file); a scenario of another
+    workload than the baseline's is compared with its own workload's run of the baseline's
+    placement (workload_baselines), never across workloads."""
     scenarios = _scenarios(results)
     if baseline not in scenarios:
         raise ValueError(f"baseline {baseline!r} is not among the scenarios {list(scenarios)}")
@@ -131,15 +148,17 @@ def compare(results: list[RunResult], baseline: str, *,
         raise ValueError(f"price_per_gpu_hour must not be negative, got {price_per_gpu_hour}")
     by_scenario = {s: [r for r in results if r.scenario == s] for s in scenarios}
     placements = _placements(results, reference)
+    against, unpaired = workload_baselines(by_scenario, baseline, workloads or {})
+    bases = {s: against.get(s, baseline) for s in scenarios if s not in unpaired}
 
     rows: dict[str, Row] = {}
     for metric in metrics:
         if metric.ratio_of is not None:
-            cells = _ratio_cells(rows[metric.ratio_of], baseline)
+            cells = _ratio_cells(rows[metric.ratio_of], bases)
         elif metric.priced is not None and price_per_gpu_hour is None:
             continue
         else:
-            cells = _cells(by_scenario, baseline, _extractor(metric, price_per_gpu_hour),
+            cells = _cells(by_scenario, bases, _extractor(metric, price_per_gpu_hour),
                            absolute=metric.delta == "absolute")
         rows[metric.key] = Row(metric, cells,
                                _seed_figures(metric, reference, placements, metrics))
@@ -154,6 +173,7 @@ def compare(results: list[RunResult], baseline: str, *,
         warming={s: w for s, rs in by_scenario.items() if (w := _warming(rs))},
         quick=tuple(s for s, rs in by_scenario.items()
                     if any(n.startswith(QUICK) for r in rs for n in r.notes)),
+        against=against, unpaired=unpaired,
         engines={s: e for s, rs in by_scenario.items()
                  if (e := next((r.engine for r in rs if r.engine), None))},
         probe=probe,
@@ -176,17 +196,44 @@ def _scenarios(results: Sequence[RunResult]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r.scenario for r in results))
 
 
-def _cells(by_scenario: dict[str, list[RunResult]], baseline: str,
+def workload_baselines(by_scenario: Mapping[str, list[RunResult]], baseline: str,
+                       workloads: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Each column of another workload than ``baseline``'s: its own workload's column of the
+    baseline's placement (else its device column), or, where it has none, why it is compared
+    with nothing (as Comparison.against and .unpaired)."""
+    def placement(s: str) -> str | None:
+        return next((r.placement for r in by_scenario[s] if r.placement), None)
+    home, want = workloads.get(baseline, ""), placement(baseline)
+    against: dict[str, str] = {}
+    unpaired: dict[str, str] = {}
+    for s in by_scenario:
+        where = workloads.get(s, "")
+        if where == home:
+            continue
+        members = [x for x in by_scenario if workloads.get(x, "") == where]
+        pick = next((x for x in members if want and placement(x) == want), None) or \
+            next((x for x in members if placement(x) == "device"), None)
+        if pick is not None:
+            against[s] = pick
+        else:
+            unpaired[s] = (f"{where} has no {want or baseline} run to compare it with, and "
+                           f"{baseline} ran another workload")
+    return against, unpaired
+
+
+def _cells(by_scenario: dict[str, list[RunResult]], bases: Mapping[str, str],
            extract: Callable[[RunResult], float | None], *,
            absolute: bool = False) -> dict[str, Cell]:
+    """Each column's mean, and its change against its baseline (``bases``; none for a
+    baseline itself, or a column that has none)."""
     samples = {s: _samples(rs, extract) for s, rs in by_scenario.items()}
-    base = samples[baseline]
     out = {}
     for scenario, sample in samples.items():
-        if scenario == baseline:
+        base = bases.get(scenario, scenario)
+        if base == scenario:
             out[scenario] = Cell(len(sample), stats.mean(_values(sample)))
         else:
-            out[scenario] = _delta_cell(sample, base, absolute)
+            out[scenario] = _delta_cell(sample, samples[base], absolute)
     return out
 
 
@@ -221,12 +268,12 @@ def _delta_cell(sample: dict[int, float] | list[float],
     return Cell(len(xs), mean, delta, interval, spans)
 
 
-def _ratio_cells(of: Row, baseline: str) -> dict[str, Cell]:
-    """A row's means over the baseline's, as the seed's KV capacity 3.606x. No interval: the
-    KV pool's size is fixed by the allocator, not sampled."""
-    base = of.cells[baseline].mean
+def _ratio_cells(of: Row, bases: Mapping[str, str]) -> dict[str, Cell]:
+    """A row's means over each column's baseline's, as the seed's KV capacity 3.606x. No
+    interval: the KV pool's size is fixed by the allocator, not sampled."""
     out = {}
     for scenario, cell in of.cells.items():
+        base = of.cells[bases[scenario]].mean if scenario in bases else None
         ratio = None if cell.mean is None or not base else cell.mean / base
         out[scenario] = Cell(cell.n, ratio)
     return out
@@ -235,7 +282,7 @@ def _ratio_cells(of: Row, baseline: str) -> dict[str, Cell]:
 # ----------------------------------------------------------------------------- seed column
 
 # Each metric names its seed figure (Metric.seed_field, seed_delta).
-_SEED_BASE = "device"  # what the seed's deltas and KV ratio are relative to
+SEED_BASE = "device"  # what the seed's deltas and KV ratio are relative to
 
 
 def _placements(results: Sequence[RunResult], reference: Reference | None) -> tuple[str, ...]:
@@ -274,13 +321,13 @@ def _seed_values(metric: Metric, reference: Reference,
 
 def _seed_ratio(metric: Metric, of: Metric, reference: Reference,
                 placements: tuple[str, ...]) -> tuple[SeedFigure, ...]:
-    device = reference.placements.get(_SEED_BASE)
+    device = reference.placements.get(SEED_BASE)
     get = of.seed_value
     if device is None or get is None:
         return ()
     return tuple(
         SeedFigure(p, get(reference.placements[p]) / get(device), "derived", metric.seed_note)
-        for p in placements if p != _SEED_BASE
+        for p in placements if p != SEED_BASE
     )
 
 
@@ -311,6 +358,8 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "windows": dict(c.windows),
         "warming": dict(c.warming),
         "quick": list(c.quick),
+        "against": dict(c.against),
+        "unpaired": dict(c.unpaired),
         # Rows whose figure means something else on each engine, and what (mixed runs).
         "engine_notes": {row.metric.key: row.metric.engine_note for row in c.rows
                          if c.mixed_engines and row.metric.engine_note},
@@ -326,124 +375,6 @@ def _row_json(row: Row) -> dict[str, Any]:
         "cells": {s: asdict(cell) for s, cell in row.cells.items()},
         "reference": [{**asdict(f), "assumed": f.assumed} for f in row.reference],
     }
-
-
-def to_markdown(c: Comparison) -> str:
-    """The comparison as a Markdown table in the seed's terms."""
-    has_ref = any(row.reference for row in c.rows) or c.reference_path is not None
-    head = ["metric", "unit", "better"]
-    head += [f"{s} (baseline)" if s == c.baseline else s for s in c.scenarios]
-    if has_ref:
-        head.append("seed reference")
-    if c.probe is not None:
-        head.append(c.probe.label())
-    lines = [_header_line(c), "", _md_row(head), _md_row(["---"] * len(head))]
-    if c.engines:  # which engine and placement each column is
-        lines.append(_md_row(["engine · placement", "", ""]
-                             + [c.engine_placement(s) for s in c.scenarios]
-                             + ([""] if has_ref else [])
-                             + ([""] if c.probe is not None else [])))
-    if c.windows:  # what a live column's latencies were measured over
-        lines.append(_md_row(["measured over", "", ""]
-                             + [c.windows.get(s, "–") for s in c.scenarios]
-                             + ([""] if has_ref else [])
-                             + ([""] if c.probe is not None else [])))
-    noisy = assumed = False
-    for row in c.rows:
-        label = row.metric.label + (" ‡" if c.mixed_engines and row.metric.engine_note else "")
-        cells = [label, row.metric.unit, row.metric.better]
-        for s in c.scenarios:
-            cell = row.cells[s]
-            cells.append("warming up" if cell.mean is None and s in c.warming
-                         else _fmt_cell(row.metric, cell, c.trials[s]))
-            noisy = noisy or bool(cell.spans_zero)
-        if has_ref:
-            cells.append(_fmt_reference(row))
-            assumed = assumed or any(f.assumed for f in row.reference)
-        if c.probe is not None:
-            cells.append(probe_cell(c.probe) if row.metric.key == PROBE_ROW else "")
-        lines.append(_md_row(cells))
-    lines += ["", *_footnotes(c, noisy, assumed)]
-    # Scenario names and notes come from files: each line stays one line, with no control.
-    return "\n".join(map(visible, lines)) + "\n"
-
-
-def _header_line(c: Comparison) -> str:
-    counts = set(c.trials.values())
-    if len(counts) == 1:
-        trials = f"{counts.pop()} trial(s) per scenario"
-    else:
-        trials = "trials " + ", ".join(f"{s} {n}" for s, n in c.trials.items())
-    deltas = [f"Δ relative change of the mean vs {c.baseline} [95% interval]"]
-    deltas += [f"{row.metric.label}: Δ in {row.metric.unit}" for row in c.rows
-               if row.metric.delta == "absolute"]
-    return f"Baseline: {c.baseline}; {trials}. Cells: mean over trials ({'; '.join(deltas)})."
-
-
-def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(map(table_cell, cells)) + " |"
-
-
-def _fmt_cell(metric: Metric, cell: Cell, trials: int) -> str:
-    if cell.mean is None:
-        return "n/a"
-    text = metric.fmt(cell.mean)
-    if cell.delta is not None:
-        show = (lambda v: f"{v:+.1f} {metric.unit}") if metric.delta == "absolute" \
-            else pct_change
-        delta = f"Δ {show(cell.delta)}"
-        if cell.interval is not None:
-            delta += f" [{show(cell.interval.lo)}, {show(cell.interval.hi)}]"
-        text += f" ({delta})"
-        if cell.spans_zero:
-            # A trailing " ~" with spaces round it never opens Markdown strikethrough.
-            text += " ~"
-    if cell.n != trials:
-        text += f" (n={cell.n})"
-    return text
-
-
-def _fmt_reference(row: Row) -> str:
-    parts = []
-    for f in row.reference:
-        if f.is_delta:
-            value = f"{pct_change(f.value)} vs {_SEED_BASE}"
-        else:
-            value = row.metric.fmt(f.value)
-            if row.metric.ratio_of is not None:
-                value += f" vs {_SEED_BASE}"
-        parts.append(f"{f.placement} {value}{'†' if f.assumed else ''}")
-    return " · ".join(parts) if parts else ""
-
-
-def _footnotes(c: Comparison, noisy: bool, assumed: bool) -> list[str]:
-    notes = ["Intervals (95%): paired by trial index (t on each pair's change, n-1 df) when "
-             "both scenarios ran the same trials; else Welch's t on the difference, and for a "
-             "relative change Fieller's interval of the ratio of the means, which counts the "
-             "baseline mean's own noise (none where that noise leaves the ratio unbounded)."]
-    notes += [row.metric.note for row in c.rows if row.metric.note]
-    if c.mixed_engines:
-        notes += [f"‡ not the same figure on both engines: {row.metric.engine_note}."
-                  for row in c.rows if row.metric.engine_note]
-        notes.append(MIXED_TPOT)
-    notes += [f"⚠ {s} {THROTTLED}: {'; '.join(t)}." for s, t in c.throttled.items()]
-    if c.quick:
-        notes.append(f"⚠ {', '.join(c.quick)}: {QUICK_CAVEAT}.")
-    notes += [f"{s}: warming up ({why}): its latency and throughput are left out until its "
-              "run has served a whole window since ready with enough requests in it."
-              for s, why in c.warming.items()]
-    if noisy:
-        notes.append("~ the 95% interval spans zero: the difference is smaller than the "
-                     "trial-to-trial noise.")
-    if assumed:
-        where = PurePath(c.reference_path).name if c.reference_path else "seeds/"
-        notes.append(f"† assumption: the seed does not give this figure ({where} says why).")
-    if c.probe is not None:
-        notes.append(probe_note(c.probe))
-    if c.price_per_gpu_hour is not None:
-        notes.append(f"Cost at ${c.price_per_gpu_hour:g} per GPU-hour (US dollars, as GPU "
-                     "hours are usually priced) x the run's GPUs.")
-    return notes
 
 
 # ----------------------------------------------------------------------------- probe column

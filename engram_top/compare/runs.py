@@ -110,9 +110,11 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
     if baseline not in names:
         device = [r.scenario for r in results if r.placement == "device"]
         baseline = (device or names)[0]
+    # A file's runs are a workload of their own: compared with their own file's baseline.
+    workloads = {own_column(r).scenario: origin(r) for r in extra}
     c = compare(results, baseline, reference=reference,
                 price_per_gpu_hour=price_per_gpu_hour,
-                metrics=METRICS if metrics is None else metrics)
+                metrics=METRICS if metrics is None else metrics, workloads=workloads)
     live = live_windows(runs)  # a file's runs say their own warming up (their notes)
     c = dataclasses.replace(c, windows=live["windows"], warming={**c.warming, **live["warming"]})
     return within_windows(c, runs)
@@ -189,8 +191,12 @@ def own_column(r: RunResult) -> RunResult:
     """A run loaded from a file, in a column of its own: its scenario labelled with its
     source ("device (B/report.json)"), so a bench's device runs never join the live device
     column as more trials of it (their workloads differ)."""
-    origin = r.source.split(":", 1)[-1] or r.source
-    return dataclasses.replace(r, scenario=f"{r.scenario} ({origin})")
+    return dataclasses.replace(r, scenario=f"{r.scenario} ({origin(r)})")
+
+
+def origin(r: RunResult) -> str:
+    """The file a loaded run came from, as its column names it."""
+    return r.source.split(":", 1)[-1] or r.source
 
 
 def serves(run: RunFacts, model: str) -> bool:

@@ -276,20 +276,22 @@ def from_comparison(c: Comparison, *, axes: Sequence[Axis] = AXES,
         row = rows.get(ax.metric)
         if row is None:
             continue
-        base = row.cells.get(c.baseline)
         for s in c.scenarios:
-            if s == c.baseline:
+            # Against its own workload's baseline (a file's runs: their file's); a column
+            # that is a baseline, or has none of its workload, has no line.
+            b = c.baseline_of(s)
+            if b is None:
                 continue
+            base = row.cells.get(b)
             cell = row.cells.get(s)
-            cold = [f"{name}: {warming[name]}" for name in (s, c.baseline)
+            cold = [f"{name}: {warming[name]}" for name in (s, b)
                     if ax.windowed and name in warming]
             if cell is None or (cell.mean is None and (base is None or base.mean is None)):
                 if cold:  # nothing yet on either side, as both warm up: said, not left out
-                    out.append(Evidence(ax.key, s, c.baseline, None, warming="; ".join(cold)))
+                    out.append(Evidence(ax.key, s, b, None, warming="; ".join(cold)))
                 continue  # neither side measured it: no line
             out.append(_evidence(ax, row.metric.delta == "relative", row.metric.unit,
-                                 s, c.baseline, cell, min(c.trials[s], c.trials[c.baseline]),
-                                 "; ".join(cold)))
+                                 s, b, cell, min(c.trials[s], c.trials[b]), "; ".join(cold)))
     return out
 
 

@@ -29,7 +29,8 @@ from collectors.figure_bounds import index
 from collectors.safetext import visible
 from collectors.source import LOCAL, SourceName
 from collectors.units import GIB
-from engram_top.compare.comparison import Comparison, to_json, to_markdown
+from engram_top.compare.comparison import Comparison, to_json
+from engram_top.compare.markdown import to_markdown
 from engram_top.compare.run_result import RunResult
 from engram_top.compare.runs import comparison
 from engram_top.compare.verdict import verdict

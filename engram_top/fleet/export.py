@@ -13,6 +13,7 @@ from typing import Any
 from collectors.safetext import table_cell, visible
 from collectors.units import GIB
 from engram_top.compare import comparison as compare
+from engram_top.compare.markdown import to_markdown
 from engram_top.export.snapshot import Prepared, SeriesPoints
 from engram_top.fleet import session as fleet
 from engram_top.fleet.words import node_json
@@ -85,6 +86,6 @@ def summary(session: fleet.FleetSession, rows: list[fleet.FleetRow],
                    f"{f(r.output_tok_s)} | {table_cell(', '.join(r.alerts + r.missing))} |")
     if comparison is not None:
         out += ["", "## Placements across nodes (each node one trial)", "",
-                *compare.to_markdown(comparison).rstrip("\n").split("\n")]
+                *to_markdown(comparison).rstrip("\n").split("\n")]
     return "\n".join(map(visible, out)) + "\n"
 
