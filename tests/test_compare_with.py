@@ -69,7 +69,9 @@ async def test_each_file_is_its_own_columns_beside_the_live_run(tmp_path: Path,
             # The file's host-prefetch holds the seed's pool: 3.6x its own file's device's
             # (never set against the live run: another workload), over its two rounds.
             assert f"host-prefetch ({name}/report.json) +260.6% [+260.6%, +260.6%] ▲" in text
-            assert f"n=2 · vs device ({name}/report.json)" in text
+            assert c.against[f"host-prefetch ({name}/report.json)"] == \
+                f"device ({name}/report.json)"
+        assert "n=2 · vs device" in text and "n=2 · its file's baseline" in text
         assert ("B/report.json" in text) == (files == 2)
         await pilot.press("escape")
         await pilot.press("q")
