@@ -68,8 +68,14 @@ def test_a_winner_only_where_the_interval_excludes_zero() -> None:
 
 def test_no_interval_no_verdict_except_on_a_fixed_axis() -> None:
     assert outcome(ev("ttft", 0.3, n=1)) == (NO_INTERVAL, None)
-    assert outcome(ev("host_ram", 195.1, n=1, relative=False, unit="GiB")) == (NO_INTERVAL,
-                                                                               None)
+    # Host RAM within a server's run-to-run spread (a GiB or two) needs an interval; an
+    # allocation of 10 GiB or more (the Engram tables' +195 GiB) is decided by its sign.
+    assert outcome(ev("host_ram", 1.5, n=1, relative=False, unit="GiB")) == (NO_INTERVAL,
+                                                                             None)
+    assert outcome(ev("host_ram", 195.1, n=1, relative=False, unit="GiB")) == (WORSE,
+                                                                               "device")
+    assert outcome(ev("host_ram", -190.0, n=1, relative=False, unit="GiB")) == (
+        BETTER, "host-prefetch")
     # The KV pool is sized by the allocator, the same every run: its sign decides.
     assert outcome(ev("kv_capacity", 2.606, n=1)) == (BETTER, "host-prefetch")
     assert outcome(ev("kv_capacity", -0.5, n=1)) == (WORSE, "device")
@@ -308,7 +314,8 @@ def _shown(line: str) -> dict[str, str]:
 
 def _whole(rest: str) -> bool:
     """A scenario's axes, each with its mark, long names or short, none cut."""
-    return rest.split() in ([w for a in axes for w in (*a.split(), "?" if a != "KV" else "▲")]
+    marks = {"KV": "▲", "RAM": "▼", "host RAM": "▼"}  # fixed, and an allocation: decided
+    return rest.split() in ([w for a in axes for w in (*a.split(), marks.get(a, "?"))]
                             for axes in (_AXES, _LONG_AXES))
 
 
@@ -320,8 +327,8 @@ def test_the_strip_gives_up_its_legend_then_long_names_then_scenarios() -> None:
 
     full = line(3, None)
     assert full.endswith("· ▲ wins ▼ loses ≈ same ? one run … warming up · c: details")
-    long_axes = "KV ▲ host RAM ? TTFT ? TPOT ? tok/s ? goodput ?"
-    short_axes = "KV ▲ RAM ? TTFT ? TPOT ? tok/s ? good ?"
+    long_axes = "KV ▲ host RAM ▼ TTFT ? TPOT ? tok/s ? goodput ?"
+    short_axes = "KV ▲ RAM ▼ TTFT ? TPOT ? tok/s ? good ?"
     two = f"verdict vs device · host-prefetch: {long_axes}"
     assert line(2, len(two) + len(" · c: details")) == two + " · c: details"
     assert line(2, len(two) + 12) == f"verdict vs device · host-prefetch: {short_axes} · c: details"

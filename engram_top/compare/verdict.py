@@ -35,13 +35,21 @@ class Axis:
     # Not sampled: the same every run (the allocator sizes the KV pool), so one run each
     # decides by the sign and no interval is needed.
     fixed: bool = False
+    # Mostly fixed: a change at least this large (in the metric's unit) is an allocation
+    # (the Engram tables' 187 GiB), not run-to-run noise (a server's processes vary by a
+    # GiB or two), so one run each decides it by its sign, as a fixed axis.
+    allocation: float | None = None
     # Read from a live run's latency window: warming up until that window means something.
     windowed: bool = False
+
+    def settled(self, delta: float) -> bool:
+        """Decided by its sign without an interval: fixed, or an allocation's size."""
+        return self.fixed or (self.allocation is not None and abs(delta) >= self.allocation)
 
 
 AXES: tuple[Axis, ...] = (
     Axis("kv_capacity", "KV capacity", "kv_tokens", "higher", fixed=True),
-    Axis("host_ram", "host RAM", "host_delta_gib", "lower"),
+    Axis("host_ram", "host RAM", "host_delta_gib", "lower", allocation=10.0),
     Axis("ttft", "TTFT", "ttft_mean_ms", "lower", windowed=True),
     Axis("tpot", "TPOT", "tpot_mean_ms", "lower", windowed=True),
     Axis("throughput", "throughput", "output_tok_s", "higher", windowed=True),
@@ -195,7 +203,7 @@ def _finding(e: Evidence, margin: float | None) -> Finding:
     how = _how(e, ax)
     up = e.delta > 0
     if not e.has_interval:
-        if ax.fixed:
+        if ax.settled(e.delta):
             if e.delta == 0:
                 return Finding(e, EQUAL, None, f"{what}: equal ({figure}{how}).",
                                f"{ax.label}: equal")
@@ -254,6 +262,8 @@ def _how(e: Evidence, ax: Axis) -> str:
         parts.append(f"{e.level * 100:g}% {e.method}".rstrip())
     elif ax.fixed:
         parts.append("fixed by the allocator")
+    elif e.delta is not None and ax.settled(e.delta):
+        parts.append(f"an allocation: {ax.allocation:g} {e.unit} or more is not noise".rstrip())
     if e.n is not None:
         parts.append(f"n={e.n}")
     return f"; {', '.join(parts)}" if parts else ""
