@@ -109,10 +109,12 @@ def test_headless_switch_refuses_what_does_not_fit_and_force_starts_it(
     assert alive(current["pid"])  # nothing was stopped
     assert json.loads((state_dir / "current.json").read_text())["pid"] == current["pid"]
 
-    # --force: it goes ahead, and says it did.
+    # --force: it goes ahead, and says it did, with what it overrode.
     out = cli("switch", *args, "--to", "host", "--force", "--wait-ready")
     assert out.returncode == 0, out.stderr
     assert "host ready after" in out.stdout
+    assert ("engram-top switch: warning: 'host' does not fit on this node, started anyway "
+            "(force): refuse: host: needs 195.4 GiB") in out.stderr, out.stderr
     assert not alive(current["pid"])
     assert json.loads((state_dir / "current.json").read_text())["scenario"] == "host"
 

@@ -35,6 +35,11 @@ async def switch(args: argparse.Namespace) -> int:
               f"(known: {known})", file=sys.stderr)
         return 2
     session.announce = lambda text: say(f"engram-top switch: {text}")
+    # Its warnings as the session records them: what --force overrode, a placement that fits
+    # only in part (tables spilling to another NUMA node), HBM slow to return.
+    session.store.listeners.append(lambda what, payload: say(
+        f"engram-top switch: {payload.level}: {payload.text}")
+        if what == "event" and payload.level in ("warning", "error") else None)
     # Alerts as the session raises them (the user's thresholds), as a dashboard would toast.
     session.alerts.listeners.append(
         lambda c: say(f"engram-top switch: alert: {c.alert.message}")
