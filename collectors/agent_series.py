@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collectors.prom_answer import Labels
+from collectors.prom_answer import Labels, small_index
 
 PREFIX = "engram_top_"
 GROUP = "node, Hostname, hostname, instance, placement, exported_placement"
@@ -118,5 +118,7 @@ class AgentReader:
 
 
 def _by_index(item: tuple[str, float]) -> tuple[int, str]:
-    text = item[0]
-    return (int(text), "") if text.isdigit() and len(text) < 6 else (1 << 30, text)
+    """GPUs and NUMA nodes in number order ("2" before "10"); a label that is no small index
+    ("²" is a digit to str.isdigit, not to int) after them, by its text."""
+    i = small_index(item[0])
+    return (i, "") if i is not None else (1 << 30, item[0])

@@ -166,7 +166,9 @@ async def test_hbm_and_host_alerts_name_the_other_tenants(tmp_path: Path) -> Non
         hbm = store.alerts["hbm:gpu0"].message
         assert f"{NEIGHBOUR_NAME} (pid " in hbm and ", not the server's) holds 8.0 GiB" in hbm
         assert hbm.endswith("GiB; look at `h` (who holds each GPU)")
-        # GPU 1 has no neighbour: the server alone is named.
+        # GPU 1 has no neighbour: the server alone is named, once its rank there holds
+        # enough to trip the threshold (the ranks load one after another).
+        await until(None, lambda: "hbm:gpu1" in store.alerts, 15, "GPU 1's HBM alert")
         other = store.alerts["hbm:gpu1"].message
         assert NEIGHBOUR_NAME not in other and ": the server " in other
         await until(None, lambda: "host-available" in store.alerts, 15, "the host alert")

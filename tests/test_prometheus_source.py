@@ -238,6 +238,7 @@ def test_an_agents_series_join_its_node_and_its_own_labels_are_its_own() -> None
                numa_node="0", line="free"),
         sample(2 * gib, __name__="engram_top_hbm_unexplained_bytes", node="a", gpu="10"),
         sample(1 * gib, __name__="engram_top_hbm_unexplained_bytes", node="a", gpu="2"),
+        sample(3 * gib, __name__="engram_top_hbm_unexplained_bytes", node="a", gpu="²"),
         sample(2, __name__="engram_top_fit_level", node="a", placement="device",
                exported_placement="host", scenario="host"),
         sample(-12 * gib, node="a", placement="device", exported_placement="host",
@@ -263,7 +264,8 @@ def test_an_agents_series_join_its_node_and_its_own_labels_are_its_own() -> None
     assert a is not None and b is not None
     assert a.placement == "host" and nodes["a"].placement is None
     assert a.numa_free == (("0", 800.0 * gib), ("1", 900.0 * gib))
-    assert a.hbm_unexplained == (("2", 1.0 * gib), ("10", 2.0 * gib))  # by index
+    # By index; a label that is no index ("²") after them, never a crash.
+    assert a.hbm_unexplained == (("2", 1.0 * gib), ("10", 2.0 * gib), ("²", 3.0 * gib))
     (fit,) = a.fits
     assert (fit.scenario, fit.placement, fit.level, fit.room_bytes) == (
         "host", "host", 2, -12.0 * gib)

@@ -188,9 +188,13 @@ def test_a_mamba_state_beside_the_kv_cache_with_dp_attention(launch: list[SimSer
         assert f"max_mamba_cache_size: {PLAN.pools.max_num_reqs + 1}," in line
         assert f"DP{r} TP{r} EP{r}] KV Cache is allocated. dtype: torch.float8_e4m3fn, " \
                f"#tokens: {PLAN.kv_tokens}, K size: " in text
-    # The scheduler's process names carry the prefix, as SGLang's do.
-    names = sorted(p.name for p in state.live_procs(server.node_dir) if "scheduler" in p.name)
-    assert names == [f"sglang::scheduler_DP{r}_TP{r}_EP{r}" for r in range(REF.gpus)]
+    # The scheduler's process names carry the prefix, as SGLang's do (each rank's state is
+    # read as it last wrote it: waited for, not taken once, on a busy machine).
+    want = [f"sglang::scheduler_DP{r}_TP{r}_EP{r}" for r in range(REF.gpus)]
+
+    def names() -> list[str]:
+        return sorted(p.name for p in state.live_procs(server.node_dir) if "scheduler" in p.name)
+    wait_until(lambda: names() == want, 10, "the four schedulers' names")
     facts = parse_startup_log(text)
     assert facts.kv_capacity_tokens == info["max_total_num_tokens"]
     assert facts.parallel["dp_size"] == 4 and facts.parallel["ep_size"] == 4
