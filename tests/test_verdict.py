@@ -369,3 +369,37 @@ async def test_the_strip_fits_its_width_with_each_scenario_s_axes_whole(
         assert len(shown) == expected, line
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running, what="the app to quit")
+
+
+def test_the_strip_holds_a_win_until_the_evidence_moves_out_of_its_interval() -> None:
+    from engram_top.compare.verdict import Verdict, held_findings, hold
+
+    def window(*evidence: Evidence) -> Verdict:
+        return decide(list(evidence), baseline="device")
+
+    def marks(found: Verdict) -> list[str]:
+        return [f.mark for f in found.findings]
+
+    # The first full window: host-prefetch's TTFT +15% [+2%, +28%], the baseline wins.
+    shown = hold(window(ev("ttft", 0.15, 0.02, 0.28)), {})
+    assert marks(shown) == ["▼"]
+    # Five seconds later the interval grazes zero, the estimate still inside the first
+    # interval: the ▼ stands (no flicker to ≈ and back).
+    grazing = window(ev("ttft", 0.12, -0.01, 0.25))
+    assert marks(grazing) == ["≈"]
+    shown = hold(grazing, held_findings(shown))
+    assert marks(shown) == ["▼"] and shown.findings[0].evidence.delta == 0.15
+    # A window with too few requests for an interval: the ▼ stands too.
+    shown = hold(window(ev("ttft", 0.14, n=1)), held_findings(shown))
+    assert marks(shown) == ["▼"]
+    # The estimate moves out of the interval the win was decided on: shown as it is.
+    moved = hold(window(ev("ttft", 0.01, -0.05, 0.07)), held_findings(shown))
+    assert marks(moved) == ["≈"]
+    # A reversal, or a server warming up again, is shown at once.
+    assert marks(hold(window(ev("ttft", -0.10, -0.15, -0.05)), held_findings(shown))) == ["▲"]
+    assert marks(hold(window(ev("ttft", None, warming="1 s of a 30 s window")),
+                      held_findings(shown))) == ["…"]
+    # Against another baseline nothing is held.
+    other = decide([Evidence("ttft", "host-prefetch", "host", 0.12, lo=-0.01, hi=0.25,
+                             method="paired t", n=5)], baseline="host")
+    assert marks(hold(other, held_findings(shown))) == ["≈"]

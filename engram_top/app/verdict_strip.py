@@ -19,6 +19,8 @@ from engram_top.compare import (
     RunResult,
     Verdict,
     compare_runs,
+    held_findings,
+    hold,
     verdict_of,
 )
 from engram_top.model import RunStore, SourceName, StoreTopic
@@ -98,6 +100,7 @@ class VerdictStrip(Static):
         super().__init__(id=id)
         self._seen: tuple[int, ...] | None = None
         self._found: Verdict | None = None
+        self._held: dict[tuple[str, str, str], Finding] = {}  # compare.hold's `shown`
 
     def refresh_from(self, store: RunStore, extra: Sequence[RunResult]) -> None:
         seen = store.version(StoreTopic.RUN, SourceName.SERVER, StoreTopic.BASELINE)
@@ -105,6 +108,9 @@ class VerdictStrip(Static):
             return
         self._seen = seen
         found = strip_verdict(store, extra)
+        if found is not None:  # a win stands until the evidence moves out of its interval
+            found = hold(found, self._held)
+            self._held = held_findings(found)
         self.set_class(found is not None, "-shown")
         self.screen.set_class(found is not None, "-verdict")
         self._found = found

@@ -17,7 +17,7 @@ that is not sampled (the KV pool's size, fixed by the allocator), where the sign
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from collectors.safetext import visible
@@ -312,6 +312,33 @@ def _evidence(ax: Axis, relative: bool, unit: str, scenario: str, baseline: str,
                     None if iv is None else iv.lo, None if iv is None else iv.hi,
                     "" if iv is None else _METHODS.get(iv.method, iv.method),
                     n=n, unit=unit, warming=warming)
+
+
+Shown = Mapping[tuple[str, str, str], "Finding"]  # (baseline, scenario, axis) -> finding
+
+
+def hold(found: Verdict, shown: Shown) -> Verdict:
+    """The verdict as a live strip shows it from one window to the next: a win either way
+    stands until the new evidence moves out of the interval it was decided on, so a symbol
+    does not flicker as each window's interval grazes zero (▼, then ≈ five seconds later,
+    then ▼). A reversal, a finding warming up or not measured, and any other change are
+    shown as they come. ``shown``: what the strip showed last (held_findings)."""
+    out = []
+    for f in found.findings:
+        e = f.evidence
+        prev = shown.get((e.baseline, e.scenario, e.axis))
+        keep = (prev is not None and prev.outcome in (BETTER, WORSE)
+                and f.outcome in (NOT_DISTINGUISHABLE, EQUIVALENT, NO_INTERVAL)
+                and prev.evidence.lo is not None and prev.evidence.hi is not None
+                and e.delta is not None and prev.evidence.lo <= e.delta <= prev.evidence.hi)
+        out.append(prev if keep and prev is not None else f)
+    return replace(found, findings=tuple(out))
+
+
+def held_findings(found: Verdict) -> dict[tuple[str, str, str], Finding]:
+    """What a strip showing ``found`` holds for the next window (hold's ``shown``)."""
+    return {(f.evidence.baseline, f.evidence.scenario, f.evidence.axis): f
+            for f in found.findings}
 
 
 def verdict(c: Comparison, *, warming: Mapping[str, str] | None = None,
