@@ -93,6 +93,15 @@ async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline(
         await until(pilot, lambda: "baseline: host-prefetch" in screen_text(app),
                     what="the new baseline")
         assert "11.84M -72.3%" in screen_text(app)
+        # A warning raised meanwhile is not toasted over it (the demo's own load queues
+        # requests); an error is.
+        from engram_top.alerts.monitor import Alert, AlertChange
+        for severity in ("warning", "error"):
+            app._alert_changed(AlertChange("raised", Alert(
+                f"queue-{severity}", severity, f"request queue {severity}", WALL, NOW)))
+        await pilot.pause()
+        toasts = [n.message for n in app._notifications]
+        assert "request queue error" in toasts and "request queue warning" not in toasts
         # `s` here: this screen, and a comparison against the baseline chosen on it.
         await pilot.press("s")
         await until(pilot, lambda: any(e.text.startswith("snapshot written: ")

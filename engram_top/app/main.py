@@ -297,8 +297,12 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             self.query_one(selector, Static).update(content, layout=False)
 
     def _alert_changed(self, change: AlertChange) -> None:
-        """The session raised or cleared an alert: a raised one is toasted."""
-        if change.change == "raised":
+        """The session raised or cleared an alert: a raised one is toasted, but a warning
+        not over the compare screen (a presenter's: the demo's own load queues requests); it
+        is in the header and events when that screen closes."""
+        from engram_top.app.compare_screen import CompareScreen
+        if change.change == "raised" and not (isinstance(self.screen, CompareScreen)
+                                              and change.alert.severity != "error"):
             self.notify(change.alert.message, title="alert",
                         severity="error" if change.alert.severity == "error" else "warning",
                         timeout=10)
