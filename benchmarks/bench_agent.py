@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "nvml_stub"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_ui_cpu import cpu_seconds, free_port, wait_for  # noqa: E402
+from bench_ui_cpu import cpu_seconds, free_port, py_spy, py_spy_path, wait_for  # noqa: E402
 from build import build  # noqa: E402  (tests/nvml_stub/build.py)
 
 BIN = Path(sys.executable).parent
@@ -93,12 +93,10 @@ def measure(gpus: int, clients: int, seconds: float, warmup: float, scrape: floa
         time.sleep(warmup)
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         t0 = time.monotonic()
-        if profile is not None:  # py-spy's samples of the agent over the window (collapsed)
-            subprocess.run([str(BIN / "py-spy"), "record", "--pid", str(agent.pid), "--rate",
-                            "200", "--format", "raw", "--duration", str(int(seconds)),
-                            "--output", str(profile), "--nonblocking"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        spy = None if profile is None else py_spy(agent.pid, seconds, profile)
         time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+        if spy is not None:
+            spy.wait(60)
         elapsed = time.monotonic() - t0
         out = {}
         for name, pid in pids.items():
@@ -138,6 +136,9 @@ def main() -> int:
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
                     help="py-spy's samples of the agent (collapsed stacks) into DIR")
     args = ap.parse_args()
+    if args.profile is not None:
+        py_spy_path()
+        args.profile.mkdir(parents=True, exist_ok=True)
     for gpus in (int(g) for g in args.gpus.split(",")):
         for clients in (int(c) for c in args.clients.split(",")):
             with tempfile.TemporaryDirectory(prefix="engram-bench-agent-") as tmp:

@@ -145,12 +145,7 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
                                      "min_s": starts[0], "max_s": starts[-1]}}}
         out["first minute"] = window(pids, seconds)
         time.sleep(max(0.0, shown_at + steady_after - time.monotonic()))
-        # py-spy samples the dashboard from outside over the steady window (collapsed stacks;
-        # without stopping it, so the window's figures are its own).
-        spy = None if profile is None else subprocess.Popen(
-            [str(BIN / "py-spy"), "record", "--pid", str(pids["engram-top"]), "--rate", "200",
-             "--format", "raw", "--duration", str(int(seconds)), "--output", str(profile),
-             "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        spy = None if profile is None else py_spy(pids["engram-top"], seconds, profile)
         out["steady"] = window(pids, seconds)
         if spy is not None:
             spy.wait(60)
@@ -167,6 +162,23 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
             load.wait(10)
         os.killpg(server.pid, 15)
         server.wait(30)
+
+
+def py_spy_path() -> str:
+    """py-spy, for --profile; the bench ends here, before it starts anything, without it."""
+    found = shutil.which("py-spy", path=str(BIN)) or shutil.which("py-spy")
+    if found is None:
+        raise SystemExit("--profile needs py-spy: pip install py-spy")
+    return found
+
+
+def py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid`` from outside for ``seconds``, collapsed stacks into ``out``;
+    without stopping it, so the window's CPU figures stay its own."""
+    return subprocess.Popen(
+        [py_spy_path(), "record", "--pid", str(pid), "--rate", "200", "--format", "raw",
+         "--duration", str(int(seconds)), "--output", str(out), "--nonblocking"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 FIRST_FRAMES = 5  # launches whose first frame is timed
@@ -272,6 +284,8 @@ def main() -> int:
     args = ap.parse_args()
     if shutil.which("tmux") is None:
         raise SystemExit("bench_ui_cpu: tmux not found (apt-get install tmux)")
+    if args.profile is not None:
+        py_spy_path()
     for gpus in (int(g) for g in args.gpus.split(",")):
         for clients in (int(c) for c in args.clients.split(",")):
             with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import GIB, Fleet, SimServer, installed_script, running, wait_until
+from helpers import GIB, Fleet, SimServer, installed_script, running, until, wait_until
 
 from engram_top.fleet.session import FleetRow, FleetSession
 from scenarios.prometheus import Prometheus, Target, free_port
@@ -45,15 +45,10 @@ def agents(servers: dict[str, SimServer]) -> Iterator[dict[str, int]]:
         yield ports
 
 
-async def _rows_with_agents(session: FleetSession, nodes: int) -> None:
-    for _ in range(120):
-        await session.poll_once()
-        rows = session.rows()
-        if len(rows) == nodes and all(r.agent is not None and r.agent.fits
-                                      and r.agent.numa_free for r in rows):
-            return
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"the agents' figures of {nodes} nodes: {session.rows()}")
+def _agents_read(session: FleetSession, nodes: int) -> bool:
+    rows = session.rows()
+    return len(rows) == nodes and all(r.agent is not None and r.agent.fits and r.agent.numa_free
+                                      for r in rows)
 
 
 @pytest.mark.slow
@@ -76,7 +71,9 @@ def test_the_fleet_reads_each_nodes_agent_through_a_real_prometheus(fleet: Fleet
             try:
                 await prom.wait_ready()
                 await prom.wait_scraped(3)
-                await _rows_with_agents(session, 3)
+                await session.start()  # its own refreshes, every second
+                await until(None, lambda: _agents_read(session, 3), 60,
+                            lambda: f"the agents' figures of 3 nodes: {session.rows()}")
                 return {r.node: r for r in session.rows()}
             finally:
                 await session.close()

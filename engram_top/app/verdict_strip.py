@@ -100,7 +100,6 @@ class VerdictStrip(Static):
         super().__init__(id=id)
         self._seen: tuple[int, ...] | None = None
         self._found: Verdict | None = None
-        self._held: dict[tuple[str, str, str], Finding] = {}  # compare.hold's `shown`
 
     def refresh_from(self, store: RunStore, extra: Sequence[RunResult]) -> None:
         seen = store.version(StoreTopic.RUN, SourceName.SERVER, StoreTopic.BASELINE)
@@ -108,9 +107,9 @@ class VerdictStrip(Static):
             return
         self._seen = seen
         found = strip_verdict(store, extra)
-        if found is not None:  # a win stands until the evidence moves out of its interval
-            found = hold(found, self._held)
-            self._held = held_findings(found)
+        if found is not None and self._found is not None:
+            # A win shown stands until the evidence moves out of its interval.
+            found = hold(found, held_findings(self._found))
         self.set_class(found is not None, "-shown")
         self.screen.set_class(found is not None, "-verdict")
         self._found = found

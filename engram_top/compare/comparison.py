@@ -148,7 +148,10 @@ def compare(results: list[RunResult], baseline: str, *,
         raise ValueError(f"price_per_gpu_hour must not be negative, got {price_per_gpu_hour}")
     by_scenario = {s: [r for r in results if r.scenario == s] for s in scenarios}
     placements = _placements(results, reference)
-    against, unpaired = workload_baselines(by_scenario, baseline, workloads or {})
+    # Each column's placement, where its runs name one (a bench_serving file does not).
+    named = {s: p for s, rs in by_scenario.items()
+             if (p := next((r.placement for r in rs if r.placement), None))}
+    against, unpaired = workload_baselines(scenarios, named, baseline, workloads or {})
     bases = {s: against.get(s, baseline) for s in scenarios if s not in unpaired}
 
     rows: dict[str, Row] = {}
@@ -167,8 +170,7 @@ def compare(results: list[RunResult], baseline: str, *,
         trials={s: len(rs) for s, rs in by_scenario.items()}, rows=tuple(rows.values()),
         price_per_gpu_hour=price_per_gpu_hour,
         reference_path=None if reference is None else str(reference.path),
-        placements={s: p for s, rs in by_scenario.items()
-                    if (p := next((r.placement for r in rs if r.placement), None))},
+        placements=named,
         throttled={s: t for s, rs in by_scenario.items() if (t := _throttled(rs))},
         warming={s: w for s, rs in by_scenario.items() if (w := _warming(rs))},
         quick=tuple(s for s, rs in by_scenario.items()
@@ -196,23 +198,21 @@ def _scenarios(results: Sequence[RunResult]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r.scenario for r in results))
 
 
-def workload_baselines(by_scenario: Mapping[str, list[RunResult]], baseline: str,
+def workload_baselines(scenarios: Sequence[str], placements: Mapping[str, str], baseline: str,
                        workloads: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """Each column of another workload than ``baseline``'s: its own workload's column of the
     baseline's placement (else its device column), or, where it has none, why it is compared
     with nothing (as Comparison.against and .unpaired)."""
-    def placement(s: str) -> str | None:
-        return next((r.placement for r in by_scenario[s] if r.placement), None)
-    home, want = workloads.get(baseline, ""), placement(baseline)
+    home, want = workloads.get(baseline, ""), placements.get(baseline)
     against: dict[str, str] = {}
     unpaired: dict[str, str] = {}
-    for s in by_scenario:
+    for s in scenarios:
         where = workloads.get(s, "")
         if where == home:
             continue
-        members = [x for x in by_scenario if workloads.get(x, "") == where]
-        pick = next((x for x in members if want and placement(x) == want), None) or \
-            next((x for x in members if placement(x) == "device"), None)
+        members = [x for x in scenarios if workloads.get(x, "") == where]
+        pick = next((x for x in members if want and placements.get(x) == want), None) or \
+            next((x for x in members if placements.get(x) == "device"), None)
         if pick is not None:
             against[s] = pick
         else:

@@ -7,7 +7,6 @@ a second, and an attach reads an agent's hour of them back.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 from collections import deque
 from collections.abc import Callable
@@ -33,7 +32,7 @@ def _same(value: Any) -> Any:
     return value
 
 
-@functools.cache
+@cache
 def _encoder(hint: Any) -> Callable[[Any], Any]:
     """How a value of type ``hint`` is encoded, worked out once a type: a recording encodes
     three readings a second, and walking the hints anew for every field of every reading was
@@ -94,7 +93,7 @@ def _where(w: Where) -> str:
 Decoder = Callable[[Any, Where], Any]
 
 
-@functools.cache
+@cache
 def _decoder(hint: Any) -> Decoder:
     """How JSON data of type ``hint`` is read back, worked out once a type."""
     if hint is Any or hint is object:
@@ -165,8 +164,10 @@ def _sequence_decoder(hint: Any, origin: Any) -> Decoder:
             raise ValueError(f"{_where(w)}: expected a list, got {type(d).__name__}")
         if not variadic and len(d) != len(items):
             raise ValueError(f"{_where(w)}: expected {len(items)} items, got {len(d)}")
-        each = items * len(d) if variadic else items
-        out = [f(v, (w, i)) for i, (f, v) in enumerate(zip(each, d, strict=True))]
+        if variadic:
+            out = [items[0](v, (w, i)) for i, v in enumerate(d)]
+        else:
+            out = [f(v, (w, i)) for i, (f, v) in enumerate(zip(items, d, strict=True))]
         return tuple(out) if origin is tuple else out
     return sequence
 
@@ -181,7 +182,7 @@ def decode_fields(cls: type, data: Any, where: str, skip: tuple[str, ...] = ()) 
     return _fields_decoder(cls, tuple(skip))(data, where)
 
 
-@functools.cache
+@cache
 def _fields_decoder(cls: type, skip: tuple[str, ...]) -> Decoder:
     hints = type_hints(cls)
     fields = dataclasses.fields(cls)
