@@ -77,6 +77,9 @@ def _field_value(fv: Any) -> int:
     return int(getattr(fv.value, member))
 
 
+# Field value types of 32 bits: a byte counter of that width wraps at 4.3 GB.
+_NARROW_TYPES = frozenset({pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_SIGNED_INT})
+
 # (counter value, NVML timestamp in µs, local monotonic seconds)
 _Counter = tuple[int, int, float]
 
@@ -298,6 +301,12 @@ class NvmlBackend:
         nvmlDeviceGetPcieThroughput only covers a 20 ms window, so the cumulative counters
         are preferred; the snapshot fills in where no counter delta exists yet (first
         sample, counter wrap) or where the driver has no such counters.
+
+        Counters NVML answers as 32-bit are not used: an H200 on driver 580.159.04 gives
+        them as unsigned int, and at Gen5's ~60 GB/s they wrap about every 70 ms, so two
+        readings a second apart read any figure (375 MB/s where nvidia-smi dmon read
+        59.5 GB/s; benchmarks/gpu_pcie_counters.py). The 20 ms window is then the figure,
+        as nvidia-smi dmon's is.
         """
         now = time.monotonic()
         rates: list[float | None] = [None, None]
@@ -312,6 +321,9 @@ class NvmlBackend:
                 # The call as a whole succeeds even when a single field fails.
                 if fv.nvmlReturn != pynvml.NVML_SUCCESS:
                     counter_errors[i] = _error_text(pynvml.NVMLError(fv.nvmlReturn))
+                    continue
+                if fv.valueType in _NARROW_TYPES:
+                    counter_errors[i] = "32-bit counter (wraps between samples)"
                     continue
                 cur: _Counter = (_field_value(fv), int(fv.timestamp), now)
                 prev = self._counters.get((key, i))

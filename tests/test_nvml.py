@@ -231,6 +231,23 @@ def test_pcie_rates_come_from_counter_deltas(stub_libs: dict[str, Path], tmp_pat
         assert unsupported(d) == {}
 
 
+def test_pcie_counters_of_32_bits_are_not_read_as_rates(stub_libs: dict[str, Path],
+                                                        tmp_path: Path) -> None:
+    # An H200 on driver 580.159.04 answers fields 197/198 as unsigned int: at 59.5 GB/s the
+    # RX counter wraps about 14 times a second, and a delta a sample apart read 375 MB/s
+    # where nvidia-smi dmon read 59,546 MB/s. The 20 ms window is the figure there.
+    tx, rx = 5_170_000_000, 59_500_000_000
+    readings = run_nvml(
+        stub_libs["current"], state_file=tmp_path / "state", FAKE_NVML_COUNT="1",
+        steps=[{"state": f"0 pcie {tx} {rx}\n0 pcie32\n0 snapshot 5169579 59498433\n"},
+               {"sleep": 0.1}, {"sleep": 0.13}])
+    for reading in readings:
+        (d,) = devices(reading)
+        assert (d["pcie_tx_bytes_per_s"], d["pcie_rx_bytes_per_s"]) == (5_169_579_000,
+                                                                        59_498_433_000)
+        assert unsupported(d) == {}
+
+
 def test_pcie_without_counters_uses_throughput(stub_libs: dict[str, Path], tmp_path: Path) -> None:
     state = tmp_path / "state"
     readings = run_nvml(stub_libs["current"], state_file=state, FAKE_NVML_COUNT="1",

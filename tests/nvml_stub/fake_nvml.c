@@ -31,6 +31,9 @@
  *     <dev> power <mW>
  *     <dev> limit <mW>                enforced power limit
  *     <dev> pcie <tx B/s> <rx B/s>    slope of the cumulative PCIe byte counters
+ *     <dev> pcie32                    the PCIe byte counters are 32 bits wide (value type
+ *                                     unsigned int, wrapping at 2^32 bytes), as an H200
+ *                                     on driver 580.159.04 answers them
  *     <dev> snapshot <tx KB/s> <rx KB/s>  what nvmlDeviceGetPcieThroughput answers
  *     <dev> noprocs                   no compute processes
  *     <dev> proc <pid> <bytes|na>     a compute process (replaces the default list;
@@ -90,6 +93,7 @@ enum {
 #define NVLINK_LINKS 18 /* NVLink 5 on a B200 */
 #define ALL_LINKS 0xFFFFFFFFu /* scopeId: the sum over every link */
 #define EVENT_XID_CRITICAL 0x8ULL
+#define VALUE_TYPE_UNSIGNED_INT 1
 #define VALUE_TYPE_UNSIGNED_LONG_LONG 3
 
 /* ---- layouts, as declared in nvml.h and mirrored by pynvml's ctypes classes ---- */
@@ -172,6 +176,7 @@ struct nvmlDevice_st {
     unsigned long long total, reserved, used;
     unsigned int util_gpu, util_mem, power_mw, limit_mw;
     unsigned long long pcie_tx_rate, pcie_rx_rate; /* bytes/s, slope of the counters */
+    int pcie_32bit; /* the counters wrap at 2^32 and answer as unsigned int */
     unsigned int snap_tx_kbps, snap_rx_kbps;
     unsigned int nprocs;
     unsigned int pids[MAX_PROCS];
@@ -248,7 +253,8 @@ static void apply_line(struct nvmlDevice_st *d, const char *key, const char *a, 
     else if (!strcmp(key, "pcie") && a && b) {
         d->pcie_tx_rate = strtoull(a, NULL, 10);
         d->pcie_rx_rate = strtoull(b, NULL, 10);
-    } else if (!strcmp(key, "snapshot") && a && b) {
+    } else if (!strcmp(key, "pcie32")) d->pcie_32bit = 1;
+    else if (!strcmp(key, "snapshot") && a && b) {
         d->snap_tx_kbps = strtoul(a, NULL, 10);
         d->snap_rx_kbps = strtoul(b, NULL, 10);
     } else if (!strcmp(key, "noprocs")) d->nprocs = 0;
@@ -489,12 +495,18 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_
         v->value.ullVal = 0;
         if (no_fields) {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
-        } else if (v->fieldId == FI_PCIE_COUNT_TX_BYTES) {
+        } else if (v->fieldId == FI_PCIE_COUNT_TX_BYTES
+                   || v->fieldId == FI_PCIE_COUNT_RX_BYTES) {
+            double rate = (double)(v->fieldId == FI_PCIE_COUNT_TX_BYTES
+                                   ? d->pcie_tx_rate : d->pcie_rx_rate);
+            unsigned long long count = (unsigned long long)(rate * seconds);
             v->nvmlReturn = NVML_SUCCESS;
-            v->value.ullVal = (unsigned long long)((double)d->pcie_tx_rate * seconds);
-        } else if (v->fieldId == FI_PCIE_COUNT_RX_BYTES) {
-            v->nvmlReturn = NVML_SUCCESS;
-            v->value.ullVal = (unsigned long long)((double)d->pcie_rx_rate * seconds);
+            if (d->pcie_32bit) {
+                v->valueType = VALUE_TYPE_UNSIGNED_INT;
+                v->value.uiVal = (unsigned int)(count & 0xffffffffULL);
+            } else {
+                v->value.ullVal = count;
+            }
         } else if (v->fieldId == FI_NVLINK_THROUGHPUT_DATA_TX
                    || v->fieldId == FI_NVLINK_THROUGHPUT_DATA_RX) {
             /* KiB since init; one link (scopeId 0..17) carries an equal share. */
