@@ -17,6 +17,7 @@ import psutil
 
 from collectors import numa
 from collectors.base import FailureTracker, describe, run_blocking
+from collectors.kernel_log import KMSG, read_kernel_log
 from collectors.readings import HostData, ProcessTreeMemory, Reading, Status
 from collectors.tree_members import TreeMembers
 from collectors.units import KIB
@@ -34,7 +35,7 @@ class HostBackend(Protocol):
         """/proc/meminfo fields in bytes (HugePages_* are counts)."""
 
     def vmstat(self) -> dict[str, int]:
-        """/proc/vmstat counters (pswpin/pswpout in pages)."""
+        """/proc/vmstat counters (pswpin/pswpout in pages; oom_kill where given)."""
 
     def process_memory(self, pid: int) -> dict[str, int] | None:
         """VmRSS, RssAnon, RssFile, RssShmem in bytes, and VmPin, VmLck where the kernel
@@ -52,6 +53,9 @@ class HostBackend(Protocol):
 
     def shared_mappings(self, pid: int) -> numa.Mappings | None:
         """The process's shared-memory mappings per NUMA node (numa.NumaBackend)."""
+
+    def kernel_log(self) -> tuple[str | None, str]:
+        """The kernel log's text, or (None, why it cannot be read) (collectors.kernel_log)."""
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
@@ -74,9 +78,11 @@ class ProcBackend:
 
     name = "proc"
 
-    def __init__(self, proc: Path = Path("/proc"), sys: Path = Path("/sys")) -> None:
+    def __init__(self, proc: Path = Path("/proc"), sys: Path = Path("/sys"),
+                 kmsg: Path = KMSG) -> None:
         self.proc = proc
         self.sys = sys
+        self.kmsg = kmsg
 
     def meminfo(self) -> dict[str, int]:
         return parse_meminfo((self.proc / "meminfo").read_text())
@@ -85,7 +91,7 @@ class ProcBackend:
         out = {}
         for line in (self.proc / "vmstat").read_text().splitlines():
             key, _, value = line.partition(" ")
-            if key in ("pswpin", "pswpout"):
+            if key in ("pswpin", "pswpout", "oom_kill"):
                 out[key] = int(value)
         return out
 
@@ -118,6 +124,9 @@ class ProcBackend:
 
     def shared_mappings(self, pid: int) -> numa.Mappings | None:
         return numa.read_shared_mappings(self.proc, pid)
+
+    def kernel_log(self) -> tuple[str | None, str]:
+        return read_kernel_log(self.kmsg)
 
 
 def sample(backend: HostBackend, root_pid: int | None,
@@ -158,6 +167,7 @@ def sample(backend: HostBackend, root_pid: int | None,
         backend=backend.name,
         numa_nodes=nodes,
         numa_problem=numa_problem,
+        oom_kills=vm.get("oom_kill"),
     )
 
 
@@ -203,6 +213,9 @@ class HostCollector:
         # Throttled: numa_maps is a page-table walk.
         self.numa_share = numa.ServerShare(clock=clock)
         self.members = TreeMembers(clock)  # the tree's listing, kept between polls
+        # The last reading that found the server's tree alive: what it held just before it
+        # died, once the next poll finds it gone (the death forensics read it).
+        self.last_with_tree: HostData | None = None
 
     async def poll(self) -> Reading[HostData]:
         try:
@@ -213,4 +226,6 @@ class HostCollector:
             return self.tracker.fail(Status.ERROR, f"/proc did not answer within {self.timeout:g}s")
         except Exception as exc:  # a collector never lets a failure escape
             return self.tracker.fail(Status.ERROR, describe(exc))
+        if data.server_tree is not None:
+            self.last_with_tree = data
         return self.tracker.ok(data)

@@ -121,6 +121,20 @@ class ProcessTreeMemory:
 
 
 @dataclass(frozen=True, slots=True)
+class KernelKill:
+    """One process the kernel killed for memory (collectors.kernel_log reads them)."""
+
+    pid: int
+    comm: str
+    cgroup_limit: bool  # a memory cgroup's limit, not the whole host
+    anon_bytes: int | None = None
+    file_bytes: int | None = None
+    shmem_bytes: int | None = None  # shared/pinned host memory it held
+    memcg: str = ""  # the cgroup whose limit was hit, where the kernel names it
+    line: str = ""  # the kernel's line, as it said it (cleaned for a terminal)
+
+
+@dataclass(frozen=True, slots=True)
 class NumaNode:
     """One NUMA node's memory (/sys/devices/system/node/nodeN/meminfo), in bytes."""
 
@@ -161,6 +175,10 @@ class HostData:
     # Per NUMA node; empty where the kernel shows none (and in recordings made before).
     numa_nodes: tuple[NumaNode, ...] = ()
     numa_problem: str = ""  # why some NUMA figures are missing, in one line; "" when none
+    # Processes the kernel's OOM killer has killed since boot (/proc/vmstat oom_kill, Linux
+    # 4.13+); None where the kernel does not say. A rise while a server ran that then died
+    # is an OOM kill even where the kernel log cannot be read.
+    oom_kills: int | None = None
 
 
 # --------------------------------------------------------------------------- SGLang

@@ -96,6 +96,9 @@ def _main(argv: list[str]) -> int:
     if args.command == "probe":
         from engram_top.probe import gpu as probe
         return probe.run(args)
+    if args.command == "why":
+        from engram_top.cli.why import why
+        return why(args.path, args.json)
     if args.command == "inspect-log":
         from engram_top.cli.files import inspect_log
         return inspect_log(args.file, args.engine)

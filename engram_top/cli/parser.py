@@ -240,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("scenario_file", type=Path)
     stop.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
 
+    wy = sub.add_parser("why", help="why the servers in a recording or snapshot died: each "
+                                    "death's class, evidence and next action")
+    wy.add_argument("path", type=Path, help="a recording (.jsonl), a folder of recordings "
+                                            "(the agent's), or a snapshot folder")
+    wy.add_argument("--json", action="store_true", help="print JSON instead of text")
+
     log = sub.add_parser("inspect-log", help="print what the startup-log parser extracts, as JSON")
     log.add_argument("file", type=Path)
     _engine_argument(log, "the engine whose log it is")

@@ -17,6 +17,7 @@ from collectors.units import (
     percent,
     weights_gb,
 )
+from engram_top.model.death import death_lines
 from engram_top.model.store import RunStore
 
 
@@ -34,6 +35,11 @@ def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) 
     notes = data.get("notes")  # what the source said of itself: a recording's damage
     if isinstance(notes, list) and notes:
         lines += ["", "## Notes", ""] + [f"- {note}" for note in notes]
+    deaths = [r.death for r in store.runs if r.death is not None]
+    if deaths:  # first after the notes: what an on-call engineer opens the file for
+        lines += ["", "## Deaths", ""]
+        for death in deaths:
+            lines += death_lines(death)
     lines += ["", "## Comparison", "", *comparison_md.rstrip().split("\n"), "",
               "## Readings now", ""]
     lines += _readings(data)
@@ -182,3 +188,4 @@ def _quantile(q: dict[str, Any], which: str) -> str:
 
 def _num(value: Any, spec: str) -> str:
     return "n/a" if value is None else format(int(value) if spec in (",", "d") else value, spec)
+

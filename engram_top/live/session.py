@@ -28,6 +28,7 @@ from engram_top.compare.slo import DEFAULT as slo_defaults
 from engram_top.compare.slo import Slo
 from engram_top.live.attached import AttachedServers
 from engram_top.live.fit import refusal_for_the_app
+from engram_top.live.forensics import DeathWatch
 from engram_top.live.load import context_len, counters, driver
 from engram_top.live.options import SessionOptions as SessionOptions  # re-exported
 from engram_top.live.polling import free_port, poll_loop
@@ -166,6 +167,7 @@ class Session(AttachedServers):
         self._host_backend = host_backend
         self.gpu = GpuCollector(self._gpus)
         self.host = HostCollector(host_backend)
+        self.deaths = DeathWatch(self.store, self.host, host_backend)
         # The session owns the supervisor (scenarios.owner.SupervisorOwner): it reads the
         # node for it and hears each change to a run ("the supervisor's owner", below).
         self.supervisor = Supervisor(state_dir, self, node_dir=node_dir)
@@ -213,6 +215,8 @@ class Session(AttachedServers):
         await self._stop_load()
         if hasattr(self, "supervisor"):
             await self.supervisor.close(leave)
+        if hasattr(self, "deaths"):
+            await self.deaths.close()
         tasks = [*self._tasks, *self._polls.values(), *([self._steering] if self._steering else [])]
         for task in tasks:
             task.cancel()
@@ -304,6 +308,7 @@ class Session(AttachedServers):
         sc = run.scenario
         self.store.set_run(launched(run, self.ref, self.store.node))
         self.host.root_pid = run.pid
+        self.deaths.launched(run)
         self._watch_server(sc.engine.collector(sc.url, api_key=sc.api_key), run)
 
     def _watch_server(self, collector: engines.ServerCollector, run: Run | None = None) -> None:
@@ -357,6 +362,7 @@ class Session(AttachedServers):
         """The supervisor's news of a run, as it happens: into the store's facts (the UI
         and the recorder read them there), and the load follows the run's state."""
         sync(self.store, run, self._startup_seen)
+        self.deaths.changed(run, self.store.facts_for(run.scenario.name))
         if run is self.run and (self._steering is None or self._steering.done()):
             self._steering = asyncio.create_task(self._steer_load(), name="steer load")
 

@@ -25,6 +25,7 @@ from collectors.engram_setting import EngramSetting
 from collectors.readings import GpuData, HostData, OtherData, Reading, ServerData, Status
 from collectors.source import LOCAL, SourceKey, SourceName
 from collectors.startup_facts import StartupFacts
+from engram_top.model.death import Death
 from engram_top.model.figures import RunFigures
 from scenarios.runstate import RunState
 
@@ -212,6 +213,8 @@ class RunFacts:
     # owner, a second's walk of the sockets): until then its processes on a GPU cannot be
     # told from other tenants'.
     finding_processes: bool = False
+    # Why it died, once classified (engram_top.live.forensics), where it ended unasked.
+    death: Death | None = None
 
     @property
     def ready_s(self) -> float | None:

@@ -290,6 +290,12 @@ def runs_from_recording(path: Path | str, notes: list[str] | None = None) -> lis
     comparison (source "recording:<file name>", trials numbered per scenario from 0). A run
     still serving when the recording ended counts with the figures it had then. What could
     not be read is said in ``notes``."""
+    done = [r for r in facts_from_recording(path, notes) if r.ready_at is not None]
+    return run_results(done, source=f"recording:{Path(path).name}")
+
+
+def facts_from_recording(path: Path | str, notes: list[str] | None = None) -> list[RunFacts]:
+    """Every run of a recording (each session's), its facts as they last stood."""
     sessions = read_sessions(path, kinds=("run",))
     done: list[RunFacts] = []
     for rec in sessions:  # every session of the file: run ids are per session
@@ -304,5 +310,5 @@ def runs_from_recording(path: Path | str, notes: list[str] | None = None) -> lis
                 if rid not in runs:  # its first record in the file: in time, it may not be
                     runs[rid] = RunFacts(**copied_fields(rec.first_runs[rid]))
                 update_facts(runs[rid], fields)
-        done += [r for r in runs.values() if r.ready_at is not None]
-    return run_results(done, source=f"recording:{Path(path).name}")
+        done += runs.values()
+    return done

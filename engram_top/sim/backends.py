@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 from collectors.host import ProcBackend
+from collectors.kernel_log import read_kernel_log
 from collectors.numa import Mappings
 from collectors.readings import GpuData, GpuDevice, GpuProcess
 from collectors.units import GIB, MIB
-from engram_top.sim import sockets, state
+from engram_top.sim import kernel, sockets, state
 
 IDLE_POWER_W = 140.0
 POWER_LIMIT_W = 1000.0  # B200 board power
@@ -128,7 +129,14 @@ class SimHostBackend(ProcBackend):
         }
 
     def vmstat(self) -> dict[str, int]:
-        return {"pswpin": 0, "pswpout": 0}
+        return {"pswpin": 0, "pswpout": 0, "oom_kill": kernel.read_oom_kills(self.node_dir)}
+
+    def kernel_log(self) -> tuple[str | None, str]:
+        # The virtual host's kernel (engram_top.sim.kernel), never this machine's.
+        path = kernel.kmsg_path(self.node_dir)
+        if not path.exists():
+            return "", ""  # a kernel that has said nothing of note
+        return read_kernel_log(path)
 
     def process_memory(self, pid: int) -> dict[str, int] | None:
         proc = self._live().get(pid)
