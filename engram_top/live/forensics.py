@@ -1,21 +1,27 @@
 """A server's death, classified as it happens: when a run of ours ends without being asked,
-read the kernel's OOM records and counter, the server's log errors and what it held just
-before, classify (engram_top.model.death), and put the death on the run's facts (which the
-recorder writes, the snapshot and `engram-top why` read) and in the events.
+or the process of an attached server (the agent's, `attach`'s) is gone, read the kernel's
+OOM records and counter, the server's log errors and what it held just before, classify
+(engram_top.model.death), and put the death on the run's facts (which the recorder writes,
+the snapshot and `engram-top why` read) and in the events.
 
-The counter's value at launch and the host's last reading with the server alive are kept
-here: after the death, the next poll finds the processes gone."""
+The counter's value at launch and the host's first and last readings with the server alive
+are kept here: after the death, the next poll finds its processes gone."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+import psutil
 
 from collectors.host import HostCollector
 from collectors.kernel_log import oom_kills
 from collectors.readings import GpuData, HostData
 from collectors.source import SourceName
+from collectors.startup_facts import LogError
 from engram_top.model.death import Evidence, classify
 from engram_top.model.store import RunFacts, RunStore, StoreTopic
 from scenarios.runstate import RunState
@@ -27,43 +33,85 @@ LOG_TAIL = 30
 SELF_ENDED = "exited with code"
 
 
+@dataclass(frozen=True)
+class Ended:
+    """What the session knows of a server whose process ended."""
+
+    scenario: str
+    key: float  # its facts' launched_at: one classification per run
+    pid: int
+    members: tuple[int, ...]
+    exit_code: int | None  # None: not ours to wait for (attached)
+    was_ready: bool
+    phase: str
+    errors: tuple[LogError, ...]
+    log_tail: tuple[str, ...]
+
+
 class DeathWatch:
-    def __init__(self, store: RunStore, host: HostCollector, backend: Any) -> None:
+    def __init__(self, store: RunStore, host: Callable[[], HostCollector],
+                 backend: Callable[[], Any]) -> None:
         self.store = store
+        # The session's host collector and backend, asked each time: an attached simulated
+        # server's node replaces them (live.attached._follow_node).
         self.host = host
-        self.backend = backend  # collectors.host.HostBackend: vmstat and the kernel log
+        self.backend = backend  # a collectors.host.HostBackend: vmstat and the kernel log
         self._at_launch: dict[float, HostData | None] = {}  # by the run's launched_at
         self._first_tree: dict[float, HostData] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[float, asyncio.Task[None]] = {}
 
     def launched(self, run: Run) -> None:
         """A run just launched: the kernel's OOM counter and the host as they stand."""
-        data = self.store.data(SourceName.HOST)
-        self._at_launch[run.launched_at] = data if isinstance(data, HostData) else None
+        self._launched(run.launched_at)
+
+    def _launched(self, key: float) -> None:
+        if key not in self._at_launch:
+            data = self.store.data(SourceName.HOST)
+            self._at_launch[key] = data if isinstance(data, HostData) else None
+
+    def _seen_alive(self, key: float, pid: int) -> None:
+        seen = self.host().last_with_tree
+        if seen is not None and seen.server_tree is not None and seen.server_tree.root_pid == pid:
+            self._first_tree.setdefault(key, seen)
 
     def changed(self, run: Run, facts: RunFacts | None) -> None:
-        """The supervisor's news of a run: a death of ours is classified once."""
-        seen = self.host.last_with_tree
-        if seen is not None and seen.server_tree is not None \
-                and seen.server_tree.root_pid == run.pid:
-            self._first_tree.setdefault(run.launched_at, seen)
+        """The supervisor's news of a run of ours: a death is classified once."""
+        self._seen_alive(run.launched_at, run.pid)
         if facts is None or facts.death is not None or facts.launched_at != run.launched_at:
             return
         ended = run.state == RunState.EXITED or (
             run.state == RunState.FAILED and (run.failure or "").startswith(SELF_ENDED))
-        if not ended or any(t.get_name() == str(run.launched_at) for t in self._tasks):
-            return
-        task = asyncio.get_running_loop().create_task(self._classify(run, facts),
-                                                      name=str(run.launched_at))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if ended:
+            self._start(facts, Ended(
+                run.scenario.name, run.launched_at, run.pid, tuple(run.members),
+                run.exit_code, run.ready_at is not None, run.parser.failed_in or run.phase,
+                facts.startup.errors, tuple(line for _, line in list(run.lines)[-LOG_TAIL:])))
 
-    async def _classify(self, run: Run, facts: RunFacts) -> None:
+    def attached(self, facts: RunFacts, pid: int | None) -> None:
+        """Once a second, for the attached server watched (``pid``: its process, once
+        found): its process gone is a death, though not ours to wait for."""
+        if facts.owned or facts.death is not None or pid is None:
+            return
+        self._launched(facts.launched_at)
+        self._seen_alive(facts.launched_at, pid)
+        if psutil.pid_exists(pid):
+            return
+        self._start(facts, Ended(facts.scenario, facts.launched_at, pid, (), None, True,
+                                 "running", facts.startup.errors, ()))
+
+    def _start(self, facts: RunFacts, ended: Ended) -> None:
+        if ended.key in self._tasks:
+            return
+        task = asyncio.get_running_loop().create_task(self._classify(facts, ended),
+                                                      name=f"death of {ended.scenario}")
+        self._tasks[ended.key] = task
+
+    async def _classify(self, facts: RunFacts, ended: Ended) -> None:
         try:
-            evidence = await asyncio.to_thread(self._evidence, run, facts)
+            evidence = await asyncio.to_thread(self._evidence, ended)
             death = classify(evidence)
         except Exception as exc:  # forensics never take the dashboard down with them
-            self.store.event("warning", f"{run.scenario.name}'s death could not be "
+            self.store.event("warning", f"{ended.scenario}'s death could not be "
                                         f"classified: {type(exc).__name__}: {exc}")
             return
         facts.death = death
@@ -71,32 +119,31 @@ class DeathWatch:
         first = death.evidence[0] if death.evidence else ""
         self.store.event("error", f"{death.headline()}. {first}. Next: {death.action}")
 
-    def _evidence(self, run: Run, facts: RunFacts) -> Evidence:
+    def _evidence(self, ended: Ended) -> Evidence:
         """Blocking reads (the kernel log, /proc/vmstat): off the event loop."""
-        before = self.host.last_with_tree
-        if before is None or before.server_tree is None or before.server_tree.root_pid != run.pid:
-            before = None
-        pids = {run.pid, *run.members}
-        if before is not None and before.server_tree is not None:
-            pids.update(before.server_tree.pids)
-        text, problem = self.backend.kernel_log()
-        now = self.backend.vmstat().get("oom_kill")
-        at_launch = self._at_launch.get(run.launched_at)
+        before = self.host().last_with_tree
+        tree = before.server_tree if before is not None else None
+        if tree is None or tree.root_pid != ended.pid:
+            before, tree = None, None
+        pids = {ended.pid, *ended.members, *(tree.pids if tree is not None else ())}
+        backend = self.backend()
+        text, problem = backend.kernel_log()
+        now = backend.vmstat().get("oom_kill")
+        at_launch = self._at_launch.get(ended.key)
         then = at_launch.oom_kills if at_launch is not None else None
         gpu = self.store.data(SourceName.GPU)
         return Evidence(
-            scenario=run.scenario.name, exit_code=run.exit_code,
-            was_ready=run.ready_at is not None,
-            phase=run.parser.failed_in or run.phase,
-            errors=facts.startup.errors, pids=tuple(sorted(pids)),
+            scenario=ended.scenario, exit_code=ended.exit_code, was_ready=ended.was_ready,
+            phase=ended.phase, errors=ended.errors, pids=tuple(sorted(pids)),
             kernel_kills=tuple(k for k in oom_kills(text or "") if k.pid in pids),
             kernel_log_problem=problem,
             oom_kills_delta=None if now is None or then is None else now - then,
-            host_before=before, host_at_launch=self._first_tree.get(run.launched_at),
+            host_before=before, host_at_launch=self._first_tree.get(ended.key),
             gpu_before=gpu if isinstance(gpu, GpuData) else None,
-            at=time.time(), log_tail=tuple(line for _, line in list(run.lines)[-LOG_TAIL:]))
+            at=time.time(), log_tail=ended.log_tail)
 
     async def close(self) -> None:
-        for task in list(self._tasks):
+        tasks = list(self._tasks.values())
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -167,7 +167,7 @@ class Session(AttachedServers):
         self._host_backend = host_backend
         self.gpu = GpuCollector(self._gpus)
         self.host = HostCollector(host_backend)
-        self.deaths = DeathWatch(self.store, self.host, host_backend)
+        self.deaths = DeathWatch(self.store, lambda: self.host, lambda: self._host_backend)
         # The session owns the supervisor (scenarios.owner.SupervisorOwner): it reads the
         # node for it and hears each change to a run ("the supervisor's owner", below).
         self.supervisor = Supervisor(state_dir, self, node_dir=node_dir)
@@ -396,6 +396,7 @@ class Session(AttachedServers):
                         facts_now.results = facts_now.results.merged(summary(self.store))
                     self._read_engram(facts_now)
                     self._follow_node(facts_now)
+                    self.deaths.attached(facts_now, self.host.root_pid)
                 except Exception as exc:  # a reading nobody foresaw: said once, not fatal
                     why = f"{type(exc).__name__}: {exc}"
                     if why not in said and len(said) < 16:

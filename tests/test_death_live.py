@@ -1,0 +1,119 @@
+"""Deaths on the simulated node, end to end: a real session starts a simulated server that
+dies one way (`sim serve --fail-as`), the session classifies the death from what it can read
+then (the log, the exit status, the node's kernel records and counter, the last host
+reading), puts it on the run's facts, the events, the header and summary.md, the recorder
+writes it, and `engram-top why` reads it back from the recording."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import until
+
+from engram_top.cli.commands import main
+from engram_top.export.summary import summary_markdown
+from engram_top.live.session import Session, SessionOptions
+from engram_top.model.death import Death, DeathKind
+from engram_top.model.store import RunStore
+from engram_top.record.recorder import Recorder
+
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
+
+def scenario_file(tmp_path: Path, name: str, placement: str, *args: str) -> Path:
+    path = tmp_path / "deaths.toml"
+    quoted = ", ".join(f'"{a}"' for a in args)
+    path.write_text(f"""
+[plan]
+name = "deaths"
+
+[defaults]
+kind = "simulated"
+host = "127.0.0.1"
+time_scale = 0.02
+readiness_timeout_s = 120
+stop_grace_s = 10
+
+[scenarios.{name}]
+placement = "{placement}"
+port = 30990
+args = [{quoted}]
+""")
+    return path
+
+
+async def died(tmp_path: Path, name: str, placement: str, *args: str,
+               timeout: float = 90) -> tuple[Death, RunStore, Path, Session]:
+    """Start the scenario in a session with a recorder; wait for its death to be classified.
+    The caller closes the session (the fixture-like `finally` of each test)."""
+    session = Session(SessionOptions(scenario_file=scenario_file(tmp_path, name, placement, *args),
+                                     start=name, state_dir=tmp_path / "state", free_ports=True,
+                                     load=None, poll_interval=0.5))
+    record = tmp_path / "deaths.jsonl"
+    await session.start()
+    recorder = Recorder(session.store, record).start()
+    try:
+        store = session.store
+        await until(None, lambda: store.run is not None and store.run.death is not None,
+                    timeout, lambda: f"its death classified; events: "
+                    f"{[e.text for e in store.events][-5:]}")
+        assert store.run is not None and store.run.death is not None
+        return store.run.death, store, record, session
+    finally:
+        recorder.close()
+
+
+def why(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(["why", str(path)])
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.timeout(150)
+async def test_an_hbm_oom_at_start_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    session = None
+    try:
+        death, store, record, session = await died(tmp_path, "oom", "device",
+                                                   "--fail-as", "oom-kv-pool")
+        assert death.kind == DeathKind.HBM_OOM_STARTUP
+        assert death.evidence[0].startswith("log") and "OutOfMemoryError" in death.evidence[0]
+        assert death.evidence[1] == "during start-up, in kv pool"
+        assert "--mem-fraction-static" in death.action
+        said = [e.text for e in store.events]
+        assert any(t.startswith("oom died: out of GPU memory during start-up. log")
+                   and "Next: a lower --mem-fraction-static" in t for t in said), said
+        summary = summary_markdown(store, {"taken_at": "now", "run": None}, "")
+        assert "## Deaths" in summary
+        assert "- **oom** died: out of GPU memory during start-up (`hbm-oom-startup`)" in summary
+    finally:
+        if session is not None:
+            await session.close()
+    # The recorder wrote it with the run's facts: `why` reads it back, word for word.
+    code, out = why(record, capsys)
+    assert code == 0, out
+    assert out.splitlines()[1] == ("- **oom** died: out of GPU memory during start-up "
+                                   "(`hbm-oom-startup`)")
+    assert "  - during start-up, in kv pool" in out.splitlines()
+
+
+@pytest.mark.timeout(150)
+async def test_a_server_stopped_as_asked_did_not_die(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    session = Session(SessionOptions(scenario_file=scenario_file(tmp_path, "fine", "device"),
+                                     start="fine", state_dir=tmp_path / "state",
+                                     free_ports=True, load=None, poll_interval=0.5))
+    record = tmp_path / "fine.jsonl"
+    try:
+        await session.start()
+        recorder = Recorder(session.store, record).start()
+        store = session.store
+        await until(None, lambda: store.run is not None and store.run.state == "ready", 90,
+                    "ready")
+        await session.close()
+        recorder.close()
+        assert store.run is not None and store.run.death is None
+    finally:
+        await session.close()
+    code, out = why(record, capsys)
+    assert code == 1 and out.startswith(f"No death recorded in {record}: 1 run")
+
