@@ -389,6 +389,11 @@ def test_the_agent_outlives_a_killed_server_and_records_its_death(tmp_path: Path
             # The agent goes on: its /metrics says the server is gone, and why.
             wait_until(lambda: 'alert="server-gone"' in page(), 60,
                        "the server-gone alert on the agent's /metrics")
+            # Its death, classified as far as an attached server's can be: no exit status
+            # to read (not the agent's child), nothing in the kernel's records.
+            wait_until(lambda: 'engram_top_server_death_timestamp_seconds{scenario="'
+                       f'{server.url}",kind="unknown"}}' in page(), 30,
+                       "the death on the agent's /metrics")
             text = page()
             assert any(line.startswith('engram_top_source_up{source="') and "server" in line
                        and line.endswith(" 0") for line in text.splitlines()), text
@@ -408,3 +413,10 @@ def test_the_agent_outlives_a_killed_server_and_records_its_death(tmp_path: Path
     assert ok and any(s is Status.ERROR for s in statuses[ok[-1] + 1:]), statuses[-5:]
     said = [getattr(p, "text", "") for _, kind, p in records if kind == "event"]
     assert any(t.startswith(f"server {server.url} not answering since ") for t in said), said
+    assert any(t.startswith(f"{server.url} died: ended, cause unknown. exit status not known")
+               for t in said), said
+    # `why` on the agent's folder reads it back.
+    why = subprocess.run([str(installed_script()), "why", str(folder)], capture_output=True,
+                         text=True, timeout=60)
+    assert why.returncode == 0, why.stderr
+    assert f"- **{server.url}** died: ended, cause unknown (`unknown`)" in why.stdout

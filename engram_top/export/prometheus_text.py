@@ -104,7 +104,19 @@ def _server(store: RunStore) -> list[Family]:
         else run.placement or ""
     info.add(1, scenario=run.scenario, placement=placement or "", state=str(run.state))
     ready.add(1 if str(run.state) == "ready" else 0, scenario=run.scenario)
-    return [info, ready]
+    return [info, ready, _death(store)]
+
+
+def _death(store: RunStore) -> Family:
+    """When each server that died was seen to die, by the death's class: an alert rule
+    pages on its change, a dashboard says which class (engram-top why names the evidence)."""
+    died = Family("server_death_timestamp_seconds", "When a watched server died, by its "
+                  "class of death (host-oom-kill, hbm-oom-runtime, ...), in seconds since the "
+                  "epoch.")
+    for run in store.runs:
+        if run.death is not None and run.death.at is not None:
+            died.add(run.death.at, scenario=run.scenario, kind=run.death.kind.value)
+    return died
 
 
 def _hbm(store: RunStore) -> list[Family]:

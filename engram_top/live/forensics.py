@@ -94,7 +94,7 @@ class DeathWatch:
             return
         self._launched(facts.launched_at)
         self._seen_alive(facts.launched_at, pid)
-        if psutil.pid_exists(pid):
+        if not _gone(pid):
             return
         self._start(facts, Ended(facts.scenario, facts.launched_at, pid, (), None, True,
                                  "running", facts.startup.errors, ()))
@@ -147,3 +147,14 @@ class DeathWatch:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _gone(pid: int) -> bool:
+    """Its process ended: no such pid, or a zombie its parent has not reaped yet (a server
+    killed under a supervisor that waits later)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # not ours to look at: alive as far as we can tell
+        return False
