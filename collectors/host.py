@@ -129,6 +129,21 @@ class ProcBackend:
         return read_kernel_log(self.kmsg)
 
 
+def thp(backend: object) -> str:
+    """Transparent huge pages as the kernel is set (always, madvise, never), "" where it
+    does not say: a backend's own where it has one (the simulated node's)."""
+    own = getattr(backend, "thp_setting", None)
+    if isinstance(own, str):
+        return own
+    root = getattr(backend, "sys", Path("/sys"))
+    try:
+        text = (root / "kernel" / "mm" / "transparent_hugepage" / "enabled").read_text()
+    except OSError:
+        return ""
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else ""
+
+
 def sample(backend: HostBackend, root_pid: int | None,
            share: numa.ServerShare | None = None,
            members: TreeMembers | None = None) -> HostData:

@@ -109,6 +109,17 @@ async def test_a_server_stopped_as_asked_did_not_die(tmp_path: Path,
         store = session.store
         await until(None, lambda: store.run is not None and store.run.state == "ready", 90,
                     "ready")
+        # Its fingerprint: what ran, on what (the simulated node's GPUs, host and kernel).
+        await until(None, lambda: store.run is not None and store.run.fingerprint is not None,
+                    30, "its fingerprint")
+        fp = store.run.fingerprint
+        assert fp is not None
+        assert (fp.placement, fp.gpus, fp.thp, fp.numa_nodes) == (
+            "device", "4x NVIDIA B200, 179.1 GiB", "madvise", 2)
+        assert fp.engine.startswith("SGLang (simulated)") and fp.parallel["tp_size"] == 4
+        assert fp.server_args["mem_fraction_static"] and "port" not in fp.server_args
+        summary = summary_markdown(store, {"taken_at": "now", "run": None}, "")
+        assert "## Fingerprint" in summary and "placement device · TP4" in summary
         await session.close()
         recorder.close()
         assert store.run is not None and store.run.death is None

@@ -96,6 +96,9 @@ def _main(argv: list[str]) -> int:
     if args.command == "probe":
         from engram_top.probe import gpu as probe
         return probe.run(args)
+    if args.command == "diff":
+        from engram_top.cli.diff import diff
+        return diff(args.a, args.b, args.json)
     if args.command == "why":
         from engram_top.cli.why import why
         return why(args.path, args.json)

@@ -240,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("scenario_file", type=Path)
     stop.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
 
+    df = sub.add_parser("diff", help="what changed between two recordings: what the server "
+                                     "ran as, then its memory, KV capacity and latency")
+    df.add_argument("a", type=Path, help="a recording, or an agent's folder (its newest)")
+    df.add_argument("b", type=Path, help="the other, read the same way")
+    df.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+
     wy = sub.add_parser("why", help="why the servers in a recording or snapshot died: each "
                                     "death's class, evidence and next action")
     wy.add_argument("path", type=Path, help="a recording (.jsonl), a folder of recordings "

@@ -18,6 +18,7 @@ from collectors.units import (
     weights_gb,
 )
 from engram_top.model.death import death_lines
+from engram_top.model.fingerprint import fingerprint_lines
 from engram_top.model.store import RunStore
 
 
@@ -40,6 +41,9 @@ def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) 
         lines += ["", "## Deaths", ""]
         for death in deaths:
             lines += death_lines(death)
+    watched = store.run
+    if watched is not None and watched.fingerprint is not None:
+        lines += ["", "## Fingerprint", "", *fingerprint_lines(watched.fingerprint)]
     lines += ["", "## Comparison", "", *comparison_md.rstrip().split("\n"), "",
               "## Readings now", ""]
     lines += _readings(data)

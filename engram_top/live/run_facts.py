@@ -11,7 +11,8 @@ from typing import Any
 from collectors.readings import Reading, Status
 from collectors.source import SourceName
 from collectors.startup_facts import StartupFacts
-from engram_top.model.hicache import typed_args
+from engram_top.model.fingerprint import fingerprint
+from engram_top.model.hicache import hicache_facts, typed_args
 from engram_top.model.store import RunFacts, RunStore, StoreTopic
 from engram_top.seed.reference import Reference
 from scenarios.engines.base import Engine, ServerCollector
@@ -141,4 +142,34 @@ def read_engram(store: RunStore, facts: RunFacts, engine: Engine, sc: Scenario |
     if model != facts.model:
         facts.model, changed = model, True
     if changed:
+        store.bump(StoreTopic.RUN)
+
+
+def take_fingerprint(store: RunStore, facts: RunFacts, engine: Engine, sc: Scenario | None,
+                     env: dict[str, str], thp: str) -> None:
+    """The run's fingerprint (engram_top.model.fingerprint) from what the server, its log,
+    its scenario and the node say now; the facts change only where it did."""
+    server = store.data(SourceName.SERVER)
+    if not env and server is not None:
+        env = simulated_env(server.simulated)
+    switches = {k: v for k, v in {**(sc.launch_env() if sc is not None else {}), **env}.items()
+                if k.startswith(engine.env_prefixes)} if engine.env_prefixes else {}
+    args = {**(server.server_args if server is not None else {}),
+            **(facts.startup.server_args.raw if facts.startup.server_args else {})}
+    parallel = dict(facts.startup.parallel)
+    if not parallel and server is not None and server.tp_size is not None:
+        parallel = {"tp_size": server.tp_size}
+    setting = facts.engram
+    engram = "" if setting is None else ", ".join(str(v) for v in (
+        setting.placement, setting.layout, None if setting.pinned is None else
+        ("pinned" if setting.pinned else "not pinned"), setting.verdict) if v)
+    hicache = hicache_facts(store)
+    found = fingerprint(
+        engine=facts.engine_name or facts.engine, model=facts.model,
+        placement=facts.placement, parallel=parallel, raw_args=args, switches=switches,
+        engram=engram, hicache_host_bytes=None if hicache is None or hicache.pool_bytes is None
+        else int(hicache.pool_bytes), server=server, gpu=store.data(SourceName.GPU),
+        host=store.data(SourceName.HOST), thp=thp)
+    if found != facts.fingerprint:
+        facts.fingerprint = found
         store.bump(StoreTopic.RUN)

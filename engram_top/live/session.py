@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
+from collectors.host import thp as host_thp
 from collectors.nvml import GpuCollector, NvmlBackend
 from collectors.readings import GpuData, HostData
 from collectors.shared import SharedSampler
@@ -32,7 +33,13 @@ from engram_top.live.forensics import DeathWatch
 from engram_top.live.load import context_len, counters, driver
 from engram_top.live.options import SessionOptions as SessionOptions  # re-exported
 from engram_top.live.polling import free_port, poll_loop
-from engram_top.live.run_facts import launched, read_engram, sync, until_port
+from engram_top.live.run_facts import (
+    launched,
+    read_engram,
+    sync,
+    take_fingerprint,
+    until_port,
+)
 from engram_top.model.facts import summary
 from engram_top.model.left_running import LeftRunning
 from engram_top.model.store import RunFacts, RunStore
@@ -84,6 +91,7 @@ class Session(AttachedServers):
         self._attached_engine: dict[str, Engine] = {}  # what a page said, without --engine
         # By scenario: (launch, parser, its version) whose facts the store holds.
         self._startup_seen: dict[str, tuple[float, int, int | None]] = {}
+        self._fingerprinted: dict[float, float] = {}  # by run (launched_at): when last taken
         self._steering: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._tmp: Path | None = None
@@ -419,6 +427,10 @@ class Session(AttachedServers):
         engine = sc.engine if sc is not None else self._attached_engine_of(facts.url or "")
         env = {} if sc is not None else self._attached_env.get(facts.url or "", {})
         read_engram(self.store, facts, engine, sc, env)
+        # The fingerprint every 10 s, not every tick: a few hundred arguments redacted.
+        if time.monotonic() - self._fingerprinted.get(facts.launched_at, -1e9) > 10.0:
+            self._fingerprinted[facts.launched_at] = time.monotonic()
+            take_fingerprint(self.store, facts, engine, sc, env, host_thp(self._host_backend))
 
     async def _start_load(self, sc: Scenario) -> None:
         spec = self.options.load

@@ -27,6 +27,7 @@ from collectors.source import LOCAL, SourceKey, SourceName
 from collectors.startup_facts import StartupFacts
 from engram_top.model.death import Death
 from engram_top.model.figures import RunFigures
+from engram_top.model.fingerprint import Fingerprint
 from scenarios.runstate import RunState
 
 
@@ -215,6 +216,8 @@ class RunFacts:
     finding_processes: bool = False
     # Why it died, once classified (engram_top.live.forensics), where it ended unasked.
     death: Death | None = None
+    # What it ran as, on what (engram_top.model.fingerprint): for `engram-top diff`.
+    fingerprint: Fingerprint | None = None
 
     @property
     def ready_s(self) -> float | None:

@@ -95,6 +95,7 @@ class SimHostBackend(ProcBackend):
     process memory from their state files; the process tree itself is the real one."""
 
     name = "simulated"
+    thp_setting = "madvise"  # the virtual host's (collectors.host.thp): not this machine's
 
     def __init__(self, node_dir: Path) -> None:
         super().__init__()

@@ -1,0 +1,70 @@
+"""`engram-top diff A B` over two real recordings of the simulated node whose servers differ
+by one flag (HiCache's host pool): the fingerprint says which flag first, then the memory,
+KV pool and latency; a side that is no recording is refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import until
+from test_death_live import scenario_file
+
+from collectors.source import SourceName
+from engram_top.cli.commands import main
+from engram_top.live.session import Session, SessionOptions
+from engram_top.record.recorder import Recorder
+from scenarios.runstate import RunState
+
+pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
+
+
+async def recorded(tmp_path: Path, name: str, *args: str) -> Path:
+    """A session that starts the scenario, records it until it serves with its fingerprint
+    taken, then stops it: the recording."""
+    folder = tmp_path / name
+    folder.mkdir()
+    session = Session(SessionOptions(scenario_file=scenario_file(folder, name, "device", *args),
+                                     start=name, state_dir=folder / "state", free_ports=True,
+                                     load=None, poll_interval=0.5))
+    record = folder / f"{name}.jsonl"
+    try:
+        await session.start()
+        recorder = Recorder(session.store, record).start()
+        store = session.store
+        await until(None, lambda: store.run is not None and store.run.state == RunState.READY
+                    and store.run.fingerprint is not None
+                    and store.data(SourceName.SERVER) is not None, 90,
+                    "ready, a good reading, its fingerprint taken")
+        await session.close()
+        recorder.close()
+    finally:
+        await session.close()
+    return record
+
+
+@pytest.mark.timeout(240)
+async def test_two_recordings_that_differ_by_one_flag(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    a = await recorded(tmp_path, "plain")
+    b = await recorded(tmp_path, "hicache", "--hicache-size", "0.01")
+    code = main(["diff", str(a), str(b)])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    text = out.out
+    assert text.startswith("# engram-top diff\n")
+    ran = text.split("## What it ran as")[1].split("## HBM")[0]
+    rows = [line for line in ran.splitlines() if line.startswith("| ") and "what" not in line]
+    # The flag, and what it set: nothing else about what ran (ports and names are left out).
+    assert any(r.startswith("| server_args.hicache_size | ") for r in rows), ran
+    assert all("hicache" in r or "hierarchical" in r for r in rows), ran
+    assert "| hicache_host_bytes | n/a | 0.04 GiB |" in ran  # 0.01 GB on each of 4 ranks
+    # The same node and model: the KV pool's capacity is the seed's on both.
+    assert "| KV capacity (tokens) | 11,840,000 | 11,840,000 | +0.00% |" in text
+    data = json.loads((main(["diff", str(a), str(b), "--json"]), capsys.readouterr().out)[1])
+    assert any(c[0] == "server_args.hicache_size" for c in data["fingerprint_changes"])
+    assert data["a"]["figures"]["KV capacity (tokens)"] == 11_840_000
+    # A side that is no recording: exit 2, named.
+    code = main(["diff", str(a), str(tmp_path / "plain" / "deaths.toml")])
+    assert code == 2 and "deaths.toml: not a recording" in capsys.readouterr().err
