@@ -315,3 +315,41 @@ def test_a_starting_server_is_never_silent() -> None:
     new_run(store, state="starting", t=0.0)
     server_down(store, 100.0)
     assert monitor.evaluate(store, 100.0) == []
+
+
+def test_an_overload_that_comes_and_goes_is_one_kv_alert_held_30_s() -> None:
+    """Prometheus' keep_firing_for: the KV pool full, then not, every few seconds for a
+    minute (batches finishing and starting) is one alert, not one a batch; it clears 30 s
+    after the last time over, said once."""
+    store, monitor = RunStore(), AlertMonitor()
+    new_run(store)
+    changes: list[tuple[float, str]] = []
+    for t in range(0, 120):
+        over = t < 60 and t % 8 < 3  # over the 90% bound 3 s of every 8, for a minute
+        server(store, float(t), usage=0.95 if over else 0.5)
+        changes += [(t, c.change) for c in monitor.evaluate(store, float(t))]
+    last_over = max(t for t in range(60) if t % 8 < 3)
+    assert changes == [(0, "raised"), (last_over + 1 + 30, "cleared")]
+    # The config's hold: 0 keeps the old way, a clear after clear_after_s (5 s).
+    store, monitor = RunStore(), AlertMonitor(Thresholds(kv_keep_firing_s=0.0))
+    new_run(store)
+    changes = []
+    for t in range(0, 20):
+        server(store, float(t), usage=0.95 if t < 3 else 0.5)
+        changes += [(t, c.change) for c in monitor.evaluate(store, float(t))]
+    assert changes == [(0, "raised"), (8, "cleared")]
+
+
+def test_a_for_hold_lets_a_brief_spike_page_no_one() -> None:
+    store, monitor = RunStore(), AlertMonitor(Thresholds(hbm_for_s=10.0))
+    for t in range(0, 5):  # 5 s over: shorter than the hold
+        gpus(store, float(t), 96.0)
+        assert monitor.evaluate(store, float(t)) == []
+    gpus(store, 5.0, 50.0)
+    assert monitor.evaluate(store, 5.0) == []
+    raised = []
+    for t in range(6, 30):  # then over for good: it fires once it has held 10 s
+        gpus(store, float(t), 96.0)
+        raised += [t for c in monitor.evaluate(store, float(t)) if c.change == "raised"]
+    assert raised == [16]
+

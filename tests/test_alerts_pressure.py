@@ -132,6 +132,30 @@ def test_an_slo_breach_against_the_configs_bounds() -> None:
     assert AlertMonitor().findings(store, 2.0) == []
 
 
+def test_the_slo_alert_holds_while_requests_queue_with_no_first_token() -> None:
+    """A window in which no request got a first token measures no TTFT: while requests
+    queue, that is no SLO met. The alert read "cleared: p99 TTFT 79.7 s ... (43 queued)" in
+    a KV exhaustion; it now stays, and clears 30 s (its keep_firing_s) after the queue is
+    served again."""
+    store, monitor = RunStore(), AlertMonitor(slos=(Slo("ttft", 99, 2.0),))
+    attached(store)
+    server(store, 0.0, ttft=q(40.0, 79.7, 50), window_s=30.0, num_queue_reqs=43.0)
+    (change,) = monitor.evaluate(store, 0.0)
+    assert change.change == "raised"
+    # Then no first token in the window (count 0), requests still queued: held, however long.
+    for t in range(1, 120):
+        server(store, float(t), ttft=q(0.0, 0.0, 0), window_s=30.0, num_queue_reqs=43.0)
+        assert monitor.evaluate(store, float(t)) == [], t
+    # Served again, within the bound: it clears after its hold, said once.
+    cleared = []
+    for t in range(120, 160):
+        server(store, float(t), ttft=q(0.2, 0.5, 200), window_s=30.0, num_queue_reqs=0.0)
+        cleared += [t for c in monitor.evaluate(store, float(t)) if c.change == "cleared"]
+    assert cleared == [150]
+    assert [e for e in events(store) if e.startswith("cleared: p99 TTFT")] == [
+        "cleared: " + change.alert.message]
+
+
 def test_an_slo_breach_on_a_coarse_quantile_says_its_bucket() -> None:
     """A p99 interpolated inside a bucket too wide to resolve it is said by the bucket,
     never by the interpolated figure: past the bound where the whole bucket is, "not

@@ -19,6 +19,8 @@ from scenarios.bounds import Range, bounded_float
 # can mean; a MiB/s rate of a million is past any swap device.
 PCT = bounded_float(0, 100, what="a percentage")
 WINDOW_S = bounded_float(1, 86400, unit="seconds")
+HOLD_S = bounded_float(0, 86400, unit="seconds")
+KEEP_S = 30.0  # one overload, one alert: the server's own windows are 30 s
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,29 @@ class AlertDef:
     # About the server's own figures: once it stops answering or ends they are stale, so the
     # alert ends at once rather than stand on its last reading.
     server_figures: bool = False
+    # Holds, as Prometheus' `for` and `keep_firing_for`: how long its condition must hold
+    # before it fires, and how long it goes on firing once the condition is gone (at least
+    # the [alerts] clear_after_s); the config file's NAME_for_s and NAME_keep_firing_s
+    # change them. A window's alert over an overload that comes and goes with each batch
+    # fires once for the overload, not once a batch.
+    for_s: float = 0.0
+    keep_firing_s: float = 0.0
 
     def id(self, gpu: int | None = None) -> str:
         return self.name if gpu is None else f"{self.name}:gpu{gpu}"
+
+    @property
+    def key(self) -> str:
+        return self.name.replace("-", "_")
+
+    def hold_settings(self) -> tuple[Setting, ...]:
+        """Its holds as [alerts] keys: an alert on a measured figure has both (one about a
+        fact, cleared at once, or a GPU's error count that stays, has none)."""
+        if self.clears_at_once or self.told_elsewhere or not (self.settings
+                                                               or self.server_figures):
+            return ()
+        return (Setting(f"{self.key}_for_s", self.for_s, HOLD_S),
+                Setting(f"{self.key}_keep_firing_s", self.keep_firing_s, HOLD_S))
 
 
 HBM = AlertDef(
@@ -94,7 +116,7 @@ KV = AlertDef(
     "the server's KV pool usage (SGLang's `token_usage`) above `kv_usage_pct`.",
     (Setting("kv_usage_pct", 90.0, PCT),),
     "The server's KV pool usage (SGLang's token_usage) above this.", server_figures=True,
-    fleet=FleetRule("kv_pct", "kv_usage_pct", True, "kv {:.0f}%"))
+    keep_firing_s=KEEP_S, fleet=FleetRule("kv_pct", "kv_usage_pct", True, "kv {:.0f}%"))
 HOST_AVAILABLE = AlertDef(
     "host-available", "warning",
     "host memory available (`MemAvailable`) below `host_available_pct` of the total, naming "
@@ -157,14 +179,15 @@ RETRACTIONS = AlertDef(
     "computed again.",
     (Setting("retractions_per_s", 0.1, bounded_float(0, 1e6, what="a rate per second")),),
     "Requests retracted (vLLM: preempted) per second, over the server's 30 s window, above "
-    "this.", server_figures=True)
+    "this.", server_figures=True, keep_firing_s=KEEP_S)
 SLO = AlertDef(
     "slo", "warning",
     "the server's TTFT or TPOT (SGLang's inter-token latency) over its 30 s window is past a "
     "p50 or p99 bound of the config file's `[slo]`, once the window holds 10 requests (a "
-    "bound at another percentile holds the demo load's requests only).",
+    "bound at another percentile holds the demo load's requests only); it does not clear while "
+    "requests queue and none got a first token in the window.",
     config_note="the server's p50 or p99 TTFT or TPOT past a bound of the [slo] table",
-    server_figures=True)
+    server_figures=True, keep_firing_s=KEEP_S)
 HICACHE_DROPS = AlertDef(
     "hicache-drops", "warning",
     "SGLang's HiCache dropped tokens for host pressure "
@@ -172,7 +195,8 @@ HICACHE_DROPS = AlertDef(
     "`hicache_dropped_per_s` a second: its host pool is full or host RAM is short, so "
     "those prefixes are computed again.",
     (Setting("hicache_dropped_per_s", 0.0, bounded_float(0, 1e12, what="tokens per second")),),
-    "HiCache tokens dropped for host pressure per second above this.", server_figures=True)
+    "HiCache tokens dropped for host pressure per second above this.", server_figures=True,
+    keep_firing_s=KEEP_S)
 PCIE = AlertDef(
     "pcie", "warning",
     "GPU N's PCIe receive, averaged over `pcie_window_s`, above `pcie_rx_pct` of what its "
@@ -213,6 +237,11 @@ def readme_list(width: int = 92) -> str:
     for a in ALERTS:
         shown = f"{a.name}:gpuN" if a.per_gpu else a.name
         text = f"`{shown}` ({a.severity}): {a.says}"
+        if a.keep_firing_s:
+            text += (f" It goes on firing {a.keep_firing_s:g} s after its condition is gone "
+                     f"(`{a.key}_keep_firing_s`).")
+        if a.for_s:
+            text += f" It fires once its condition held {a.for_s:g} s (`{a.key}_for_s`)."
         if a.fleet is not None:
             text += f" The fleet shows it per node: `{a.fleet.label.replace('{:.0f}', 'N')}`."
         items.append(textwrap.fill(text, width, initial_indent="- ", subsequent_indent="  ",

@@ -32,6 +32,7 @@ from engram_top.alerts.definitions import (
     SERVER_FIGURES,
     SERVER_GONE,
     SERVER_SILENT,
+    SLO,
     SWAP_IN,
     TOLD_ELSEWHERE,
     XID,
@@ -72,6 +73,7 @@ class AlertMonitor:
         self.announce = announce
         self.slos = tuple(slos)  # the config file's [slo]: what the slo alert holds to
         self._clear_since: dict[str, float] = {}  # id -> monotonic time it was first seen clear
+        self._pending: dict[str, float] = {}  # id -> when its condition began, before its hold
         # The queue's length where the growth of the active queue-growth alert began: it
         # clears once the queue is back there, not when it merely stops growing.
         self._queue_from: float | None = None
@@ -96,19 +98,28 @@ class AlertMonitor:
                 if f.firing and (alert.message, alert.severity) != (f.message, f.severity):
                     alert.message, alert.severity = f.message, f.severity
                     touched = True
-            elif f.firing:
+            elif not f.firing:
+                self._pending.pop(f.id, None)
+            elif now - self._pending.setdefault(f.id, now) >= self.t.hold(_name(f.id), "for_s"):
+                self._pending.pop(f.id, None)
                 alert = Alert(f.id, f.severity, f.message, since=wall_at(store, now),
                               started_at=now)
                 active[f.id] = alert
                 if self.announce and alert.name not in TOLD_ELSEWHERE:
                     store.event(f.severity, f.message)
                 changes.append(AlertChange("raised", alert))
+        for pending in [i for i in self._pending if i not in found]:
+            del self._pending[pending]  # gone before its hold: never fired
         stale = _stale(store)
         for alert_id in [i for i in active if i not in found]:
             alert = active[alert_id]
             # A figure of a server that stopped answering is no figure: its alert ends now.
             ends = alert.name in SERVER_FIGURES and stale
-            hold = 0.0 if alert.name in CLEARS_AT_ONCE or ends else self.t.clear_after_s
+            if alert.name == SLO.name and not ends and pressure.queued_without_first_token(store):
+                self._clear_since.pop(alert_id, None)  # no first token to measure: not met
+                continue
+            hold = 0.0 if alert.name in CLEARS_AT_ONCE or ends else max(
+                self.t.clear_after_s, self.t.hold(alert.name, "keep_firing_s"))
             if now - self._clear_since.setdefault(alert_id, now) >= hold:
                 del active[alert_id]
                 self._clear_since.pop(alert_id, None)
@@ -315,6 +326,11 @@ class AlertMonitor:
         yield Finding(SERVER_SILENT.name, SERVER_SILENT.severity,
                       f"server {run.scenario} gave no good /metrics answer for {silent:.0f} s "
                       f"(> {self.t.server_silent_s:g} s){why}")
+
+
+def _name(alert_id: str) -> str:
+    """An alert's name from its id ("hbm:gpu2" is hbm's)."""
+    return alert_id.split(":", 1)[0]
 
 
 def _live(run: RunFacts | None) -> bool:

@@ -163,6 +163,17 @@ def slo_breaches(store: RunStore, slos: Sequence[SloBound]) -> Iterator[Finding]
                       "the latency panel's p50 against p99")
 
 
+def queued_without_first_token(store: RunStore) -> int:
+    """Requests queued while too few got a first token in the window to measure TTFT by:
+    the SLO is not met then, whatever the last quantile said (0: not so)."""
+    lat = latency_facts(store)
+    kv = kv_facts(store)
+    if lat is None or kv is None or not kv.queued:
+        return 0
+    count = lat.ttft.count if lat.ttft is not None else 0
+    return kv.queued if count < SLO_MIN_REQUESTS else 0
+
+
 def hicache_drops(store: RunStore, limit: float, available_bytes: float | None
                   ) -> Iterator[Finding]:
     view = hicache_facts(store)

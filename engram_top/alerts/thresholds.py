@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from engram_top.alerts.definitions import ALERT_NAMES, ALERTS, PCT, Setting
+from engram_top.alerts.definitions import ALERT_NAMES, ALERTS, BY_NAME, PCT, Setting
 from scenarios.bounds import bounded_float
 
 ENABLED = Setting("enabled", True, "bool", "true or false")
@@ -24,11 +24,21 @@ CLEAR_AFTER = Setting("clear_after_s", 5.0, bounded_float(0, 86400, unit="second
 
 # Every [alerts] key, in the config file's order.
 SETTINGS: tuple[Setting, ...] = (ENABLED, DISABLED, *(s for a in ALERTS for s in a.settings),
-                                 HYSTERESIS, CLEAR_AFTER)
+                                 HYSTERESIS, CLEAR_AFTER,
+                                 *(s for a in ALERTS for s in a.hold_settings()))
 
 
 def _on(self: Any, name: str) -> bool:
     return bool(self.enabled) and name not in self.disabled
+
+
+def _hold(self: Any, name: str, what: str) -> float:
+    """An alert's hold ("for_s", "keep_firing_s"): the config's where the definition has
+    one, else its definition's (0: none)."""
+    a = BY_NAME.get(name)
+    if a is None:
+        return 0.0
+    return float(getattr(self, f"{a.key}_{what}", getattr(a, what)))
 
 
 # A frozen dataclass made from SETTINGS: each field's default and, in its metadata, how the
@@ -39,7 +49,8 @@ Thresholds: Any = dataclasses.make_dataclass(
     [(s.key, type(s.default),
       dataclasses.field(default=s.default, metadata={"kind": s.kind, "what": s.described}))
      for s in SETTINGS],
-    namespace={"on": _on, "__doc__": "When each alert starts: one field per [alerts] key."},
+    namespace={"on": _on, "hold": _hold,
+               "__doc__": "When each alert starts: one field per [alerts] key."},
     frozen=True)
 Thresholds.__module__ = __name__
 

@@ -260,6 +260,11 @@ def _alerts_section() -> str:
     groups.append(("Against flapping: a percentage alert clears only hysteresis_pct points "
                    "back on the safe side of its threshold, and any alert only after staying "
                    "clear for clear_after_s seconds.", (HYSTERESIS, CLEAR_AFTER)))
+    groups.append(("Holds, as Prometheus' for and keep_firing_for: NAME_for_s, how long a "
+                   "condition must hold before its alert fires (a brief spike pages no one); "
+                   "NAME_keep_firing_s, how long it goes on firing after (at least "
+                   "clear_after_s), so that one overload is one alert.",
+                   tuple(s for a in ALERTS for s in a.hold_settings())))
     lines = []
     for comment, settings in groups:
         lines.append(_comment(comment))
