@@ -12,7 +12,13 @@ from scenarios.bounds import bounded_float, bounded_int
 
 DIALECTS = ("sglang", "vllm")
 LAYOUTS = ("shared", "numa-replicated", "per-rank")  # the host tables' copies
-FAIL_KINDS = ("sigquit", "nccl-timeout", "no-kernel-image", "oom-kv-pool")
+# The ways `sim serve --fail-as` dies: during start-up (engram_top.sim.fail_kinds), or while
+# serving, --fail-after seconds after ready (engram_top.sim.running_deaths). Here, not there:
+# the CLI builds its options before any of the server's modules load.
+START_KINDS = ("sigquit", "nccl-timeout", "no-kernel-image", "oom-kv-pool")
+RUNNING_KINDS = ("host-oom-kill", "cgroup-oom-kill", "hbm-oom-running", "shm-full", "killed")
+FAIL_KINDS = START_KINDS + RUNNING_KINDS
+DEFAULT_FAIL_AFTER_S = 2.0
 POOL_STYLES = ("dsv4", "swa", "mamba")
 PARALLEL_LAYOUTS = ("tp", "dp-attention", "pp")
 # The ranges, as the CLI's own: scales as a scenario file's (x0.001: the seed's start-up in an
@@ -22,6 +28,7 @@ SCALE = bounded_float(0.001, 100)
 PORT = bounded_int(1, 65535)
 ANY_PORT = bounded_int(0, 65535)
 STREAM_INTERVAL = bounded_int(1, 100_000)
+FAIL_AFTER = bounded_float(0, 86_400, unit="seconds")  # up to a day of serving first
 HICACHE_GB = bounded_float(0, 100_000)  # per rank; 0 is off, as SGLang's 0
 # Another tenant's memory: up to a B200's whole HBM per GPU, up to 64 TiB of host RAM.
 NEIGHBOUR_GIB = bounded_float(0, 192)
@@ -87,12 +94,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-at", default=None,
                    choices=["distributed_init", "weights", "kv_pool", "graphs", "warmup"],
                    help="die during this start-up phase (for testing supervisors)")
-    p.add_argument("--fail-as", default=None, choices=FAIL_KINDS,
-                   help="die as a real server does, in its words: a scheduler's exception and "
-                        "SGLang's SIGQUIT line (sigquit, in --fail-at's phase, default "
-                        "weights), an NCCL watchdog timeout (nccl-timeout, default "
-                        "distributed_init), no kernel image in graph capture (no-kernel-image), "
-                        "CUDA out of memory allocating the KV pool (oom-kv-pool)")
+    p.add_argument("--fail-as", default=None, choices=FAIL_KINDS, metavar="KIND",
+                   help="die as a real server does, in its words. During start-up: a "
+                        "scheduler's exception and SGLang's SIGQUIT line (sigquit, in "
+                        "--fail-at's phase, default weights), an NCCL watchdog timeout "
+                        "(nccl-timeout, default distributed_init), no kernel image in graph "
+                        "capture (no-kernel-image), CUDA out of memory allocating the KV pool "
+                        "(oom-kv-pool). While serving, --fail-after seconds after ready: TP "
+                        "rank 0's host memory grows until the kernel's OOM killer kills it "
+                        "(host-oom-kill) or its memory cgroup's does (cgroup-oom-kill), CUDA "
+                        "out of memory in its event loop (hbm-oom-running), /dev/shm full "
+                        "under NCCL, then SIGBUS (shm-full): each ends with SGLang's SIGQUIT "
+                        "line and its process tree killed (exit status -9); SIGTERM from "
+                        "outside, nothing logged (killed: exit status -15)")
+    p.add_argument("--fail-after", type=FAIL_AFTER, default=None, metavar="SECONDS",
+                   help="with a --fail-as that dies while serving: die this many real "
+                        f"seconds after ready (default {DEFAULT_FAIL_AFTER_S:g})")
     p.add_argument("--kv-pools", choices=POOL_STYLES, default="dsv4",
                    help="how the memory pool phase logs its pools: DeepSeek-V4's configurator "
                         "(dsv4), SGLang's hybrid sliding-window pool (swa: full and SWA "

@@ -31,10 +31,10 @@ import uvicorn
 from engram_top.seed import reference
 from engram_top.sim import (
     exporters,
-    fail_kinds,
     hicache,
     log_style,
     memory,
+    running_deaths,
     server_args,
     state,
     tenant,
@@ -43,7 +43,7 @@ from engram_top.sim import (
 from engram_top.sim import vllm as simvllm
 from engram_top.sim.core import WARMUP_HEADER, ServerCore
 from engram_top.sim.http import build_app
-from engram_top.sim.options import add_arguments
+from engram_top.sim.options import DEFAULT_FAIL_AFTER_S, RUNNING_KINDS, add_arguments
 from engram_top.sim.startup import Startup, StartupFailed, log, spawn_ranks
 
 VERSION = "0.5.23+engram-top-sim"
@@ -170,7 +170,8 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
         startup.hicache_bytes_per_rank = hicache.pool_bytes(args)
         startup.layout = getattr(args, "engram_layout", "shared")
-        startup.fail_as = args.fail_as
+        # A kind that dies while serving is not start-up's business.
+        startup.fail_as = None if args.fail_as in RUNNING_KINDS else args.fail_as
         startup.pool_style = args.kv_pools
         # SGLang gives uvicorn's loggers its own timestamp prefix (set_uvicorn_logging_configs).
         app, log_config = build_app(core), log_style.uvicorn_log_config("[%(asctime)s] ")
@@ -199,6 +200,12 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         core.startup_seconds = time.monotonic() - core.launched
         if not vllm:
             log("The server is fired up and ready to roll!")
+        if args.fail_as in RUNNING_KINDS:  # it ends the process, unless a stop comes first
+            after = getattr(args, "fail_after", None)
+            after = DEFAULT_FAIL_AFTER_S if after is None else after
+            await _until_stopped(running_deaths.die(
+                args.fail_as, after, node_dir, ranks, ref.gpu_total_bytes,
+                ref.gpu_reserved_bytes, held[0] if held else 0, mem.context_bytes), stop)
         await stop.wait()
     except StartupFailed as exc:
         if vllm:
@@ -308,12 +315,11 @@ def main(argv: list[str] | None = None, args: argparse.Namespace | None = None) 
         print(f"engram-top sim serve: {', '.join(sglang_only)}: SGLang's shapes, not vLLM's "
               f"(leave out --dialect vllm)", file=sys.stderr)
         return 2
-    if args.fail_as is not None:
-        try:
-            fail_kinds.phase_of(args.fail_as, args.fail_at)
-        except ValueError as exc:
-            print(f"engram-top sim serve: {exc}", file=sys.stderr)
-            return 2
+    problem = running_deaths.option_problem(args.fail_as, args.fail_at,
+                                            getattr(args, "fail_after", None))
+    if problem is not None:
+        print(f"engram-top sim serve: {problem}", file=sys.stderr)
+        return 2
     if args.log_timestamps:  # as a container runtime stamps what the process writes
         sys.stdout = log_style.Timestamped(sys.stdout)
     log_style.set_layout(log_style.layout(args.parallel, reference.default().gpus))
