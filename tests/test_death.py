@@ -112,6 +112,11 @@ def test_a_host_oom_kill_names_the_victim_and_the_ledger_line_to_cut() -> None:
     assert grew.action.startswith("pageable memory grew")
     held = classify(evidence(kernel_kills=tuple(oom_kills(KMSG_HOST))))
     assert held.action.startswith("pinned host memory grew")  # shmem-rss 637 GiB of 676
+    # No poll saw it grow (a heap that grew within the last second): the victim alone holds
+    # 39 GiB of heap where its whole tree held 1 at ready, its shmem no more than then.
+    unseen = classify(evidence(kernel_kills=tuple(oom_kills(KMSG_HOST)),
+                               host_before=host(1.0, 700.0), host_at_launch=host(1.0, 700.0)))
+    assert unseen.action.startswith("pageable memory grew")
     # Another process's kill is not this server's death.
     other = classify(evidence(kernel_kills=tuple(oom_kills(JOURNAL))))
     assert other.kind == DeathKind.SIGNAL

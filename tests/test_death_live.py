@@ -17,6 +17,7 @@ from engram_top.live.session import Session, SessionOptions
 from engram_top.model.death import Death, DeathKind
 from engram_top.model.store import RunStore
 from engram_top.record.recorder import Recorder
+from engram_top.sim import kernel
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
@@ -128,3 +129,42 @@ async def test_a_server_stopped_as_asked_did_not_die(tmp_path: Path,
     code, out = why(record, capsys)
     assert code == 1 and out.startswith(f"No death recorded in {record}: 1 run")
 
+
+
+# Each way the simulated server dies while serving (`sim serve --fail-as KIND --fail-after
+# S`), the class the session reads from what is left, and a piece of evidence it must name.
+RUNNING = {
+    "host-oom-kill": (DeathKind.HOST_OOM_KILL, "kernel: Out of memory: Killed process "),
+    "cgroup-oom-kill": (DeathKind.CGROUP_OOM_KILL,
+                        "the cgroup whose limit was hit: /system.slice/sglang.service"),
+    "hbm-oom-running": (DeathKind.HBM_OOM_RUNTIME, "CUDA out of memory. Tried to allocate"),
+    "shm-full": (DeathKind.SHM_FULL, "No space left on device"),
+    "killed": (DeathKind.SIGNAL, "its process ended by SIGTERM (exit status -15)"),
+}
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("kind", list(RUNNING))
+async def test_a_death_while_serving_is_classified(tmp_path: Path, kind: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    expected, words = RUNNING[kind]
+    session = None
+    try:
+        death, store, record, session = await died(
+            tmp_path, "dies", "host", "--fail-as", kind, "--fail-after", "3")
+        said = [e.text for e in store.events]
+        assert death.kind == expected, (death, said[-8:])
+        assert any(words in line for line in death.evidence), death.evidence
+        assert any(t.startswith(f"dies died: {death.title}.") for t in said), said[-8:]
+    finally:
+        if session is not None:
+            await session.close()
+    if kind == "host-oom-kill":
+        # Which line grew: rank 0's heap (40 GiB in a second), not the pinned tables it
+        # held all along; and the kernel named a pid of the server's.
+        assert death.action.startswith("pageable memory grew"), death.action
+        grew = next(line for line in death.evidence if line.startswith("since ready"))
+        assert grew.startswith("since ready: pageable +"), grew
+        assert kernel.read_oom_kills(tmp_path / "state" / "node") == 1
+    code, out = why(record, capsys)
+    assert code == 0 and f"(`{expected.value}`)" in out

@@ -58,6 +58,7 @@ class DeathWatch:
         self.backend = backend  # a collectors.host.HostBackend: vmstat and the kernel log
         self._at_launch: dict[float, HostData | None] = {}  # by the run's launched_at
         self._first_tree: dict[float, HostData] = {}
+        self._ready_tree: dict[float, HostData] = {}
         self._tasks: dict[float, asyncio.Task[None]] = {}
 
     def launched(self, run: Run) -> None:
@@ -69,14 +70,16 @@ class DeathWatch:
             data = self.store.data(SourceName.HOST)
             self._at_launch[key] = data if isinstance(data, HostData) else None
 
-    def _seen_alive(self, key: float, pid: int) -> None:
+    def _seen_alive(self, key: float, pid: int, ready: bool) -> None:
         seen = self.host().last_with_tree
         if seen is not None and seen.server_tree is not None and seen.server_tree.root_pid == pid:
             self._first_tree.setdefault(key, seen)
+            if ready:  # what it held once serving: a death while serving grew from there
+                self._ready_tree.setdefault(key, seen)
 
     def changed(self, run: Run, facts: RunFacts | None) -> None:
         """The supervisor's news of a run of ours: a death is classified once."""
-        self._seen_alive(run.launched_at, run.pid)
+        self._seen_alive(run.launched_at, run.pid, run.state == RunState.READY)
         if facts is None or facts.death is not None or facts.launched_at != run.launched_at:
             return
         ended = run.state == RunState.EXITED or (
@@ -93,7 +96,7 @@ class DeathWatch:
         if facts.owned or facts.death is not None or pid is None:
             return
         self._launched(facts.launched_at)
-        self._seen_alive(facts.launched_at, pid)
+        self._seen_alive(facts.launched_at, pid, True)
         if not _gone(pid):
             return
         self._start(facts, Ended(facts.scenario, facts.launched_at, pid, (), None, True,
@@ -132,13 +135,15 @@ class DeathWatch:
         at_launch = self._at_launch.get(ended.key)
         then = at_launch.oom_kills if at_launch is not None else None
         gpu = self.store.data(SourceName.GPU)
+        ready = self._ready_tree.get(ended.key) if ended.was_ready else None
         return Evidence(
             scenario=ended.scenario, exit_code=ended.exit_code, was_ready=ended.was_ready,
             phase=ended.phase, errors=ended.errors, pids=tuple(sorted(pids)),
             kernel_kills=tuple(k for k in oom_kills(text or "") if k.pid in pids),
             kernel_log_problem=problem,
             oom_kills_delta=None if now is None or then is None else now - then,
-            host_before=before, host_at_launch=self._first_tree.get(ended.key),
+            host_before=before, since="ready" if ready is not None else "launch",
+            host_at_launch=ready if ready is not None else self._first_tree.get(ended.key),
             gpu_before=gpu if isinstance(gpu, GpuData) else None,
             at=time.time(), log_tail=ended.log_tail)
 

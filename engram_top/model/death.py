@@ -71,7 +71,8 @@ class Evidence:
     kernel_log_problem: str = ""  # why the kernel log could not be read ("" when it was)
     oom_kills_delta: int | None = None  # /proc/vmstat oom_kill's rise while it ran
     host_before: HostData | None = None  # the last host reading with its tree alive
-    host_at_launch: HostData | None = None
+    host_at_launch: HostData | None = None  # its first reading with the server alive
+    since: str = "launch"  # what that first reading was at: "launch", or "ready"
     gpu_before: GpuData | None = None  # the GPUs' last reading
     at: float | None = None
     log_tail: tuple[str, ...] = field(default=())  # its last log lines
@@ -122,10 +123,11 @@ def _host_lines(e: Evidence) -> list[str]:
     launch = e.host_at_launch.server_tree if e.host_at_launch is not None else None
     if e.host_before is not None and e.host_at_launch is not None:
         out.append(f"host available {_gib(e.host_before.available_bytes)} of "
-                   f"{_gib(e.host_before.total_bytes)} just before (at launch "
+                   f"{_gib(e.host_before.total_bytes)} just before (at {e.since} "
                    f"{_gib(e.host_at_launch.available_bytes)})")
     if launch is not None:
-        out.append(f"since launch: pageable {_grew(launch.rss_anon_bytes, before.rss_anon_bytes)}, "
+        out.append(f"since {e.since}: pageable "
+                   f"{_grew(launch.rss_anon_bytes, before.rss_anon_bytes)}, "
                    f"pinned {_grew(launch.rss_shmem_bytes, before.rss_shmem_bytes)}")
     return out
 
@@ -142,10 +144,19 @@ def _pinned_grew(e: Evidence, kill: KernelKill | None) -> bool | None:
     if before is not None and launch is not None:
         anon = before.rss_anon_bytes - launch.rss_anon_bytes
         shmem = before.rss_shmem_bytes - launch.rss_shmem_bytes
-        if max(anon, shmem) > 0:
+        if max(anon, shmem) >= GIB:  # the polls saw it grow
             return shmem > anon
-    if kill is not None and kill.anon_bytes is not None and kill.shmem_bytes is not None:
-        return kill.shmem_bytes > kill.anon_bytes
+    held = (kill.anon_bytes, kill.shmem_bytes) if kill is not None else (None, None)
+    victim_anon, victim_shmem = held
+    if victim_anon is not None and victim_shmem is not None:
+        if launch is not None:
+            # The victim alone against its whole tree then: what it has beyond that, it
+            # grew after the last poll (a heap can grow tens of GiB within a second).
+            anon = victim_anon - launch.rss_anon_bytes
+            shmem = victim_shmem - launch.rss_shmem_bytes
+            if max(anon, shmem) >= GIB:
+                return shmem > anon
+        return victim_shmem > victim_anon
     if before is not None:
         return before.rss_shmem_bytes > before.rss_anon_bytes
     return None
