@@ -149,7 +149,8 @@ NO_HUGE_PAGES = AlertDef(
 SERVER_DIED = AlertDef(
     "server-died", "error",
     "the server exited or failed without being asked to stop (its exit code and failure are "
-    "in the text); `x`, a switch or quitting are asked-for stops.",
+    "in the text, then, once its death is classified, what killed it and the next action); "
+    "`x`, a switch or quitting are asked-for stops.",
     config_note="a server exited or failed without being asked to stop",
     clears_at_once=True, told_elsewhere=True)
 RANK_DIED = AlertDef(

@@ -285,6 +285,8 @@ class AlertMonitor:
             text += f": {run.failure}"
         if run.exit_code is not None and f"code {run.exit_code}" not in text:
             text += f" (exit code {run.exit_code})"
+        if run.death is not None:  # classified: what killed it, and what to do, in the alert
+            text += f": {run.death.title}; next: {run.death.action}"
         yield Finding(SERVER_DIED.name, SERVER_DIED.severity, text)
 
     def _rank_died(self, store: RunStore, now: float) -> Iterator[Finding]:

@@ -220,3 +220,28 @@ def test_long_prompts_exhaust_the_kv_pool(docs: Docs) -> None:
             assert_quoted([alert], summary, tolerance=tolerance, where="summary.md")
     term.press("q")
     assert term.wait(60) == 0, term.output[-2000:]
+
+
+OOM_RUN = "engram-top run scenarios/oncall.toml --start oom-killed --record oom.jsonl"
+WHY = "engram-top why oom.jsonl"
+HEADER_DEATH = "EXITED … exit code -9 · killed by the kernel's OOM killer (host memory)"
+
+
+@pytest.mark.timeout(240)
+@covers(OOM_RUN, WHY, "oom.jsonl:", HEADER_DEATH)
+def test_a_rank_killed_by_the_host_oom_killer_is_named_and_read_back(docs: Docs) -> None:
+    term = docs.screen(OOM_RUN, size=(40, 120))
+    # The header says the class as soon as the death is read (the events line the rest).
+    text = term.wait_for(lambda text: "killed by the kernel's OOM killer" in text, 150,
+                         "the death's class in the header")
+    assert readme.find_quoted(HEADER_DEATH, text.splitlines()) is not None, text
+    # The server-died alert on the events line says it too, then what to do.
+    term.wait_for(lambda text: "server oom-killed exited (exit code -9): killed by the kernel's"
+                  in text, 10, "the death in the events line's alert")
+    term.press("q")
+    assert term.wait(60) == 0, term.output[-2000:]
+    out = docs.sh(WHY, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # The figures move with the machine (how far the heap had grown when a poll saw it):
+    # their shape, and the kernel's line and the action as printed.
+    assert_quoted(block_at("oom.jsonl:").lines, out.stdout, tolerance=1.0, where="why")
