@@ -41,9 +41,6 @@ def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) 
         lines += ["", "## Deaths", ""]
         for death in deaths:
             lines += death_lines(death)
-    watched = store.run
-    if watched is not None and watched.fingerprint is not None:
-        lines += ["", "## Fingerprint", "", *fingerprint_lines(watched.fingerprint)]
     lines += ["", "## Comparison", "", *comparison_md.rstrip().split("\n"), "",
               "## Readings now", ""]
     lines += _readings(data)
@@ -52,6 +49,9 @@ def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) 
         lines += ["", "## Alerts", ""]
         lines += [f"- {a.get('severity', 'alert')}: {a.get('message') or a.get('id')}"
                   if isinstance(a, dict) else f"- {a}" for a in alerts]
+    watched = store.run
+    if watched is not None and watched.fingerprint is not None:  # what it ran as, on what
+        lines += ["", "## Fingerprint", "", *fingerprint_lines(watched.fingerprint)]
     lines += ["", "## Files", "",
               "- screen.svg: the dashboard as rendered (absent when taken without a screen)",
               "- history.png: HBM per GPU, KV usage, host RAM and TTFT over the last hour",

@@ -123,13 +123,17 @@ def test_a_host_hog_raises_host_available_and_refuses_the_host_placement(docs: D
 
 
 def _snapshot_of_screen(docs: Docs, term: Screen) -> str:
-    """`s` in the dashboard: the new snapshot folder's summary.md (every alert, whole)."""
+    """`s` in the dashboard: the new snapshot folder's summary.md (every active alert,
+    whole), then the events its snapshot.json keeps (each alert as it was raised, whole,
+    though it may have ended since: the windowed alerts come and go with the load)."""
     before = _folders(docs)
     term.press("s")
     until(lambda: any((f / "summary.md").exists() for f in _folders(docs) - before), 60,
           "the snapshot folder `s` writes")
     (folder,) = _folders(docs) - before
-    return (folder / "summary.md").read_text()
+    events = json.loads((folder / "snapshot.json").read_text()).get("events") or []
+    return (folder / "summary.md").read_text() + "\n## Events\n\n" + "\n".join(
+        f"- {e['level']}: {e['text']}" for e in events if isinstance(e, dict))
 
 
 def _snapshots_until(docs: Docs, term: Screen, wanted: dict[str, float], seconds: float
