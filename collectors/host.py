@@ -15,10 +15,10 @@ from typing import Protocol
 
 import psutil
 
-from collectors import numa
+from collectors import cgroup, numa
 from collectors.base import FailureTracker, describe, run_blocking
 from collectors.kernel_log import KMSG, read_kernel_log
-from collectors.readings import HostData, ProcessTreeMemory, Reading, Status
+from collectors.readings import CgroupMemory, HostData, ProcessTreeMemory, Reading, Status
 from collectors.tree_members import TreeMembers
 from collectors.units import KIB
 
@@ -56,6 +56,10 @@ class HostBackend(Protocol):
 
     def kernel_log(self) -> tuple[str | None, str]:
         """The kernel log's text, or (None, why it cannot be read) (collectors.kernel_log)."""
+
+    def cgroup(self, pid: int | None) -> CgroupMemory | None:
+        """The memory cgroup of ``pid`` (None: this process's), with a limit or not; None
+        where there is none (collectors.cgroup)."""
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
@@ -128,6 +132,11 @@ class ProcBackend:
     def kernel_log(self) -> tuple[str | None, str]:
         return read_kernel_log(self.kmsg)
 
+    def cgroup(self, pid: int | None) -> CgroupMemory | None:
+        # The pid's cgroup, else this process's (where a server it starts would go).
+        return cgroup.memory_of("self" if pid is None else pid, self.proc,
+                                self.sys / "fs" / "cgroup")
+
 
 def thp(backend: object) -> str:
     """Transparent huge pages as the kernel is set (always, madvise, never), "" where it
@@ -183,6 +192,7 @@ def sample(backend: HostBackend, root_pid: int | None,
         numa_nodes=nodes,
         numa_problem=numa_problem,
         oom_kills=vm.get("oom_kill"),
+        cgroup=backend.cgroup(root_pid),
     )
 
 

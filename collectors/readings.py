@@ -135,6 +135,31 @@ class KernelKill:
 
 
 @dataclass(frozen=True, slots=True)
+class CgroupMemory:
+    """A memory cgroup's figures (collectors.cgroup): where a server runs in a container,
+    what the kernel holds it to, which can be far less than the host has free."""
+
+    path: str  # as /proc/PID/cgroup names it ("/system.slice/docker-ab12.scope")
+    version: int  # 2 (the unified hierarchy), or 1
+    limit_bytes: int | None  # memory.max (v1: memory.limit_in_bytes); None: no limit
+    current_bytes: int | None  # memory.current (v1: memory.usage_in_bytes)
+    anon_bytes: int | None = None  # memory.stat anon (v1: rss)
+    file_bytes: int | None = None  # memory.stat file, shmem and tmpfs in it (v1: cache)
+    shmem_bytes: int | None = None  # memory.stat shmem: pinned tables, /dev/shm
+    oom_kills: int | None = None  # memory.events oom_kill (v1: memory.oom_control)
+
+    @property
+    def available_bytes(self) -> int | None:
+        """What the kernel lets it take before it reclaims its last page cache and kills:
+        the limit less what it holds, its reclaimable page cache (file - shmem) counted
+        free. None without a limit."""
+        if self.limit_bytes is None or self.current_bytes is None:
+            return None
+        cache = max(0, (self.file_bytes or 0) - (self.shmem_bytes or 0))
+        return max(0, self.limit_bytes - self.current_bytes + cache)
+
+
+@dataclass(frozen=True, slots=True)
 class NumaNode:
     """One NUMA node's memory (/sys/devices/system/node/nodeN/meminfo), in bytes."""
 
@@ -179,6 +204,9 @@ class HostData:
     # 4.13+); None where the kernel does not say. A rise while a server ran that then died
     # is an OOM kill even where the kernel log cannot be read.
     oom_kills: int | None = None
+    # The memory cgroup the server runs in (without one, the one this process runs in: where
+    # a server it starts would go); None on a host with no limit there, or not read.
+    cgroup: CgroupMemory | None = None
 
 
 # --------------------------------------------------------------------------- SGLang

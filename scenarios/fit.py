@@ -79,6 +79,9 @@ class NodeFree:
     gpu_problem: str = ""  # why no GPU figures ("" when read)
     host_problem: str = ""
     source: str = ""  # "NVML and /proc", "the simulated node"
+    # What bounds the host figure where it is not MemAvailable: the memory cgroup the server
+    # would run in, where its limit leaves less than the host has ("" otherwise).
+    host_bound: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,12 +142,20 @@ def node_free(gpu: GpuData | None, host: HostData | None, *,
         gpus.append(GpuFree(d.index, d.total_bytes, d.reserved_bytes, d.free_bytes + mine,
                             others))
     total = available = None
+    bound = ""
     numa: list[NumaFree] = []
     if host is not None:
         total, available = host.total_bytes, host.available_bytes
         tree = host.server_tree
-        if tree is not None and server_pids:
-            available += tree.rss_anon_bytes + tree.rss_shmem_bytes
+        back = tree.rss_anon_bytes + tree.rss_shmem_bytes \
+            if tree is not None and server_pids else 0
+        available += back
+        cg = host.cgroup
+        if cg is not None and cg.available_bytes is not None \
+                and cg.limit_bytes is not None and cg.available_bytes + back < available:
+            # A container's limit leaves less than the host: the kernel kills at the limit.
+            total, available = cg.limit_bytes, cg.available_bytes + back
+            bound = f"memory cgroup {cg.path}: its limit less what it holds"
         for n in host.numa_nodes:
             back = (n.server_shared_bytes or 0) if server_pids else 0
             numa.append(NumaFree(n.node, n.total_bytes,
@@ -154,7 +165,7 @@ def node_free(gpu: GpuData | None, host: HostData | None, *,
     if host is None and not host_problem:
         host_problem = "no host reading"
     return NodeFree(tuple(gpus), total, available, tuple(numa), gpu_problem, host_problem,
-                    source)
+                    source, bound)
 
 
 # --------------------------------------------------------------------------- the need
@@ -395,7 +406,7 @@ def _host_lines(need: Need, node: NodeFree) -> list[FitLine]:
     free = node.host_available_bytes
     base = (f"host: needs {_g(total_need)} ({_parts(items)}), free {_g(free)}"
             + (f" of {_g(node.host_total_bytes)}" if node.host_total_bytes else "")
-            + " (MemAvailable)")
+            + f" ({node.host_bound or 'MemAvailable'})")
     left = free - total_need
     headroom = HOST_HEADROOM * (node.host_total_bytes or 0)
     if left < 0:

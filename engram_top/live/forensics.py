@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from collectors import cgroup
 from collectors.host import HostCollector
 from collectors.kernel_log import oom_kills
 from collectors.readings import GpuData, HostData
@@ -136,12 +137,22 @@ class DeathWatch:
         then = at_launch.oom_kills if at_launch is not None else None
         gpu = self.store.data(SourceName.GPU)
         ready = self._ready_tree.get(ended.key) if ended.was_ready else None
+        first = ready if ready is not None else self._first_tree.get(ended.key)
+        # Its memory cgroup's own OOM count, read again now: the kill came after the last poll.
+        cg_then = first.cgroup if first is not None else None
+        cg_now = None
+        if cg_then is not None and hasattr(backend, "sys"):
+            cg_now = cgroup.read_memory(cg_then.version, cg_then.path,
+                                        backend.sys / "fs" / "cgroup")
+        cg_delta = None if cg_now is None or cg_then is None or cg_now.oom_kills is None \
+            or cg_then.oom_kills is None else cg_now.oom_kills - cg_then.oom_kills
         return Evidence(
             scenario=ended.scenario, exit_code=ended.exit_code, was_ready=ended.was_ready,
             phase=ended.phase, errors=ended.errors, pids=tuple(sorted(pids)),
             kernel_kills=tuple(k for k in oom_kills(text or "") if k.pid in pids),
             kernel_log_problem=problem,
             oom_kills_delta=None if now is None or then is None else now - then,
+            cgroup_oom_kills_delta=cg_delta, cgroup_now=cg_now,
             host_before=before, since="ready" if ready is not None else "launch",
             host_at_launch=ready if ready is not None else self._first_tree.get(ended.key),
             gpu_before=gpu if isinstance(gpu, GpuData) else None,

@@ -11,7 +11,7 @@ import signal
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from collectors.readings import GpuData, HostData, KernelKill
+from collectors.readings import CgroupMemory, GpuData, HostData, KernelKill
 from collectors.startup_facts import LogError
 from collectors.units import GIB
 
@@ -70,6 +70,8 @@ class Evidence:
     kernel_kills: tuple[KernelKill, ...] = ()  # the kernel's OOM kills of those pids
     kernel_log_problem: str = ""  # why the kernel log could not be read ("" when it was)
     oom_kills_delta: int | None = None  # /proc/vmstat oom_kill's rise while it ran
+    cgroup_oom_kills_delta: int | None = None  # its memory cgroup's memory.events oom_kill's
+    cgroup_now: CgroupMemory | None = None  # its memory cgroup, read after the death
     host_before: HostData | None = None  # the last host reading with its tree alive
     host_at_launch: HostData | None = None  # its first reading with the server alive
     since: str = "launch"  # what that first reading was at: "launch", or "ready"
@@ -189,6 +191,11 @@ def _memory_kill(e: Evidence, kill: KernelKill | None, cgroup: bool) -> Death:
         evidence.append(f"kernel: {kill.line}")
         if kill.memcg:
             evidence.append(f"the cgroup whose limit was hit: {kill.memcg}")
+    elif cgroup and e.cgroup_now is not None:
+        cg = e.cgroup_now
+        evidence.append(f"memory cgroup {cg.path}: memory.events oom_kill rose by "
+                        f"{e.cgroup_oom_kills_delta} while it ran; its limit "
+                        f"{_gib(cg.limit_bytes)}")
     else:
         evidence.append(f"/proc/vmstat oom_kill rose by {e.oom_kills_delta} while it ran; "
                         f"the kernel log did not name the process"
@@ -219,6 +226,8 @@ def classify(e: Evidence) -> Death:
     sig = signal_name(e.exit_code)
     if kills:
         return _memory_kill(e, kills[-1], kills[-1].cgroup_limit)
+    if sig in ("SIGKILL", None) and e.cgroup_oom_kills_delta:
+        return _memory_kill(e, None, True)
     if sig == "SIGKILL" and e.oom_kills_delta:
         return _memory_kill(e, None, False)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from collectors.host import ProcBackend
 from collectors.kernel_log import read_kernel_log
 from collectors.numa import Mappings
-from collectors.readings import GpuData, GpuDevice, GpuProcess
+from collectors.readings import CgroupMemory, GpuData, GpuDevice, GpuProcess
 from collectors.units import GIB, MIB
 from engram_top.sim import kernel, sockets, state
 
@@ -131,6 +131,9 @@ class SimHostBackend(ProcBackend):
 
     def vmstat(self) -> dict[str, int]:
         return {"pswpin": 0, "pswpout": 0, "oom_kill": kernel.read_oom_kills(self.node_dir)}
+
+    def cgroup(self, pid: int | None) -> CgroupMemory | None:
+        return None  # the virtual host runs its servers in no container
 
     def kernel_log(self) -> tuple[str | None, str]:
         # The virtual host's kernel (engram_top.sim.kernel), never this machine's.

@@ -1,0 +1,93 @@
+"""A process's memory cgroup: where a server runs in a container (Docker, Kubernetes, a
+systemd unit with MemoryMax=), the kernel kills it at the cgroup's limit, whatever the host
+has free. Read from /proc/PID/cgroup (which cgroup) and the cgroup filesystem (v2's unified
+hierarchy, else v1's memory controller); the roots are parameters, so tests read a fixture
+tree as they read a test /proc.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collectors.readings import CgroupMemory
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# v1 writes "no limit" as the largest page-aligned long: anything past 2^60 is none.
+V1_UNLIMITED = 1 << 60
+
+
+def cgroup_of(pid: int | str, proc: Path = Path("/proc")) -> tuple[int, str] | None:
+    """(version, path) of the process's memory cgroup; None where it has none or is gone.
+    The root ("/") is the host itself: no container."""
+    try:
+        text = (proc / str(pid) / "cgroup").read_text()
+    except OSError:
+        return None
+    v1 = v2 = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2].strip()
+        elif "memory" in parts[1].split(","):
+            v1 = parts[2].strip()
+    # A hybrid host lists both: its memory controller is v1's, the unified line says nothing
+    # of memory then.
+    version, path = (1, v1) if v1 is not None else (2, v2)
+    if path is None or path in ("", "/"):
+        return None
+    return version, path
+
+
+def _int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _keyed(path: Path) -> dict[str, int]:
+    """memory.stat, memory.events: "key value" lines."""
+    out: dict[str, int] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            out[key] = int(value)
+    return out
+
+
+def read_memory(version: int, path: str, root: Path = CGROUP_ROOT) -> CgroupMemory | None:
+    """The cgroup's memory figures; None where its folder cannot be read (a container that
+    does not mount the hierarchy, a cgroup gone)."""
+    if version == 2:
+        folder = root / path.lstrip("/")
+        if not folder.is_dir():
+            return None
+        stat = _keyed(folder / "memory.stat")
+        return CgroupMemory(
+            path=path, version=2, limit_bytes=_int(folder / "memory.max"),  # "max": None
+            current_bytes=_int(folder / "memory.current"), anon_bytes=stat.get("anon"),
+            file_bytes=stat.get("file"), shmem_bytes=stat.get("shmem"),
+            oom_kills=_keyed(folder / "memory.events").get("oom_kill"))
+    folder = root / "memory" / path.lstrip("/")
+    if not folder.is_dir():
+        return None
+    stat = _keyed(folder / "memory.stat")
+    limit = _int(folder / "memory.limit_in_bytes")
+    return CgroupMemory(
+        path=path, version=1, limit_bytes=None if limit is None or limit >= V1_UNLIMITED
+        else limit, current_bytes=_int(folder / "memory.usage_in_bytes"),
+        anon_bytes=stat.get("rss"), file_bytes=stat.get("cache"), shmem_bytes=stat.get("shmem"),
+        oom_kills=_keyed(folder / "memory.oom_control").get("oom_kill"))
+
+
+def memory_of(pid: int | str, proc: Path = Path("/proc"),
+              root: Path = CGROUP_ROOT) -> CgroupMemory | None:
+    found = cgroup_of(pid, proc)
+    return None if found is None else read_memory(found[0], found[1], root)
