@@ -12,7 +12,7 @@ from test_fit_predict import demo, free_of, line, make_node
 
 from collectors import cgroup
 from collectors.host import ProcBackend, sample
-from collectors.readings import CgroupMemory
+from collectors.readings import CgroupMemory, Reading, Status
 from engram_top.model.death import DeathKind, Evidence, classify
 from scenarios import fit
 
@@ -116,3 +116,18 @@ def test_a_death_the_cgroups_own_count_explains() -> None:
     assert d.kind == DeathKind.CGROUP_OOM_KILL
     assert d.evidence[0] == (f"memory cgroup {SCOPE}: memory.events oom_kill rose by 1 while "
                              f"it ran; its limit 256.0 GiB")
+
+
+def test_the_host_panel_shows_the_containers_limit(tmp_path: Path) -> None:
+    from engram_top.app.panels.host import host_panel
+    from engram_top.model.store import RunStore
+    proc_with(tmp_path, 10, f"0::{SCOPE}\n")
+    backend = ProcBackend(proc=tmp_path / "proc", sys=tmp_path / "sys")
+    store = RunStore()
+    store.add("host", Reading("proc", Status.OK, sample(backend, 10), at=1.0))
+    assert not [t.plain for t in host_panel(store).renderables
+                if t.plain.startswith("limit")]  # no cgroup folder: no limit to show
+    v2_cgroup(tmp_path / "sys" / "fs" / "cgroup", SCOPE, str(256 * GIB), 250 * GIB)
+    store.add("host", Reading("proc", Status.OK, sample(backend, 10), at=2.0))
+    (limit,) = [t.plain for t in host_panel(store).renderables if t.plain.startswith("limit")]
+    assert limit.endswith(f"250.0 of 256 GiB · {SCOPE}"), limit

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from collectors.readings import NumaNode, Quantiles
+from collectors.readings import CgroupMemory, NumaNode, Quantiles
 from scenarios.runstate import RunState
 
 
@@ -90,6 +90,8 @@ class HostView:
     server_pids: tuple[int, ...]
     numa_nodes: tuple[NumaNode, ...] = ()  # per NUMA node, as the host reading has them
     numa_problem: str = ""
+    # The memory cgroup the server runs in, where it has a limit: the kernel kills there.
+    cgroup: CgroupMemory | None = None
 
 
 @dataclass(frozen=True)

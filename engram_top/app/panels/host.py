@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from collectors import GIB, MIB, gib, gib_change, rate
+from collectors import GIB, MIB, gib, gib_change, rate, visible
 from engram_top import model
 from engram_top.app.panels.drawing import bar, figure, first_fitting, fit, row, source_rows, waiting
 from engram_top.model import HostView, LedgerLine, RunStore, SourceName, StoreTopic
@@ -31,6 +31,13 @@ def host_panel(store: RunStore, rows: int | None = None,
     out.append((1, row("used", Text.assemble(bar([(h.used_bytes, "blue")], h.total_bytes, 12),
                                              " ", f"{gib(h.used_bytes)} of "
                                                   f"{gib(h.total_bytes, 0)} GiB"), width)))
+    cg = h.cgroup
+    if cg is not None and cg.limit_bytes and cg.current_bytes is not None:
+        # A container's limit: where the kernel kills, however much the host has free.
+        out.append((2, row("limit", Text.assemble(
+            bar([(cg.current_bytes, "magenta")], cg.limit_bytes, 12), " ",
+            f"{gib(cg.current_bytes)} of {gib(cg.limit_bytes, 0)} GiB · {visible(cg.path)}"),
+            width)))
     # Δ (the scenario list's figure, model.run_host_delta_bytes), then whose memory it is.
     out += host_rows(store, cols)
     # Pinned host memory (the Engram tables) shows in Shmem and huge pages (the help says);
