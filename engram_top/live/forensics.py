@@ -29,6 +29,7 @@ from scenarios.runstate import RunState
 from scenarios.server_run import Run
 
 LOG_TAIL = 30
+KEEP_RUNS = 64  # runs whose launch figures are kept (a death is classified soon after)
 # A failure the supervisor wrote for a process that ended by itself (not a readiness
 # timeout, which it stopped): only those are deaths to classify.
 SELF_ENDED = "exited with code"
@@ -67,6 +68,14 @@ class DeathWatch:
         self._launched(run.launched_at)
 
     def _launched(self, key: float) -> None:
+        if len(self._at_launch) > KEEP_RUNS:  # a bench's or an agent's many runs: the latest
+            for old in sorted(self._at_launch)[:-KEEP_RUNS]:
+                self._at_launch.pop(old, None)
+                self._first_tree.pop(old, None)
+                self._ready_tree.pop(old, None)
+                task = self._tasks.get(old)
+                if task is not None and task.done():
+                    del self._tasks[old]
         if key not in self._at_launch:
             data = self.store.data(SourceName.HOST)
             self._at_launch[key] = data if isinstance(data, HostData) else None

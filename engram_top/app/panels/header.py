@@ -98,7 +98,9 @@ def header(store: RunStore, now: float, width: int | None = None,
                                     style="dim")))
     if run.exit_code is not None and run.state in UNASKED_END:
         parts.append(("exit", Text(f"exit code {run.exit_code}", style="red")))
-    if run.death is not None:  # why, once classified: the first thing on-call reads
+    # Why, once classified: the first thing on-call reads; not once an attached server's
+    # supervisor restarted it and it answers again (the death stays in the recording).
+    if run.death is not None and state not in (*SERVING, Shown.DEGRADED):
         parts.append(("death", Text(f" · {visible(run.death.title)}", style="bold red")))
     for drop in ("node time", "node", "program", "lead file", "bar"):
         if width is None or sum(t.cell_len for _, t in parts) <= width:
