@@ -120,6 +120,9 @@ def test_a_host_oom_kill_names_the_victim_and_the_ledger_line_to_cut() -> None:
     # Another process's kill is not this server's death.
     other = classify(evidence(kernel_kills=tuple(oom_kills(JOURNAL))))
     assert other.kind == DeathKind.SIGNAL
+    # Nor is a kill of the same pid while the kernel's count stood still (a recycled pid).
+    stale = classify(evidence(kernel_kills=tuple(oom_kills(KMSG_HOST)), oom_kills_delta=0))
+    assert stale.kind == DeathKind.SIGNAL
 
 
 def test_a_cgroup_oom_kill_and_a_counter_without_a_readable_log() -> None:

@@ -160,7 +160,9 @@ class DeathWatch:
             phase=ended.phase, errors=ended.errors, pids=tuple(sorted(pids)),
             kernel_kills=tuple(k for k in oom_kills(text or "") if k.pid in pids),
             kernel_log_problem=problem,
-            oom_kills_delta=None if now is None or then is None else now - then,
+            # Backwards: not the same kernel's count (an attached simulated server's node
+            # read in place of this machine's after the first reading): unknown.
+            oom_kills_delta=None if now is None or then is None or now < then else now - then,
             cgroup_oom_kills_delta=cg_delta, cgroup_now=cg_now,
             host_before=before, since="ready" if ready is not None else "launch",
             host_at_launch=ready if ready is not None else self._first_tree.get(ended.key),

@@ -206,7 +206,7 @@ def _memory_kill(e: Evidence, kill: KernelKill | None, cgroup: bool) -> Death:
         "shrink what it holds on the host (the Host RAM ledger says which line)"
     if cgroup:
         action = (f"raise the container's memory limit above its working set, or: {fix} "
-                  f"(the fit check reads the host's memory, not the container's limit)")
+                  f"(the fit check holds a start to the container's limit)")
         kind = DeathKind.CGROUP_OOM_KILL
     else:
         action = (f"{fix}; `engram-top switch FILE --to NAME` checks the fit before a start")
@@ -222,7 +222,10 @@ def classify(e: Evidence) -> Death:
     """The death's class, most specific first: the kernel's word, then the log's, then the
     exit status alone."""
     mine = set(e.pids)
-    kills = [k for k in e.kernel_kills if not mine or k.pid in mine]
+    # A record of a kill while the kernel's count stood still is an older process's of the
+    # same pid (pids recycle; the kernel's log goes back to boot): not this death.
+    kills = [k for k in e.kernel_kills if (not mine or k.pid in mine)
+             and e.oom_kills_delta != 0]
     sig = signal_name(e.exit_code)
     if kills:
         return _memory_kill(e, kills[-1], kills[-1].cgroup_limit)
