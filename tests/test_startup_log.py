@@ -7,7 +7,6 @@ test_startup_log_variants.py, SGLang 0.5.x's forms in test_startup_log_05x.py.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from sglang_logs import LOGDOC, feed_with_at, phase_changes
@@ -384,7 +383,10 @@ def test_bytes_helpers() -> None:
     assert mib_to_bytes(2) == 2 * 1024 * 1024
 
 
-def test_busy_server_lines_are_cheap() -> None:
+def test_a_busy_servers_lines_after_ready_keep_its_figures() -> None:
+    """Fifty thousand lines of a busy server (nine access lines to a decode line) after a
+    whole start-up: the latest decode figures are read and it stays ready. What a line costs
+    is a benchmark's figure (benchmarks/bench_log_lines.py), not a bound here."""
     parser = StartupLogParser()
     parser.feed_text(LOGDOC)
     access = 'INFO:     127.0.0.1:55012 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
@@ -392,14 +394,11 @@ def test_busy_server_lines_are_cheap() -> None:
               "token usage: 0.51, cuda graph: True, gen throughput (token/s): 3012.44, "
               "#queue-req: 2")
     lines = [access] * 9 + [decode]
-    start = time.perf_counter()
     for _ in range(5000):
         for line in lines:
             parser.feed(line)
-    per_line = (time.perf_counter() - start) / 50_000
-    # Generous bound (shared CI machines); a regex-per-line parser would be far slower.
-    assert per_line < 50e-6
     d = parser.facts().decode
     assert d is not None and d.gen_throughput == 3012.44
+    assert (d.running_reqs, d.num_tokens, d.queue_reqs) == (64, 40000, 2)
     assert parser.current_phase() == "ready"
 
