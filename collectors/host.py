@@ -61,6 +61,13 @@ class HostBackend(Protocol):
         """The memory cgroup of ``pid`` (None: this process's), with a limit or not; None
         where there is none (collectors.cgroup)."""
 
+    def reread_cgroup(self, found: CgroupMemory) -> CgroupMemory | None:
+        """A cgroup read before, read again by its path (its process may be gone)."""
+
+    def thp(self) -> str:
+        """Transparent huge pages as the kernel is set (always, madvise, never); "" where
+        it does not say."""
+
 
 def parse_meminfo(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
@@ -87,6 +94,7 @@ class ProcBackend:
         self.proc = proc
         self.sys = sys
         self.kmsg = kmsg
+        self.cgroup_root = sys / "fs" / "cgroup"
 
     def meminfo(self) -> dict[str, int]:
         return parse_meminfo((self.proc / "meminfo").read_text())
@@ -134,23 +142,18 @@ class ProcBackend:
 
     def cgroup(self, pid: int | None) -> CgroupMemory | None:
         # The pid's cgroup, else this process's (where a server it starts would go).
-        return cgroup.memory_of("self" if pid is None else pid, self.proc,
-                                self.sys / "fs" / "cgroup")
+        return cgroup.memory_of("self" if pid is None else pid, self.proc, self.cgroup_root)
 
+    def reread_cgroup(self, found: CgroupMemory) -> CgroupMemory | None:
+        return cgroup.read_memory(found.version, found.path, self.cgroup_root)
 
-def thp(backend: object) -> str:
-    """Transparent huge pages as the kernel is set (always, madvise, never), "" where it
-    does not say: a backend's own where it has one (the simulated node's)."""
-    own = getattr(backend, "thp_setting", None)
-    if isinstance(own, str):
-        return own
-    root = getattr(backend, "sys", Path("/sys"))
-    try:
-        text = (root / "kernel" / "mm" / "transparent_hugepage" / "enabled").read_text()
-    except OSError:
-        return ""
-    start, end = text.find("["), text.find("]")
-    return text[start + 1:end] if 0 <= start < end else ""
+    def thp(self) -> str:
+        try:
+            text = (self.sys / "kernel" / "mm" / "transparent_hugepage" / "enabled").read_text()
+        except OSError:
+            return ""
+        start, end = text.find("["), text.find("]")
+        return text[start + 1:end] if 0 <= start < end else ""
 
 
 def sample(backend: HostBackend, root_pid: int | None,

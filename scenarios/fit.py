@@ -151,10 +151,10 @@ def node_free(gpu: GpuData | None, host: HostData | None, *,
             if tree is not None and server_pids else 0
         available += back
         cg = host.cgroup
-        if cg is not None and cg.available_bytes is not None \
-                and cg.limit_bytes is not None and cg.available_bytes + back < available:
+        left = cg.available_bytes if cg is not None else None
+        if cg is not None and left is not None and left + back < available:
             # A container's limit leaves less than the host: the kernel kills at the limit.
-            total, available = cg.limit_bytes, cg.available_bytes + back
+            total, available = cg.limit_bytes, left + back
             bound = f"memory cgroup {cg.path}: its limit less what it holds"
         for n in host.numa_nodes:
             back = (n.server_shared_bytes or 0) if server_pids else 0

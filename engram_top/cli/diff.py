@@ -14,6 +14,7 @@ from typing import Any
 
 from collectors.readings import Status
 from collectors.source import SourceName
+from collectors.units import GIB, gib
 from engram_top.cli.output import print_json
 from engram_top.model.facts import kv_facts
 from engram_top.model.fingerprint import Change, Fingerprint, changes
@@ -22,8 +23,6 @@ from engram_top.model.store import RunFacts, RunStore
 from engram_top.record.file_format import RecordingError
 from engram_top.record.reader import is_recording
 from engram_top.record.replay import ReplaySession
-
-GIB = 1024**3
 
 
 @dataclass
@@ -120,22 +119,22 @@ def _pct(a: float | None, b: float | None) -> str:
     return f"{(b - a) / abs(a) * 100:+.2f}%"
 
 
-def _num(v: float | None, gib: bool) -> str:
+def _num(v: float | None, in_gib: bool) -> str:
     if v is None:
         return "n/a"
-    return f"{v / GIB:,.1f}" if gib else f"{v:,.2f}".rstrip("0").rstrip(".")
+    return gib(v) if in_gib else f"{v:,.2f}".rstrip("0").rstrip(".")
 
 
-def _rows(a: dict[str, float | None], b: dict[str, float | None], gib: bool,
-          only_changed: bool) -> list[str]:
+def _rows(a: dict[str, float | None], b: dict[str, float | None], in_gib: bool) -> list[str]:
+    """Every row of figures; of memory (in GiB), only the lines that moved by 0.05 GiB."""
     out = []
     for key in [*a, *(k for k in b if k not in a)]:
         x, y = a.get(key), b.get(key)
-        moved = x != y if not gib else (x is None) != (y is None) or (
+        moved = (x is None) != (y is None) or (
             x is not None and y is not None and abs(x - y) >= 0.05 * GIB)
-        if only_changed and not moved:
+        if in_gib and not moved:
             continue
-        out.append(f"| {key} | {_num(x, gib)} | {_num(y, gib)} | {_pct(x, y)} |")
+        out.append(f"| {key} | {_num(x, in_gib)} | {_num(y, in_gib)} | {_pct(x, y)} |")
     return out
 
 
@@ -155,11 +154,11 @@ def markdown(a: Side, b: Side, found: list[Change]) -> str:
     else:
         lines += ["| what | A | B |", "|---|---|---|"]
         lines += [f"| {c.what} | {c.before} | {c.after} |" for c in found]
-    for title, key, gib in (("HBM (GiB; lines that moved by 0.05 GiB or more)", "hbm", True),
+    for title, key, in_gib in (("HBM (GiB; lines that moved by 0.05 GiB or more)", "hbm", True),
                             ("Host RAM (GiB; lines that moved by 0.05 GiB or more)", "host",
                              True),
                             ("KV pool and latency", "figures", False)):
-        rows = _rows(getattr(a, key), getattr(b, key), gib, only_changed=gib)
+        rows = _rows(getattr(a, key), getattr(b, key), in_gib)
         lines += ["", f"## {title}", ""]
         lines += (["| | A | B | change |", "|---|---|---|---|", *rows] if rows
                   else ["No change."])

@@ -5,6 +5,7 @@ cannot be read."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -96,6 +97,4 @@ def why(path: Path, as_json: bool) -> int:
 
 
 def _plain(file: Path, death: Death) -> dict[str, Any]:
-    return {"file": str(file), "scenario": death.scenario, "kind": death.kind.value,
-            "title": death.title, "evidence": list(death.evidence), "action": death.action,
-            "at": death.at, "exit_code": death.exit_code}
+    return {"file": str(file), **dataclasses.asdict(death)}  # kind: a StrEnum, its value

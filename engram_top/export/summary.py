@@ -192,4 +192,3 @@ def _quantile(q: dict[str, Any], which: str) -> str:
 
 def _num(value: Any, spec: str) -> str:
     return "n/a" if value is None else format(int(value) if spec in (",", "d") else value, spec)
-

@@ -17,7 +17,6 @@ from typing import Any
 
 import psutil
 
-from collectors import cgroup
 from collectors.host import HostCollector
 from collectors.kernel_log import oom_kills
 from collectors.readings import GpuData, HostData
@@ -58,7 +57,7 @@ class DeathWatch:
         # server's node replaces them (live.attached._follow_node).
         self.host = host
         self.backend = backend  # a collectors.host.HostBackend: vmstat and the kernel log
-        self._at_launch: dict[float, HostData | None] = {}  # by the run's launched_at
+        self._at_launch: dict[float, int | None] = {}  # the OOM count, by run (launched_at)
         self._first_tree: dict[float, HostData] = {}
         self._ready_tree: dict[float, HostData] = {}
         self._tasks: dict[float, asyncio.Task[None]] = {}
@@ -78,7 +77,7 @@ class DeathWatch:
                     del self._tasks[old]
         if key not in self._at_launch:
             data = self.store.data(SourceName.HOST)
-            self._at_launch[key] = data if isinstance(data, HostData) else None
+            self._at_launch[key] = data.oom_kills if isinstance(data, HostData) else None
 
     def _seen_alive(self, key: float, pid: int, ready: bool) -> None:
         seen = self.host().last_with_tree
@@ -142,17 +141,13 @@ class DeathWatch:
         backend = self.backend()
         text, problem = backend.kernel_log()
         now = backend.vmstat().get("oom_kill")
-        at_launch = self._at_launch.get(ended.key)
-        then = at_launch.oom_kills if at_launch is not None else None
+        then = self._at_launch.get(ended.key)
         gpu = self.store.data(SourceName.GPU)
         ready = self._ready_tree.get(ended.key) if ended.was_ready else None
         first = ready if ready is not None else self._first_tree.get(ended.key)
         # Its memory cgroup's own OOM count, read again now: the kill came after the last poll.
         cg_then = first.cgroup if first is not None else None
-        cg_now = None
-        if cg_then is not None and hasattr(backend, "sys"):
-            cg_now = cgroup.read_memory(cg_then.version, cg_then.path,
-                                        backend.sys / "fs" / "cgroup")
+        cg_now = backend.reread_cgroup(cg_then) if cg_then is not None else None
         cg_delta = None if cg_now is None or cg_then is None or cg_now.oom_kills is None \
             or cg_then.oom_kills is None else cg_now.oom_kills - cg_then.oom_kills
         return Evidence(
@@ -165,7 +160,7 @@ class DeathWatch:
             oom_kills_delta=None if now is None or then is None or now < then else now - then,
             cgroup_oom_kills_delta=cg_delta, cgroup_now=cg_now,
             host_before=before, since="ready" if ready is not None else "launch",
-            host_at_launch=ready if ready is not None else self._first_tree.get(ended.key),
+            host_at_launch=first,
             gpu_before=gpu if isinstance(gpu, GpuData) else None,
             at=time.time(), log_tail=ended.log_tail)
 

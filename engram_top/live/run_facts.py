@@ -153,7 +153,7 @@ def take_fingerprint(store: RunStore, facts: RunFacts, engine: Engine, sc: Scena
     if not env and server is not None:
         env = simulated_env(server.simulated)
     switches = {k: v for k, v in {**(sc.launch_env() if sc is not None else {}), **env}.items()
-                if k.startswith(engine.env_prefixes)} if engine.env_prefixes else {}
+                if k.startswith(engine.env_prefixes)}  # no prefixes: none
     args = {**(server.server_args if server is not None else {}),
             **(facts.startup.server_args.raw if facts.startup.server_args else {})}
     parallel = dict(facts.startup.parallel)

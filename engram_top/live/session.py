@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from collectors.host import HostCollector, ProcBackend
 from collectors.host import sample as host_sample
-from collectors.host import thp as host_thp
 from collectors.nvml import GpuCollector, NvmlBackend
 from collectors.readings import GpuData, HostData
 from collectors.shared import SharedSampler
@@ -430,7 +429,7 @@ class Session(AttachedServers):
         # The fingerprint every 10 s, not every tick: a few hundred arguments redacted.
         if time.monotonic() - self._fingerprinted.get(facts.launched_at, -1e9) > 10.0:
             self._fingerprinted[facts.launched_at] = time.monotonic()
-            take_fingerprint(self.store, facts, engine, sc, env, host_thp(self._host_backend))
+            take_fingerprint(self.store, facts, engine, sc, env, self._host_backend.thp())
 
     async def _start_load(self, sc: Scenario) -> None:
         spec = self.options.load

@@ -8,12 +8,12 @@ Pure: the live session gathers the evidence (engram_top.live.forensics)."""
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from collectors.readings import CgroupMemory, GpuData, HostData, KernelKill
 from collectors.startup_facts import LogError
-from collectors.units import GIB
+from collectors.units import GIB, gib, gib_change
 
 
 class DeathKind(StrEnum):
@@ -77,7 +77,7 @@ class Evidence:
     since: str = "launch"  # what that first reading was at: "launch", or "ready"
     gpu_before: GpuData | None = None  # the GPUs' last reading
     at: float | None = None
-    log_tail: tuple[str, ...] = field(default=())  # its last log lines
+    log_tail: tuple[str, ...] = ()  # its last log lines
 
 
 def signal_name(exit_code: int | None) -> str | None:
@@ -93,8 +93,8 @@ def signal_name(exit_code: int | None) -> str | None:
         return f"signal {number}"
 
 
-def _gib(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / GIB:,.1f} GiB"
+def _gib(n: float | None) -> str:
+    return "n/a" if n is None else f"{gib(n)} GiB"
 
 
 def _status(e: Evidence) -> str:
@@ -135,7 +135,7 @@ def _host_lines(e: Evidence) -> list[str]:
 
 
 def _grew(a: int, b: int) -> str:
-    return f"{'+' if b >= a else '-'}{abs(b - a) / GIB:,.1f} GiB"
+    return f"{gib_change(b - a)} GiB"
 
 
 def _pinned_grew(e: Evidence, kill: KernelKill | None) -> bool | None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from collectors.readings import GpuData, HostData, ServerData
-from collectors.units import GIB
+from collectors.units import gib
 from engram_top.model.redact import redact_text
 
 # Server arguments that change from run to run without changing what ran: left out so a
@@ -58,7 +58,7 @@ def fingerprint(*, engine: str, model: str | None, placement: str,
     if gpu is not None and gpu.devices:
         names = sorted({d.name for d in gpu.devices})
         gpus = (f"{len(gpu.devices)}x {' + '.join(names)}, "
-                f"{gpu.devices[0].total_bytes / GIB:,.1f} GiB")
+                f"{gib(gpu.devices[0].total_bytes)} GiB")
         driver = gpu.driver_version
     return Fingerprint(
         engine=f"{engine} {version}".strip(), model=model or "", placement=placement,
@@ -73,7 +73,7 @@ def _shown(value: object, name: str = "") -> str:
     if value is None or value == "":
         return "n/a"
     if isinstance(value, int) and name.endswith("_bytes"):
-        return f"{value / GIB:,.2f} GiB"
+        return f"{gib(value, 2)} GiB"
     return str(value)
 
 

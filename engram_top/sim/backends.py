@@ -95,7 +95,6 @@ class SimHostBackend(ProcBackend):
     process memory from their state files; the process tree itself is the real one."""
 
     name = "simulated"
-    thp_setting = "madvise"  # the virtual host's (collectors.host.thp): not this machine's
 
     def __init__(self, node_dir: Path) -> None:
         super().__init__()
@@ -134,6 +133,12 @@ class SimHostBackend(ProcBackend):
 
     def cgroup(self, pid: int | None) -> CgroupMemory | None:
         return None  # the virtual host runs its servers in no container
+
+    def reread_cgroup(self, found: CgroupMemory) -> CgroupMemory | None:
+        return None
+
+    def thp(self) -> str:
+        return "madvise"  # the virtual host's, not this machine's
 
     def kernel_log(self) -> tuple[str | None, str]:
         # The virtual host's kernel (engram_top.sim.kernel), never this machine's.
