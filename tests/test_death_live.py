@@ -111,8 +111,9 @@ async def test_a_server_stopped_as_asked_did_not_die(tmp_path: Path,
         await until(None, lambda: store.run is not None and store.run.state == "ready", 90,
                     "ready")
         # Its fingerprint: what ran, on what (the simulated node's GPUs, host and kernel).
-        await until(None, lambda: store.run is not None and store.run.fingerprint is not None,
-                    30, "its fingerprint")
+        # One taken once the server answered (one taken at launch has no layout yet).
+        await until(None, lambda: store.run is not None and store.run.fingerprint is not None
+                    and "tp_size" in store.run.fingerprint.parallel, 30, "its fingerprint")
         fp = store.run.fingerprint
         assert fp is not None
         assert (fp.placement, fp.gpus, fp.thp, fp.numa_nodes) == (

@@ -90,7 +90,8 @@ class Session(AttachedServers):
         self._attached_engine: dict[str, Engine] = {}  # what a page said, without --engine
         # By scenario: (launch, parser, its version) whose facts the store holds.
         self._startup_seen: dict[str, tuple[float, int, int | None]] = {}
-        self._fingerprinted: dict[float, float] = {}  # by run (launched_at): when last taken
+        # by run (launched_at): when last taken, and what it was taken from
+        self._fingerprinted: dict[float, tuple[float, tuple[object, ...]]] = {}
         self._steering: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._tmp: Path | None = None
@@ -426,9 +427,14 @@ class Session(AttachedServers):
         engine = sc.engine if sc is not None else self._attached_engine_of(facts.url or "")
         env = {} if sc is not None else self._attached_env.get(facts.url or "", {})
         read_engram(self.store, facts, engine, sc, env)
-        # The fingerprint every 10 s, not every tick: a few hundred arguments redacted.
-        if time.monotonic() - self._fingerprinted.get(facts.launched_at, -1e9) > 10.0:
-            self._fingerprinted[facts.launched_at] = time.monotonic()
+        # The fingerprint every 10 s, not every tick (a few hundred arguments redacted), and
+        # at once when what it reads arrives: one taken at launch, before the server
+        # answered, would otherwise stand without its version and layout for 10 s.
+        basis = (facts.state, self.store.data(SourceName.SERVER) is not None,
+                 bool(facts.startup.parallel), facts.startup.server_args is not None)
+        taken, was = self._fingerprinted.get(facts.launched_at, (-1e9, ()))
+        if basis != was or time.monotonic() - taken > 10.0:
+            self._fingerprinted[facts.launched_at] = (time.monotonic(), basis)
             take_fingerprint(self.store, facts, engine, sc, env, self._host_backend.thp())
 
     async def _start_load(self, sc: Scenario) -> None:

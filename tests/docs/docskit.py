@@ -98,6 +98,9 @@ class Screen(Terminal):
     def text(self) -> str:
         return "\n".join(self.lines())
 
+    def shown(self) -> str:
+        return self.text
+
     def wait_for(self, what: Callable[[str], object], timeout: float,
                  why: str = "") -> str:
         """The screen once ``what`` holds for it; fails with the screen after ``timeout``

@@ -245,9 +245,10 @@ def test_a_rank_killed_by_the_host_oom_killer_is_named_and_read_back(docs: Docs)
     text = term.wait_for(lambda text: "killed by the kernel's OOM killer" in text, 150,
                          "the death's class in the header")
     assert readme.find_quoted(HEADER_DEATH, text.splitlines()) is not None, text
-    # The server-died alert on the events line says it too, then what to do.
+    # The server-died alert on the events line says it too, then what to do (whole once
+    # the alert's toast, 10 s, no longer covers the line's end).
     term.wait_for(lambda text: "server oom-killed exited (exit code -9): killed by the kernel's"
-                  in text, 10, "the death in the events line's alert")
+                  in text, 30, "the death in the events line's alert")
     term.press("q")
     assert term.wait(60) == 0, term.output[-2000:]
     out = docs.sh(WHY, timeout=60)

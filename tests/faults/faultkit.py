@@ -40,6 +40,9 @@ def no_traceback(*texts: str) -> None:
         assert "Traceback" not in text, text[-3000:]
 
 
+NAMED_KEYS = {"escape": "\x1b", "enter": "\r", "tab": "\t"}
+
+
 class Terminal:
     """A command on a real pseudo-terminal it holds as its controlling terminal, as when a
     person runs it: closing the terminal (hang_up) sends it SIGHUP. Its output is drained
@@ -81,8 +84,14 @@ class Terminal:
     def output(self) -> str:
         return b"".join(self._chunks).decode("utf-8", "replace")
 
+    def shown(self) -> str:
+        """What the terminal shows now: its output's tail here (a screen, where emulated)."""
+        return self.output[-3000:]
+
     def press(self, keys: str) -> None:
-        os.write(self.master, keys.encode())
+        """Type ``keys``; a key's name ("escape", "enter", "tab") is that key, not its
+        letters (typing "escape" once took a snapshot with its s)."""
+        os.write(self.master, NAMED_KEYS.get(keys, keys).encode())
 
     def hang_up(self) -> None:
         """Close the terminal, as closing its window does."""
@@ -97,7 +106,11 @@ class Terminal:
             os.close(self.master)
 
     def wait(self, timeout: float) -> int:
-        code = self.proc.wait(timeout)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:  # what the screen said, not a bare timeout
+            raise AssertionError(f"still running after {timeout:.0f} s; it showed:\n"
+                                 f"{self.shown()}") from None
         self._reader.join(2)
         return code
 
