@@ -14,7 +14,7 @@ written (compile_bytecode), as any start after the first has it.
 
     python benchmarks/bench_ui_cpu.py [--gpus 4,8] [--clients 0,4] [--seconds 60]
                                       [--steady-after 130] [--profile DIR]
-                                      [--follow-node] [--demo]
+                                      [--follow-node] [--demo] [--floor]
 
 --clients: idle (0), then under a load of that many clients sending short completions to
 the watched server in closed loops (benchmarks/ui_load.py; about 57 requests a second with
@@ -104,8 +104,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure(gpus: int, seconds: float, steady_after: float, work: Path,
-            follow_node: bool = False, clients: int = 0, profile: Path | None = None
-            ) -> tuple[dict[str, dict[str, dict[str, float]]], str]:
+            follow_node: bool = False, clients: int = 0, profile: Path | None = None,
+            floor: bool = False) -> tuple[dict[str, dict[str, dict[str, float]]], str]:
     nvitop = shutil.which("nvitop", path=str(BIN)) or shutil.which("nvitop")
     if nvitop is None:
         raise SystemExit("bench_ui_cpu: nvitop not found: pip install -e '.[test]'")
@@ -136,6 +136,9 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
         starts = sorted(first_frame(socket, argv, env, i) for i in range(FIRST_FRAMES))
         sessions = [Tmux("nvitop", socket, [nvitop, "--interval", "1"], env),
                     Tmux("engram-top", socket, argv, env)]
+        if floor:  # the framework's own cost of a screen like ours, redrawn once a second
+            sessions.append(Tmux("textual floor", socket, [
+                sys.executable, str(ROOT / "benchmarks" / "textual_floor.py")], env))
         pids = {s.name: wait_for(s.pid, 10, f"{s.name}'s pane") for s in sessions}
         wait_for(lambda: "GPU" in sessions[1].screen() and "KV pool" in sessions[1].screen(),
                  30, "engram-top's first frame")
@@ -262,6 +265,12 @@ def report(gpus: int, clients: int, seconds: float,
               f"{COLS}x{ROWS}): nvitop {n['cpu_pct']:.2f}% CPU, {n['rss_mib']:.0f} MiB; "
               f"engram-top attach {e['cpu_pct']:.2f}% CPU, {e['rss_mib']:.0f} MiB; "
               f"ratio {e['cpu_pct'] / n['cpu_pct']:.2f}", flush=True)
+        if "textual floor" in r:
+            f = r["textual floor"]
+            print(f"{gpus} GPUs, {'loaded' if clients else 'idle'}, {label}: textual_floor.py "
+                  f"{f['cpu_pct']:.2f}% CPU, {f['rss_mib']:.0f} MiB (ratio to nvitop "
+                  f"{f['cpu_pct'] / n['cpu_pct']:.2f}; engram-top over it "
+                  f"{e['cpu_pct'] - f['cpu_pct']:+.2f} points)", flush=True)
 
 
 def main() -> int:
@@ -279,6 +288,9 @@ def main() -> int:
     ap.add_argument("--follow-node", action="store_true",
                     help="let attach follow the simulated node's folder (the server names "
                          "it) instead of reading the stand-in NVML and /proc as nvitop does")
+    ap.add_argument("--floor", action="store_true",
+                    help="also benchmarks/textual_floor.py: six panels' text changed once a "
+                         "second with nothing read, the framework's own cost of such a screen")
     ap.add_argument("--demo", action="store_true",
                     help="also the demo: its dashboard's CPU apart from its load driver's")
     args = ap.parse_args()
@@ -295,7 +307,7 @@ def main() -> int:
                     prof = args.profile.resolve() / f"{gpus}-{clients}.txt"
                     prof.unlink(missing_ok=True)
                 result, load = measure(gpus, args.seconds, args.steady_after, Path(tmp),
-                                       args.follow_node, clients, prof)
+                                       args.follow_node, clients, prof, args.floor)
             report(gpus, clients, args.seconds, result, load)
     if args.demo:
         with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
