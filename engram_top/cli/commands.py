@@ -73,6 +73,10 @@ def _main(argv: list[str]) -> int:
         return {"demo": dashboards.run_demo, "run": dashboards.run_file,
                 "attach": dashboards.run_attach, "replay": dashboards.run_replay,
                 }[args.command](args)
+    if args.command == "snapshot" and args.fleet_demo and args.fail_on:
+        print("engram-top snapshot: --fail-on is for one node (--demo, --attach, --recording); "
+              "a fleet's alerts are per node, in its snapshot.json", file=sys.stderr)
+        return 2
     if args.command == "snapshot" and args.fleet_demo:
         from engram_top.cli.fleet import take_fleet_snapshot
         return run_until_signal(lambda: take_fleet_snapshot(args), "snapshot")

@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="give up if not ready by then (default: 3x the expected start-up)")
     snap.add_argument("--out", type=Path, default=Path("snapshots"),
                       help="the snapshot folder is made under this one (default: ./snapshots)")
+    snap.add_argument("--fail-on", choices=("warning", "error"), default=None,
+                      help="exit 3 when a warning or worse is active in the snapshot, 4 when "
+                           "an error is, from this severity up (default: exit 0 once written)")
 
     fl = sub.add_parser("fleet", help="many nodes through Prometheus: placement, HBM, KV, host "
                                       "RAM, latency and alerts, a row per node")

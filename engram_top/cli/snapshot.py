@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from collectors.source import SourceName
 from engram_top.cli.sessions import (
     demo_options,
     history_behind,
@@ -17,6 +18,7 @@ from engram_top.cli.sessions import (
     user_thresholds,
 )
 from engram_top.seed import reference
+from scenarios.runstate import SERVING
 
 if TYPE_CHECKING:
     from engram_top.alerts.monitor import AlertWatch
@@ -69,11 +71,13 @@ async def take_snapshot(args: argparse.Namespace) -> int:
     try:
         await session.start()
         ready = await session.wait_ready(timeout)
-        if not ready:
-            run = session.store.run
-            state = run.state if run else "unknown"
+        gave_up = getattr(session, "gave_up", None)  # a session's, not a recording's
+        if not ready and gave_up:
+            print(f"engram-top snapshot: not waiting: {gave_up}; writing what was seen",
+                  file=sys.stderr)
+        elif not ready:
             print(f"engram-top snapshot: the server did not become ready within {timeout:.0f} s "
-                  f"(state: {state}); writing what was seen", file=sys.stderr)
+                  f"(state: {_state(session.store)}); writing what was seen", file=sys.stderr)
         await asyncio.sleep(args.after if ready and not args.recording else 0)
         try:
             svg: str | None = await render_svg(session)
@@ -92,7 +96,30 @@ async def take_snapshot(args: argparse.Namespace) -> int:
     finally:
         await session.close()
     print(path)
-    return 0 if ready else 1
+    return 1 if not ready else alert_code(session.store, args.fail_on)
+
+
+# `--fail-on`: a snapshot written of a ready server exits by the worst alert active in it.
+ALERT_CODES = {"warning": 3, "error": 4}
+
+
+def alert_code(store: RunStore, fail_on: str | None) -> int:
+    """0, or ALERT_CODES' code for the worst active alert at or above ``fail_on``."""
+    if fail_on is None:
+        return 0
+    worst = max((ALERT_CODES.get(a.severity, 0) for a in store.alerts.values()), default=0)
+    return worst if worst >= ALERT_CODES[fail_on] else 0
+
+
+def _state(store: RunStore) -> str:
+    """The run's state as seen: an attached server whose polls fail is not answering."""
+    run = store.run
+    if run is None:
+        return "unknown"
+    failed = store.latest.get(SourceName.SERVER)
+    if run.state in SERVING and failed is not None and not failed.ok:
+        return f"{run.state}, not answering: {failed.message}"
+    return str(run.state)
 
 
 def _snapshot_source(args: argparse.Namespace) -> tuple[_Watched, float, dict[str, object]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from collectors.safetext import visible
+from collectors.source import SourceName
 from collectors.units import (
     GIB,
     NA,
@@ -20,6 +21,7 @@ from collectors.units import (
 from engram_top.model.death import death_lines
 from engram_top.model.fingerprint import fingerprint_lines
 from engram_top.model.store import RunStore
+from scenarios.runstate import SERVING
 
 
 def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) -> str:
@@ -30,7 +32,12 @@ def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) 
              f"Taken {data['taken_at']} on {store.node or 'an unnamed node'}."]
     if run:
         ready = run.get("ready_s")
-        lines.append(f"Run: {run['scenario']}, state {run['state']}"
+        # A server it watches but did not start stays "attached" or "ready" to the
+        # supervisor: failing polls are how it is known silent.
+        failed = store.latest.get(SourceName.SERVER)
+        silent = f", not answering ({failed.message})" if run["state"] in SERVING \
+            and failed is not None and not failed.ok else ""
+        lines.append(f"Run: {run['scenario']}, state {run['state']}{silent}"
                      + ("" if ready is None else f", ready after {ready:.1f} s "
                         f"(node-equivalent {run['ready_s_node']:.1f} s)") + ".")
     notes = data.get("notes")  # what the source said of itself: a recording's damage

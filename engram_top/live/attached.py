@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from collectors.host import HostCollector
 from collectors.nvml import GpuCollector
 from collectors.pages import split_userinfo
-from collectors.server_process import server_environ
+from collectors.server_process import might_serve, server_environ, url_port
 from collectors.shared import SharedSampler
 from collectors.source import NodeSource, SourceName
 from engram_top.live.attach_node import named_node_dir
@@ -132,6 +132,23 @@ class AttachedServers:
         self.add_source(NodeSource(SourceName.HOST, self.host.poll))
         self.store.event("info", f"{facts.url} is a simulated server: its node's GPUs and "
                          f"host are read from {node_dir}")
+
+    def nobody_serves(self, refused_for_s: float = 2.0) -> str | None:
+        """Why waiting for the watched attached server is pointless, or None: its URL is on
+        this host, its polls have been refused for ``refused_for_s``, and no process here
+        listens on its port or was started to (a server loading its weights would be one:
+        it listens only once they are loaded). A URL on another host: always None."""
+        facts = self.store.run
+        failed = self.store.latest.get(SourceName.SERVER)
+        if facts is None or facts.owned or not facts.url or failed is None or failed.ok \
+                or failed.failing_since is None \
+                or failed.at - failed.failing_since < refused_for_s:
+            return None
+        url = split_userinfo(facts.url)[0]
+        if might_serve(url) is not False:
+            return None
+        return (f"nothing listens at {url} and no process on this node was started to serve "
+                f"on port {url_port(url)} ({failed.message})")
 
     def _attached_engine_of(self, url: str) -> Engine:
         """The engine an attached server runs: what its page said, else --engine's."""

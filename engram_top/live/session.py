@@ -98,6 +98,7 @@ class Session(AttachedServers):
         self.node_dir: Path | None = None  # an attached server's simulated node, once known
         self._closing = False
         self._closed = False
+        self.gave_up: str | None = None  # why wait_ready stopped waiting early
         self._leave: bool | None = None  # what close() was told: leave what it started
         self._lock = asyncio.Lock()  # one start/stop/switch at a time
         self._closers: set[asyncio.Task[None]] = set()
@@ -455,8 +456,16 @@ class Session(AttachedServers):
             await load.stop()
 
     async def wait_ready(self, timeout: float) -> bool:
+        """Whether the run got ready within ``timeout``; an attached server that nothing on
+        this node serves ends the wait at once, its reason in ``gave_up``."""
         deadline = time.monotonic() + timeout
+        looked = 0.0
         while time.monotonic() < deadline:
+            if time.monotonic() - looked >= 1.0:  # a scan of the node's processes: 1/s
+                looked = time.monotonic()
+                self.gave_up = self.nobody_serves()
+                if self.gave_up is not None:
+                    return False
             run = self.run
             if run is not None and run.state == RunState.READY:
                 return True

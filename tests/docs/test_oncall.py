@@ -27,15 +27,16 @@ REF = reference.default()
 NEIGHBOUR = "engram-top switch scenarios/oncall.toml --to neighbour --wait-ready"
 SNAP_NEIGHBOUR = "engram-top snapshot --attach http://127.0.0.1:30401"
 HOG = "engram-top switch scenarios/oncall.toml --to host-hog --wait-ready"
-SNAP_HOG = "engram-top snapshot --attach http://127.0.0.1:30402"
+SNAP_HOG = "engram-top snapshot --attach http://127.0.0.1:30402 --fail-on warning"
 TO_HOST = "engram-top switch scenarios/oncall.toml --to host"
 STOP = "engram-top stop scenarios/oncall.toml"
 
 
-def _summary(docs: Docs, command: str, before: set[Path]) -> tuple[str, dict]:  # type: ignore[type-arg]
+def _summary(docs: Docs, command: str, before: set[Path],
+             code: int = 0) -> tuple[str, dict]:  # type: ignore[type-arg]
     """Run a README `snapshot` command; the new folder's summary.md and snapshot.json."""
     done = docs.sh(command, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == code, done.stdout + done.stderr
     (folder,) = _folders(docs) - before
     return ((folder / "summary.md").read_text(),
             json.loads((folder / "snapshot.json").read_text()))
@@ -96,7 +97,8 @@ def test_a_host_hog_raises_host_available_and_refuses_the_host_placement(docs: D
     try:
         out = docs.sh(HOG, timeout=150)
         assert out.returncode == 0, out.stdout + out.stderr
-        summary, snap = _summary(docs, SNAP_HOG, _folders(docs))
+        # --fail-on warning: the host-available warning is active, so exit 3.
+        summary, snap = _summary(docs, SNAP_HOG, _folders(docs), code=3)
         refused = docs.sh(TO_HOST, timeout=120)
         current = json.loads(next((docs.state / "engram-top").glob("oncall-*/current.json"))
                              .read_text())
