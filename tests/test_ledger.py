@@ -88,6 +88,26 @@ def test_other_tenants_growth_is_not_the_server_s() -> None:
     assert sum(ln.bytes for ln in book.lines) == pytest.approx(book.in_use_bytes, abs=2)
 
 
+def test_a_dead_server_s_kept_figure_is_never_set_against_the_others() -> None:
+    """A server killed after ready held +211.4 GiB; the node's memory fell back with it.
+    The others' growth is the node's, not the node's less a figure of a server that is
+    gone (which read "others -211.4"); the Δ row says the server is gone."""
+    from engram_top.app.panels.host import delta_row
+    from scenarios.runstate import RunState
+    store = scene_store()
+    run = store.run
+    host = store.data("host")
+    run.results = dataclasses.replace(run.results, host_delta_gib=211.4)
+    run.state = RunState.EXITED
+    used = run.baseline_host_used + round(3.0 * GIB)  # others took 3 GiB meanwhile
+    store.add("host", Reading("host", Status.OK, dataclasses.replace(
+        host, used_bytes=used, available_bytes=host.total_bytes - used, server_tree=None),
+        at=NOW))
+    assert ledger.others_delta_bytes(store) == pytest.approx(3.0 * GIB)
+    assert delta_row(store).plain.split(None, 1)[1] == \
+        "server gone (had +211.4 GiB) · others +3.0"
+
+
 def test_a_zero_kv_gauge_is_unknown_and_the_rest_unexplained() -> None:
     """SGLang's 0 kv_cache_memory_usage_gb on DeepSeek-V4 pools reads as unknown, not 0;
     the HBM the lines do not explain is shown, never hidden; another process is named."""

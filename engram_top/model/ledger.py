@@ -210,12 +210,17 @@ def run_server_delta_bytes(store: RunStore, run: RunFacts | None) -> float | Non
 
 def others_delta_bytes(store: RunStore) -> float | None:
     """What the rest of the node took since the watched run's launch: the node's growth
-    (used now minus used at launch) less the server's share."""
+    (used now minus used at launch) less what the server holds now. A run that ended holds
+    nothing: its figure kept from when it ran is never set against the node now (after a
+    kill that read "server +211.4 GiB · others -211.4")."""
     h = host_facts(store)
-    server = run_server_delta_bytes(store, store.run)
-    if h is None or h.delta_bytes is None or server is None:
+    run = store.run
+    if h is None or h.delta_bytes is None or run is None:
         return None
-    return h.delta_bytes - server
+    if run.state in ENDED:
+        return h.delta_bytes
+    server = run_server_delta_bytes(store, run)
+    return None if server is None else h.delta_bytes - server
 
 
 # --------------------------------------------------------------------------- HBM

@@ -161,8 +161,12 @@ def delta_row(store: RunStore) -> Text:
     server = model.run_server_delta_bytes(store, store.run)
     others = model.others_delta_bytes(store)
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append("–" if server is None else f"server {gib_change(server)} GiB",
-                style="bold green" if (server or 0) > 50 * GIB else "")
+    if server is not None and store.run is not None and store.run.state in model.ENDED:
+        # Its figure from when it ran: no longer held, and not set against the others'.
+        text.append(f"server gone (had {gib_change(server)} GiB)", style="dim")
+    else:
+        text.append("–" if server is None else f"server {gib_change(server)} GiB",
+                    style="bold green" if (server or 0) > 50 * GIB else "")
     if others is not None:
         text.append(f" · others {gib_change(others)}", style="dim")
     return row("Δ", text, HOST_LABEL_WIDTH)
