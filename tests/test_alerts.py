@@ -10,6 +10,7 @@ from collectors.readings import (
     GpuData,
     GpuDevice,
     HostData,
+    NumaNode,
     Reading,
     ServerData,
     Status,
@@ -175,6 +176,42 @@ def test_host_available_memory() -> None:
     host(store, 11.0, available_gib=40.0)
     assert monitor.evaluate(store, 11.0) == []
     assert [c.change for c in monitor.evaluate(store, 16.0)] == ["cleared"]
+
+
+def numa_host(store: RunStore, t: float, node0_used_gib: float) -> None:
+    """Two nodes of 100 GiB; node 0's use as given, 40 GiB of it shared memory (a rank's
+    Engram tables); node 1 half free. The host as a whole has memory to spare."""
+    nodes = (NumaNode(0, 100 * GIB, round((100 - node0_used_gib) * GIB),
+                      round(node0_used_gib * GIB), 40 * GIB, 0, 0, 0, server_shared_bytes=40 * GIB),
+             NumaNode(1, 100 * GIB, 50 * GIB, 50 * GIB, 0, 0, 0, 0, server_shared_bytes=0))
+    used = round((node0_used_gib + 50) * GIB)
+    data = HostData(total_bytes=200 * GIB, available_bytes=200 * GIB - used, used_bytes=used,
+                    free_bytes=200 * GIB - used, cached_bytes=0, shmem_bytes=40 * GIB,
+                    hugepages_total=0, hugepages_free=0, hugepage_size_bytes=2 * MIB,
+                    anon_hugepages_bytes=0, swap_total_bytes=0, swap_used_bytes=0,
+                    swap_in_bytes=0, swap_out_bytes=0, numa_nodes=nodes)
+    store.add("host", Reading("host", Status.OK, data, at=t))
+
+
+def test_a_full_numa_node_is_named_while_the_host_has_room() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    numa_host(store, 0.0, node0_used_gib=90.0)
+    assert monitor.evaluate(store, 0.0) == []
+    numa_host(store, 1.0, node0_used_gib=97.0)  # 3% of node 0 left; the host has 53 GiB
+    (change,) = monitor.evaluate(store, 1.0)
+    assert change.alert.id == "numa-available:node0" and change.alert.severity == "warning"
+    assert change.alert.message == (
+        "NUMA node 0 3.0% available (< 5%): 3.0 of 100.0 GiB; largest: anonymous, all "
+        "processes 57.0 GiB, server shared (Engram tables) 40.0 GiB; memory placed there "
+        "now spills to another node (its reads cross the socket link); look at the Host RAM "
+        "panel's node rows")
+    numa_host(store, 2.0, node0_used_gib=80.0)
+    assert monitor.evaluate(store, 2.0) == []  # clear for clear_after_s first
+    assert [c.change for c in monitor.evaluate(store, 8.0)] == ["cleared"]
+    # Switched off by its name, as every alert.
+    off = AlertMonitor(Thresholds(disabled=("numa-available",)))
+    numa_host(store, 9.0, node0_used_gib=99.0)
+    assert off.evaluate(store, 9.0) == []
 
 
 def test_swap_in_rate_from_the_cumulative_counter() -> None:

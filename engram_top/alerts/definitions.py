@@ -125,6 +125,16 @@ HOST_AVAILABLE = AlertDef(
     (Setting("host_available_pct", 10.0, PCT),),
     "Host memory available (MemAvailable) below this share of the total.",
     fleet=FleetRule("host_available_pct", "host_available_pct", False, "host {:.0f}% free"))
+NUMA_AVAILABLE = AlertDef(
+    "numa-available", "warning",
+    "on a host of two or more NUMA nodes, node N's memory available (its total less what "
+    "is in use, page cache counted free) below `numa_available_pct` of its total, naming the "
+    "node's largest ledger lines: a rank's Engram tables that spill to another node read "
+    "across the socket link, and the kernel reclaims or kills on a full node while the "
+    "host as a whole looks fine.",
+    (Setting("numa_available_pct", 5.0, PCT),),
+    "Any NUMA node's memory available (total less in use, page cache counted free) below "
+    "this share of its total, on a host of two or more nodes.")
 SWAP_IN = AlertDef(
     "swap-in", "warning",
     "pages swapped in faster than `swap_in_mib_per_s` MiB/s, averaged over `swap_window_s` "
@@ -222,9 +232,10 @@ ECC = AlertDef(
     "GPU N counts uncorrected ECC errors since its driver loaded (NVML's volatile count).",
     config_note="a GPU counts uncorrected ECC errors", per_gpu=True)
 
-ALERTS: tuple[AlertDef, ...] = (HBM, KV, HOST_AVAILABLE, SWAP_IN, QUEUE_GROWTH, RETRACTIONS,
-                                SLO, HICACHE_DROPS, PCIE, NO_HUGE_PAGES, SERVER_DIED,
-                                RANK_DIED, SERVER_GONE, SERVER_SILENT, RECORDING, XID, ECC)
+ALERTS: tuple[AlertDef, ...] = (HBM, KV, HOST_AVAILABLE, NUMA_AVAILABLE, SWAP_IN, QUEUE_GROWTH,
+                                RETRACTIONS, SLO, HICACHE_DROPS, PCIE, NO_HUGE_PAGES,
+                                SERVER_DIED, RANK_DIED, SERVER_GONE, SERVER_SILENT, RECORDING,
+                                XID, ECC)
 ALERT_NAMES: tuple[str, ...] = tuple(a.name for a in ALERTS)
 BY_NAME: dict[str, AlertDef] = {a.name: a for a in ALERTS}
 CLEARS_AT_ONCE = frozenset(a.name for a in ALERTS if a.clears_at_once)

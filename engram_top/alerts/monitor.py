@@ -210,10 +210,13 @@ class AlertMonitor:
             return
         pct = 100.0 * host.available_bytes / host.total_bytes
         limit = self.t.host_available_pct
-        lines = pressure.ledger_figures(host_ledger(store))
+        book = host_ledger(store)
+        lines = pressure.ledger_figures(book)
         if store.run is not self._ledger_run or not self._ledger_first:
             self._ledger_run, self._ledger_first = store.run, lines
             self._ledger_since = time.strftime("%H:%M:%S", time.localtime(wall_at(store, now)))
+        yield from pressure.numa_nodes(store, book, self.t.numa_available_pct,
+                                       self.t.hysteresis_pct)
         if pct < limit + self.t.hysteresis_pct:
             cause = pressure.host_cause(lines, self._ledger_first, self._ledger_since)
             yield Finding(HOST_AVAILABLE.name, HOST_AVAILABLE.severity,

@@ -9,10 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
-from collectors.readings import Quantiles, Reading, Status
+from collectors.readings import HostData, Quantiles, Reading, Status
 from collectors.source import SourceName
 from collectors.units import GB, GIB, latency_bucket
-from engram_top.alerts.definitions import HICACHE_DROPS, PCIE, RETRACTIONS, SLO
+from engram_top.alerts.definitions import (
+    HICACHE_DROPS,
+    NUMA_AVAILABLE,
+    PCIE,
+    RETRACTIONS,
+    SLO,
+)
 from engram_top.alerts.finding import Finding
 from engram_top.model.facts import gpu_facts, kv_facts, latency_facts, word
 from engram_top.model.hicache import engram_rx_estimate, hicache_facts
@@ -108,6 +114,34 @@ def host_cause(now: dict[str, float], first: dict[str, float], since: str) -> st
         return "no host ledger yet"
     name, held = max(causes.items(), key=lambda kv: kv[1])
     return f"the largest ledger line is {name}, {held / GIB:,.1f} GiB"
+
+
+def numa_nodes(store: RunStore, ledger: HostLedger | None, limit: float,
+               hysteresis: float) -> Iterator[Finding]:
+    """Each NUMA node nearly full (available: total less in use, page cache counted free),
+    on a host of two or more, with the node's largest ledger lines: the host as a whole can
+    look fine while one node spills or reclaims."""
+    host: HostData | None = store.data(SourceName.HOST)
+    if host is None or len(host.numa_nodes) < 2:
+        return  # one node: host-available says it
+    per_node = ledger.per_node if ledger is not None else {}
+    for n in host.numa_nodes:
+        if not n.total_bytes:
+            continue
+        available = max(0, n.total_bytes - n.used_bytes)
+        pct = 100.0 * available / n.total_bytes
+        if pct >= limit + hysteresis:
+            continue
+        held = sorted(((ln.bytes, ln.name) for ln in per_node.get(n.node, [])
+                       if ln.bytes and ln.name not in NOT_A_CAUSE and ln.name != "free"),
+                      reverse=True)[:2]
+        largest = ", ".join(f"{name} {b / GIB:,.1f} GiB" for b, name in held) or "no ledger yet"
+        yield Finding(f"{NUMA_AVAILABLE.name}:node{n.node}", NUMA_AVAILABLE.severity,
+                      f"NUMA node {n.node} {pct:.1f}% available (< {limit:g}%): "
+                      f"{available / GIB:,.1f} of {n.total_bytes / GIB:,.1f} GiB; largest: "
+                      f"{largest}; memory placed there now spills to another node (its reads "
+                      "cross the socket link); look at the Host RAM panel's node rows",
+                      firing=pct < limit)
 
 
 def retractions(store: RunStore, limit: float) -> Iterator[Finding]:
