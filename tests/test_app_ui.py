@@ -307,7 +307,7 @@ def test_a_starting_header_and_the_scenario_list_fit_a_100_column_terminal() -> 
 def host_delta_shown(app: EngramTopApp, scenario: str) -> tuple[str, str]:
     """The Host RAM panel's Δ ("+6.4 GiB", or "–") and the scenario list's host Δ cell for
     ``scenario``, as they are on screen at this moment."""
-    found = re.search(r"│ ?Δ +(?:server )?(–|[+-][\d,.]+ GiB)", screen_text(app))
+    found = re.search(r"│ ?Δ +(?:server (?:\w+ \(had )?)?(–|[+-][\d,.]+ GiB)", screen_text(app))
     assert found is not None, screen_text(app)
     table = app.query_one("#scenarios", DataTable)
     assert str(list(table.columns.values())[5].label) == "host Δ"

@@ -91,7 +91,7 @@ def test_other_tenants_growth_is_not_the_server_s() -> None:
 def test_a_dead_server_s_kept_figure_is_never_set_against_the_others() -> None:
     """A server killed after ready held +211.4 GiB; the node's memory fell back with it.
     The others' growth is the node's, not the node's less a figure of a server that is
-    gone (which read "others -211.4"); the Δ row says the server is gone."""
+    gone (which read "others -211.4"); the Δ row says the server ended."""
     from engram_top.app.panels.host import delta_row
     from scenarios.runstate import RunState
     store = scene_store()
@@ -105,7 +105,7 @@ def test_a_dead_server_s_kept_figure_is_never_set_against_the_others() -> None:
         at=NOW))
     assert ledger.others_delta_bytes(store) == pytest.approx(3.0 * GIB)
     assert delta_row(store).plain.split(None, 1)[1] == \
-        "server gone (had +211.4 GiB) · others +3.0"
+        "server exited (had +211.4 GiB) · others +3.0"
 
 
 def test_a_zero_kv_gauge_is_unknown_and_the_rest_unexplained() -> None:

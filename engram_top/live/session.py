@@ -429,10 +429,15 @@ class Session(AttachedServers):
         env = {} if sc is not None else self._attached_env.get(facts.url or "", {})
         read_engram(self.store, facts, engine, sc, env)
         # The fingerprint every 10 s, not every tick (a few hundred arguments redacted), and
-        # at once when what it reads arrives: one taken at launch, before the server
-        # answered, would otherwise stand without its version and layout for 10 s.
-        basis = (facts.state, self.store.data(SourceName.SERVER) is not None,
-                 bool(facts.startup.parallel), facts.startup.server_args is not None)
+        # at once when what it reads arrives or changes: one taken at launch, before the
+        # server answered (or before attach followed the server's node), would otherwise
+        # stand without its version, layout and node for 10 s.
+        server = self.store.data(SourceName.SERVER)
+        host, gpus = self.store.data(SourceName.HOST), self.store.data(SourceName.GPU)
+        basis = (facts.state, server is not None and server.version,
+                 server is not None and server.tp_size, bool(facts.startup.parallel),
+                 facts.startup.server_args is not None,
+                 host is not None and host.total_bytes, gpus is not None and len(gpus.devices))
         taken, was = self._fingerprinted.get(facts.launched_at, (-1e9, ()))
         if basis != was or time.monotonic() - taken > 10.0:
             self._fingerprinted[facts.launched_at] = (time.monotonic(), basis)

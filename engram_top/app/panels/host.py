@@ -163,7 +163,7 @@ def delta_row(store: RunStore) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     if server is not None and store.run is not None and store.run.state in model.ENDED:
         # Its figure from when it ran: no longer held, and not set against the others'.
-        text.append(f"server gone (had {gib_change(server)} GiB)", style="dim")
+        text.append(f"server {store.run.state} (had {gib_change(server)} GiB)", style="dim")
     else:
         text.append("–" if server is None else f"server {gib_change(server)} GiB",
                     style="bold green" if (server or 0) > 50 * GIB else "")
