@@ -15,7 +15,8 @@ stops at start-up (refuse).
 
 Host RAM: the Engram tables in host memory (one copy per node with the shared layout, one per
 NUMA node when NUMA-replicated, one per rank when per-rank), the HiCache host pool of every
-TP rank (--hicache-size, GB of 1e9 bytes as SGLang reads it), the server's own memory and its
+TP rank (--hicache-size, GB of 1e9 bytes as SGLang reads it; --hicache-ratio; or sized by
+SGLang to what the rest leaves: scenarios.hicache_size), the server's own memory and its
 pinned staging, against MemAvailable, and per NUMA node where each rank's share lands.
 """
 
@@ -26,9 +27,10 @@ from dataclasses import dataclass, field, replace
 
 from collectors.figure_bounds import index
 from collectors.readings import GpuData, HostData
-from collectors.units import GB, GIB, gib_text
+from collectors.units import GIB, gib_text
 from scenarios.engines.engram import LAYOUT
 from scenarios.fit_figures import ModelFigures, describes, seed_figures
+from scenarios.hicache_size import HiCacheSize, hicache_size
 from scenarios.scenario_file import Scenario
 
 OK, WARN, REFUSE, UNKNOWN = "ok", "warn", "refuse", "unknown"
@@ -187,7 +189,7 @@ class Need:
     layout: str | None  # of the host tables; None with the tables in HBM
     layout_source: str
     table_bytes: int  # one copy
-    hicache_bytes_per_rank: int
+    hicache: HiCacheSize  # each TP rank's host pool: fixed, or sized by SGLang at start
     process_bytes: int  # whole server
     staging_bytes: int  # whole server
     source: str
@@ -246,7 +248,12 @@ def need_of(sc: Scenario, figures: ModelFigures | None) -> Need | None:
     given = _number(_arg(sc.args, "--mem-fraction-static"))
     frac, frac_source = ((given, "--mem-fraction-static") if given is not None and 0 < given <= 1
                          else (round(auto, 3), "auto"))
-    hicache = _number(_arg(sc.args, "--hicache-size")) or 0.0
+    hicache = hicache_size(
+        enabled="--enable-hierarchical-cache" in sc.args,
+        size_gb=_number(_arg(sc.args, "--hicache-size")),
+        ratio=_number(_arg(sc.args, "--hicache-ratio")),
+        fraction=_number(_arg(sc.args, "--hicache-host-memory-fraction")),
+        kv_bytes_per_rank=figures.kv_bytes[placement])
     visible = sc.launch_env().get("CUDA_VISIBLE_DEVICES")
     indices = None
     listed = [index(p) for p in visible.split(",")] if visible else []
@@ -256,7 +263,7 @@ def need_of(sc: Scenario, figures: ModelFigures | None) -> Need | None:
     layout, layout_source = _layout(sc) if on_host else (None, "")
     return Need(placement, tp, indices, figures.context_bytes, weights, figures.graphs_bytes,
                 frac, frac_source, layout, layout_source,
-                figures.table_bytes if on_host else 0, int(max(0.0, hicache) * GB),
+                figures.table_bytes if on_host else 0, hicache,
                 figures.process_bytes, figures.staging_bytes.get(placement, 0), figures.source)
 
 
@@ -368,13 +375,17 @@ def _host_items(need: Need, node: NodeFree) -> list[tuple[str, float, int | None
             items += [(label, need.table_bytes, n) for n in ranks]
         else:  # one copy, faulted in by the first rank: on its node
             items.append((label, need.table_bytes, ranks[0] if ranks else None))
-    if need.hicache_bytes_per_rank:
-        items += [("HiCache host pools", need.hicache_bytes_per_rank, n) for n in ranks]
     for what, nbytes in (("server processes", need.process_bytes),
                          ("pinned staging", need.staging_bytes)):
         if nbytes:
             items += [(what, nbytes / len(ranks), n) for n in ranks] if ranks else \
                 [(what, nbytes, None)]
+    # Last: sized by SGLang, the pool takes a share of what the rest leaves.
+    pool = need.hicache.per_rank(node.host_available_bytes, sum(b for _, b, _ in items),
+                                 len(ranks) or need.tp)
+    if pool:
+        label = "HiCache host pools (auto)" if need.hicache.auto else "HiCache host pools"
+        items += [(label, pool, n) for n in ranks]
     return items
 
 

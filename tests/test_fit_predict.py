@@ -156,6 +156,47 @@ def test_layouts_copies_hicache_and_the_mem_fraction_from_the_arguments(tmp_path
         assert predict(demo("device", "--mem-fraction-static", bad), node).level == fit.OK
 
 
+def test_hicache_by_ratio_and_as_sglang_sizes_it_without_one(tmp_path: Path) -> None:
+    """--hicache-ratio: times the rank's device KV pool. Neither ratio nor size (SGLang since
+    PR 40135): the default ratio's pool (2x), lowered until the ranks' pools fit 0.8 of what
+    the rest of the server leaves of MemAvailable, less a 10 GiB reserve."""
+    kv = fit.seed_figures().kv_bytes["host"]  # each rank's device KV pool
+    def pools(node: fit.NodeFree, *args: str) -> float:
+        """The host need beyond the placement's own (its tables, processes, staging)."""
+        return (line(predict(demo("host", *args), node), "host").need_bytes
+                - line(predict(demo("host"), node), "host").need_bytes)
+
+    roomy = free_of(make_node(tmp_path / "roomy"))
+    assert pools(roomy, "--enable-hierarchical-cache", "--hicache-ratio", "0.5") == \
+        pytest.approx(4 * int(0.5 * kv), rel=1e-3)
+    # A roomy host: the default ratio's pool, 2x the KV pool per rank, is the most it takes.
+    auto = predict(demo("host", "--enable-hierarchical-cache"), roomy)
+    assert pools(roomy, "--enable-hierarchical-cache") == pytest.approx(4 * 2 * kv, rel=1e-3)
+    assert f"HiCache host pools (auto) {4 * 2 * kv / GIB:.1f} (4 x {2 * kv / GIB:.1f})" in \
+        line(auto, "host").text
+    assert auto.level == fit.OK
+    # A smaller host: the pools take 0.8 of what is left after the rest and the reserve.
+    small = free_of(make_node(tmp_path / "small", host_total_bytes=768 * GIB,
+                              host_baseline_used_bytes=80 * GIB))
+    left = 688 * GIB - line(predict(demo("host"), small), "host").need_bytes - 10 * GIB
+    assert pools(small, "--enable-hierarchical-cache") == pytest.approx(0.8 * left, rel=1e-3)
+    assert pools(small, "--enable-hierarchical-cache", "--hicache-host-memory-fraction",
+                 "0.5") == pytest.approx(0.5 * left, rel=1e-3)
+    # Sized to fit the host, it fits the host; but it is sized by the host's memory, not by
+    # its ranks' NUMA nodes: with the shared tables on node 0, node 0's ranks spill.
+    sized = predict(demo("host", "--enable-hierarchical-cache"), small)
+    assert line(sized, "host").level == fit.OK
+    assert line(sized, "NUMA node 0").level == WARN
+    assert "HiCache host pools (auto) 193.0 (2 x 96.5)" in line(sized, "NUMA node 0").text
+    # Without --enable-hierarchical-cache a ratio alone is SGLang's default, not a pool; a
+    # size (0 meaning unset) wins over a ratio.
+    assert pools(roomy, "--hicache-ratio", "0.5") == 0
+    assert pools(roomy, "--hicache-ratio", "0.5", "--hicache-size", "0",
+                 "--enable-hierarchical-cache") == pytest.approx(4 * int(0.5 * kv), rel=1e-3)
+    assert pools(roomy, "--enable-hierarchical-cache", "--hicache-ratio", "0.5",
+                 "--hicache-size", "10") == pytest.approx(4 * 10 * GB, rel=1e-3)
+
+
 def test_a_numa_replicated_copy_that_does_not_fit_its_node_is_refused(tmp_path: Path) -> None:
     node = free_of(make_node(tmp_path, host_total_bytes=360 * GIB,
                              host_baseline_used_bytes=0))
