@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import ServerSpec, SimServer, wait_until
+from helpers import DEMO, GIB, ServerSpec, SimServer, wait_until
 
 from collectors import promtext
 from collectors.sglang.collector import canonical
@@ -219,3 +219,48 @@ def test_the_engram_estimate_is_receive_less_each_ranks_load_back() -> None:
     assert engram_rx_estimate({0: 5e6, 1: 1e6, 2: 4e6, 3: None}, view) == {
         0: 4e6, 1: 0.0, 2: None, 3: None}  # never negative; unknown stays unknown
     assert engram_rx_estimate({0: 5e6}, None) == {0: None}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_pool_sglang_sizes_itself_is_the_one_the_fit_check_predicts(tmp_path: Path) -> None:
+    """--enable-hierarchical-cache with no size or ratio on a host too small for the default
+    ratio's pools: the simulated server sizes them as SGLang does (0.8 of what is available
+    less 10 GiB, shared by the ranks) and logs the size; the fit check, before the start,
+    predicted the same pool from the node's readings."""
+    import dataclasses
+
+    from collectors.host import sample as host_sample
+    from engram_top.sim.backends import SimHostBackend
+    from scenarios import fit, scenario_file
+    from scenarios.hicache_size import DEFAULT_RATIO
+
+    ref = reference.default()
+    node_dir = tmp_path / "auto" / "node"
+    spec = dataclasses.replace(state.NodeSpec.from_reference(ref),
+                               host_total_bytes=768 * GIB, host_baseline_used_bytes=80 * GIB)
+    state.write_spec(node_dir, spec)
+    node = fit.node_free(SimGpuBackend(node_dir).sample(),
+                         host_sample(SimHostBackend(node_dir), None))
+    sc = scenario_file.load(DEMO).get("host")
+    sized, plain = (fit.predict(dataclasses.replace(sc, args=args), node)
+                    for args in (("--enable-hierarchical-cache",), ()))
+    host_line = {ln.where: ln for ln in sized.lines}["host"]
+    plain_line = {ln.where: ln for ln in plain.lines}["host"]
+    predicted = (host_line.need_bytes - plain_line.need_bytes) / ref.gpus
+    assert predicted < DEFAULT_RATIO * fit.seed_figures().kv_bytes["host"]  # sized down
+
+    server = SimServer("auto", ServerSpec("host", 0.02, ("--enable-hierarchical-cache",)),
+                       tmp_path)
+    try:
+        server.wait_ready()
+        logged = {r: f.hicache_host_bytes for r, f in
+                  parse_startup_log(server.log_text()).ranks.items()}
+    finally:
+        server.stop()
+    assert sorted(logged) == list(range(ref.gpus))
+    # One reading of available memory for every rank: the same pool on each.
+    assert len(set(logged.values())) == 1
+    # The check counts what the server will hold beside the pools from the model's figures;
+    # the server measures what it holds: they agree to a few percent.
+    assert logged[0] == pytest.approx(predicted, rel=0.03)

@@ -21,7 +21,7 @@ from collectors.units import GIB
 from engram_top.seed.reference import Placement, Reference
 from engram_top.sim import server_args
 from engram_top.sim.engram import LOG_INTERVAL_S, EngramStats
-from engram_top.sim.hicache import HiCacheSim, pool_bytes
+from engram_top.sim.hicache import HiCacheSim, pool_size
 from engram_top.sim.memory import PAGE_SIZE, MemoryPlan
 from engram_top.sim.metrics_page import (
     E2E_BUCKETS,
@@ -91,9 +91,17 @@ class ServerCore:
         self.last_gen_throughput = 0.0
         self.ids = itertools.count(1)
         self.done: deque[dict[str, Any]] = deque(maxlen=10000)
-        pool = pool_bytes(args) if self.has_hicache else 0
+        # A pool SGLang sizes itself is known at the KV phase (set_hicache), not here.
+        pool = pool_size(args, mem.kv_bytes).fixed_bytes_per_rank if self.has_hicache else 0
         self.hicache = HiCacheSim(pool, ref.kv_bytes_per_token, ref.gpus) if pool else None
         self._init_metrics()
+
+    def set_hicache(self, pool_bytes_per_rank: int) -> None:
+        """The host pool start-up sized (SGLang's own sizing): on the page from now on."""
+        if self.hicache is None and pool_bytes_per_rank > 0:
+            self.hicache = HiCacheSim(pool_bytes_per_rank, self.ref.kv_bytes_per_token,
+                                      self.ref.gpus)
+            self.hicache.declare(self.metrics)
 
     # ------------------------------------------------------------------ metrics
     def _init_metrics(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from collectors.units import GB
 from engram_top.sim.metrics_page import MetricsPage
+from scenarios.hicache_size import HiCacheSize, hicache_size
 
 LOAD_BACK_SHARE = 0.5  # of a new prompt, found in the host pool while it holds that much
 DROP_REASON = "host_pressure"
@@ -25,10 +26,14 @@ def log_line(pool_bytes_per_rank: int) -> str:
     return f"Allocating {pool_bytes_per_rank / GB:.2f} GB host memory for hierarchical KV cache."
 
 
-def pool_bytes(args: Any) -> int:
-    """The host pool per rank that `--hicache-size` asks for (0: HiCache off)."""
-    size = getattr(args, "hicache_size", None) or 0.0
-    return int(size * GB)
+def pool_size(args: Any, kv_bytes_per_rank: int) -> HiCacheSize:
+    """The host pool per rank `sim serve`'s arguments ask for, sized as SGLang sizes it
+    (scenarios.hicache_size): a size, a ratio of the KV pool, or SGLang's own sizing."""
+    return hicache_size(
+        enabled=bool(getattr(args, "enable_hierarchical_cache", False)),
+        size_gb=getattr(args, "hicache_size", None), ratio=getattr(args, "hicache_ratio", None),
+        fraction=getattr(args, "hicache_host_memory_fraction", None),
+        kv_bytes_per_rank=kv_bytes_per_rank)
 
 
 class HiCacheSim:

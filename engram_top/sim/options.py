@@ -30,6 +30,8 @@ ANY_PORT = bounded_int(0, 65535)
 STREAM_INTERVAL = bounded_int(1, 100_000)
 FAIL_AFTER = bounded_float(0, 86_400, unit="seconds")  # up to a day of serving first
 HICACHE_GB = bounded_float(0, 100_000)  # per rank; 0 is off, as SGLang's 0
+HICACHE_RATIO = bounded_float(0, 1000)  # of the rank's device KV pool
+FRACTION = bounded_float(0, 1)
 # Another tenant's memory: up to a B200's whole HBM per GPU, up to 64 TiB of host RAM.
 NEIGHBOUR_GIB = bounded_float(0, 192)
 HOG_GIB = bounded_float(0, 65_536)
@@ -74,6 +76,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hicache-size", type=HICACHE_GB, default=0.0, metavar="GB",
                    help="SGLang's hierarchical KV cache: a host pool of GB (1e9 bytes) on "
                         "every TP rank, as SGLang's --hicache-size (default 0: off)")
+    p.add_argument("--enable-hierarchical-cache", action="store_true",
+                   help="SGLang's hierarchical KV cache without a size: --hicache-ratio times "
+                        "each rank's KV pool, else sized as SGLang sizes it (its default ratio "
+                        "lowered to fit --hicache-host-memory-fraction of the host memory "
+                        "available less 10 GiB, shared by the ranks)")
+    p.add_argument("--hicache-ratio", type=HICACHE_RATIO, default=None, metavar="R",
+                   help="with --enable-hierarchical-cache: each rank's host pool as R times "
+                        "its device KV pool")
+    p.add_argument("--hicache-host-memory-fraction", type=FRACTION, default=None,
+                   metavar="F", help="with --enable-hierarchical-cache and no size or ratio: "
+                                     "the share of available host memory (default 0.8)")
     p.add_argument("--neighbour-hbm", type=NEIGHBOUR_GIB, default=0.0, metavar="GIB",
                    help="another tenant's process (noisy-neighbour) holding GIB of HBM on "
                         "each of --neighbour-gpus, from before the server loads: the server "

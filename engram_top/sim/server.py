@@ -41,6 +41,7 @@ from engram_top.sim import (
     vllm_log,
 )
 from engram_top.sim import vllm as simvllm
+from engram_top.sim.backends import SimHostBackend
 from engram_top.sim.core import WARMUP_HEADER, ServerCore
 from engram_top.sim.http import build_app
 from engram_top.sim.options import DEFAULT_FAIL_AFTER_S, RUNNING_KINDS, add_arguments
@@ -168,7 +169,9 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
     else:
         core = ServerCore(ref, placement, mem, args, VERSION)
         startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
-        startup.hicache_bytes_per_rank = hicache.pool_bytes(args)
+        startup.hicache_size = hicache.pool_size(args, mem.kv_bytes)
+        startup.host_available = lambda: SimHostBackend(node_dir).meminfo()["MemAvailable"]
+        startup.on_hicache = core.set_hicache
         startup.layout = getattr(args, "engram_layout", "shared")
         # A kind that dies while serving is not start-up's business.
         startup.fail_as = None if args.fail_as in RUNNING_KINDS else args.fail_as

@@ -50,9 +50,14 @@ def build(ref: Reference, placement: Placement, mem: MemoryPlan, args: Any) -> d
         "speculative_num_steps": None, "speculative_num_draft_tokens": None,
         "ep_size": lay.ep, "moe_a2a_backend": "none", "moe_runner_backend": "auto",
         "enable_eplb": False,
-        # --hicache-size GB per rank turns SGLang's hierarchical KV cache on.
-        "enable_hierarchical_cache": bool(getattr(args, "hicache_size", 0)),
-        "hicache_ratio": 2.0, "hicache_size": getattr(args, "hicache_size", 0) or 0,
+        # --hicache-size GB per rank turns SGLang's hierarchical KV cache on, as does the
+        # flag itself (a ratio's pool, or one SGLang sizes: its size stays 0 here).
+        "enable_hierarchical_cache": bool(getattr(args, "hicache_size", 0)
+                                          or getattr(args, "enable_hierarchical_cache", False)),
+        "hicache_ratio": getattr(args, "hicache_ratio", None) or 2.0,
+        "hicache_size": getattr(args, "hicache_size", 0) or 0,
+        "hicache_host_memory_fraction": getattr(args, "hicache_host_memory_fraction", None)
+        or 0.8,
         "cpu_offload_gb": 0, "disable_radix_cache": False,
         "disable_cuda_graph": False, "cuda_graph_max_bs": 256,
         "enable_torch_compile": False, "disable_overlap_schedule": False,

@@ -25,6 +25,7 @@ from engram_top.sim.memory import MemoryPlan
 from engram_top.sim.model import PREFILL_TOKEN_BUDGET
 from engram_top.sim.pools import CHUNKED_PREFILL_SIZE
 from engram_top.sim.server_args import CONTEXT_LEN
+from scenarios.hicache_size import HiCacheSize
 
 TABLES = (("L1", 0.5), ("L14", 0.5))  # the two Engram tables (layers 1 and 14), equal halves
 # Of the server processes' host memory: the tokenizer + HTTP process; the ranks share the rest.
@@ -136,6 +137,9 @@ class Startup:
         self.t0 = process_start_monotonic()
         self.elapsed_plan = 0.0  # planned (unscaled) seconds of the phases run so far
         self.hicache_bytes_per_rank = 0  # SGLang's HiCache host pool on each rank (0: off)
+        self.hicache_size = HiCacheSize()  # as asked; a pool SGLang sizes is sized at the KV
+        self.host_available: Callable[[], int | None] = lambda: None  # MemAvailable now
+        self.on_hicache: Callable[[int], None] = lambda pool: None  # the pool, once sized
         self.layout = "shared"  # the host tables' copies (sim serve --engram-layout)
         self.held_by_others: list[int] = []  # HBM other tenants hold per GPU at launch
         self.fail_as: str | None = None  # die in a real server's words (sim serve --fail-as)
@@ -316,6 +320,11 @@ class Startup:
             raise StartupFailed("Not enough memory for the KV cache (another process holds "
                                 f"{max(self.held_by_others) / GIB:.1f} GiB of a GPU)")
         self.kv_memory()
+        # The ranks agree on one reading of available host memory, taken now (the tables
+        # and the weights' staging are in), as SGLang's sizing does.
+        self.hicache_bytes_per_rank = self.hicache_size.per_rank(
+            self.host_available(), 0, len(self.ranks))
+        self.on_hicache(self.hicache_bytes_per_rank)
         total_gb = self.ref.gpu_total_bytes / GIB
         rest_gb = mem.kv_bytes / GIB
         # Profiled after the weights: what the static fraction leaves for KV is rest_memory,
