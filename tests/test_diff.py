@@ -33,10 +33,14 @@ async def recorded(tmp_path: Path, name: str, *args: str) -> Path:
         await session.start()
         recorder = Recorder(session.store, record).start()
         store = session.store
-        await until(None, lambda: store.run is not None and store.run.state == RunState.READY
-                    and store.run.fingerprint is not None
-                    and store.data(SourceName.SERVER) is not None, 90,
-                    "ready, a good reading, its fingerprint taken")
+        def fingerprinted() -> bool:  # taken once the server said its version
+            server = store.data(SourceName.SERVER)
+            fp = store.run.fingerprint if store.run is not None else None
+            return store.run is not None and store.run.state == RunState.READY \
+                and fp is not None and server is not None and bool(server.version) \
+                and server.version in fp.engine
+
+        await until(None, fingerprinted, 90, "ready, a good reading, its fingerprint taken")
         await session.close()
         recorder.close()
     finally:
