@@ -14,6 +14,10 @@ from collectors.pages import ConnectFailed, Page, PageClient, PageError, bearer
 from collectors.readings import Reading, ServerData, Status
 from collectors.units import MIB
 
+# The span of the server's windowed figures (latency quantiles, rates, retractions): what
+# an alert on them judges, and how long they take to fill after a start.
+WINDOW_S = 30.0
+
 
 class EngineCollector:
     """Polls one server: /health on a cadence, an info call now and then, /metrics every
@@ -24,7 +28,7 @@ class EngineCollector:
     SOURCE = "server"  # the reading's source prefix
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 2.0,
-                 deadline_s: float = 5.0, window_s: float = 30.0, info_every_s: float = 15.0,
+                 deadline_s: float = 5.0, window_s: float = WINDOW_S, info_every_s: float = 15.0,
                  health_every_s: float = 5.0, source: str | None = None,
                  auth: tuple[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:

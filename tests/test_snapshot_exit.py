@@ -8,6 +8,7 @@ serve but does not listen on yet (a server loading its weights)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -15,10 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ENGRAM_TOP, free_port
+from helpers import ENGRAM_TOP, ServerSpec, SimServer, free_port
 
+from collectors.engine_http import WINDOW_S
 from collectors.server_process import might_serve, names_port
 from engram_top.alerts.monitor import Alert
+from engram_top.alerts.thresholds import Thresholds, first_judged_s
 from engram_top.cli.snapshot import alert_code
 from engram_top.model.store import RunStore
 
@@ -108,3 +111,29 @@ def test_a_server_started_but_not_yet_listening_is_waited_for(tmp_path: Path) ->
     assert "the server did not become ready within 4 s (state: attached, not answering: " \
            f"no server at http://127.0.0.1:{port} (connection refused))" in done.stderr
     assert "not waiting" not in done.stderr
+
+
+def test_every_alert_judges_a_whole_window_before_wait_alerts_ends() -> None:
+    # The server's 30 s window is the longest by default; one evaluation to see it.
+    assert first_judged_s(Thresholds(), WINDOW_S) == 31.0
+    # A longer queue-growth window, and a hold before the slo alert fires, add up.
+    t = Thresholds(queue_growth_window_s=60.0, slo_for_s=10.0)
+    assert first_judged_s(t, WINDOW_S) == 71.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_wait_alerts_watches_until_every_window_is_judged(tmp_path: Path) -> None:
+    server = SimServer("watched", ServerSpec("device", 0.02), tmp_path)
+    try:
+        server.wait_ready()
+        done = _snapshot(server.url, tmp_path, "--wait-alerts", "--fail-on", "warning")
+    finally:
+        server.stop()
+    # An idle server raises nothing over its windows: written, and 0.
+    assert done.returncode == 0, done.stderr
+    assert "watching 31 s, until every alert has judged a whole window (--wait-alerts)" in \
+        done.stderr
+    (folder,) = (tmp_path / "snaps").iterdir()
+    source = json.loads((folder / "snapshot.json").read_text())["source"]
+    assert source["after_s"] == 31.0 and source["kind"] == "attach"

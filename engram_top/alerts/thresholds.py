@@ -55,6 +55,15 @@ Thresholds: Any = dataclasses.make_dataclass(
 Thresholds.__module__ = __name__
 
 
+def first_judged_s(t: Any, server_window_s: float) -> float:
+    """Seconds after a server is ready until every alert has judged a whole window: the
+    server's own (``server_window_s``) and each windowed alert's, then its longest hold
+    before firing, and one evaluation (once a second) to see it."""
+    windows = (server_window_s, t.queue_growth_window_s, t.swap_window_s, t.pcie_window_s)
+    holds = (float(t.hold(a.name, "for_s")) for a in ALERTS)
+    return max(windows) + max(holds, default=0.0) + 1.0
+
+
 def fleet_alerts(row: Any, t: Any, agent_ids: Iterable[str] = ()) -> tuple[str, ...]:
     """The dashboard's alerts the fleet can tell from one node's row (FleetRow), with the
     user's thresholds: each alert whose definition has a fleet rule; then those a node's

@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="give up if not ready by then (default: 3x the expected start-up)")
     snap.add_argument("--out", type=Path, default=Path("snapshots"),
                       help="the snapshot folder is made under this one (default: ./snapshots)")
+    snap.add_argument("--wait-alerts", action="store_true",
+                      help="keep watching after ready until every alert has judged a whole "
+                           "window (the server's 30 s, queue growth's, each hold), rather "
+                           "than --after's seconds alone; with --fail-on, a cron job's check")
     snap.add_argument("--fail-on", choices=("warning", "error"), default=None,
                       help="exit 3 when a warning or worse is active in the snapshot, 4 when "
                            "an error is, from this severity up (default: exit 0 once written)")

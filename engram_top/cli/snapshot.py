@@ -78,7 +78,16 @@ async def take_snapshot(args: argparse.Namespace) -> int:
         elif not ready:
             print(f"engram-top snapshot: the server did not become ready within {timeout:.0f} s "
                   f"(state: {_state(session.store)}); writing what was seen", file=sys.stderr)
-        await asyncio.sleep(args.after if ready and not args.recording else 0)
+        after = args.after
+        if args.wait_alerts and ready and not args.recording:
+            from collectors.engine_http import WINDOW_S
+            from engram_top.alerts.thresholds import first_judged_s
+            after = max(after, first_judged_s(session.alerts.thresholds, WINDOW_S))
+            print(f"engram-top snapshot: watching {after:.0f} s, until every alert has judged "
+                  "a whole window (--wait-alerts)", file=sys.stderr)
+        if not args.recording:
+            describe["after_s"] = after  # what it watched after ready, as it watched
+        await asyncio.sleep(after if ready and not args.recording else 0)
         try:
             svg: str | None = await render_svg(session)
         except Exception as exc:  # the readings are still worth writing without the screen
