@@ -21,7 +21,7 @@ from collectors.units import GIB
 from engram_top.seed.reference import Placement, Reference
 from engram_top.sim import server_args
 from engram_top.sim.engram import LOG_INTERVAL_S, EngramStats
-from engram_top.sim.hicache import HiCacheSim, pool_size
+from engram_top.sim.hicache import HiCacheSim
 from engram_top.sim.memory import PAGE_SIZE, MemoryPlan
 from engram_top.sim.metrics_page import (
     E2E_BUCKETS,
@@ -58,7 +58,6 @@ class ServerCore:
 
     # SGLang's V4.1 builds log per-layer Engram statistics (host placements only).
     logs_engram_stats = True
-    has_hicache = True  # SGLang's hierarchical KV cache (--hicache-size)
 
     def __init__(self, ref: Reference, placement: Placement, mem: MemoryPlan, args: Any,
                  version: str) -> None:
@@ -91,17 +90,8 @@ class ServerCore:
         self.last_gen_throughput = 0.0
         self.ids = itertools.count(1)
         self.done: deque[dict[str, Any]] = deque(maxlen=10000)
-        # A pool SGLang sizes itself is known at the KV phase (set_hicache), not here.
-        pool = pool_size(args, mem.kv_bytes).fixed_bytes_per_rank if self.has_hicache else 0
-        self.hicache = HiCacheSim(pool, ref.kv_bytes_per_token, ref.gpus) if pool else None
+        self.hicache: HiCacheSim | None = None  # hicache.put_on_page, once its size is known
         self._init_metrics()
-
-    def set_hicache(self, pool_bytes_per_rank: int) -> None:
-        """The host pool start-up sized (SGLang's own sizing): on the page from now on."""
-        if self.hicache is None and pool_bytes_per_rank > 0:
-            self.hicache = HiCacheSim(pool_bytes_per_rank, self.ref.kv_bytes_per_token,
-                                      self.ref.gpus)
-            self.hicache.declare(self.metrics)
 
     # ------------------------------------------------------------------ metrics
     def _init_metrics(self) -> None:
@@ -155,8 +145,6 @@ class ServerCore:
         }
         for name in self.histograms:
             m.declare(name, "histogram", f"Histogram of {name.split(':')[1].replace('_', ' ')}.")
-        if self.hicache is not None:
-            self.hicache.declare(m)
 
     def swa_used_tokens(self) -> int:
         """SWA slots held: each running request keeps its window, which can straddle two

@@ -11,9 +11,10 @@ cache collector's: per-rank byte counters, per-scheduler token counters.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from collectors.units import GB
+from engram_top.seed.reference import Reference
 from engram_top.sim.metrics_page import MetricsPage
 from scenarios.hicache_size import HiCacheSize, hicache_size
 
@@ -24,6 +25,21 @@ DROP_REASON = "host_pressure"
 def log_line(pool_bytes_per_rank: int) -> str:
     """SGLang's line, its "GB" as SGLang computes it (bytes / 1e9)."""
     return f"Allocating {pool_bytes_per_rank / GB:.2f} GB host memory for hierarchical KV cache."
+
+
+class _Server(Protocol):
+    """The simulated SGLang server's core (engram_top.sim.core.ServerCore), as a pool needs it."""
+
+    hicache: HiCacheSim | None
+    ref: Reference
+    metrics: MetricsPage
+
+
+def put_on_page(core: _Server, pool_bytes_per_rank: int) -> None:
+    """A host pool per rank (0: none) on the server's page from now on; set once: at the
+    start for a size or a ratio, at the KV phase for one SGLang sizes itself."""
+    if core.hicache is None and pool_bytes_per_rank > 0:
+        core.hicache = HiCacheSim.on_page(pool_bytes_per_rank, core.ref, core.metrics)
 
 
 def pool_size(args: Any, kv_bytes_per_rank: int) -> HiCacheSize:
@@ -47,6 +63,13 @@ class HiCacheSim:
         self.backup_bytes = 0.0  # each rank's
         self.dropped_tokens = 0.0
         self.evicted_tokens = 0.0
+
+    @classmethod
+    def on_page(cls, pool_bytes_per_rank: int, ref: Reference, m: MetricsPage) -> HiCacheSim:
+        """A pool on every rank, its families declared on the server's page."""
+        sim = cls(pool_bytes_per_rank, ref.kv_bytes_per_token, ref.gpus)
+        sim.declare(m)
+        return sim
 
     def load_back(self, prompt_tokens: int) -> float:
         """A new prompt: the bytes every rank together reads back from the host."""

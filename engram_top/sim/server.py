@@ -170,8 +170,10 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         core = ServerCore(ref, placement, mem, args, VERSION)
         startup = Startup(ref, placement, mem, ranks, args.time_scale, args.fail_at, main_host)
         startup.hicache_size = hicache.pool_size(args, mem.kv_bytes)
+        # A size or a ratio is known now; a pool SGLang sizes, at the KV phase (on_hicache).
+        hicache.put_on_page(core, startup.hicache_size.fixed_bytes_per_rank)
         startup.host_available = lambda: SimHostBackend(node_dir).meminfo()["MemAvailable"]
-        startup.on_hicache = core.set_hicache
+        startup.on_hicache = lambda pool: hicache.put_on_page(core, pool)
         startup.layout = getattr(args, "engram_layout", "shared")
         # A kind that dies while serving is not start-up's business.
         startup.fail_as = None if args.fail_as in RUNNING_KINDS else args.fail_as

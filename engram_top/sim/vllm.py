@@ -80,7 +80,6 @@ class VllmCore(ServerCore):
     """The model's server with vLLM's metrics and stats lines."""
 
     logs_engram_stats = False  # SGLang's build logs them; vLLM's does not
-    has_hicache = False  # HiCache is SGLang's
 
     def _init_metrics(self) -> None:
         m = self.metrics = MetricsPage()
