@@ -8,6 +8,7 @@ A backend supplies the raw numbers so that a simulated node can stand in for /pr
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,14 @@ import psutil
 from collectors import cgroup, numa
 from collectors.base import FailureTracker, describe, run_blocking
 from collectors.kernel_log import KMSG, read_kernel_log
-from collectors.readings import CgroupMemory, HostData, ProcessTreeMemory, Reading, Status
+from collectors.readings import (
+    CgroupMemory,
+    HostData,
+    ProcessMemory,
+    ProcessTreeMemory,
+    Reading,
+    Status,
+)
 from collectors.tree_members import TreeMembers
 from collectors.units import KIB
 
@@ -67,6 +75,9 @@ class HostBackend(Protocol):
     def thp(self) -> str:
         """Transparent huge pages as the kernel is set (always, madvise, never); "" where
         it does not say."""
+
+    def largest(self, n: int, outside: frozenset[int]) -> list[ProcessMemory]:
+        """The ``n`` processes of most resident memory, those in ``outside`` left out."""
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
@@ -147,6 +158,22 @@ class ProcBackend:
     def reread_cgroup(self, found: CgroupMemory) -> CgroupMemory | None:
         return cgroup.read_memory(found.version, found.path, self.cgroup_root)
 
+    def largest(self, n: int, outside: frozenset[int]) -> list[ProcessMemory]:
+        found = []
+        for entry in self.proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) in outside:
+                continue
+            try:
+                text = (entry / "status").read_text()
+            except OSError:  # gone since the listing, or not ours to read
+                continue
+            rss = parse_meminfo(text).get("VmRSS", 0)  # kernel threads have none
+            name = next((ln.split(":", 1)[1].strip() for ln in text.splitlines()
+                         if ln.startswith("Name:")), "?")
+            if rss:
+                found.append(ProcessMemory(int(entry.name), name, rss))
+        return heapq.nlargest(n, found, key=lambda m: m.rss_bytes)
+
     def thp(self) -> str:
         try:
             text = (self.sys / "kernel" / "mm" / "transparent_hugepage" / "enabled").read_text()
@@ -156,9 +183,27 @@ class ProcBackend:
         return text[start + 1:end] if 0 <= start < end else ""
 
 
+class Largest:
+    """The largest processes outside the server's tree, re-read every ``interval_s``: a
+    scan of every process, for the host alert to name who holds the memory."""
+
+    def __init__(self, n: int = 3, interval_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.n, self.interval_s, self.clock = n, interval_s, clock
+        self._at: float | None = None
+        self._value: tuple[ProcessMemory, ...] = ()
+
+    def get(self, backend: HostBackend, tree: frozenset[int]) -> tuple[ProcessMemory, ...]:
+        now = self.clock()
+        if self._at is None or now - self._at >= self.interval_s:
+            self._at = now
+            self._value = tuple(backend.largest(self.n, tree))
+        return tuple(p for p in self._value if p.pid not in tree)  # a rank started since
+
+
 def sample(backend: HostBackend, root_pid: int | None,
            share: numa.ServerShare | None = None,
-           members: TreeMembers | None = None) -> HostData:
+           members: TreeMembers | None = None, largest: Largest | None = None) -> HostData:
     """``share`` reads where the server's shared memory sits per NUMA node; without it (the
     supervisor's guards, which need the totals only) the nodes' own figures alone.
     ``members`` keeps the server tree's listing between polls (a poller's own)."""
@@ -196,6 +241,8 @@ def sample(backend: HostBackend, root_pid: int | None,
         numa_problem=numa_problem,
         oom_kills=vm.get("oom_kill"),
         cgroup=backend.cgroup(root_pid),
+        largest_others=largest.get(backend, frozenset(tree.pids if tree else ()))
+        if largest is not None else (),
     )
 
 
@@ -241,6 +288,7 @@ class HostCollector:
         # Throttled: numa_maps is a page-table walk.
         self.numa_share = numa.ServerShare(clock=clock)
         self.members = TreeMembers(clock)  # the tree's listing, kept between polls
+        self.largest = Largest(clock=clock)
         # The last reading that found the server's tree alive: what it held just before it
         # died, once the next poll finds it gone (the death forensics read it).
         self.last_with_tree: HostData | None = None
@@ -248,7 +296,8 @@ class HostCollector:
     async def poll(self) -> Reading[HostData]:
         try:
             data = await run_blocking(
-                lambda: sample(self.backend, self.root_pid, self.numa_share, self.members),
+                lambda: sample(self.backend, self.root_pid, self.numa_share, self.members,
+                               self.largest),
                 self.timeout)
         except TimeoutError:
             return self.tracker.fail(Status.ERROR, f"/proc did not answer within {self.timeout:g}s")

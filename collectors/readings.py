@@ -121,6 +121,15 @@ class ProcessTreeMemory:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessMemory:
+    """A process outside the server's tree, by its resident memory (VmRSS)."""
+
+    pid: int
+    name: str
+    rss_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class KernelKill:
     """One process the kernel killed for memory (collectors.kernel_log reads them)."""
 
@@ -207,6 +216,9 @@ class HostData:
     # The memory cgroup the server runs in (without one, the one this process runs in: where
     # a server it starts would go); None on a host with no limit there, or not read.
     cgroup: CgroupMemory | None = None
+    # The largest processes outside the server's tree, by RSS, largest first (re-read every
+    # 30 s: a scan of every process); empty where not read, and in older recordings.
+    largest_others: tuple[ProcessMemory, ...] = ()
 
 
 # --------------------------------------------------------------------------- SGLang

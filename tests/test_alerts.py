@@ -3,6 +3,7 @@ written as events, held against flapping, and shaped by the config's thresholds.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from collectors.readings import (
     GpuDevice,
     HostData,
     NumaNode,
+    ProcessMemory,
     Reading,
     ServerData,
     Status,
@@ -191,6 +193,18 @@ def numa_host(store: RunStore, t: float, node0_used_gib: float) -> None:
                     anon_hugepages_bytes=0, swap_total_bytes=0, swap_used_bytes=0,
                     swap_in_bytes=0, swap_out_bytes=0, numa_nodes=nodes)
     store.add("host", Reading("host", Status.OK, data, at=t))
+
+
+def test_the_host_alert_names_the_largest_processes_outside_the_server() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    host(store, 0.0, available_gib=5.0)
+    data = store.data("host")
+    store.add("host", Reading("host", Status.OK, dataclasses.replace(data, largest_others=(
+        ProcessMemory(42, "hog", 80 * GIB), ProcessMemory(7, "python3", GIB),
+        ProcessMemory(9, "bash", MIB))), at=1.0))
+    (change,) = monitor.evaluate(store, 1.0)
+    assert "; largest outside the server: hog (pid 42) 80.0 GiB, python3 (pid 7) 1.0 GiB; " \
+           "look at the Host RAM panel's ledger" in change.alert.message
 
 
 def test_a_full_numa_node_is_named_while_the_host_has_room() -> None:

@@ -16,8 +16,8 @@ import pytest
 from corpus import CORPUS, URL, ManualClock, Recording, attach, played, recording
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.host import HostCollector, ProcBackend
-from collectors.readings import Quantiles, ServerData, Status
+from collectors.host import HostCollector, Largest, ProcBackend
+from collectors.readings import ProcessMemory, Quantiles, ServerData, Status
 from collectors.sglang.collector import SglangCollector
 from collectors.sglang.startup_log import parse_startup_log
 from collectors.units import GIB, KIB
@@ -286,6 +286,25 @@ async def test_host_collector_reads_the_recorded_proc_tree() -> None:
     clock.advance(10.0)
     await collector.poll()
     assert collector.members.listings == 2
+
+
+def test_the_largest_processes_outside_the_tree_from_the_recorded_proc() -> None:
+    """What the host alert names: processes by VmRSS, largest first, the server's tree left
+    out; re-read on the collector's clock every 30 s, not every poll."""
+    ids = json.loads((HOST / "tree.json").read_text())
+    root, child = ids["root"], ids["child"]
+    backend = RecordedProc(HOST / "proc", HOST / "sys")
+    status = {p: (HOST / "proc" / str(p) / "status").read_text() for p in (root, child)}
+    assert backend.largest(3, frozenset()) == [
+        ProcessMemory(p, "python", kib(status[p], "VmRSS")) for p in (root, child)]
+    assert [m.pid for m in backend.largest(3, frozenset({root}))] == [child]
+    assert backend.largest(1, frozenset()) == backend.largest(3, frozenset())[:1]
+
+    clock = ManualClock()
+    largest = Largest(interval_s=30.0, clock=clock)
+    assert [m.pid for m in largest.get(backend, frozenset({root}))] == [child]
+    clock.advance(10.0)  # within its interval: the same reading, less what joined the tree
+    assert largest.get(backend, frozenset({root, child})) == ()
 
 
 def test_the_corpus_is_what_capture_py_writes() -> None:

@@ -121,7 +121,8 @@ HOST_AVAILABLE = AlertDef(
     "host-available", "warning",
     "host memory available (`MemAvailable`) below `host_available_pct` of the total, naming "
     "the host ledger's line that grew the most since the dashboard first saw the run (else "
-    "its largest line).",
+    "its largest line) and the two largest processes outside the server's tree (by RSS, "
+    "read every 30 s).",
     (Setting("host_available_pct", 10.0, PCT),),
     "Host memory available (MemAvailable) below this share of the total.",
     fleet=FleetRule("host_available_pct", "host_available_pct", False, "host {:.0f}% free"))

@@ -219,11 +219,12 @@ class AlertMonitor:
                                        self.t.hysteresis_pct)
         if pct < limit + self.t.hysteresis_pct:
             cause = pressure.host_cause(lines, self._ledger_first, self._ledger_since)
+            who = pressure.largest_others(store.data(SourceName.HOST))
             yield Finding(HOST_AVAILABLE.name, HOST_AVAILABLE.severity,
                           f"host memory {pct:.1f}% available (< {limit:g}%): "
                           f"{gib_text(host.available_bytes)} of "
-                          f"{gib_text(host.total_bytes)} GiB; {cause}; look at the Host RAM "
-                          "panel's ledger", firing=pct < limit)
+                          f"{gib_text(host.total_bytes)} GiB; {cause}{who}; look at the Host "
+                          "RAM panel's ledger", firing=pct < limit)
 
     def _swap(self, store: RunStore, now: float) -> Iterator[Finding]:
         series = store.line(SourceName.HOST, SeriesName.SWAP_IN)

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from collectors.readings import HostData, Quantiles, Reading, Status
+from collectors.safetext import visible
 from collectors.source import SourceName
 from collectors.units import GB, GIB, latency_bucket
 from engram_top.alerts.definitions import (
@@ -114,6 +115,16 @@ def host_cause(now: dict[str, float], first: dict[str, float], since: str) -> st
         return "no host ledger yet"
     name, held = max(causes.items(), key=lambda kv: kv[1])
     return f"the largest ledger line is {name}, {held / GIB:,.1f} GiB"
+
+
+def largest_others(host: HostData | None) -> str:
+    """The processes outside the server's tree that hold the most, as the HBM alert names
+    a GPU's: "; largest outside the server: NAME (pid P) X GiB, ..." ("" where not read)."""
+    held = host.largest_others[:2] if host is not None else ()
+    if not held:
+        return ""
+    return "; largest outside the server: " + ", ".join(
+        f"{visible(p.name)} (pid {p.pid}) {p.rss_bytes / GIB:,.1f} GiB" for p in held)
 
 
 def numa_nodes(store: RunStore, ledger: HostLedger | None, limit: float,

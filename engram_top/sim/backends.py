@@ -11,7 +11,7 @@ from pathlib import Path
 from collectors.host import ProcBackend
 from collectors.kernel_log import read_kernel_log
 from collectors.numa import Mappings
-from collectors.readings import CgroupMemory, GpuData, GpuDevice, GpuProcess
+from collectors.readings import CgroupMemory, GpuData, GpuDevice, GpuProcess, ProcessMemory
 from collectors.units import GIB, MIB
 from engram_top.sim import kernel, sockets, state
 
@@ -139,6 +139,13 @@ class SimHostBackend(ProcBackend):
 
     def thp(self) -> str:
         return "madvise"  # the virtual host's, not this machine's
+
+    def largest(self, n: int, outside: frozenset[int]) -> list[ProcessMemory]:
+        # The virtual host's processes (ranks, tenants) by their modelled memory only.
+        found = [ProcessMemory(p.pid, p.name, p.host_anon_bytes + p.host_shmem_bytes)
+                 for p in self._live().values() if p.pid not in outside
+                 and p.host_anon_bytes + p.host_shmem_bytes > 0]
+        return sorted(found, key=lambda m: -m.rss_bytes)[:n]
 
     def kernel_log(self) -> tuple[str | None, str]:
         # The virtual host's kernel (engram_top.sim.kernel), never this machine's.

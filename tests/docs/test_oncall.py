@@ -90,8 +90,8 @@ def test_a_noisy_neighbour_shrinks_every_ranks_kv_pool(docs: Docs) -> None:
 @pytest.mark.timeout(240)
 @covers(HOG, SNAP_HOG, TO_HOST,
         "- warning: host memory 8.8% available (< 10%): 179.5 of 2048.0 GiB; other tenants "
-        "grew the most, +1,859.4 GiB since 08:35:10 (now 1,860.0 GiB); look at the Host RAM "
-        "panel's ledger",
+        "grew the most, +1,859.4 GiB since 08:35:10 (now 1,860.0 GiB); largest outside the "
+        "server: host-hog (pid …) 1,820.0 GiB; look at the Host RAM panel's ledger",
         "engram-top switch: 'host' does not fit on this node:")
 def test_a_host_hog_raises_host_available_and_refuses_the_host_placement(docs: Docs) -> None:
     try:
