@@ -53,6 +53,7 @@ class LaunchState:
         self._started = False
         self._from_launch: bool | None = None  # None until a start-up line tells
         self._launch_at: float | None = None
+        self._launch_outer = False  # launch_at is a shipper's envelope time, not SGLang's
         self._ranks: dict[RankKey, RankState] = {}
         self._named_dims: set[str] = set()  # the dimensions rank prefixes named
         # The sizes a launch command in the log gave (--tp 8 --dp 8 ..), and whether its

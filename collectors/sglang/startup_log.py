@@ -335,15 +335,25 @@ class StartupLogParser(MemoryHandlers, HybridPoolHandlers, ServingHandlers, Engr
             self._launches += 1
             self._phases.open("launching", 0, None)  # its start is launch_at (see its timeline)
             events.append("launch")
-        if self._launch_at is None:
+        if self._launch_at is None and line.strip():
             # The first line with a time: `at` when given, else its "[ts]" prefix (a real log
             # opens with un-stamped Python warnings). The clock stays the one of that line.
+            # An empty line says nothing of the launch (a shipper's envelope around nothing).
             t = at if at is not None else self._clock.prefix_time(line.lstrip())
+            self._launch_outer = t is None and outer_t is not None
             if t is None:
                 t = outer_t
             if t is not None:
                 self._clock.last_t = t
                 self._launch_at = t
+        elif self._launch_outer:
+            # A shipper's envelope time stands for the launch until a line with SGLang's own
+            # stamp: an earlier one wins (a foreign line at a log's head moved the launch).
+            own = self._clock.prefix_time(line.lstrip())
+            if own is not None:
+                self._launch_outer = False
+                if self._launch_at is not None and own < self._launch_at:
+                    self._launch_at = own
         if self._tb is not None and self._traceback_continues(line):
             return events
         if self._command_goes_on and self._command_continues(line):
