@@ -60,7 +60,7 @@ def first_judged_s(t: Any, server_window_s: float) -> float:
     server's own (``server_window_s``) and each windowed alert's, then its longest hold
     before firing, and one evaluation (once a second) to see it."""
     windows = (server_window_s, t.queue_growth_window_s, t.swap_window_s, t.pcie_window_s)
-    holds = (float(t.hold(a.name, "for_s")) for a in ALERTS)
+    holds = (t.hold(a.name, "for_s") for a in ALERTS)
     return max(windows) + max(holds, default=0.0) + 1.0
 
 

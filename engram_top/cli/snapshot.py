@@ -37,6 +37,8 @@ class _Watched(Protocol):
     def ref(self) -> reference.Reference: ...
     @property
     def secrets(self) -> tuple[str, ...]: ...
+    @property
+    def gave_up(self) -> str | None: ...  # why wait_ready stopped waiting early
 
     async def start(self) -> None: ...
     async def wait_ready(self, timeout: float) -> bool: ...
@@ -71,9 +73,8 @@ async def take_snapshot(args: argparse.Namespace) -> int:
     try:
         await session.start()
         ready = await session.wait_ready(timeout)
-        gave_up = getattr(session, "gave_up", None)  # a session's, not a recording's
-        if not ready and gave_up:
-            print(f"engram-top snapshot: not waiting: {gave_up}; writing what was seen",
+        if not ready and session.gave_up:
+            print(f"engram-top snapshot: not waiting: {session.gave_up}; writing what was seen",
                   file=sys.stderr)
         elif not ready:
             print(f"engram-top snapshot: the server did not become ready within {timeout:.0f} s "
@@ -178,6 +179,7 @@ class _RecordingSource:
         self.store.clock = self.replay.clock
         self.ref = reference.default()
         self.secrets: tuple[str, ...] = ()  # a recording holds its keys redacted already
+        self.gave_up: str | None = None  # a recording is never waited for
         self.at = at
 
     async def start(self) -> None:

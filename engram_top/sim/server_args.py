@@ -11,6 +11,7 @@ from engram_top.sim import log_style
 from engram_top.sim.memory import MemoryPlan
 from engram_top.sim.model import PREFILL_TOKEN_BUDGET
 from engram_top.sim.pools import CHUNKED_PREFILL_SIZE, PAGE_SIZE
+from scenarios.hicache_size import DEFAULT_FRACTION, DEFAULT_RATIO
 
 CONTEXT_LEN = 1048576
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
@@ -54,10 +55,10 @@ def build(ref: Reference, placement: Placement, mem: MemoryPlan, args: Any) -> d
         # flag itself (a ratio's pool, or one SGLang sizes: its size stays 0 here).
         "enable_hierarchical_cache": bool(getattr(args, "hicache_size", 0)
                                           or getattr(args, "enable_hierarchical_cache", False)),
-        "hicache_ratio": getattr(args, "hicache_ratio", None) or 2.0,
+        "hicache_ratio": getattr(args, "hicache_ratio", None) or DEFAULT_RATIO,
         "hicache_size": getattr(args, "hicache_size", 0) or 0,
         "hicache_host_memory_fraction": getattr(args, "hicache_host_memory_fraction", None)
-        or 0.8,
+        or DEFAULT_FRACTION,
         "cpu_offload_gb": 0, "disable_radix_cache": False,
         "disable_cuda_graph": False, "cuda_graph_max_bs": 256,
         "enable_torch_compile": False, "disable_overlap_schedule": False,
