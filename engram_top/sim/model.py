@@ -301,8 +301,8 @@ def simulate_closed_loop(service: ServiceModel, kv_capacity: int,
 
 # A bench draws each round's requests anew (seed, seed + 1, ...): the model's figures for a
 # workload are its mean over the draws of this many rounds, as the demo plan
-# (scenarios/demo-bench.toml, three rounds) measures them.
-DRAWS = 3
+# (scenarios/demo-bench.toml, four rounds) measures them.
+DRAWS = 4
 
 
 @dataclass(frozen=True)
