@@ -234,6 +234,19 @@ def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimS
             assert not empty, f"dashboard queries without data: {empty}"
         finally:
             prom.stop_now()
+        # Its /health: the verdict first, what it watches and where it records; the
+        # command exits by that verdict.
+        page = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+        assert page.status_code == 200
+        lines = page.text.splitlines()
+        assert lines[0] in ("engram-top agent: ok", "engram-top agent: warning",
+                            "engram-top agent: error"), page.text
+        assert lines[1] == f"watching: {sim_device.url} (ready)"
+        assert lines[2] == f"recording: {tmp_path / 'state' / 'engram-top' / 'agent'}"
+        checked = subprocess.run([str(installed_script()), "health", f"127.0.0.1:{port}"],
+                                 capture_output=True, text=True, timeout=30)
+        worst = checked.stdout.splitlines()[0].removeprefix("engram-top agent: ")
+        assert checked.returncode == {"ok": 0, "warning": 3, "error": 4}[worst], checked
         agent.send_signal(signal.SIGTERM)
         out, err = agent.communicate(timeout=10)
         assert agent.returncode == 0, err

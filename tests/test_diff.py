@@ -13,16 +13,18 @@ from test_death_live import scenario_file
 
 from collectors.source import SourceName
 from engram_top.cli.commands import main
+from engram_top.export.snapshot import write_folder
 from engram_top.live.session import Session, SessionOptions
 from engram_top.record.recorder import Recorder
+from engram_top.seed import reference
 from scenarios.runstate import RunState
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
 
-async def recorded(tmp_path: Path, name: str, *args: str) -> Path:
+async def recorded(tmp_path: Path, name: str, *args: str) -> tuple[Path, Path]:
     """A session that starts the scenario, records it until it serves with its fingerprint
-    taken, then stops it: the recording."""
+    taken, takes a snapshot, then stops it: the recording and the snapshot folder."""
     folder = tmp_path / name
     folder.mkdir()
     session = Session(SessionOptions(scenario_file=scenario_file(folder, name, "device", *args),
@@ -41,18 +43,19 @@ async def recorded(tmp_path: Path, name: str, *args: str) -> Path:
                 and server.version in fp.engine
 
         await until(None, fingerprinted, 90, "ready, a good reading, its fingerprint taken")
+        snap = write_folder(folder, store, reference.default(), svg=None, name="snapshot")
         await session.close()
         recorder.close()
     finally:
         await session.close()
-    return record
+    return record, snap
 
 
 @pytest.mark.timeout(240)
 async def test_two_recordings_that_differ_by_one_flag(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    a = await recorded(tmp_path, "plain")
-    b = await recorded(tmp_path, "hicache", "--hicache-size", "0.01")
+    (a, snap_a), (b, _) = (await recorded(tmp_path, "plain"),
+                           await recorded(tmp_path, "hicache", "--hicache-size", "0.01"))
     code = main(["diff", str(a), str(b)])
     out = capsys.readouterr()
     assert code == 0, out.err
@@ -71,4 +74,14 @@ async def test_two_recordings_that_differ_by_one_flag(tmp_path: Path,
     assert data["a"]["figures"]["KV capacity (tokens)"] == 11_840_000
     # A side that is no recording: exit 2, named.
     code = main(["diff", str(a), str(tmp_path / "plain" / "deaths.toml")])
-    assert code == 2 and "deaths.toml: not a recording" in capsys.readouterr().err
+    assert code == 2 and "deaths.toml: neither a recording, a snapshot nor a bench report" \
+        in capsys.readouterr().err
+    # A snapshot against the other's recording: the same flag; against its own recording,
+    # the same run (the recording is read where its server last served: the same figures).
+    code = main(["diff", str(snap_a), str(b)])
+    text = capsys.readouterr().out
+    assert code == 0 and "| server_args.hicache_size | " in text, text
+    code = main(["diff", str(snap_a), str(a)])
+    text = capsys.readouterr().out
+    assert code == 0 and "The same: engine and version, arguments, switches" in text, text
+    assert "| KV capacity (tokens) | 11,840,000 | 11,840,000 | +0.00% |" in text

@@ -40,6 +40,7 @@ from engram_top.compare.runs import serves
 from engram_top.compare.slo import LevelStats, Slo
 from engram_top.live.session import Session, SessionOptions
 from engram_top.model import energy, facts
+from engram_top.model.fingerprint import Fingerprint
 from engram_top.model.store import SeriesName
 from engram_top.model.store import node_time as startup_in_node_time
 from engram_top.seed import reference
@@ -110,8 +111,11 @@ async def run_bench(plan: Plan, out: Path, say: Callable[[str], None] = print, *
     # Another model's runs: the seed's figures are no reference for them.
     seed_column = any(serves(run, reference.default().model) for run in session.store.runs)
     table = _level_table(plan, levels, modelled, say)
+    # What each scenario ran as (its last run's): `engram-top diff` of two reports reads it.
+    ran_as = {run.scenario: run.fingerprint for run in session.store.runs
+              if run.fingerprint is not None}
     return write_report(plan, results, requests, out, raised, seed_column=seed_column,
-                        levels=table, rounds=rounds, stopped=stopped)
+                        levels=table, rounds=rounds, stopped=stopped, fingerprints=ran_as)
 
 
 def _level_table(plan: Plan, levels: dict[str, list[list[LevelStats]]],
@@ -172,7 +176,8 @@ def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, 
                  out: Path, alerts: list[dict[str, Any]] | None = None,
                  *, seed_column: bool = True,
                  levels: dict[str, list[LevelStats]] | None = None, rounds: int | None = None,
-                 stopped: str | None = None) -> dict[str, Any]:
+                 stopped: str | None = None,
+                 fingerprints: dict[str, Fingerprint] | None = None) -> dict[str, Any]:
     """The plan's trials compared against its baseline, at its price, with the seed's
     figures beside them unless told not to, each level's row and a sweep's summary:
     report.json, report.md, requests.csv and the charts under ``out``; returns
@@ -194,7 +199,11 @@ def write_report(plan: Plan, results: list[RunResult], requests: list[dict[str, 
         "slo": [{"metric": x.metric, "percentile": x.percentile, "max_s": x.max_s}
                 for x in plan.slos],
         "levels": {name: [lv.to_dict() for lv in lvs] for name, lvs in levels.items()},
-        "sweep": summary, "alerts": shown_alerts}
+        "sweep": summary, "alerts": shown_alerts,
+        # The requests each round drew (round k: seed + k): two reports of the same workload
+        # drew the same requests round by round, so `diff` pairs their rounds.
+        "workload": facts.plain(live_workload(plan)),
+        "fingerprints": {name: facts.plain(fp) for name, fp in (fingerprints or {}).items()}}
     rounds = rounds if rounds is not None else max((r.trial + 1 for r in results), default=0)
     found = ab.analyse(plan.scenarios, plan.baseline, requests, results, seed=plan.workload.seed)
     report["paired"] = {

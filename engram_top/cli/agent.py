@@ -30,6 +30,9 @@ TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def run_agent(args: argparse.Namespace) -> int:
+    from collectors.pages import split_userinfo
+    from engram_top.cli.agent_health import health_text
+    from engram_top.cli.snapshot import run_state
     from engram_top.export import prometheus_text
     from engram_top.export.fit_series import fit_families
     from engram_top.live.attach_node import node_dir_problem
@@ -54,6 +57,7 @@ async def run_agent(args: argparse.Namespace) -> int:
     folder: Path = args.record_dir or state_base() / "agent"
     recording = None if args.no_record else RotatingRecording(store, folder, args.retain)
     started = time.time()
+    watched = ", ".join(split_userinfo(u)[0] for u in args.urls)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -70,8 +74,14 @@ async def run_agent(args: argparse.Namespace) -> int:
                 text = prometheus_text.render(prometheus_text.node_families(
                     store, health, store.clock(), fit_families(store, fits)))
                 status, body, kind = "200 OK", text.encode(), TEXT_FORMAT
-            elif path in ("/", "/health"):
-                status, body, kind = "200 OK", b"engram-top agent: /metrics\n", "text/plain"
+            elif path.split("?", 1)[0] == "/health":  # 200 whatever it says (agent_health)
+                kept = str(folder) if recording is not None and recording.active else "off"
+                text = health_text(store.alerts.values(),
+                                   watching=f"{watched} ({run_state(store)})", recording=kept)
+                status, body, kind = "200 OK", text.encode(), "text/plain; charset=utf-8"
+            elif path == "/":
+                status, body, kind = "200 OK", b"engram-top agent: /metrics, /health\n", \
+                    "text/plain"
             else:
                 status, body, kind = "404 Not Found", b"not found: try /metrics\n", "text/plain"
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: "
@@ -116,8 +126,6 @@ async def run_agent(args: argparse.Namespace) -> int:
         await session.start()
         if recording is not None:
             recording.start()
-        from collectors.pages import split_userinfo
-        watched = ", ".join(split_userinfo(u)[0] for u in args.urls)
         say(f"engram-top agent: watching {watched}; serving http://{host}:{port}/metrics; "
             + (f"recording to {folder}" if recording is not None else "not recording"))
         while not stop.is_set():

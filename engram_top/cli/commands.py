@@ -103,6 +103,9 @@ def _main(argv: list[str]) -> int:
     if args.command == "diff":
         from engram_top.cli.diff import diff
         return diff(args.a, args.b, args.json)
+    if args.command == "health":
+        from engram_top.cli.agent_health import health
+        return health(args)
     if args.command == "why":
         from engram_top.cli.why import why
         return why(args.path, args.json)

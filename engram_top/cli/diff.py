@@ -1,114 +1,23 @@
 """`engram-top diff A B`: what changed between two recordings (a dashboard's, or the newest of
-an agent's folder): what the server ran as first (its fingerprint: engine and version,
-arguments, switches, driver, node), then its memory (HBM per GPU and ledger line, host RAM
-per line and NUMA node), its KV capacity, its latency. Each side is read where its watched
-server last served: a server that died or was stopped at the end is read before it ended.
-Markdown, or --json. Exit 0, or 2 where a side cannot be read."""
+an agent's folder), two snapshots, or one of each: what the server ran as first (its
+fingerprint: engine and version, arguments, switches, driver, node), then its memory (HBM
+per GPU and ledger line, host RAM per line and NUMA node), its KV capacity, its latency
+(engram_top.cli.diff_side). Two bench reports are set side by side scenario by scenario,
+with intervals (engram_top.cli.diff_bench). Markdown, or --json. Exit 0, or 2 where a side
+cannot be read or a bench report is set against another kind."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collectors.readings import Status
-from collectors.source import SourceName
 from collectors.units import GIB, gib
+from engram_top.cli import diff_bench
+from engram_top.cli.diff_side import DiffError, Side, read_recording
+from engram_top.cli.diff_snapshot import read_snapshot, snapshot_file
 from engram_top.cli.output import print_json
-from engram_top.model.facts import kv_facts
-from engram_top.model.fingerprint import Change, Fingerprint, changes
-from engram_top.model.ledger import hbm_ledger, host_ledger
-from engram_top.model.store import RunFacts, RunStore
-from engram_top.record.file_format import RecordingError
-from engram_top.record.reader import is_recording
-from engram_top.record.replay import ReplaySession
-
-
-@dataclass
-class Side:
-    path: Path
-    at_s: float
-    run: RunFacts | None
-    fingerprint: Fingerprint | None
-    hbm: dict[str, float | None] = field(default_factory=dict)  # "GPU 0 · KV pool": bytes
-    host: dict[str, float | None] = field(default_factory=dict)  # "line" or "NUMA 1 · line"
-    figures: dict[str, float | None] = field(default_factory=dict)
-
-
-class DiffError(Exception):
-    pass
-
-
-def _recording(path: Path) -> Path:
-    if path.is_dir():  # an agent's folder: its newest file
-        found = sorted((p for p in path.iterdir() if p.is_file() and is_recording(p)),
-                       key=lambda p: p.stat().st_mtime)
-        if not found:
-            raise DiffError(f"{path}: no recording in it")
-        return found[-1]
-    if not path.exists():
-        raise DiffError(f"{path}: no such file or folder")
-    if not is_recording(path):
-        raise DiffError(f"{path}: not a recording")
-    return path
-
-
-def read_side(path: Path) -> Side:
-    path = _recording(path)
-    try:
-        replay = ReplaySession(path, paused=True)
-    except (OSError, RecordingError) as exc:
-        raise DiffError(f"{path}: {exc}") from None
-    end = replay.duration
-    replay.seek(end)
-    run = replay.store.run
-    if run is not None and run.ended_at is not None:
-        # Its server's last good reading before it ended: the figures it last served with.
-        ended = run.ended_at - replay.origin
-        good = [t for t, kind, payload in replay.recording.records
-                if kind == "reading" and t <= ended and _server_ok(payload)]
-        end = good[-1] if good else ended
-        replay.seek(end)
-        run = replay.store.run
-    return _side(path, end, replay.store, run)
-
-
-def _server_ok(payload: Any) -> bool:
-    key, reading = payload
-    return getattr(key, "source", None) == SourceName.SERVER and reading.status == Status.OK
-
-
-def _side(path: Path, at_s: float, store: RunStore, run: RunFacts | None) -> Side:
-    side = Side(path, at_s, run, run.fingerprint if run is not None else None)
-    for gpu in hbm_ledger(store):
-        for line in gpu.lines:
-            side.hbm[f"GPU {gpu.index} · {line.name}"] = line.bytes
-        side.hbm[f"GPU {gpu.index} · unexplained"] = gpu.unexplained_bytes
-        side.hbm[f"GPU {gpu.index} · NVML used"] = gpu.used_bytes
-    host = host_ledger(store)
-    if host is not None:
-        for line in host.lines:
-            side.host[line.name] = line.bytes
-        for node, lines in sorted(host.per_node.items()):
-            for line in lines:
-                side.host[f"NUMA {node} · {line.name}"] = line.bytes
-        side.host["available"] = host.available_bytes
-    kv = kv_facts(store)
-    figures = run.results if run is not None else None
-    side.figures = {
-        "KV capacity (tokens)": kv.capacity_tokens if kv is not None else None,
-        "TTFT p50 (ms)": _ms(figures.ttft_p50_s if figures else None),
-        "TTFT mean (ms)": _ms(figures.ttft_mean_s if figures else None),
-        "TPOT p50 (ms)": _ms(figures.itl_p50_s if figures else None),
-        "output tokens/s": figures.output_tok_s if figures else None,
-        "ready (s, node time)": run.node_seconds(run.ready_s) if run is not None else None,
-    }
-    return side
-
-
-def _ms(s: float | None) -> float | None:
-    return None if s is None else s * 1000
+from engram_top.model.fingerprint import Change, changes
 
 
 def _pct(a: float | None, b: float | None) -> str:
@@ -139,7 +48,7 @@ def _rows(a: dict[str, float | None], b: dict[str, float | None], in_gib: bool) 
 
 
 def _name(s: Side) -> str:
-    return f"{s.path} at {s.at_s:.0f} s ({s.run.scenario if s.run else 'no run'})"
+    return f"{s.path} {s.when} ({s.scenario or 'no run'})"
 
 
 def markdown(a: Side, b: Side, found: list[Change]) -> str:
@@ -165,8 +74,24 @@ def markdown(a: Side, b: Side, found: list[Change]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_side(path: Path) -> Side:
+    """A recording's side or a snapshot's, by what PATH holds."""
+    snapshot = snapshot_file(path)
+    return read_snapshot(snapshot) if snapshot is not None else read_recording(path)
+
+
 def diff(path_a: Path, path_b: Path, as_json: bool) -> int:
     try:
+        for path in (path_a, path_b):
+            if not path.exists():
+                raise DiffError(f"{path}: no such file or folder")
+        reports = [diff_bench.report_file(p) for p in (path_a, path_b)]
+        if reports[0] is not None and reports[1] is not None:
+            return _benches(reports[0], reports[1], as_json)
+        for path, report in zip((path_a, path_b), reports, strict=True):
+            if report is not None:
+                raise DiffError(f"{path}: a bench report, and the other side is not: a bench "
+                                "report is set against another bench report")
         a, b = read_side(path_a), read_side(path_b)
     except DiffError as exc:
         print(f"engram-top diff: {exc}", file=sys.stderr)
@@ -181,7 +106,15 @@ def diff(path_a: Path, path_b: Path, as_json: bool) -> int:
     return 0
 
 
+def _benches(path_a: Path, path_b: Path, as_json: bool) -> int:
+    a, b = diff_bench.read_bench(path_a), diff_bench.read_bench(path_b)
+    if as_json:
+        print_json(diff_bench.to_json(a, b))
+    else:
+        sys.stdout.write(diff_bench.markdown(a, b))
+    return 0
+
+
 def _plain(s: Side) -> dict[str, Any]:
-    return {"path": str(s.path), "at_s": s.at_s,
-            "scenario": s.run.scenario if s.run is not None else None,
+    return {"path": str(s.path), "when": s.when, "scenario": s.scenario,
             "hbm_bytes": s.hbm, "host_bytes": s.host, "figures": s.figures}

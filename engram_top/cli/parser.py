@@ -190,6 +190,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "this node now, in place of the watched server (fit_level, "
                          "fit_headroom_bytes)")
 
+    he = sub.add_parser("health", help="an agent's verdict by its worst active alert, for a "
+                                       "script: exit 0, 3 (a warning), 4 (an error); 1 where "
+                                       "no agent answers")
+    he.add_argument("agent", nargs="?", type=listen_address, default="127.0.0.1:9478",
+                    metavar="HOST:PORT", help="where the agent listens (default "
+                                              "127.0.0.1:9478)")
+    he.add_argument("--fail-on", choices=("warning", "error"), default="warning",
+                    help="the least severity that fails (default warning)")
+
     rp = sub.add_parser("replay", help="play a recording in the dashboard (play, pause, seek, "
                                        "speed); no node needed")
     rp.add_argument("path", type=Path, metavar="PATH")
@@ -247,10 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("scenario_file", type=Path)
     stop.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
 
-    df = sub.add_parser("diff", help="what changed between two recordings: what the server "
-                                     "ran as, then its memory, KV capacity and latency")
-    df.add_argument("a", type=Path, help="a recording, or an agent's folder (its newest)")
-    df.add_argument("b", type=Path, help="the other, read the same way")
+    df = sub.add_parser("diff", help="what changed between two recordings or snapshots (what "
+                                     "the server ran as, then its memory, KV capacity and "
+                                     "latency), or two bench reports (with intervals)")
+    df.add_argument("a", type=Path, help="a recording, an agent's folder (its newest), a "
+                                         "snapshot folder, or a bench report (its folder)")
+    df.add_argument("b", type=Path, help="the other: a recording or snapshot beside a "
+                                         "recording or snapshot, a bench report beside a "
+                                         "bench report")
     df.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
 
     wy = sub.add_parser("why", help="why the servers in a recording or snapshot died: each "

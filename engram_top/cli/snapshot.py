@@ -78,7 +78,7 @@ async def take_snapshot(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         elif not ready:
             print(f"engram-top snapshot: the server did not become ready within {timeout:.0f} s "
-                  f"(state: {_state(session.store)}); writing what was seen", file=sys.stderr)
+                  f"(state: {run_state(session.store)}); writing what was seen", file=sys.stderr)
         after = args.after
         if args.wait_alerts and ready and not args.recording:
             from collectors.engine_http import WINDOW_S
@@ -121,7 +121,7 @@ def alert_code(store: RunStore, fail_on: str | None) -> int:
     return worst if worst >= ALERT_CODES[fail_on] else 0
 
 
-def _state(store: RunStore) -> str:
+def run_state(store: RunStore) -> str:
     """The run's state as seen: an attached server whose polls fail is not answering."""
     run = store.run
     if run is None:
