@@ -16,7 +16,7 @@ from typing import Protocol
 
 import psutil
 
-from collectors import cgroup, numa
+from collectors import cgroup, numa, shm
 from collectors.base import FailureTracker, describe, run_blocking
 from collectors.kernel_log import KMSG, read_kernel_log
 from collectors.readings import (
@@ -25,6 +25,7 @@ from collectors.readings import (
     ProcessMemory,
     ProcessTreeMemory,
     Reading,
+    ShmFile,
     Status,
 )
 from collectors.tree_members import TreeMembers
@@ -79,6 +80,9 @@ class HostBackend(Protocol):
     def largest(self, n: int, outside: frozenset[int]) -> list[ProcessMemory]:
         """The ``n`` processes of most resident memory, those in ``outside`` left out."""
 
+    def shm_unheld(self) -> list[ShmFile]:
+        """/dev/shm's files that no live process holds, largest first (collectors.shm)."""
+
 
 def parse_meminfo(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
@@ -101,9 +105,10 @@ class ProcBackend:
     name = "proc"
 
     def __init__(self, proc: Path = Path("/proc"), sys: Path = Path("/sys"),
-                 kmsg: Path = KMSG) -> None:
+                 kmsg: Path = KMSG, shm_dir: Path = shm.SHM_DIR) -> None:
         self.proc = proc
         self.sys = sys
+        self.shm_dir = shm_dir
         self.kmsg = kmsg
         self.cgroup_root = sys / "fs" / "cgroup"
 
@@ -174,6 +179,9 @@ class ProcBackend:
                 found.append(ProcessMemory(int(entry.name), name, rss))
         return heapq.nlargest(n, found, key=lambda m: m.rss_bytes)
 
+    def shm_unheld(self) -> list[ShmFile]:
+        return shm.unheld(self.shm_dir, self.proc)
+
     def thp(self) -> str:
         try:
             text = (self.sys / "kernel" / "mm" / "transparent_hugepage" / "enabled").read_text()
@@ -183,27 +191,58 @@ class ProcBackend:
         return text[start + 1:end] if 0 <= start < end else ""
 
 
+class Every:
+    """Due at the first call, then once every ``interval_s``: a scan of every process (or of
+    their maps) is worth its cost twice a minute, not once a second."""
+
+    def __init__(self, interval_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s, self.clock = interval_s, clock
+        self._at: float | None = None
+
+    def due(self) -> bool:
+        now = self.clock()
+        if self._at is not None and now - self._at < self.interval_s:
+            return False
+        self._at = now
+        return True
+
+
+class ShmScan:
+    """/dev/shm's unheld files, re-read every ``interval_s``: which ones are held is a scan
+    of every process's maps and open files."""
+
+    def __init__(self, interval_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = Every(interval_s, clock)
+        self._value: tuple[ShmFile, ...] = ()
+
+    def get(self, backend: HostBackend) -> tuple[ShmFile, ...]:
+        if self.every.due():
+            self._value = tuple(backend.shm_unheld())
+        return self._value
+
+
 class Largest:
     """The largest processes outside the server's tree, re-read every ``interval_s``: a
     scan of every process, for the host alert to name who holds the memory."""
 
     def __init__(self, n: int = 3, interval_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.n, self.interval_s, self.clock = n, interval_s, clock
-        self._at: float | None = None
+        self.n = n
+        self.every = Every(interval_s, clock)
         self._value: tuple[ProcessMemory, ...] = ()
 
     def get(self, backend: HostBackend, tree: frozenset[int]) -> tuple[ProcessMemory, ...]:
-        now = self.clock()
-        if self._at is None or now - self._at >= self.interval_s:
-            self._at = now
+        if self.every.due():
             self._value = tuple(backend.largest(self.n, tree))
         return tuple(p for p in self._value if p.pid not in tree)  # a rank started since
 
 
 def sample(backend: HostBackend, root_pid: int | None,
            share: numa.ServerShare | None = None,
-           members: TreeMembers | None = None, largest: Largest | None = None) -> HostData:
+           members: TreeMembers | None = None, largest: Largest | None = None,
+           shm_scan: ShmScan | None = None) -> HostData:
     """``share`` reads where the server's shared memory sits per NUMA node; without it (the
     supervisor's guards, which need the totals only) the nodes' own figures alone.
     ``members`` keeps the server tree's listing between polls (a poller's own)."""
@@ -243,6 +282,7 @@ def sample(backend: HostBackend, root_pid: int | None,
         cgroup=backend.cgroup(root_pid),
         largest_others=largest.get(backend, frozenset(tree.pids if tree else ()))
         if largest is not None else (),
+        shm_unheld=shm_scan.get(backend) if shm_scan is not None else (),
     )
 
 
@@ -289,6 +329,7 @@ class HostCollector:
         self.numa_share = numa.ServerShare(clock=clock)
         self.members = TreeMembers(clock)  # the tree's listing, kept between polls
         self.largest = Largest(clock=clock)
+        self.shm_scan = ShmScan(clock=clock)
         # The last reading that found the server's tree alive: what it held just before it
         # died, once the next poll finds it gone (the death forensics read it).
         self.last_with_tree: HostData | None = None
@@ -297,7 +338,7 @@ class HostCollector:
         try:
             data = await run_blocking(
                 lambda: sample(self.backend, self.root_pid, self.numa_share, self.members,
-                               self.largest),
+                               self.largest, self.shm_scan),
                 self.timeout)
         except TimeoutError:
             return self.tracker.fail(Status.ERROR, f"/proc did not answer within {self.timeout:g}s")

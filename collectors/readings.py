@@ -188,6 +188,16 @@ class NumaNode:
 
 
 @dataclass(frozen=True, slots=True)
+class ShmFile:
+    """A file in /dev/shm that no live process has open or mapped: host RAM (tmpfs) that
+    only a remove gives back, most often a crashed server's segment."""
+
+    name: str
+    bytes: int  # allocated, not its apparent size: a sparse file holds only what was written
+    age_s: float  # since it was made (its ctime), at the reading
+
+
+@dataclass(frozen=True, slots=True)
 class HostData:
     total_bytes: int
     available_bytes: int
@@ -219,6 +229,9 @@ class HostData:
     # The largest processes outside the server's tree, by RSS, largest first (re-read every
     # 30 s: a scan of every process); empty where not read, and in older recordings.
     largest_others: tuple[ProcessMemory, ...] = ()
+    # /dev/shm's files that no live process holds, largest first (re-read every 30 s:
+    # collectors.shm); empty where none, not read, and in older recordings.
+    shm_unheld: tuple[ShmFile, ...] = ()
 
 
 # --------------------------------------------------------------------------- SGLang

@@ -14,33 +14,9 @@ import os
 import stat
 from pathlib import Path
 
-SHM_DIR = Path("/dev/shm")
+from collectors.shm import SHM_DIR, held
+
 FAMILIES = ("sglang_loads_", "sgl_shm_")  # SGLang's segments: the names its own sweep knows
-
-
-def held(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")) -> set[str]:
-    """The /dev/shm paths some live process has open or mapped (any we may read)."""
-    prefix = f"{shm_dir}/"
-    out: set[str] = set()
-    for entry in os.scandir(proc):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"{entry.path}/maps", errors="replace") as maps:
-                fields = (line.split(None, 5) for line in maps if prefix in line)
-                out.update(f[5].strip() for f in fields if len(f) == 6)
-            fds = os.scandir(f"{entry.path}/fd")
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        with fds:
-            for fd in fds:
-                try:
-                    target = os.readlink(fd.path)
-                except OSError:
-                    continue
-                if target.startswith(prefix):
-                    out.add(target)
-    return {p.removesuffix(" (deleted)") for p in out}
 
 
 def sweep(since_wall: float, shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"),

@@ -125,11 +125,11 @@ def test_an_unknown_key_far_from_any_field_gets_no_hint(tmp_path: Path) -> None:
      "alerts.hbm_used_pct: should be a percentage from 0 to 100, got bool True"),
     ("enabled = 1", "alerts.enabled: should be true or false, got int 1"),
     ("disabled = 'kv'", "alerts.disabled: should be a list of alert names (hbm, kv, "
-     "host-available, numa-available, swap-in, queue-growth, retractions, slo, "
+     "host-available, numa-available, shm-leftover, swap-in, queue-growth, retractions, slo, "
      "hicache-drops, pcie, no-huge-pages, server-died, rank-died, server-gone, "
      "server-silent, recording, xid, ecc), got str 'kv'"),
     ("disabled = ['kv', 'swapin']", "alerts.disabled: 'swapin' is not an alert name (did you "
-     "mean 'swap-in'?) (known: hbm, kv, host-available, numa-available, swap-in, "
+     "mean 'swap-in'?) (known: hbm, kv, host-available, numa-available, shm-leftover, swap-in, "
      "queue-growth, retractions, slo, hicache-drops, pcie, no-huge-pages, server-died, "
      "rank-died, server-gone, server-silent, recording, xid, ecc)"),
 ])

@@ -18,6 +18,7 @@ from helpers import ServerSpec, SimServer, wait_until
 from collectors.units import GIB
 from engram_top.seed import reference
 from engram_top.sim import fail_kinds, kernel, running_deaths, state
+from engram_top.sim.backends import SimHostBackend
 from engram_top.sim.options import RUNNING_KINDS
 from engram_top.sim.server import main as sim_main
 from engram_top.sim.server import parse_args
@@ -209,6 +210,39 @@ def test_sigterm_from_outside_leaves_no_word_in_the_log(
     # Its ranks follow it (their parent-death signal), taking their memory.
     all_gone(server)
     assert kernel.read_oom_kills(server.node_dir) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_killed_server_leaves_its_dev_shm_segment_and_a_stopped_one_does_not(
+        launch: list[SimServer], tmp_path: Path) -> None:
+    """--shm-segment-gb: held (and counted in Shmem) while the server lives; a death by a
+    signal leaves it unheld on the node's /dev/shm, as a killed engine's; a clean stop
+    removes it."""
+    killed = SimServer("killed", ServerSpec("device", 0.01, (
+        "--fail-as", "killed", "--fail-after", "3", "--shm-segment-gb", "2")), tmp_path / "a")
+    launch.append(killed)
+    killed.wait_ready()
+    backend = SimHostBackend(killed.node_dir)
+    before = wait_until(lambda: kernel.segments(killed.node_dir, state.alive) or None, 10.0,
+                        "the server's segment")
+    ((name, nbytes, _, held),) = before
+    assert name.startswith("sgl_shm_kv_") and nbytes == 2_000_000_000 and held
+    assert backend.shm_unheld() == []
+    assert exit_status(killed) == -signal.SIGTERM
+    (left,) = backend.shm_unheld()
+    assert (left.name, left.bytes) == (name, 2_000_000_000) and left.age_s < 60
+    # Still host RAM (tmpfs): in the node's Shmem after its maker is gone.
+    assert backend.meminfo()["Shmem"] >= 2 * GIB + 2_000_000_000
+
+    stopped = SimServer("stopped", ServerSpec("device", 0.01, ("--shm-segment-gb", "2")),
+                        tmp_path / "b")
+    launch.append(stopped)
+    stopped.wait_ready()
+    wait_until(lambda: kernel.segments(stopped.node_dir, state.alive) or None, 10.0,
+               "the server's segment")
+    assert not stopped.stop(grace=10.0).survivors
+    assert kernel.segments(stopped.node_dir, state.alive) == []
 
 
 # --------------------------------------------------------------------------- options, words

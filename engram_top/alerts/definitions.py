@@ -136,6 +136,16 @@ NUMA_AVAILABLE = AlertDef(
     (Setting("numa_available_pct", 5.0, PCT),),
     "Any NUMA node's memory available (total less in use, page cache counted free) below "
     "this share of its total, on a host of two or more nodes.")
+SHM_LEFTOVER = AlertDef(
+    "shm-leftover", "warning",
+    "files in `/dev/shm` that no live process has open or mapped hold more than "
+    "`shm_leftover_gib` GiB in all (read every 30 s): tmpfs is host RAM that only removing "
+    "the files gives back, most often a killed engine's segments (SGLang's `sgl_shm_*` and "
+    "`sglang_loads_*`, NCCL's, any engine's), and a restart that needs the room fails. It "
+    "names the largest with their sizes and ages and what to remove, and clears once they "
+    "are gone.",
+    (Setting("shm_leftover_gib", 1.0, bounded_float(0, 1e6, what="a size in GiB")),),
+    "Files in /dev/shm that no live process holds, in all, above this many GiB.")
 SWAP_IN = AlertDef(
     "swap-in", "warning",
     "pages swapped in faster than `swap_in_mib_per_s` MiB/s, averaged over `swap_window_s` "
@@ -233,8 +243,8 @@ ECC = AlertDef(
     "GPU N counts uncorrected ECC errors since its driver loaded (NVML's volatile count).",
     config_note="a GPU counts uncorrected ECC errors", per_gpu=True)
 
-ALERTS: tuple[AlertDef, ...] = (HBM, KV, HOST_AVAILABLE, NUMA_AVAILABLE, SWAP_IN, QUEUE_GROWTH,
-                                RETRACTIONS, SLO, HICACHE_DROPS, PCIE, NO_HUGE_PAGES,
+ALERTS: tuple[AlertDef, ...] = (HBM, KV, HOST_AVAILABLE, NUMA_AVAILABLE, SHM_LEFTOVER, SWAP_IN,
+                                QUEUE_GROWTH, RETRACTIONS, SLO, HICACHE_DROPS, PCIE, NO_HUGE_PAGES,
                                 SERVER_DIED, RANK_DIED, SERVER_GONE, SERVER_SILENT, RECORDING,
                                 XID, ECC)
 ALERT_NAMES: tuple[str, ...] = tuple(a.name for a in ALERTS)

@@ -217,6 +217,7 @@ class AlertMonitor:
             self._ledger_since = time.strftime("%H:%M:%S", time.localtime(wall_at(store, now)))
         yield from pressure.numa_nodes(store, book, self.t.numa_available_pct,
                                        self.t.hysteresis_pct)
+        yield from pressure.shm_leftovers(store, self.t.shm_leftover_gib)
         if pct < limit + self.t.hysteresis_pct:
             cause = pressure.host_cause(lines, self._ledger_first, self._ledger_since)
             who = pressure.largest_others(store.data(SourceName.HOST))

@@ -18,6 +18,7 @@ from engram_top.alerts.definitions import (
     NUMA_AVAILABLE,
     PCIE,
     RETRACTIONS,
+    SHM_LEFTOVER,
     SLO,
 )
 from engram_top.alerts.finding import Finding
@@ -153,6 +154,32 @@ def numa_nodes(store: RunStore, ledger: HostLedger | None, limit: float,
                       f"{largest}; memory placed there now spills to another node (its reads "
                       "cross the socket link); look at the Host RAM panel's node rows",
                       firing=pct < limit)
+
+
+def shm_leftovers(store: RunStore, limit_gib: float) -> Iterator[Finding]:
+    """/dev/shm's files that no live process holds, above ``limit_gib`` in all: RAM that
+    only removing them gives back. Named largest first, with the command that removes them
+    (the reader checks that nothing holds them first: a live segment is no leftover)."""
+    host: HostData | None = store.data(SourceName.HOST)
+    files = host.shm_unheld if host is not None else ()
+    total = sum(f.bytes for f in files)
+    if not files or total <= limit_gib * GIB:
+        return
+    shown = ", ".join(f"{visible(f.name)} {f.bytes / GIB:,.1f} GiB ({_age(f.age_s)} old)"
+                      for f in files[:3])
+    more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+    names = " ".join(f"/dev/shm/{visible(f.name)}" for f in files[:3])
+    yield Finding(SHM_LEFTOVER.name, SHM_LEFTOVER.severity,
+                  f"/dev/shm holds {total / GIB:,.1f} GiB that no live process has open or "
+                  f"mapped (> {limit_gib:g} GiB): {shown}{more}; a killed engine's segments "
+                  f"are host RAM until removed: once no server of theirs runs, rm {names}"
+                  f"{' ...' if more else ''}")
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def retractions(store: RunStore, limit: float) -> Iterator[Finding]:

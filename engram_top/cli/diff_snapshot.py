@@ -23,10 +23,11 @@ def snapshot_file(path: Path) -> Path | None:
     """PATH's snapshot.json where PATH is a snapshot (its folder, or the file), else None."""
     if path.is_dir():
         return path / SNAPSHOT if (path / SNAPSHOT).is_file() else None
-    return path if path.name == SNAPSHOT or path.suffix == ".json" and _has_runs(path) else None
+    named = path.name == SNAPSHOT or path.suffix == ".json" and _reads_as_snapshot(path)
+    return path if named else None
 
 
-def _has_runs(path: Path) -> bool:
+def _reads_as_snapshot(path: Path) -> bool:
     """A .json file of another name is a snapshot if it reads as one (a copy renamed)."""
     try:
         with path.open("rb") as f:

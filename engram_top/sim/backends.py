@@ -11,7 +11,14 @@ from pathlib import Path
 from collectors.host import ProcBackend
 from collectors.kernel_log import read_kernel_log
 from collectors.numa import Mappings
-from collectors.readings import CgroupMemory, GpuData, GpuDevice, GpuProcess, ProcessMemory
+from collectors.readings import (
+    CgroupMemory,
+    GpuData,
+    GpuDevice,
+    GpuProcess,
+    ProcessMemory,
+    ShmFile,
+)
 from collectors.units import GIB, MIB
 from engram_top.sim import kernel, sockets, state
 
@@ -114,7 +121,9 @@ class SimHostBackend(ProcBackend):
         spec = state.read_spec(self.node_dir)
         procs = self._live(fresh=True).values()
         anon = sum(p.host_anon_bytes for p in procs)
-        shmem = sum(p.host_shmem_bytes for p in procs)
+        # The node's /dev/shm segments are RAM whoever holds them, a dead maker's too.
+        shmem = sum(p.host_shmem_bytes for p in procs) + sum(
+            seg[1] for seg in kernel.segments(self.node_dir, state.alive))
         huge = sum(p.host_hugepage_bytes for p in procs)
         baseline_shmem = 2 * GIB
         used = spec.host_baseline_used_bytes + anon + shmem
@@ -146,6 +155,13 @@ class SimHostBackend(ProcBackend):
                  for p in self._live().values() if p.pid not in outside
                  and p.host_anon_bytes + p.host_shmem_bytes > 0]
         return sorted(found, key=lambda m: -m.rss_bytes)[:n]
+
+    def shm_unheld(self) -> list[ShmFile]:
+        # The virtual host's /dev/shm (engram_top.sim.kernel), never this machine's.
+        now = time.time()
+        found = [ShmFile(name, nbytes, max(0.0, now - made)) for name, nbytes, made, held
+                 in kernel.segments(self.node_dir, state.alive) if not held]
+        return sorted(found, key=lambda f: (-f.bytes, f.name))
 
     def kernel_log(self) -> tuple[str | None, str]:
         # The virtual host's kernel (engram_top.sim.kernel), never this machine's.

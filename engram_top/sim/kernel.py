@@ -4,6 +4,7 @@ in its own files and words, so the death forensics read the simulated node as a 
 - ``<node>/kernel/kmsg``: the kernel log, one record a line in /dev/kmsg's format
   (``PRIORITY,SEQUENCE,MICROSECONDS,-;MESSAGE``).
 - ``<node>/kernel/vmstat``: the counters of /proc/vmstat the readers use (``oom_kill N``).
+- ``<node>/kernel/shm/``: its /dev/shm, a file per segment (below).
 
 A real node's are /dev/kmsg and /proc/vmstat (collectors.kernel_log, collectors.host).
 """
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 KIB = 1024
@@ -79,3 +82,43 @@ def oom_kill(node_dir: Path, pid: int, comm: str, *, anon_bytes: int, shmem_byte
         os.replace(tmp, vmstat_path(node_dir))
         with contextlib.suppress(OSError):
             fcntl.flock(log, fcntl.LOCK_UN)
+
+
+# The node's /dev/shm (tmpfs, host RAM): <node>/kernel/shm/NAME, a small JSON file per
+# segment saying its size and the process that made it. A segment is held while that
+# process lives; a segment whose maker died without removing it is a leftover, as a real
+# engine's is after a kill (collectors.shm reads a real node's).
+def shm_dir(node_dir: Path) -> Path:
+    return kernel_dir(node_dir) / "shm"
+
+
+def make_segment(node_dir: Path, name: str, nbytes: int, pid: int, create_time: float) -> None:
+    folder = shm_dir(node_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text(json.dumps({"bytes": nbytes, "pid": pid, "create_time": create_time,
+                               "made": time.time()}))
+    os.replace(tmp, folder / name)
+
+
+def remove_segment(node_dir: Path, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (shm_dir(node_dir) / name).unlink()
+
+
+def segments(node_dir: Path, alive: Callable[[int, float], bool]
+             ) -> list[tuple[str, int, float, bool]]:
+    """(name, bytes, made (wall), held) of every segment; a file being written is skipped."""
+    out: list[tuple[str, int, float, bool]] = []
+    try:
+        entries = sorted(p for p in shm_dir(node_dir).iterdir() if not p.name.startswith("."))
+    except OSError:
+        return out
+    for path in entries:
+        try:
+            seg = json.loads(path.read_text())
+            out.append((path.name, int(seg["bytes"]), float(seg["made"]),
+                        alive(int(seg["pid"]), float(seg["create_time"]))))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out

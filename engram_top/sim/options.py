@@ -32,6 +32,7 @@ FAIL_AFTER = bounded_float(0, 86_400, unit="seconds")  # up to a day of serving 
 HICACHE_GB = bounded_float(0, 100_000)  # per rank; 0 is off, as SGLang's 0
 HICACHE_RATIO = bounded_float(0, 1000)  # of the rank's device KV pool
 FRACTION = bounded_float(0, 1)
+SHM_GB = bounded_float(0, 100_000)  # a /dev/shm segment's size; 0: none
 # Another tenant's memory: up to a B200's whole HBM per GPU, up to 64 TiB of host RAM.
 NEIGHBOUR_GIB = bounded_float(0, 192)
 HOG_GIB = bounded_float(0, 65_536)
@@ -123,6 +124,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-after", type=FAIL_AFTER, default=None, metavar="SECONDS",
                    help="with a --fail-as that dies while serving: die this many real "
                         f"seconds after ready (default {DEFAULT_FAIL_AFTER_S:g})")
+    p.add_argument("--shm-segment-gb", type=SHM_GB, default=0.0, metavar="GB",
+                   help="once ready, make a /dev/shm segment of GB (1e9 bytes) on the node, "
+                        "removed on a clean stop: a --fail-as death leaves it behind, as a "
+                        "killed engine leaves its segments")
     p.add_argument("--kv-pools", choices=POOL_STYLES, default="dsv4",
                    help="how the memory pool phase logs its pools: DeepSeek-V4's configurator "
                         "(dsv4), SGLang's hybrid sliding-window pool (swa: full and SWA "

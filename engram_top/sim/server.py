@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import math
 import os
+import secrets
 import signal
 import sys
 import time
@@ -32,6 +33,7 @@ from engram_top.seed import reference
 from engram_top.sim import (
     exporters,
     hicache,
+    kernel,
     log_style,
     memory,
     running_deaths,
@@ -183,6 +185,7 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
     startup.held_by_others = held
     core.node_dir = node_dir.resolve()
     server: _UvicornServer | None = None
+    segment: str | None = None  # a /dev/shm segment it made (--shm-segment-gb)
     rc = 0
     try:
         await _until_stopped(startup.run(), stop)
@@ -205,6 +208,10 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         core.startup_seconds = time.monotonic() - core.launched
         if not vllm:
             log("The server is fired up and ready to roll!")
+        if args.shm_segment_gb:  # removed in `finally`: only a death leaves it
+            segment = f"sgl_shm_kv_{os.getpid()}_{secrets.token_hex(4)}"
+            kernel.make_segment(node_dir, segment, int(args.shm_segment_gb * 1e9),
+                                main_state.pid, main_state.create_time)
         if args.fail_as in RUNNING_KINDS:  # it ends the process, unless a stop comes first
             after = getattr(args, "fail_after", None)
             after = DEFAULT_FAIL_AFTER_S if after is None else after
@@ -221,6 +228,8 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
     except _Stopped:
         pass
     finally:
+        if segment is not None:
+            kernel.remove_segment(node_dir, segment)
         if vllm:
             vllm_log.shutdown_lines(signals[0] if signals else "SIGTERM", len(ranks))
         else:

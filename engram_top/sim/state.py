@@ -97,14 +97,14 @@ def live_procs(node_dir: Path) -> list[ProcState]:
                                                      raw["pcie_rx_bytes_per_s"].items()},
                              "pcie_tx_bytes_per_s": {int(k): v for k, v in
                                                      raw["pcie_tx_bytes_per_s"].items()}})
-        if _alive(state.pid, state.create_time):
+        if alive(state.pid, state.create_time):
             out.append(state)
         else:
             remove_proc(node_dir, state.pid)
     return out
 
 
-def _alive(pid: int, create_time: float) -> bool:
+def alive(pid: int, create_time: float) -> bool:
     try:
         proc = psutil.Process(pid)
         # A reused pid has another start time; a zombie has released its memory.

@@ -1,0 +1,71 @@
+"""/dev/shm's files that no live process holds: a crashed engine's segments (SGLang's, NCCL's,
+any engine's) stay in tmpfs, which is host RAM, until someone removes them, and a restart
+that needs the room then fails. Which files a live process holds is read from every
+process's maps and open files (``held``), a scan of /proc done only where /dev/shm holds a
+file of note."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+from collectors.readings import ShmFile
+
+SHM_DIR = Path("/dev/shm")
+MIN_BYTES = 1024 * 1024  # a file under a MiB is no leftover to name (locks, semaphores)
+MAX_FILES = 10_000  # a /dev/shm of more is listed no further: the reading stays bounded
+
+
+def held(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")) -> set[str]:
+    """The /dev/shm paths some live process has open or mapped (any we may read)."""
+    prefix = f"{shm_dir}/"
+    out: set[str] = set()
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"{entry.path}/maps", errors="replace") as maps:
+                fields = (line.split(None, 5) for line in maps if prefix in line)
+                out.update(f[5].strip() for f in fields if len(f) == 6)
+            fds = os.scandir(f"{entry.path}/fd")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        with fds:
+            for fd in fds:
+                try:
+                    target = os.readlink(fd.path)
+                except OSError:
+                    continue
+                if target.startswith(prefix):
+                    out.add(target)
+    return {p.removesuffix(" (deleted)") for p in out}
+
+
+def unheld(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"),
+           min_bytes: int = MIN_BYTES) -> list[ShmFile]:
+    """The plain files of at least ``min_bytes`` (allocated) in ``shm_dir`` that no live
+    process holds, largest first; [] where the folder cannot be read."""
+    found: list[tuple[str, int, float]] = []
+    try:
+        with os.scandir(shm_dir) as entries:
+            for i, entry in enumerate(entries):
+                if i >= MAX_FILES:
+                    break
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:  # gone meanwhile
+                    continue
+                size = st.st_blocks * 512
+                if stat.S_ISREG(st.st_mode) and size >= min_bytes:
+                    found.append((entry.path, size, st.st_ctime))
+    except OSError:
+        return []
+    if not found:
+        return []
+    busy = held(shm_dir, proc)
+    now = time.time()
+    out = [ShmFile(Path(path).name, size, max(0.0, now - made))
+           for path, size, made in found if path not in busy]
+    return sorted(out, key=lambda f: (-f.bytes, f.name))
