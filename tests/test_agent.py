@@ -241,7 +241,7 @@ def test_the_agent_serves_a_real_prometheus_and_ends_on_sigterm(sim_device: SimS
         lines = page.text.splitlines()
         assert lines[0] in ("engram-top agent: ok", "engram-top agent: warning",
                             "engram-top agent: error"), page.text
-        assert lines[1] == f"watching: {sim_device.url} (ready)"
+        assert lines[1] == f"watching: {sim_device.url} (attached)"
         assert lines[2] == f"recording: {tmp_path / 'state' / 'engram-top' / 'agent'}"
         checked = subprocess.run([str(installed_script()), "health", f"127.0.0.1:{port}"],
                                  capture_output=True, text=True, timeout=30)
