@@ -46,9 +46,9 @@ def read_snapshot(path: Path) -> Side:
         raise DiffError(f"{path}: no 'snapshot_version': not a snapshot.json")
     shown = _object(data.get("run"), f"{path}: run", optional=True)
     scenario = shown.get("scenario") if shown else None
+    fingerprint, results = _watched_facts(path, data, shown)
     side = Side(path, f"taken {_text(data.get('taken_at'), f'{path}: taken_at')}",
-                scenario if isinstance(scenario, str) else None,
-                _fingerprint(path, data, shown))
+                scenario if isinstance(scenario, str) else None, fingerprint)
     for i, gpu in enumerate(_list(data.get("hbm_ledger"), f"{path}: hbm_ledger", optional=True)):
         where = f"{path}: hbm_ledger[{i}]"
         gpu = _object(gpu, where)
@@ -72,7 +72,7 @@ def read_snapshot(path: Path) -> Side:
     kv = _object(data.get("kv"), f"{path}: kv", optional=True)
     side.figures = figures(
         _maybe(kv.get("capacity_tokens"), f"{path}: kv.capacity_tokens") if kv else None,
-        _results(path, data, shown),
+        results,
         _maybe(shown.get("ready_s_node"), f"{path}: run.ready_s_node") if shown else None)
     return side
 
@@ -93,30 +93,24 @@ def _watched(path: Path, data: dict[str, Any], shown: dict[str, Any] | None
     return found
 
 
-def _fingerprint(path: Path, data: dict[str, Any], shown: dict[str, Any] | None
-                 ) -> Fingerprint | None:
+def _watched_facts(path: Path, data: dict[str, Any], shown: dict[str, Any] | None
+                   ) -> tuple[Fingerprint | None, RunFigures | None]:
+    """The watched run's fingerprint and figures, each None where the snapshot has none."""
     watched = _watched(path, data, shown)
-    if watched is None or watched[1].get("fingerprint") is None:
-        return None
+    if watched is None:
+        return None, None
     i, run = watched
+    where = f"{path}: runs[{i}]"
     try:
-        found = decode_typed(run["fingerprint"], Fingerprint, f"{path}: runs[{i}].fingerprint")
+        fp = None if run.get("fingerprint") is None else decode_typed(
+            run["fingerprint"], Fingerprint, f"{where}.fingerprint")
     except ValueError as exc:
         raise DiffError(str(exc)) from None
-    assert isinstance(found, Fingerprint)
-    return found
-
-
-def _results(path: Path, data: dict[str, Any], shown: dict[str, Any] | None
-             ) -> RunFigures | None:
-    watched = _watched(path, data, shown)
-    if watched is None or watched[1].get("results") is None:
-        return None
-    i, run = watched
     try:
-        return RunFigures.from_json(run["results"])
+        figures = None if run.get("results") is None else RunFigures.from_json(run["results"])
     except ValueError as exc:
-        raise DiffError(f"{path}: runs[{i}].results: {exc}") from None
+        raise DiffError(f"{where}.results: {exc}") from None
+    return fp, figures
 
 
 def _lines(out: dict[str, float | None], lines: Any, prefix: str, where: str) -> None:
