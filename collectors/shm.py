@@ -20,8 +20,16 @@ MAX_FILES = 10_000  # a /dev/shm of more is listed no further: the reading stays
 
 def held(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")) -> set[str]:
     """The /dev/shm paths some live process has open or mapped (any we may read)."""
+    return held_and_whole(shm_dir, proc)[0]
+
+
+def held_and_whole(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")
+                   ) -> tuple[set[str], bool]:
+    """``held``'s set, and whether every live process could be read (as root; a user
+    cannot read another user's maps, so what they hold is not known)."""
     prefix = f"{shm_dir}/"
     out: set[str] = set()
+    whole = True
     for entry in os.scandir(proc):
         if not entry.name.isdigit():
             continue
@@ -30,7 +38,10 @@ def held(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")) -> set[str]:
                 fields = (line.split(None, 5) for line in maps if prefix in line)
                 out.update(f[5].strip() for f in fields if len(f) == 6)
             fds = os.scandir(f"{entry.path}/fd")
-        except OSError:  # gone meanwhile, or not ours to read
+        except PermissionError:  # another user's: what it holds is not known
+            whole = False
+            continue
+        except OSError:  # gone meanwhile
             continue
         with fds:
             for fd in fds:
@@ -40,14 +51,16 @@ def held(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc")) -> set[str]:
                     continue
                 if target.startswith(prefix):
                     out.add(target)
-    return {p.removesuffix(" (deleted)") for p in out}
+    return {p.removesuffix(" (deleted)") for p in out}, whole
 
 
 def unheld(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"),
            min_bytes: int = MIN_BYTES) -> list[ShmFile]:
     """The plain files of at least ``min_bytes`` (allocated) in ``shm_dir`` that no live
-    process holds, largest first; [] where the folder cannot be read."""
-    found: list[tuple[str, int, float]] = []
+    process holds, largest first; [] where the folder cannot be read. Where some process
+    could not be read (not root), only this user's files: another user's may be held by a
+    process of theirs."""
+    found: list[tuple[str, int, float, int]] = []
     try:
         with os.scandir(shm_dir) as entries:
             for i, entry in enumerate(entries):
@@ -59,13 +72,14 @@ def unheld(shm_dir: Path = SHM_DIR, proc: Path = Path("/proc"),
                     continue
                 size = st.st_blocks * 512
                 if stat.S_ISREG(st.st_mode) and size >= min_bytes:
-                    found.append((entry.path, size, st.st_ctime))
+                    found.append((entry.path, size, st.st_ctime, st.st_uid))
     except OSError:
         return []
     if not found:
         return []
-    busy = held(shm_dir, proc)
+    busy, whole = held_and_whole(shm_dir, proc)
+    me = os.geteuid()
     now = time.time()
     out = [ShmFile(Path(path).name, size, max(0.0, now - made))
-           for path, size, made in found if path not in busy]
+           for path, size, made, uid in found if path not in busy and (whole or uid == me)]
     return sorted(out, key=lambda f: (-f.bytes, f.name))

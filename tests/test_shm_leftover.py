@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import mmap
+import os
 from pathlib import Path
 
+import pytest
 from scene import snapshot_host
 
 from collectors.readings import Reading, ShmFile, Status
@@ -80,3 +82,29 @@ def test_a_name_that_is_a_terminal_command_is_shown_as_text() -> None:
     store.add("host", host_with((ShmFile("x\x1b[2Jy", 2 * GIB, 5),)))
     (raised,) = monitor.evaluate(store, 1.0)
     assert "\x1b" not in raised.alert.message and "x\\x1b[2Jy 2.0 GiB" in raised.alert.message
+
+
+def test_where_a_process_cannot_be_read_only_this_users_files_are_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not root: another user's processes' maps are refused, so what they hold is unknown,
+    and a file of another user's may be theirs in use: only this user's are named."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    mine, theirs = shm / "mine", shm / "theirs"
+    for f in (mine, theirs):
+        f.write_bytes(b"x" * (2 * MIB))
+    os.chown(theirs, 4242, 4242)
+    proc = tmp_path / "proc"
+    (proc / "7" / "fd").mkdir(parents=True)
+    (proc / "7" / "maps").write_text("")
+    real_open = open
+
+    def refusing(path: object, *args: object, **kwargs: object) -> object:
+        if str(path) == f"{proc}/7/maps":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("builtins.open", refusing)
+    assert [f.name for f in unheld(shm, proc)] == ["mine"]
+    monkeypatch.setattr("builtins.open", real_open)
+    assert sorted(f.name for f in unheld(shm, proc)) == ["mine", "theirs"]
