@@ -8,6 +8,7 @@ from pathlib import Path
 
 from engram_top.cli.ranges import (
     AFTER_S,
+    AGENT_ADDRESS,
     AT_S,
     CONCURRENCY,
     GPUS,
@@ -175,9 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     _node_dir_argument(ag)
     ag.add_argument("--api-key", default=None,
                     help="for servers started with --api-key (default: $ENGRAM_TOP_API_KEY)")
-    ag.add_argument("--listen", type=listen_address, default="127.0.0.1:9478",
+    ag.add_argument("--listen", type=listen_address, default=AGENT_ADDRESS,
                     metavar="HOST:PORT", help="where /metrics is served (default "
-                                              "127.0.0.1:9478; 0.0.0.0:9478 for a scraper "
+                                              f"{AGENT_ADDRESS}; 0.0.0.0:9478 for a scraper "
                                               "on another host)")
     ag.add_argument("--record-dir", type=Path, default=None, metavar="DIR",
                     help="the recordings' folder (default: the state folder's agent/)")
@@ -193,9 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     he = sub.add_parser("health", help="an agent's verdict by its worst active alert, for a "
                                        "script: exit 0, 3 (a warning), 4 (an error); 1 where "
                                        "no agent answers")
-    he.add_argument("agent", nargs="?", type=listen_address, default="127.0.0.1:9478",
+    he.add_argument("agent", nargs="?", type=listen_address, default=AGENT_ADDRESS,
                     metavar="HOST:PORT", help="where the agent listens (default "
-                                              "127.0.0.1:9478)")
+                                              f"{AGENT_ADDRESS})")
     he.add_argument("--fail-on", choices=("warning", "error"), default="warning",
                     help="the least severity that fails (default warning)")
 

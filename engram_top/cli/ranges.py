@@ -38,13 +38,16 @@ GPUS = bounded_int(1, 1024)  # the GPUs of one bench_serving run, for its cost
 SPEED = bounded_float(0.25, 16)  # replay: slower or faster than that and nothing reads
 
 
+AGENT_ADDRESS = "127.0.0.1:9478"  # where the agent listens unless told, and `health` looks
+
+
 def listen_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6): where the agent serves /metrics."""
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isascii() or not port.isdigit() \
             or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is no HOST:PORT (127.0.0.1:9478)")
+        raise argparse.ArgumentTypeError(f"{text!r} is no HOST:PORT ({AGENT_ADDRESS})")
     return host, int(port)
 
 

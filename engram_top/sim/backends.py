@@ -123,7 +123,7 @@ class SimHostBackend(ProcBackend):
         anon = sum(p.host_anon_bytes for p in procs)
         # The node's /dev/shm segments are RAM whoever holds them, a dead maker's too.
         shmem = sum(p.host_shmem_bytes for p in procs) + sum(
-            seg[1] for seg in kernel.segments(self.node_dir, state.alive))
+            seg.bytes for seg in kernel.segments(self.node_dir, state.alive))
         huge = sum(p.host_hugepage_bytes for p in procs)
         baseline_shmem = 2 * GIB
         used = spec.host_baseline_used_bytes + anon + shmem
@@ -159,8 +159,8 @@ class SimHostBackend(ProcBackend):
     def shm_unheld(self) -> list[ShmFile]:
         # The virtual host's /dev/shm (engram_top.sim.kernel), never this machine's.
         now = time.time()
-        found = [ShmFile(name, nbytes, max(0.0, now - made)) for name, nbytes, made, held
-                 in kernel.segments(self.node_dir, state.alive) if not held]
+        found = [ShmFile(seg.name, seg.bytes, max(0.0, now - seg.made))
+                 for seg in kernel.segments(self.node_dir, state.alive) if not seg.held]
         return sorted(found, key=lambda f: (-f.bytes, f.name))
 
     def kernel_log(self) -> tuple[str | None, str]:

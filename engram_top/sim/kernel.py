@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 KIB = 1024
 
@@ -106,10 +107,16 @@ def remove_segment(node_dir: Path, name: str) -> None:
         (shm_dir(node_dir) / name).unlink()
 
 
-def segments(node_dir: Path, alive: Callable[[int, float], bool]
-             ) -> list[tuple[str, int, float, bool]]:
-    """(name, bytes, made (wall), held) of every segment; a file being written is skipped."""
-    out: list[tuple[str, int, float, bool]] = []
+class Segment(NamedTuple):
+    name: str
+    bytes: int
+    made: float  # wall-clock time
+    held: bool  # its maker lives
+
+
+def segments(node_dir: Path, alive: Callable[[int, float], bool]) -> list[Segment]:
+    """Every segment of the node's /dev/shm; a file being written is skipped."""
+    out: list[Segment] = []
     try:
         entries = sorted(p for p in shm_dir(node_dir).iterdir() if not p.name.startswith("."))
     except OSError:
@@ -117,8 +124,8 @@ def segments(node_dir: Path, alive: Callable[[int, float], bool]
     for path in entries:
         try:
             seg = json.loads(path.read_text())
-            out.append((path.name, int(seg["bytes"]), float(seg["made"]),
-                        alive(int(seg["pid"]), float(seg["create_time"]))))
+            out.append(Segment(path.name, int(seg["bytes"]), float(seg["made"]),
+                               alive(int(seg["pid"]), float(seg["create_time"]))))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
