@@ -1,7 +1,7 @@
 """What the start-up log parser costs per line of a busy server's log: after a whole start-up
 (the tests' LOGDOC), nine access-log lines to one decode-batch line, the mix a served model
 writes many times a second. Median over runs, µs per line. Figures only: nothing here
-asserts on time (the suite checks what the lines mean, tests/test_startup_log.py).
+asserts on time (the suite checks what the lines mean, tests/collectors/test_startup_log.py).
 
     python benchmarks/bench_log_lines.py [--runs 7] [--lines 50000]
 """

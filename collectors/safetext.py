@@ -32,9 +32,9 @@ import re
 # soft hyphen, tags ...), Cs (lone surrogates: unencodable, they would end a write with
 # UnicodeEncodeError) and Zl/Zp (line and paragraph separators, which some terminals and
 # viewers break lines at). Written out rather than computed from unicodedata at import (a
-# walk of every code point costs the first frame a quarter of a second); tests/test_safetext
-# checks it against this Python's unicodedata, and it holds the later Unicode versions' Cf
-# additions already (U+13439-U+1343F).
+# walk of every code point costs the first frame a quarter of a second);
+# tests/collectors/test_safetext checks it against this Python's unicodedata, and it holds
+# the later Unicode versions' Cf additions already (U+13439-U+1343F).
 _UNSAFE_CLASS = (
     r"\x00-\x1f\x7f-\x9f\xad"
     r"\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"

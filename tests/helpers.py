@@ -427,3 +427,35 @@ class PageServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+
+def md_row(markdown: str, label: str) -> list[str]:
+    """The cells of the Markdown row whose first cell is `label`."""
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == label:
+            return cells
+    raise AssertionError(f"no row {label!r} in\n{markdown}")
+
+
+def sim_scenario_file(tmp_path: Path, name: str, placement: str, *args: str) -> Path:
+    """A scenario file of one simulated server, `name`, on port 30990 with `args`."""
+    path = tmp_path / "deaths.toml"
+    quoted = ", ".join(f'"{a}"' for a in args)
+    path.write_text(f"""
+[plan]
+name = "deaths"
+
+[defaults]
+kind = "simulated"
+host = "127.0.0.1"
+time_scale = 0.02
+readiness_timeout_s = 120
+stop_grace_s = 10
+
+[scenarios.{name}]
+placement = "{placement}"
+port = 30990
+args = [{quoted}]
+""")
+    return path

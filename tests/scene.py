@@ -8,6 +8,7 @@ Engram statistics, as the start-up log parser reads them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
@@ -326,7 +327,7 @@ def fleet_session(nodes: int):  # type: ignore[no-untyped-def]
 
     async def history(node: str, span_s: float = 1800.0):  # type: ignore[no-untyped-def]
         # The range queries' answer, as group() makes it: the node's KV filling over the
-        # half hour (a real Prometheus answers in tests/test_fleet.py).
+        # half hour (a real Prometheus answers in tests/fleet/test_fleet.py).
         import dataclasses
         data = session.nodes[node][1]
         steps = 60
@@ -337,3 +338,34 @@ def fleet_session(nodes: int):  # type: ignore[no-untyped-def]
     session.status = Reading("prometheus", Status.OK, at=NOW, wall=WALL,
                              data=PromStatus(session.url, nodes, nodes * 40, 12.0))
     return session
+
+
+# Each GPU's PCIe receive, and its rank's HiCache load-back: GPU 3 receives a few MB/s (a
+# table in GB/s read it 0.00), GPU 2 no more than it loads back.
+RX = (2.0e9, 2.0e9, 1.5e9, 4.2e6)
+LOAD_BACK = {0: 1.5e9, 1: 1.5e9, 2: 1.5e9, 3: 1.0e6}
+
+
+def hicache_store(drops: float | None = 35.0, rx: tuple[float | None, ...] = RX) -> RunStore:
+    """The scene (host-prefetch, TP4) with HiCache on: 32 GB per rank in the start-up log,
+    its gauges and rates on the page, each GPU's receive as given."""
+    store = scene_store()
+    run = store.run
+    parser = StartupLogParser()
+    for _, line in run.log_lines:
+        parser.feed(line)
+    for rank in range(4):
+        parser.feed(_log_line(160, "Allocating 32.00 GB host memory for hierarchical KV cache.",
+                              rank))
+    run.startup = parser.facts()
+    server = dataclasses.replace(
+        server_data(NOW), hicache_host_used_tokens=4 * 12_300, hicache_host_total_tokens=4 * 98_000,
+        hicache_load_back_bytes_per_s=LOAD_BACK[0], hicache_backup_bytes_per_s=20e6,
+        hicache_dropped_host_pressure_per_s=drops, evicted_tokens_per_s=500.0,
+        hicache_load_back_by_rank=dict(LOAD_BACK))
+    store.add("server", Reading("sglang", Status.OK, server, at=NOW, wall=WALL))
+    gpus = tuple(dataclasses.replace(g, pcie_rx_bytes_per_s=r)
+                 for g, r in zip(store.data("gpu").devices, rx, strict=True))
+    store.add("gpu", Reading("nvml", Status.OK, GpuData("570.00", gpus, "simulated"), at=NOW,
+                             wall=WALL))
+    return store

@@ -2,7 +2,7 @@
 servers started, switched, stopped, attached to), a replay (engram_top.record.replay: play,
 pause, seek, speed), or a test's fixed store; and what the fleet's screens need of a fleet
 session (engram_top.fleet's). Each declares it all, so the app never asks a session what it
-has, nor names the concrete one (tests/test_session_protocol.py checks the sessions against
+has, nor names the concrete one (tests/app/test_session_protocol.py checks the sessions against
 these)."""
 
 from __future__ import annotations

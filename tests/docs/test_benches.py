@@ -131,10 +131,10 @@ def _plans() -> list[str]:
 
 
 # The plans of real servers run where their servers are: the CPU ones in the real-server
-# tests (tests/test_real_sglang.py, tests/test_real_vllm.py run these very files), the
-# GPU node's only on a node, and refused here with the line to edit.
-ELSEWHERE = {"tiny-cpu-bench.toml": "test_real_sglang.py",
-             "tiny-cpu-vllm-bench.toml": "test_real_vllm.py"}
+# tests (tests/scenarios/test_real_sglang.py, tests/scenarios/test_real_vllm.py run these
+# very files), the GPU node's only on a node, and refused here with the line to edit.
+ELSEWHERE = {"tiny-cpu-bench.toml": "scenarios/test_real_sglang.py",
+             "tiny-cpu-vllm-bench.toml": "scenarios/test_real_vllm.py"}
 NEEDS_A_NODE = {"dsv41-flash-4xb200-bench.toml"}
 RUN_HERE = ("demo-mixed-bench.toml",)  # demo-bench and demo-sweep: the tests above
 

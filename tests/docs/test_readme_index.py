@@ -68,19 +68,19 @@ def test_nothing_registered_is_gone_from_the_readme() -> None:
 # Output the README quotes inline, checked by a test outside this tier: the span, the test
 # file, and the part of the span (placeholders aside) that test asserts.
 ELSEWHERE = {
-    "GPU1 tenant (pid N) 20.0 · ? 1.6": ("tests/test_ledger.py", "20.0 · ? 1.6"),
-    "Δ server +195.4 GiB · others +300.0": ("tests/test_ledger.py",
+    "GPU1 tenant (pid N) 20.0 · ? 1.6": ("tests/model/test_ledger.py", "20.0 · ? 1.6"),
+    "Δ server +195.4 GiB · others +300.0": ("tests/model/test_ledger.py",
                                              "Δ server +195.4 GiB · others +300.0"),
     "TTFT p50 <= 100 ms, p99 <= 100 ms, mean 3.6 ms": (
-        "tests/test_quantile_buckets.py", "TTFT p50 <= 100 ms, p99 <= 100 ms, mean 3.6 ms"),
+        "tests/compare/test_quantile_buckets.py", "TTFT p50 <= 100 ms, p99 <= 100 ms, mean 3.6 ms"),
     "a histogram bucket that holds the [slo] bound of 2,000 ms: not resolved": (
-        "tests/test_alerts_pressure.py", "a histogram bucket that holds the [slo] "),
+        "tests/alerts/test_alerts_pressure.py", "a histogram bucket that holds the [slo] "),
     '"p50": 0.05, "p50_bucket": [0.0, 0.1], "p50_coarse": true': (
-        "tests/test_quantile_buckets.py", '["p50_bucket"] == [0.0, 0.1]'),
-    '"ttft_p50_bucket_ms": [0.0, 100.0]': ("tests/test_quantile_buckets.py",
+        "tests/compare/test_quantile_buckets.py", '["p50_bucket"] == [0.0, 0.1]'),
+    '"ttft_p50_bucket_ms": [0.0, 100.0]': ("tests/compare/test_quantile_buckets.py",
                                            '["ttft_p50_bucket_ms"] == [0.0, 100.0]'),
     "metrics page: 2 lines skipped: line 3: invalid metric name: '...'": (
-        "tests/test_metrics_dialect.py",
+        "tests/collectors/test_metrics_dialect.py",
         "metrics page: 2 lines skipped: line 3: invalid metric name: '...'"),
 }
 # Code spans with figures that are no output: what the parsers read, names of files and

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.docs, pytest.mark.slow]
 TEST_COMMAND = ("python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && "
                 "scripts/setup-test-services.sh && .venv/bin/pytest")
 QUICK_TIER = '.venv/bin/pytest -m "not slow"'
-SCREENS = ".venv/bin/pytest tests/test_screens.py --snapshot-update"
+SCREENS = ".venv/bin/pytest tests/app/test_screens.py --snapshot-update"
 DOCS_TIER = ".venv/bin/pytest -m docs"
 
 
@@ -59,7 +59,7 @@ def test_the_quick_tier_selects_no_slow_test(docs: Docs) -> None:
     assert m, done.stdout[-2000:]
     quick, everything, deselected = (int(g) for g in m.groups())
     assert quick + deselected == everything and quick > 1000 and deselected > 100
-    assert "tests/test_real_sglang.py" not in done.stdout
+    assert "tests/scenarios/test_real_sglang.py" not in done.stdout
 
 
 @pytest.mark.timeout(120)
@@ -78,8 +78,8 @@ def test_the_docs_tier_is_this_folder(docs: Docs) -> None:
 def test_the_screens_update_command_changes_nothing_when_nothing_changed(docs: Docs) -> None:
     done = docs.sh(SCREENS, timeout=200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    ours = ROOT / "tests" / "__snapshots__"
-    theirs = docs.cwd / "tests" / "__snapshots__"
+    ours = ROOT / "tests" / "app" / "__snapshots__"
+    theirs = docs.cwd / "tests" / "app" / "__snapshots__"
     for svg in ours.rglob("*.svg"):
         copy = theirs / svg.relative_to(ours)
         assert copy.exists() and filecmp.cmp(svg, copy, shallow=False), svg.name

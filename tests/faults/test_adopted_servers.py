@@ -3,7 +3,7 @@ while it watches a server an earlier command left running (here `switch --wait-r
 nobody is there to say whether to stop it, so it is left running, the command names it on
 stderr with the command that stops it, and the state folder still remembers it for the
 next `run` or `stop`. What a dashboard launched itself is stopped on those paths as ever
-(test_crashes.py's fault 3). The `q` key's dialog is tests/test_quit_adopted.py's."""
+(test_crashes.py's fault 3). The `q` key's dialog is tests/app/test_quit_adopted.py's."""
 
 from __future__ import annotations
 
