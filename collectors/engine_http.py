@@ -12,7 +12,9 @@ from collectors.base import FailureTracker, TooLarge, describe
 from collectors.figure_bounds import bounded
 from collectors.pages import ConnectFailed, Page, PageClient, PageError, bearer
 from collectors.readings import Reading, ServerData, Status
+from collectors.stack_page import stack_page
 from collectors.units import MIB
+from collectors.windowed import WindowedRate
 
 # The span of the server's windowed figures (latency quantiles, rates, retractions): what
 # an alert on them judges, and how long they take to fill after a start.
@@ -26,6 +28,7 @@ class EngineCollector:
 
     PAGE_LIMITS: dict[str, int] = {"/health": MIB}
     SOURCE = "server"  # the reading's source prefix
+    PAGE_PREFIXES: tuple[str, ...] = ()  # the engine's own /metrics names
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 2.0,
                  deadline_s: float = 5.0, window_s: float = WINDOW_S, info_every_s: float = 15.0,
@@ -53,6 +56,7 @@ class EngineCollector:
         self._page_text: str | None = None  # the last /metrics page parsed, and its families
         self._page_families: dict[str, promtext.Family] = {}
         self._page_skipped = promtext.Skipped()  # the lines of that page it left out
+        self._stack_requests = WindowedRate(window_s)  # a router's requests, where it is one
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -132,6 +136,10 @@ class EngineCollector:
             return self.tracker.ok(data, Status.STARTING,
                                    "not serving (/health 503: starting, or shutting down)")
         skipped = self._page_skipped
+        if data.stack_page is not None:
+            return self.tracker.ok(data, message=f"{data.stack_page.summary}: no engine, so no "
+                                                 "GPU memory or KV pool of its own (its "
+                                                 "workers' are theirs: attach to one)")
         return self.tracker.ok(data, message=f"metrics page: {skipped}" if skipped.count else "")
 
     def _refused(self, exc: ConnectFailed) -> Reading[ServerData]:
@@ -140,6 +148,19 @@ class EngineCollector:
             return self.tracker.fail(Status.ERROR,
                                      f"no server at {self.url} (connection refused)")
         return self.tracker.fail(Status.ERROR, f"cannot reach {self.url}: {exc}")
+
+    def _stack_fields(self, fams: dict[str, promtext.Family],
+                      now: float) -> dict[str, Any] | None:
+        """Where the page is a router's or LMCache's rather than this engine's (none of its
+        names, page_kind's router or cache): the fields it gives, its requests' rate
+        included. None for any other page, which the engine's reader takes as before."""
+        page = stack_page(fams, self.PAGE_PREFIXES)
+        if page is None:
+            return None
+        if page.requests_total is not None:
+            self._stack_requests.add(now, page.requests_total)
+        return {"stack_page": page, "requests_per_s": self._stack_requests.rate(now),
+                "window_s": self.window_s}
 
     async def _server_info(self) -> dict[str, Any]:
         """ServerData fields from the engine's info endpoints (asked every info_every_s)."""

@@ -302,6 +302,23 @@ class Quantiles:
 
 
 @dataclass(frozen=True, slots=True)
+class StackPage:
+    """A page of the serving stack that is no engine's, where a server was expected: SGLang's
+    router (sgl-router, sgl-model-gateway) or LMCache's. It has no GPU memory or KV pool of
+    its own: those are its workers'. ``kind`` is page_kind's word for it."""
+
+    kind: str  # "sgl-router" or "lmcache"
+    summary: str  # one line: what it is and what it holds
+    workers: tuple[str, ...] = ()  # the workers its page names (URLs), at most a few
+    active_workers: float | None = None
+    running_requests: float | None = None
+    requests_total: float | None = None
+    # The router's cache-aware routing hits, or LMCache's hit tokens of those asked for,
+    # since it started (one page has no window).
+    hit_rate_since_start: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ServerData:
     url: str
     healthy: bool
@@ -393,6 +410,9 @@ class ServerData:
     # What is wrong with the page itself though it parsed: a _count that disagrees with its
     # +Inf bucket, a series given twice. One line each, naming the metric.
     page_problems: tuple[str, ...] = ()
+    # Where the URL serves a router's or a cache's page instead of an engine's: its figures
+    # (requests_per_s above is then the router's).
+    stack_page: StackPage | None = None
 
 
 @dataclass(frozen=True)

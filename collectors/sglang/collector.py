@@ -10,6 +10,7 @@ from typing import Any
 from collectors import promread, promtext
 from collectors.engine_http import EngineCollector
 from collectors.figure_bounds import index
+from collectors.sglang import PAGE_PREFIXES
 from collectors.sglang.families import (  # noqa: F401  (the collector's readers use them)
     MAX,
     MEAN,
@@ -117,6 +118,7 @@ def page_figures(fams: dict[str, promtext.Family]) -> dict[str, Any]:
 
 class SglangCollector(EngineCollector):
     PAGE_LIMITS = PAGE_LIMITS
+    PAGE_PREFIXES = PAGE_PREFIXES
     SOURCE = "sglang"
 
     def __init__(self, url: str, **kwargs: Any) -> None:
@@ -141,6 +143,9 @@ class SglangCollector(EngineCollector):
             raise ValueError("/metrics is 404: start SGLang with --enable-metrics")
         resp.raise_for_status()
         fams = canonical(self._families(resp.text))
+        stack = self._stack_fields(fams, now)
+        if stack is not None:
+            return stack
         if not any(n.startswith("sglang:") for n in fams) \
                 and any(n.startswith(("vllm:", "vllm_")) for n in fams):
             raise ValueError("/metrics is a vLLM server's page: watch it with --engine vllm")

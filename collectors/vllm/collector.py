@@ -21,7 +21,7 @@ from collectors import promread, promtext
 from collectors.engine_http import EngineCollector
 from collectors.readings import spell
 from collectors.units import GIB, MIB
-from collectors.vllm import SOURCE
+from collectors.vllm import PAGE_PREFIXES, SOURCE
 from collectors.windowed import WindowedHistogram, WindowedRate
 
 SUM, MAX = "sum", "max"
@@ -236,6 +236,7 @@ def page_figures(fams: dict[str, promtext.Family]) -> dict[str, Any]:
 
 class VllmCollector(EngineCollector):
     PAGE_LIMITS = PAGE_LIMITS
+    PAGE_PREFIXES = PAGE_PREFIXES
     SOURCE = SOURCE  # collectors.vllm's, where the engine reads it without this module
 
     def __init__(self, url: str, **kwargs: Any) -> None:
@@ -267,6 +268,9 @@ class VllmCollector(EngineCollector):
             raise ValueError("/metrics is 404: is this a vLLM server?")
         resp.raise_for_status()
         fams = canonical(self._families(resp.text))
+        stack = self._stack_fields(fams, now)
+        if stack is not None:
+            return stack
         if not is_vllm_page(fams):
             raise ValueError("/metrics has no vllm: families: is this a vLLM server?")
         out = page_figures(fams)

@@ -3,7 +3,7 @@
 Its face: what a package above reads of it (the app through nothing else, a contract in
 pyproject.toml); its modules are its own business."""
 
-from collectors.readings import Reading, Status
+from collectors.readings import Reading, StackPage, Status
 from engram_top.model.facts import (
     classify_log_line,
     engine_of,
@@ -19,6 +19,7 @@ from engram_top.model.facts import (
     run_host_delta_bytes,
     server_pids,
     source_status,
+    stack_page,
     word,
 )
 from engram_top.model.figures import RunFigures
@@ -74,11 +75,12 @@ __all__ = [
     "ENDED", "GPU_LABEL", "LIVE", "LOCAL", "SERVING", "STARTING_UP", "STOP_ASKED",
     "UNASKED_END", "UNDER_WAY", "EngramView", "Event", "FitRefused", "GpuLedger", "GpuView",
     "HiCacheView", "HostLedger", "HostView", "KvView", "LatencyView", "LedgerLine",
-    "LeftRunning", "MambaView", "Quantiles", "Reading", "RunFacts", "RunFigures", "RunState",
-    "RunStore", "RunView", "Series", "SeriesKey", "SeriesName", "SourceName", "SourceStatus",
-    "Status", "StoreTopic", "classify_log_line", "engine_of", "engram_facts",
-    "engram_rx_estimate", "gpu_facts", "hbm_ledger", "hicache_facts", "host_facts",
-    "host_ledger", "is_own_poll", "kv_facts", "latency_facts", "mamba_facts", "not_reported",
-    "others_delta_bytes", "run_facts", "run_host_delta_bytes", "run_server_delta_bytes",
-    "server_pids", "source_status", "why_ask", "word",
+    "LeftRunning", "MambaView", "Quantiles", "Reading", "RunFacts", "RunFigures",
+    "RunState", "RunStore", "RunView", "Series", "SeriesKey", "SeriesName", "SourceName",
+    "SourceStatus", "StackPage", "Status", "StoreTopic", "classify_log_line", "engine_of",
+    "engram_facts", "engram_rx_estimate", "gpu_facts", "hbm_ledger", "hicache_facts",
+    "host_facts", "host_ledger", "is_own_poll", "kv_facts", "latency_facts", "mamba_facts",
+    "not_reported", "others_delta_bytes", "run_facts", "run_host_delta_bytes",
+    "run_server_delta_bytes", "server_pids", "source_status", "stack_page", "why_ask",
+    "word",
 ]

@@ -14,7 +14,7 @@ from dataclasses import asdict, fields, is_dataclass
 from typing import Any, NamedTuple
 
 from collectors.log_markers import ERROR_MARKERS, WARNING_MARKERS
-from collectors.readings import GpuData, Quantiles, Reading, ServerData
+from collectors.readings import GpuData, Quantiles, Reading, ServerData, StackPage
 from collectors.source import SourceName
 from collectors.startup_facts import DecodeStats, PrefillStats, StartupFacts
 from collectors.units import GIB
@@ -262,6 +262,12 @@ def not_reported(store: RunStore) -> dict[str, str]:
     """Figures the watched server's engine does not report at all (field -> why)."""
     s: ServerData | None = store.data(SourceName.SERVER)
     return dict(s.not_reported) if s is not None else {}
+
+
+def stack_page(store: RunStore) -> StackPage | None:
+    """What the watched URL serves where it is a router's or LMCache's page, no engine's."""
+    s: ServerData | None = store.data(SourceName.SERVER)
+    return s.stack_page if s is not None else None
 
 
 def run_facts(store: RunStore) -> RunView | None:

@@ -3,7 +3,8 @@ and what the engine calls retracting them, the queue and cache hits, then what a
 reports beyond its KV tokens: SGLang's HiCache host tier (its pools, their use, their
 traffic, what it drops for host pressure), a hybrid model's Mamba state pool (the log's slots
 and GB per GPU, the page's use of it), and the requests a weight-sync pause holds and those
-aborted. Rows are (rank, line) for drawing.fit; a server without a figure shows no zero."""
+aborted. Rows are (rank, line) for drawing.fit; a server without a figure shows no zero. A
+URL that serves a router's or LMCache's page gets that page's rows instead (stack.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from engram_top.app.panels.drawing import (
     unavailable,
     waiting,
 )
+from engram_top.app.panels.stack import stack_rows
 from engram_top.model import (
     HiCacheView,
     KvView,
@@ -45,12 +47,17 @@ def kv_panel(store: RunStore, rows: int | None = None,
     """The KV pool; on a short panel the rows that matter most (capacity, use, requests,
     what is not a number) stay and the others go first."""
     out = [(0, w) for w in source_rows(store, SourceName.SERVER, model.engine_of(store))]
+    room = None if cols is None else cols - LABEL_WIDTH - 1  # what a value may take
+    stack = model.stack_page(store)
+    if stack is not None:  # a router's or a cache's page: its own rows, no KV pool
+        latency = model.latency_facts(store)
+        per_s = latency.requests_per_s if latency is not None else None
+        return Group(*fit(out + stack_rows(stack, per_s, room), rows))
     kv = model.kv_facts(store)
     if kv is None or kv.capacity_tokens is None:
         return waiting([w for _, w in out],
                         "KV pool not allocated yet (the server reports it once ready)")
     usage = kv.token_usage
-    room = None if cols is None else cols - LABEL_WIDTH - 1  # what a value may take
     out.append((1, row("capacity", first_fitting(room, (
         f"{tokens(kv.capacity_tokens)} tokens"
         + ("" if kv.kv_cache_gb is None else f" · {sglang_gb(kv.kv_cache_gb)} GB/GPU"),
