@@ -84,6 +84,7 @@ def build(store: RunStore, ref: Reference) -> dict[str, Any]:
         "host_ledger": _host_ledger(store),
         "hbm_ledger": [g.to_json() for g in ledger.hbm_ledger(store)],
         "kv": facts.plain(facts.kv_facts(store)),
+        "stack_page": facts.plain(facts.stack_page(store)),  # a router's or a cache's page
         "engram": _engram(store),
         "hicache": _hicache(store),
         "latency": facts.plain(facts.latency_facts(store)),

@@ -78,8 +78,13 @@ def _readings(data: dict[str, Any]) -> list[str]:
                    f"{gib_text(g['total_bytes'])} GiB used, server {gib_text(share)} GiB; "
                    f"weights {weights_gb(g.get('weights_gb'), NA)} GB, "
                    f"KV {_num(g.get('kv_tokens'), ',')} tokens")
+    stack = data.get("stack_page")
+    if stack:  # the URL is a router's or LMCache's: its figures, and where the memory is
+        workers = ", ".join(stack.get("workers") or ()) or "not named on its page"
+        out.append(f"- Serves {stack.get('summary')}; no GPU memory or KV pool of its own: "
+                   f"its workers hold them ({workers})")
     kv = data.get("kv")
-    if kv:
+    if kv and not stack:
         usage = kv.get("token_usage")
         out.append(f"- KV pool: {_num(kv.get('capacity_tokens'), ',')} tokens, "
                    f"usage {percent(usage)}, "

@@ -476,11 +476,12 @@ class Session(AttachedServers):
                 return True
             attached = self.store.run
             if attached is not None and not attached.owned:
-                # Someone else's server: ready is when it answers with its figures, and its
-                # processes are told from other tenants' (a snapshot's ledgers need them).
+                # Someone else's server: ready is when it answers with its figures (a
+                # router's or a cache's page has no KV pool to wait for), and its processes
+                # are told from other tenants' (a snapshot's ledgers need them).
                 server = self.store.latest.get(SourceName.SERVER)
                 if server is not None and server.ok and server.data is not None \
-                        and server.data.max_total_num_tokens \
+                        and (server.data.max_total_num_tokens or server.data.stack_page) \
                         and not attached.finding_processes:
                     return True
             if run is not None and run.state in ENDED:

@@ -3,13 +3,16 @@ collector (SGLang's, vLLM's, the one that detects the engine) reads what the pag
 workers, requests (a rate over the window) and hit rate, bounded where they enter; the KV
 panel shows them and says where the memory is, on the dashboard as a user sees it; the
 figures go through a recording. Real HTTP on loopback (a page server on a thread), a clock
-the test moves; no process."""
+the test moves; the one slow test runs `snapshot --attach` against the router page."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+from pathlib import Path
 
-from helpers import PageServer, StaticSession, panel_text, quit_app, until
+import pytest
+from helpers import ENGRAM_TOP, PageServer, StaticSession, panel_text, quit_app, until
 
 from collectors.readings import Reading, ServerData, StackPage, Status
 from collectors.sglang.collector import SglangCollector
@@ -204,3 +207,22 @@ def test_a_router_reading_goes_through_a_recording() -> None:
     reading = _router_store().latest["server"]
     back = decode_reading(encode_reading(reading))
     assert back.data.stack_page == reading.data.stack_page
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_snapshot_of_a_router_says_what_it_serves_without_waiting_for_a_kv_pool(
+        tmp_path: Path) -> None:
+    with PageServer(router(1200)) as server:
+        done = subprocess.run([*ENGRAM_TOP, "snapshot", "--attach", server.url, "--out",
+                               str(tmp_path / "snaps"), "--ready-timeout", "60"],
+                              capture_output=True, text=True, timeout=100, cwd=tmp_path,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "did not become ready" not in done.stderr  # a router has no KV pool to wait for
+    (folder,) = (tmp_path / "snaps").iterdir()
+    summary = (folder / "summary.md").read_text()
+    assert "- Serves an SGLang router page: 2 active worker(s), 1,234 requests, 4 running, " \
+           "hit rate 75.0% since the start; no GPU memory or KV pool of its own: its workers " \
+           "hold them (http://10.0.0.7:30000, http://10.0.0.8:30000)" in summary
+    assert "- KV pool:" not in summary
