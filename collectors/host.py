@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -32,6 +33,8 @@ from collectors.tree_members import TreeMembers
 from collectors.units import KIB
 
 STATUS_KEYS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+# A death's "before": the most the server's tree held over this many seconds of readings.
+PEAK_WINDOW_S = 10.0
 # Pinned (pin_user_pages: RDMA registrations, some cudaHostRegister paths) and mlock'ed pages;
 # a kernel without either line leaves the tree's pinned figure unknown.
 PINNED_KEYS = ("VmPin", "VmLck")
@@ -330,9 +333,11 @@ class HostCollector:
         self.members = TreeMembers(clock)  # the tree's listing, kept between polls
         self.largest = Largest(clock=clock)
         self.shm_scan = ShmScan(clock=clock)
-        # The last reading that found the server's tree alive: what it held just before it
-        # died, once the next poll finds it gone (the death forensics read it).
+        # The last reading that found the server's tree alive, and those of the last
+        # PEAK_WINDOW_S with its root (the death forensics read them).
         self.last_with_tree: HostData | None = None
+        self._clock = clock
+        self._recent_trees: deque[tuple[float, HostData]] = deque(maxlen=64)
 
     async def poll(self) -> Reading[HostData]:
         try:
@@ -346,4 +351,23 @@ class HostCollector:
             return self.tracker.fail(Status.ERROR, describe(exc))
         if data.server_tree is not None:
             self.last_with_tree = data
+            now = self._clock()
+            self._recent_trees.append((now, data))
+            while self._recent_trees and now - self._recent_trees[0][0] > PEAK_WINDOW_S:
+                self._recent_trees.popleft()
         return self.tracker.ok(data)
+
+    @property
+    def peak_with_tree(self) -> HostData | None:
+        """Of the last PEAK_WINDOW_S's readings with the server's tree alive (its root
+        the last one's), the one where it held the most: what it held before it died. The
+        last one alone can be read during the end itself, a rank killed and its memory gone
+        while the launcher still lives, and would say the memory fell."""
+        last = self.last_with_tree
+        if last is None or last.server_tree is None:
+            return last
+        root = last.server_tree.root_pid
+        same = [d for _, d in self._recent_trees
+                if d.server_tree is not None and d.server_tree.root_pid == root]
+        return max(same, key=lambda d: d.server_tree.rss_bytes if d.server_tree else 0,
+                   default=last)

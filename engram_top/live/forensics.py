@@ -133,7 +133,7 @@ class DeathWatch:
 
     def _evidence(self, ended: Ended) -> Evidence:
         """Blocking reads (the kernel log, /proc/vmstat): off the event loop."""
-        before = self.host().last_with_tree
+        before = self.host().peak_with_tree
         tree = before.server_tree if before is not None else None
         if tree is None or tree.root_pid != ended.pid:
             before, tree = None, None
