@@ -11,7 +11,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from scenarios.bounds import Range, bounded_float
+from scenarios.bounds import Range, bounded_float, bounded_int
 
 # Every number has its range, so that none can be what start-up cannot take (a 400-digit
 # integer is no float) or a window without end. Why these ends: the readings come once a
@@ -174,6 +174,17 @@ SERVER_DIED = AlertDef(
     "`x`, a switch or quitting are asked-for stops.",
     config_note="a server exited or failed without being asked to stop",
     clears_at_once=True, told_elsewhere=True)
+RESTART_LOOP = AlertDef(
+    "restart-loop", "error",
+    "the watched server died `restart_loop_count` times or more within "
+    "`restart_loop_window_s` seconds (an attached server that came back on its URL after "
+    "each death, or runs of one scenario): each restart meets the same end, so it names the "
+    "deaths' classes, the last one's cause and next action; it clears once fewer deaths "
+    "fall within the window.",
+    (Setting("restart_loop_count", 3, bounded_int(2, 1000, what="a number of deaths")),
+     Setting("restart_loop_window_s", 600.0, WINDOW_S)),
+    "The watched server dying this many times (or more) within restart_loop_window_s "
+    "seconds.", clears_at_once=True)
 RANK_DIED = AlertDef(
     "rank-died", "error",
     "a process of a ready server we started (a TP rank, its scheduler) died while the "
@@ -245,8 +256,8 @@ ECC = AlertDef(
 
 ALERTS: tuple[AlertDef, ...] = (HBM, KV, HOST_AVAILABLE, NUMA_AVAILABLE, SHM_LEFTOVER, SWAP_IN,
                                 QUEUE_GROWTH, RETRACTIONS, SLO, HICACHE_DROPS, PCIE, NO_HUGE_PAGES,
-                                SERVER_DIED, RANK_DIED, SERVER_GONE, SERVER_SILENT, RECORDING,
-                                XID, ECC)
+                                SERVER_DIED, RESTART_LOOP, RANK_DIED, SERVER_GONE,
+                                SERVER_SILENT, RECORDING, XID, ECC)
 ALERT_NAMES: tuple[str, ...] = tuple(a.name for a in ALERTS)
 BY_NAME: dict[str, AlertDef] = {a.name: a for a in ALERTS}
 CLEARS_AT_ONCE = frozenset(a.name for a in ALERTS if a.clears_at_once)

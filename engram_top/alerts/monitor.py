@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from collectors import xid_text
 from collectors.source import SourceName
 from collectors.units import MIB, gib_text
-from engram_top.alerts import pressure
+from engram_top.alerts import pressure, restarts
 from engram_top.alerts.definitions import (
     BY_NAME,
     CLEARS_AT_ONCE,
@@ -136,8 +136,8 @@ class AlertMonitor:
     def findings(self, store: RunStore, now: float) -> list[Finding]:
         """Every condition that holds now, switched-off alerts left out."""
         checks = (self._hbm, self._host, self._swap, self._pcie, self._huge_pages,
-                  self._died, self._rank_died, self._gone, self._silent, self._conditions,
-                  self._gpu_errors)
+                  self._died, self._restarts, self._rank_died, self._gone, self._silent,
+                  self._conditions, self._gpu_errors)
         out = [f for check in checks for f in check(store, now)]
         if not _stale(store):  # the server's figures: only while they are current
             out += [f for check in (self._kv, self._queue, self._serving)
@@ -293,6 +293,10 @@ class AlertMonitor:
         if run.death is not None:  # classified: what killed it, and what to do, in the alert
             text += f": {run.death.title}; next: {run.death.action}"
         yield Finding(SERVER_DIED.name, SERVER_DIED.severity, text)
+
+    def _restarts(self, store: RunStore, now: float) -> Iterator[Finding]:
+        yield from restarts.restart_loop(store, wall_at(store, now), self.t.restart_loop_count,
+                                         self.t.restart_loop_window_s)
 
     def _rank_died(self, store: RunStore, now: float) -> Iterator[Finding]:
         run = store.run

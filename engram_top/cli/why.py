@@ -33,10 +33,17 @@ def _from_snapshot(path: Path) -> tuple[list[Death], int]:
         raise WhyError(f"{path}: no 'runs' list: not a snapshot.json")
     deaths = []
     for i, run in enumerate(runs):
-        value = run.get("death") if isinstance(run, dict) else None
-        if value is not None:
+        if not isinstance(run, dict):
+            continue
+        earlier = run.get("earlier_deaths")  # a server restarted on its URL: oldest first
+        values = [*(earlier if isinstance(earlier, list) else ()), run.get("death")]
+        for j, value in enumerate(values):
+            if value is None:
+                continue
+            where = f"runs[{i}].earlier_deaths[{j}]" if j < len(values) - 1 else \
+                f"runs[{i}].death"
             try:
-                deaths.append(decode_typed(value, Death, f"{path}: runs[{i}].death"))
+                deaths.append(decode_typed(value, Death, f"{path}: {where}"))
             except ValueError as exc:
                 raise WhyError(str(exc)) from None
     return deaths, len(runs)
@@ -47,7 +54,7 @@ def _from_recording(path: Path, notes: list[str]) -> tuple[list[Death], int]:
         runs = facts_from_recording(path, notes)
     except (OSError, RecordingError, ValueError) as exc:
         raise WhyError(f"{path}: {exc}") from None
-    return [r.death for r in runs if r.death is not None], len(runs)
+    return [d for r in runs for d in r.deaths], len(runs)
 
 
 def _files(path: Path) -> list[Path]:

@@ -113,9 +113,14 @@ def _death(store: RunStore) -> Family:
     died = Family("server_death_timestamp_seconds", "When a watched server died, by its "
                   "class of death (host-oom-kill, hbm-oom-runtime, ...), in seconds since the "
                   "epoch.")
+    latest: dict[tuple[str, str], float] = {}  # one series each: the latest of its kind
     for run in store.runs:
-        if run.death is not None and run.death.at is not None:
-            died.add(run.death.at, scenario=run.scenario, kind=run.death.kind.value)
+        for death in run.deaths:  # a server restarted on its URL has several
+            if death.at is not None:
+                key = (run.scenario, death.kind.value)
+                latest[key] = max(death.at, latest.get(key, death.at))
+    for (scenario, kind), at in latest.items():
+        died.add(at, scenario=scenario, kind=kind)
     return died
 
 

@@ -43,7 +43,7 @@ def summary_markdown(store: RunStore, data: dict[str, Any], comparison_md: str) 
     notes = data.get("notes")  # what the source said of itself: a recording's damage
     if isinstance(notes, list) and notes:
         lines += ["", "## Notes", ""] + [f"- {note}" for note in notes]
-    deaths = [r.death for r in store.runs if r.death is not None]
+    deaths = [d for r in store.runs for d in r.deaths]
     if deaths:  # first after the notes: what an on-call engineer opens the file for
         lines += ["", "## Deaths", ""]
         for death in deaths:

@@ -27,6 +27,10 @@ from scenarios.runstate import RunState
 
 # The host reading after the server's process is found: a poll or two, on a slow node.
 TREE_DEADLINE_S = 5.0
+KEEP_DEATHS = 32  # an attached server's earlier deaths kept on its facts (the latest)
+# An answering server whose process is not known is looked for again after a second, then
+# twice as long each time it is not found, up to a minute (a walk of the host's sockets).
+LOOK_FIRST_S, LOOK_MOST_S = 1.0, 60.0
 
 if TYPE_CHECKING:
     from engram_top.live.options import SessionOptions
@@ -47,6 +51,8 @@ class AttachedServers:
     _host_backend: Any
     _tasks: list[asyncio.Task[Any]]
     _attached_env: dict[str, dict[str, str]]
+    _looked_at: float
+    _look_every: float
     _attached_engine: dict[str, Engine]
 
     announce: Callable[[str], None]
@@ -91,9 +97,12 @@ class AttachedServers:
         prefixes = tuple(p for kind in engines.kinds() for p in engines.get(kind).env_prefixes)
         try:
             pid, env = await asyncio.to_thread(server_environ, url, prefixes)
-            self._attached_env[url] = env
-            if pid is not None and self.options.attach and url == split_userinfo(
-                    self.options.attach[0])[0]:
+            if pid is not None or not self._attached_env.get(url):  # none found: keep the last
+                self._attached_env[url] = env
+            self._looked_at = time.monotonic()
+            self._look_every = LOOK_FIRST_S if pid is not None else \
+                min(LOOK_MOST_S, 2 * self._look_every)
+            if pid is not None and self._watched(url):
                 self.host.root_pid = pid  # the watched server's tree: its share of the host
                 # Found: its processes are told apart from the next host reading on.
                 deadline = time.monotonic() + TREE_DEADLINE_S
@@ -102,6 +111,50 @@ class AttachedServers:
         finally:
             if (facts := self.store.facts_for(url)) is not None:
                 facts.finding_processes = False
+
+    def _came_back(self, facts: RunFacts) -> None:
+        """An attached server whose death was classified answers again on its URL: it was
+        restarted (systemd, a container's restart policy, a person). Its death joins the
+        earlier ones (the restart-loop alert counts them), its new process is looked for
+        (the ledgers and the next death follow it), and the events say so."""
+        death = facts.death
+        if facts.owned or death is None or not facts.url:
+            return
+        latest = self.store.latest.get(SourceName.SERVER)
+        if latest is None or not latest.ok or death.at is None or latest.wall <= death.at:
+            return
+        facts.earlier_deaths = (*facts.earlier_deaths, death)[-KEEP_DEATHS:]
+        facts.death = None
+        # A new launch for the forensics: its next death is classified on its own.
+        facts.launched_at, facts.launched_wall = time.monotonic(), time.time()
+        self.store.bump(StoreTopic.RUN)
+        self.store.event("warning", f"{facts.url} answers again after it died "
+                                    f"({death.title}): restarted; deaths seen: "
+                                    f"{len(facts.earlier_deaths)}")
+        if self._watched(facts.url):
+            self.host.root_pid = None  # looked for again once it answers (_look_again)
+            self._look_every = LOOK_FIRST_S
+            facts.finding_processes = True
+
+    def _look_again(self, facts: RunFacts) -> None:
+        """The watched attached server answers but its process is not known: it was not
+        listening yet when attach looked (an agent started before its server), or it was
+        restarted. Looked for again (LOOK_FIRST_S, then less often), so that its share of
+        the host and its death are read."""
+        if facts.owned or not facts.url or self.host.root_pid is not None \
+                or not self._watched(facts.url) \
+                or time.monotonic() - self._looked_at < self._look_every:
+            return
+        latest = self.store.latest.get(SourceName.SERVER)
+        if latest is None or not latest.ok:
+            return
+        self._looked_at = time.monotonic()
+        self._tasks.append(asyncio.create_task(self._read_environ(facts.url),
+                                               name=f"environ {facts.url}"))
+
+    def _watched(self, url: str) -> bool:
+        """Whether ``url`` is the attached server whose tree the host collector follows."""
+        return bool(self.options.attach) and url == split_userinfo(self.options.attach[0])[0]
 
     def _tree_read(self) -> bool:
         host = self.store.data(SourceName.HOST)

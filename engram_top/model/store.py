@@ -216,8 +216,18 @@ class RunFacts:
     finding_processes: bool = False
     # Why it died, once classified (engram_top.live.forensics), where it ended unasked.
     death: Death | None = None
+    # An attached server's deaths before it last came back on its URL (restarted by
+    # systemd, a container's policy, a person), oldest first, the latest few: the
+    # restart-loop alert counts them with ``death``.
+    earlier_deaths: tuple[Death, ...] = ()
     # What it ran as, on what (engram_top.model.fingerprint): for `engram-top diff`.
     fingerprint: Fingerprint | None = None
+
+    @property
+    def deaths(self) -> tuple[Death, ...]:
+        """Every death classified of its server, oldest first (the earlier ones of a server
+        restarted on its URL, then the latest)."""
+        return (*self.earlier_deaths, *(() if self.death is None else (self.death,)))
 
     @property
     def ready_s(self) -> float | None:

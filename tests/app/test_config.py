@@ -126,12 +126,12 @@ def test_an_unknown_key_far_from_any_field_gets_no_hint(tmp_path: Path) -> None:
     ("enabled = 1", "alerts.enabled: should be true or false, got int 1"),
     ("disabled = 'kv'", "alerts.disabled: should be a list of alert names (hbm, kv, "
      "host-available, numa-available, shm-leftover, swap-in, queue-growth, retractions, slo, "
-     "hicache-drops, pcie, no-huge-pages, server-died, rank-died, server-gone, "
+     "hicache-drops, pcie, no-huge-pages, server-died, restart-loop, rank-died, server-gone, "
      "server-silent, recording, xid, ecc), got str 'kv'"),
     ("disabled = ['kv', 'swapin']", "alerts.disabled: 'swapin' is not an alert name (did you "
      "mean 'swap-in'?) (known: hbm, kv, host-available, numa-available, shm-leftover, swap-in, "
      "queue-growth, retractions, slo, hicache-drops, pcie, no-huge-pages, server-died, "
-     "rank-died, server-gone, server-silent, recording, xid, ecc)"),
+     "restart-loop, rank-died, server-gone, server-silent, recording, xid, ecc)"),
 ])
 def test_wrong_types_say_what_they_should_be(tmp_path: Path, line: str, message: str) -> None:
     path = write(tmp_path, f"[alerts]\n{line}\n")
