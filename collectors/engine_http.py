@@ -137,9 +137,9 @@ class EngineCollector:
                                    "not serving (/health 503: starting, or shutting down)")
         skipped = self._page_skipped
         if data.stack_page is not None:
-            return self.tracker.ok(data, message=f"{data.stack_page.summary}: no engine, so no "
-                                                 "GPU memory or KV pool of its own (its "
-                                                 "workers' are theirs: attach to one)")
+            return self.tracker.ok(data, message=f"{data.stack_page.summary}: not an engine; "
+                                                 "the GPU memory and KV pool are its workers' "
+                                                 "(attach to one)")
         return self.tracker.ok(data, message=f"metrics page: {skipped}" if skipped.count else "")
 
     def _refused(self, exc: ConnectFailed) -> Reading[ServerData]:

@@ -26,6 +26,7 @@ from collectors.prom_answer import (
     small_index,
     value_of,
 )
+from collectors.router_series import StackFigures, StackReader
 from collectors.units import MIB
 
 NODE_LABELS = ("node", "Hostname", "hostname", "instance")
@@ -92,6 +93,8 @@ class FleetNodeData:
     server_silent: bool = False
     # What the node's engram-top agent serves; None where no agent runs there.
     agent: AgentFigures | None = None
+    # A router's or LMCache's figures where the node runs one (collectors.router_series).
+    stack: StackFigures | None = None
 
     @property
     def hbm_used(self) -> tuple[int, int] | None:
@@ -175,8 +178,9 @@ def group(results: dict[str, Any], dialects: Sequence[FleetDialect], only: str |
     engine_down: set[str] = set()  # nodes where a job named for an engine is down
     jobs: dict[str, set[str]] = {}
     samples = {key: _samples(results.get(key), key, odd)
-               for key in ("gpu", "host", "server", "latency", "up", "agent")}
+               for key in ("gpu", "host", "server", "latency", "up", "agent", "stack")}
     agents = AgentReader()
+    stacks = StackReader()
 
     aliases: dict[str, str] = {}
     for labels, _ in samples["gpu"]:
@@ -240,8 +244,12 @@ def group(results: dict[str, Any], dialects: Sequence[FleetDialect], only: str |
             instances.setdefault(node, set()).add(labels["instance"])
         if (v := _figure("agent", raw, node, labels, odd)) is not None:
             agents.add(node, labels, v)
+    for labels, raw in samples["stack"]:
+        figure = labels.get("figure", "")
+        if (node := seen(labels)) and (v := _figure(figure, raw, node, labels, odd)) is not None:
+            stacks.add(node, labels, v)
     names = sorted(set(gpus) | set(host) | set(server) | set(latency) | set(jobs)
-                   | agents.nodes())
+                   | agents.nodes() | stacks.nodes())
     out: dict[str, FleetNodeData] = {}
     for node in names:
         missing = []
@@ -249,7 +257,8 @@ def group(results: dict[str, Any], dialects: Sequence[FleetDialect], only: str |
             missing.append("dcgm-exporter (GPU figures)")
         if node not in host:
             missing.append("node-exporter (host memory)")
-        if node not in server:
+        stack = stacks.figures(node)
+        if node not in server and stack is None:  # a router's node has no engine to miss
             missing.append(server_missing(dialects))
         missing += down.get(node, [])
         out[node] = FleetNodeData(
@@ -259,8 +268,8 @@ def group(results: dict[str, Any], dialects: Sequence[FleetDialect], only: str |
             host=host.get(node, {}), server=server.get(node, {}),
             latency=latency.get(node, {}), missing=tuple(missing),
             instances=tuple(sorted(instances.get(node, ()))), dialect=speaks.get(node),
-            server_silent=node not in server or node in engine_down,
-            agent=agents.figures(node))
+            server_silent=(node not in server and stack is None) or node in engine_down,
+            agent=agents.figures(node), stack=stack)
     return out
 
 

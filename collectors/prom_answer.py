@@ -52,6 +52,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "output_tok_s": (0.0, 1e9), "up": (0.0, 1.0),
     # an engram-top agent's: bytes (a fit's room is negative where it is short), levels, 1s
     "agent": (-float(2**60), float(2**60)),
+    # a router's and LMCache's (collectors.router_series)
+    "workers": _COUNT, "running": _COUNT, "requests_per_s": (0.0, 1e9),
+    "routing_hit_rate": (0.0, 1.0), "lmcache_hit_rate": (0.0, 1.0),
 }
 MAX_NUMBER_CHARS = 64  # "1.2345e+308" is 11; a longer "number" is somebody's payload
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
-from collectors import agent_series
+from collectors import agent_series, router_series
 from collectors.base import TooLarge
 from collectors.fleet_dialect import FleetDialect
 from collectors.fleet_group import (
@@ -61,7 +61,7 @@ def _names(names: Any) -> str:
 
 def queries(window: str = "1m", match: str = "", *,
             dialects: Sequence[FleetDialect]) -> dict[str, str]:
-    """The whole refresh: six expressions, whatever the fleet's size and engines (``dialects``,
+    """The whole refresh: seven expressions, whatever the fleet's size and engines (``dialects``,
     one at least). ``match`` (label matchers, `instance=~"…"`) narrows every selector to one
     node's series: a node's history is the same expressions over a range."""
     if not dialects:
@@ -94,6 +94,8 @@ def queries(window: str = "1m", match: str = "", *,
         "up": "up",
         # The nodes' engram-top agents, where they run: none of these series elsewhere.
         "agent": agent_series.query(match),
+        # SGLang's routers and LMCache's servers, where Prometheus scrapes them.
+        "stack": router_series.query(window, match),
     }
 
 

@@ -17,7 +17,7 @@ from engram_top.app.history_screen import HistoryScreen
 from engram_top.app.panel import Panel
 from engram_top.app.safe import safe
 from engram_top.app.sessions import FleetView
-from engram_top.fleet import HISTORY_S, agent_lines
+from engram_top.fleet import HISTORY_S, agent_lines, stack_line
 
 
 class NodeScreen(Screen[None]):
@@ -95,6 +95,8 @@ class NodeScreen(Screen[None]):
             t.append("\nmissing: " + "; ".join(map(safe, r.missing)), style="yellow")
         if r is not None and r.agent is not None:  # its scenarios' names are labels: made safe
             t.append("".join(f"\nagent {safe(line)}" for line in agent_lines(r.agent)))
+        if r is not None and r.stack is not None:  # a router's or LMCache's, no engine's
+            t.append(f"\n{stack_line(r.stack)}")
         return t
 
     def action_history(self) -> None:

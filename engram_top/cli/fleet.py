@@ -106,7 +106,7 @@ async def print_once(session: FleetSession, *, as_json: bool) -> int:
     JSON. Exit 1, with Prometheus's words on stderr, where the refresh failed."""
     import json
 
-    from engram_top.fleet.words import agent_lines, node_json
+    from engram_top.fleet.words import agent_lines, node_json, stack_line
     try:
         await session.poll_once()
     finally:
@@ -125,6 +125,8 @@ async def print_once(session: FleetSession, *, as_json: bool) -> int:
         print(visible(f"{r.node}  {r.placement}  {r.state}  {alerts}"))
         for line in agent_lines(r.agent) if r.agent is not None else ():
             print(visible(f"  {line}"))
+        if r.stack is not None:
+            print(visible(f"  {stack_line(r.stack)}"))
     return 0
 
 

@@ -9,7 +9,7 @@ from engram_top.fleet.detail import HISTORY_S, NodeDetail
 from engram_top.fleet.session import METRICS as FLEET_METRICS
 from engram_top.fleet.session import UNREAD, FleetRow, FleetSession, NodeState
 from engram_top.fleet.session import results as fleet_results
-from engram_top.fleet.words import agent_lines
+from engram_top.fleet.words import agent_lines, stack_line
 
 __all__ = ["FLEET_METRICS", "HISTORY_S", "UNREAD", "FleetRow", "FleetSession", "NodeDetail",
-           "NodeState", "PromStatus", "agent_lines", "fleet_results"]
+           "NodeState", "PromStatus", "agent_lines", "fleet_results", "stack_line"]

@@ -23,6 +23,7 @@ from collectors.agent_series import AgentFigures
 from collectors.fleet_dialect import FleetDialect
 from collectors.prometheus import DEADLINE_S, FleetNodeData, PrometheusSource, PromStatus
 from collectors.readings import Reading, Status
+from collectors.router_series import StackFigures
 from collectors.units import GIB
 from engram_top.alerts.thresholds import Thresholds, fleet_alerts
 from engram_top.compare.measures import (
@@ -70,10 +71,12 @@ class NodeState(StrEnum):
     SERVING = "serving"  # requests running
     IDLE = "idle"
     NO_SERVER = "no server"  # the node answers, its inference engine's series do not
+    ROUTER = "router"  # no engine: a router's or LMCache's series (its row's stack)
     STALE = "stale"  # its figures are older than the fleet's stale_after_s
 
 
-UNREAD = frozenset({NodeState.NO_SERVER, NodeState.STALE})  # no figures of a server to show
+# No figures of a server to show (a router's are its own, in the row's stack).
+UNREAD = frozenset({NodeState.NO_SERVER, NodeState.STALE, NodeState.ROUTER})
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class FleetRow:
     # What the node's engram-top agent serves (NUMA free, unexplained HBM, each scenario's
     # fit, its alerts); None where no agent runs there.
     agent: AgentFigures | None = None
+    stack: StackFigures | None = None  # a router's or LMCache's figures, where it runs one
 
     @property
     def joules_per_token(self) -> float | None:
@@ -191,7 +195,7 @@ def row(data: FleetNodeData, age_s: float, t: Thresholds, stale_after_s: float) 
     if age_s > stale_after_s:
         state = NodeState.STALE
     elif not s:
-        state = NodeState.NO_SERVER
+        state = NodeState.ROUTER if data.stack is not None else NodeState.NO_SERVER
     else:
         state = NodeState.SERVING if (s.get("num_running_reqs") or 0) > 0 else NodeState.IDLE
     r = FleetRow(
@@ -207,6 +211,7 @@ def row(data: FleetNodeData, age_s: float, t: Thresholds, stale_after_s: float) 
         output_tok_s=lat.get("output_tok_s"), running=s.get("num_running_reqs"),
         alerts=(), missing=data.missing, age_s=age_s, server_missing=data.server_silent,
         engine=data.dialect.name if data.dialect is not None else "", agent=data.agent,
+        stack=data.stack,
         power_w=sum(g.power_w for g in data.gpus if g.power_w is not None)
         if data.gpus and all(g.power_w is not None for g in data.gpus) else None)
     return _with_alerts(r, t)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from collectors.agent_series import AgentFigures
+from collectors.router_series import ROUTER_KIND, StackFigures
 from collectors.units import gib
 from engram_top.fleet.session import FleetRow
 
@@ -27,7 +28,31 @@ def node_json(r: FleetRow) -> dict[str, Any]:
             "output_tok_s": r.output_tok_s, "gpu_power_w": r.power_w,
             "joules_per_token": r.joules_per_token, "alerts": list(r.alerts),
             "missing": list(r.missing), "age_s": round(r.age_s, 1),
-            "agent": None if r.agent is None else agent_json(r.agent)}
+            "agent": None if r.agent is None else agent_json(r.agent),
+            "stack": None if r.stack is None else stack_json(r.stack)}
+
+
+def stack_json(s: StackFigures) -> dict[str, Any]:
+    return {"kind": s.kind, "workers": s.workers, "running": s.running,
+            "requests_per_s": s.requests_per_s, "hit_rate": s.hit_rate}
+
+
+def stack_line(s: StackFigures) -> str:
+    """A router's or LMCache's figures in one line, for a node's screen."""
+    if s.kind == ROUTER_KIND:
+        parts = ["SGLang router"]
+        if s.workers is not None:
+            parts.append(f"{s.workers:,.0f} workers")
+        if s.running is not None:
+            parts.append(f"{s.running:,.0f} running")
+        if s.requests_per_s is not None:
+            parts.append(f"{s.requests_per_s:,.1f} req/s")
+        if s.hit_rate is not None:
+            parts.append(f"cache-aware routing hit {s.hit_rate:.1%} since start")
+    else:
+        parts = ["LMCache"] + ([] if s.hit_rate is None else
+                               [f"hit {s.hit_rate:.1%} of the tokens asked since start"])
+    return " · ".join(parts) + "; the GPU memory and KV pools are its workers'"
 
 
 def agent_json(a: AgentFigures) -> dict[str, Any]:

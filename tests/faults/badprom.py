@@ -136,7 +136,8 @@ def matcher(query: str) -> Callable[[dict[str, str]], bool]:
 
 
 def key_of(query: str) -> str:
-    """Which of the fleet's five queries this is, by the names it selects."""
+    """Which of the fleet's queries this is, by the names it selects (the agents' and the
+    routers' are answered as `up` is: their figures are not what these faults are about)."""
     if "histogram_quantile" in query:
         return "latency"
     for key, needle in (("gpu", "DCGM_FI"), ("host", "node_memory"), ("server", "sglang")):

@@ -66,9 +66,9 @@ def test_instance_forms() -> None:
     assert node_of({}) == "?"
 
 
-def test_the_refresh_is_six_queries_whatever_the_fleet() -> None:
+def test_the_refresh_is_seven_queries_whatever_the_fleet() -> None:
     q = queries("30s", dialects=DIALECTS)
-    assert sorted(q) == ["agent", "gpu", "host", "latency", "server", "up"]
+    assert sorted(q) == ["agent", "gpu", "host", "latency", "server", "stack", "up"]
     assert "[30s]" in q["latency"] and "sglang[:_]" in q["server"]
 
 

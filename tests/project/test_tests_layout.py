@@ -3,7 +3,12 @@ tests of what you change are found where its code is. Beside the packages: docs/
 README's own tier), faults/ (the fault matrix, through the real CLI) and project/ (the
 project's own rules: layering, faces, types, sizes). Support modules (helpers.py, scene.py,
 ...) stay at the top, where every folder's tests import them by name, so no two test modules
-may share a name either."""
+may share a name either.
+
+tests/collectors/ and tests/scenarios/ are named like the product's packages and hold no
+__init__.py: under pytest the real packages win (the root is on the path, and a regular
+package beats a namespace folder wherever it stands), but a script of your own that puts
+tests/ on sys.path without the root imports the empty folder instead."""
 
 from __future__ import annotations
 
