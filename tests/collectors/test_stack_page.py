@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import ENGRAM_TOP, PageServer, StaticSession, panel_text, quit_app, until
@@ -67,6 +69,19 @@ async def _two_polls(collector: SglangCollector | VllmCollector, server: PageSer
         await collector.close()
 
 
+def _poll_once(page: str, make: Callable[[str], Any]) -> Reading[ServerData]:
+    """One poll of ``page`` served on loopback by the collector ``make(url)`` gives."""
+    async def poll(url: str) -> Reading[ServerData]:
+        collector = make(url)
+        try:
+            return await collector.poll()
+        finally:
+            await collector.close()
+
+    with PageServer(page) as server:
+        return asyncio.run(poll(server.url))
+
+
 def test_sglangs_collector_on_a_router_page_reads_the_router() -> None:
     clock = Clock()
     with PageServer(router(1200)) as server:
@@ -93,15 +108,7 @@ def test_vllms_collector_reads_the_router_too_instead_of_refusing_the_page() -> 
 
 
 def test_an_lmcache_page_with_the_vllm_engine_gives_its_hit_rate() -> None:
-    async def poll(url: str) -> Reading[ServerData]:
-        collector = VllmCollector(url)
-        try:
-            return await collector.poll()
-        finally:
-            await collector.close()
-
-    with PageServer(LMCACHE) as server:
-        reading = asyncio.run(poll(server.url))
+    reading = _poll_once(LMCACHE, VllmCollector)
     assert reading.status is Status.OK, reading.message
     page = reading.data.stack_page
     assert page is not None and page.kind == "lmcache" and page.workers == ()
@@ -111,16 +118,8 @@ def test_an_lmcache_page_with_the_vllm_engine_gives_its_hit_rate() -> None:
 def test_detecting_the_engine_leaves_a_router_to_the_default_engine_which_reads_it() -> None:
     said: list[str | None] = []
 
-    async def poll(url: str) -> Reading[ServerData]:
-        collector = DetectingCollector(url, api_key=None, auth=None,
-                                       on_engine=lambda _e, note: said.append(note))
-        try:
-            return await collector.poll()
-        finally:
-            await collector.close()
-
-    with PageServer(router(1200)) as server:
-        reading = asyncio.run(poll(server.url))
+    reading = _poll_once(router(1200), lambda url: DetectingCollector(
+        url, api_key=None, auth=None, on_engine=lambda _e, note: said.append(note)))
     assert reading.data.stack_page is not None and reading.data.stack_page.kind == "sgl-router"
     assert said == []  # no engine's names: nothing to say of engines
 
@@ -132,15 +131,7 @@ def test_absurd_router_figures_are_no_figures() -> None:
     worker = "http://" + "w" * 5000 + ":1"
     page += f'sgl_router_running_requests{{worker="{worker}"}} 1\n'
 
-    async def poll(url: str) -> Reading[ServerData]:
-        collector = SglangCollector(url)
-        try:
-            return await collector.poll()
-        finally:
-            await collector.close()
-
-    with PageServer(page) as server:
-        reading = asyncio.run(poll(server.url))
+    reading = _poll_once(page, SglangCollector)
     stack = reading.data.stack_page
     assert stack is not None
     assert stack.active_workers is None and stack.requests_total is None
@@ -155,15 +146,7 @@ def test_an_engines_page_is_never_read_as_a_router() -> None:
     page = router(1200) + "# TYPE sglang:max_total_num_tokens gauge\n" \
         "sglang:max_total_num_tokens 8192\n"
 
-    async def poll(url: str) -> Reading[ServerData]:
-        collector = SglangCollector(url)
-        try:
-            return await collector.poll()
-        finally:
-            await collector.close()
-
-    with PageServer(page) as server:
-        reading = asyncio.run(poll(server.url))
+    reading = _poll_once(page, SglangCollector)
     assert reading.data.stack_page is None and reading.data.max_total_num_tokens == 8192
 
 
