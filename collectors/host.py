@@ -8,6 +8,7 @@ A backend supplies the raw numbers so that a simulated node can stand in for /pr
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections import deque
@@ -65,6 +66,9 @@ class HostBackend(Protocol):
 
     def shared_mappings(self, pid: int) -> numa.Mappings | None:
         """The process's shared-memory mappings per NUMA node (numa.NumaBackend)."""
+
+    def process_nodes(self, pid: int) -> dict[int, int] | None:
+        """Where a process's memory sits, bytes per NUMA node; None where not read."""
 
     def kernel_log(self) -> tuple[str | None, str]:
         """The kernel log's text, or (None, why it cannot be read) (collectors.kernel_log)."""
@@ -156,6 +160,9 @@ class ProcBackend:
     def shared_mappings(self, pid: int) -> numa.Mappings | None:
         return numa.read_shared_mappings(self.proc, pid)
 
+    def process_nodes(self, pid: int) -> dict[int, int] | None:
+        return numa.read_process_nodes(self.proc, pid)
+
     def kernel_log(self) -> tuple[str | None, str]:
         return read_kernel_log(self.kmsg)
 
@@ -236,9 +243,16 @@ class Largest:
         self.every = Every(interval_s, clock)
         self._value: tuple[ProcessMemory, ...] = ()
 
-    def get(self, backend: HostBackend, tree: frozenset[int]) -> tuple[ProcessMemory, ...]:
+    def get(self, backend: HostBackend, tree: frozenset[int],
+            per_node: bool = False) -> tuple[ProcessMemory, ...]:
+        """``per_node``: on a host of two NUMA nodes or more, where each one's memory
+        sits too (its numa_maps: a page-table walk, for these few, at this cadence)."""
         if self.every.due():
-            self._value = tuple(backend.largest(self.n, tree))
+            found = backend.largest(self.n, tree)
+            if per_node:
+                found = [dataclasses.replace(p, numa_bytes=tuple(
+                    (backend.process_nodes(p.pid) or {}).items())) for p in found]
+            self._value = tuple(found)
         return tuple(p for p in self._value if p.pid not in tree)  # a rank started since
 
 
@@ -283,7 +297,8 @@ def sample(backend: HostBackend, root_pid: int | None,
         numa_problem=numa_problem,
         oom_kills=vm.get("oom_kill"),
         cgroup=backend.cgroup(root_pid),
-        largest_others=largest.get(backend, frozenset(tree.pids if tree else ()))
+        largest_others=largest.get(backend, frozenset(tree.pids if tree else ()),
+                                   per_node=len(nodes) > 1)
         if largest is not None else (),
         shm_unheld=shm_scan.get(backend) if shm_scan is not None else (),
     )

@@ -140,6 +140,21 @@ def read_node_meminfo(sys_root: Path) -> dict[int, dict[str, int]] | None:
     return dict(sorted(out.items()))
 
 
+def read_process_nodes(proc: Path, pid: int) -> dict[int, int] | None:
+    """Where all of a process's mapped pages sit, bytes per NUMA node (its numa_maps'
+    N<node>= counts over every mapping); None if it is gone or cannot be read (another
+    user's, without root)."""
+    try:
+        text = (proc / str(pid) / "numa_maps").read_text()
+    except OSError:
+        return None
+    out: dict[int, int] = {}
+    for _, _, per_node in parse_numa_maps(text):
+        for node, held in per_node.items():
+            out[node] = out.get(node, 0) + held
+    return dict(sorted(out.items()))
+
+
 def read_shared_mappings(proc: Path, pid: int) -> Mappings | None:
     """None if the process is gone; other OSErrors (permission) are the caller's to say."""
     try:

@@ -127,6 +127,8 @@ class ProcessMemory:
     pid: int
     name: str
     rss_bytes: int
+    # Where it sits, (NUMA node, bytes), on a host of two nodes or more; () elsewhere.
+    numa_bytes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,9 +130,10 @@ NUMA_AVAILABLE = AlertDef(
     "numa-available", "warning",
     "on a host of two or more NUMA nodes, node N's memory available (its total less what "
     "is in use, page cache counted free) below `numa_available_pct` of its total, naming the "
-    "node's largest ledger lines: a rank's Engram tables that spill to another node read "
-    "across the socket link, and the kernel reclaims or kills on a full node while the "
-    "host as a whole looks fine.",
+    "node's largest ledger lines and the processes outside the server that hold the most "
+    "there (of the largest, by their numa_maps, read every 30 s): a rank's Engram tables "
+    "that spill to another node read across the socket link, and the kernel reclaims or "
+    "kills on a full node while the host as a whole looks fine.",
     (Setting("numa_available_pct", 5.0, PCT),),
     "Any NUMA node's memory available (total less in use, page cache counted free) below "
     "this share of its total, on a host of two or more nodes.")

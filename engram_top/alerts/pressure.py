@@ -128,6 +128,17 @@ def largest_others(host: HostData | None) -> str:
         f"{visible(p.name)} (pid {p.pid}) {p.rss_bytes / GIB:,.1f} GiB" for p in held)
 
 
+def _holders_on(host: HostData, node: int) -> str:
+    """The processes outside the server's tree that hold the most on NUMA node ``node``
+    (of the largest ones, read every 30 s): "; outside the server there: NAME (pid P) X GiB"
+    ("" where none holds a GiB there, or where they were not read per node)."""
+    there = sorted(((dict(p.numa_bytes).get(node, 0), p) for p in host.largest_others),
+                   key=lambda bp: -bp[0])
+    named = [f"{visible(p.name)} (pid {p.pid}) {b / GIB:,.1f} GiB" for b, p in there[:2]
+             if b >= GIB]
+    return "; outside the server there: " + ", ".join(named) if named else ""
+
+
 def numa_nodes(store: RunStore, ledger: HostLedger | None, limit: float,
                hysteresis: float) -> Iterator[Finding]:
     """Each NUMA node nearly full (available: total less in use, page cache counted free),
@@ -148,6 +159,7 @@ def numa_nodes(store: RunStore, ledger: HostLedger | None, limit: float,
                        if ln.bytes and ln.name not in NOT_A_CAUSE and ln.name != "free"),
                       reverse=True)[:2]
         largest = ", ".join(f"{name} {b / GIB:,.1f} GiB" for b, name in held) or "no ledger yet"
+        largest += _holders_on(host, n.node)
         yield Finding(f"{NUMA_AVAILABLE.name}:node{n.node}", NUMA_AVAILABLE.severity,
                       f"NUMA node {n.node} {pct:.1f}% available (< {limit:g}%): "
                       f"{available / GIB:,.1f} of {n.total_bytes / GIB:,.1f} GiB; largest: "

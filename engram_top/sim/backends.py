@@ -188,6 +188,13 @@ class SimHostBackend(ProcBackend):
         # The virtual host's two sockets, never this machine's /sys (engram_top.sim.sockets).
         return sockets.node_meminfo(state.read_spec(self.node_dir), self._live().values())
 
+    def process_nodes(self, pid: int) -> dict[int, int] | None:
+        # A virtual process's modelled host memory, on its node; a real one's is this
+        # machine's, not the virtual host's: not told.
+        proc = self._live().get(pid)
+        return None if proc is None else sockets.process_nodes(proc,
+                                                               state.read_spec(self.node_dir))
+
     def shared_mappings(self, pid: int) -> Mappings | None:
         # The model only: a real process's own shared mappings are Python's few KiB, on
         # this machine's nodes rather than the virtual host's.

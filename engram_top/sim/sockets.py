@@ -61,6 +61,21 @@ def node_meminfo(spec: NodeSpec, procs: Iterable[ProcState]) -> dict[int, dict[s
     return out
 
 
+def process_nodes(proc: ProcState, spec: NodeSpec) -> dict[int, int]:
+    """Where a process's modelled host memory sits: on its node, as much as that node
+    holds past its idle use and page cache, the rest on the other (the kernel's fallback
+    when a node is full)."""
+    held = proc.host_anon_bytes + proc.host_shmem_bytes
+    if not held:
+        return {}
+    home = node_of(proc, spec.gpus)
+    room = max(0, (spec.host_total_bytes - spec.host_baseline_used_bytes) // NODES - CACHE_BYTES)
+    out = {home: min(held, room)}
+    if held > room:
+        out[(home + 1) % NODES] = held - room
+    return out
+
+
 def shared_mappings(proc: ProcState, gpus: int) -> Mappings:
     """The process's shared memory as one mapping on its node. Only rank 0 holds the tables
     (the others' shares are their own pinned staging), so nothing is counted twice."""

@@ -404,3 +404,18 @@ def test_a_for_hold_lets_a_brief_spike_page_no_one() -> None:
         raised += [t for c in monitor.evaluate(store, float(t)) if c.change == "raised"]
     assert raised == [16]
 
+
+
+def test_a_full_numa_node_names_the_processes_outside_the_server_that_hold_it() -> None:
+    store, monitor = RunStore(), AlertMonitor()
+    numa_host(store, 0.0, node0_used_gib=97.0)
+    data = store.data("host")
+    store.add("host", Reading("host", Status.OK, dataclasses.replace(data, largest_others=(
+        ProcessMemory(42, "hog", 60 * GIB, numa_bytes=((0, 50 * GIB), (1, 10 * GIB))),
+        ProcessMemory(7, "etl", 30 * GIB, numa_bytes=((1, 30 * GIB),)),
+        ProcessMemory(9, "bash", MIB, numa_bytes=((0, MIB),)))), at=1.0))
+    (change,) = monitor.evaluate(store, 1.0)
+    # Node 0's holders only, a GiB or more: the hog's 50 GiB there, not etl on node 1.
+    assert "; outside the server there: hog (pid 42) 50.0 GiB; memory placed there" in \
+        change.alert.message
+    assert "etl" not in change.alert.message and "bash" not in change.alert.message

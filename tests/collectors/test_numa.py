@@ -363,3 +363,23 @@ def test_the_nodes_round_trip_in_recordings_and_reach_snapshot_json() -> None:
     snap = snapshot.build(store, reference())
     assert [n["server_shared_bytes"] for n in snap["host"]["numa_nodes"]] == [190 * GIB, 6 * GIB]
     assert snap["readings"]["host"]["data"]["numa_nodes"][1]["node"] == 1
+
+
+def test_where_a_whole_process_sits_per_node_from_its_numa_maps(tmp_path: Path) -> None:
+    """Every mapping's pages, shared or not (a tenant's heap too), summed per node; the
+    lines numa_maps cannot give a figure for (no address, N0=abc) left out."""
+    backend = write_tree(tmp_path)
+    n0 = 1024 * 4 * KIB + 95744 * 2 * MIB + 256 * 4 * KIB + 10 * 4 * KIB
+    n1 = 256 * 2 * MIB + 262144 * 4 * KIB
+    assert backend.process_nodes(100) == {0: n0, 1: n1}
+    assert backend.process_nodes(999) is None  # gone
+
+
+def test_the_largest_others_say_where_they_sit_only_on_a_host_of_several_nodes(
+        tmp_path: Path) -> None:
+    from collectors.host import Largest
+
+    backend = write_tree(tmp_path)
+    per_node = Largest(n=2).get(backend, frozenset(), per_node=True)
+    assert {p.pid: dict(p.numa_bytes) for p in per_node}[100][0] > 180 * GIB
+    assert all(p.numa_bytes == () for p in Largest(n=2).get(backend, frozenset()))
