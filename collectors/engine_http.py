@@ -11,7 +11,7 @@ from collectors import page_kind, promtext
 from collectors.base import FailureTracker, TooLarge, describe
 from collectors.figure_bounds import bounded
 from collectors.pages import ConnectFailed, Page, PageClient, PageError, bearer
-from collectors.readings import Reading, ServerData, Status
+from collectors.readings import Reading, ServerData, StackPage, Status
 from collectors.stack_page import stack_page
 from collectors.units import MIB
 from collectors.windowed import WindowedRate
@@ -56,6 +56,7 @@ class EngineCollector:
         self._page_text: str | None = None  # the last /metrics page parsed, and its families
         self._page_families: dict[str, promtext.Family] = {}
         self._page_skipped = promtext.Skipped()  # the lines of that page it left out
+        self._page_stack: StackPage | None = None  # that page as a router's or a cache's
         self._stack_requests = WindowedRate(window_s)  # a router's requests, where it is one
 
     async def close(self) -> None:
@@ -82,6 +83,8 @@ class EngineCollector:
             skipped = promtext.Skipped()
             self._page_families, self._page_skipped = page_kind.read(text, skipped), skipped
             self._page_text = text
+            # Whether it is a router's or LMCache's: told once a page, not once a poll.
+            self._page_stack = stack_page(self._page_families, self.PAGE_PREFIXES)
         return self._page_families
 
     async def _poll(self) -> Reading[ServerData]:
@@ -149,12 +152,12 @@ class EngineCollector:
                                      f"no server at {self.url} (connection refused)")
         return self.tracker.fail(Status.ERROR, f"cannot reach {self.url}: {exc}")
 
-    def _stack_fields(self, fams: dict[str, promtext.Family],
-                      now: float) -> dict[str, Any] | None:
-        """Where the page is a router's or LMCache's rather than this engine's (none of its
-        names, page_kind's router or cache): the fields it gives, its requests' rate
-        included. None for any other page, which the engine's reader takes as before."""
-        page = stack_page(fams, self.PAGE_PREFIXES)
+    def _stack_fields(self, now: float) -> dict[str, Any] | None:
+        """Where the last page read (_families) is a router's or LMCache's rather than this
+        engine's (none of its names, page_kind's router or cache): the fields it gives, its
+        requests' rate included. None for any other page, which the engine's reader takes
+        as before."""
+        page = self._page_stack
         if page is None:
             return None
         if page.requests_total is not None:

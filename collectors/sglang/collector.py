@@ -143,7 +143,7 @@ class SglangCollector(EngineCollector):
             raise ValueError("/metrics is 404: start SGLang with --enable-metrics")
         resp.raise_for_status()
         fams = canonical(self._families(resp.text))
-        stack = self._stack_fields(fams, now)
+        stack = self._stack_fields(now)
         if stack is not None:
             return stack
         if not any(n.startswith("sglang:") for n in fams) \

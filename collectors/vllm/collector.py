@@ -268,7 +268,7 @@ class VllmCollector(EngineCollector):
             raise ValueError("/metrics is 404: is this a vLLM server?")
         resp.raise_for_status()
         fams = canonical(self._families(resp.text))
-        stack = self._stack_fields(fams, now)
+        stack = self._stack_fields(now)
         if stack is not None:
             return stack
         if not is_vllm_page(fams):
