@@ -3,6 +3,7 @@ outlasts its deadline, and asks /health only as often as it must."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,16 @@ from collectors.windowed import WindowedRate
 # The span of the server's windowed figures (latency quantiles, rates, retractions): what
 # an alert on them judges, and how long they take to fill after a start.
 WINDOW_S = 30.0
+# Reading /metrics may cost at most this share of a core: a page that takes longer to parse
+# (a server with thousands of label sets, or a hostile one under the size limit) is read
+# less often, and the reading says how often. A real engine's page (a few hundred lines)
+# parses in milliseconds and is read every poll.
+PAGE_SHARE = 0.05
+# A page this large is parsed in a worker thread, so the screen keeps drawing meanwhile.
+PARSE_APART_BYTES = MIB
+# The steps that pace takes (seconds): a page's cost moves a little from parse to parse, and
+# the interval the reading states should not (its message is an event when it changes).
+PACE_STEPS = (2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 
 
 class EngineCollector:
@@ -57,6 +68,9 @@ class EngineCollector:
         self._page_families: dict[str, promtext.Family] = {}
         self._page_skipped = promtext.Skipped()  # the lines of that page it left out
         self._page_stack: StackPage | None = None  # that page as a router's or a cache's
+        self._parse_s = 0.0  # the CPU seconds the last new page took to parse
+        self._metrics_at: float | None = None  # when /metrics was last read whole
+        self._metrics_fields: dict[str, Any] = {}  # what it gave
         self._stack_requests = WindowedRate(window_s)  # a router's requests, where it is one
 
     async def close(self) -> None:
@@ -74,25 +88,51 @@ class EngineCollector:
         return await self.client.get(path, deadline_s=self.deadline_s,
                                      limit_bytes=self.PAGE_LIMITS.get(path, 16 * MIB))
 
-    def _families(self, text: str) -> dict[str, promtext.Family]:
+    async def _families(self, text: str) -> dict[str, promtext.Family]:
         """A /metrics page's families. An idle server's page is the same from one poll to
         the next: it is parsed once (what the readers take from the families is pure, and
         the windows still get a point every poll). A line it cannot read is left out (the
         reading says which); ValueError where the text is no metrics page (page_kind.read)."""
         if text != self._page_text:
             skipped = promtext.Skipped()
-            self._page_families, self._page_skipped = page_kind.read(text, skipped), skipped
+
+            def parse() -> tuple[dict[str, promtext.Family], float]:
+                started = time.thread_time()
+                return page_kind.read(text, skipped), time.thread_time() - started
+
+            if len(text) > PARSE_APART_BYTES:
+                families, self._parse_s = await asyncio.to_thread(parse)
+            else:
+                families, self._parse_s = parse()
+            self._page_families, self._page_skipped = families, skipped
             self._page_text = text
             # Whether it is a router's or LMCache's: told once a page, not once a poll.
             self._page_stack = stack_page(self._page_families, self.PAGE_PREFIXES)
         return self._page_families
 
+    def metrics_every_s(self) -> float:
+        """How long between two reads of /metrics: 0 (every poll) unless its page costs
+        more than PAGE_SHARE of a core at that, then the next of PACE_STEPS."""
+        needed = self._parse_s / PAGE_SHARE
+        if needed <= 1.0:
+            return 0.0
+        return next((step for step in PACE_STEPS if step >= needed), PACE_STEPS[-1])
+
+    async def _metrics_read(self, now: float) -> dict[str, Any]:
+        """The figures of /metrics, kept to stand for it until it is read again (while a
+        slow page is paced: the windows unchanged, as nothing new was read)."""
+        self._metrics_fields = await self._metrics(now)
+        self._metrics_at = now
+        return self._metrics_fields
+
     async def _poll(self) -> Reading[ServerData]:
         now = self.clock()
         # A server that was healthy and answers /metrics is asked /health only every
         # health_every_s: one request a poll instead of two, where most of a poll's cost
-        # is the HTTP round trip. Starting, failing or due, it is asked every poll.
-        if self._healthy_at is None or now - self._healthy_at >= self.health_every_s:
+        # is the HTTP round trip. Starting, failing or due, it is asked every poll, and so
+        # while a slow page is not read (/health tells that it went away meanwhile).
+        paced = self._metrics_at is not None and now - self._metrics_at < self.metrics_every_s()
+        if paced or self._healthy_at is None or now - self._healthy_at >= self.health_every_s:
             try:
                 health = await self._get("/health")
             except ConnectFailed as exc:
@@ -121,7 +161,7 @@ class EngineCollector:
         if self._info is not None:
             fields.update(self._info)
         try:
-            fields.update(await self._metrics(now))
+            fields.update(self._metrics_fields if paced else await self._metrics_read(now))
         except ConnectFailed as exc:
             return self._refused(exc)  # it went away since its last /health
         except promtext.PromTextError as exc:
@@ -139,11 +179,17 @@ class EngineCollector:
             return self.tracker.ok(data, Status.STARTING,
                                    "not serving (/health 503: starting, or shutting down)")
         skipped = self._page_skipped
+        notes = [f"metrics page: {skipped}"] if skipped.count else []
+        every = self.metrics_every_s()
+        if every:
+            mib = len(self._page_text or "") / MIB
+            size = f"{mib:.0f} MiB" if mib >= 1 else "under a MiB"
+            notes.append(f"metrics page ({size}) is slow to parse: read every {every:.0f} s")
         if data.stack_page is not None:
             return self.tracker.ok(data, message=f"{data.stack_page.summary}: not an engine; "
                                                  "the GPU memory and KV pool are its workers' "
                                                  "(attach to one)")
-        return self.tracker.ok(data, message=f"metrics page: {skipped}" if skipped.count else "")
+        return self.tracker.ok(data, message="; ".join(notes))
 
     def _refused(self, exc: ConnectFailed) -> Reading[ServerData]:
         self._healthy_at = None

@@ -392,13 +392,15 @@ class Fleet:
 
 class PageServer:
     """A /metrics page of a test's own over real HTTP on 127.0.0.1, with /health and an
-    empty /server_info; ``page`` can change between polls. A thread of the test's process;
-    use it in a with block."""
+    empty /server_info; ``page`` can change between polls; ``asked`` counts the requests
+    by path. A thread of the test's process; use it in a with block."""
 
     def __init__(self, page: str = "") -> None:
         import http.server
+        from collections import Counter
 
         self.page = page
+        self.asked: Counter[str] = Counter()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -406,6 +408,7 @@ class PageServer:
                 bodies = {"/metrics": outer.page.encode(), "/health": b"",
                           "/server_info": b"{}"}
                 body = bodies.get(self.path, b"")
+                outer.asked[self.path] += 1
                 self.send_response(200 if self.path in bodies else 404)
                 self.send_header("content-type", "text/plain; version=0.0.4")
                 self.send_header("content-length", str(len(body)))

@@ -142,7 +142,7 @@ class SglangCollector(EngineCollector):
         if resp.status_code == 404:
             raise ValueError("/metrics is 404: start SGLang with --enable-metrics")
         resp.raise_for_status()
-        fams = canonical(self._families(resp.text))
+        fams = canonical(await self._families(resp.text))
         stack = self._stack_fields(now)
         if stack is not None:
             return stack

@@ -267,7 +267,7 @@ class VllmCollector(EngineCollector):
         if resp.status_code == 404:
             raise ValueError("/metrics is 404: is this a vLLM server?")
         resp.raise_for_status()
-        fams = canonical(self._families(resp.text))
+        fams = canonical(await self._families(resp.text))
         stack = self._stack_fields(now)
         if stack is not None:
             return stack

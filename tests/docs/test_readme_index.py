@@ -82,6 +82,9 @@ ELSEWHERE = {
     "metrics page: 2 lines skipped: line 3: invalid metric name: '...'": (
         "tests/collectors/test_metrics_dialect.py",
         "metrics page: 2 lines skipped: line 3: invalid metric name: '...'"),
+    # The interval follows the machine's parse speed (30 s here); the test reads it back.
+    "metrics page (8 MiB) is slow to parse: read every 30 s": (
+        "tests/faults/test_large_pages.py", '"metrics page (8 MiB) is slow to parse"'),
 }
 # Code spans with figures that are no output: what the parsers read, names of files and
 # switches, and synopses.
