@@ -157,8 +157,13 @@ def take_fingerprint(store: RunStore, facts: RunFacts, engine: Engine, sc: Scena
     args = {**(server.server_args if server is not None else {}),
             **(facts.startup.server_args.raw if facts.startup.server_args else {})}
     parallel = dict(facts.startup.parallel)
-    if not parallel and server is not None and server.tp_size is not None:
-        parallel = {"tp_size": server.tp_size}
+    # A size the log only bounds from below (its highest rank tag) is said so; where the
+    # server states its TP size, the stated one stands.
+    at_least = {k for k in parallel if f"parallel.{k}" in facts.startup.derived}
+    if server is not None and server.tp_size is not None \
+            and ("tp_size" not in parallel or "tp_size" in at_least):
+        parallel["tp_size"] = server.tp_size
+        at_least.discard("tp_size")
     setting = facts.engram
     engram = "" if setting is None else ", ".join(str(v) for v in (
         setting.placement, setting.layout, None if setting.pinned is None else
@@ -166,7 +171,8 @@ def take_fingerprint(store: RunStore, facts: RunFacts, engine: Engine, sc: Scena
     hicache = hicache_facts(store)
     found = fingerprint(
         engine=facts.engine_name or facts.engine, model=facts.model,
-        placement=facts.placement, parallel=parallel, raw_args=args, switches=switches,
+        placement=facts.placement, parallel=parallel, parallel_at_least=tuple(at_least),
+        raw_args=args, switches=switches,
         engram=engram, hicache_host_bytes=None if hicache is None or hicache.pool_bytes is None
         else int(hicache.pool_bytes), server=server, gpu=store.data(SourceName.GPU),
         host=store.data(SourceName.HOST), thp=thp)

@@ -28,6 +28,9 @@ class Fingerprint:
     model: str = ""
     placement: str = ""
     parallel: dict[str, int] = field(default_factory=dict)  # tp_size, dp_size, pp_size, ep_size
+    # The sizes of ``parallel`` that are lower bounds: derived from the highest rank a log
+    # showed, not stated (shown "TP≥7", never as the size).
+    parallel_at_least: tuple[str, ...] = ()
     server_args: dict[str, str] = field(default_factory=dict)  # as printed (secrets redacted)
     switches: dict[str, str] = field(default_factory=dict)  # the engine's env variables
     engram: str = ""  # the placement as the engine reads it, its layout and prefetch
@@ -47,7 +50,8 @@ class Change:
 
 
 def fingerprint(*, engine: str, model: str | None, placement: str,
-                parallel: Mapping[str, int], raw_args: Mapping[str, object],
+                parallel: Mapping[str, int], parallel_at_least: tuple[str, ...] = (),
+                raw_args: Mapping[str, object],
                 switches: Mapping[str, str], engram: str, hicache_host_bytes: int | None,
                 server: ServerData | None, gpu: GpuData | None, host: HostData | None,
                 thp: str) -> Fingerprint:
@@ -62,7 +66,8 @@ def fingerprint(*, engine: str, model: str | None, placement: str,
         driver = gpu.driver_version
     return Fingerprint(
         engine=f"{engine} {version}".strip(), model=model or "", placement=placement,
-        parallel=dict(parallel), server_args=args,
+        parallel=dict(parallel), parallel_at_least=tuple(sorted(
+            k for k in parallel_at_least if k in parallel)), server_args=args,
         switches={k: redact_text(v) for k, v in sorted(switches.items())}, engram=engram,
         hicache_host_bytes=hicache_host_bytes, gpus=gpus, driver=driver,
         host_total_bytes=host.total_bytes if host is not None else None,
@@ -77,13 +82,29 @@ def _shown(value: object, name: str = "") -> str:
     return str(value)
 
 
+def parallel_size(fp: Fingerprint, key: str) -> str:
+    """One parallel size as shown: "7", or "≥7" where it is a lower bound; "n/a"."""
+    value = fp.parallel.get(key)
+    if value is None:
+        return "n/a"
+    return f"≥{value}" if key in fp.parallel_at_least else str(value)
+
+
 def changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
     """What differs, field by field; a dict field key by key (an argument added, removed or
-    changed is a change of its own)."""
+    changed is a change of its own). A parallel size that is a lower bound on one side reads
+    "≥N" (a size read exactly against a bound is a change even where the figures agree)."""
     out: list[Change] = []
     for f in fields(Fingerprint):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, dict) and isinstance(y, dict):
+        if f.name == "parallel_at_least":
+            continue  # shown with the sizes
+        if f.name == "parallel":
+            for key in sorted(set(x) | set(y)):
+                before, after = parallel_size(a, key), parallel_size(b, key)
+                if before != after:
+                    out.append(Change(f"parallel.{key}", before, after))
+        elif isinstance(x, dict) and isinstance(y, dict):
             for key in sorted(set(x) | set(y)):
                 if x.get(key) != y.get(key):
                     out.append(Change(f"{f.name}.{key}", _shown(x.get(key)), _shown(y.get(key))))
@@ -94,7 +115,8 @@ def changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
 
 def fingerprint_lines(fp: Fingerprint) -> list[str]:
     """A fingerprint as Markdown list lines (summary.md)."""
-    par = ", ".join(f"{k.removesuffix('_size').upper()}{v}" for k, v in fp.parallel.items())
+    par = ", ".join(f"{k.removesuffix('_size').upper()}{parallel_size(fp, k)}"
+                    for k in fp.parallel)
     return [f"- {fp.engine or 'engine n/a'} · model {_shown(fp.model)} · placement "
             f"{_shown(fp.placement)} · {par or 'parallel n/a'}",
             f"- Engram: {_shown(fp.engram)}; HiCache host pool "
