@@ -73,13 +73,65 @@ def might_serve(url: str) -> bool | None:
     return False
 
 
+# Engine launchers that serve on their engine's default port when no --port is given.
+LAUNCHERS = {"sglang.launch_server": 30000, "sglang serve": 30000,
+             "vllm.entrypoints.openai.api_server": 8000, "vllm serve": 8000}
+
+
+def _started_for(argv: list[str], port: int) -> bool:
+    """Whether a command line was started to serve on ``port``: it names the port (`--port N`,
+    `--port=N`), or it is an engine's launcher without --port and ``port`` is its default.
+    Narrower than names_port: a command that only mentions an engine (this dashboard's own
+    `--engine sglang`) is no server."""
+    for i, arg in enumerate(argv):
+        if arg == "--port" and i + 1 < len(argv):
+            return argv[i + 1] == str(port)
+        if arg.startswith("--port="):
+            return arg == f"--port={port}"
+    words = " ".join(os.path.basename(a) for a in argv[:3])
+    return any(name in words and port == default for name, default in LAUNCHERS.items())
+
+
+def starting_pid(url: str) -> int | None:
+    """The process on this host started to serve ``url`` that does not listen yet (an
+    engine loading its weights): its launcher, the oldest such process whose parent is not
+    one too. None for a URL on another host, or where none can be seen."""
+    if urlsplit(url).hostname not in LOOPBACK:
+        return None
+    port = url_port(url)
+    found: dict[int, tuple[int, float]] = {}  # pid -> (its parent, when it started)
+    for proc in psutil.process_iter(["ppid", "cmdline", "create_time"]):
+        if proc.pid == os.getpid():
+            continue
+        argv = proc.info.get("cmdline") or []
+        if argv and _started_for([str(a) for a in argv], port):
+            found[proc.pid] = (proc.info.get("ppid") or 0, proc.info.get("create_time") or 0.0)
+    roots = [pid for pid, (parent, _) in found.items() if parent not in found]
+    return min(roots, key=lambda pid: found[pid][1]) if roots else None
+
+
+def output_file(pid: int) -> str | None:
+    """The regular file a process writes its standard error (else its output) to, where it
+    has one (`... > server.log 2>&1`, a supervisor's log file): the server log of a server
+    someone else started. None for a terminal, a pipe, a journal socket or a deleted file."""
+    for fd in (2, 1):
+        try:
+            path = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if path.startswith("/") and not path.endswith(" (deleted)") and os.path.isfile(path):
+            return path
+    return None
+
+
 def server_environ(url: str, prefixes: tuple[str, ...]) -> tuple[int | None, dict[str, str]]:
     """(pid, the variables starting with one of ``prefixes``) of the local process that
-    serves ``url``; (None, {}) for a remote URL or a process that cannot be read."""
+    serves ``url``, or was started to and does not listen yet (starting_pid); (None, {})
+    for a remote URL or a process that cannot be read."""
     parts = urlsplit(url)
     if parts.hostname not in LOOPBACK:
         return None, {}
-    pid = listening_pid(url_port(url))
+    pid = listening_pid(url_port(url)) or starting_pid(url)
     if pid is None:
         return None, {}
     try:

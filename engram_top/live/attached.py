@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from collectors.host import HostCollector
 from collectors.nvml import GpuCollector
 from collectors.pages import split_userinfo
-from collectors.server_process import might_serve, server_environ, url_port
+from collectors.readings import Status
+from collectors.server_process import might_serve, output_file, server_environ, url_port
 from collectors.shared import SharedSampler
 from collectors.source import NodeSource, SourceName
 from engram_top.live.attach_node import named_node_dir
@@ -54,6 +55,7 @@ class AttachedServers:
     _looked_at: float
     _look_every: float
     _attached_engine: dict[str, Engine]
+    _answered: set[str]  # attached servers' URLs that answered once (a death before: start-up)
 
     announce: Callable[[str], None]
     add_source: Callable[..., None]  # Session.add_source(source, interval=None)
@@ -99,6 +101,10 @@ class AttachedServers:
             pid, env = await asyncio.to_thread(server_environ, url, prefixes)
             if pid is not None or not self._attached_env.get(url):  # none found: keep the last
                 self._attached_env[url] = env
+            facts = self.store.facts_for(url)
+            if pid is not None and facts is not None:
+                # Where its output goes to a file, that is its log: a death reads its end.
+                facts.log_path = await asyncio.to_thread(output_file, pid) or facts.log_path
             self._looked_at = time.monotonic()
             self._look_every = LOOK_FIRST_S if pid is not None else \
                 min(LOOK_MOST_S, 2 * self._look_every)
@@ -137,20 +143,29 @@ class AttachedServers:
             facts.finding_processes = True
 
     def _look_again(self, facts: RunFacts) -> None:
-        """The watched attached server answers but its process is not known: it was not
-        listening yet when attach looked (an agent started before its server), or it was
-        restarted. Looked for again (LOOK_FIRST_S, then less often), so that its share of
-        the host and its death are read."""
+        """The watched attached server's process is not known: it was not started yet
+        when attach looked (an agent started before its server, at boot), or it was
+        restarted. Looked for again (LOOK_FIRST_S, then less often) while it answers, and
+        while it has never answered (a process started to serve on its port, loading its
+        weights, is found: its share of the host and a death in start-up are read)."""
         if facts.owned or not facts.url or self.host.root_pid is not None \
                 or not self._watched(facts.url) \
                 or time.monotonic() - self._looked_at < self._look_every:
             return
         latest = self.store.latest.get(SourceName.SERVER)
-        if latest is None or not latest.ok:
-            return
+        if latest is None or (not latest.ok and facts.url in self._answered):
+            return  # a server that answered and stopped: looked for once it answers again
         self._looked_at = time.monotonic()
         self._tasks.append(asyncio.create_task(self._read_environ(facts.url),
                                                name=f"environ {facts.url}"))
+
+    def _answers(self, facts: RunFacts) -> bool:
+        """Whether the attached server ``facts`` has ever served (its /health 200, now
+        included): a death before that is a death in start-up (or its warm-up)."""
+        latest = self.store.latest.get(SourceName.SERVER)
+        if facts.url and latest is not None and latest.status is Status.OK:
+            self._answered.add(facts.url)
+        return facts.url in self._answered
 
     def _watched(self, url: str) -> bool:
         """Whether ``url`` is the attached server whose tree the host collector follows."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -21,13 +21,18 @@ from collectors.host import HostCollector
 from collectors.kernel_log import oom_kills
 from collectors.readings import GpuData, HostData
 from collectors.source import SourceName
-from collectors.startup_facts import LogError
+from collectors.startup_facts import LogError, StartupFacts
 from engram_top.model.death import Evidence, classify
 from engram_top.model.store import RunFacts, RunStore, StoreTopic
+from scenarios.engines.base import LogParser
+from scenarios.logtail import MAX_LINE
 from scenarios.runstate import RunState
 from scenarios.server_run import Run
 
 LOG_TAIL = 30
+# The end of an attached server's log file read after its death: enough for its last
+# traceback and the phase it was in, never the whole of a long-lived server's file.
+LOG_FILE_TAIL_BYTES = 1 << 20
 KEEP_RUNS = 64  # runs whose launch figures are kept (a death is classified soon after)
 # A failure the supervisor wrote for a process that ended by itself (not a readiness
 # timeout, which it stopped): only those are deaths to classify.
@@ -47,6 +52,10 @@ class Ended:
     phase: str
     errors: tuple[LogError, ...]
     log_tail: tuple[str, ...]
+    # An attached server's log file (its output, where that is a file) and its engine's
+    # parser, read after the death; None for a run of ours (its log was followed).
+    log_file: str | None = None
+    parser: Callable[[], LogParser] | None = field(default=None, compare=False)
 
 
 class DeathWatch:
@@ -99,17 +108,22 @@ class DeathWatch:
                 run.exit_code, run.ready_at is not None, run.parser.failed_in or run.phase,
                 facts.startup.errors, tuple(line for _, line in list(run.lines)[-LOG_TAIL:])))
 
-    def attached(self, facts: RunFacts, pid: int | None) -> None:
+    def attached(self, facts: RunFacts, pid: int | None, *, answered: bool = True,
+                 parser: Callable[[], LogParser] | None = None) -> None:
         """Once a second, for the attached server watched (``pid``: its process, once
-        found): its process gone is a death, though not ours to wait for."""
+        found, while it starts too): its process gone is a death, though not ours to wait
+        for; one that never ``answered`` died in start-up. Its log is read from the file
+        its output went to, where there is one (facts.log_path, with ``parser``)."""
         if facts.owned or facts.death is not None or pid is None:
             return
         self._launched(facts.launched_at)
-        self._seen_alive(facts.launched_at, pid, True)
+        self._seen_alive(facts.launched_at, pid, answered)
         if not _gone(pid):
             return
-        self._start(facts, Ended(facts.scenario, facts.launched_at, pid, (), None, True,
-                                 "running", facts.startup.errors, ()))
+        self._start(facts, Ended(facts.scenario, facts.launched_at, pid, (), None, answered,
+                                 "running" if answered else "starting",
+                                 facts.startup.errors, (), log_file=facts.log_path,
+                                 parser=parser))
 
     def _start(self, facts: RunFacts, ended: Ended) -> None:
         if ended.key in self._tasks:
@@ -150,9 +164,17 @@ class DeathWatch:
         cg_now = backend.reread_cgroup(cg_then) if cg_then is not None else None
         cg_delta = None if cg_now is None or cg_then is None or cg_now.oom_kills is None \
             or cg_then.oom_kills is None else cg_now.oom_kills - cg_then.oom_kills
+        errors, phase, tail, log_read = ended.errors, ended.phase, ended.log_tail, True
+        if ended.exit_code is None:  # attached: its log is what its output file holds
+            read = _read_log(ended.log_file, ended.parser)
+            log_read = read is not None
+            if read is not None:
+                errors, tail = read[0].errors or errors, read[1]
+                if not ended.was_ready:
+                    phase = read[0].failed_in or read[0].phase or phase
         return Evidence(
             scenario=ended.scenario, exit_code=ended.exit_code, was_ready=ended.was_ready,
-            phase=ended.phase, errors=ended.errors, pids=tuple(sorted(pids)),
+            phase=phase, errors=errors, pids=tuple(sorted(pids)),
             kernel_kills=tuple(k for k in oom_kills(text or "") if k.pid in pids),
             kernel_log_problem=problem,
             # Backwards: not the same kernel's count (an attached simulated server's node
@@ -162,13 +184,36 @@ class DeathWatch:
             host_before=before, since="ready" if ready is not None else "launch",
             host_at_launch=first,
             gpu_before=gpu if isinstance(gpu, GpuData) else None,
-            at=time.time(), log_tail=ended.log_tail)
+            at=time.time(), log_tail=tail, log_read=log_read)
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _read_log(path: str | None, parser: Callable[[], LogParser] | None
+              ) -> tuple[StartupFacts, tuple[str, ...]] | None:
+    """What the end of a log file says (its engine's parser over its last
+    LOG_FILE_TAIL_BYTES) and its last LOG_TAIL lines; None where it cannot be read."""
+    if not path or parser is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - LOG_FILE_TAIL_BYTES))
+            text = f.read(LOG_FILE_TAIL_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = text.splitlines()
+    if size > LOG_FILE_TAIL_BYTES:
+        lines = lines[1:]  # the first is cut at its start
+    reader = parser()
+    for line in lines:
+        reader.feed(line[-MAX_LINE:])  # a line without end: its start cut, as the follower does
+    return reader.facts(), tuple(lines[-LOG_TAIL:])
 
 
 def _gone(pid: int) -> bool:

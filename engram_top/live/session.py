@@ -88,6 +88,7 @@ class Session(AttachedServers):
         # The Engram switches in an attached local server's environment, by URL.
         self._attached_env: dict[str, dict[str, str]] = {}
         self._looked_at, self._look_every = 0.0, 1.0  # the attached server's pid: _look_again
+        self._answered: set[str] = set()  # attached URLs that served once (_answers)
         self._attached_engine: dict[str, Engine] = {}  # what a page said, without --engine
         # By scenario: (launch, parser, its version) whose facts the store holds.
         self._startup_seen: dict[str, tuple[float, int, int | None]] = {}
@@ -406,7 +407,9 @@ class Session(AttachedServers):
                         facts_now.results = facts_now.results.merged(summary(self.store))
                     self._read_engram(facts_now)
                     self._follow_node(facts_now)
-                    self.deaths.attached(facts_now, self.host.root_pid)
+                    self.deaths.attached(
+                        facts_now, self.host.root_pid, answered=self._answers(facts_now),
+                        parser=self._attached_engine_of(facts_now.url or "").parser)
                     self._came_back(facts_now)
                     self._look_again(facts_now)
                 except Exception as exc:  # a reading nobody foresaw: said once, not fatal

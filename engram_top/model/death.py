@@ -78,6 +78,9 @@ class Evidence:
     gpu_before: GpuData | None = None  # the GPUs' last reading
     at: float | None = None
     log_tail: tuple[str, ...] = ()  # its last log lines
+    # False for a server someone else started whose output goes to no file here (a
+    # terminal, a pipe, the journal): its log's silence then says nothing.
+    log_read: bool = True
 
 
 def signal_name(exit_code: int | None) -> str | None:
@@ -266,7 +269,7 @@ def classify(e: Evidence) -> Death:
         return _death(e, DeathKind.CRASH, [_error_line(crash), _status(e)],
                       "read the traceback in its log; it is not memory by its words")
     if sig is not None:
-        evidence = [_status(e), "nothing in its log says why"]
+        evidence = [_status(e), _log_silent(e)]
         if sig == "SIGKILL":
             evidence.append("no OOM kill in the kernel's counter while it ran"
                             if e.oom_kills_delta == 0 else
@@ -276,9 +279,14 @@ def classify(e: Evidence) -> Death:
                       f"find who sent {sig}: systemd (journalctl -u), Kubernetes (kubectl "
                       f"describe pod: eviction, liveness probe), a user's kill; engram-top "
                       f"sends SIGTERM only when asked to stop")
-    return _death(e, DeathKind.UNKNOWN, [_status(e), "nothing in its log or the kernel's "
-                                         "says why"],
+    return _death(e, DeathKind.UNKNOWN, [_status(e), "nothing in the kernel's records says why",
+                                         _log_silent(e)],
                   "read the end of its log (engram-top inspect-log FILE)")
+
+
+def _log_silent(e: Evidence) -> str:
+    return "nothing in its log says why" if e.log_read else \
+        "its log was not read (its output goes to no file on this host)"
 
 
 def _shm_words(text: str) -> bool:
