@@ -7,6 +7,7 @@ tree as they read a test /proc.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from collectors.readings import CgroupMemory
@@ -91,3 +92,43 @@ def memory_of(pid: int | str, proc: Path = Path("/proc"),
               root: Path = CGROUP_ROOT) -> CgroupMemory | None:
     found = cgroup_of(pid, proc)
     return None if found is None else read_memory(found[0], found[1], root)
+
+
+# A container runtime's id in a cgroup path's last parts: docker-<id>.scope (systemd's
+# driver), cri-containerd-<id>.scope, crio-<id>.scope, libpod-<id>.scope, or the bare id
+# under docker/ or a Kubernetes pod (cgroupfs' driver). Twelve characters name it, as
+# `docker ps` does.
+_RUNTIME = re.compile(r"^(?:(docker|cri-containerd|crio|libpod)-)?([0-9a-f]{64})(?:\.scope)?\Z")
+_RUNTIME_NAMES = {"docker": "docker", "cri-containerd": "containerd", "crio": "cri-o",
+                  "libpod": "podman"}
+_POD = re.compile(r"pod([0-9a-f]{8})[0-9a-f_-]{20,}(?:\.slice)?\Z")
+_SERVICE = re.compile(r"^[\w@.:-]+\.service\Z", re.ASCII)
+_NAME = re.compile(r"^[\w.-]+\Z", re.ASCII)
+
+
+def container_name(path: str) -> str:
+    """What a cgroup path says the process runs in, for a ledger line: "docker 3f2a1b4c5d6e",
+    "k8s pod 7d1c0e2a, containerd 9b8a7c6d5e4f", "lxc web", "sglang.service"; "" for the host
+    itself, a login session and anything not told apart (never a guess)."""
+    parts = [p for p in path.strip().split("/") if p]
+    if not parts:
+        return ""
+    pod = next((m.group(1) for p in parts if (m := _POD.search(p))), None)
+    last = parts[-1]
+    runtime = _RUNTIME.match(last)
+    if runtime is not None:
+        kind = _RUNTIME_NAMES.get(runtime.group(1) or "", "")
+        if not kind:  # a bare id: its folder says whose
+            kind = "docker" if "docker" in parts[:-1] else "container"
+        found = f"{kind} {runtime.group(2)[:12]}"
+        return f"k8s pod {pod}, {found}" if pod else found
+    if pod is not None:
+        return f"k8s pod {pod}"
+    for i, p in enumerate(parts):
+        lxc = parts[i + 1] if p == "lxc" and i + 1 < len(parts) else \
+            p.removeprefix("lxc.payload.") if p.startswith("lxc.payload.") else None
+        if lxc is not None:  # a name from outside: only a name's characters are shown
+            return f"lxc {lxc[:40]}" if _NAME.match(lxc) else "lxc"
+    if _SERVICE.match(last) and "user.slice" not in parts:
+        return last[:60]
+    return ""

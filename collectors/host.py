@@ -187,7 +187,12 @@ class ProcBackend:
                          if ln.startswith("Name:")), "?")
             if rss:
                 found.append(ProcessMemory(int(entry.name), name, rss))
-        return heapq.nlargest(n, found, key=lambda m: m.rss_bytes)
+        top = heapq.nlargest(n, found, key=lambda m: m.rss_bytes)
+        return [dataclasses.replace(p, container=self._container(p.pid)) for p in top]
+
+    def _container(self, pid: int) -> str:
+        found = cgroup.cgroup_of(pid, self.proc)
+        return "" if found is None else cgroup.container_name(found[1])
 
     def shm_unheld(self) -> list[ShmFile]:
         return shm.unheld(self.shm_dir, self.proc)

@@ -364,7 +364,8 @@ class NvmlBackend:
                 pid=int(p.pid),
                 # None where NVML cannot say (pynvml maps NVML_VALUE_NOT_AVAILABLE to None).
                 used_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory),
-                name=name or "", seen=name is not None))
+                name=name or "", seen=name is not None,
+                container=self._names.container(int(p.pid)) if name is not None else ""))
         return tuple(out)
 
 

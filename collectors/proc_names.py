@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from collectors.cgroup import cgroup_of, container_name
+
 
 class ProcessNames:
     def __init__(self, proc: Path = Path("/proc")) -> None:
         self.proc = proc
         self._known: dict[int, str | None] = {}
+        self._containers: dict[int, str] = {}
 
     def name(self, pid: int) -> str | None:
         """The process's command name ("" when it cannot be read, a zombie's too); None when
@@ -26,11 +29,21 @@ class ProcessNames:
             self._known[pid] = self._read(pid)
         return self._known[pid]
 
+    def container(self, pid: int) -> str:
+        """What the process runs in, from its cgroup (read once per pid, as its name): ""
+        on the host itself, or where this host has no such process."""
+        if pid not in self._containers:
+            found = cgroup_of(pid, self.proc) if pid > 0 else None
+            self._containers[pid] = "" if found is None else container_name(found[1])
+        return self._containers[pid]
+
     def keep_only(self, pids: Iterable[int]) -> None:
         """Forget every pid NVML no longer lists (a later process may reuse it)."""
         listed = set(pids)
         for pid in [p for p in self._known if p not in listed]:
             del self._known[pid]
+        for pid in [p for p in self._containers if p not in listed]:
+            del self._containers[pid]
 
     def _read(self, pid: int) -> str | None:
         if pid <= 0:

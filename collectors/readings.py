@@ -54,6 +54,9 @@ class GpuProcess:
     # dashboard in a container, the driver answering with the host's pids); None where
     # nobody looked (a simulated node, an older recording).
     seen: bool | None = None
+    # What it runs in, from its cgroup ("docker 3f2a1b4c5d6e", "k8s pod 7d1c0e2a, ..."):
+    # collectors.cgroup.container_name; "" on the host itself or where not read.
+    container: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ class ProcessMemory:
     rss_bytes: int
     # Where it sits, (NUMA node, bytes), on a host of two nodes or more; () elsewhere.
     numa_bytes: tuple[tuple[int, int], ...] = ()
+    container: str = ""  # what it runs in, as GpuProcess.container
 
 
 @dataclass(frozen=True, slots=True)

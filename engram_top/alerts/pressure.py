@@ -24,7 +24,7 @@ from engram_top.alerts.definitions import (
 from engram_top.alerts.finding import Finding
 from engram_top.model.facts import gpu_facts, kv_facts, latency_facts, word
 from engram_top.model.hicache import engram_rx_estimate, hicache_facts
-from engram_top.model.ledger import HostLedger
+from engram_top.model.ledger import HostLedger, pid_label
 from engram_top.model.store import RunStore, SeriesName
 from engram_top.model.views import GpuView
 from scenarios.runstate import SERVING
@@ -79,7 +79,8 @@ def hbm_holders(gpu: GpuView) -> str:
         top = outside[0]
         name = top.name or ("a process of another PID namespace" if top.seen is False
                             else "a process")
-        parts.append(f"{name} (pid {top.pid}, not the server's) holds "
+        whose = pid_label(top.pid, top.container, "not the server's")
+        parts.append(f"{name} {whose} holds "
                      f"{held / GIB:,.1f} GiB")
     elif outside:
         parts.append(f"{len(outside)} other process{'es' * (len(outside) > 1)} "
@@ -125,7 +126,8 @@ def largest_others(host: HostData | None) -> str:
     if not held:
         return ""
     return "; largest outside the server: " + ", ".join(
-        f"{visible(p.name)} (pid {p.pid}) {p.rss_bytes / GIB:,.1f} GiB" for p in held)
+        f"{visible(p.name)} {pid_label(p.pid, p.container)} {p.rss_bytes / GIB:,.1f} GiB"
+        for p in held)
 
 
 def _holders_on(host: HostData, node: int) -> str:
@@ -134,7 +136,8 @@ def _holders_on(host: HostData, node: int) -> str:
     ("" where none holds a GiB there, or where they were not read per node)."""
     there = sorted(((dict(p.numa_bytes).get(node, 0), p) for p in host.largest_others),
                    key=lambda bp: -bp[0])
-    named = [f"{visible(p.name)} (pid {p.pid}) {b / GIB:,.1f} GiB" for b, p in there[:2]
+    named = [f"{visible(p.name)} {pid_label(p.pid, p.container)} {b / GIB:,.1f} GiB"
+             for b, p in there[:2]
              if b >= GIB]
     return "; outside the server there: " + ", ".join(named) if named else ""
 

@@ -22,7 +22,7 @@ from engram_top.model.ledger import hbm_ledger, host_ledger
 from engram_top.model.store import RunStore
 
 PREFIX = "engram_top_"
-_PID = re.compile(r" \(pid \d+\)$")
+_PID = re.compile(r" \(pid \d+(?:, [^()]*)?\)$")  # with its container, where named
 
 
 @dataclass

@@ -91,7 +91,8 @@ def gpu_facts(store: RunStore) -> list[GpuView]:
             kv_cache_gb=rank_metrics.get("kv_cache_gb", logged.kv_total_gb),
             kv_tokens=_int(rank_metrics.get("max_total_num_tokens", logged.kv_tokens)),
             processes=tuple(GpuProcessView(pid=p.pid, name=p.name, used_bytes=p.used_bytes,
-                                           server=p.pid in mine, seen=p.seen)
+                                           server=p.pid in mine, seen=p.seen,
+                                           container=p.container)
                             for p in dev.processes),
             power_limit_w=dev.power_limit_w, temperature_c=dev.temperature_c,
             sm_clock_mhz=dev.sm_clock_mhz, throttle_reasons=dev.throttle_reasons,

@@ -3,6 +3,7 @@ host ledger both read (apart from the facts, so the ledger need not import them)
 
 from __future__ import annotations
 
+from collectors.cgroup import container_name
 from collectors.readings import GpuDevice, HostData
 from collectors.source import SourceName
 from collectors.units import GIB
@@ -52,4 +53,6 @@ def host_facts(store: RunStore) -> HostView | None:
         server_pids=tuple(tree.pids) if tree else (),
         numa_nodes=host.numa_nodes, numa_problem=host.numa_problem,
         cgroup=host.cgroup if host.cgroup is not None and host.cgroup.limit_bytes else None,
+        # Without the server's tree the cgroup read is this process's own: not the server's.
+        container=container_name(host.cgroup.path) if tree and host.cgroup is not None else "",
     )

@@ -315,10 +315,16 @@ def process_name(p: Any) -> str:
         else "process"
 
 
+def pid_label(pid: int, container: str = "", *more: str) -> str:
+    """A process as a line names it beside its name: "(pid 4242)", or with what it runs in
+    "(pid 4242, docker 3f2a1b4c5d6e)" (and any ``more`` words after)."""
+    return f"({', '.join(w for w in (f'pid {pid}', container, *more) if w)})"
+
+
 def _other_processes(processes: Any, pids: set[int]) -> list[LedgerLine]:
     others = sorted((p for p in processes if p.pid not in pids),
                     key=lambda p: -(p.used_bytes or 0))
-    lines = [LedgerLine(f"{process_name(p)} (pid {p.pid})", p.used_bytes,
+    lines = [LedgerLine(f"{process_name(p)} {pid_label(p.pid, p.container)}", p.used_bytes,
                         "NVML processes", False) for p in others[:OTHER_PROCESS_LINES]]
     rest = others[OTHER_PROCESS_LINES:]
     if rest:

@@ -38,6 +38,7 @@ class GpuProcessView:
     used_bytes: int | None
     server: bool = False  # the watched server's (model.host.gpu_server_pids)
     seen: bool | None = None  # on this host's /proc (collectors.readings.GpuProcess)
+    container: str = ""  # what it runs in (collectors.readings.GpuProcess)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ class HostView:
     numa_problem: str = ""
     # The memory cgroup the server runs in, where it has a limit: the kernel kills there.
     cgroup: CgroupMemory | None = None
+    # The container the server runs in, from its cgroup ("docker 3f2a1b4c5d6e"); "" where
+    # it runs on the host itself, or its processes are not known.
+    container: str = ""
 
 
 @dataclass(frozen=True)

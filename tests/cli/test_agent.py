@@ -78,6 +78,20 @@ def test_the_ledgers_of_a_filled_store_by_gpu_numa_node_and_line() -> None:
                            "state": "ready"}
 
 
+def test_a_process_in_a_container_is_still_a_line_by_its_name_alone() -> None:
+    """The ledger names it "python (pid N, docker 3f2a1b4c5d6e)"; its label is "python": a
+    container id would be a new series with each container, as a pid would each restart."""
+    store = scene_store()
+    gpu = store.latest[SourceName.GPU]
+    devices = tuple(replace(d, processes=tuple(replace(p, container="docker 3f2a1b4c5d6e")
+                                               for p in d.processes)) for d in gpu.data.devices)
+    store.add(SourceName.GPU, replace(gpu, data=replace(gpu.data, devices=devices)))
+    text = render(prometheus_text.node_families(store, HEALTH, NOW))
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    lines = {s.labels["line"] for s in fams["engram_top_hbm_ledger_bytes"].samples}
+    assert "python" in lines and "docker" not in text and "pid" not in text
+
+
 def test_the_engram_estimate_per_gpu_where_hicache_says_its_load_back() -> None:
     from scene import hicache_store
     fams = {f.name: f for f in text_string_to_metric_families(render(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 from fit_nodes import demo, free_of, line, make_node
 
 from collectors import cgroup
@@ -131,3 +132,84 @@ def test_the_host_panel_shows_the_containers_limit(tmp_path: Path) -> None:
     store.add("host", Reading("proc", Status.OK, sample(backend, 10), at=2.0))
     (limit,) = [t.plain for t in host_panel(store).renderables if t.plain.startswith("limit")]
     assert limit.endswith(f"250.0 of 256 GiB · {SCOPE}"), limit
+
+
+DOCKER_ID = "3f2a1b4c5d6e" + "0" * 52
+DOCKER = f"/system.slice/docker-{DOCKER_ID}.scope"
+POD = "pod7d1c0e2a_1b2c_4d5e_8f90_123456789abc"
+
+
+@pytest.mark.parametrize(("path", "name"), [
+    (DOCKER, "docker 3f2a1b4c5d6e"),
+    (f"/docker/{DOCKER_ID}", "docker 3f2a1b4c5d6e"),  # cgroupfs' driver
+    (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-{POD}.slice/"
+     f"cri-containerd-{DOCKER_ID}.scope", "k8s pod 7d1c0e2a, containerd 3f2a1b4c5d6e"),
+    (f"/kubepods/burstable/{POD.replace('_', '-')}/{DOCKER_ID}",
+     "k8s pod 7d1c0e2a, container 3f2a1b4c5d6e"),
+    (f"/kubepods/besteffort/{POD.replace('_', '-')}", "k8s pod 7d1c0e2a"),
+    (f"/machine.slice/libpod-{DOCKER_ID}.scope", "podman 3f2a1b4c5d6e"),
+    (f"/system.slice/crio-{DOCKER_ID}.scope", "cri-o 3f2a1b4c5d6e"),
+    ("/lxc/web", "lxc web"), ("/lxc.payload.db/init.scope", "lxc db"),
+    ("/lxc/\x1b]0;owned\x07", "lxc"),  # a name from outside with a control: not shown
+    ("/system.slice/sglang.service", "sglang.service"),
+    # The host itself, a login session, a user's own services: no container to name.
+    ("/", ""), ("", ""), ("/init.scope", ""), ("/user.slice/user-0.slice/session-3.scope", ""),
+    ("/user.slice/user-1000.slice/user@1000.service/app.slice/x.service", ""),
+    (SCOPE, ""),  # not a runtime's id: not guessed at
+])
+def test_a_cgroup_path_names_its_container(path: str, name: str) -> None:
+    assert cgroup.container_name(path) == name
+
+
+def test_the_host_panel_names_the_servers_container(tmp_path: Path) -> None:
+    from engram_top.app.panels.host import host_panel
+    from engram_top.model.store import RunStore
+    proc = proc_with(tmp_path, 10, f"0::{DOCKER}\n")
+    (proc / "10" / "status").write_text("Name:\tsglang\nVmRSS:\t1048576 kB\nRssAnon:\t1048576 kB\n")
+    backend = ProcBackend(proc=proc, sys=tmp_path / "sys")
+    root = tmp_path / "sys" / "fs" / "cgroup"
+    v2_cgroup(root, DOCKER, "max", 60 * GIB)  # no limit of its own: named on a line alone
+    store = RunStore()
+    store.add("host", Reading("proc", Status.OK, sample(backend, 10), at=1.0))
+    plain = [t.plain for t in host_panel(store).renderables]
+    assert any(t.startswith("in") and t.endswith("docker 3f2a1b4c5d6e") for t in plain), plain
+    (root / DOCKER.lstrip("/") / "memory.max").write_text(f"{64 * GIB}\n")
+    store.add("host", Reading("proc", Status.OK, sample(backend, 10), at=2.0))
+    (limit,) = [t.plain for t in host_panel(store).renderables if t.plain.startswith("limit")]
+    assert limit.endswith("60.0 of 64 GiB · docker 3f2a1b4c5d6e"), limit
+    # Without the server's tree the cgroup read is this process's own: no container named.
+    store.add("host", Reading("proc", Status.OK, sample(backend, None), at=3.0))
+    assert not any("docker" in t.plain for t in host_panel(store).renderables)
+
+
+def test_other_processes_are_named_with_their_container(tmp_path: Path) -> None:
+    """The HBM ledger's line, the HBM alert's holder and the host alert's largest process
+    outside the server say which container holds the memory."""
+    from collectors.proc_names import ProcessNames
+    from collectors.readings import GpuData, GpuDevice, GpuProcess
+    from engram_top.alerts.pressure import hbm_holders, largest_others
+    from engram_top.model.facts import gpu_facts
+    from engram_top.model.ledger import hbm_ledger
+    from engram_top.model.store import RunStore
+    proc = proc_with(tmp_path, 4242, f"0::{DOCKER}\n")
+    (proc / "4242" / "comm").write_text("python3\n")
+    (proc / "4242" / "status").write_text("Name:\tpython3\nVmRSS:\t20971520 kB\n")
+    assert ProcessNames(proc).container(4242) == "docker 3f2a1b4c5d6e"
+    assert ProcessNames(proc).container(4343) == ""  # no such process here
+    (held,) = ProcBackend(proc=proc, sys=tmp_path / "sys").largest(3, frozenset())
+    assert held.container == "docker 3f2a1b4c5d6e"
+    host = dataclasses.replace(sample(ProcBackend(proc=proc, sys=tmp_path / "sys"), None),
+                               largest_others=(held,))
+    assert largest_others(host) == ("; largest outside the server: python3 (pid 4242, docker "
+                                    "3f2a1b4c5d6e) 20.0 GiB")
+    dev = GpuDevice(index=0, name="NVIDIA H200", uuid="GPU-0", total_bytes=141 * GIB,
+                    reserved_bytes=GIB // 2, used_bytes=20 * GIB, free_bytes=120 * GIB,
+                    processes=(GpuProcess(4242, 20 * GIB, "python3", True,
+                                          "docker 3f2a1b4c5d6e"),))
+    store = RunStore()
+    store.add("gpu", Reading("gpu", Status.OK, GpuData("575.57", (dev,)), at=1.0))
+    assert "python3 (pid 4242, docker 3f2a1b4c5d6e)" in [
+        ln.name for ln in hbm_ledger(store)[0].lines]
+    (view,) = gpu_facts(store)
+    assert hbm_holders(view).startswith(
+        "python3 (pid 4242, docker 3f2a1b4c5d6e, not the server's) holds 20.0 GiB")

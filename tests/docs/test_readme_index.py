@@ -82,6 +82,10 @@ ELSEWHERE = {
     "metrics page: 2 lines skipped: line 3: invalid metric name: '...'": (
         "tests/collectors/test_metrics_dialect.py",
         "metrics page: 2 lines skipped: line 3: invalid metric name: '...'"),
+    "k8s pod 7d1c0e2a, containerd 3f2a1b4c5d6e": (
+        "tests/collectors/test_cgroup.py", '"k8s pod 7d1c0e2a, containerd 3f2a1b4c5d6e"'),
+    "python3 (pid 4242, docker 3f2a1b4c5d6e)": (
+        "tests/collectors/test_cgroup.py", '"python3 (pid 4242, docker 3f2a1b4c5d6e)"'),
     # The interval follows the machine's parse speed (30 s here); the test reads it back.
     "metrics page (8 MiB) is slow to parse: read every 30 s": (
         "tests/faults/test_large_pages.py", '"metrics page (8 MiB) is slow to parse"'),

@@ -36,8 +36,10 @@ def host_panel(store: RunStore, rows: int | None = None,
         # A container's limit: where the kernel kills, however much the host has free.
         out.append((2, row("limit", Text.assemble(
             bar([(cg.current_bytes, "magenta")], cg.limit_bytes, 12), " ",
-            f"{gib(cg.current_bytes)} of {gib(cg.limit_bytes, 0)} GiB · {visible(cg.path)}"),
-            width)))
+            f"{gib(cg.current_bytes)} of {gib(cg.limit_bytes, 0)} GiB · "
+            f"{h.container or visible(cg.path)}"), width)))
+    elif h.container:  # in a container without a limit of its own: whose the lines are
+        out.append((4, row("in", h.container, width)))
     # Δ (the scenario list's figure, model.run_host_delta_bytes), then whose memory it is.
     out += host_rows(store, cols)
     # Pinned host memory (the Engram tables) shows in Shmem and huge pages (the help says);
