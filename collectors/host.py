@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -89,6 +90,12 @@ class HostBackend(Protocol):
 
     def shm_unheld(self) -> list[ShmFile]:
         """/dev/shm's files that no live process holds, largest first (collectors.shm)."""
+
+    def shm_mount(self, pid: int | None) -> tuple[int, int] | None:
+        """(size, free bytes) of the /dev/shm ``pid`` sees (None: this process's): its mount
+        namespace's, so a container's own (Docker gives 64 MiB unless --shm-size says
+        more, and NCCL and SGLang's shared-memory transport need more); None where it
+        cannot be read."""
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
@@ -196,6 +203,15 @@ class ProcBackend:
 
     def shm_unheld(self) -> list[ShmFile]:
         return shm.unheld(self.shm_dir, self.proc)
+
+    def shm_mount(self, pid: int | None) -> tuple[int, int] | None:
+        # Through /proc/PID/root: the process's own mounts (root, or the same user, may look).
+        try:
+            st = os.statvfs(self.proc / ("self" if pid is None else str(pid)) / "root" / "dev"
+                            / "shm")
+        except OSError:
+            return None
+        return (st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize) if st.f_blocks else None
 
     def thp(self) -> str:
         try:
@@ -306,6 +322,7 @@ def sample(backend: HostBackend, root_pid: int | None,
                                    per_node=len(nodes) > 1)
         if largest is not None else (),
         shm_unheld=shm_scan.get(backend) if shm_scan is not None else (),
+        shm_mount=backend.shm_mount(root_pid),
     )
 
 

@@ -238,6 +238,9 @@ class HostData:
     # /dev/shm's files that no live process holds, largest first (re-read every 30 s:
     # collectors.shm); empty where none, not read, and in older recordings.
     shm_unheld: tuple[ShmFile, ...] = ()
+    # (size, free bytes) of the /dev/shm the server sees (its mount namespace's: a
+    # container's own), else this process's; None where not read, and in older recordings.
+    shm_mount: tuple[int, int] | None = None
 
 
 # --------------------------------------------------------------------------- SGLang

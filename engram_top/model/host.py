@@ -55,4 +55,5 @@ def host_facts(store: RunStore) -> HostView | None:
         cgroup=host.cgroup if host.cgroup is not None and host.cgroup.limit_bytes else None,
         # Without the server's tree the cgroup read is this process's own: not the server's.
         container=container_name(host.cgroup.path) if tree and host.cgroup is not None else "",
+        shm_mount=host.shm_mount,
     )

@@ -96,6 +96,8 @@ class HostView:
     # The container the server runs in, from its cgroup ("docker 3f2a1b4c5d6e"); "" where
     # it runs on the host itself, or its processes are not known.
     container: str = ""
+    # (size, free bytes) of the /dev/shm the server sees (collectors.readings.HostData).
+    shm_mount: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,9 @@ class SimHostBackend(ProcBackend):
                  and p.host_anon_bytes + p.host_shmem_bytes > 0]
         return sorted(found, key=lambda m: -m.rss_bytes)[:n]
 
+    def shm_mount(self, pid: int | None) -> tuple[int, int] | None:
+        return None  # the virtual host's /dev/shm has no size of its own (not modelled)
+
     def shm_unheld(self) -> list[ShmFile]:
         # The virtual host's /dev/shm (engram_top.sim.kernel), never this machine's.
         now = time.time()

@@ -213,3 +213,30 @@ def test_other_processes_are_named_with_their_container(tmp_path: Path) -> None:
     (view,) = gpu_facts(store)
     assert hbm_holders(view).startswith(
         "python3 (pid 4242, docker 3f2a1b4c5d6e, not the server's) holds 20.0 GiB")
+
+
+def test_the_dev_shm_the_server_sees_is_shown_where_it_is_its_own_or_full(
+        tmp_path: Path) -> None:
+    """A container's own /dev/shm (Docker's 64 MiB default) is a line of the Host RAM panel,
+    as is one fuller than 80%; the host's own half-of-RAM tmpfs with room says nothing."""
+    import os
+
+    from engram_top.app.panels.host import host_panel
+    from engram_top.model.store import RunStore
+    st = os.statvfs("/dev/shm")
+    assert ProcBackend().shm_mount(None) == (st.f_blocks * st.f_frsize,
+                                             st.f_bavail * st.f_frsize)
+    assert ProcBackend(proc=tmp_path).shm_mount(10) is None  # no such process: not read
+    proc = proc_with(tmp_path, 10, "0::/\n")
+    host = sample(ProcBackend(proc=proc, sys=tmp_path / "sys"), None)
+
+    def shm_line(mount: tuple[int, int]) -> list[str]:
+        store = RunStore()
+        store.add("host", Reading("proc", Status.OK,
+                                  dataclasses.replace(host, shm_mount=mount), at=1.0))
+        return [t.plain for t in host_panel(store).renderables if t.plain.startswith("/dev")]
+
+    assert shm_line((64 * 1024**2, 60 * 1024**2)) == [
+        "/dev/shm 4.0 MiB used of 64.0 MiB (a mount of its own)"]
+    assert shm_line((1024 * GIB, 1000 * GIB)) == []  # the host's own, with room
+    assert shm_line((1024 * GIB, 100 * GIB)) == ["/dev/shm 924.0 GiB used of 1,024.0 GiB"]

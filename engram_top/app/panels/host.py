@@ -42,6 +42,8 @@ def host_panel(store: RunStore, rows: int | None = None,
         out.append((4, row("in", h.container, width)))
     # Δ (the scenario list's figure, model.run_host_delta_bytes), then whose memory it is.
     out += host_rows(store, cols)
+    if (shm := shm_row(h)) is not None:
+        out.append((6, row("/dev/shm", shm, width)))  # kept over Shmem, dropped before the ledger
     # Pinned host memory (the Engram tables) shows in Shmem and huge pages (the help says);
     # the ledger rows say whose it is, so a short panel drops this one first.
     out.append((7, row("Shmem", f"{gib(h.shmem_bytes)} GiB · huge pages "
@@ -53,6 +55,23 @@ def host_panel(store: RunStore, rows: int | None = None,
     room = rows - sum(rank < NUMA_RANK for rank, _ in [*out, swap, *engram]) if rows else None
     out += [*numa_rows(h, room), swap, *engram]
     return Group(*fit(out, rows))
+
+
+def shm_row(h: HostView) -> str | None:
+    """The /dev/shm the server sees, where it is worth a line: a mount of its own smaller
+    than a quarter of the host (a container's: Docker's 64 MiB default is too small for
+    NCCL and SGLang's shared-memory transport), or one fuller than 80%; else None."""
+    if h.shm_mount is None:
+        return None
+    size, free = h.shm_mount
+    own = size < h.total_bytes / 4
+    if not own and free > size / 5:
+        return None
+    used = size - free
+
+    def shown(n: int) -> str:
+        return f"{n / MIB:,.1f} MiB" if size < GIB else f"{gib(n)} GiB"
+    return f"{shown(used)} used of {shown(size)}" + (" (a mount of its own)" if own else "")
 
 
 def host_delta(delta_bytes: float | None) -> str:
