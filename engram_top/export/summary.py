@@ -171,7 +171,8 @@ def ledger_lines(book: dict[str, Any]) -> list[str]:
     each = _ledger_items
     out = []
     if book.get("lines"):
-        out.append(f"- Host RAM ledger: {each(book['lines'])}")
+        where = f" (the server in {visible(book['container'])})" if book.get("container") else ""
+        out.append(f"- Host RAM ledger{where}: {each(book['lines'])}")
     for node, lines in (book.get("per_node") or {}).items():
         out.append(f"  - NUMA node {node}: {each(lines)}")
     return out

@@ -23,7 +23,7 @@ from collectors.source import SourceName
 from collectors.startup_facts import RankFacts
 from collectors.units import GIB, MIB
 from engram_top.model.hicache import hicache_facts
-from engram_top.model.host import gpu_server_pids, host_facts, server_pids
+from engram_top.model.host import gpu_server_pids, host_facts, server_container, server_pids
 from engram_top.model.store import RunFacts, RunStore
 from scenarios.runstate import ENDED, LIVE
 
@@ -51,6 +51,7 @@ class HostLedger:
     per_node: dict[int, list[LedgerLine]] = field(default_factory=dict)
     server_bytes: float = 0.0  # the server's known lines summed
     others_bytes: float | None = None  # the "other tenants" line: nobody's ledger line
+    container: str = ""  # what the server runs in (model.host.server_container)
 
     def line(self, name: str) -> LedgerLine | None:
         return next((ln for ln in self.lines if ln.name == name), None)
@@ -59,6 +60,7 @@ class HostLedger:
         return {"total_bytes": self.total_bytes, "in_use_bytes": self.in_use_bytes,
                 "free_bytes": self.free_bytes, "available_bytes": self.available_bytes,
                 "server_bytes": self.server_bytes, "others_bytes": self.others_bytes,
+                "container": self.container,
                 "lines": [_line_json(ln) for ln in self.lines],
                 "per_node": {str(n): [_line_json(ln) for ln in lines]
                              for n, lines in self.per_node.items()}}
@@ -139,7 +141,8 @@ def host_ledger(store: RunStore) -> HostLedger | None:
     return HostLedger(
         total_bytes=host.total_bytes, in_use_bytes=in_use, free_bytes=host.free_bytes,
         available_bytes=host.available_bytes, lines=tuple(lines), per_node=_per_node(host),
-        server_bytes=sum(ln.bytes or 0.0 for ln in lines if ln.server), others_bytes=others)
+        server_bytes=sum(ln.bytes or 0.0 for ln in lines if ln.server), others_bytes=others,
+        container=server_container(host))
 
 
 def _server_shared(host: HostData) -> tuple[float, str]:

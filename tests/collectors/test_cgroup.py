@@ -173,6 +173,13 @@ def test_the_host_panel_names_the_servers_container(tmp_path: Path) -> None:
     store.add("host", Reading("proc", Status.OK, sample(backend, 10), at=1.0))
     plain = [t.plain for t in host_panel(store).renderables]
     assert any(t.startswith("in") and t.endswith("docker 3f2a1b4c5d6e") for t in plain), plain
+    # The host ledger says it too, in snapshot.json and summary.md.
+    from engram_top.export.summary import ledger_lines
+    from engram_top.model.ledger import host_ledger
+    book = host_ledger(store)
+    assert book is not None and book.to_json()["container"] == "docker 3f2a1b4c5d6e"
+    assert ledger_lines(book.to_json())[0].startswith(
+        "- Host RAM ledger (the server in docker 3f2a1b4c5d6e): ")
     (root / DOCKER.lstrip("/") / "memory.max").write_text(f"{64 * GIB}\n")
     store.add("host", Reading("proc", Status.OK, sample(backend, 10), at=2.0))
     (limit,) = [t.plain for t in host_panel(store).renderables if t.plain.startswith("limit")]
