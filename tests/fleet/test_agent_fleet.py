@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import GIB, Fleet, SimServer, installed_script, running, until, wait_until
+from helpers import GIB, Fleet, ServerSpec, SimServer, installed_script, running, until, wait_until
 
 from engram_top.fleet.session import FleetRow, FleetSession
 from scenarios.prometheus import Prometheus, Target, free_port
@@ -51,11 +51,25 @@ def _agents_read(session: FleetSession, nodes: int) -> bool:
                                       for r in rows)
 
 
+@pytest.fixture
+def host_nodes(tmp_path: Path) -> Iterator[dict[str, SimServer]]:
+    """A host and a host-prefetch node of this test's own: the shared fleet's are used up
+    (stopped) by another test, which may run first on the same worker."""
+    servers: dict[str, SimServer] = {}
+    try:
+        for name in ("host", "host-prefetch"):
+            servers[name] = SimServer(name, ServerSpec(name, 0.02), tmp_path / "nodes")
+        yield {name: server.wait_ready() for name, server in servers.items()}
+    finally:
+        left = {name: server.stop(grace=5.0).survivors for name, server in servers.items()}
+        assert not any(left.values()), f"survivors: {left}"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_fleet_reads_each_nodes_agent_through_a_real_prometheus(fleet: Fleet,
-                                                                     tmp_path: Path) -> None:
-    servers = {name: fleet.ready(name) for name in ("device", "host", "host-prefetch")}
+def test_the_fleet_reads_each_nodes_agent_through_a_real_prometheus(
+        fleet: Fleet, host_nodes: dict[str, SimServer], tmp_path: Path) -> None:
+    servers = {"device": fleet.ready("device"), **host_nodes}  # the shared device: read only
     with agents(servers) as ports:
         # The device node's scrape config says its placement too: the agent's own label is
         # then Prometheus's exported_placement, and read as the agent's.
