@@ -46,10 +46,11 @@ DETAILS = " · c: details"
 
 def strip_text(found: Verdict, width: int | None = None) -> Text:
     """"verdict vs device · host-prefetch: KV ▲ host RAM ? TTFT … · c: details": each
-    scenario, each axis it was measured on with its mark (Finding.mark), in ``width`` cells
-    (None: no limit) with every shown scenario's axes whole. Too wide, it gives up in this
-    order: the legend, "c: details", the axes' long names, then the last scenarios ("+2 (c)":
-    the compare screen has them all)."""
+    scenario (with its own baseline where that is not the strip's: a file's column against
+    its file's device), each axis it was measured on with its mark (Finding.mark), in
+    ``width`` cells (None: no limit) with every shown scenario's axes whole. Too wide, it
+    gives up in this order: the legend, "c: details", the axes' long names, then the last
+    scenarios ("+2 (c)": the compare screen has them all)."""
     groups = _by_scenario(found)
     tries = [(_LONG, LEGEND), (_LONG, DETAILS), (_SHORT, DETAILS), (_SHORT, "")]
     if width is None:  # room for it all
@@ -81,7 +82,11 @@ def _line(found: Verdict, groups: Sequence[tuple[str, Sequence[Finding]]],
     text = Text("verdict", style="bold")
     text.append(f" vs {visible(found.baseline)}")
     for scenario, findings in groups:
-        text.append(f" · {visible(scenario)}:", style="bold")
+        # A file's column is judged against its own file's run of the baseline's placement
+        # (never a live run of another workload): said where that is not the strip's.
+        against = findings[0].evidence.baseline if findings else found.baseline
+        other = "" if against == found.baseline else f" vs {visible(against)}"
+        text.append(f" · {visible(scenario)}{other}:", style="bold")
         for f in findings:
             style = "yellow" if f.outcome in (WARMING_UP, NO_INTERVAL) else \
                 "green" if f.winner == scenario else "red" if f.winner else "dim"

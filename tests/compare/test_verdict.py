@@ -403,3 +403,18 @@ def test_the_strip_holds_a_win_until_the_evidence_moves_out_of_its_interval() ->
     other = decide([Evidence("ttft", "host-prefetch", "host", 0.12, lo=-0.01, hi=0.25,
                              method="paired t", n=5)], baseline="host")
     assert marks(hold(other, held_findings(shown))) == ["≈"]
+
+
+def test_the_strip_names_a_file_columns_own_baseline() -> None:
+    """A file's host-prefetch is judged against the same file's device, not the live one:
+    the strip says so beside it, and the live column stays under the strip's own."""
+    kw = {"kv_tokens": 11_840_000, "ttft_mean_s": 0.10}
+    bench = [_run("device", i, **kw) for i in range(3)] + [
+        _run("host-prefetch", i, kv_tokens=42_700_288, ttft_mean_s=0.115) for i in range(3)]
+    extra = from_file(bench, PurePath("B/report.json"))
+    found = strip_verdict(_store(figures(60, 900)), extra)
+    assert found is not None
+    text = strip_text(found).plain
+    assert " · host-prefetch: KV " in text, text
+    assert " · host-prefetch (B/report.json) vs device (B/report.json): KV ▲" in text, text
+    assert text.startswith("verdict vs device · "), text
