@@ -241,6 +241,9 @@ class HostData:
     # (size, free bytes) of the /dev/shm the server sees (its mount namespace's: a
     # container's own), else this process's; None where not read, and in older recordings.
     shm_mount: tuple[int, int] | None = None
+    # The container the server runs in, from its cgroup (collectors.cgroup.container_name:
+    # "docker 3f2a1b4c5d6e"); "" on the host itself, or without the server's tree.
+    server_container: str = ""
 
 
 # --------------------------------------------------------------------------- SGLang

@@ -3,7 +3,6 @@ host ledger both read (apart from the facts, so the ledger need not import them)
 
 from __future__ import annotations
 
-from collectors.cgroup import container_name
 from collectors.readings import GpuDevice, HostData
 from collectors.source import SourceName
 from collectors.units import GIB
@@ -54,14 +53,6 @@ def host_facts(store: RunStore) -> HostView | None:
         numa_nodes=host.numa_nodes, numa_problem=host.numa_problem,
         cgroup=host.cgroup if host.cgroup is not None and host.cgroup.limit_bytes else None,
         # Without the server's tree the cgroup read is this process's own: not the server's.
-        container=server_container(host),
+        container=host.server_container,
         shm_mount=host.shm_mount,
     )
-
-
-def server_container(host: HostData) -> str:
-    """The container the server runs in, from its cgroup ("docker 3f2a1b4c5d6e"); "" on the
-    host itself, or without the server's tree (the cgroup read is then this process's)."""
-    if host.server_tree is None or host.cgroup is None:
-        return ""
-    return container_name(host.cgroup.path)

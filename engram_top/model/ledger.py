@@ -23,7 +23,7 @@ from collectors.source import SourceName
 from collectors.startup_facts import RankFacts
 from collectors.units import GIB, MIB
 from engram_top.model.hicache import hicache_facts
-from engram_top.model.host import gpu_server_pids, host_facts, server_container, server_pids
+from engram_top.model.host import gpu_server_pids, host_facts, server_pids
 from engram_top.model.store import RunFacts, RunStore
 from scenarios.runstate import ENDED, LIVE
 
@@ -142,7 +142,7 @@ def host_ledger(store: RunStore) -> HostLedger | None:
         total_bytes=host.total_bytes, in_use_bytes=in_use, free_bytes=host.free_bytes,
         available_bytes=host.available_bytes, lines=tuple(lines), per_node=_per_node(host),
         server_bytes=sum(ln.bytes or 0.0 for ln in lines if ln.server), others_bytes=others,
-        container=server_container(host))
+        container=host.server_container)
 
 
 def _server_shared(host: HostData) -> tuple[float, str]:

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from helpers import free_port
 
+from collectors.proc_names import ProcessNames
+
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,7 +156,7 @@ def test_old_driver_falls_back_to_memory_v1_and_processes_v2(
     assert unsupported(dev) == {"reserved_bytes": "Function Not Found"}
     # pynvml's unversioned call raised NVMLLibraryMismatchError; _v2 answered instead.
     assert dev["processes"] == [{"pid": UNSEEN, "used_bytes": used, "name": "",
-                                 "seen": False}]
+                                 "seen": False, "container": ""}]
 
 
 def test_process_list_with_pids_and_bytes(stub_libs: dict[str, Path], tmp_path: Path) -> None:
@@ -167,14 +169,17 @@ def test_process_list_with_pids_and_bytes(stub_libs: dict[str, Path], tmp_path: 
 
     d0, d1, d2 = devices(reading)
     own = Path(f"/proc/{me}/comm").read_text().strip()
+    # What this test runs in, as its own cgroup says ("" on a host, or a container's name).
+    mine = ProcessNames().container(me)
     assert d0["processes"] == [
-        {"pid": me, "used_bytes": 1 << 30, "name": own, "seen": True},
-        {"pid": away, "used_bytes": None, "name": "", "seen": False},  # NOT_AVAILABLE bytes
+        {"pid": me, "used_bytes": 1 << 30, "name": own, "seen": True, "container": mine},
+        # NOT_AVAILABLE bytes
+        {"pid": away, "used_bytes": None, "name": "", "seen": False, "container": ""},
     ]
     assert d1["processes"] == []
     # Untouched device: the stub's default process, a pid no host has.
     assert d2["processes"] == [{"pid": 4194304 + 4244, "used_bytes": (152_000 - 200) * MIB,
-                                "name": "", "seen": False}]
+                                "name": "", "seen": False, "container": ""}]
     assert all(unsupported(d) == {} for d in (d0, d1, d2))
 
 
