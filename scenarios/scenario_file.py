@@ -18,6 +18,8 @@ from collectors.pages import header_value_problem
 from scenarios import engines
 from scenarios.bounds import Range, bounded_float, bounded_int, read_toml
 from scenarios.engines import PLACEMENTS
+from scenarios.slo import Slo
+from scenarios.slo import parse as parse_slo
 
 INTERFACES = ("env", "config", "none")
 
@@ -83,7 +85,7 @@ SECRET_FLAGS = {
     "--api-key": "set api_key instead (it travels in a 0600 file)",
     "--admin-api-key": "put it in a --config YAML file of mode 0600 instead",
 }
-TOP_LEVEL = {"plan", "defaults", "scenarios"}
+TOP_LEVEL = {"plan", "defaults", "scenarios", "slo"}
 PLAN_KEYS = {"name", "description"}
 
 
@@ -171,6 +173,9 @@ class ScenarioFile:
     # What loads but deserves a word (FILE:LINE: scenarios.NAME: ...): a secret on the
     # command line. Said once, where the file is loaded.
     warnings: tuple[str, ...] = ()
+    # Its [slo]: what a load's requests against its servers are held to, and the slo alert
+    # (the user's config [slo] wins where it has one); () where the file has none.
+    slos: tuple[Slo, ...] = ()
 
     def get(self, name: str) -> Scenario:
         try:
@@ -290,12 +295,13 @@ def load(path: Path) -> ScenarioFile:
                             "give each scenario its own port")
         ports.setdefault(scenario.port, name)
         scenarios[name] = scenario
+    slos = parse_slo(at("slo"), raw.get("slo"), problems)
     if problems:
         raise ScenarioError(problems)
     warnings = tuple(f"{sc.source}: scenarios.{sc.name}: {text}"
                      for sc in scenarios.values() for text in sc.exposed_secrets())
     return ScenarioFile(path, str(plan.get("name", path.stem)), str(plan.get("description", "")),
-                        scenarios, warnings)
+                        scenarios, warnings, slos)
 
 
 def _check_fields(table: dict[str, Any], where: tuple[str, ...], at: _At) -> list[str]:

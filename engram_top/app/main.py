@@ -134,9 +134,11 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         self.replay = session.replay
         self.session = session
         if config is not None:  # the user's thresholds, for the alerts the session raises
-            # A load's requests are held to the [slo] bounds, and so is the slo alert.
-            session.alerts.configure(config.alerts, config.slos)
-            session.slos = config.slos
+            # A load's requests are held to the [slo] bounds, and so is the slo alert: the
+            # config's where it says them, else the scenario file's (the session's own).
+            slos = config.slos if config.slos_given else session.slos
+            session.alerts.configure(config.alerts, slos)
+            session.slos = slos
         if clock is not None:  # one "now" for the header and the panels' ages
             session.store.clock = clock
         self.clock = session.store.clock

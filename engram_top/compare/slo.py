@@ -19,22 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engram_top.compare import stats
-from scenarios.bounds import bounded_float
 
-METRICS = ("ttft", "tpot", "e2e")
+# The [slo] table is read in scenarios.slo (a scenario file has one too); its names are
+# this module's as well, for the plans and the config that read it through here.
+from scenarios.slo import METRICS as METRICS
+from scenarios.slo import Slo as Slo
+from scenarios.slo import parse as parse
+
 PERCENTILES = (50, 90, 95, 99)
 Z95 = 1.959964
-
-
-@dataclass(frozen=True)
-class Slo:
-    metric: str  # "ttft", "tpot" or "e2e"
-    percentile: float  # 99 for p99
-    max_s: float
-
-    @property
-    def label(self) -> str:
-        return f"p{self.percentile:g} {self.metric.upper()} <= {self.max_s * 1000:g} ms"
 
 
 # The dashboard's SLOs where the config file's [slo] is silent (an interactive chat target).
@@ -44,39 +37,6 @@ DEFAULT = (Slo("ttft", 99, 2.0), Slo("tpot", 99, 0.05))
 def bounds(slos: Sequence[Slo], scale: float = 1.0) -> dict[str, float]:
     """Per-request bounds (seconds, times ``scale``) as the load driver checks them."""
     return {s.metric: s.max_s * scale for s in slos}
-
-
-def parse(where: str, table: Any, problems: list[str]) -> tuple[Slo, ...]:
-    """A plan's [slo] table: `ttft = { percentile = 99, max_ms = 2000 }` per metric."""
-    if table is None:
-        return ()
-    if not isinstance(table, dict):
-        problems.append(f"{where}: slo: should be a table [slo]")
-        return ()
-    out = []
-    for metric, spec in table.items():
-        at = f"{where}: slo.{metric}"
-        if metric not in METRICS:
-            problems.append(f"{at}: unknown metric (one of {', '.join(METRICS)})")
-            continue
-        if not isinstance(spec, dict) or set(spec) - {"percentile", "max_ms"} \
-                or "max_ms" not in spec:
-            problems.append(f"{at}: should be {{ percentile = 99, max_ms = N }}")
-            continue
-        p, limit = spec.get("percentile", 99), spec["max_ms"]
-        if (problem := PERCENTILE.problem(p)) is not None:
-            problems.append(f"{at}.percentile: {problem}")
-        elif (problem := MAX_MS.problem(limit)) is not None:
-            problems.append(f"{at}.max_ms: {problem}")
-        else:
-            out.append(Slo(metric, float(p), float(limit) / 1000))
-    return tuple(out)
-
-
-# A percentile above 0 (p0 bounds nothing); a bound from a microsecond to a day, in ms (a
-# 400-digit one is no float, and no latency is longer than the request's own deadline).
-PERCENTILE = bounded_float(0.001, 100, what="a percentile")
-MAX_MS = bounded_float(0.001, 86_400_000, unit="milliseconds")
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:

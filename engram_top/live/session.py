@@ -72,12 +72,14 @@ class Session(AttachedServers):
             self.scenarios = self._adjust(config.load(options.scenario_file))
         # Known before start: a recorder's header (written at the first record) carries them.
         self.store.scenarios = self.scenarios
-        self.alerts = AlertWatch(self.store, options.thresholds, slos=slo_defaults)
+        # What the load's requests and the slo alert are held to: the scenario file's [slo],
+        # else the defaults (the app puts the user's config [slo] over them: app.main).
+        self.slos: tuple[Slo, ...] = (self.scenarios.slos if self.scenarios else ()) \
+            or slo_defaults
+        self.alerts = AlertWatch(self.store, options.thresholds, slos=self.slos)
         self.store.node = (f"simulated {self.ref.gpus}x {self.ref.gpu_name}" if self.simulated
                            else socket.gethostname())
         self.load: LoadProcess | None = None
-        # The SLOs the demo load's requests are held to (goodput): the config's [slo].
-        self.slos: tuple[Slo, ...] = slo_defaults
         self._load_since = 0.0
         self._load_serve = 1.0
         self.run: Run | None = None

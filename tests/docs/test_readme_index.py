@@ -93,6 +93,7 @@ ELSEWHERE = {
 # Code spans with figures that are no output: what the parsers read, names of files and
 # switches, and synopses.
 NOT_OUTPUT = ("SGLANG_ENABLE_DSV41_ENGRAM", "scenarios/", "Initialize DeepSeekV4TokenToKVPool",
+              "tpot = { percentile = 99,",
               "[rank3]:[E227", "(EngineCore_DP0 pid=N)", "engram-top switch: left running: "
               "host-prefetch (pid 48213) on 127.0.0.1:30103; stop it with ...")
 

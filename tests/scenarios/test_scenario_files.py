@@ -112,7 +112,7 @@ port = 30001
     msg = only_problem(path)
     assert msg.startswith(f"{path}:{line_of(path, '[scenario.host]')}: ")
     assert "unknown top-level key 'scenario'" in msg
-    assert "expected defaults, plan, scenarios" in msg
+    assert "expected defaults, plan, scenarios, slo" in msg
 
 
 def test_unknown_plan_key(tmp_path: Path) -> None:
@@ -386,7 +386,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
         return f"{path}:{n}: "
 
     assert found == [
-        at("[extra]") + "unknown top-level key 'extra' (expected defaults, plan, scenarios)",
+        at("[extra]") + "unknown top-level key 'extra' (expected defaults, plan, scenarios, slo)",
         at("timescale") + "defaults.timescale: unknown key (did you mean 'time_scale'?)",
         at("prot =") + "scenarios.a.prot: unknown key (did you mean 'port'?)",
         at('port = "30001"') + "scenarios.b.port: should be a whole number from 1 to 65535, "
@@ -590,3 +590,45 @@ def test_switch_refuses_a_missing_file(tmp_path: Path) -> None:
     done = engram_top("switch", str(path), "--to", "device")
     assert done.returncode == 2
     assert done.stderr == f"engram-top: {path}: cannot read: No such file or directory\n"
+
+
+# --------------------------------------------------------------------------- [slo]
+
+def test_a_scenario_file_holds_its_load_to_its_own_slo(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + """
+[scenarios.device]
+placement = "device"
+port = 30000
+
+[slo]
+ttft = { percentile = 99, max_ms = 1000 }
+tpot = { max_ms = 150 }
+""")
+    slos = scenario_file.load(path).slos
+    assert [(s.metric, s.percentile, s.max_s) for s in slos] == [
+        ("ttft", 99.0, 1.0), ("tpot", 99.0, 0.15)]
+    assert scenario_file.load(write(tmp_path, HEAD + """
+[scenarios.device]
+placement = "device"
+port = 30000
+""", "none.toml")).slos == ()
+    # The demo's own: its load (8 streams) meets it at every placement.
+    demo = scenario_file.load(SHIPPED / "demo.toml").slos
+    assert [s.label for s in demo] == ["p99 TTFT <= 1000 ms", "p99 TPOT <= 150 ms"]
+
+
+def test_a_typo_in_the_slo_names_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + """
+[scenarios.device]
+placement = "device"
+port = 30000
+
+[slo]
+tpot = { percentile = 99, max_ms = "fast" }
+itl = { max_ms = 50 }
+""")
+    found = problems(path)
+    where = f"{path}:{line_of(path, '[slo]')}: slo."
+    assert len(found) == 2, found
+    assert found[0].startswith(where + "tpot.max_ms: "), found
+    assert found[1] == where + "itl: unknown metric (one of ttft, tpot, e2e)", found
