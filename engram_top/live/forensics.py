@@ -10,6 +10,7 @@ are kept here: after the death, the next poll finds its processes gone."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -197,7 +198,8 @@ def _read_log(path: str | None, parser: Callable[[], LogParser] | None
               ) -> tuple[StartupFacts, tuple[str, ...]] | None:
     """What the end of a log file says (its engine's parser over its last
     LOG_FILE_TAIL_BYTES) and its last LOG_TAIL lines; None where it cannot be read."""
-    if not path or parser is None:
+    # A regular file only: what is at the path now may be a pipe, whose open would wait.
+    if not path or parser is None or not os.path.isfile(path):
         return None
     try:
         with open(path, "rb") as f:

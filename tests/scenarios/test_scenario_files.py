@@ -594,12 +594,15 @@ def test_switch_refuses_a_missing_file(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- [slo]
 
-def test_a_scenario_file_holds_its_load_to_its_own_slo(tmp_path: Path) -> None:
-    path = write(tmp_path, HEAD + """
+ONE = HEAD + """
 [scenarios.device]
 placement = "device"
 port = 30000
+"""
 
+
+def test_a_scenario_file_holds_its_load_to_its_own_slo(tmp_path: Path) -> None:
+    path = write(tmp_path, ONE + """
 [slo]
 ttft = { percentile = 99, max_ms = 1000 }
 tpot = { max_ms = 150 }
@@ -607,22 +610,14 @@ tpot = { max_ms = 150 }
     slos = scenario_file.load(path).slos
     assert [(s.metric, s.percentile, s.max_s) for s in slos] == [
         ("ttft", 99.0, 1.0), ("tpot", 99.0, 0.15)]
-    assert scenario_file.load(write(tmp_path, HEAD + """
-[scenarios.device]
-placement = "device"
-port = 30000
-""", "none.toml")).slos == ()
+    assert scenario_file.load(write(tmp_path, ONE, "none.toml")).slos == ()
     # The demo's own: its load (8 streams) meets it at every placement.
     demo = scenario_file.load(SHIPPED / "demo.toml").slos
     assert [s.label for s in demo] == ["p99 TTFT <= 1000 ms", "p99 TPOT <= 150 ms"]
 
 
 def test_a_typo_in_the_slo_names_its_line(tmp_path: Path) -> None:
-    path = write(tmp_path, HEAD + """
-[scenarios.device]
-placement = "device"
-port = 30000
-
+    path = write(tmp_path, ONE + """
 [slo]
 tpot = { percentile = 99, max_ms = "fast" }
 itl = { max_ms = 50 }
