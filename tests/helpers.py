@@ -210,14 +210,25 @@ def running(argv: list[str], **popen: Any) -> Iterator[subprocess.Popen[Any]]:
 _PORTS_GIVEN: set[int] = set()
 
 
+def _worker() -> tuple[int, int]:
+    """(this xdist worker's index, how many there are); (0, 1) without xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
+    index = name.removeprefix("gw")
+    return (int(index), max(1, int(count))) if index.isdigit() and count.isdigit() else (0, 1)
+
+
 def free_port() -> int:
     """A port nothing listens on now, and one not handed out before in this session: servers
-    launched together bind theirs seconds later, all at once."""
+    launched together bind theirs seconds later, all at once. Each xdist worker takes only
+    ports of its own residue (port % workers), so two workers never hand out the same one
+    in the seconds before its server binds it."""
+    index, workers = _worker()
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port not in _PORTS_GIVEN:
+        if port % workers == index and port not in _PORTS_GIVEN:
             _PORTS_GIVEN.add(port)
             return port
 
@@ -308,6 +319,11 @@ class SimServer:
         if not self.probes or self.probes[-1] != "200":
             pytest.fail(f"sim server {self.name} never became ready (probes {self.probes}, "
                         f"exit {self.proc.returncode}); log tail:\n{self.log_text()[-2000:]}")
+        if self.proc.popen is not None and self.proc.popen.poll() is not None:
+            # Another process answered on its port: whatever a test reads there is not ours.
+            pytest.fail(f"sim server {self.name} exited ({self.proc.popen.returncode}) while "
+                        f"port {self.port} answered: another process holds it; log tail:\n"
+                        f"{self.log_text()[-2000:]}")
         return self
 
     def wait_exit(self, timeout: float) -> int | None:

@@ -217,7 +217,8 @@ RETRACTIONS = AlertDef(
 SLO = AlertDef(
     "slo", "warning",
     "the server's TTFT or TPOT (SGLang's inter-token latency) over its 30 s window is past a "
-    "p50 or p99 bound of the config file's `[slo]`, once the window holds 10 requests (a "
+    "p50 or p99 bound of the config file's `[slo]` (else the scenario file's: the demo holds "
+    "its own load to p99 TTFT 1 s and TPOT 150 ms), once the window holds 10 requests (a "
     "bound at another percentile holds the demo load's requests only); it does not clear while "
     "requests queue and none got a first token in the window.",
     config_note="the server's p50 or p99 TTFT or TPOT past a bound of the [slo] table",
