@@ -132,3 +132,10 @@ def container_name(path: str) -> str:
     if _SERVICE.match(last) and "user.slice" not in parts:
         return last[:60]
     return ""
+
+
+def container_of(pid: int | str, proc: Path = Path("/proc")) -> str:
+    """What the process runs in (container_name of its memory cgroup); "" where it has
+    none, or is gone."""
+    found = cgroup_of(pid, proc)
+    return "" if found is None else container_name(found[1])

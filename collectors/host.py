@@ -195,11 +195,8 @@ class ProcBackend:
             if rss:
                 found.append(ProcessMemory(int(entry.name), name, rss))
         top = heapq.nlargest(n, found, key=lambda m: m.rss_bytes)
-        return [dataclasses.replace(p, container=self._container(p.pid)) for p in top]
-
-    def _container(self, pid: int) -> str:
-        found = cgroup.cgroup_of(pid, self.proc)
-        return "" if found is None else cgroup.container_name(found[1])
+        return [dataclasses.replace(p, container=cgroup.container_of(p.pid, self.proc))
+                for p in top]
 
     def shm_unheld(self) -> list[ShmFile]:
         return shm.unheld(self.shm_dir, self.proc)

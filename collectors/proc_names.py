@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from collectors.cgroup import cgroup_of, container_name
+from collectors.cgroup import container_of
 
 
 class ProcessNames:
@@ -33,8 +33,7 @@ class ProcessNames:
         """What the process runs in, from its cgroup (read once per pid, as its name): ""
         on the host itself, or where this host has no such process."""
         if pid not in self._containers:
-            found = cgroup_of(pid, self.proc) if pid > 0 else None
-            self._containers[pid] = "" if found is None else container_name(found[1])
+            self._containers[pid] = container_of(pid, self.proc) if pid > 0 else ""
         return self._containers[pid]
 
     def keep_only(self, pids: Iterable[int]) -> None:

@@ -38,14 +38,21 @@ def url_port(url: str) -> int:
     return parts.port or (443 if parts.scheme == "https" else 80)
 
 
+def _port_named(argv: list[str]) -> str | None:
+    """The port a command line names (`--port N`, `--port=N`), as written; None if none."""
+    for i, arg in enumerate(argv):
+        if arg == "--port" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--port="):
+            return arg.removeprefix("--port=")
+    return None
+
+
 def names_port(argv: list[str], port: int) -> bool:
     """Whether a command line would serve on ``port``: `--port N`, `--port=N`, or an
     engine's launcher without --port where ``port`` is that engine's default."""
-    for i, arg in enumerate(argv):
-        if arg == "--port" and i + 1 < len(argv):
-            return argv[i + 1] == str(port)
-        if arg.startswith("--port="):
-            return arg == f"--port={port}"
+    if (named := _port_named(argv)) is not None:
+        return named == str(port)
     line = " ".join(argv).lower()
     return any(engine in line and port == default for engine, default in DEFAULT_PORTS.items())
 
@@ -83,11 +90,8 @@ def _started_for(argv: list[str], port: int) -> bool:
     `--port=N`), or it is an engine's launcher without --port and ``port`` is its default.
     Narrower than names_port: a command that only mentions an engine (this dashboard's own
     `--engine sglang`) is no server."""
-    for i, arg in enumerate(argv):
-        if arg == "--port" and i + 1 < len(argv):
-            return argv[i + 1] == str(port)
-        if arg.startswith("--port="):
-            return arg == f"--port={port}"
+    if (named := _port_named(argv)) is not None:
+        return named == str(port)
     words = " ".join(os.path.basename(a) for a in argv[:3])
     return any(name in words and port == default for name, default in LAUNCHERS.items())
 

@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import free_port
+from helpers import free_port, wait_until
 
 from collectors.server_process import _started_for, output_file, starting_pid
 
@@ -36,20 +35,21 @@ def test_the_starting_process_is_the_launcher_and_its_log_is_its_output_file(
     port = free_port()
     log = tmp_path / "server.log"
     # A launcher whose child names the port too (as a rank's command line can): the launcher.
-    code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
-            "'import time; time.sleep(60)', '--port', sys.argv[2]]); time.sleep(60)")
+    # Both wait on their standard input (the test's pipe), which the test closes at the end.
+    wait = "import sys; sys.stdin.read()"
+    code = (f"import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', {wait!r}, "
+            f"'--port', sys.argv[2]]); {wait}")
     with log.open("w") as out:
         launcher = subprocess.Popen([sys.executable, "-c", code, "--port", str(port)],
-                                    stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.PIPE, stdout=out,
+                                    stderr=subprocess.STDOUT,
                                     start_new_session=True)  # its child goes with it
-    piped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+    piped = subprocess.Popen([sys.executable, "-c", wait], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while not psutil.Process(launcher.pid).children() and time.monotonic() < deadline:
-            time.sleep(0.05)  # a wait on a condition, with a deadline
-        assert psutil.Process(launcher.pid).children(), "the launcher's child did not start"
+        wait_until(lambda: psutil.Process(launcher.pid).children(), 30,
+                   "the launcher's child")
         assert starting_pid(url) == launcher.pid
         assert output_file(launcher.pid) == str(log)
         assert output_file(piped.pid) is None  # a pipe is no log file
@@ -58,4 +58,4 @@ def test_the_starting_process_is_the_launcher_and_its_log_is_its_output_file(
         os.killpg(launcher.pid, signal.SIGKILL)
         piped.kill()
         for proc in (launcher, piped):
-            proc.wait(5)
+            proc.communicate(timeout=5)  # closes its pipes too
