@@ -221,7 +221,10 @@ def test_long_prompts_exhaust_the_kv_pool(docs: Docs) -> None:
     def both(text: str) -> bool:
         seen.update(w for w in ("requests retracted a second", "request queue at") if w in text)
         return len(seen) == 2
-    term.wait_for(both, 240, "the queue and retraction alerts")
+    try:
+        term.wait_for(both, 240, "the queue and retraction alerts")
+    except AssertionError as exc:  # which of the two the screen never showed
+        raise AssertionError(f"seen: {sorted(seen) or 'neither'}; {exc}") from None
     summary, missed = _snapshots_until(
         docs, term, {KV_ALERT: 0.1, QUEUE_ALERT: 1.0, RETRACT_ALERT: 1.0, SLO_WORDS: -1.0}, 120)
     # What no snapshot held, against the last one (the SLO alert by its words alone: the
