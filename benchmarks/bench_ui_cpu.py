@@ -137,8 +137,9 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
         sessions = [Tmux("nvitop", socket, [nvitop, "--interval", "1"], env),
                     Tmux("engram-top", socket, argv, env)]
         if floor:  # the framework's own cost of a screen like ours, redrawn once a second
-            sessions.append(Tmux("textual floor", socket, [
-                sys.executable, str(ROOT / "benchmarks" / "textual_floor.py")], env))
+            for name, mode in (("textual floor", ()), ("textual floor, lines", ("--lines",))):
+                sessions.append(Tmux(name, socket, [
+                    sys.executable, str(ROOT / "benchmarks" / "textual_floor.py"), *mode], env))
         pids = {s.name: wait_for(s.pid, 10, f"{s.name}'s pane") for s in sessions}
         wait_for(lambda: "GPU" in sessions[1].screen() and "KV pool" in sessions[1].screen(),
                  30, "engram-top's first frame")
@@ -265,10 +266,12 @@ def report(gpus: int, clients: int, seconds: float,
               f"{COLS}x{ROWS}): nvitop {n['cpu_pct']:.2f}% CPU, {n['rss_mib']:.0f} MiB; "
               f"engram-top attach {e['cpu_pct']:.2f}% CPU, {e['rss_mib']:.0f} MiB; "
               f"ratio {e['cpu_pct'] / n['cpu_pct']:.2f}", flush=True)
-        if "textual floor" in r:
-            f = r["textual floor"]
-            print(f"{gpus} GPUs, {'loaded' if clients else 'idle'}, {label}: textual_floor.py "
-                  f"{f['cpu_pct']:.2f}% CPU, {f['rss_mib']:.0f} MiB (ratio to nvitop "
+        for name, how in (("textual floor", ""), ("textual floor, lines", " --lines")):
+            if name not in r:
+                continue
+            f = r[name]
+            print(f"{gpus} GPUs, {'loaded' if clients else 'idle'}, {label}: textual_floor.py"
+                  f"{how} {f['cpu_pct']:.2f}% CPU, {f['rss_mib']:.0f} MiB (ratio to nvitop "
                   f"{f['cpu_pct'] / n['cpu_pct']:.2f}; engram-top over it "
                   f"{e['cpu_pct'] - f['cpu_pct']:+.2f} points)", flush=True)
 
@@ -290,7 +293,8 @@ def main() -> int:
                          "it) instead of reading the stand-in NVML and /proc as nvitop does")
     ap.add_argument("--floor", action="store_true",
                     help="also benchmarks/textual_floor.py: six panels' text changed once a "
-                         "second with nothing read, the framework's own cost of such a screen")
+                         "second with nothing read, the framework's own cost of such a screen "
+                         "(redrawn whole, and --lines: line by line, as engram-top's panels)")
     ap.add_argument("--demo", action="store_true",
                     help="also the demo: its dashboard's CPU apart from its load driver's")
     args = ap.parse_args()
