@@ -219,10 +219,11 @@ def _finding(e: Evidence, margin: float | None) -> Finding:
                        "repeat each scenario for one.", f"{ax.label}: ? n={e.n or 1}")
     lo, hi = e.lo, e.hi
     assert lo is not None and hi is not None
-    if lo == hi and not ax.fixed and not e.modelled and (e.n or 1) > 1:
+    if lo == hi and not ax.settled(e.delta) and not e.modelled and (e.n or 1) > 1:
         # Sampled figures that agree to the last digit round after round have no spread
         # to measure the noise from (copied rounds, a file edited by hand): a zero-width
-        # interval is no evidence of a win.
+        # interval is no evidence of a win. An allocation's size (the host tables' +195
+        # GiB, the same each round) is not sampled: its sign decides, as with one run.
         return Finding(e, NO_INTERVAL, None,
                        f"{what}: no verdict: {figure}, its {e.n} rounds identical to the last "
                        "digit: no noise to measure an interval from.", f"{ax.label}: ? n={e.n}")

@@ -156,6 +156,23 @@ def test_identical_rounds_are_no_evidence_of_a_win() -> None:
     assert found["kv_capacity"].outcome == BETTER
 
 
+def test_an_allocation_the_same_every_round_is_decided_by_its_sign() -> None:
+    # A bench's host tables: +195 GiB in each of two rounds, to the digit (the simulated
+    # node allocates the same every time). An allocation, not a noisy sample: the baseline
+    # wins host RAM, as with one run each, rather than "identical rounds, no verdict". A
+    # small change the same every round is still no evidence.
+    results = [_run("device", i, host_delta_gib=6.5, kv_tokens=11_840_000) for i in range(2)]
+    results += [_run("host", i, host_delta_gib=195.4 + 6.5, kv_tokens=42_700_288)
+                for i in range(2)]
+    results += [_run("host-prefetch", i, host_delta_gib=6.5 + 2.0, kv_tokens=11_840_000)
+                for i in range(2)]
+    found = {(f.evidence.axis, f.evidence.scenario): f
+             for f in verdict(compare(results, "device")).findings}
+    assert (found[("host_ram", "host")].outcome, found[("host_ram", "host")].winner) == \
+        (WORSE, "device")
+    assert found[("host_ram", "host-prefetch")].outcome == NO_INTERVAL
+
+
 # ----------------------------------------------------------------------------- live windows
 
 def figures(served: float | None, requests: int | None, ttft: float = 0.4) -> RunFigures:
