@@ -22,6 +22,7 @@ from quick_tier import is_slow, mark_server_tests, no_processes
 # once and the short ones fill in around them, instead of one long module ending the run
 # (pyproject's --no-loadscope-reorder keeps xdist to this order).
 FIRST = ("test_real_vllm.py", "test_real_sglang.py", "test_first_command.py", "test_oncall.py",
+         "test_long_demo.py",
          "test_benches.py", "test_bench.py", "test_sweep.py", "test_sim_vllm.py",
          "test_fleet.py", "test_app_control.py", "test_hangs.py")
 

@@ -21,7 +21,7 @@ from engram_top.cli.lifetime import (
     write_crash_report,
 )
 from engram_top.cli.output import visible_output
-from engram_top.cli.parser import build_parser
+from engram_top.cli.parser import build_parser, settle_demo_load
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +54,7 @@ def _main(argv: list[str]) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["demo", *argv]
     args = parser.parse_args(argv)
+    settle_demo_load(args)
     from engram_top.cli.credentials import check_args
     problem = check_args(args)
     if problem:

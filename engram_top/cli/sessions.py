@@ -21,8 +21,10 @@ if TYPE_CHECKING:  # each imported where it is needed: a command loads only its 
 
 
 def demo_options(args: argparse.Namespace) -> DemoOptions:
+    from engram_top.cli.parser import settle_demo_load
     from engram_top.live.demo import DemoOptions
     from engram_top.live.load import LoadSpec
+    settle_demo_load(args)  # a Namespace not from the command line (a test's) too
     load = None if args.no_load else LoadSpec(concurrency=args.concurrency,
                                               input_len=args.prompt_tokens,
                                               output_len=args.output_tokens)

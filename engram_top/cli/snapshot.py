@@ -159,9 +159,9 @@ def _snapshot_source(args: argparse.Namespace) -> tuple[_Watched, float, dict[st
         return source, 0.0, describe
     expected = reference.default().placements[args.placement].ready_s * args.time_scale
     timeout = args.ready_timeout or max(30.0, 3 * expected)
-    describe = {"kind": "demo", "placement": args.placement, "time_scale": args.time_scale,
-                "serve_scale": args.serve_scale, "after_s": args.after}
     options = dataclasses.replace(demo_options(args), thresholds=user_thresholds())
+    describe = {"kind": "demo", "placement": args.placement, "time_scale": args.time_scale,
+                "serve_scale": options.serve_scale, "after_s": args.after}
     return DemoSession(options), timeout, describe
 
 
