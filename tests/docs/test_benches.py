@@ -87,14 +87,29 @@ def test_the_quotable_bench_then_the_dashboard_against_it(docs: Docs) -> None:
     assert "baseline: device (the first scenario; --baseline NAME picks another)" in \
         compared.stderr
 
-    # The dashboard beside it: `c` puts the file's runs in columns of their own.
-    term = docs.screen(COMPARE_WITH, size=(40, 160))
+    # The dashboard beside it, at a projector's 100x30: `c` puts the file's runs in columns
+    # of their own, compared with the file's own device runs (the same workload), never
+    # with the live device run; the quick bench's caveat where the verdict is read.
+    term = docs.screen(COMPARE_WITH, size=(30, 100))
     term.wait_for(lambda t: re.search(r"ready (in|after)", t, re.I) is not None, 120,
                   "the demo's server ready")
     term.press("c")
-    text = term.wait_for(lambda t: "B/report.json" in t, 30,
-                         "the report's runs on the compare screen")
-    assert "host-prefetch (B/report.json)" in text or "host-prefetch" in text, text
+    text = term.wait_for(lambda t: "B/report.json" in t and "⚠" in t, 30,
+                         "the report's runs and the quick caveat on the compare screen")
+    verdict = _modal_text(text)
+    assert "a first look, its intervals too wide to quote" in verdict, text
+    # Each axis compares the file's host and host-prefetch runs (with the file's own device
+    # as baseline: `its file's baseline`), never the live device run; the latency figures
+    # with their two rounds' interval, host RAM (the same allocation each round) by its sign.
+    # The runs row (its cells wrap: "n=2 · its | file's baseline", "n=2 · vs device |
+    # (B/report.json)"): two rounds each, the file's device its own baseline.
+    assert "n=2 · its" in verdict and "n=2 · vs device" in verdict, text
+    for axis in ("KV capacity", "host RAM", "TTFT", "TPOT", "throughput"):
+        found = re.search(rf"{axis}: host \(B/report\.json\) [-+][\d.]+(%| GiB) \[[^]]+\] "
+                          rf"[▲▼≈] · host-prefetch \(B/report\.json\) [-+][\d.]+(%| GiB) "
+                          rf"\[[^]]+\] [▲▼≈]", verdict)
+        assert found, (axis, verdict)
+    assert re.search(r"host RAM: host \(B/report\.json\) \+\d+ GiB \[[^]]+\] ▼", verdict)
     # `c` closes it as it opened it (an escape with the next key close behind reads as
     # alt+key); the next key once the panels it covered show again.
     term.press("c")
@@ -102,6 +117,17 @@ def test_the_quotable_bench_then_the_dashboard_against_it(docs: Docs) -> None:
                   "the compare screen closed")
     term.press("q")
     assert term.wait(60) == 0, term.output[-3000:]
+
+
+def _modal_text(screen: str) -> str:
+    """The text of the screen's framed box that starts with "Verdict against", its wrapped
+    lines joined, without what shows beside it."""
+    lines = screen.splitlines()
+    top = next(i for i, ln in enumerate(lines) if "│ Verdict against" in ln)
+    left = lines[top].index("│ Verdict against")
+    right = lines[top].rindex("│")
+    inner = (ln[left + 1:right] for ln in lines[top:] if len(ln) > right)
+    return " ".join(" ".join(inner).split())
 
 
 @pytest.mark.timeout(300)
