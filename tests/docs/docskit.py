@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -67,6 +68,12 @@ def until(what: Callable[[], object], timeout: float, why: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:.0f} s: {why}")
         time.sleep(0.2)
+
+
+def answered(screen: str) -> int:
+    """Requests the demo's load has had answered, by its row in the latency panel."""
+    found = re.search(r"(\d+) done", screen)
+    return int(found.group(1)) if found else 0
 
 
 def snapshot_folders(where: Path) -> set[Path]:

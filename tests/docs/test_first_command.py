@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from docskit import Docs, copy_tree, snapshot_folders, until
+from docskit import Docs, answered, copy_tree, snapshot_folders, until
 from readme import covers
 
 from engram_top.seed import reference
@@ -47,6 +47,9 @@ def test_the_first_command_installs_and_opens_the_five_minute_demo(docs: Docs,
     # (1) HBM per GPU: the weights; (2) the KV pool: its capacity.
     term.wait_for(lambda t: "119.043" in t and "11.84M" in t, 30,
                   "the device weights and KV capacity")
+    # Until 1:30 the device serves the demo's load: a whole 30 s window of it (about 3.3
+    # requests a second on the model's clock) is the baseline the verdict needs.
+    term.wait_for(lambda t: answered(t) >= 120, 120, "120 requests answered on device")
 
     # 1:30 `3`: host-prefetch; the server stops, its HBM returns, the next one starts.
     term.press("3")
@@ -61,6 +64,15 @@ def test_the_first_command_installs_and_opens_the_five_minute_demo(docs: Docs,
     text = term.wait_for(lambda t: "verdict" in t.lower() and "seed" in t.lower(), 30,
                          "the compare screen's verdict and the seed's figures")
     assert "KV" in text and "host-prefetch" in text
+    # ... and, by 3:00, the latency axes as figures (the compare screen follows the windows
+    # as they fill: host-prefetch's first full one is about 30 s after it is ready): TTFT
+    # with its interval from the two windows' requests, TPOT and throughput as figures whose
+    # one run each gives no interval (`?`), as the README's tour says.
+    text = term.wait_for(lambda t: re.search(
+        r"TTFT: host-prefetch [-+][\d.]+% \[[-+][\d.]+%, [-+][\d.]+%\] [▲▼≈]", t), 90,
+        "the TTFT verdict with its interval")
+    for axis in ("TPOT", "throughput"):
+        assert re.search(rf"{axis}: host-prefetch [-+][\d.]+% ([?]|\[.*\] [▲▼≈])", text), text
     # `c` closes it as it opened it (an escape with the next key close behind reads as
     # alt+key); the next key once the panels it covered show again.
     term.press("c")

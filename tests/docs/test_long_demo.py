@@ -7,19 +7,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from docskit import Docs
+from docskit import Docs, answered
 from readme import assert_quoted, covers
 
 pytestmark = [pytest.mark.docs, pytest.mark.slow]
 
 LONG = "engram-top demo --long"
 TTFT_WIN = "TTFT: host-prefetch -76.6% [-80.2%, -72.7%] ▲"
-
-
-def _done(text: str) -> int:
-    """Requests the demo's load has had answered (the latency panel's load row)."""
-    found = re.search(r"(\d+) done", text)
-    return int(found.group(1)) if found else 0
 
 
 @pytest.mark.timeout(420)
@@ -30,15 +24,15 @@ def test_long_contexts_fill_the_device_pool_and_host_prefetch_wins_ttft(docs: Do
     term.wait_for(lambda t: re.search(r"full pool 9\d\.\d%", t) and re.search(
         r"[1-9]\d* queued", t), 120, "the device placement's KV pool full, requests queued")
     # A 30 s window of answered requests on device before it stops: the verdict's baseline.
-    term.wait_for(lambda t: _done(t) >= 40, 150, "40 requests answered on device")
+    term.wait_for(lambda t: answered(t) >= 40, 150, "40 requests answered on device")
     term.press("3")
     ready = term.wait_for(lambda t: "42.70M" in t and "READY" in t and "host-prefetch" in t,
                           120, "host-prefetch ready with its 42.70M-token pool")
     # The 32 streams reach the new server at once as it comes up: its first window holds
     # that burst's prefill queue. Two windows' worth of answers later (the README's "about a
     # minute"), the window is the steady load's.
-    answered = _done(ready)
-    term.wait_for(lambda t: _done(t) >= answered + 70, 180,
+    before = answered(ready)
+    term.wait_for(lambda t: answered(t) >= before + 70, 180,
                   "70 more requests answered on host-prefetch")
     term.press("c")
     # Not measured (no answer yet), then warming up (a window filling), then a figure.
