@@ -67,8 +67,22 @@ def test_a_listening_socket_serves_and_a_remote_url_cannot_be_told() -> None:
         s.listen()
         port = s.getsockname()[1]
         assert might_serve(f"http://127.0.0.1:{port}") is True
-    assert might_serve(f"http://127.0.0.1:{free_port()}") is False
+    port = free_port()
+    assert might_serve(f"http://127.0.0.1:{port}") is False, _who_serves(port)
     assert might_serve("http://10.1.2.3:30000") is None  # another host: unknown, so waited
+
+
+def _who_serves(port: int) -> str:
+    """What on this host listens on ``port`` or names it on its command line (it failed
+    once, in a run beside other tests, with no word of what it had found)."""
+    import psutil
+    found = [f"pid {c.pid} listens" for c in psutil.net_connections(kind="tcp")
+             if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = [str(a) for a in proc.info.get("cmdline") or []]
+        if names_port(argv, port):
+            found.append(f"pid {proc.pid}: {' '.join(argv)[:300]}")
+    return f"port {port}: " + ("; ".join(found) or "nothing found now")
 
 
 def _snapshot(url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
