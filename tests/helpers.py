@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import html
 import os
+import random
 import re
 import shutil
 import socket
@@ -34,6 +35,7 @@ from textual.pilot import Pilot
 
 from collectors.host import sample as host_sample
 from engram_top.alerts.monitor import AlertWatch
+from engram_top.live import polling
 from engram_top.model.store import RunStore
 from engram_top.seed import reference
 from engram_top.sim import state
@@ -222,15 +224,28 @@ def free_port() -> int:
     """A port nothing listens on now, and one not handed out before in this session: servers
     launched together bind theirs seconds later, all at once. Each xdist worker takes only
     ports of its own residue (port % workers), so two workers never hand out the same one
-    in the seconds before its server binds it."""
+    in the seconds before its server binds it. Drawn from the kernel's ephemeral range, as
+    bind(0) would, but by this worker: bind(0) hands out even ports first (Linux keeps the
+    odd ones for connect()), so a worker of an odd residue waited on it for ever (-n 2).
+    The product's own free ports lie below that range, apart from these."""
     index, workers = _worker()
-    while True:
+    try:
+        low, high = (int(v) for v in polling.EPHEMERAL.read_text().split()[:2])
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    ports = range(low + (index - low) % workers, high + 1, workers)
+    for port in random.SystemRandom().sample(ports, min(200, len(ports))):
+        if port in _PORTS_GIVEN:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port % workers == index and port not in _PORTS_GIVEN:
-            _PORTS_GIVEN.add(port)
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
+    raise RuntimeError(f"tests: 200 ports of residue {index} (mod {workers}) in {low}-{high} "
+                       "were all taken")
 
 
 def run_coro_sync(coro):  # type: ignore[no-untyped-def]
