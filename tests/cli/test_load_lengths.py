@@ -29,17 +29,17 @@ def test_long_is_a_load_whose_given_figures_stand() -> None:
         assert o.load is not None
         return o.load.concurrency, o.load.input_len, o.load.output_len, o.serve_scale
     assert options() == (8, 512, 128, 1.0)
-    assert options("--long") == (32, 524288, 4096, 0.02)
+    assert options("--long") == (32, 524288, 8192, 0.02)
     # What the command line gives stands over --long's (and the chat load's) figures, the
     # chat load's own value included.
-    assert options("--long", "--concurrency", "8", "--serve-scale", "1") == (8, 524288, 4096,
+    assert options("--long", "--concurrency", "8", "--serve-scale", "1") == (8, 524288, 8192,
                                                                            1.0)
     assert options("--long", "--output-tokens", "128") == (32, 524288, 128, 0.02)
     assert options("--prompt-tokens", "4096") == (8, 4096, 128, 1.0)
     # The chat load's figures are the load spec's own defaults.
     assert options()[:3] == (LoadSpec.concurrency, LoadSpec.input_len, LoadSpec.output_len)
     # 32 prompts of 256K-512K tokens ask more than device's pool, a third of host-prefetch's.
-    assert 32 * 524288 * 0.75 > 11_840_000 and 32 * (524288 + 4096) < 42_700_000
+    assert 32 * 524288 * 0.75 > 11_840_000 and 32 * (524288 + 8192) < 42_700_000
 
 
 @pytest.mark.parametrize(("option", "value"), [

@@ -24,7 +24,7 @@ def test_long_contexts_fill_the_device_pool_and_host_prefetch_wins_ttft(docs: Do
     term.wait_for(lambda t: re.search(r"full pool 9\d\.\d%", t) and re.search(
         r"[1-9]\d* queued", t), 120, "the device placement's KV pool full, requests queued")
     # A 30 s window of answered requests on device before it stops: the verdict's baseline.
-    term.wait_for(lambda t: answered(t) >= 60, 150, "60 requests answered on device")
+    term.wait_for(lambda t: answered(t) >= 40, 150, "40 requests answered on device")
     term.press("3")
     ready = term.wait_for(lambda t: "42.70M" in t and "READY" in t and "host-prefetch" in t,
                           120, "host-prefetch ready with its 42.70M-token pool")
@@ -32,8 +32,8 @@ def test_long_contexts_fill_the_device_pool_and_host_prefetch_wins_ttft(docs: Do
     # that burst's prefill queue. Two windows' worth of answers later (the README's "about a
     # minute"), the window is the steady load's.
     before = answered(ready)
-    term.wait_for(lambda t: answered(t) >= before + 120, 180,
-                  "120 more requests answered on host-prefetch")
+    term.wait_for(lambda t: answered(t) >= before + 70, 180,
+                  "70 more requests answered on host-prefetch")
     term.press("c")
     # Not measured (no answer yet), then warming up (a window filling), then a figure.
     screen = term.wait_for(lambda t: re.search(r"TTFT: host-prefetch [-+][\d.]+% \[", t), 150,
