@@ -17,8 +17,10 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import Any
 
+from scenarios.load_window import LoadWindow
 from scenarios.workload import ClosedLoopLoad, LoadStats
 
 KEY_ENV = "ENGRAM_TOP_LOAD_API_KEY"
@@ -31,13 +33,14 @@ class LoadProcess:
     def __init__(self, base_url: str, *, concurrency: int = 8, input_len: int = 512,
                  output_len: int = 128, range_ratio: float = 0.5, seed: int = 1,
                  api_key: str | None = None, bounds: dict[str, float] | None = None,
-                 count_prompt: bool = False) -> None:
+                 count_prompt: bool = False, window_s: float | None = None) -> None:
         self.concurrency = concurrency
         self.bounds = dict(bounds or {})
         self.argv = [sys.executable, "-m", "scenarios.load_process", "--url", base_url,
                      "--concurrency", str(concurrency), "--input-len", str(input_len),
                      "--output-len", str(output_len), "--range-ratio", repr(range_ratio),
                      "--seed", str(seed), *(["--count-prompt"] if count_prompt else []),
+                     *(["--window", repr(window_s)] if window_s is not None else []),
                      *(a for k, v in self.bounds.items() for a in ("--bound", f"{k}={v!r}"))]
         self.api_key = api_key
         self.stats = LoadStats()
@@ -81,6 +84,8 @@ class LoadProcess:
         error = counters.get("last_error")
         if isinstance(error, str):
             self.stats.last_error = error[:300]
+        if (window := counters.get("window")) is not None:  # last: a bad one drops only it
+            self.stats.window = LoadWindow.from_json(window)
 
     async def stop(self) -> None:
         proc = self.proc
@@ -121,7 +126,8 @@ async def _child(args: argparse.Namespace) -> int:
     load = ClosedLoopLoad(args.url, concurrency=args.concurrency, input_len=args.input_len,
                           output_len=args.output_len, range_ratio=args.range_ratio,
                           seed=args.seed, api_key=os.environ.pop(KEY_ENV, None),
-                          bounds=dict(args.bound), count_prompt=args.count_prompt)
+                          bounds=dict(args.bound), count_prompt=args.count_prompt,
+                          window_s=args.window)
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, done.set)
@@ -138,9 +144,11 @@ async def _child(args: argparse.Namespace) -> int:
     try:
         while not done.is_set():
             s = load.stats
+            window = (None if load.window is None
+                      else load.window.figures(time.monotonic()).to_json())
             line = json.dumps({"sent": s.sent, "completed": s.completed, "failed": s.failed,
                                "output_tokens": s.output_tokens, "good": s.good,
-                               "last_error": s.last_error})
+                               "last_error": s.last_error, "window": window})
             try:
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
@@ -168,7 +176,20 @@ def main() -> int:
     p.add_argument("--bound", type=_bound, action="append", default=[], metavar="METRIC=S",
                    help="a per-request latency bound (ttft, tpot or e2e, in seconds): "
                         "requests within every bound are counted as good")
+    p.add_argument("--window", type=_seconds, default=None, metavar="S",
+                   help="report the last S seconds' requests: their TPOTs' spread and "
+                        "their output tokens in six bins")
     return asyncio.run(_child(p.parse_args()))
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds") from None
+    if not 0 < seconds < 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds between 0 and a day")
+    return seconds
 
 
 def _bound(text: str) -> tuple[str, float]:

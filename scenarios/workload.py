@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from collectors.pages import bearer
+from scenarios.load_window import LoadWindow, RequestWindow
 
 _WIRE_EVENTS = ("connection.connect_tcp.started", "http11.send_request_headers.started")
 
@@ -209,6 +210,8 @@ class LoadStats:
     output_tokens: int = 0
     good: int = 0  # completed within every per-request bound (the SLOs): goodput's count
     last_error: str = ""
+    # The last window's requests (scenarios.load_window), where the load keeps them.
+    window: LoadWindow | None = None
     recent: deque[RequestRecord] = field(default_factory=lambda: deque(maxlen=2048))
 
 
@@ -219,7 +222,8 @@ class ClosedLoopLoad:
                  output_len: int = 128, range_ratio: float = 0.5, seed: int = 1,
                  model: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, request_timeout_s: float = 300.0,
-                 bounds: dict[str, float] | None = None, count_prompt: bool = False) -> None:
+                 bounds: dict[str, float] | None = None, count_prompt: bool = False,
+                 window_s: float | None = None) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.base_url = base_url.rstrip("/")
@@ -237,6 +241,10 @@ class ClosedLoopLoad:
         # within all of them counts as good (stats.good), as goodput counts it.
         self.bounds = dict(bounds or {})
         self.count_prompt = count_prompt  # a simulated server's prompt length as a number
+        # The requests of the last window_s seconds, for the intervals of a run measured
+        # once (scenarios.load_window); None: not kept.
+        self.window_s = window_s
+        self.window: RequestWindow | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._client: httpx.AsyncClient | None = None
 
@@ -247,6 +255,8 @@ class ClosedLoopLoad:
         limits = httpx.Limits(max_connections=self.concurrency + 2)
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=self.headers,
                                          timeout=self.timeout, limits=limits)
+        if self.window_s is not None:
+            self.window = RequestWindow(self.window_s, time.monotonic())
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
 
     async def stop(self) -> None:
@@ -277,6 +287,8 @@ class ClosedLoopLoad:
             if self.bounds and within(record, self.bounds):
                 self.stats.good += 1
             self.stats.recent.append(record)
+            if self.window is not None:
+                self.window.add(time.monotonic(), record.tpot, record.output_len)
 
     async def one(self, input_len: int, output_len: int) -> RequestRecord:
         assert self._client is not None, "start() first"

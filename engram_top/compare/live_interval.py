@@ -9,8 +9,11 @@ nothing of what differs from one run to the next (the node's state, the load's p
 its method names it apart ("Welch over the windows' N requests, from histogram buckets")
 and repeated runs keep their trial-level intervals.
 
-TPOT has none: SGLang's inter-token histogram counts tokens, and a request's tokens are
-not independent observations (Welch over them would be falsely narrow).
+SGLang's inter-token histogram counts tokens, and a request's tokens are not independent
+observations (Welch over them would be falsely narrow): TPOT's interval comes from the
+dashboard's own load instead, which times each request (bench_serving's TPOT), and
+throughput's from the load's output tokens in six equal bins of the window (batch means).
+Neither exists for a server the dashboard only watches (attach): no load of its own.
 """
 
 from __future__ import annotations
@@ -54,6 +57,48 @@ def ttft_interval(scenario: RunFigures, baseline: RunFigures) -> Interval | str:
     bs: Sequence[float] = _moments(baseline)
     iv = fieller(xs[0], xs[1], int(xs[2]), bs[0], bs[1], int(bs[2]),
                  method=method(int(xs[2]), int(bs[2])))
+    return iv if iv is not None else "the baseline's window too noisy to bound the ratio"
+
+
+def tpot_method(n_scenario: int, n_baseline: int) -> str:
+    return (f"Welch over the load's {n_scenario:,} and {n_baseline:,} requests' TPOT in "
+            "the windows")
+
+
+def tpot_interval(scenario: RunFigures, baseline: RunFigures) -> Interval | str:
+    """The interval of scenario's mean per-request TPOT relative to baseline's, from the
+    dashboard's load in each window; or why there is none."""
+    sides = []
+    for r in (scenario, baseline):
+        n, mean, sd = r.load_tpot_n, r.load_tpot_mean_s, r.load_tpot_sd_s
+        if n is None or mean is None:
+            return "no TPOT of the dashboard's own load in the window"
+        if n < MIN_REQUESTS or sd is None:
+            return f"{n} request(s) of the load in the window: no spread to tell"
+        sides.append((mean, sd * sd / n, n))
+    (mx, vx, nx), (mb, vb, nb) = sides
+    iv = fieller(mx, vx, nx, mb, vb, nb, method=tpot_method(nx, nb))
+    return iv if iv is not None else "the baseline's window too noisy to bound the ratio"
+
+
+def throughput_method(n_scenario: int, n_baseline: int) -> str:
+    return (f"Welch over the load's output tokens in {n_scenario} and {n_baseline} equal "
+            "bins of the windows")
+
+
+def throughput_interval(scenario: RunFigures, baseline: RunFigures) -> Interval | str:
+    """The interval of scenario's output tokens per second relative to baseline's, from
+    the dashboard's load's tokens in equal bins of each window; or why there is none."""
+    sides = []
+    for r in (scenario, baseline):
+        n, mean, sd = r.load_bins, r.load_tok_s, r.load_tok_s_sd
+        if n is None or mean is None or sd is None:
+            return "no throughput of the dashboard's own load over a whole window"
+        if n < MIN_REQUESTS:
+            return f"{n} bin(s) of the window: no spread to tell"
+        sides.append((mean, sd * sd / n, n))
+    (mx, vx, nx), (mb, vb, nb) = sides
+    iv = fieller(mx, vx, nx, mb, vb, nb, method=throughput_method(nx, nb))
     return iv if iv is not None else "the baseline's window too noisy to bound the ratio"
 
 

@@ -18,13 +18,23 @@ from engram_top.model.store import RunFacts
 from engram_top.seed.reference import Reference
 
 
-def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
+def run_result(run: RunFacts, trial: int, source: str = "live", *,
+               own_load: tuple[bool, bool] = (True, True)) -> RunResult:
     """A dashboard run's headline figures as one trial for engram_top.compare.comparison.
 
     Time to ready is in node time (divided by the run's time scale). Latencies are the
     run's last 30 s window (SGLang's histograms); SGLang's inter-token latency stands in for
-    TPOT, as it does in SGLang's own metrics."""
+    TPOT, as it does in SGLang's own metrics. Where the dashboard drove the load, TPOT and
+    throughput are its own requests' over the same window instead (RunFigures.load_*):
+    bench_serving's per-request TPOT, with the spread their intervals need. ``own_load``
+    says whether (TPOT, throughput) may be the load's: not where another run compared with
+    it has only the server's (run_results), as a delta of one against the other would
+    compare two different figures."""
     r = run.results
+    if not own_load[0]:
+        r = dataclasses.replace(r, load_tpot_mean_s=None)
+    if not own_load[1]:
+        r = dataclasses.replace(r, load_tok_s=None)
     throttled = (f"{THROTTLED}: {'; '.join(r.throttled)}",) if r.throttled else ()
     warming: tuple[str, ...] = ()
     if (why := warming_up(r)) is not None:  # its sampled figures mean nothing yet
@@ -38,10 +48,13 @@ def run_result(run: RunFacts, trial: int, source: str = "live") -> RunResult:
         # Start-up in node time: a simulated node started x time_scale faster than the
         # node (and the seed) would; a real node's time_scale is 1.
         ready_s=run.node_seconds(r.ready_s),
-        ttft_mean_s=r.ttft_mean_s, tpot_mean_s=r.itl_mean_s, itl_mean_s=r.itl_mean_s,
-        output_tok_s=r.output_tok_s, joules_per_token=r.joules_per_token,
+        ttft_mean_s=r.ttft_mean_s, itl_mean_s=r.itl_mean_s,
+        tpot_mean_s=r.itl_mean_s if r.load_tpot_mean_s is None else r.load_tpot_mean_s,
+        output_tok_s=r.output_tok_s if r.load_tok_s is None else r.load_tok_s,
+        joules_per_token=r.joules_per_token,
         goodput_rps=r.goodput_rps, slo_attainment=r.slo_attainment,
-        notes=("live: last 30 s window of the server's histograms", *throttled, *warming))
+        notes=("live: last 30 s window of the server's histograms", *load_note(r), *throttled,
+               *warming))
 
 
 # A live figure means something once its run has served a whole window since ready (no
@@ -51,7 +64,16 @@ WARM_REQUESTS = 30
 # host memory and start-up are not, and stand from the start.
 _SAMPLED = ("ttft_p50_s", "ttft_mean_s", "itl_p50_s", "itl_mean_s", "output_tok_s",
             "joules_per_token", "goodput_rps", "slo_attainment", "ttft_p50_bucket_s",
-            "itl_p50_bucket_s")
+            "itl_p50_bucket_s", "load_tpot_mean_s", "load_tpot_sd_s", "load_tpot_n",
+            "load_tok_s", "load_tok_s_sd", "load_bins")
+
+
+def load_note(r: RunFigures) -> tuple[str, ...]:
+    """What a run's TPOT and throughput were read from, where the load's own requests."""
+    said = [name for name, v in (("TPOT", r.load_tpot_mean_s), ("throughput", r.load_tok_s))
+            if v is not None]
+    return (f"{' and '.join(said)}: the dashboard's load's own requests in that window",) \
+        if said else ()
 
 
 def warming_up(r: RunFigures) -> str | None:
@@ -77,16 +99,26 @@ def window(r: RunFigures) -> str | None:
 
 
 def run_results(runs: list[RunFacts], source: str = "live") -> list[RunResult]:
-    """Every run with figures, each numbered as a trial of its scenario (0, 1, ...)."""
+    """Every run with figures, each numbered as a trial of its scenario (0, 1, ...). TPOT
+    and throughput are the dashboard's load's (run_result) only where every run that has
+    the server's figure has the load's too."""
+    measured = [run for run in runs if run.results.measured()]
+    own = own_load(measured)
     counts: dict[str, int] = {}
     out = []
-    for run in runs:
-        if not run.results.measured():
-            continue
+    for run in measured:
         trial = counts.get(run.scenario, 0)
         counts[run.scenario] = trial + 1
-        out.append(run_result(run, trial, source))
+        out.append(run_result(run, trial, source, own_load=own))
     return out
+
+
+def own_load(runs: Sequence[RunFacts]) -> tuple[bool, bool]:
+    """Whether a comparison of these runs takes TPOT, and throughput, from the dashboard's
+    load: where every run past warming up that has the server's figure has the load's."""
+    warm = [run.results for run in runs if warming_up(run.results) is None]
+    return (all(r.load_tpot_mean_s is not None for r in warm if r.itl_mean_s is not None),
+            all(r.load_tok_s is not None for r in warm if r.output_tok_s is not None))
 
 
 def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
@@ -121,36 +153,49 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
 
 
 def within_windows(c: Comparison, runs: Sequence[RunFacts]) -> Comparison:
-    """The comparison with an interval on the mean TTFT's delta of each live scenario
-    measured by one run, against a baseline measured by one, from within their windows
-    (compare.live_interval); where an open bucket stops one, its window says why. Repeated runs keep
-    their trial-level intervals."""
-    alone = {}
+    """The comparison with an interval on the delta of each live scenario measured by one
+    run, against a baseline measured by one, from within their windows
+    (compare.live_interval): the mean TTFT's from the server's histogram; TPOT's and
+    throughput's from the dashboard's load, where they are its figures (run_results). Where
+    an open bucket stops TTFT's, its window says why. Repeated runs keep their trial-level
+    intervals."""
+    alone: dict[str, RunFigures | None] = {}
     for run in runs:
         if run.results.measured():
             alone[run.scenario] = None if run.scenario in alone else run.results
     base = alone.get(c.baseline)
-    row = next((r for r in c.rows if r.metric.key == "ttft_mean_ms"), None)
-    if base is None or row is None or c.trials.get(c.baseline) != 1 \
-            or (base_cell := row.cells.get(c.baseline)) is None or base_cell.mean is None:
+    if base is None or c.trials.get(c.baseline) != 1:
         return c
-    cells, windows = dict(row.cells), dict(c.windows)
-    for s, cell in row.cells.items():
-        figures = alone.get(s)
-        if s == c.baseline or figures is None or c.trials.get(s) != 1 or cell.mean is None \
-                or cell.delta is None or cell.interval is not None:
+    tpot, tok = own_load([run for run in runs if run.results.measured()])
+    found_by = {"ttft_mean_ms": live_interval.ttft_interval,
+                **({"tpot_mean_ms": live_interval.tpot_interval} if tpot else {}),
+                **({"output_tok_s": live_interval.throughput_interval} if tok else {})}
+    windows = dict(c.windows)
+    rows = []
+    for row in c.rows:
+        interval_of = found_by.get(row.metric.key)
+        base_cell = row.cells.get(c.baseline)
+        if interval_of is None or base_cell is None or base_cell.mean is None:
+            rows.append(row)
             continue
-        found = live_interval.ttft_interval(figures, base)
-        if isinstance(found, str):
-            # Said where the window had one to give but an open bucket hides the spread;
-            # otherwise the verdict's "one run each" says it.
-            if s in windows and (figures.ttft_over or base.ttft_over):
-                windows[s] += f"; no TTFT interval: {found}"
-            continue
-        cells[s] = dataclasses.replace(cell, interval=found,
-                                       spans_zero=found.lo <= 0.0 <= found.hi)
-    rows = tuple(dataclasses.replace(r, cells=cells) if r is row else r for r in c.rows)
-    return dataclasses.replace(c, rows=rows, windows=windows)
+        cells = dict(row.cells)
+        for s, cell in row.cells.items():
+            figures = alone.get(s)
+            if s == c.baseline or figures is None or c.trials.get(s) != 1 \
+                    or cell.mean is None or cell.delta is None or cell.interval is not None:
+                continue
+            found = interval_of(figures, base)
+            if isinstance(found, str):
+                # Said where the window had one to give but an open bucket hides the
+                # spread; otherwise the verdict's "one run each" says it.
+                if row.metric.key == "ttft_mean_ms" and s in windows \
+                        and (figures.ttft_over or base.ttft_over):
+                    windows[s] += f"; no TTFT interval: {found}"
+                continue
+            cells[s] = dataclasses.replace(cell, interval=found,
+                                           spans_zero=found.lo <= 0.0 <= found.hi)
+        rows.append(dataclasses.replace(row, cells=cells))
+    return dataclasses.replace(c, rows=tuple(rows), windows=windows)
 
 
 def live_windows(runs: Sequence[RunFacts]) -> dict[str, dict[str, str]]:

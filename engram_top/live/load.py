@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from collectors.engine_http import WINDOW_S
 from engram_top.compare.slo import Slo
 from engram_top.compare.slo import bounds as slo_bounds
 from engram_top.model.store import RunStore
+from scenarios.load_window import LoadWindow
 from scenarios.scenario_file import Scenario
 
 if TYPE_CHECKING:
@@ -55,7 +57,9 @@ def driver(sc: Scenario, spec: LoadSpec, context: int | None,
     load = LoadProcess(sc.url, concurrency=spec.concurrency, input_len=input_len,
                        output_len=output_len, range_ratio=spec.range_ratio, seed=spec.seed,
                        api_key=sc.api_key, bounds=slo_bounds(slos, serve),
-                       count_prompt=sc.engine.simulated_node)
+                       count_prompt=sc.engine.simulated_node,
+                       # the server's latency window: the load's figures cover the same span
+                       window_s=WINDOW_S)
     fitted = "" if (input_len, output_len) == (spec.input_len, spec.output_len) else (
         f", prompts up to {input_len} and outputs up to {output_len} tokens to fit the "
         f"model's context of {context}")
@@ -72,3 +76,10 @@ def counters(load: LoadProcess, slos: Sequence[Slo], node_s: float) -> dict[str,
     return {"concurrency": load.concurrency, "sent": s.sent, "completed": s.completed,
             "failed": s.failed, "output_tokens": s.output_tokens, "last_error": s.last_error,
             "good": s.good, "slo": [x.label for x in slos], "node_s": node_s}
+
+
+def load_window(load: LoadProcess, serve: float) -> LoadWindow | None:
+    """The load's last window in the node's time (``serve``: the node serves that many
+    times as long as it takes here), as the store keeps it."""
+    w = load.stats.window
+    return None if w is None else w.in_node_time(serve)

@@ -29,7 +29,7 @@ from engram_top.compare.slo import Slo
 from engram_top.live.attached import AttachedServers
 from engram_top.live.fit import refusal_for_the_app
 from engram_top.live.forensics import DeathWatch
-from engram_top.live.load import context_len, counters, driver
+from engram_top.live.load import context_len, counters, driver, load_window
 from engram_top.live.options import SessionOptions as SessionOptions  # re-exported
 from engram_top.live.polling import free_port, poll_loop
 from engram_top.live.run_facts import (
@@ -423,6 +423,7 @@ class Session(AttachedServers):
                 # node seconds the load has run: goodput's denominator
                 self.store.load = counters(self.load, self.slos, (
                     time.monotonic() - self._load_since) / self._load_serve)
+                self.store.load_window = load_window(self.load, self._load_serve)
             # Without a load of ours only the once-a-second part has work: an attached
             # session (an agent's) wakes once a second, not four times.
             await asyncio.sleep(0.25 if self.load is not None or self.options.load else 1.0)

@@ -35,6 +35,7 @@ from engram_top.model.views import (
     RunView,
     SourceStatus,
 )
+from scenarios.load_window import LoadWindow
 from scenarios.runstate import SERVING
 
 
@@ -369,7 +370,7 @@ def summary(store: RunStore) -> RunFigures:
         throttled=_throttled(run, server, serving),
         goodput_rps=goodput.rps if goodput is not None else None,
         slo_attainment=goodput.attainment if goodput is not None else None,
-        **_window(store, run, lat, ttft))
+        **_window(store, run, lat, ttft), **_load_window(store.load_window))
 
 
 def _coarse_bucket(q: Quantiles | None) -> tuple[float, float | None] | None:
@@ -386,6 +387,21 @@ def _window(store: RunStore, run: RunFacts | None, lat: LatencyView | None,
             # None with no request in the window: the last count stands (RunFigures.merged).
             "window_requests": int(ttft.count) if ttft is not None and ttft.count else None,
             "served_s": None if served is None else round(max(0.0, served), 1)}
+
+
+def _load_window(w: LoadWindow | None) -> dict[str, Any]:
+    """The demo load's window as a run's figures (RunFigures.load_*); none of them without
+    one, so a run's last ones stand (RunFigures.merged)."""
+    if w is None:
+        return {}
+    out: dict[str, Any] = {}
+    if w.tpot_mean_s is not None and w.tpot_n:
+        out.update(load_tpot_mean_s=_round_ms(w.tpot_mean_s, 3), load_tpot_n=w.tpot_n,
+                   load_tpot_sd_s=_round_ms(w.tpot_sd_s, 3))
+    if (rate := w.tok_s()) is not None:
+        out.update(load_tok_s=round(rate[0], 2), load_tok_s_sd=round(rate[1], 2),
+                   load_bins=rate[2])
+    return out
 
 
 def _gib(nbytes: float | None) -> float | None:

@@ -56,6 +56,18 @@ class RunFigures:
     # None for the +Inf bucket; None where the p50 is resolved. It goes with its p50.
     ttft_p50_bucket_s: tuple[float, float | None] | None = None
     itl_p50_bucket_s: tuple[float, float | None] | None = None
+    # The demo load's own requests over the same window, in node time, where the dashboard
+    # drives the load (scenarios.load_window): their mean TPOT, its spread over
+    # load_tpot_n requests (bench_serving's TPOT: each request's (end - first token) /
+    # (tokens - 1)), and their output tokens per second with its spread over load_bins
+    # equal bins of the window. A run measured once gets its TPOT and throughput
+    # intervals from them (compare.live_interval).
+    load_tpot_mean_s: float | None = None
+    load_tpot_sd_s: float | None = None
+    load_tpot_n: int | None = None
+    load_tok_s: float | None = None
+    load_tok_s_sd: float | None = None
+    load_bins: int | None = None
 
     def measured(self) -> bool:
         """Whether any figure is known."""
@@ -125,10 +137,12 @@ _JSON = {"ttft_p50_s": ("ttft_p50_ms", 1000), "ttft_mean_s": ("ttft_mean_ms", 10
          "ttft_sd_s": ("ttft_sd_ms", 1000),
          "itl_p50_s": ("itl_p50_ms", 1000), "itl_mean_s": ("itl_mean_ms", 1000),
          "ttft_p50_bucket_s": ("ttft_p50_bucket_ms", 1000),
-         "itl_p50_bucket_s": ("itl_p50_bucket_ms", 1000)}
+         "itl_p50_bucket_s": ("itl_p50_bucket_ms", 1000),
+         "load_tpot_mean_s": ("load_tpot_mean_ms", 1000),
+         "load_tpot_sd_s": ("load_tpot_sd_ms", 1000)}
 # Each p50 and the field of the bucket it lies in (where that is too wide to resolve it).
 _BUCKETS = {"ttft_p50_s": "ttft_p50_bucket_s", "itl_p50_s": "itl_p50_bucket_s"}
-_COUNTS = {"gpus", "kv_tokens", "window_requests", "ttft_over"}
+_COUNTS = {"gpus", "kv_tokens", "window_requests", "ttft_over", "load_tpot_n", "load_bins"}
 _NOTES = {"throttled"}  # lists of words, not numbers
 
 

@@ -28,6 +28,7 @@ from collectors.startup_facts import StartupFacts
 from engram_top.model.death import Death
 from engram_top.model.figures import RunFigures
 from engram_top.model.fingerprint import Fingerprint
+from scenarios.load_window import LoadWindow
 from scenarios.runstate import RunState
 
 
@@ -277,6 +278,9 @@ class RunStore:
         # alert name -> message; an alert (of its definition's severity) while it stands.
         self.conditions: dict[str, str] = {}
         self.load: dict[str, Any] = {}
+        # The demo load's own requests over the last window, in node time: the intervals of
+        # TPOT and throughput for a run measured once (None: no load of ours, or not yet).
+        self.load_window: LoadWindow | None = None
         self.node = ""
         self.scenarios: Any = None  # the session's ScenarioFile, for the scenario list
         # The scenario every comparison of the session is against, as the user chose it
@@ -322,6 +326,7 @@ class RunStore:
             self._lines.clear()
         self.bump(SourceName.SERVER)
         self.load = {}
+        self.load_window = None
         self.bump(StoreTopic.RUN)
         self._tell("run", facts)
 

@@ -1,7 +1,9 @@
 """A live scenario measured by one run gets its TTFT delta's interval from within its
 window: the histogram's buckets give the spread (collectors.windowed.bucket_sd, checked on
 hand-computed buckets), Fieller's interval the relative change; an open +Inf bucket gives
-none and says why; on screen the strip and the compare screen read a verdict, not "?"."""
+none and says why; on screen the strip and the compare screen read a verdict, not "?".
+Where the dashboard drives the load, TPOT and throughput get theirs from the load's own
+requests (per-request TPOTs, tokens in equal bins of the window)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from helpers import StaticSession, screen_text, until
 from collectors.windowed import bucket_sd
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp
-from engram_top.compare.live_interval import ttft_interval
+from engram_top.compare.live_interval import throughput_interval, tpot_interval, ttft_interval
 from engram_top.compare.runs import comparison
 from engram_top.compare.stats import Interval, fieller, welch
 from engram_top.compare.verdict import WORSE, verdict
@@ -112,3 +114,74 @@ async def test_two_warm_live_runs_show_a_verdict_not_a_question_mark() -> None:
         await pilot.press("escape")
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running, what="the app to quit")
+
+
+def loaded(ttft: float, tpot: float, tok_s: float, *, tpot_n: int = 300,
+           bins: int = 6, served: float = 60.0) -> RunFigures:
+    """A live run whose load the dashboard drove: its own requests' TPOT and tokens."""
+    return RunFigures(gpus=4, kv_tokens=42_700_288, ttft_mean_s=ttft, ttft_sd_s=0.1,
+                      ttft_over=0, itl_mean_s=tpot * 0.97, output_tok_s=tok_s * 1.01,
+                      window_s=30.0, window_requests=tpot_n, served_s=served,
+                      load_tpot_mean_s=tpot, load_tpot_sd_s=0.004, load_tpot_n=tpot_n,
+                      load_tok_s=tok_s, load_tok_s_sd=tok_s * 0.03, load_bins=bins)
+
+
+def test_tpot_and_throughput_intervals_from_the_dashboards_own_load() -> None:
+    # TPOT 31 ms against 28 ms, 4 ms of spread over 300 requests each: about +10.7%, its
+    # standard errors about 0.8% each. Throughput 3% spread over six bins: -14% is clear.
+    iv = tpot_interval(loaded(0.42, 0.031, 165.0), loaded(0.35, 0.028, 192.0))
+    assert isinstance(iv, Interval)
+    assert iv.lo < 0.031 / 0.028 - 1 < iv.hi and iv.lo > 0.06 and iv.hi < 0.16
+    assert iv.method == "Welch over the load's 300 and 300 requests' TPOT in the windows"
+    tp = throughput_interval(loaded(0.42, 0.031, 165.0), loaded(0.35, 0.028, 192.0))
+    assert isinstance(tp, Interval)
+    assert tp.lo < 165 / 192 - 1 < tp.hi < 0 and tp.lo > -0.25
+    assert tp.method == "Welch over the load's output tokens in 6 and 6 equal bins of the windows"
+    # A server the dashboard only watches has no load of its own: no interval, said why.
+    assert tpot_interval(live(0.42, 0.1, 300), loaded(0.35, 0.028, 192.0)) == \
+        "no TPOT of the dashboard's own load in the window"
+    assert throughput_interval(loaded(0.42, 0.031, 165.0, bins=1),
+                               loaded(0.35, 0.028, 192.0)) == \
+        "1 bin(s) of the window: no spread to tell"
+
+
+def test_one_run_each_of_the_demo_reads_a_verdict_on_every_latency_axis() -> None:
+    runs = [facts("device", loaded(0.35, 0.028, 192.0)),
+            facts("host-prefetch", loaded(0.42, 0.031, 165.0))]
+    c = comparison(runs)
+    assert c is not None
+    # TPOT and throughput are the load's own figures, where it has them: bench_serving's.
+    tpot = c.row("tpot_mean_ms").cells["host-prefetch"]
+    assert tpot.mean == pytest.approx(31.0) and tpot.interval is not None
+    assert c.row("output_tok_s").cells["host-prefetch"].mean == pytest.approx(165.0)
+    found = {f.evidence.axis: f for f in verdict(c).findings}
+    assert (found["tpot"].outcome, found["tpot"].winner) == (WORSE, "device")
+    assert (found["throughput"].outcome, found["throughput"].winner) == (WORSE, "device")
+    assert "load's 300 and 300 requests' TPOT" in found["tpot"].evidence.method
+    # One run without the load's figures (a server only watched): every run's TPOT and
+    # throughput go back to the server's, with no interval, never one figure against the
+    # other.
+    runs.append(facts("host", live(0.40, 0.1, 300)))
+    c = comparison(runs)
+    assert c is not None
+    assert c.row("tpot_mean_ms").cells["host-prefetch"].mean == pytest.approx(31.0 * 0.97)
+    assert c.row("tpot_mean_ms").cells["host-prefetch"].interval is None
+    assert c.row("output_tok_s").cells["host-prefetch"].mean == pytest.approx(165.0 * 1.01)
+    found = {f.evidence.axis: f for f in verdict(c).findings}
+    assert found["tpot"].outcome == "no interval"
+    # A run still warming up does not take the load's figures from the others.
+    runs[2] = facts("host", RunFigures(gpus=4, itl_mean_s=0.03, output_tok_s=170.0,
+                                       ttft_mean_s=0.4, window_s=30.0, served_s=10.0))
+    c = comparison(runs)
+    assert c is not None and c.row("tpot_mean_ms").cells["host-prefetch"].interval is not None
+
+
+def test_the_loads_figures_keep_in_recordings_and_snapshots() -> None:
+    figures = loaded(0.42, 0.031, 165.0)
+    data = figures.to_json()
+    assert (data["load_tpot_mean_ms"], data["load_tpot_sd_ms"], data["load_tpot_n"]) == \
+        (31.0, 4.0, 300)
+    assert (data["load_tok_s"], data["load_bins"]) == (165.0, 6)
+    assert RunFigures.from_json(data) == figures
+    with pytest.raises(ValueError, match="load_bins: expected a whole number"):
+        RunFigures.from_json({**data, "load_bins": 6.5})

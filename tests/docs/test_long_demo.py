@@ -41,6 +41,10 @@ def test_long_contexts_fill_the_device_pool_and_host_prefetch_wins_ttft(docs: Do
     # The win, its figure within half the README's (the load's requests are random).
     assert_quoted([TTFT_WIN], [line.strip("│ ") for line in screen.splitlines()],
                   tolerance=0.5, where="the compare screen")
+    # TPOT and throughput with their intervals from the load's own requests.
+    for axis in ("TPOT", "throughput"):
+        assert re.search(rf"{axis}: host-prefetch [-+][\d.]+% \[[-+][\d.]+%, [-+][\d.]+%\] "
+                         "[▲▼≈]", screen), screen
     term.press("c")
     term.wait_for(lambda t: "KV pool" in t and "Verdict against" not in t, 30,
                   "the panels again")

@@ -40,6 +40,25 @@ async def test_the_load_runs_apart_and_stops(sim_device: SimServer) -> None:
     assert not alive(pid) and not drivers(sim_device.url)
 
 
+async def test_the_loads_window_comes_over_with_its_counters(sim_device: SimServer) -> None:
+    # A 3 s window: a whole one (the bins wait for it) within the test's patience.
+    load = LoadProcess(sim_device.url, concurrency=2, input_len=32, output_len=8,
+                       window_s=3.0)
+    await load.start()
+    try:
+        await until(None, lambda: load.stats.window is not None
+                    and load.stats.window.bin_tokens is not None
+                    and load.stats.window.tpot_n >= 2, 30, "a whole window of requests")
+        w = load.stats.window
+        assert w is not None and w.window_s == 3.0 and w.bin_tokens is not None
+        assert w.tpot_mean_s is not None and 0 < w.tpot_mean_s < 3.0
+        assert w.tpot_sd_s is not None and w.tpot_sd_s >= 0
+        assert 0 < sum(w.bin_tokens) <= load.stats.output_tokens
+        assert "--window" in load.argv and "3.0" in load.argv
+    finally:
+        await load.stop()
+
+
 def test_the_load_ends_when_its_parent_dies(sim_device: SimServer) -> None:
     parent = textwrap.dedent(f"""
         import asyncio, sys
