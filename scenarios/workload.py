@@ -256,7 +256,7 @@ class ClosedLoopLoad:
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=self.headers,
                                          timeout=self.timeout, limits=limits)
         if self.window_s is not None:
-            self.window = RequestWindow(self.window_s, time.monotonic())
+            self.window = RequestWindow(self.window_s, time.monotonic(), slo=bool(self.bounds))
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
 
     async def stop(self) -> None:
@@ -284,11 +284,11 @@ class ClosedLoopLoad:
                 continue
             self.stats.completed += 1
             self.stats.output_tokens += record.output_len
-            if self.bounds and within(record, self.bounds):
-                self.stats.good += 1
+            good = bool(self.bounds) and within(record, self.bounds)
+            self.stats.good += good
             self.stats.recent.append(record)
             if self.window is not None:
-                self.window.add(time.monotonic(), record.tpot, record.output_len)
+                self.window.add(time.monotonic(), record.tpot, record.output_len, good)
 
     async def one(self, input_len: int, output_len: int) -> RequestRecord:
         assert self._client is not None, "start() first"

@@ -12,7 +12,8 @@ and repeated runs keep their trial-level intervals.
 SGLang's inter-token histogram counts tokens, and a request's tokens are not independent
 observations (Welch over them would be falsely narrow): TPOT's interval comes from the
 dashboard's own load instead, which times each request (bench_serving's TPOT), and
-throughput's from the load's output tokens in six equal bins of the window (batch means).
+throughput's and goodput's from the load's output tokens and its requests within the SLO in
+six equal bins of the window (batch means).
 Neither exists for a server the dashboard only watches (attach): no load of its own.
 """
 
@@ -81,24 +82,39 @@ def tpot_interval(scenario: RunFigures, baseline: RunFigures) -> Interval | str:
     return iv if iv is not None else "the baseline's window too noisy to bound the ratio"
 
 
-def throughput_method(n_scenario: int, n_baseline: int) -> str:
-    return (f"Welch over the load's output tokens in {n_scenario} and {n_baseline} equal "
-            "bins of the windows")
+def binned_method(what: str, n_scenario: int, n_baseline: int) -> str:
+    return (f"Welch over the load's {what} in {n_scenario} and {n_baseline} equal bins of "
+            "the windows")
 
 
 def throughput_interval(scenario: RunFigures, baseline: RunFigures) -> Interval | str:
     """The interval of scenario's output tokens per second relative to baseline's, from
     the dashboard's load's tokens in equal bins of each window; or why there is none."""
-    sides = []
-    for r in (scenario, baseline):
-        n, mean, sd = r.load_bins, r.load_tok_s, r.load_tok_s_sd
+    return _binned("output tokens", "throughput",
+                   *((r.load_bins, r.load_tok_s, r.load_tok_s_sd) for r in (scenario, baseline)))
+
+
+def goodput_interval(scenario: RunFigures, baseline: RunFigures) -> Interval | str:
+    """The interval of scenario's requests within every SLO per second relative to
+    baseline's, from the dashboard's load's such requests in equal bins of each window."""
+    return _binned("requests within the SLO", "goodput",
+                   *((r.load_bins, r.load_good_rps, r.load_good_rps_sd)
+                     for r in (scenario, baseline)))
+
+
+def _binned(what: str, axis: str, *sides: tuple[int | None, float | None, float | None]
+            ) -> Interval | str:
+    moments = []
+    for n, mean, sd in sides:
         if n is None or mean is None or sd is None:
-            return "no throughput of the dashboard's own load over a whole window"
+            return f"no {axis} of the dashboard's own load over a whole window"
         if n < MIN_REQUESTS:
             return f"{n} bin(s) of the window: no spread to tell"
-        sides.append((mean, sd * sd / n, n))
-    (mx, vx, nx), (mb, vb, nb) = sides
-    iv = fieller(mx, vx, nx, mb, vb, nb, method=throughput_method(nx, nb))
+        moments.append((mean, sd * sd / n, n))
+    (mx, vx, nx), (mb, vb, nb) = moments
+    if mb == 0:
+        return f"no {what} in the baseline's window: no ratio to it"
+    iv = fieller(mx, vx, nx, mb, vb, nb, method=binned_method(what, nx, nb))
     return iv if iv is not None else "the baseline's window too noisy to bound the ratio"
 
 

@@ -19,22 +19,24 @@ from engram_top.seed.reference import Reference
 
 
 def run_result(run: RunFacts, trial: int, source: str = "live", *,
-               own_load: tuple[bool, bool] = (True, True)) -> RunResult:
+               own_load: tuple[bool, bool, bool] = (True, True, True)) -> RunResult:
     """A dashboard run's headline figures as one trial for engram_top.compare.comparison.
 
     Time to ready is in node time (divided by the run's time scale). Latencies are the
     run's last 30 s window (SGLang's histograms); SGLang's inter-token latency stands in for
-    TPOT, as it does in SGLang's own metrics. Where the dashboard drove the load, TPOT and
-    throughput are its own requests' over the same window instead (RunFigures.load_*):
-    bench_serving's per-request TPOT, with the spread their intervals need. ``own_load``
-    says whether (TPOT, throughput) may be the load's: not where another run compared with
-    it has only the server's (run_results), as a delta of one against the other would
-    compare two different figures."""
+    TPOT, as it does in SGLang's own metrics. Where the dashboard drove the load, TPOT,
+    throughput and goodput are its own requests' over the same window instead
+    (RunFigures.load_*): bench_serving's per-request TPOT, with the spread their intervals
+    need. ``own_load`` says whether (TPOT, throughput, goodput) may be the load's: not where
+    another run compared with it has only the other figure (run_results), as a delta of one
+    against the other would compare two different figures."""
     r = run.results
     if not own_load[0]:
         r = dataclasses.replace(r, load_tpot_mean_s=None)
     if not own_load[1]:
         r = dataclasses.replace(r, load_tok_s=None)
+    if not own_load[2]:
+        r = dataclasses.replace(r, load_good_rps=None)
     throttled = (f"{THROTTLED}: {'; '.join(r.throttled)}",) if r.throttled else ()
     warming: tuple[str, ...] = ()
     if (why := warming_up(r)) is not None:  # its sampled figures mean nothing yet
@@ -52,7 +54,8 @@ def run_result(run: RunFacts, trial: int, source: str = "live", *,
         tpot_mean_s=r.itl_mean_s if r.load_tpot_mean_s is None else r.load_tpot_mean_s,
         output_tok_s=r.output_tok_s if r.load_tok_s is None else r.load_tok_s,
         joules_per_token=r.joules_per_token,
-        goodput_rps=r.goodput_rps, slo_attainment=r.slo_attainment,
+        goodput_rps=r.goodput_rps if r.load_good_rps is None else r.load_good_rps,
+        slo_attainment=r.slo_attainment,
         notes=("live: last 30 s window of the server's histograms", *load_note(r), *throttled,
                *warming))
 
@@ -65,14 +68,15 @@ WARM_REQUESTS = 30
 _SAMPLED = ("ttft_p50_s", "ttft_mean_s", "itl_p50_s", "itl_mean_s", "output_tok_s",
             "joules_per_token", "goodput_rps", "slo_attainment", "ttft_p50_bucket_s",
             "itl_p50_bucket_s", "load_tpot_mean_s", "load_tpot_sd_s", "load_tpot_n",
-            "load_tok_s", "load_tok_s_sd", "load_bins")
+            "load_tok_s", "load_tok_s_sd", "load_bins", "load_good_rps", "load_good_rps_sd")
 
 
 def load_note(r: RunFigures) -> tuple[str, ...]:
-    """What a run's TPOT and throughput were read from, where the load's own requests."""
-    said = [name for name, v in (("TPOT", r.load_tpot_mean_s), ("throughput", r.load_tok_s))
-            if v is not None]
-    return (f"{' and '.join(said)}: the dashboard's load's own requests in that window",) \
+    """What a run's TPOT, throughput and goodput were read from, where the load's own
+    requests."""
+    said = [name for name, v in (("TPOT", r.load_tpot_mean_s), ("throughput", r.load_tok_s),
+                                 ("goodput", r.load_good_rps)) if v is not None]
+    return (f"{', '.join(said)}: the dashboard's load's own requests in that window",) \
         if said else ()
 
 
@@ -99,9 +103,9 @@ def window(r: RunFigures) -> str | None:
 
 
 def run_results(runs: list[RunFacts], source: str = "live") -> list[RunResult]:
-    """Every run with figures, each numbered as a trial of its scenario (0, 1, ...). TPOT
-    and throughput are the dashboard's load's (run_result) only where every run that has
-    the server's figure has the load's too."""
+    """Every run with figures, each numbered as a trial of its scenario (0, 1, ...). TPOT,
+    throughput and goodput are the dashboard's load's window's (run_result) only where every
+    run that has the other figure has the load's too."""
     measured = [run for run in runs if run.results.measured()]
     own = own_load(measured)
     counts: dict[str, int] = {}
@@ -113,12 +117,14 @@ def run_results(runs: list[RunFacts], source: str = "live") -> list[RunResult]:
     return out
 
 
-def own_load(runs: Sequence[RunFacts]) -> tuple[bool, bool]:
-    """Whether a comparison of these runs takes TPOT, and throughput, from the dashboard's
-    load: where every run past warming up that has the server's figure has the load's."""
+def own_load(runs: Sequence[RunFacts]) -> tuple[bool, bool, bool]:
+    """Whether a comparison of these runs takes TPOT, throughput and goodput from the
+    dashboard's load's window: where every run past warming up that has the other figure
+    (the server's; goodput since the load began) has the load's."""
     warm = [run.results for run in runs if warming_up(run.results) is None]
     return (all(r.load_tpot_mean_s is not None for r in warm if r.itl_mean_s is not None),
-            all(r.load_tok_s is not None for r in warm if r.output_tok_s is not None))
+            all(r.load_tok_s is not None for r in warm if r.output_tok_s is not None),
+            all(r.load_good_rps is not None for r in warm if r.goodput_rps is not None))
 
 
 def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
@@ -155,8 +161,9 @@ def comparison(runs: Sequence[RunFacts], *, baseline: str | None = None,
 def within_windows(c: Comparison, runs: Sequence[RunFacts]) -> Comparison:
     """The comparison with an interval on the delta of each live scenario measured by one
     run, against a baseline measured by one, from within their windows
-    (compare.live_interval): the mean TTFT's from the server's histogram; TPOT's and
-    throughput's from the dashboard's load, where they are its figures (run_results). Where
+    (compare.live_interval): the mean TTFT's from the server's histogram; TPOT's,
+    throughput's and goodput's from the dashboard's load, where they are its figures
+    (run_results). Where
     an open bucket stops TTFT's, its window says why. Repeated runs keep their trial-level
     intervals."""
     alone: dict[str, RunFigures | None] = {}
@@ -166,10 +173,11 @@ def within_windows(c: Comparison, runs: Sequence[RunFacts]) -> Comparison:
     base = alone.get(c.baseline)
     if base is None or c.trials.get(c.baseline) != 1:
         return c
-    tpot, tok = own_load([run for run in runs if run.results.measured()])
+    tpot, tok, good = own_load([run for run in runs if run.results.measured()])
     found_by = {"ttft_mean_ms": live_interval.ttft_interval,
                 **({"tpot_mean_ms": live_interval.tpot_interval} if tpot else {}),
-                **({"output_tok_s": live_interval.throughput_interval} if tok else {})}
+                **({"output_tok_s": live_interval.throughput_interval} if tok else {}),
+                **({"goodput_rps": live_interval.goodput_interval} if good else {})}
     windows = dict(c.windows)
     rows = []
     for row in c.rows:

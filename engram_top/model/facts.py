@@ -401,6 +401,8 @@ def _load_window(w: LoadWindow | None) -> dict[str, Any]:
     if (rate := w.tok_s()) is not None:
         out.update(load_tok_s=round(rate[0], 2), load_tok_s_sd=round(rate[1], 2),
                    load_bins=rate[2])
+    if (good := w.good_rps()) is not None:
+        out.update(load_good_rps=round(good[0], 4), load_good_rps_sd=round(good[1], 4))
     return out
 
 

@@ -59,15 +59,18 @@ class RunFigures:
     # The demo load's own requests over the same window, in node time, where the dashboard
     # drives the load (scenarios.load_window): their mean TPOT, its spread over
     # load_tpot_n requests (bench_serving's TPOT: each request's (end - first token) /
-    # (tokens - 1)), and their output tokens per second with its spread over load_bins
-    # equal bins of the window. A run measured once gets its TPOT and throughput
-    # intervals from them (compare.live_interval).
+    # (tokens - 1)), their output tokens per second and their requests within every SLO per
+    # second (goodput), each with its spread over load_bins equal bins of the window. A run
+    # measured once gets its TPOT, throughput and goodput intervals from them
+    # (compare.live_interval).
     load_tpot_mean_s: float | None = None
     load_tpot_sd_s: float | None = None
     load_tpot_n: int | None = None
     load_tok_s: float | None = None
     load_tok_s_sd: float | None = None
     load_bins: int | None = None
+    load_good_rps: float | None = None
+    load_good_rps_sd: float | None = None
 
     def measured(self) -> bool:
         """Whether any figure is known."""

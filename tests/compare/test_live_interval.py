@@ -16,7 +16,12 @@ from helpers import StaticSession, screen_text, until
 from collectors.windowed import bucket_sd
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.main import EngramTopApp
-from engram_top.compare.live_interval import throughput_interval, tpot_interval, ttft_interval
+from engram_top.compare.live_interval import (
+    goodput_interval,
+    throughput_interval,
+    tpot_interval,
+    ttft_interval,
+)
 from engram_top.compare.runs import comparison
 from engram_top.compare.stats import Interval, fieller, welch
 from engram_top.compare.verdict import WORSE, verdict
@@ -117,13 +122,15 @@ async def test_two_warm_live_runs_show_a_verdict_not_a_question_mark() -> None:
 
 
 def loaded(ttft: float, tpot: float, tok_s: float, *, tpot_n: int = 300,
-           bins: int = 6, served: float = 60.0) -> RunFigures:
-    """A live run whose load the dashboard drove: its own requests' TPOT and tokens."""
+           bins: int = 6, served: float = 60.0, good: float = 3.0) -> RunFigures:
+    """A live run whose load the dashboard drove: its own requests' TPOT, tokens and
+    requests within the SLO."""
     return RunFigures(gpus=4, kv_tokens=42_700_288, ttft_mean_s=ttft, ttft_sd_s=0.1,
                       ttft_over=0, itl_mean_s=tpot * 0.97, output_tok_s=tok_s * 1.01,
                       window_s=30.0, window_requests=tpot_n, served_s=served,
                       load_tpot_mean_s=tpot, load_tpot_sd_s=0.004, load_tpot_n=tpot_n,
-                      load_tok_s=tok_s, load_tok_s_sd=tok_s * 0.03, load_bins=bins)
+                      load_tok_s=tok_s, load_tok_s_sd=tok_s * 0.03, load_bins=bins,
+                      goodput_rps=good * 0.9, load_good_rps=good, load_good_rps_sd=0.3)
 
 
 def test_tpot_and_throughput_intervals_from_the_dashboards_own_load() -> None:
@@ -137,6 +144,12 @@ def test_tpot_and_throughput_intervals_from_the_dashboards_own_load() -> None:
     assert isinstance(tp, Interval)
     assert tp.lo < 165 / 192 - 1 < tp.hi < 0 and tp.lo > -0.25
     assert tp.method == "Welch over the load's output tokens in 6 and 6 equal bins of the windows"
+    gp = goodput_interval(loaded(0.42, 0.031, 165.0, good=2.5), loaded(0.35, 0.028, 192.0))
+    assert isinstance(gp, Interval) and gp.lo < 2.5 / 3 - 1 < gp.hi < 0
+    assert "requests within the SLO in 6 and 6 equal bins" in gp.method
+    assert goodput_interval(loaded(0.42, 0.031, 165.0, good=0.0),
+                            loaded(0.35, 0.028, 192.0, good=0.0)) == \
+        "no requests within the SLO in the baseline's window: no ratio to it"
     # A server the dashboard only watches has no load of its own: no interval, said why.
     assert tpot_interval(live(0.42, 0.1, 300), loaded(0.35, 0.028, 192.0)) == \
         "no TPOT of the dashboard's own load in the window"
@@ -147,7 +160,7 @@ def test_tpot_and_throughput_intervals_from_the_dashboards_own_load() -> None:
 
 def test_one_run_each_of_the_demo_reads_a_verdict_on_every_latency_axis() -> None:
     runs = [facts("device", loaded(0.35, 0.028, 192.0)),
-            facts("host-prefetch", loaded(0.42, 0.031, 165.0))]
+            facts("host-prefetch", loaded(0.42, 0.031, 165.0, good=2.5))]
     c = comparison(runs)
     assert c is not None
     # TPOT and throughput are the load's own figures, where it has them: bench_serving's.
@@ -157,6 +170,8 @@ def test_one_run_each_of_the_demo_reads_a_verdict_on_every_latency_axis() -> Non
     found = {f.evidence.axis: f for f in verdict(c).findings}
     assert (found["tpot"].outcome, found["tpot"].winner) == (WORSE, "device")
     assert (found["throughput"].outcome, found["throughput"].winner) == (WORSE, "device")
+    assert (found["goodput"].outcome, found["goodput"].winner) == (WORSE, "device")
+    assert c.row("goodput_rps").cells["host-prefetch"].mean == pytest.approx(2.5)
     assert "load's 300 and 300 requests' TPOT" in found["tpot"].evidence.method
     # One run without the load's figures (a server only watched): every run's TPOT and
     # throughput go back to the server's, with no interval, never one figure against the
@@ -167,6 +182,8 @@ def test_one_run_each_of_the_demo_reads_a_verdict_on_every_latency_axis() -> Non
     assert c.row("tpot_mean_ms").cells["host-prefetch"].mean == pytest.approx(31.0 * 0.97)
     assert c.row("tpot_mean_ms").cells["host-prefetch"].interval is None
     assert c.row("output_tok_s").cells["host-prefetch"].mean == pytest.approx(165.0 * 1.01)
+    # (it has no goodput at all, so nothing to mix with the load's window's)
+    assert c.row("goodput_rps").cells["host-prefetch"].mean == pytest.approx(2.5)
     found = {f.evidence.axis: f for f in verdict(c).findings}
     assert found["tpot"].outcome == "no interval"
     # A run still warming up does not take the load's figures from the others.

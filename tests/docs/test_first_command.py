@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.docs, pytest.mark.slow]
 FIRST = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/engram-top"
 REF = reference.default()
 SIZE = (40, 160)
-AXES = ("TTFT", "TPOT", "throughput")
+AXES = ("TTFT", "TPOT", "throughput", "goodput at the SLO")
 
 
 def _ready_s(text: str) -> float | None:
@@ -67,14 +67,13 @@ def test_the_first_command_installs_and_opens_the_five_minute_demo(docs: Docs,
     assert "KV" in text and "host-prefetch" in text
     # ... and, by 3:00, the latency axes with their intervals (the compare screen follows
     # the windows as they fill: host-prefetch's first full one is about 30 s after it is
-    # ready): TTFT's from the two windows' requests, TPOT's and throughput's from the demo
-    # load's own requests, as the README's tour says; goodput, one run each, `?`.
+    # ready): TTFT's from the two windows' requests, TPOT's, throughput's and goodput's
+    # from the demo load's own requests, as the README's tour says.
     def with_interval(axis: str, text: str) -> bool:
         return re.search(rf"{axis}: host-prefetch [-+][\d.]+% \[[-+][\d.]+%, [-+][\d.]+%\] "
                          "[▲▼≈]", text) is not None
     text = term.wait_for(lambda t: all(with_interval(a, t) for a in AXES), 90,
-                         "the verdict of TTFT, TPOT and throughput with their intervals")
-    assert re.search(r"goodput at the SLO: host-prefetch [-+][\d.]+% [?]", text), text
+                         "the verdict of every latency axis with its interval")
     # "near the seed's +10.91% and -14.36%": the price of reading the tables from host
     # memory, both ways of the seed's sign.
     found = {a: re.search(rf"{a}: host-prefetch ([-+][\d.]+)%", text) for a in AXES}

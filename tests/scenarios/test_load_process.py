@@ -43,7 +43,7 @@ async def test_the_load_runs_apart_and_stops(sim_device: SimServer) -> None:
 async def test_the_loads_window_comes_over_with_its_counters(sim_device: SimServer) -> None:
     # A 3 s window: a whole one (the bins wait for it) within the test's patience.
     load = LoadProcess(sim_device.url, concurrency=2, input_len=32, output_len=8,
-                       window_s=3.0)
+                       window_s=3.0, bounds={"ttft": 60.0})
     await load.start()
     try:
         await until(None, lambda: load.stats.window is not None
@@ -54,6 +54,7 @@ async def test_the_loads_window_comes_over_with_its_counters(sim_device: SimServ
         assert w.tpot_mean_s is not None and 0 < w.tpot_mean_s < 3.0
         assert w.tpot_sd_s is not None and w.tpot_sd_s >= 0
         assert 0 < sum(w.bin_tokens) <= load.stats.output_tokens
+        assert w.bin_good is not None and 0 < sum(w.bin_good) <= load.stats.good
         assert "--window" in load.argv and "3.0" in load.argv
     finally:
         await load.stop()

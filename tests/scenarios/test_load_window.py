@@ -12,12 +12,12 @@ from scenarios.load_window import BINS, LoadWindow, RequestWindow
 
 
 def test_tpots_and_bins_of_the_last_window_by_hand() -> None:
-    w = RequestWindow(30.0, started=100.0)
-    w.add(101.0, 0.010, 50)  # out of the window by the time it is read (t=140)
-    w.add(112.0, 0.020, 100)  # bin 0: [110, 115)
-    w.add(114.9, None, 1)  # one token: no TPOT, its token still counts
-    w.add(126.0, 0.030, 200)  # bin 3: [125, 130)
-    w.add(139.9, 0.040, 300)  # bin 5
+    w = RequestWindow(30.0, started=100.0, slo=True)
+    w.add(101.0, 0.010, 50, True)  # out of the window by the time it is read (t=140)
+    w.add(112.0, 0.020, 100, True)  # bin 0: [110, 115)
+    w.add(114.9, None, 1, True)  # one token: no TPOT, its token still counts
+    w.add(126.0, 0.030, 200, False)  # bin 3: [125, 130), outside the SLO
+    w.add(139.9, 0.040, 300, True)  # bin 5
     got = w.figures(140.0)
     assert got.window_s == 30.0 and got.tpot_n == 3
     assert got.tpot_mean_s == pytest.approx(0.030)
@@ -30,6 +30,13 @@ def test_tpots_and_bins_of_the_last_window_by_hand() -> None:
     assert rate == pytest.approx(
         (mean, math.sqrt(sum((r - mean) ** 2 for r in rates) / 5), 6))
     assert rate[0] * 30.0 == pytest.approx(601)  # every token of the window, once
+    assert got.bin_good == (2, 0, 0, 0, 0, 1)
+    good = got.good_rps()
+    assert good is not None and good[0] == pytest.approx(3 / 30) and good[2] == 6
+    # A load with no SLO bounds counts no goodput.
+    plain = RequestWindow(30.0, started=100.0)
+    plain.add(112.0, 0.02, 100)
+    assert plain.figures(140.0).bin_good is None and plain.figures(140.0).good_rps() is None
 
 
 def test_no_bins_before_a_whole_window_and_no_spread_from_one_request() -> None:
@@ -54,7 +61,7 @@ def test_the_window_keeps_only_what_it_needs() -> None:
 
 def test_json_both_ways_and_bad_fields_named() -> None:
     w = LoadWindow(window_s=30.0, tpot_n=12, tpot_mean_s=0.025, tpot_sd_s=0.004,
-                   bin_tokens=(1, 2, 3, 4, 5, 6))
+                   bin_tokens=(1, 2, 3, 4, 5, 6), bin_good=(0, 1, 0, 1, 0, 1))
     assert LoadWindow.from_json(w.to_json()) == w
     bare = LoadWindow(window_s=30.0)
     assert LoadWindow.from_json(bare.to_json()) == bare
@@ -63,6 +70,7 @@ def test_json_both_ways_and_bad_fields_named() -> None:
                        ({"window_s": 30, "tpot_mean_s": "fast"}, "window.tpot_mean_s"),
                        ({"window_s": 30, "tpot_sd_s": float("nan")}, "window.tpot_sd_s"),
                        ({"window_s": 30, "bin_tokens": [1, 2]}, "window.bin_tokens"),
+                       ({"window_s": 30, "bin_good": [True] * 6}, "window.bin_good"),
                        ([1], "window: expected an object")]:
         with pytest.raises(ValueError, match=field):
             LoadWindow.from_json(bad)
