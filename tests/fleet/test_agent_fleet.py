@@ -1,4 +1,4 @@
-"""The fleet on the nodes' agents: three simulated nodes (device, host, host-prefetch), an
+"""The fleet on the nodes' agents: eight simulated nodes over the three placements, an
 `engram-top agent` on each, a real Prometheus scraping the agents, and the fleet reading
 them: each node's placement as its agent reads it, the fit of every scenario there, its
 free memory per NUMA node and its unexplained HBM; `fleet --once` prints the same."""
@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,14 +52,25 @@ def _agents_read(session: FleetSession, nodes: int) -> bool:
                                       for r in rows)
 
 
+# The nodes of the test's own, by name, and their placements: with the shared device node,
+# eight (three device, three host, two host-prefetch), as a small fleet is. On device-3
+# another tenant holds 1,820 of the node's 2,048 GiB of host RAM: no room for the tables.
+OWN = {"device-2": "device", "device-3": "device", "host": "host", "host-2": "host",
+       "host-3": "host", "host-prefetch": "host-prefetch", "host-prefetch-2": "host-prefetch"}
+EXTRA = {"device-3": ("--host-hog", "1820")}
+NODES = len(OWN) + 1
+
+
 @pytest.fixture
-def host_nodes(tmp_path: Path) -> Iterator[dict[str, SimServer]]:
-    """A host and a host-prefetch node of this test's own: the shared fleet's are used up
-    (stopped) by another test, which may run first on the same worker."""
+def own_nodes(tmp_path: Path) -> Iterator[dict[str, SimServer]]:
+    """Seven nodes of this test's own: the shared fleet's host nodes are used up (stopped)
+    by another test, which may run first on the same worker. Launched together, so their
+    start-ups overlap."""
     servers: dict[str, SimServer] = {}
     try:
-        for name in ("host", "host-prefetch"):
-            servers[name] = SimServer(name, ServerSpec(name, 0.02), tmp_path / "nodes")
+        for name, placement in OWN.items():
+            servers[name] = SimServer(name, ServerSpec(placement, 0.02, EXTRA.get(name, ())),
+                                      tmp_path / "nodes")
         yield {name: server.wait_ready() for name, server in servers.items()}
     finally:
         left = {name: server.stop(grace=5.0).survivors for name, server in servers.items()}
@@ -68,8 +80,8 @@ def host_nodes(tmp_path: Path) -> Iterator[dict[str, SimServer]]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_fleet_reads_each_nodes_agent_through_a_real_prometheus(
-        fleet: Fleet, host_nodes: dict[str, SimServer], tmp_path: Path) -> None:
-    servers = {"device": fleet.ready("device"), **host_nodes}  # the shared device: read only
+        fleet: Fleet, own_nodes: dict[str, SimServer], tmp_path: Path) -> None:
+    servers = {"device": fleet.ready("device"), **own_nodes}  # the shared device: read only
     with agents(servers) as ports:
         # The device node's scrape config says its placement too: the agent's own label is
         # then Prometheus's exported_placement, and read as the agent's.
@@ -86,8 +98,8 @@ def test_the_fleet_reads_each_nodes_agent_through_a_real_prometheus(
                 await prom.wait_ready()
                 await prom.wait_scraped(3)
                 await session.start()  # its own refreshes, every second
-                await until(None, lambda: _agents_read(session, 3), 60,
-                            lambda: f"the agents' figures of 3 nodes: {session.rows()}")
+                await until(None, lambda: _agents_read(session, NODES), 90,
+                            lambda: f"the agents' figures of {NODES} nodes: {session.rows()}")
                 return {r.node: r for r in session.rows()}
             finally:
                 await session.close()
@@ -104,18 +116,28 @@ def test_the_fleet_reads_each_nodes_agent_through_a_real_prometheus(
     # Each node's placement: the config's label for one, the agent's own for the others
     # (no longer inferred from host memory).
     assert {n: (r.placement, r.placement_inferred) for n, r in rows.items()} == {
-        "node-device": ("device", False), "node-host": ("host", False),
-        "node-host-prefetch": ("host-prefetch", False)}
-    for r in rows.values():
+        "node-device": ("device", False),
+        **{f"node-{name}": (placement, False) for name, placement in OWN.items()}}
+    assert Counter(r.placement for r in rows.values()) == {"device": 3, "host": 3,
+                                                           "host-prefetch": 2}
+    for node, r in rows.items():
         a = r.agent
         assert a is not None
-        # Every scenario of the file fits each of these nodes in place of its server, the
-        # scenario's own placement read whatever the config's label.
+        hogged = node == "node-device-3"
+        # Every scenario of the file fits each of these nodes in place of its server (the
+        # scenario's own placement read whatever the config's label), except the host
+        # placements where another tenant holds the host's memory: 2, does not fit.
+        short = 2 if hogged else 0
         assert [(f.scenario, f.placement, f.level) for f in a.fits] == [
-            ("device", "device", 0), ("host", "host", 0), ("host-prefetch", "host-prefetch", 0)]
+            ("device", "device", 0), ("host", "host", short),
+            ("host-prefetch", "host-prefetch", short)], node
         assert all(f.room_bytes is not None for f in a.fits)
         assert [n for n, _ in a.numa_free] == ["0", "1"]
-        assert all(100 * GIB < b < 2048 * GIB for _, b in a.numa_free)
+        # The hog's memory is on NUMA node 0: that node's alert, and the host's.
+        assert [(n, b < 10 * GIB) for n, b in a.numa_free] == [("0", hogged), ("1", False)]
+        assert all(b < 2048 * GIB for _, b in a.numa_free)
+        assert [i for i, _ in a.alerts] == (
+            ["host-available", "numa-available:node0"] if hogged else []), node
         assert [g for g, _ in a.hbm_unexplained] == ["0", "1", "2", "3"]
         assert a.unexplained_max is not None and 0 <= a.unexplained_max < 8 * GIB
     # The host placement's tables take host memory the device placement does not: on the
@@ -134,6 +156,11 @@ def test_the_fleet_reads_each_nodes_agent_through_a_real_prometheus(
     assert text.returncode == 0, text.stderr
     assert "node-host  host  " in text.stdout
     assert "  fits: device fits (host room " in text.stdout
+    hog = text.stdout.split("node-device-3 ")[1].split("\nnode-")[0]
+    assert "host-available, numa-available:node0" in hog.splitlines()[0], hog
+    assert " · host does not fit (host short " in hog, hog
+    assert [f["level"] for f in nodes["node-device-3"]["agent"]["fits"]] == [
+        "fits", "does not fit", "does not fit"]
     assert "  free per NUMA node: 0: " in text.stdout
 
 
