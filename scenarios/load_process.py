@@ -177,8 +177,8 @@ def main() -> int:
                    help="a per-request latency bound (ttft, tpot or e2e, in seconds): "
                         "requests within every bound are counted as good")
     p.add_argument("--window", type=_seconds, default=None, metavar="S",
-                   help="report the last S seconds' requests: their TPOTs' spread and "
-                        "their output tokens in six bins")
+                   help="report the last S seconds' requests: their TPOTs' spread, and "
+                        "their output tokens and those within the bounds in six bins")
     return asyncio.run(_child(p.parse_args()))
 
 

@@ -1,12 +1,13 @@
 """What a closed-loop load saw of its own requests over the last window: each request's TPOT
-(its spread over independent requests, as bench_serving defines TPOT) and its output tokens
-in equal time bins (the spread of throughput from one bin to the next).
+(its spread over independent requests, as bench_serving defines TPOT), and its output
+tokens and its requests within the SLO in equal time bins (the spread of throughput and of
+goodput from one bin to the next).
 
 A live run measured once has no trials to spread. The server's TTFT histogram gives the
 window's requests (compare.live_interval), but its inter-token histogram counts tokens, not
 requests, and its output counter has no spread at all. The load that sends the requests
 knows each one: this is what it reports, so a run the dashboard drives gets intervals for
-TPOT and throughput as well. Pure data and arithmetic; the model reads the type.
+TPOT, throughput and goodput as well. Pure data and arithmetic; the model reads the type.
 """
 
 from __future__ import annotations

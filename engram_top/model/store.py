@@ -279,7 +279,8 @@ class RunStore:
         self.conditions: dict[str, str] = {}
         self.load: dict[str, Any] = {}
         # The demo load's own requests over the last window, in node time: the intervals of
-        # TPOT and throughput for a run measured once (None: no load of ours, or not yet).
+        # TPOT, throughput and goodput for a run measured once (None: no load of ours, or
+        # not yet).
         self.load_window: LoadWindow | None = None
         self.node = ""
         self.scenarios: Any = None  # the session's ScenarioFile, for the scenario list
