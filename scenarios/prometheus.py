@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from typing import Any
 
 from collectors.pages import PageClient, PageError
 from collectors.prom_answer import labels_of, number, result_of, value_of
+from scenarios.ports import free_port as free_port  # re-exported: the fleet demo's
 from scenarios.private import open_private
 from scenarios.process import LaunchSpec, ManagedProcess
 
@@ -56,12 +56,6 @@ def config(targets: list[Target], scrape_s: float) -> str:
         "scrape_configs": [{"job_name": job, "static_configs": groups}
                            for job, groups in jobs.items()],
     }, indent=1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with(parent: int) -> Callable[[], None]:

@@ -35,11 +35,11 @@ from textual.pilot import Pilot
 
 from collectors.host import sample as host_sample
 from engram_top.alerts.monitor import AlertWatch
-from engram_top.live import polling
 from engram_top.model.store import RunStore
 from engram_top.seed import reference
 from engram_top.sim import state
 from engram_top.sim.backends import SimHostBackend
+from scenarios import ports
 from scenarios.process import LaunchSpec, ManagedProcess, StopResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -220,21 +220,25 @@ def _worker() -> tuple[int, int]:
     return (int(index), max(1, int(count))) if index.isdigit() and count.isdigit() else (0, 1)
 
 
+# The tests' ports: below the scenario files' fixed ports (30000 and up) and below the
+# kernel's ephemeral range, from which every outgoing connection takes its source port: a
+# port drawn there was taken by one of the suite's thousands of connections in the second
+# before the server bound it (uvicorn: address already in use, exit 3).
+TEST_PORTS = (ports.LOWEST, 30_000)
+
+
 def free_port() -> int:
     """A port nothing listens on now, and one not handed out before in this session: servers
     launched together bind theirs seconds later, all at once. Each xdist worker takes only
     ports of its own residue (port % workers), so two workers never hand out the same one
-    in the seconds before its server binds it. Drawn from the kernel's ephemeral range, as
-    bind(0) would, but by this worker: bind(0) hands out even ports first (Linux keeps the
-    odd ones for connect()), so a worker of an odd residue waited on it for ever (-n 2).
-    The product's own free ports lie below that range, apart from these."""
+    in the seconds before its server binds it (bind(0) could not do that: it hands out even
+    ports first, and a worker of an odd residue waited on it for ever). The product draws
+    its own at random from the same band (scenarios.ports): a clash needs both to draw one
+    port within the same seconds."""
     index, workers = _worker()
-    try:
-        low, high = (int(v) for v in polling.EPHEMERAL.read_text().split()[:2])
-    except (OSError, ValueError):
-        low, high = 32768, 60999  # Linux's default
-    ports = range(low + (index - low) % workers, high + 1, workers)
-    for port in random.SystemRandom().sample(ports, min(200, len(ports))):
+    low, high = TEST_PORTS[0], min(TEST_PORTS[1], ports.ephemeral_start())
+    drawn = range(low + (index - low) % workers, high, workers)
+    for port in random.SystemRandom().sample(drawn, min(200, len(drawn))):
         if port in _PORTS_GIVEN:
             continue
         with socket.socket() as s:
@@ -244,7 +248,7 @@ def free_port() -> int:
                 continue
         _PORTS_GIVEN.add(port)
         return port
-    raise RuntimeError(f"tests: 200 ports of residue {index} (mod {workers}) in {low}-{high} "
+    raise RuntimeError(f"tests: 200 ports of residue {index} (mod {workers}) in {low}-{high - 1} "
                        "were all taken")
 
 

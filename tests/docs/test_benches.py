@@ -121,13 +121,14 @@ def test_the_quotable_bench_then_the_dashboard_against_it(docs: Docs) -> None:
 
 def _modal_text(screen: str) -> str:
     """The text of the screen's framed box that starts with "Verdict against", its wrapped
-    lines joined, without what shows beside it."""
+    lines joined, without what shows beside it or its scroll bar's thumb (block elements,
+    which sit at a line's end wherever the content's length puts them)."""
     lines = screen.splitlines()
     top = next(i for i, ln in enumerate(lines) if "│ Verdict against" in ln)
     left = lines[top].index("│ Verdict against")
     right = lines[top].rindex("│")
     inner = (ln[left + 1:right] for ln in lines[top:] if len(ln) > right)
-    return " ".join(" ".join(inner).split())
+    return " ".join(re.sub("[\u2580-\u259f]", " ", " ".join(inner)).split())
 
 
 @pytest.mark.timeout(300)

@@ -7,15 +7,18 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from engram_top.live import polling
+from scenarios import ports, prometheus
 from scenarios.supervisor import Supervisor
 
 
 def test_free_ports_lie_below_the_ephemeral_range() -> None:
-    low = polling._ephemeral_start()
-    ports = {polling.free_port() for _ in range(20)}
-    assert len(ports) > 1 and all(0 < p < 65536 for p in ports)
-    if low - polling.LOWEST >= 1000:  # else no room below it: bind(0)'s, as before
-        assert all(polling.LOWEST <= p < low for p in ports)
+    # The session's (a scenario's port), Prometheus's and the fleet demo's exporters' alike.
+    assert polling.free_port is ports.free_port is prometheus.free_port
+    low = ports.ephemeral_start()
+    drawn = {ports.free_port() for _ in range(20)}
+    assert len(drawn) > 1 and all(0 < p < 65536 for p in drawn)
+    if low - ports.LOWEST >= 1000:  # else no room below it: bind(0)'s, as before
+        assert all(ports.LOWEST <= p < low for p in drawn)
 
 
 def test_a_taken_port_is_named_as_the_cause_of_a_failed_start() -> None:
