@@ -475,6 +475,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
 
     def action_compare(self) -> None:
         from engram_top.app.compare_screen import CompareScreen
+        self.clear_passing_toasts()  # the warnings stay in the header and the events line
         self.push_screen(CompareScreen(self.session.store, extra=self.compare_with,
                                        reference=self.reference,
                                        price_per_gpu_hour=self.price_per_gpu_hour,

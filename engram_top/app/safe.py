@@ -11,6 +11,7 @@ nothing a server or a file says is ever sent to the terminal as a control."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.cells import cell_len
@@ -105,10 +106,23 @@ class SafeOutput(AppMixin):
     visible (they quote names, answers and exceptions); and every frame it writes cleaned
     of any control that reached a widget by another path."""
 
+    # Until when (monotonic) an error's toast stays up: clear_passing_toasts spares it.
+    _errors_until = 0.0
+
     def notify(self, message: str, *, title: str = "", severity: Any = "information",
                timeout: float | None = None, markup: bool = False) -> None:
+        if severity == "error":
+            self._errors_until = time.monotonic() + (
+                self.NOTIFICATION_TIMEOUT if timeout is None else timeout)
         super().notify(visible(message, "\n"), title=visible(title),
                        severity=severity, timeout=timeout, markup=markup)
+
+    def clear_passing_toasts(self) -> None:
+        """The toasts off the screen, unless an error's is up (Textual clears all or none):
+        for a screen a presenter projects, which a warning raised a moment before it opened
+        would cover for its seconds."""
+        if time.monotonic() >= self._errors_until:
+            self.clear_notifications()
 
     def _display(self, screen: Any, renderable: Any) -> None:
         if not self.is_headless:  # headless: nothing is written

@@ -80,8 +80,15 @@ async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline(
         store.set_run(facts)
     app = EngramTopApp(StaticSession(store), snapshot_dir=tmp_path / "snaps")
     async with app.run_test(size=(150, 45)) as pilot:
+        # A warning toasted a moment before `c` does not cover the table either.
+        from engram_top.alerts.monitor import Alert, AlertChange
+        app._alert_changed(AlertChange("raised", Alert(
+            "queue-before", "warning", "request queue before", WALL, NOW)))
+        await until(pilot, lambda: any(n.message == "request queue before"
+                                       for n in app._notifications), what="the toast")
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="the comparison")
+        assert not list(app._notifications)
         text = screen_text(app)
         assert "baseline: device" in text and "n=1 · baseline" in text
         assert "42.70M +260.6%" in text  # KV capacity gained, against device
@@ -95,13 +102,18 @@ async def test_compare_screen_puts_runs_side_by_side_against_a_chosen_baseline(
         assert "11.84M -72.3%" in screen_text(app)
         # A warning raised meanwhile is not toasted over it (the demo's own load queues
         # requests); an error is.
-        from engram_top.alerts.monitor import Alert, AlertChange
         for severity in ("warning", "error"):
             app._alert_changed(AlertChange("raised", Alert(
                 f"queue-{severity}", severity, f"request queue {severity}", WALL, NOW)))
         await pilot.pause()
         toasts = [n.message for n in app._notifications]
         assert "request queue error" in toasts and "request queue warning" not in toasts
+        # Closed and opened again: an error's toast up is kept (Textual clears all or none).
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, CompareScreen), what="closed")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen), what="reopened")
+        assert "request queue error" in [n.message for n in app._notifications]
         # `s` here: this screen, and a comparison against the baseline chosen on it.
         await pilot.press("s")
         await until(pilot, lambda: any(e.text.startswith("snapshot written: ")
