@@ -33,6 +33,9 @@ def who_listens(port: int) -> str:
 
 EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST = 10_000  # below: the ports services are configured on
+# Ours are drawn from here up to the ephemeral range; 10000-19999 is left to a test suite's
+# own servers, which bind theirs seconds after drawing them (a port drawn by both clashed).
+OURS = 20_000
 
 
 def free_port() -> int:
@@ -41,10 +44,10 @@ def free_port() -> int:
     takes its source port from too, and a busy node (or test suite) took it in the second
     before the server bound it (uvicorn: address already in use, exit 3). Else bind(0)."""
     low = ephemeral_start()
-    if low - LOWEST >= 1000:
+    if low - OURS >= 1000:
         # The OS's randomness, not the random module's: a process that seeded it (a bench
         # drawing its requests) would offer every process the same ports.
-        for port in random.SystemRandom().sample(range(LOWEST, low), 20):
+        for port in random.SystemRandom().sample(range(OURS, low), 20):
             with socket.socket() as s:
                 try:
                     s.bind(("127.0.0.1", port))

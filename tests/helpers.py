@@ -220,11 +220,11 @@ def _worker() -> tuple[int, int]:
     return (int(index), max(1, int(count))) if index.isdigit() and count.isdigit() else (0, 1)
 
 
-# The tests' ports: below the scenario files' fixed ports (30000 and up) and below the
+# The tests' ports: 10000-19999, below the product's own (scenarios.ports.OURS) and below the
 # kernel's ephemeral range, from which every outgoing connection takes its source port: a
 # port drawn there was taken by one of the suite's thousands of connections in the second
 # before the server bound it (uvicorn: address already in use, exit 3).
-TEST_PORTS = (ports.LOWEST, 30_000)
+TEST_PORTS = (ports.LOWEST, ports.OURS)
 
 
 def free_port() -> int:
@@ -233,10 +233,10 @@ def free_port() -> int:
     ports of its own residue (port % workers), so two workers never hand out the same one
     in the seconds before its server binds it (bind(0) could not do that: it hands out even
     ports first, and a worker of an odd residue waited on it for ever). The product draws
-    its own at random from the same band (scenarios.ports): a clash needs both to draw one
-    port within the same seconds."""
+    its own from the band above (scenarios.ports.OURS): a Prometheus of a test's drew a
+    port a test's server had drawn and bound first."""
     index, workers = _worker()
-    low, high = TEST_PORTS[0], min(TEST_PORTS[1], ports.ephemeral_start())
+    low, high = TEST_PORTS
     drawn = range(low + (index - low) % workers, high, workers)
     for port in random.SystemRandom().sample(drawn, min(200, len(drawn))):
         if port in _PORTS_GIVEN:

@@ -5,7 +5,7 @@ an odd residue used to wait on it for ever (`-n 2`'s second worker hung 300 s)."
 from __future__ import annotations
 
 import pytest
-from helpers import free_port
+from helpers import TEST_PORTS, free_port
 
 
 @pytest.mark.parametrize(("worker", "workers"), [(1, 2), (3, 4), (2, 3), (0, 1)])
@@ -16,3 +16,5 @@ def test_each_worker_draws_ports_of_its_own_residue(monkeypatch: pytest.MonkeyPa
     ports = [free_port() for _ in range(20)]
     assert all(p % workers == worker for p in ports), ports
     assert len(set(ports)) == len(ports)  # never the same one twice in a session
+    # Below the product's own band and the ephemeral range (outgoing connections' ports).
+    assert all(TEST_PORTS[0] <= p < TEST_PORTS[1] for p in ports), ports
