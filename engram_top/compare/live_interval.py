@@ -19,8 +19,6 @@ Neither exists for a server the dashboard only watches (attach): no load of its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from engram_top.compare.stats import Interval, fieller
 from engram_top.model.figures import RunFigures
 
@@ -54,11 +52,8 @@ def ttft_interval(scenario: RunFigures, baseline: RunFigures) -> Interval | str:
     for r in (scenario, baseline):
         if (why := why_none(r)) is not None:
             return why
-    xs: Sequence[float] = _moments(scenario)
-    bs: Sequence[float] = _moments(baseline)
-    iv = fieller(xs[0], xs[1], int(xs[2]), bs[0], bs[1], int(bs[2]),
-                 method=method(int(xs[2]), int(bs[2])))
-    return iv if iv is not None else "the baseline's window too noisy to bound the ratio"
+    xs, bs = _moments(scenario), _moments(baseline)
+    return _ratio(xs, bs, method(xs[2], bs[2]))
 
 
 def tpot_method(n_scenario: int, n_baseline: int) -> str:
@@ -69,7 +64,7 @@ def tpot_method(n_scenario: int, n_baseline: int) -> str:
 def tpot_interval(scenario: RunFigures, baseline: RunFigures) -> Interval | str:
     """The interval of scenario's mean per-request TPOT relative to baseline's, from the
     dashboard's load in each window; or why there is none."""
-    sides = []
+    sides: list[tuple[float, float, int]] = []
     for r in (scenario, baseline):
         n, mean, sd = r.load_tpot_n, r.load_tpot_mean_s, r.load_tpot_sd_s
         if n is None or mean is None:
@@ -77,9 +72,8 @@ def tpot_interval(scenario: RunFigures, baseline: RunFigures) -> Interval | str:
         if n < MIN_REQUESTS or sd is None:
             return f"{n} request(s) of the load in the window: no spread to tell"
         sides.append((mean, sd * sd / n, n))
-    (mx, vx, nx), (mb, vb, nb) = sides
-    iv = fieller(mx, vx, nx, mb, vb, nb, method=tpot_method(nx, nb))
-    return iv if iv is not None else "the baseline's window too noisy to bound the ratio"
+    xs, bs = sides
+    return _ratio(xs, bs, tpot_method(xs[2], bs[2]))
 
 
 def binned_method(what: str, n_scenario: int, n_baseline: int) -> str:
@@ -104,23 +98,30 @@ def goodput_interval(scenario: RunFigures, baseline: RunFigures) -> Interval | s
 
 def _binned(what: str, axis: str, *sides: tuple[int | None, float | None, float | None]
             ) -> Interval | str:
-    moments = []
+    moments: list[tuple[float, float, int]] = []
     for n, mean, sd in sides:
         if n is None or mean is None or sd is None:
             return f"no {axis} of the dashboard's own load over a whole window"
         if n < MIN_REQUESTS:
             return f"{n} bin(s) of the window: no spread to tell"
         moments.append((mean, sd * sd / n, n))
-    (mx, vx, nx), (mb, vb, nb) = moments
-    if mb == 0:
+    xs, bs = moments
+    if bs[0] == 0:
         return f"no {what} in the baseline's window: no ratio to it"
-    iv = fieller(mx, vx, nx, mb, vb, nb, method=binned_method(what, nx, nb))
+    return _ratio(xs, bs, binned_method(what, xs[2], bs[2]))
+
+
+def _ratio(xs: tuple[float, float, int], bs: tuple[float, float, int],
+           method: str) -> Interval | str:
+    """Fieller's interval of the ratio of two sides' means, each (mean, squared standard
+    error, n); or why there is none."""
+    iv = fieller(xs[0], xs[1], xs[2], bs[0], bs[1], bs[2], method=method)
     return iv if iv is not None else "the baseline's window too noisy to bound the ratio"
 
 
-def _moments(r: RunFigures) -> tuple[float, float, float]:
+def _moments(r: RunFigures) -> tuple[float, float, int]:
     """Mean, squared standard error of the mean, and n of a run's window's TTFTs."""
     assert r.ttft_mean_s is not None and r.ttft_sd_s is not None \
         and r.window_requests is not None
     n = r.window_requests
-    return r.ttft_mean_s, r.ttft_sd_s**2 / n, float(n)
+    return r.ttft_mean_s, r.ttft_sd_s**2 / n, n
