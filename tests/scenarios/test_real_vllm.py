@@ -40,12 +40,21 @@ API_KEY = "sk-real-vllm-in-its-environment"
 KV32, KV64 = 65536, 131072  # 32 and 64 MiB of 512-byte tokens (2 layers, 2 KV heads of 32)
 
 
-def scenario_copy(tmp_path: Path, key: bool = False) -> Path:
-    """tiny-cpu-vllm.toml with absolute paths, vLLM's compile cache in the test's folder
-    (nothing left in the home folder) and, if asked, an API key on the 64 MiB variant."""
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """vLLM's compile cache, one for the module's four starts: the first compiles the tiny
+    model (about 20 s of a 48 s start here), the others read the graphs back (the two
+    variants differ only in their KV cache's bytes, which vLLM leaves out of the graphs'
+    hash). In pytest's temporary folder: nothing is left in the home folder."""
+    return tmp_path_factory.mktemp("vllm-cache")
+
+
+def scenario_copy(tmp_path: Path, cache_root: Path, key: bool = False) -> Path:
+    """tiny-cpu-vllm.toml with absolute paths, vLLM's compile cache in ``cache_root`` and,
+    if asked, an API key on the 64 MiB variant."""
     text = (ROOT / "scenarios" / "tiny-cpu-vllm.toml").read_text()
     text = text.replace('"../.venv-vllm', f'"{VENV}')
-    cache = f'env = {{ VLLM_CACHE_ROOT = "{tmp_path / "cache"}" }}\n'
+    cache = f'env = {{ VLLM_CACHE_ROOT = "{cache_root}" }}\n'
     text = text.replace('host = "127.0.0.1"\n', 'host = "127.0.0.1"\n' + cache, 1)
     if key:
         text = text.replace("[scenarios.vllm-kv64m]\n",
@@ -92,12 +101,12 @@ def dist_files() -> set[str]:
 
 
 @pytest.mark.timeout(420)
-async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
+async def test_real_vllm_start_measure_switch(tmp_path: Path, compile_cache: Path) -> None:
     assert READY, "the vLLM CPU environment is missing: run scripts/setup-vllm-cpu.sh"
     before = dist_files()
     shm = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     session = Session(SessionOptions(
-        scenario_file=scenario_copy(tmp_path, key=True), start="vllm-kv32m",
+        scenario_file=scenario_copy(tmp_path, compile_cache, key=True), start="vllm-kv32m",
         state_dir=tmp_path / "state", free_ports=True, poll_interval=0.5,
         load=LoadSpec(concurrency=2, input_len=24, output_len=16)))
     second: list[psutil.Process] = []
@@ -185,11 +194,12 @@ async def test_real_vllm_start_measure_switch(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(420)
-async def test_bench_over_the_two_real_vllm_variants(tmp_path: Path) -> None:
+async def test_bench_over_the_two_real_vllm_variants(tmp_path: Path,
+                                                     compile_cache: Path) -> None:
     assert READY, "the vLLM CPU environment is missing: run scripts/setup-vllm-cpu.sh"
     from engram_top.bench.plan import load_plan
     from engram_top.bench.runner import run_bench
-    scenario_copy(tmp_path)
+    scenario_copy(tmp_path, compile_cache)
     plan_text = (ROOT / "scenarios" / "tiny-cpu-vllm-bench.toml").read_text()
     (tmp_path / "bench.toml").write_text(plan_text)
     plan = load_plan(tmp_path / "bench.toml")
