@@ -76,7 +76,10 @@ def fieller(mx: float, vx: float, nx: int, mb: float, vb: float, nb: int,
         return Interval(mx / mb - 1.0, mx / mb - 1.0, method, None)
     # Welch-Satterthwaite's df of x-bar - r b-bar, taken at the estimate r = mx / mb.
     rvb = (mx / mb) ** 2 * vb
-    df = (vx + rvb) ** 2 / (vx**2 / (nx - 1) + rvb**2 / (nb - 1))
+    parts = (vx**2 / (nx - 1) if vx else 0.0) + (rvb**2 / (nb - 1) if rvb else 0.0)
+    # Both terms 0 with the baseline's own spread: a side measured as exactly 0 (a window in
+    # which nothing was produced) has no noise, and the baseline's n - 1 is the df.
+    df = (vx + rvb) ** 2 / parts if parts else nb - 1.0
     t2 = t95(max(1.0, df)) ** 2
     # (mx - r mb)^2 <= t^2 (vx + r^2 vb), as a r^2 - 2 b r + c <= 0.
     a, b, c = mb * mb - t2 * vb, mx * mb, mx * mx - t2 * vx

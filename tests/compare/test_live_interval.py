@@ -56,6 +56,16 @@ def test_fieller_from_moments_is_the_trial_sets_interval() -> None:
     assert (got.lo, got.hi) == pytest.approx((-0.02, 1.61), abs=5e-3)  # (-2%, +161%)
 
 
+def test_a_side_measured_as_exactly_zero_is_minus_100_percent_not_a_crash() -> None:
+    # A scenario's window in which nothing was produced (all six bins 0: the demo's burst
+    # of long prompts still queued) against a baseline with spread: -100%, exactly.
+    got = fieller(0.0, 0.0, 6, 150.0, 25.0, 6)
+    assert isinstance(got, Interval) and (got.lo, got.hi) == (-1.0, -1.0)
+    assert got.df == 5.0
+    tp = throughput_interval(loaded(0.42, 0.031, 0.0), loaded(0.35, 0.028, 192.0))
+    assert isinstance(tp, Interval) and (tp.lo, tp.hi) == (-1.0, -1.0)
+
+
 def live(ttft: float, sd: float | None, n: int, over: int = 0) -> RunFigures:
     return RunFigures(gpus=4, kv_tokens=42_700_288, ttft_mean_s=ttft, ttft_sd_s=sd,
                       ttft_over=over, itl_mean_s=0.028, output_tok_s=190.0, window_s=30.0,
