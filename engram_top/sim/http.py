@@ -28,6 +28,13 @@ def _word(i: int) -> str:
     return WORDS[i % len(WORDS)]
 
 
+def streamed(n: int, interval: int, last: int) -> bool:
+    """Whether the n-th token goes out in a chunk of its own: with a stream interval above
+    1, SGLang and vLLM send the first token at once, then every interval-th after it (1,
+    65, 129, ... at 64: SGLang's ``len(output_ids) % stream_interval == 1``), and the last."""
+    return n == last or n % interval == 1 % interval
+
+
 def _input_len(body: dict[str, Any], key: str) -> int:
     # The simulator's own field: a long context as its length, not as its text (the bench
     # sends it to a simulated node only). SGLang itself would ignore it.
@@ -133,7 +140,7 @@ def openai_handlers(core: ServerCore, error: ErrorReply) -> tuple[Handler, Handl
         async def events() -> AsyncIterator[bytes]:
             sent = 0
             async for n, _ in gen:
-                if n % interval and n != max_new:
+                if not streamed(n, interval, max_new):
                     continue
                 text = _text(sent, n)
                 sent = n
@@ -289,7 +296,7 @@ def build_app(core: ServerCore) -> ASGIApp:
 
         async def events() -> AsyncIterator[bytes]:
             async for n, _ in gen:
-                if n % interval == 0 or n == max_new:
+                if streamed(n, interval, max_new):
                     yield f"data: {json.dumps(chunk(n, n == max_new))}\n\n".encode()
             yield b"data: [DONE]\n\n"
 
