@@ -105,13 +105,21 @@ class VerdictStrip(Static):
         super().__init__(id=id)
         self._seen: tuple[int, ...] | None = None
         self._found: Verdict | None = None
+        self._failed = ""  # the last failure said, not said again each refresh
 
     def refresh_from(self, store: RunStore, extra: Sequence[RunResult]) -> None:
         seen = store.version(StoreTopic.RUN, SourceName.SERVER, StoreTopic.BASELINE)
         if seen == self._seen:  # no new reading, no new run: the same verdict
             return
         self._seen = seen
-        found = strip_verdict(store, extra)
+        try:
+            found = strip_verdict(store, extra)
+        except Exception as exc:  # a comparison nobody foresaw: said once, the panels stay
+            why = f"no verdict: {type(exc).__name__}: {exc}"
+            if why != self._failed:
+                self._failed = why
+                store.event("error", why)
+            found = None
         if found is not None and self._found is not None:
             # A win shown stands until the evidence moves out of its interval.
             found = hold(found, held_findings(self._found))

@@ -283,6 +283,30 @@ async def test_the_strip_and_the_compare_screen_say_the_verdict(size: tuple[int,
         await until(pilot, lambda: not app.is_running, what="the app to quit")
 
 
+async def test_a_verdict_that_fails_is_said_once_and_the_dashboard_stays(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def broken(store: RunStore, extra: object = ()) -> None:
+        calls.append(1)
+        raise ZeroDivisionError("float division by zero")
+    monkeypatch.setattr("engram_top.app.verdict_strip.strip_verdict", broken)
+    store = _store(figures(45, 300, ttft=0.42))
+    app = EngramTopApp(StaticSession(store))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: "no verdict: ZeroDivisionError" in screen_text(app),
+                    what="the failure on the events line")
+        for tried in range(len(calls) + 1, len(calls) + 4):
+            store.bump("server")  # a new reading: the strip tries again
+            await until(pilot, lambda tried=tried: len(calls) >= tried, what="another try")
+        said = [e for e in store.events if "no verdict" in e.text]
+        assert len(said) == 1 and said[0].level == "error"
+        assert not app.query_one(VerdictStrip).has_class("-shown")
+        assert app.is_running and "KV pool" in screen_text(app)
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, what="the app to quit")
+
+
 async def test_no_strip_for_one_scenario() -> None:
     store = RunStore()
     store.set_run(facts("device", figures(60, 400)))
