@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -139,19 +140,27 @@ def _snapshot_of_screen(docs: Docs, term: Screen) -> str:
         f"- {e['level']}: {e['text']}" for e in events if isinstance(e, dict))
 
 
-def _snapshots_until(docs: Docs, term: Screen, wanted: dict[str, float], seconds: float
-                     ) -> tuple[str, dict[str, float]]:
-    """Snapshots (`s`) until each wanted alert has been whole in one's summary.md, or the
-    deadline: the last summary, and what none held. ``wanted``: an alert as quoted, with the
-    tolerance on its figures (negative: a regular expression over the summary)."""
+Wanted = float | Callable[..., bool]
+
+
+def _shows(summary: str, alert: str, want: Wanted) -> bool:
+    """Whether ``summary`` shows ``alert``: as quoted, its figures within ``want`` (a
+    tolerance), or a regular expression whose groups ``want`` accepts (a check of them)."""
+    if isinstance(want, float):
+        return readme.find_quoted(alert, summary.splitlines(), want) is not None
+    return any(want(*m.groups()) for m in re.finditer(alert, summary))
+
+
+def _snapshots_until(docs: Docs, term: Screen, wanted: dict[str, Wanted], seconds: float
+                     ) -> tuple[str, dict[str, Wanted]]:
+    """Snapshots (`s`) until each wanted alert has been whole in one's summary.md (_shows),
+    or the deadline: the last summary, and what none held."""
     wanted = dict(wanted)
     deadline = time.monotonic() + seconds
     while True:
         summary = _snapshot_of_screen(docs, term)
-        lines = summary.splitlines()
-        for alert, tolerance in list(wanted.items()):
-            if re.search(alert, summary) if tolerance < 0 else \
-                    readme.find_quoted(alert, lines, tolerance) is not None:
+        for alert, want in list(wanted.items()):
+            if _shows(summary, alert, want):
                 del wanted[alert]
         if not wanted or time.monotonic() > deadline:
             return summary, wanted
@@ -180,6 +189,7 @@ def test_hicache_too_small_drops_for_host_pressure(docs: Docs) -> None:
     # are taken until one holds it, up to a deadline.
     summary, missed = _snapshots_until(docs, term, {HICACHE_ALERT: 0.01}, 60)
     for alert, tolerance in missed.items():
+        assert isinstance(tolerance, float)
         assert_quoted([alert], summary, tolerance=tolerance, where="summary.md")
     term.press("q")
     assert term.wait(60) == 0, term.output[-2000:]
@@ -196,6 +206,13 @@ SLO_WORDS = (r"p99 TTFT (> )?[\d.,]+(-[\d.,]+)? m?s over the last 30 s, past the
              r"panel's p50 against p99")
 QUEUE_ALERT = "request queue at 5 (grew from 4 over 30 s without shrinking)"
 RETRACT_ALERT = "0.13 requests retracted a second (> 0.1/s): the KV pool ran out mid-decode"
+# Their figures come from a load whose timing the machine's speed shapes (held to within
+# 100% of the README's, a full suite's run once showed no retraction alert in 300 s): the
+# alerts' words, with figures past each alert's own bound (the queue at more than it grew
+# from, the rate above 0.1/s).
+QUEUE_WORDS = r"request queue at (\d+) \(grew from (\d+) over 30 s without shrinking\)"
+RETRACT_WORDS = (r"(\d+\.\d+) requests retracted a second \(> 0\.1/s\): the KV pool ran out "
+                 "mid-decode")
 
 
 @pytest.mark.timeout(540)
@@ -209,7 +226,7 @@ def test_long_prompts_exhaust_the_kv_pool(docs: Docs) -> None:
     term.wait_for(lambda text: all(readme.find_quoted(q, text.splitlines(), 0.5)
                                    for q in quoted), 150, "the KV panel as the README quotes it")
     # The four alerts the README names; the queue and retraction ones come later (the
-    # README: 35 s and 50-70 s after the load started, later on a busy machine). Each whole
+    # README: 40-60 s after the load started, later on a busy machine). Each whole
     # in a snapshot's summary.md, which lists every active alert (the screen shows only the
     # newest one's line, and under a loaded suite the KV and SLO alerts, firing again, took
     # it before the retraction alert's was seen: it failed twice so). They come and go with
@@ -219,15 +236,15 @@ def test_long_prompts_exhaust_the_kv_pool(docs: Docs) -> None:
     # wait on the screen first: the queue alert once took more than its 120 s there under
     # a full suite (the queue must grow for 30 s without shrinking), and one deadline for
     # all four gives the slow one the time the others left.
-    summary, missed = _snapshots_until(
-        docs, term, {KV_ALERT: 0.1, QUEUE_ALERT: 1.0, RETRACT_ALERT: 1.0, SLO_WORDS: -1.0}, 300)
-    # What no snapshot held, against the last one (the SLO alert by its words alone: the
-    # p99's bucket or figure and the queue move).
-    for alert, tolerance in missed.items():
-        if tolerance < 0:
-            assert re.search(alert, summary), summary
-        else:
-            assert_quoted([alert], summary, tolerance=tolerance, where="summary.md")
+    # (The SLO alert by its words alone: the p99's bucket or figure and the queue move.)
+    wanted: dict[str, Wanted] = {
+        KV_ALERT: 0.1, SLO_WORDS: lambda *_: True,
+        QUEUE_WORDS: lambda at, grew_from: int(at) > int(grew_from),
+        RETRACT_WORDS: lambda rate: float(rate) > 0.1}
+    for alert, words in ((QUEUE_ALERT, QUEUE_WORDS), (RETRACT_ALERT, RETRACT_WORDS)):
+        assert _shows(alert, words, wanted[words]), alert  # the README's own passes
+    summary, missed = _snapshots_until(docs, term, wanted, 300)
+    assert not missed, f"no snapshot showed {list(missed)}; the last:\n{summary}"
     term.press("q")
     assert term.wait(60) == 0, term.output[-2000:]
 
