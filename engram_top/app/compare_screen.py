@@ -255,9 +255,14 @@ class CompareScreen(ModalScreen[None]):
         return c if c is None or self.probe is None else dataclasses.replace(c, probe=self.probe)
 
     def _draw(self) -> None:
-        c = self._comparison()
         view = self.query_one("#compare-table", Static)
         said = self.query_one("#compare-verdict", Static)
+        try:
+            c = self._comparison()
+        except Exception as exc:  # runs nobody foresaw: said here, the dashboard stays up
+            view.update(Text(f"no comparison: {type(exc).__name__}: {exc}", style="red"))
+            said.update("")
+            return
         if c is None:
             view.update(Text("no run has figures yet: start a scenario", style="dim"))
             said.update("")

@@ -307,6 +307,25 @@ async def test_a_verdict_that_fails_is_said_once_and_the_dashboard_stays(
         await until(pilot, lambda: not app.is_running, what="the app to quit")
 
 
+async def test_a_comparison_that_fails_is_said_on_the_compare_screen(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("float division by zero")
+    monkeypatch.setattr("engram_top.app.compare_screen.compare_runs", broken)
+    app = EngramTopApp(StaticSession(_store(figures(45, 300, ttft=0.42))))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: "KV pool" in screen_text(app), what="the dashboard")
+        await pilot.press("c")
+        await until(pilot, lambda: "no comparison: ZeroDivisionError: float division by zero"
+                    in screen_text(app), what="the failure where the table would be")
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, CompareScreen),
+                    what="the panels again")
+        assert app.is_running
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, what="the app to quit")
+
+
 async def test_no_strip_for_one_scenario() -> None:
     store = RunStore()
     store.set_run(facts("device", figures(60, 400)))
