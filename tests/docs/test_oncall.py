@@ -215,7 +215,7 @@ RETRACT_WORDS = (r"(\d+\.\d+) requests retracted a second \(> 0\.1/s\): the KV p
                  "mid-decode")
 
 
-@pytest.mark.timeout(540)
+@pytest.mark.timeout(660)
 @covers(KV_FULL, "│ in use   ███████████░ full pool 92.9% · 11.00M tokens    │", KV_ALERT,
         SLO_ALERT, QUEUE_ALERT, RETRACT_ALERT)
 def test_long_prompts_exhaust_the_kv_pool(docs: Docs) -> None:
@@ -226,7 +226,7 @@ def test_long_prompts_exhaust_the_kv_pool(docs: Docs) -> None:
     term.wait_for(lambda text: all(readme.find_quoted(q, text.splitlines(), 0.5)
                                    for q in quoted), 150, "the KV panel as the README quotes it")
     # The four alerts the README names; the queue and retraction ones come later (the
-    # README: 40-60 s after the load started, later on a busy machine). Each whole
+    # README: 40-60 s after the load started, at times minutes later). Each whole
     # in a snapshot's summary.md, which lists every active alert (the screen shows only the
     # newest one's line, and under a loaded suite the KV and SLO alerts, firing again, took
     # it before the retraction alert's was seen: it failed twice so). They come and go with
@@ -243,7 +243,9 @@ def test_long_prompts_exhaust_the_kv_pool(docs: Docs) -> None:
         RETRACT_WORDS: lambda rate: float(rate) > 0.1}
     for alert, words in ((QUEUE_ALERT, QUEUE_WORDS), (RETRACT_ALERT, RETRACT_WORDS)):
         assert _shows(alert, words, wanted[words]), alert  # the README's own passes
-    summary, missed = _snapshots_until(docs, term, wanted, 300)
+    # 420 s: the queue alert came after 170-225 s in three of nine runs (its queue dipped
+    # within the first window), 56-60 s in the others.
+    summary, missed = _snapshots_until(docs, term, wanted, 420)
     assert not missed, f"no snapshot showed {list(missed)}; the last:\n{summary}"
     term.press("q")
     assert term.wait(60) == 0, term.output[-2000:]
