@@ -236,7 +236,7 @@ def free_port() -> int:
     its own from the band above (scenarios.ports.OURS): a Prometheus of a test's drew a
     port a test's server had drawn and bound first."""
     index, workers = _worker()
-    low, high = TEST_PORTS
+    low, high = TEST_PORTS[0], min(TEST_PORTS[1], ports.ephemeral_start())
     drawn = range(low + (index - low) % workers, high, workers)
     for port in random.SystemRandom().sample(drawn, min(200, len(drawn))):
         if port in _PORTS_GIVEN:
