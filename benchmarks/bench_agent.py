@@ -11,7 +11,11 @@ second. Only each exporter's own process is counted (user + system time from /pr
 the same window after a warm-up; RSS at the end).
 
     python benchmarks/bench_agent.py [--gpus 8] [--clients 0,4] [--seconds 60]
-                                     [--warmup 30] [--scrape 5]
+                                     [--warmup 30] [--scrape 5] [--against DIR]
+
+--against DIR runs a second agent, another checkout's (a worktree of the commit before a
+change), against the same server in the same window: before and after share one noise,
+where two runs one after the other on this shared machine differ by a fifth.
 
 Figures, not pass/fail.
 """
@@ -38,6 +42,7 @@ from bench_ui_cpu import cpu_seconds, free_port, py_spy, py_spy_path, wait_for  
 from build import build  # noqa: E402  (tests/nvml_stub/build.py)
 
 BIN = Path(sys.executable).parent
+AGENT = "engram-top agent"
 
 
 def scraper(url: str, every: float, stop: threading.Event, sizes: list[int]) -> None:
@@ -50,7 +55,10 @@ def scraper(url: str, every: float, stop: threading.Event, sizes: list[int]) -> 
 
 
 def measure(gpus: int, clients: int, seconds: float, warmup: float, scrape: float,
-            work: Path, profile: Path | None = None) -> dict[str, dict[str, float]]:
+            work: Path, profile: Path | None = None,
+            cprofile: Path | None = None,
+            agent_args: tuple[str, ...] = (), against: Path | None = None,
+            against_args: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
     import httpx
     exporter = shutil.which("prometheus-node-exporter")
     lib = build(work / "nvml")
@@ -75,11 +83,22 @@ def measure(gpus: int, clients: int, seconds: float, warmup: float, scrape: floa
         if clients:
             start([sys.executable, str(ROOT / "benchmarks" / "ui_load.py"), url, "--clients",
                    str(clients), "--seconds", str(warmup + seconds + 60)])
-        agent = start([str(BIN / "engram-top"), "agent", url, "--listen",
-                       f"127.0.0.1:{agent_port}", "--record-dir", str(work / "rec")],
-                      env={**env, "PYTHONPATH": str(ROOT)})
-        pids = {"engram-top agent": agent.pid}
-        urls = {"engram-top agent": f"http://127.0.0.1:{agent_port}/metrics"}
+        # Under cProfile the agent's event-loop thread is timed call by call (its figures
+        # inflated alike); the file is written when the agent ends on SIGTERM.
+        head = [str(BIN / "engram-top")] if cprofile is None else \
+            [sys.executable, "-m", "cProfile", "-o", str(cprofile), "-m", "engram_top"]
+        agents = {AGENT: (head, ROOT, agent_args)}
+        if against is not None:  # another checkout's agent, in the same window
+            agents[f"{AGENT} ({' '.join((against.name, *against_args))})"] = (
+                [sys.executable, "-m", "engram_top"], against, against_args)
+        pids: dict[str, int] = {}
+        urls: dict[str, str] = {}
+        for i, (name, (argv, tree, extra)) in enumerate(agents.items()):
+            listen = agent_port if i == 0 else free_port()
+            pids[name] = start([*argv, "agent", url, "--listen", f"127.0.0.1:{listen}",
+                                "--record-dir", str(work / f"rec{i}"), *extra],
+                               env={**env, "PYTHONPATH": str(tree)}, cwd=str(tree)).pid
+            urls[name] = f"http://127.0.0.1:{listen}/metrics"
         if exporter is not None:
             node = start([exporter, f"--web.listen-address=127.0.0.1:{node_port}"])
             pids["node-exporter"] = node.pid
@@ -93,7 +112,7 @@ def measure(gpus: int, clients: int, seconds: float, warmup: float, scrape: floa
         time.sleep(warmup)
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         t0 = time.monotonic()
-        spy = None if profile is None else py_spy(agent.pid, seconds, profile)
+        spy = None if profile is None else py_spy(pids[AGENT], seconds, profile)
         time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
         if spy is not None:
             spy.wait(60)
@@ -135,7 +154,21 @@ def main() -> int:
     ap.add_argument("--scrape", type=float, default=5.0)
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
                     help="py-spy's samples of the agent (collapsed stacks) into DIR")
+    ap.add_argument("--cprofile", type=Path, default=None, metavar="DIR",
+                    help="run the agent under cProfile, its stats into DIR (its CPU figure "
+                         "then includes cProfile's own cost)")
+    ap.add_argument("--agent-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for the agent (repeat), e.g. --agent-arg=--no-record "
+                         "to see what its recording costs")
+    ap.add_argument("--against", type=Path, default=None, metavar="DIR",
+                    help="also run the agent of another checkout (a git worktree of an "
+                         "earlier commit) in the same window: before and after, one noise")
+    ap.add_argument("--against-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for that agent (repeat); with --against .: this "
+                         "checkout with and without an option, side by side")
     args = ap.parse_args()
+    if args.cprofile is not None:
+        args.cprofile.mkdir(parents=True, exist_ok=True)
     if args.profile is not None:
         py_spy_path()
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -144,16 +177,21 @@ def main() -> int:
             with tempfile.TemporaryDirectory(prefix="engram-bench-agent-") as tmp:
                 out = measure(gpus, clients, args.seconds, args.warmup, args.scrape, Path(tmp),
                               args.profile / f"agent-{gpus}gpus-{clients}clients.txt"
-                              if args.profile else None)
+                              if args.profile else None,
+                              args.cprofile.resolve() / f"agent-{gpus}gpus-{clients}clients.prof"
+                              if args.cprofile else None, tuple(args.agent_arg),
+                              args.against.resolve() if args.against else None,
+                              tuple(args.against_arg))
             load = f"{clients} clients" if clients else "idle"
             for name, f in out.items():
                 print(f"{gpus} GPUs, {load}: {name}: {f['cpu_pct']:.2f}% of a core, "
                       f"RSS {f['rss_mib']:.0f} MiB, /metrics {f['page_kb']:.1f} kB",
                       flush=True)
-            if len(out) == 2:
-                a, n = out["engram-top agent"], out["node-exporter"]
-                print(f"{gpus} GPUs, {load}: agent / node-exporter CPU "
-                      f"{a['cpu_pct'] / max(n['cpu_pct'], 1e-9):.2f}x", flush=True)
+            a = out[AGENT]
+            for name, f in out.items():
+                if name != AGENT:
+                    print(f"{gpus} GPUs, {load}: agent / {name} CPU "
+                          f"{a['cpu_pct'] / max(f['cpu_pct'], 1e-9):.2f}x", flush=True)
     return 0
 
 

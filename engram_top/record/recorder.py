@@ -114,6 +114,7 @@ class Recorder:
         self._run_ids: dict[int, str] = {}  # id(RunFacts) -> "r1", ...
         self._run_refs: list[RunFacts] = []  # keeps the ids above from being reused
         self._written: dict[str, dict[str, Any]] = {}  # run id -> its facts as last written
+        self._plain: dict[str, dict[str, Any]] = {}  # the same before redaction
         self._last_line: dict[str, Any] = {}  # run id -> the last log entry written (identity)
         self._run_version = -1
         self._facts_at = float("-inf")  # when facts mutated in place were last looked at
@@ -270,16 +271,23 @@ class Recorder:
 
     def _write_run(self, facts: RunFacts, set_run: bool = False) -> None:
         rid = self._run_id(facts)
-        now = redact(encode_facts(facts, self.origin), self.secrets)
+        now = encode_facts(facts, self.origin)
+        plain = self._plain.get(rid, {})
+        # Compared before redaction, and only the fields that changed redacted: redacting a
+        # run's whole facts every second was the recorder's largest cost. Redaction is a
+        # function of the value alone, so an unchanged field's redacted form is unchanged.
+        changed = redact({k: v for k, v in now.items() if k not in plain or plain[k] != v},
+                         self.secrets)
         before = self._written.get(rid, {})
-        changed = {k: v for k, v in now.items() if k not in before or before[k] != v}
+        written = {**before, **changed}
         for name in PATCH_FIELDS:
             patch = patch_of(before.get(name), changed.get(name)) if name in changed else None
             if patch is not None:
                 changed[name] = patch
         if changed or set_run:
             self._write({"type": "run", "run": rid, "set": set_run, "facts": changed})
-            self._written[rid] = now
+            self._written[rid] = written
+            self._plain[rid] = now
         self._write_log(rid, facts)
 
     def _write_log(self, rid: str, facts: RunFacts) -> None:

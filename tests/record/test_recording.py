@@ -801,6 +801,37 @@ def test_no_secret_goes_into_a_recording(tmp_path: Path) -> None:
     assert replay.store.scenarios.scenarios["device"]["env"] == {"HF_TOKEN": "<redacted>"}
 
 
+def test_a_secret_that_arrives_in_a_later_change_is_redacted_too(tmp_path: Path) -> None:
+    """The recorder compares a run's facts before redaction and redacts only the fields
+    that changed: a secret that turns up in a later change (the server args read once the
+    server answered) is redacted in that change, and the replayed facts hold every field
+    as written, the unchanged ones included."""
+    key = "sk-later-secret-77"
+    store = RunStore()
+    path = tmp_path / "rec.jsonl"
+    recorder = Recorder(store, path).start()
+    run = RunFacts(scenario="device", placement="device", node="n", time_scale=1.0,
+                   launched_wall=time.time(), launched_at=time.monotonic())
+    store.set_run(run)
+    recorder.sample()
+    run.startup = StartupFacts(server_args=ServerArgsFacts(raw={"api_key": key,
+                                                                "tp_size": 8}))
+    run.model = "deepseek-ai/DeepSeek-V4.1-Flash"
+    recorder.sample()
+    recorder.sample()  # nothing changed: no record
+    recorder.close()
+    text = path.read_text()
+    assert key not in text
+    runs = [json.loads(line) for line in text.splitlines() if '"type":"run"' in line]
+    assert len(runs) == 2 and set(runs[1]["facts"]) == {"startup", "model"}
+    replay = ReplaySession(path, paused=True)
+    replay.seek(replay.duration)
+    replayed = replay.store.run
+    assert replayed is not None and replayed.model == "deepseek-ai/DeepSeek-V4.1-Flash"
+    assert replayed.startup.server_args.raw == {"api_key": "<redacted>", "tp_size": 8}
+    assert replayed.scenario == "device" and replayed.placement == "device"
+
+
 def test_the_default_folder_keeps_the_newest_recordings(tmp_path: Path) -> None:
     import os
 
