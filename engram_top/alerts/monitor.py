@@ -230,7 +230,7 @@ class AlertMonitor:
     def _swap(self, store: RunStore, now: float) -> Iterator[Finding]:
         series = store.line(SourceName.HOST, SeriesName.SWAP_IN)
         window = self.t.swap_window_s
-        points = [p for p in series.fine if p[0] >= now - window] if series else []
+        points = series.fine_since(now - window) if series else []
         if len(points) < 2 or points[-1][0] <= points[0][0]:
             return
         (t0, v0), (t1, v1) = points[0], points[-1]
@@ -247,13 +247,11 @@ class AlertMonitor:
         if series is None or not _live(store.run):
             return
         window = self.t.queue_growth_window_s
-        points = series.points()
-        before = [p for p in points if p[0] <= now - window]
-        after = [p for p in points if p[0] > now - window]
+        before, after = series.around(now - window)
         if not after:
             return
         size = after[-1][1]
-        values = [before[-1][1]] + [v for _, v in after] if before else []
+        values = [before[1]] + [v for _, v in after] if before else []
         growing = bool(values) and values[-1] > values[0] and all(
             b >= a for a, b in zip(values, values[1:], strict=False))
         if growing and (self._queue_from is None or QUEUE_GROWTH.name not in store.alerts):

@@ -290,7 +290,7 @@ def pcie(store: RunStore, now: float, limit_pct: float, window_s: float, band: f
     rx_now: dict[int, float | None] = {}
     for gpu in gpus:
         series = store.line(SourceName.GPU, SeriesName.PCIE_RX, gpu=str(gpu.index))
-        points = [v for t, v in series.fine if t >= now - window_s] if series else []
+        points = [v for _, v in series.fine_since(now - window_s)] if series else []
         rx_now[gpu.index] = sum(points) / len(points) if points else gpu.pcie_rx_bytes_per_s
     view = hicache_facts(store)
     engram = engram_rx_estimate(rx_now, view)

@@ -12,6 +12,7 @@ Each source has a version number so a UI can redraw only what changed.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import numbers
 import time
@@ -93,16 +94,53 @@ class Series:
             self.coarse.append((ts[-1], sum(vs) / len(vs)))
             self._pending = []
 
+    # Readers that look at the last seconds (the alerts each second, the sparklines each
+    # redraw) read from the newest point back: a full series holds 600 fine and 720 coarse
+    # points, and an agent runs for months, so copying them all each second was a cost
+    # that grew for two hours and then stayed.
+
     def values(self, last: int | None = None) -> list[float]:
-        pts = list(self.fine)
-        if last is not None:
-            pts = pts[-last:]
-        return [v for _, v in pts]
+        if last is None:
+            return [v for _, v in self.fine]
+        newest = [v for _, v in itertools.islice(reversed(self.fine), max(0, last))]
+        newest.reverse()
+        return newest
 
     def points(self) -> list[tuple[float, float]]:
         """Coarse history older than the fine window, then the fine points."""
         start = self.fine[0][0] if self.fine else float("inf")
         return [p for p in self.coarse if p[0] < start] + list(self.fine)
+
+    def fine_since(self, start: float) -> list[tuple[float, float]]:
+        """The fine points at or after ``start``, oldest first."""
+        newest: list[tuple[float, float]] = []
+        for p in reversed(self.fine):
+            if p[0] < start:
+                break
+            newest.append(p)
+        newest.reverse()
+        return newest
+
+    def around(self, start: float) -> tuple[tuple[float, float] | None,
+                                            list[tuple[float, float]]]:
+        """Of :meth:`points`: the last point at or before ``start`` (None if none) and
+        every point after it, oldest first."""
+        after: list[tuple[float, float]] = []
+        for p in reversed(self.fine):
+            if p[0] <= start:
+                after.reverse()
+                return p, after
+            after.append(p)
+        first = self.fine[0][0] if self.fine else float("inf")
+        for p in reversed(self.coarse):
+            if p[0] >= first:
+                continue  # averaged from points the fine tier still has
+            if p[0] <= start:
+                after.reverse()
+                return p, after
+            after.append(p)
+        after.reverse()
+        return None, after
 
 
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs: (("gpu", "0"),)
@@ -292,6 +330,7 @@ class RunStore:
         # and ("run", RunFacts) after the store has taken them in: how a recorder follows
         # the store without the session knowing about it. A listener must not raise.
         self.listeners: list[Callable[[str, Any], None]] = []
+        self.derived: dict[str, tuple[tuple[object, ...], Any]] = {}  # model.derived's
 
     def _tell(self, what: str, payload: Any) -> None:
         for listener in self.listeners:
