@@ -19,6 +19,7 @@ from collectors.source import SourceName
 from collectors.startup_facts import DecodeStats, PrefillStats, StartupFacts
 from collectors.units import GIB
 from engram_top.model import energy, ledger
+from engram_top.model.derived import once
 from engram_top.model.figures import RunFigures
 from engram_top.model.hicache import hicache_facts as hicache_facts  # re-exported
 from engram_top.model.host import gpu_server_pids
@@ -63,6 +64,16 @@ def wall_at(store: RunStore, now: float) -> float:
 
 
 def gpu_facts(store: RunStore) -> list[GpuView]:
+    """Each GPU as the panels, the alerts and the exports see it (computed once a reading
+    for all of them)."""
+    run = store.run
+    inputs = (store.data(SourceName.GPU), store.data(SourceName.SERVER),
+              store.data(SourceName.HOST), run, run.startup if run else None,
+              run.baseline_gpu_used if run else None)
+    return list(once(store, "gpu_facts", inputs, lambda: tuple(_gpu_facts(store))))
+
+
+def _gpu_facts(store: RunStore) -> list[GpuView]:
     gpus: GpuData | None = store.data(SourceName.GPU)
     server: ServerData | None = store.data(SourceName.SERVER)
     run = store.run
