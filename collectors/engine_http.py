@@ -67,6 +67,7 @@ class EngineCollector:
         self._page_text: str | None = None  # the last /metrics page parsed, and its families
         self._page_families: dict[str, promtext.Family] = {}
         self._page_skipped = promtext.Skipped()  # the lines of that page it left out
+        self._reuse = promtext.Reuse()  # what that parse keeps for the next page's
         self._page_stack: StackPage | None = None  # that page as a router's or a cache's
         self._parse_s = 0.0  # the CPU seconds the last new page took to parse
         self._metrics_at: float | None = None  # when /metrics was last read whole
@@ -98,7 +99,8 @@ class EngineCollector:
 
             def parse() -> tuple[dict[str, promtext.Family], float]:
                 started = time.thread_time()
-                return page_kind.read(text, skipped), time.thread_time() - started
+                return page_kind.read(text, skipped, self._reuse), \
+                    time.thread_time() - started
 
             if len(text) > PARSE_APART_BYTES:
                 families, self._parse_s = await asyncio.to_thread(parse)

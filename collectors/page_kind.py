@@ -139,13 +139,15 @@ def of_text(text: str) -> PageKind | None:
     return None
 
 
-def read(text: str, skipped: promtext.Skipped) -> dict[str, Family]:
+def read(text: str, skipped: promtext.Skipped, reuse: promtext.Reuse | None = None
+         ) -> dict[str, Family]:
     """A page's families, read around the lines it cannot read (each put in ``skipped``):
     a page pasted with an author's ``...`` between families, or two pages run together,
     keeps every well-formed sample. ValueError where that is not a metrics page after all:
     no line read (the first bad line, a PromTextError), or a text with bad lines that looks
-    like something else (an HTML login page with one line that happens to parse)."""
-    families = promtext.parse(text, skipped)
+    like something else (an HTML login page with one line that happens to parse).
+    ``reuse``: what the last page of the same source left (promtext.Reuse)."""
+    families = promtext.parse(text, skipped, reuse)
     if not skipped.first:
         return families
     kind = of_text(text)

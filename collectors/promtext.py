@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = [
     "Family",
     "Histogram",
     "PromTextError",
+    "Reuse",
     "Sample",
     "Skipped",
     "histogram_series",
@@ -134,6 +136,18 @@ class Skipped:
         more = self.count - len(self.first)
         return (f"{self.count:,} line{'s' if self.count != 1 else ''} skipped: "
                 + "; ".join(str(e) for e in self.first) + (f"; {more:,} more" if more else ""))
+
+
+@dataclass(slots=True)
+class Reuse:
+    """What parsing a page keeps for the next page of the same server: each line's sample
+    (an unchanged line is not parsed again: a busy server's page changes every second, yet
+    a third of its lines and nearly all label sets repeat) and the label sets by their text.
+    A page of more than ``max_lines`` sample lines keeps nothing for the next."""
+
+    max_lines: int = 20_000
+    lines: dict[str, Sample] = field(default_factory=dict)
+    labels: dict[str, Labels] = field(default_factory=dict)
 
 
 class _Bad(Exception):
@@ -244,16 +258,19 @@ def _careful_sample(line: str) -> tuple[str, Labels, float, int | None]:
     return name, _sorted_labels(pairs), value, ts
 
 
-def parse(text: str, skipped: Skipped | None = None) -> dict[str, Family]:
+def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
+          ) -> dict[str, Family]:
     """Parse a /metrics page into families keyed by family name, samples in page order.
 
     Raises PromTextError (a ValueError) for the first line it cannot read; with
-    ``skipped``, puts each such line there instead and reads on.
-    """
+    ``skipped``, puts each such line there instead and reads on. ``reuse``: see Reuse."""
     families: dict[str, Family] = {}
     typed: set[str] = set()
     by_sample: dict[str, Family] = {}  # sample name -> its family, resolved once per page
-    label_cache: dict[str, Labels] = {}  # raw `{...}` text -> sorted labels (repeats a lot)
+    # raw `{...}` text -> sorted labels (repeats a lot, and from page to page)
+    label_cache: dict[str, Labels] = {} if reuse is None else reuse.labels
+    last_lines: dict[str, Sample] = {} if reuse is None else reuse.lines
+    lines: dict[str, Sample] = {}
     fast = _FAST_SAMPLE.fullmatch
     for line_no, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
@@ -263,29 +280,42 @@ def parse(text: str, skipped: Skipped | None = None) -> dict[str, Family]:
             if line[0] == "#":
                 _comment(line, families, typed)
                 continue
-            m = fast(line)
-            if m is not None:
-                name, raw_labels, value_text, ts_text = m.groups()
-                if raw_labels:
-                    labels = label_cache.get(raw_labels)
-                    if labels is None:
-                        labels = label_cache[raw_labels] = _fast_labels(raw_labels)
-                else:
-                    labels = ()
-                value = _parse_value(value_text)
-                ts = int(ts_text) if ts_text is not None else None
-            else:
-                name, labels, value, ts = _careful_sample(line)
+            sample = last_lines.get(line)
+            if sample is None:
+                sample = _sample(line, fast, label_cache)
+            lines[line] = sample
+            name = sample.name
             fam = by_sample.get(name)
             if fam is None:
                 fam = by_sample[name] = _resolve(name, families)
-            fam.samples.append(Sample(name, labels, value, ts))
+            fam.samples.append(sample)
         except _Bad as exc:
             if skipped is None:
                 raise PromTextError(line_no, line, str(exc)) from None
             skipped.add(PromTextError(line_no, line, str(exc)))
     _adopt_histograms(families, typed)
+    if reuse is not None:
+        keep = len(lines) <= reuse.max_lines
+        reuse.lines = lines if keep else {}
+        if not keep or len(label_cache) > reuse.max_lines:
+            label_cache.clear()
     return families
+
+
+def _sample(line: str, fast: Callable[[str], re.Match[str] | None],
+            label_cache: dict[str, Labels]) -> Sample:
+    m = fast(line)
+    if m is None:  # an unusual shape: the careful path, which names a fault
+        return Sample(*_careful_sample(line))
+    name, raw_labels, value_text, ts_text = m.groups()
+    if raw_labels:
+        labels = label_cache.get(raw_labels)
+        if labels is None:
+            labels = label_cache[raw_labels] = _fast_labels(raw_labels)
+    else:
+        labels = ()
+    return Sample(name, labels, _parse_value(value_text),
+                  int(ts_text) if ts_text is not None else None)
 
 
 def _adopt_histograms(families: dict[str, Family], typed: set[str]) -> None:

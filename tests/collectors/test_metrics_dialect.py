@@ -182,8 +182,8 @@ async def test_an_unchanged_page_is_parsed_once_and_read_every_poll(monkeypatch)
             _hist("sglang:time_to_first_token_seconds", (n, n, n, n, n, n))]) + "\n"
     parsed: list[str] = []
     real_parse = promtext.parse
-    monkeypatch.setattr(promtext, "parse", lambda text, skipped=None: parsed.append(text) or
-                        real_parse(text, skipped))
+    monkeypatch.setattr(promtext, "parse", lambda text, skipped=None, reuse=None:
+                        parsed.append(text) or real_parse(text, skipped, reuse))
     with PageServer(page(3, 2)) as server:
         collector = SglangCollector(server.url, window_s=60.0)
         try:
