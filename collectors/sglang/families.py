@@ -4,6 +4,7 @@ Apart from the collector so that other readers of the page (HiCache's) share the
 
 from __future__ import annotations
 
+import functools
 import math
 
 from collectors import promtext
@@ -42,17 +43,25 @@ def primary(label_sets: list[promtext.Labels]) -> dict[str, list[promtext.Labels
     """The series that count, by DP rank: one scheduler per DP rank (its TP and PP ranks
     report the same state: the lowest ones stand for it), and where a page splits a figure
     by priority, its total series (``priority=""``), else every priority."""
+    return {dp: list(members) for dp, members in _primary(tuple(label_sets)).items()}
+
+
+# Every gauge, counter and histogram of every page asks, and a server's label sets are the
+# same from one page to the next: worked out once for each (a few dozen a server).
+@functools.lru_cache(maxsize=64)
+def _primary(label_sets: tuple[promtext.Labels, ...]
+             ) -> dict[str, tuple[promtext.Labels, ...]]:
     if any(_label(ls, _PRIORITY) is not None for ls in label_sets):
         total = [ls for ls in label_sets if _label(ls, _PRIORITY) == ""]
-        label_sets = total or label_sets
+        label_sets = tuple(total) or label_sets
     keyed = [(ls, key) for ls in label_sets if (key := _rank_key(ls)) is not None]
     groups: dict[str, list[tuple[promtext.Labels, tuple[int, ...]]]] = {}
     for ls, key in keyed:
         groups.setdefault(_label(ls, _DP) or "", []).append((ls, key))
-    out: dict[str, list[promtext.Labels]] = {}
+    out: dict[str, tuple[promtext.Labels, ...]] = {}
     for dp, members in groups.items():
         low = min(key for _, key in members)
-        out[dp] = [ls for ls, key in members if key == low]
+        out[dp] = tuple(ls for ls, key in members if key == low)
     return out
 
 
