@@ -14,7 +14,7 @@ written (compile_bytecode), as any start after the first has it.
 
     python benchmarks/bench_ui_cpu.py [--gpus 4,8] [--clients 0,4] [--seconds 60]
                                       [--steady-after 130] [--profile DIR]
-                                      [--follow-node] [--demo] [--floor]
+                                      [--follow-node] [--demo] [--floor] [--against DIR]
 
 --clients: idle (0), then under a load of that many clients sending short completions to
 the watched server in closed loops (benchmarks/ui_load.py; about 57 requests a second with
@@ -69,12 +69,14 @@ class Tmux:
     """One detached tmux session running one command at COLS x ROWS, on its own server
     socket so that nothing of the user's tmux is touched."""
 
-    def __init__(self, name: str, socket: Path, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, name: str, socket: Path, argv: list[str], env: dict[str, str],
+                 cwd: Path | None = None) -> None:
         self.name, self.socket = name, socket
         exports = " ".join(f"{k}={_quote(v)}" for k, v in env.items())
         command = f"env {exports} {' '.join(_quote(a) for a in argv)}"
         subprocess.run(["tmux", "-S", str(socket), "new-session", "-d", "-s", name,
-                        "-x", str(COLS), "-y", str(ROWS), command], check=True)
+                        "-x", str(COLS), "-y", str(ROWS),
+                        *(("-c", str(cwd)) if cwd is not None else ()), command], check=True)
 
     def pid(self) -> int | None:
         """The program's pid: the pane's process (tmux runs `env`, which execs it)."""
@@ -105,7 +107,8 @@ def cpu_seconds(pid: int) -> float:
 
 def measure(gpus: int, seconds: float, steady_after: float, work: Path,
             follow_node: bool = False, clients: int = 0, profile: Path | None = None,
-            floor: bool = False) -> tuple[dict[str, dict[str, dict[str, float]]], str]:
+            floor: bool = False, against: Path | None = None
+            ) -> tuple[dict[str, dict[str, dict[str, float]]], str]:
     nvitop = shutil.which("nvitop", path=str(BIN)) or shutil.which("nvitop")
     if nvitop is None:
         raise SystemExit("bench_ui_cpu: nvitop not found: pip install -e '.[test]'")
@@ -140,6 +143,10 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
             for name, mode in (("textual floor", ()), ("textual floor, lines", ("--lines",))):
                 sessions.append(Tmux(name, socket, [
                     sys.executable, str(ROOT / "benchmarks" / "textual_floor.py"), *mode], env))
+        if against is not None:  # another checkout's attach (run from its folder), beside
+            sessions.append(Tmux(f"engram-top ({against.name})", socket,
+                                 [sys.executable, "-m", "engram_top", *argv[1:]],
+                                 {**env, "PYTHONPATH": str(against)}, cwd=against))
         pids = {s.name: wait_for(s.pid, 10, f"{s.name}'s pane") for s in sessions}
         wait_for(lambda: "GPU" in sessions[1].screen() and "KV pool" in sessions[1].screen(),
                  30, "engram-top's first frame")
@@ -274,6 +281,12 @@ def report(gpus: int, clients: int, seconds: float,
                   f"{how} {f['cpu_pct']:.2f}% CPU, {f['rss_mib']:.0f} MiB (ratio to nvitop "
                   f"{f['cpu_pct'] / n['cpu_pct']:.2f}; engram-top over it "
                   f"{e['cpu_pct'] - f['cpu_pct']:+.2f} points)", flush=True)
+        for name, f in r.items():
+            if name.startswith("engram-top ("):
+                print(f"{gpus} GPUs, {'loaded' if clients else 'idle'}, {label}: {name} "
+                      f"{f['cpu_pct']:.2f}% CPU, {f['rss_mib']:.0f} MiB (ratio to nvitop "
+                      f"{f['cpu_pct'] / n['cpu_pct']:.2f}; this checkout / it "
+                      f"{e['cpu_pct'] / max(f['cpu_pct'], 1e-9):.2f})", flush=True)
 
 
 def main() -> int:
@@ -295,6 +308,9 @@ def main() -> int:
                     help="also benchmarks/textual_floor.py: six panels' text changed once a "
                          "second with nothing read, the framework's own cost of such a screen "
                          "(redrawn whole, and --lines: line by line, as engram-top's panels)")
+    ap.add_argument("--against", type=Path, metavar="DIR",
+                    help="also another checkout's attach (a git worktree of an earlier "
+                         "commit), in the same window: before and after, one noise")
     ap.add_argument("--demo", action="store_true",
                     help="also the demo: its dashboard's CPU apart from its load driver's")
     args = ap.parse_args()
@@ -311,7 +327,8 @@ def main() -> int:
                     prof = args.profile.resolve() / f"{gpus}-{clients}.txt"
                     prof.unlink(missing_ok=True)
                 result, load = measure(gpus, args.seconds, args.steady_after, Path(tmp),
-                                       args.follow_node, clients, prof, args.floor)
+                                       args.follow_node, clients, prof, args.floor,
+                                       args.against.resolve() if args.against else None)
             report(gpus, clients, args.seconds, result, load)
     if args.demo:
         with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
