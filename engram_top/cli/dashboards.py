@@ -75,11 +75,13 @@ def run_recorded(app: EngramTopApp, args: argparse.Namespace,
         # With its redaction's patterns: ~9 ms of a start, so only when recording.
         from engram_top.record import recorder as recording
         path = args.record or recording.default_path(state_dir)
-        if args.record is None:
-            recording.prune(path.parent, recording.KEEP_RECORDINGS - 1)
-        else:
+        if args.record is not None:
             path = recording.fresh_path(path)  # one session per file, never appended
-        recorder = recording.Recorder(app.session.store, path).start()
+        # A default folder is kept within the config's [recordings] retain; what a user
+        # asked for with --record is never touched.
+        keep = app.config.recordings if args.record is None else None
+        recorder = recording.Recorder(app.session.store, path, keep=keep,
+                                      keep_files=recording.KEEP_RECORDINGS).start()
         if recorder.active:
             moved = "" if path == args.record or args.record is None else \
                 f" ({args.record} already holds a recording)"

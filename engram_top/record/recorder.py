@@ -40,6 +40,7 @@ from engram_top.record.reader import is_recording as is_recording
 from engram_top.record.reader import read_recording as read_recording
 from engram_top.record.reader import read_sessions as read_sessions
 from engram_top.record.reader import runs_from_recording as runs_from_recording
+from engram_top.record.retention import Retention, said, trim
 from engram_top.settings.paths import state_base
 from scenarios.private import open_private
 
@@ -66,23 +67,8 @@ def fresh_path(path: Path) -> Path:
     return candidate
 
 
-KEEP_RECORDINGS = 50  # default-folder recordings kept; older ones go as a new one starts
-
-
-def prune(folder: Path, keep: int = KEEP_RECORDINGS) -> list[Path]:
-    """Delete all but the newest `keep` recordings in a default recordings folder, so a
-    dashboard left to record by default does not fill the disk over months; what a user
-    asked for with --record is never touched. Returns what it deleted."""
-    try:
-        found = sorted(folder.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-    except OSError:
-        return []
-    gone = []
-    for old in found[:max(0, len(found) - keep)]:
-        with contextlib.suppress(OSError):
-            old.unlink()
-            gone.append(old)
-    return gone
+KEEP_RECORDINGS = 50  # sessions a default folder keeps, whatever its retention allows
+TRIM_S = 3600.0  # how often a recording kept within a retention looks at its folder again
 
 
 class Recorder:
@@ -96,10 +82,16 @@ class Recorder:
     """
 
     def __init__(self, store: RunStore, path: Path | str, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, keep: Retention | None = None,
+                 keep_files: int | None = None) -> None:
         self.store = store
         self.path = Path(path)
         self.clock = clock
+        # A default folder's retention: the older sessions beside this one past it are
+        # removed as it starts and hourly while it runs (never this one), and that is said.
+        self.keep = keep
+        self.keep_files = keep_files
+        self._trimmed_at = float("-inf")
         self.origin = clock()
         self.wall0 = time.time()
         self.records = 0  # lines written, header included
@@ -137,6 +129,7 @@ class Recorder:
             self._fail(exc)
             return self
         scenarios_plain(self.store.scenarios, self.secrets)  # learn the secrets first
+        self._trim()
         self.store.listeners.append(self._on_store)
         if self.store.run is not None or self.store.latest:
             self._guard(self._catch_up)  # attached late: what the store holds already
@@ -225,8 +218,23 @@ class Recorder:
             await asyncio.sleep(TICK_S)
             self._guard(self._on_tick)
 
+    def _trim(self) -> None:
+        if self.keep is None:
+            return
+        self._trimmed_at = self.clock()
+        try:
+            gone = trim(self.path.parent, "*.jsonl", self.keep, writing=self.path,
+                        max_files=self.keep_files)
+        except Exception as exc:  # a folder it cannot list: said, and the recording goes on
+            self.store.event("warning", f"recordings: cannot trim {self.path.parent}: {exc}")
+            return
+        if gone:
+            self.store.event("info", said(gone, self.path.parent, self.keep))
+
     def _on_tick(self) -> None:
         now = self.clock()
+        if self.keep is not None and now - self._trimmed_at >= TRIM_S:
+            self._trim()
         due = now - self._facts_at >= FACTS_S
         if due:
             self._facts_at = now

@@ -11,51 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from engram_top.model.store import RunStore
 from engram_top.record.recorder import Recorder
+from engram_top.record.retention import files, trim
+from engram_top.settings.retention import Retention as Retention  # re-exported
 
 FILE_BYTES = 64 * 1024 * 1024  # one file's most, before the next begins
 FILE_AGE_S = 3600.0  # and its longest: an hour's file is quick to replay
 PATTERN = "agent-*.jsonl"
 RETRY_S = 60.0  # after a failed write, how soon a new file is tried
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_AMOUNT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", re.IGNORECASE)
-AGES = ("s", "m", "h", "d", "w")
-
-
-@dataclass(frozen=True)
-class Retention:
-    max_age_s: float | None = 7 * 86400.0
-    max_bytes: int | None = 10**9
-
-    @classmethod
-    def parse(cls, text: str) -> Retention:
-        """``7d``, ``2GB``, or both joined by a comma (``7d,2GB``); ValueError naming what
-        it cannot read."""
-        age: float | None = None
-        size: int | None = None
-        for part in text.split(","):
-            m = _AMOUNT.fullmatch(part)
-            unit = m.group(2).lower() if m else ""
-            if m is None or unit not in _UNITS:
-                raise ValueError(f"{part.strip()!r} is no age (30m, 12h, 7d) or size (500MB, "
-                                 "2GiB)")
-            value = float(m.group(1)) * _UNITS[unit]
-            if value <= 0:
-                raise ValueError(f"{part.strip()!r}: must be more than 0")
-            if unit in AGES:
-                age = value
-            else:
-                size = int(value)
-        return cls(age, size)
 
 
 class RotatingRecording:
@@ -83,16 +51,7 @@ class RotatingRecording:
         return sum(st.st_size for _, st in self._stats())
 
     def _stats(self) -> list[tuple[Path, os.stat_result]]:
-        """The agent's files with their stat, oldest first; one gone meanwhile left out."""
-        out = []
-        try:
-            found = list(self.folder.glob(PATTERN))
-        except OSError:
-            return []
-        for p in found:
-            with contextlib.suppress(OSError):
-                out.append((p, p.stat()))
-        return sorted(out, key=lambda ps: (ps[1].st_mtime, ps[0].name))
+        return files(self.folder, PATTERN)
 
     def start(self) -> None:
         self._open()
@@ -117,24 +76,8 @@ class RotatingRecording:
     def prune(self) -> list[Path]:
         """Remove the oldest files (never the current one) while the folder holds more than
         the retention: older than its age, or past its size altogether."""
-        now = time.time()
         current = self.current.path if self.current is not None else None
-        stats = self._stats()
-        total = sum(st.st_size for _, st in stats)
-        gone: list[Path] = []
-        for p, st in stats:  # oldest first
-            if p == current:
-                continue
-            too_old = self.retention.max_age_s is not None and \
-                now - st.st_mtime > self.retention.max_age_s
-            too_big = self.retention.max_bytes is not None and total > self.retention.max_bytes
-            if not (too_old or too_big):
-                continue
-            with contextlib.suppress(OSError):
-                p.unlink()
-                total -= st.st_size
-                gone.append(p)
-        return gone
+        return [p for p, _ in trim(self.folder, PATTERN, self.retention, writing=current)]
 
     def close(self) -> None:
         if self.current is not None:

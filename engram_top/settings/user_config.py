@@ -20,6 +20,7 @@ from typing import Any
 
 from engram_top.alerts.definitions import ALERT_NAMES, ALERTS, Setting
 from engram_top.alerts.thresholds import CLEAR_AFTER, DISABLED, ENABLED, HYSTERESIS, Thresholds
+from engram_top.settings.retention import DASHBOARD, Retention
 
 # The scenario loader's line finder and did-you-mean, so both files report problems alike.
 from scenarios.bounds import Range, read_toml, shown, typed
@@ -35,6 +36,8 @@ class UserConfig:
     slos: tuple[Any, ...] = field(default_factory=lambda: _default_slos())
     # Whether the file says them: only then do they stand over a scenario file's [slo].
     slos_given: bool = False
+    # How much of a dashboard's default recordings folder is kept ([recordings] retain).
+    recordings: Retention = DASHBOARD
     path: Path | None = None  # the file it came from, None for built-in defaults
 
 
@@ -86,7 +89,7 @@ def parse_config(path: Path) -> UserConfig:
 # [alerts] key -> (kind, description), from Thresholds' fields (_setting says the kinds).
 ALERT_FIELDS: dict[str, tuple[str | Range, str]] = {
     f.name: (f.metadata["kind"], f.metadata["what"]) for f in fields(Thresholds)}
-TOP_LEVEL = ("alerts", "keys", "theme", "slo")
+TOP_LEVEL = ("alerts", "keys", "theme", "slo", "recordings")
 _LINE = re.compile(r"at line (\d+)")
 
 
@@ -132,6 +135,7 @@ def parse_config_text(text: str, path: Path) -> UserConfig:
             bad(("keys", action), wrong)
         else:
             remaps[action] = found
+    recordings = _recordings(_table(raw, "recordings", bad), bad)
     # Its arithmetic comes with it; a config needs only the check.
     from engram_top.compare import slo
     slo_problems: list[str] = []
@@ -140,7 +144,7 @@ def parse_config_text(text: str, path: Path) -> UserConfig:
     if problems:
         raise ConfigError(problems)
     return UserConfig(alerts=Thresholds(**values), keys=remaps, slos=slos or slo.DEFAULT,
-                      slos_given=bool(slos),
+                      slos_given=bool(slos), recordings=recordings,
                       theme=theme.strip() if isinstance(theme, str) else None, path=path)
 
 
@@ -151,6 +155,26 @@ def _table(raw: dict[str, Any], name: str,
         bad((name,), f"should be a table [{name}], got {_show(table)}")
         return {}
     return table
+
+
+def _recordings(table: dict[str, Any], bad: Callable[[tuple[str, ...], str], None]
+                ) -> Retention:
+    """[recordings]: ``retain``, an age, a size or both ("7d,3GB")."""
+    for key in table:
+        if key != "retain":
+            bad(("recordings", key), "unknown key" + _hint(key, ("retain",)) + " (known: retain)")
+    value = table.get("retain")
+    if value is None:
+        return DASHBOARD
+    if not isinstance(value, str):
+        bad(("recordings", "retain"), f'should be an age, a size or both as a string ("7d", '
+                                      f'"3GB", "7d,3GB"), got {_show(value)}')
+        return DASHBOARD
+    try:
+        return Retention.parse(value)
+    except ValueError as exc:
+        bad(("recordings", "retain"), str(exc))
+        return DASHBOARD
 
 
 def _check_alert(key: str, value: Any,
@@ -244,6 +268,13 @@ def default_config_text() -> str:
 # ttft = {{ percentile = 99, max_ms = 2000 }}
 # tpot = {{ percentile = 99, max_ms = 50 }}
 # e2e = {{ percentile = 99, max_ms = 60000 }}
+
+[recordings]
+# How much of the dashboards' default recordings folder is kept: an age, a size or both.
+# The oldest sessions past either go as a dashboard starts and hourly while it runs (the one
+# being written never does), and the events line says so; the newest 50 at most. A folder
+# given with --record is never touched. A week of one node is about 2.6 GB.
+# retain = "7d,3GB"
 
 [keys]
 # Remap the dashboard's keys by binding id: id = "key" or "key,key". Ids: quit, start,

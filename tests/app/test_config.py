@@ -110,7 +110,8 @@ def test_a_misspelt_alert_key_gets_its_line_and_a_did_you_mean(tmp_path: Path) -
 def test_a_misspelt_section_gets_a_did_you_mean(tmp_path: Path) -> None:
     path = write(tmp_path, "# mine\n\n[alert]\nhbm_used_pct = 90\n")
     assert refusal(path) == [
-        f"{path}:3: alert: unknown key (did you mean 'alerts'?) (known: alerts, keys, theme, slo)"]
+        f"{path}:3: alert: unknown key (did you mean 'alerts'?) (known: alerts, keys, theme, "
+        "slo, recordings)"]
 
 
 def test_an_unknown_key_far_from_any_field_gets_no_hint(tmp_path: Path) -> None:

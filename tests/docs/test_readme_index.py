@@ -86,6 +86,9 @@ ELSEWHERE = {
         "tests/collectors/test_cgroup.py", '"k8s pod 7d1c0e2a, containerd 3f2a1b4c5d6e"'),
     "python3 (pid 4242, docker 3f2a1b4c5d6e)": (
         "tests/collectors/test_cgroup.py", '"python3 (pid 4242, docker 3f2a1b4c5d6e)"'),
+    "recordings: removed 3 older sessions (412.5 MB) from ~/.local/state/engram-top/recordings, "
+    "past the retention 7d,3GB ([recordings] retain in the config file)": (
+        "tests/record/test_retention.py", '"recordings: removed 3 older sessions (412.5 MB) from '),
     # The interval follows the machine's parse speed (30 s here); the test reads it back.
     "metrics page (8 MiB) is slow to parse: read every 30 s": (
         "tests/faults/test_large_pages.py", '"metrics page (8 MiB) is slow to parse"'),

@@ -832,21 +832,6 @@ def test_a_secret_that_arrives_in_a_later_change_is_redacted_too(tmp_path: Path)
     assert replayed.scenario == "device" and replayed.placement == "device"
 
 
-def test_the_default_folder_keeps_the_newest_recordings(tmp_path: Path) -> None:
-    import os
-
-    from engram_top.record import recorder as recording
-    for i in range(5):
-        p = tmp_path / f"2026112{i}-000000-1.jsonl"
-        p.write_text("{}\n")
-        os.utime(p, (1_000_000 + i, 1_000_000 + i))
-    (tmp_path / "notes.txt").write_text("not a recording")
-    gone = recording.prune(tmp_path, keep=2)
-    assert sorted(p.name for p in gone) == [f"2026112{i}-000000-1.jsonl" for i in range(3)]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "20261123-000000-1.jsonl", "20261124-000000-1.jsonl", "notes.txt"]
-
-
 async def test_a_replay_opens_at_once_and_reads_the_rest_while_it_plays(
         demo: Demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`replay` opens a recording lazily: a few lines read at once, the rest on a thread;
