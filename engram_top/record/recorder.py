@@ -129,10 +129,10 @@ class Recorder:
             self._fail(exc)
             return self
         scenarios_plain(self.store.scenarios, self.secrets)  # learn the secrets first
-        self._trim()
         self.store.listeners.append(self._on_store)
         if self.store.run is not None or self.store.latest:
             self._guard(self._catch_up)  # attached late: what the store holds already
+        self._trim()  # said in the events, and so in this recording
         return self
 
     def close(self) -> None:

@@ -68,10 +68,11 @@ def test_a_dashboard_starting_removes_the_old_sessions_and_says_so(
                         keep_files=KEEP_RECORDINGS).start()
     recorder.close()
     assert names(folder) == [kept.name, "20261205-000000-1.jsonl"]
-    assert [e.text for e in store.events] == [
-        "recordings: removed 3 older sessions (412.5 MB) from "
-        "~/.local/state/engram-top/recordings, past the retention 7d,3GB ([recordings] "
-        "retain in the config file)"]
+    said = ("recordings: removed 3 older sessions (412.5 MB) from "
+            "~/.local/state/engram-top/recordings, past the retention 7d,3GB ([recordings] "
+            "retain in the config file)")
+    assert [e.text for e in store.events] == [said]
+    assert said in (folder / "20261205-000000-1.jsonl").read_text()  # recorded with it
 
 
 def test_a_long_session_trims_hourly_and_a_record_path_is_never_touched(
