@@ -58,6 +58,8 @@ from engram_top.record.recorder import Recorder, read_recording, runs_from_recor
 from engram_top.record.replay import ReplaySession
 from engram_top.record.scan import Skip
 from engram_top.seed import reference
+from engram_top.settings.retention import Retention
+from engram_top.settings.user_config import UserConfig
 from scenarios import engines
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
@@ -687,8 +689,9 @@ def test_new_log_lines_alone_bump_the_run_so_the_recorder_writes_them() -> None:
 class FakeApp:
     """What cli.dashboards.run_recorded needs of the dashboard: a session's store and run()."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: UserConfig | None = None) -> None:
         self.session = StaticSession()
+        self.config = config or UserConfig()
         self.return_code = 0
 
     def run(self) -> None:
@@ -716,10 +719,21 @@ def test_cli_records_by_default_and_replays(tmp_path: Path, capsys) -> None:  # 
                                                      "reading", "end"]
     assert rec.records[0][2].text == f"recording to {path}"
 
+    # The default folder is kept within the config's retention; a --record folder never is.
+    older = path.parent / "20200101-000000-1.jsonl"
+    older.write_text("{}\n")
+    os.utime(older, (1_000_000, 1_000_000))
+    (tmp_path / "older.jsonl").write_bytes(older.read_bytes())
+    os.utime(tmp_path / "older.jsonl", (1_000_000, 1_000_000))
+    args = commands.build_parser().parse_args(["attach", "http://127.0.0.1:1"])
+    dashboards.run_recorded(FakeApp(UserConfig(recordings=Retention.parse("30d"))), args,
+                            tmp_path / "state")
+    assert not older.exists() and path.exists()
     chosen = tmp_path / "mine.jsonl"
     args = commands.build_parser().parse_args(["run", str(DEMO_FILE), "--record", str(chosen)])
     dashboards.run_recorded(FakeApp(), args, tmp_path / "other")
     assert chosen.exists() and not (tmp_path / "other").exists()
+    assert (tmp_path / "older.jsonl").exists()
     args = commands.build_parser().parse_args(["demo", "--no-record"])
     dashboards.run_recorded(FakeApp(), args, tmp_path / "none")
     assert not (tmp_path / "none").exists()
