@@ -43,6 +43,8 @@ def _encoder(hint: Any) -> Callable[[Any], Any]:
     if origin in (Union, types.UnionType):
         rest = [a for a in get_args(hint) if a is not type(None)]
         inner = _encoder(rest[0] if len(rest) == 1 else Any)
+        if inner is _same:  # float | None and the like: None is itself too
+            return _same
         return lambda v: None if v is None else inner(v)
     if origin is tuple or origin is list:
         args = get_args(hint)
@@ -63,8 +65,12 @@ def _encoder(hint: Any) -> Callable[[Any], Any]:
         return lambda v: v.to_json()
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         hints = type_hints(hint)
-        names = [(f.name, _encoder(hints[f.name])) for f in dataclasses.fields(hint)]
-        return lambda v: {name: f(getattr(v, name)) for name, f in names}
+        # A plain field (a number, a string, None) is taken as it is, without a call: a GPU
+        # reading has thirty of them a device, and a recording writes one a second.
+        names = [(f.name, None if (enc := _encoder(hints[f.name])) is _same else enc)
+                 for f in dataclasses.fields(hint)]
+        return lambda v: {name: getattr(v, name) if f is None else f(getattr(v, name))
+                          for name, f in names}
     if isinstance(hint, type) and issubclass(hint, Enum):
         return lambda v: hint(v).value  # a plain "ready" where a RunState is typed: the same
     return _same
