@@ -43,12 +43,18 @@ def primary(label_sets: list[promtext.Labels]) -> dict[str, list[promtext.Labels
     """The series that count, by DP rank: one scheduler per DP rank (its TP and PP ranks
     report the same state: the lowest ones stand for it), and where a page splits a figure
     by priority, its total series (``priority=""``), else every priority."""
-    return {dp: list(members) for dp, members in _primary(tuple(label_sets)).items()}
+    key = tuple(label_sets)
+    found = _primary_kept(key) if len(key) <= KEEP_SETS else _primary(key)
+    return {dp: list(members) for dp, members in found.items()}
 
 
 # Every gauge, counter and histogram of every page asks, and a server's label sets are the
-# same from one page to the next: worked out once for each (a few dozen a server).
-@functools.lru_cache(maxsize=64)
+# same from one page to the next: worked out once for each (a few dozen a server). A family
+# of more label sets than a real server's (a hostile page's) is worked out each time, so the
+# cache never holds pages.
+KEEP_SETS = 256
+
+
 def _primary(label_sets: tuple[promtext.Labels, ...]
              ) -> dict[str, tuple[promtext.Labels, ...]]:
     if any(_label(ls, _PRIORITY) is not None for ls in label_sets):
@@ -63,6 +69,9 @@ def _primary(label_sets: tuple[promtext.Labels, ...]
         low = min(key for _, key in members)
         out[dp] = tuple(ls for ls, key in members if key == low)
     return out
+
+
+_primary_kept = functools.lru_cache(maxsize=64)(_primary)
 
 
 def find(fams: dict[str, promtext.Family], names: tuple[str, ...]) -> promtext.Family | None:

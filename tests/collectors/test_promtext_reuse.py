@@ -85,3 +85,16 @@ def test_a_page_of_more_lines_than_kept_leaves_nothing_for_the_next() -> None:
     assert len(reuse.lines) == 3
     promtext.parse('a{x="1"} 1\nb 2\nc 3\nd 4\n', reuse=reuse)
     assert reuse.lines == {} and reuse.labels == {}
+
+
+def test_which_series_count_is_kept_for_a_servers_label_sets_but_never_a_huge_family() -> None:
+    """The schedulers' series are worked out once per label sets; a family with more label
+    sets than any server has (a hostile page's) is worked out each time, never kept."""
+    from collectors.sglang import families
+    families._primary_kept.cache_clear()
+    ranks = [(("tp_rank", str(i)),) for i in range(8)]
+    huge = [(("tp_rank", str(i)),) for i in range(families.KEEP_SETS + 1)]
+    assert families.primary(ranks) == families.primary(ranks) == {"": [ranks[0]]}
+    assert families.primary(huge) == {"": [huge[0]]}
+    info = families._primary_kept.cache_info()
+    assert (info.hits, info.currsize) == (1, 1)
