@@ -143,9 +143,10 @@ class Reuse:
     """What parsing a page keeps for the next page of the same server: each line's sample
     (an unchanged line is not parsed again: a busy server's page changes every second, yet
     a third of its lines and nearly all label sets repeat) and the label sets by their text.
-    A page of more than ``max_lines`` sample lines keeps nothing for the next."""
+    A page of more than ``max_lines`` sample lines or ``max_chars`` keeps nothing."""
 
     max_lines: int = 20_000
+    max_chars: int = 4 * 2**20  # a real engine's page is tens to hundreds of kB
     lines: dict[str, Sample] = field(default_factory=dict)
     labels: dict[str, Labels] = field(default_factory=dict)
 
@@ -269,8 +270,7 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
     by_sample: dict[str, Family] = {}  # sample name -> its family, resolved once per page
     # raw `{...}` text -> sorted labels (repeats a lot, and from page to page)
     label_cache: dict[str, Labels] = {} if reuse is None else reuse.labels
-    last_lines: dict[str, Sample] = {} if reuse is None else reuse.lines
-    lines: dict[str, Sample] = {}
+    last_lines, lines = ({} if reuse is None else reuse.lines), {}  # line -> its Sample
     fast = _FAST_SAMPLE.fullmatch
     for line_no, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
@@ -295,7 +295,7 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
             skipped.add(PromTextError(line_no, line, str(exc)))
     _adopt_histograms(families, typed)
     if reuse is not None:
-        keep = len(lines) <= reuse.max_lines
+        keep = len(lines) <= reuse.max_lines and len(text) <= reuse.max_chars
         reuse.lines = lines if keep else {}
         if not keep or len(label_cache) > reuse.max_lines:
             label_cache.clear()

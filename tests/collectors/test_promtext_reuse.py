@@ -79,11 +79,16 @@ def test_a_line_broken_since_the_last_page_is_skipped_again_not_taken_from_it() 
     assert [s.value for s in promtext.parse(good, reuse=reuse)["x"].samples] == [1.0, 2.0]
 
 
-def test_a_page_of_more_lines_than_kept_leaves_nothing_for_the_next() -> None:
+def test_a_page_of_more_lines_or_text_than_kept_leaves_nothing_for_the_next() -> None:
     reuse = promtext.Reuse(max_lines=3)
     promtext.parse("a 1\nb 2\nc 3\n", reuse=reuse)
     assert len(reuse.lines) == 3
     promtext.parse('a{x="1"} 1\nb 2\nc 3\nd 4\n', reuse=reuse)
+    assert reuse.lines == {} and reuse.labels == {}
+    reuse = promtext.Reuse(max_chars=10)
+    promtext.parse("a 1\n", reuse=reuse)
+    assert len(reuse.lines) == 1
+    promtext.parse(f'a{{x="{"y" * 20}"}} 1\n', reuse=reuse)  # over the characters kept
     assert reuse.lines == {} and reuse.labels == {}
 
 
