@@ -55,12 +55,11 @@ from engram_top.record.typed_json import (
 )
 
 FORMAT = 1
-TICK_S = 0.25  # how often the file is flushed when due, and the load sampled
+TICK_S = 0.25  # how often a running load's figures are sampled
 # How often run facts mutated in place are looked at (a change told through the store is
 # written at once): encoding every run's facts to find what changed was a fifth of an idle
 # agent's time at four times a second.
 FACTS_S = 1.0
-FLUSH_S = 0.5  # data reaches the OS within this (+ one tick): the issue allows a second
 LOG_KEEP = 400  # log lines a replayed run keeps, as the supervisor does
 MIN_SPEED, MAX_SPEED = 0.25, 16.0
 DATA_TYPES: dict[str, type] = {c.__name__: c for c in (GpuData, HostData, ServerData)}

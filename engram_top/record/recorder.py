@@ -23,7 +23,6 @@ from engram_top.model.redact import redact, redact_text
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.record.file_format import (
     FACTS_S,
-    FLUSH_S,
     FORMAT,
     PATCH_FIELDS,
     TICK_S,
@@ -75,10 +74,11 @@ class Recorder:
     """Follows a RunStore (store.listeners) and appends what it takes in to a JSON-lines file.
 
     start() opens the file (and its folder) and attaches; close() samples a last time, writes
-    an "end" record and closes. Records are flushed to the OS at least every FLUSH_S + TICK_S
-    seconds, by a tick task on the running event loop (started with the first record) and on
-    every write that finds a flush due. On any write failure (disk full, unwritable path) the
-    recorder stops, says so once in the store's events, and the session goes on.
+    an "end" record and closes. What the store tells it reaches the OS at once (a write a
+    reading); a tick task on the running event loop (started with the first record) looks
+    at the run's facts once a second, and at a load's figures four times a second while one
+    runs. On any write failure (disk full, unwritable path) the recorder stops, says so once
+    in the store's events, and the session goes on.
     """
 
     def __init__(self, store: RunStore, path: Path | str, *,
@@ -100,7 +100,6 @@ class Recorder:
         self._file: Any = None
         self._closed = False
         self._header = False
-        self._last_flush = clock()
         self._dirty = False
         self._tick: asyncio.Task[None] | None = None
         self._run_ids: dict[int, str] = {}  # id(RunFacts) -> "r1", ...
@@ -145,7 +144,10 @@ class Recorder:
 
     def sample(self) -> None:
         """Write run facts, log lines and load that changed since the last sample."""
-        self._guard(lambda: self._sample(force=True))
+        def both() -> None:
+            self._sample(force=True)
+            self._flush()
+        self._guard(both)
 
     # ------------------------------------------------------------------ internals
     def _on_store(self, what: str, payload: Any) -> None:
@@ -161,7 +163,7 @@ class Recorder:
         elif what == "reading":
             self._write_reading(*payload)
         self._sample(force=False)
-        self._flush_if_due()
+        self._flush()
 
     def _write_reading(self, key: SourceKey, reading: Reading[Any]) -> None:
         # Any data type goes: one without a format of its own as its plain fields.
@@ -214,8 +216,10 @@ class Recorder:
         self._tick = loop.create_task(self._ticker(), name="recorder tick")
 
     async def _ticker(self) -> None:
+        # Four times a second only while a load's figures move (the demo's): waking the
+        # event loop four times a second cost an idle agent a sixth of its CPU.
         while not self._closed:
-            await asyncio.sleep(TICK_S)
+            await asyncio.sleep(TICK_S if self.store.load else FACTS_S)
             self._guard(self._on_tick)
 
     def _trim(self) -> None:
@@ -239,14 +243,14 @@ class Recorder:
         if due:
             self._facts_at = now
         self._sample(force=due)
-        self._flush_if_due()
+        self._flush()
 
-    def _flush_if_due(self) -> None:
-        now = self.clock()
-        if self._dirty and now - self._last_flush >= FLUSH_S:
+    def _flush(self) -> None:
+        """What was written reaches the OS: once a store event or a tick is taken, so a
+        killed process loses only the record being written (a write(2) a reading)."""
+        if self._dirty:
             self._file.flush()
             self._dirty = False
-            self._last_flush = now
 
     def _write(self, record: dict[str, Any]) -> None:
         if not self._header:
@@ -341,4 +345,4 @@ class Recorder:
             if good is not None and good is not reading:
                 self._write_reading(key, good)
             self._write_reading(key, reading)
-        self._flush_if_due()
+        self._flush()

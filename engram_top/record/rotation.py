@@ -38,6 +38,7 @@ class RotatingRecording:
         self.clock = clock
         self.current: Recorder | None = None
         self._opened_at = 0.0
+        self._stamp, self._serial = "", 0  # the last file's second, and its number in it
 
     @property
     def active(self) -> bool:
@@ -85,10 +86,15 @@ class RotatingRecording:
 
     def _open(self) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = self.folder / f"agent-{stamp}-{os.getpid()}.jsonl"
-        n = 2
-        while path.exists():
-            path = self.folder / f"agent-{stamp}-{os.getpid()}-{n}.jsonl"
+        # Files opened within one second take -2, -3, ...: counted, so that a name a trim
+        # freed is never taken again by a newer file (it would pass for the old one).
+        n = self._serial + 1 if stamp == self._stamp else 1
+        while True:
+            path = self.folder / (f"agent-{stamp}-{os.getpid()}.jsonl" if n == 1
+                                  else f"agent-{stamp}-{os.getpid()}-{n}.jsonl")
+            if not path.exists():
+                break
             n += 1
+        self._stamp, self._serial = stamp, n
         self.current = Recorder(self.store, path).start()
         self._opened_at = self.clock()
