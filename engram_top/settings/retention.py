@@ -11,6 +11,8 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "b": 1,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _AMOUNT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", re.IGNORECASE)
 AGES = ("s", "m", "h", "d", "w")
+# Past these a value is a typo (a size read as an age, digits doubled), not a retention.
+MOST = {"age": (10 * 365 * 86400, "3650d"), "size": (10**15, "1000TB")}
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,9 @@ class Retention:
             value = float(m.group(1)) * _UNITS[unit]
             if value <= 0:
                 raise ValueError(f"{part.strip()!r}: must be more than 0")
+            most, said = MOST["age" if unit in AGES else "size"]
+            if value > most:  # an inf from 400 digits too
+                raise ValueError(f"{part.strip()!r}: at most {said}")
             if unit in AGES:
                 age = value
             else:

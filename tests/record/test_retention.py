@@ -126,6 +126,9 @@ def test_the_config_file_sets_the_retention(tmp_path: Path) -> None:
     ('retain = "7 days"', "config.toml:2: recordings.retain: '7 days' is no age (30m, 12h, 7d) "
                           "or size (500MB, 2GiB)"),
     ('retain = "0d"', "config.toml:2: recordings.retain: '0d': must be more than 0"),
+    ('retain = "36500d"', "config.toml:2: recordings.retain: '36500d': at most 3650d"),
+    (f'retain = "{"9" * 400}GB"', f"config.toml:2: recordings.retain: '{'9' * 400}GB': at "
+                                  "most 1000TB"),
     ("retain = 7", 'config.toml:2: recordings.retain: should be an age, a size or both as a '
                    'string ("7d", "3GB", "7d,3GB"), got int 7'),
     ('retian = "7d"', "config.toml:2: recordings.retian: unknown key (did you mean 'retain'?) "
