@@ -217,7 +217,7 @@ class Recorder:
 
     async def _ticker(self) -> None:
         # Four times a second only while a load's figures move (the demo's): waking the
-        # event loop four times a second cost an idle agent a sixth of its CPU.
+        # event loop four times a second cost the agent a sixth of its CPU under load.
         while not self._closed:
             await asyncio.sleep(TICK_S if self.store.load else FACTS_S)
             self._guard(self._on_tick)
