@@ -273,7 +273,7 @@ def default_config_text() -> str:
 # How much of the dashboards' default recordings folder is kept: an age, a size or both.
 # The oldest sessions past either go as a dashboard starts and hourly while it runs (the one
 # being written never does), and the events line says so; the newest 50 at most. A folder
-# given with --record is never touched. A week of one node is about 2.6 GB.
+# given with --record is never touched. A recording grows 15-45 MB an hour.
 # retain = "7d,3GB"
 
 [keys]
