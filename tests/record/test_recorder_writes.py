@@ -45,17 +45,21 @@ async def test_the_tick_runs_four_times_a_second_only_while_a_load_moves(
         await real_sleep(0)
 
     monkeypatch.setattr(recording.asyncio, "sleep", sleep)
+    async def ticks(n: int) -> None:  # n more ticks, within a bounded number of turns
+        for _ in range(10_000):
+            if len(slept) >= n:
+                return
+            await real_sleep(0)
+        raise AssertionError(f"{len(slept)} ticks, not {n}")
+
     store = RunStore()
     recorder = recording.Recorder(store, tmp_path / "rec.jsonl").start()
     try:
         store.add("host", host(1.0, 1))  # the first record starts the tick
-        while len(slept) < 3:
-            await real_sleep(0)
+        await ticks(3)
         assert set(slept) == {FACTS_S}  # an attached server, no load: once a second
         store.load = {"requests": 1}
-        mark = len(slept)
-        while len(slept) < mark + 3:
-            await real_sleep(0)
+        await ticks(len(slept) + 3)
         assert slept[-1] == TICK_S
     finally:
         recorder.close()
