@@ -140,14 +140,13 @@ class Skipped:
 
 @dataclass(slots=True)
 class Reuse:
-    """What parsing a page keeps for the next page of the same server: each line's sample
-    (an unchanged line is not parsed again: a busy server's page changes every second, yet
-    a third of its lines and nearly all label sets repeat) and the label sets by their text.
-    A page of more than ``max_lines`` sample lines or ``max_chars`` keeps nothing."""
+    """What a page's parse keeps for the next page of its server: each line's sample (a busy
+    server's page changes every second, yet a third of its lines and nearly all label sets
+    repeat) and the label sets by their text; nothing past ``max_lines`` or ``max_chars``."""
 
     max_lines: int = 20_000
     max_chars: int = 4 * 2**20  # a real engine's page is tens to hundreds of kB
-    lines: dict[str, Sample] = field(default_factory=dict)
+    lines: dict[str, Sample] = field(default_factory=dict)  # line -> its Sample
     labels: dict[str, Labels] = field(default_factory=dict)
 
 
@@ -268,9 +267,9 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
     families: dict[str, Family] = {}
     typed: set[str] = set()
     by_sample: dict[str, Family] = {}  # sample name -> its family, resolved once per page
-    # raw `{...}` text -> sorted labels (repeats a lot, and from page to page)
-    label_cache: dict[str, Labels] = {} if reuse is None else reuse.labels
-    last_lines, lines = ({} if reuse is None else reuse.lines), {}  # line -> its Sample
+    label_cache: dict[str, Labels] = {} if reuse is None else reuse.labels  # `{...}` -> labels
+    last_lines, lines = ({} if reuse is None else reuse.lines), {}
+    keeping = reuse is not None and len(text) <= reuse.max_chars
     fast = _FAST_SAMPLE.fullmatch
     for line_no, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
@@ -283,7 +282,8 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
             sample = last_lines.get(line)
             if sample is None:
                 sample = _sample(line, fast, label_cache)
-            lines[line] = sample
+            if keeping:  # no other caller pays for the next page's lines
+                lines[line] = sample
             name = sample.name
             fam = by_sample.get(name)
             if fam is None:
@@ -295,7 +295,7 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
             skipped.add(PromTextError(line_no, line, str(exc)))
     _adopt_histograms(families, typed)
     if reuse is not None:
-        keep = len(lines) <= reuse.max_lines and len(text) <= reuse.max_chars
+        keep = keeping and len(lines) <= reuse.max_lines
         reuse.lines = lines if keep else {}
         if not keep or len(label_cache) > reuse.max_lines:
             label_cache.clear()

@@ -104,8 +104,7 @@ class Recorder:
         self._tick: asyncio.Task[None] | None = None
         self._run_ids: dict[int, str] = {}  # id(RunFacts) -> "r1", ...
         self._run_refs: list[RunFacts] = []  # keeps the ids above from being reused
-        self._written: dict[str, dict[str, Any]] = {}  # run id -> its facts as last written
-        self._plain: dict[str, dict[str, Any]] = {}  # the same before redaction
+        self._plain: dict[str, dict[str, Any]] = {}  # run id -> its facts last written, unredacted
         self._last_line: dict[str, Any] = {}  # run id -> the last log entry written (identity)
         self._run_version = -1
         self._facts_at = float("-inf")  # when facts mutated in place were last looked at
@@ -290,15 +289,13 @@ class Recorder:
         # function of the value alone, so an unchanged field's redacted form is unchanged.
         changed = redact({k: v for k, v in now.items() if k not in plain or plain[k] != v},
                          self.secrets)
-        before = self._written.get(rid, {})
-        written = {**before, **changed}
-        for name in PATCH_FIELDS:
-            patch = patch_of(before.get(name), changed.get(name)) if name in changed else None
-            if patch is not None:
-                changed[name] = patch
+        for name in PATCH_FIELDS:  # against the field as last written (redacted again)
+            if name in changed and name in plain:
+                patch = patch_of(redact(plain[name], self.secrets), changed[name])
+                if patch is not None:
+                    changed[name] = patch
         if changed or set_run:
             self._write({"type": "run", "run": rid, "set": set_run, "facts": changed})
-            self._written[rid] = written
             self._plain[rid] = now
         self._write_log(rid, facts)
 
