@@ -199,14 +199,25 @@ class FleetApp(EndsAsTheProcess, SurvivesHangUp, SafeOutput, App[int]):
         return self._every_rows[1]
 
     def _cells(self, cols: list[Column], r: FleetRow) -> tuple[Text, ...]:
-        """A row's cells, made again only when its figures, state or alerts changed (its
-        figures are those of one answer: the time they were read names them)."""
+        """A row's cells, looked at again only when its figures, state or alerts changed (its
+        figures are those of one answer: the time they were read names them); even then a
+        cell is made again only when its words or style changed, so that a refresh of 2,000
+        nodes builds the few cells that moved and the table's diff finds the rest by identity."""
         entry = self.session.nodes.get(r.node)
         key = (tuple(c[0] for c in cols), entry[0] if entry else None, r.state, r.alerts)
         hit = self._row_cells.get(r.node)
-        if hit is None or hit[0] != key:
-            hit = self._row_cells[r.node] = (key, tuple(self._cell(c, r) for c in cols))
-        return hit[1]
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        old = dict(zip(hit[0][0], hit[1], strict=True)) if hit is not None else {}
+        cells = []
+        for c in cols:
+            words, style = self._words(c, r)
+            cell = old.get(c[0])
+            if cell is None or cell.plain != words or cell.style != style:
+                cell = Text(words, style=style, no_wrap=True, overflow="ellipsis")
+            cells.append(cell)
+        self._row_cells[r.node] = (key, tuple(cells))
+        return tuple(cells)
 
     def _draw(self) -> None:
         every = self._every()  # the header and the table share it
@@ -245,8 +256,8 @@ class FleetApp(EndsAsTheProcess, SurvivesHangUp, SafeOutput, App[int]):
             table.move_cursor(row=min(keep, len(rows) - 1))
 
     @staticmethod
-    def _cell(c: Column, r: FleetRow) -> Text:
-        text = c[3](r)
+    def _words(c: Column, r: FleetRow) -> tuple[str, str]:
+        """A cell's words and style."""
         style = ""
         if c[0] == "alerts" and r.alerts:
             style = "bold red" if "server silent" in r.alerts else "bold yellow"
@@ -256,7 +267,7 @@ class FleetApp(EndsAsTheProcess, SurvivesHangUp, SafeOutput, App[int]):
         elif c[0] == "placement" and r.placement_inferred:
             style = "dim"
         # Node, placement and alerts are Prometheus labels: shown, never sent on.
-        return Text(visible(text), style=style, no_wrap=True, overflow="ellipsis")
+        return visible(c[3](r)), style
 
     def header(self, rows: list[FleetRow]) -> Text:
         s = self.session

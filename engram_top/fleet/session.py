@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -214,14 +213,12 @@ def row(data: FleetNodeData, age_s: float, t: Thresholds, stale_after_s: float) 
         stack=data.stack,
         power_w=sum(g.power_w for g in data.gpus if g.power_w is not None)
         if data.gpus and all(g.power_w is not None for g in data.gpus) else None)
-    return _with_alerts(r, t)
-
-
-def _with_alerts(r: FleetRow, t: Thresholds) -> FleetRow:
-    """The dashboard's alerts, with the user's thresholds, for one node (the rules are in
-    the alerts' definitions)."""
+    # The dashboard's alerts, with the user's thresholds (the rules are in the alerts'
+    # definitions), read from the row itself. It is new and nobody holds it yet, so they are
+    # set in place: dataclasses.replace copied every field, a third of a 2,000-node refresh.
     ids = (i for i, _ in r.agent.alerts) if r.agent is not None else ()
-    return dataclasses.replace(r, alerts=fleet_alerts(r, t, ids))
+    object.__setattr__(r, "alerts", fleet_alerts(r, t, ids))
+    return r
 
 
 def _int(v: float | None) -> int | None:

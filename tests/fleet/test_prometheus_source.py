@@ -3,9 +3,12 @@ as real fleets label them (no Prometheus needed: the live path is tests/fleet/te
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
-from collectors.prometheus import group, host_of, node_of, queries
+import pytest
+
+from collectors.prometheus import _uncollected, group, host_of, node_of, queries
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.fleet import session as fleet
 
@@ -279,3 +282,21 @@ def test_an_agents_series_join_its_node_and_its_own_labels_are_its_own() -> None
     assert fleet.row(nodes["a"], 0.0, Thresholds(disabled=("hbm",)), 15.0).alerts == \
         ("kv 95%",)
     assert fleet.row(nodes["b"], 0.0, Thresholds(), 15.0).placement == "device"
+
+
+def test_a_refresh_decodes_and_groups_with_the_collector_off_and_puts_it_back() -> None:
+    """Full collections of a big refresh's objects would hold the GIL (and so the screen's
+    event loop) for 50-100 ms each: off while the worker decodes and groups, on again after,
+    even when the work fails, and left off where something else had turned it off."""
+    assert gc.isenabled()
+    assert _uncollected(gc.isenabled) is False
+    assert gc.isenabled()
+    with pytest.raises(ZeroDivisionError):
+        _uncollected(lambda: 1 / 0)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        _uncollected(int)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
