@@ -7,6 +7,7 @@ CI must not fail on a draw nobody can repeat); the timeout mark is the "never ha
 
 from __future__ import annotations
 
+import ast
 import math
 from collections import Counter
 from pathlib import Path
@@ -44,6 +45,21 @@ SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=N
 JUNK = st.sampled_from(["...", "\x1b[31m", "\x00", "\ufffd", "\t", "\r", "{", "}", '"', "#",
                         "2026-12-04T03:10:00Z stdout F ", '{"log":"', "\\", " ", "é", "\x7f"])
 FOREIGN = st.lists(st.one_of(JUNK, st.text(max_size=40)), min_size=1, max_size=4).map("".join)
+
+
+VLLM_PARSER = Path(__file__).parents[2] / "collectors" / "vllm"
+
+
+def _phrases_of(package: Path) -> tuple[str, ...]:
+    """The string constants (six characters or more) of a package's modules: whatever its
+    parser could look for in a line."""
+    found = set()
+    for module in package.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and len(node.value.strip()) >= 6 and "\n" not in node.value:
+                found.add(node.value.strip())
+    return tuple(sorted(found))
 
 
 HOWS = ("cut", "prefix", "suffix", "twice", "insert", "wrap", "replace")
@@ -135,9 +151,10 @@ def test_a_log_with_foreign_lines_between_gives_the_same_facts(name: str) -> Non
 
     # Foreign means none of the server's own phrases: Hypothesis draws text from the string
     # constants of the modules loaded (which vary with the tests a worker ran before), so it
-    # may offer "ngram host table", which is the server's line, not another process's.
+    # may offer "ngram host table" or vLLM's "Received SIGINT", which are the server's lines,
+    # not another process's. vLLM's parser keeps its phrases in its package's modules.
     phrases = tuple(needle for needle, _ in make()._dispatch) \
-        if isinstance(clean, StartupLogParser) else ()
+        if isinstance(clean, StartupLogParser) else _phrases_of(VLLM_PARSER)
 
     @SETTINGS
     @given(st.lists(st.tuples(st.integers(0, len(lines)), FOREIGN), max_size=12))
