@@ -95,17 +95,35 @@ def test_encodings_are_json_loads_own(content: bytes) -> None:
     same(content)
 
 
-def test_the_result_list_is_decoded_a_sample_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What lets the event loop run meanwhile: one short decode per sample, and the rest of
-    the answer decoded without them (it fails on the code that decoded the whole text)."""
-    calls: list[int] = []
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Where each piece decode_answer decodes starts."""
+    starts: list[int] = []
 
     class Counting(json.JSONDecoder):
         def raw_decode(self, s: str, idx: int = 0) -> tuple[Any, int]:
-            calls.append(idx)
+            starts.append(idx)
             return super().raw_decode(s, idx)
 
     monkeypatch.setattr(prom_answer, "_DECODER", Counting())
+    return starts
+
+
+def test_the_result_list_is_decoded_a_sample_at_a_time(calls: list[int]) -> None:
+    """What lets the event loop run meanwhile: one short decode per sample, and the rest of
+    the answer decoded without them (it fails on the code that decoded the whole text)."""
     body = {"status": "success", "data": {"resultType": "vector", "result": [SAMPLE] * 50}}
     assert decode_answer(json.dumps(body).encode()) == body
     assert len(calls) == 50
+
+
+def test_a_list_of_tiny_values_is_decoded_whole(calls: list[int]) -> None:
+    """32 MB of `0,` a piece at a time would take seconds a refresh: after the first
+    thousand values are seen to be no samples, json.loads takes the rest at once."""
+    body = {"status": "success", "data": {"result": [0] * 100_000}}
+    assert decode_answer(json.dumps(body).encode()) == body
+    assert len(calls) == 1024
+    calls.clear()
+    samples = {"status": "success", "data": {"result": [SAMPLE] * 3000}}
+    assert decode_answer(json.dumps(samples, separators=(",", ":")).encode()) == samples
+    assert len(calls) == 3000
