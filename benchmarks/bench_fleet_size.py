@@ -92,7 +92,7 @@ async def serve(bodies: dict[str, bytes]) -> asyncio.Server:
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
-def _answer_forever(nodes: int, told: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _answer_forever(nodes: int, told: multiprocessing.Queue[tuple[int, int]]) -> None:
     async def run() -> None:
         bodies = answers(nodes)
         server = await serve(bodies)
@@ -136,7 +136,7 @@ async def measure(url: str, nodes: int, refreshes: int) -> dict[str, float]:
     polls, stalls, rows = [], [], []
     try:
         for _ in range(refreshes):
-            stop, gaps = asyncio.Event(), []
+            stop, gaps = asyncio.Event(), list[float]()
             ticker = asyncio.create_task(held(stop, gaps))
             started = time.perf_counter()
             await session.poll_once()
