@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from rich.text import Text
 from textual.widgets import DataTable
 
 from collectors.prometheus import group
+from engram_top.app import fleet_screen
 from engram_top.app.fleet_screen import FleetApp
 from engram_top.fleet import session as fleet
 
@@ -35,7 +38,17 @@ def read(s: fleet.FleetSession, running: int, placement: str = "device") -> None
     s.polls += 1
 
 
-async def test_a_redraw_keeps_the_cells_that_did_not_move_and_draws_those_that_did() -> None:
+async def test_a_redraw_keeps_the_cells_that_did_not_move_and_draws_those_that_did(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[str] = []  # the cells made, by their words
+
+    class Counted(Text):
+        def __init__(self, text: str = "", *args: Any, **kwargs: Any) -> None:
+            if kwargs.get("overflow") == "ellipsis":  # a cell's (the header is a Text() too)
+                made.append(text)
+            super().__init__(text, *args, **kwargs)
+
+    monkeypatch.setattr(fleet_screen, "Text", Counted)
     s = fleet.FleetSession("http://127.0.0.1:9", interval=3600)
     app = FleetApp(s, borrowed=True)
     async with app.run_test(size=(160, 30)) as pilot:
@@ -48,14 +61,16 @@ async def test_a_redraw_keeps_the_cells_that_did_not_move_and_draws_those_that_d
             return table.get_cell("n1", column)
 
         before = {c: cell(c) for c in ("node", "placement", "state", "kv")}
-        assert before["state"].plain == "serving"
-        read(s, 3)  # the same figures, read again
+        assert before["state"].plain == "serving" and "n1" in made
+        made.clear()
+        read(s, 3)  # the same figures, read again: no cell made
         app.refresh_fleet()
         await pilot.pause()
-        assert all(cell(c) is before[c] for c in before)
-        read(s, 0)  # its requests done: the state's words move
+        assert made == [] and all(cell(c) is before[c] for c in before)
+        read(s, 0)  # its requests done: the state's words move, and only they are made
         app.refresh_fleet()
         await pilot.pause()
+        assert made == ["idle"]
         assert cell("state").plain == "idle" and cell("state") is not before["state"]
         assert cell("node") is before["node"] and cell("kv") is before["kv"]
         read(s, 0, placement="")  # no label: worked out from host memory, dim
