@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,8 +85,6 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 # The smallest sample, `{"metric":{},"value":[0,"0"]}`, is 30 characters.
 MIN_SAMPLE_CHARS = 24
-# What stands for the list while the rest is decoded; an answer that holds it is decoded whole.
-_STAND_IN = "\u0000engram-top: the result list"
 
 
 def decode_answer(content: bytes) -> Any:
@@ -104,8 +103,11 @@ def decode_answer(content: bytes) -> Any:
     except UnicodeDecodeError:
         return json.loads(content)
     found = _RESULT_LIST.search(text)
-    if found is None or _STAND_IN in text:
+    if found is None:
         return json.loads(text)
+    # What stands for the list while the rest is decoded: new each call, so that no answer
+    # can hold it (a fixed one, escaped in an answer's text, could put a list in its place).
+    stand_in = f"engram-top: the result list {secrets.token_hex(16)}"
     items, i = [], _skip(text, found.end())
     start = i
     try:
@@ -123,11 +125,11 @@ def decode_answer(content: bytes) -> Any:
                 if text[i] != ",":
                     return json.loads(text)  # not a list after all: json.loads says why
                 i = _skip(text, i + 1)
-        body = json.loads(text[:found.end() - 1] + json.dumps(_STAND_IN) + text[i + 1:])
+        body = json.loads(text[:found.end() - 1] + json.dumps(stand_in) + text[i + 1:])
     except (ValueError, IndexError):  # json.loads says what is wrong, and where, as before
         return json.loads(text)
     data = body.get("data") if type(body) is dict else None
-    if type(data) is not dict or data.get("result") != _STAND_IN:
+    if type(data) is not dict or data.get("result") != stand_in:
         return json.loads(text)
     data["result"] = items
     return body

@@ -73,6 +73,9 @@ def test_any_answer_decodes_as_json_loads_decodes_it(items: list[Any], extra: di
     '{"status":"success","data":{"result":[{"metric":{"a":"\\"result\\":["}}]}}',
     '{"status":"success","data":{"result":["\\u0000engram-top: the result list"]}}',
     '{"status":"success","data":{"result":"\\u0000engram-top: the result list"}}',
+    # a stand-in guessed, where a list found first elsewhere would land in its place
+    '{"warnings":{"result":[1]},"status":"success",'
+    '"data":{"result":"\\u0000engram-top: the result list"}}',
     # numbers JSON does not have but Python's json takes, and deep nesting
     '{"status":"success","data":{"result":[NaN,Infinity,-Infinity]}}',
     '{"status":"success","data":{"result":[' + "[" * 100_000 + "]" * 100_000 + "]}}",
