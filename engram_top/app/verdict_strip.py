@@ -19,6 +19,7 @@ from engram_top.compare import (
     RunResult,
     Verdict,
     compare_runs,
+    compared_scenarios,
     held_findings,
     hold,
     verdict_of,
@@ -28,7 +29,10 @@ from engram_top.model import RunStore, SourceName, StoreTopic
 
 def strip_verdict(store: RunStore, extra: Sequence[RunResult] = ()) -> Verdict | None:
     """The verdict of the session's comparison (with the runs loaded from files); None
-    while fewer than two scenarios have figures."""
+    while fewer than two scenarios have figures (then without comparing: one attached
+    server's new reading each second would cost a comparison of one)."""
+    if len(compared_scenarios(store.runs, extra)) < 2:
+        return None
     c = compare_runs(store.runs, baseline=store.baseline, extra=extra)
     if c is None or len(c.scenarios) < 2:
         return None

@@ -240,6 +240,14 @@ def from_file(results: Sequence[RunResult], path: PurePath) -> list[RunResult]:
             for r in results]
 
 
+def compared_scenarios(runs: Sequence[RunFacts], extra: Sequence[RunResult] = ()
+                       ) -> tuple[str, ...]:
+    """The columns a comparison of these runs would have (comparison's scenarios), without
+    comparing them: the dashboard asks every second whether there is a second one yet."""
+    return tuple(dict.fromkeys([run.scenario for run in runs if run.results.measured()]
+                               + [own_column(r).scenario for r in extra]))
+
+
 def own_column(r: RunResult) -> RunResult:
     """A run loaded from a file, in a column of its own: its scenario labelled with its
     source ("device (B/report.json)"), so a bench's device runs never join the live device

@@ -17,7 +17,14 @@ from engram_top.app.verdict_strip import VerdictStrip, strip_text, strip_verdict
 from engram_top.bench import sweep
 from engram_top.compare.comparison import compare
 from engram_top.compare.run_result import RunResult
-from engram_top.compare.runs import WARM_REQUESTS, comparison, from_file, own_column, warming_up
+from engram_top.compare.runs import (
+    WARM_REQUESTS,
+    compared_scenarios,
+    comparison,
+    from_file,
+    own_column,
+    warming_up,
+)
 from engram_top.compare.verdict import (
     BETTER,
     EQUAL,
@@ -326,15 +333,24 @@ async def test_a_comparison_that_fails_is_said_on_the_compare_screen(
         await until(pilot, lambda: not app.is_running, what="the app to quit")
 
 
-async def test_no_strip_for_one_scenario() -> None:
+async def test_no_strip_for_one_scenario(monkeypatch: pytest.MonkeyPatch) -> None:
     store = RunStore()
     store.set_run(facts("device", figures(60, 400)))
+    compared: list[object] = []
+
+    def counted(*args: Any, **kw: Any) -> object:
+        compared.append(args)
+        return comparison(*args, **kw)
+
+    monkeypatch.setattr("engram_top.app.verdict_strip.compare_runs", counted)
     app = EngramTopApp(StaticSession(store))
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: "device" in screen_text(app), what="the dashboard")
         # Drawn: the strip was refreshed with the scenario list, in the same pass, and
-        # found no verdict (the pure function it shows says so too).
+        # found no verdict (the pure function it shows says so too), without comparing
+        # one scenario with itself each refresh.
         assert strip_verdict(store) is None
+        assert compared == []
         assert not app.query_one(VerdictStrip).has_class("-shown")
         assert not app.screen.has_class("-verdict")
         assert "verdict vs" not in screen_text(app)
@@ -463,6 +479,21 @@ def test_the_strip_holds_a_win_until_the_evidence_moves_out_of_its_interval() ->
     other = decide([Evidence("ttft", "host-prefetch", "host", 0.12, lo=-0.01, hi=0.25,
                              method="paired t", n=5)], baseline="host")
     assert marks(hold(other, held_findings(shown))) == ["≈"]
+
+
+def test_compared_scenarios_are_a_comparisons_columns() -> None:
+    """What the strip asks before it compares: the columns comparison() would give, in its
+    order (a run without figures is none; a file's runs are columns of their own)."""
+    bench = from_file([_run("device", 0, kv_tokens=11_840_000),
+                       _run("device", 1, kv_tokens=11_840_000)], PurePath("B/report.json"))
+    live = [facts("device", figures(60, 400)), facts("idle", RunFigures()),
+            facts("host-prefetch", figures(60, 400)), facts("device", figures(61, 410))]
+    for runs, extra in [(live, bench), (live, []), (live[:2], []), (live[1:2], bench),
+                        (live[1:2], []), ([], [])]:
+        c = comparison(runs, extra=extra)
+        assert compared_scenarios(runs, extra) == (c.scenarios if c else ()), (runs, extra)
+    assert compared_scenarios(live, bench) == ("device", "host-prefetch",
+                                               "device (B/report.json)")
 
 
 def test_the_strip_names_a_file_columns_own_baseline() -> None:
