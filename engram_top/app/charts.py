@@ -119,42 +119,55 @@ def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, no
     if rows < 1 or cols < 2 or t_window <= 0:
         return out
 
-    cells = [[0] * cols for _ in range(rows)]
-    colours: list[list[str]] = [[""] * cols for _ in range(rows)]
     dots_x = cols * 2
-
     top = dots_y - 1
     floor = math.floor
+    cells = [[0] * cols for _ in range(rows)]
+    colours: list[list[str]] = [[""] * cols for _ in range(rows)]
+    kx, ky = dots_x - 1, dots_y - 1
 
     def dot_row(y: float) -> int:
         """The dot row a height is drawn at, from the bottom (clamped to the axis)."""
         return floor((top if y > top else 0.0 if y < 0.0 else y) + 0.5)
 
-    def plot(x: int, y: float, colour: str) -> None:
-        if not 0 <= x < dots_x:
-            return
-        b = floor((top if y > top else 0.0 if y < 0.0 else y) + 0.5)  # dot row from the bottom
-        row, col = rows - 1 - b // 4, x // 2
-        cells[row][col] |= _DOTS[x % 2][3 - b % 4]
-        colours[row][col] = colour
-
-    def to_dots(p: Point) -> tuple[float, float]:
-        return ((p[0] - start) / t_window * (dots_x - 1),
-                (p[1] - y_min) / span * (dots_y - 1))
-
     for line in lines:
+        # A line that is not flat marks each dot column's span of rows as bits of one int
+        # (bit b: dot row b from the bottom), and the cells are filled from them after,
+        # rather than a dot at a time (the trend strip redraws every 2 s).
+        columns = [0] * dots_x
+
+        def mark(x: int, low: int, high: int, columns: list[int] = columns) -> None:
+            """Dot rows low to high of column x; a row beyond the axis is drawn at its
+            edge (a value a billion times the axis costs no billion dots)."""
+            if 0 <= x < dots_x:
+                low = 0 if low < 0 else top if low > top else low
+                high = 0 if high < 0 else top if high > top else high
+                if high >= low:
+                    columns[x] |= (2 << high) - (1 << low)
+
         for run in split_gaps(line.points, line.gap_s):
-            pts = [to_dots(p) for p in run if p[0] <= now]
-            if not pts:
-                continue
+            if run[-1][0] > now:  # (points come oldest first)
+                run = [p for p in run if p[0] <= now]
+                if not run:
+                    continue
             # An idle node's lines, the common case: every point in one dot row (a flat
             # line, or one whose jitter is less than a dot). Joined, they would fill that
             # row from the first column to the last, as _draw_flat does without the joins.
-            row = dot_row(pts[0][1])
-            if all(dot_row(y) == row for _, y in pts):
-                _draw_flat(pts, row, line.colour, plot)
+            # A height's dot row never falls as the height rises: the lowest and highest
+            # values tell, before any point is moved into dots.
+            values = [v for _, v in run]
+            row = dot_row((min(values) - y_min) / span * ky)
+            if dot_row((max(values) - y_min) / span * ky) == row:
+                x0, x1 = ((run[0][0] - start) / t_window * kx,
+                          (run[-1][0] - start) / t_window * kx)
+                if x1 >= 0:  # else wholly before the window
+                    _draw_flat(0 if x0 < 0 else _round(x0), _round(x1), row,
+                               cells, colours, line.colour)
             else:
-                _draw_run(pts, top, line.colour, plot)
+                _draw_run([((t - start) / t_window * kx, (v - y_min) / span * ky)
+                           for t, v in run], mark)
+        if any(columns):
+            _fill(columns, rows, cells, colours, line.colour)
 
     chars = [[chr(_BRAILLE + bits) if bits else " " for bits in row] for row in cells]
     if not seen and cols >= len(NO_DATA):
@@ -181,35 +194,30 @@ def _round(value: float) -> int:
     return math.floor(value + 0.5)
 
 
-def _draw_run(pts: list[tuple[float, float]], top: int, colour: str,
-              plot: Callable[[int, float, str], None]) -> None:
-    """Join consecutive points of one run (in dot coordinates, rows 0 to top); a lone point
-    is one dot."""
+Mark = Callable[[int, int, int], None]  # (dot column, lowest dot row, highest dot row)
+
+
+def _draw_run(pts: list[tuple[float, float]], mark: Mark) -> None:
+    """Join consecutive points of one run (in dot coordinates); a lone point is one dot."""
     cols = _columns(pts)
     for x, _, lo, hi, _ in cols:
-        for y in _rows(_round(lo), _round(hi), top):
-            plot(x, y, colour)
+        mark(x, _round(lo), _round(hi))
     for (a, _, _, _, y0), (b, y1, _, _, _) in zip(cols, cols[1:], strict=False):
-        _join(a, y0, b, y1, top, colour, plot)
+        _join(a, y0, b, y1, mark)
 
 
-def _rows(low: int, high: int, top: int) -> range:
-    """Dot rows low to high, as plot draws them: a row beyond the axis is drawn at its edge,
-    so the range stops there (a value a billion times the axis costs no billion dots)."""
-    return range(min(max(low, 0), top), min(max(high, 0), top) + 1)
-
-
-def _draw_flat(pts: list[tuple[float, float]], y: float, colour: str,
-               plot: Callable[[int, float, str], None]) -> None:
-    """What _draw_run draws for a run whose points are all drawn in one dot row (at y), a
-    dot a column from its first column in the window (the left edge when it began before)
-    to its last, without the joins."""
-    inside = [x for x, _ in pts if x >= 0]
-    if not inside:
-        return  # wholly before the window
-    first = 0 if pts[0][0] < 0 else _round(inside[0])
-    for x in range(first, _round(inside[-1]) + 1):
-        plot(x, y, colour)
+def _draw_flat(first: int, last: int, y: int, cells: list[list[int]],
+               colours: list[list[str]], colour: str) -> None:
+    """What _draw_run draws for a run whose points are all drawn in one dot row (y, from the
+    bottom), without the joins: a dot a column from its first column in the window (the
+    left edge when it began before) to its last, straight into the cells."""
+    rows = len(cells)
+    row, dot = rows - 1 - y // 4, 3 - y % 4
+    left, right = _DOTS[0][dot], _DOTS[1][dot]
+    cell, shade = cells[row], colours[row]
+    for x in range(max(first, 0), min(last, 2 * len(cell) - 1) + 1):
+        cell[x >> 1] |= right if x & 1 else left
+        shade[x >> 1] = colour
 
 
 def _columns(pts: list[tuple[float, float]]) -> list[tuple[int, float, float, float, float]]:
@@ -235,17 +243,14 @@ def _columns(pts: list[tuple[float, float]]) -> list[tuple[int, float, float, fl
     return out
 
 
-def _join(a: int, y0: float, b: int, y1: float, top: int, colour: str,
-          plot: Callable[[int, float, str], None]) -> None:
+def _join(a: int, y0: float, b: int, y1: float, mark: Mark) -> None:
     """A line from column a to column b (a < b). Each column covers the line's heights from
-    half a column before to half after, so a steep rise reads as a line, not two dots.
-    (Written out rather than through helpers: the trend strip draws this for every pair of
-    columns of every line each time it redraws.)"""
+    half a column before to half after, so a steep rise reads as a line, not two dots."""
     floor = math.floor
     if y0 == y1:  # flat: one dot a column
         y = floor(y0 + 0.5)
         for x in range(a, b + 1):
-            plot(x, y, colour)
+            mark(x, y, y)
         return
     slope = (y1 - y0) / (b - a)
     for x in range(a, b + 1):
@@ -253,8 +258,28 @@ def _join(a: int, y0: float, b: int, y1: float, top: int, colour: str,
         yb = y0 + slope * (min(x + 0.5, b) - a)
         if ya > yb:
             ya, yb = yb, ya
-        for y in _rows(floor(ya + 0.5), floor(yb + 0.5), top):
-            plot(x, y, colour)
+        mark(x, floor(ya + 0.5), floor(yb + 0.5))
+
+
+# The braille bits of a cell's four dot rows (bit j: j rows from its bottom), by sub-column.
+_CELL_BITS = tuple(tuple(sum(_DOTS[side][3 - j] for j in range(4) if nibble >> j & 1)
+                         for nibble in range(16)) for side in (0, 1))
+
+
+def _fill(columns: list[int], rows: int, cells: list[list[int]], colours: list[list[str]],
+          colour: str) -> None:
+    """One line's dot columns into the chart's cells: four dot rows a cell, two columns."""
+    for x, bits in enumerate(columns):
+        if not bits:
+            continue
+        col, side = x >> 1, _CELL_BITS[x & 1]
+        lowest = ((bits & -bits).bit_length() - 1) >> 2
+        for k in range(lowest, (bits.bit_length() - 1 >> 2) + 1):
+            nibble = bits >> (4 * k) & 15
+            if nibble:
+                row = rows - 1 - k
+                cells[row][col] |= side[nibble]
+                colours[row][col] = colour
 
 
 def _title_line(lines: Sequence[Line], latest: Sequence[float | None], title: str, width: int,

@@ -57,6 +57,38 @@ def test_flat_line_at_half_range_exact_output() -> None:
     ]
 
 
+def test_flat_steep_clamped_and_broken_lines_together_exact_output() -> None:
+    """A flat line (drawn straight into the cells), a steep one beyond the axis both ways
+    (joined column by column, clamped at its edges) and one broken by a gap, in one chart:
+    every dot and colour as drawn a dot at a time before the charts marked spans of rows.
+    The flat line's point after ``now`` is left out; the later lines' colours win a cell."""
+    lines = [Line("flat", [(-5.0, 30.0), (0.0, 30.4), (4.0, 31.0), (8.0, 30.5), (12.0, 30.0),
+                           (16.0, 30.2), (25.0, 30.0)], "cyan", 5.0),
+             Line("steep", [(1.0, 0.0), (3.0, 100.0), (4.0, 500.0), (6.0, -20.0), (9.0, 60.0)],
+                  "red", 5.0),
+             Line("gap", [(12.0, 80.0), (13.0, 75.0), (19.0, 90.0), (20.0, 70.0), (21.0, 10.0)],
+                  "green", 3.0)]
+    out = chart(lines, width=20, height=8, t_window=20, now=20, y_max=100, title="mixed")
+    assert rows_of(out) == [
+        "mixed  ■ flat  +2",
+        "100┤  ⢸⠉⡇         ⢠⡀",
+        "   │  ⡏ ⡇    ⠐⠆    ⢧",
+        " 50┤ ⢀⡇ ⢹ ⢀⡆        ",
+        "   │ ⢸  ⢸ ⣸         ",
+        "   │⠉⣹⠉⠉⢹⢩⠏⠉⠉⠉⠉⠉⠉   ",
+        "  0┤ ⡇  ⢸⡼          ",
+        "    -20s  -10s   now",
+    ]
+    coloured = [(out.plain[s.start:s.end], s.style) for s in out.spans
+                if s.style in ("cyan", "red", "green")]
+    assert coloured == [
+        ("■ ", "cyan"), ("⢸⠉⡇", "red"), ("⢠⡀", "green"), ("⡏", "red"), ("⡇", "red"),
+        ("⠐⠆", "green"), ("⢧", "green"), ("⢀⡇", "red"), ("⢹", "red"), ("⢀⡆", "red"),
+        ("⢸", "red"),
+        ("⢸", "red"), ("⣸", "red"), ("⠉", "cyan"), ("⣹", "red"), ("⠉⠉", "cyan"),
+        ("⢹⢩⠏", "red"), ("⠉⠉⠉⠉⠉⠉", "cyan"), ("⡇", "red"), ("⢸⡼", "red")]
+
+
 @pytest.mark.parametrize("height", [5, 7, 8, 20])
 @pytest.mark.parametrize(("y_min", "y_max"), [(0.0, 100.0), (100.0, 200.0), (0.0, 179.0)])
 def test_half_range_lands_on_the_labelled_middle_row(height: int, y_min: float,
