@@ -25,6 +25,20 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from collectors.promline import (
+    ESCAPE,
+    FAST_LABEL,
+    FAST_SAMPLE,
+    HELP_ESCAPE,
+    NAME_RE,
+    Bad,
+    Labels,
+    careful_sample,
+    parse_value,
+    sorted_labels,
+    unescape_char,
+)
+
 __all__ = [
     "Family",
     "Histogram",
@@ -38,7 +52,6 @@ __all__ = [
     "summed",
 ]
 
-Labels = tuple[tuple[str, str], ...]
 
 TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
 
@@ -52,28 +65,6 @@ _ALLOWED: dict[str, frozenset[str]] = {
     "untyped": frozenset({""}),
 }
 _SUFFIXES = ("_bucket", "_sum", "_count", "_created", "_total")
-
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
-# Only the three escapes the format defines; anything else goes to the careful path.
-# Written as an unrolled loop: twice as fast in `re` as (?:[^"\\]|\\.)* on long lines.
-_LABEL_VALUE = r'"[^"\\\n]*(?:\\[\\"n][^"\\\n]*)*"'
-_PAIR = rf"{_LABEL_NAME}={_LABEL_VALUE}"
-_FAST_SAMPLE = re.compile(
-    rf"({_NAME})(?:\{{((?:{_PAIR},)*(?:{_PAIR})?)\}})?[ \t]+([^ \t{{]+)(?:[ \t]+(-?[0-9]+))?"
-)
-_FAST_LABEL = re.compile(rf'({_LABEL_NAME})="([^"\\\n]*(?:\\[\\"n][^"\\\n]*)*)"')
-_NAME_RE = re.compile(_NAME)
-_LABEL_NAME_RE = re.compile(_LABEL_NAME)
-_TIMESTAMP_RE = re.compile(r"-?[0-9]+")
-_ESCAPE = re.compile(r"\\(.)")
-_HELP_ESCAPE = re.compile(r"\\([\\n])")
-
-
-def _unescape_char(m: re.Match[str]) -> str:
-    c = m.group(1)
-    return "\n" if c == "n" else c
-
 
 @dataclass(frozen=True, slots=True)
 class Sample:
@@ -148,114 +139,9 @@ class Reuse:
     max_chars: int = 4 * 2**20  # a real engine's page is tens to hundreds of kB
     lines: dict[str, Sample] = field(default_factory=dict)  # line -> its Sample
     labels: dict[str, Labels] = field(default_factory=dict)
-
-
-class _Bad(Exception):
-    """Raised inside the careful path with a reason; parse() adds the line."""
-
-
-def _parse_value(text: str) -> float:
-    # float() alone would also accept "1_000"; the format (Go's ParseFloat) does not.
-    if "_" in text:
-        raise _Bad(f"invalid value {text!r}")
-    try:
-        return float(text)
-    except ValueError:
-        raise _Bad(f"invalid value {text!r}") from None
-
-
-def _sorted_labels(pairs: list[tuple[str, str]]) -> Labels:
-    labels = tuple(sorted(pairs))
-    for i in range(1, len(labels)):
-        if labels[i][0] == labels[i - 1][0]:
-            raise _Bad(f"duplicate label name {labels[i][0]!r}")
-    return labels
-
-
-def _careful_sample(line: str) -> tuple[str, Labels, float, int | None]:
-    """Scan one sample line character by character; raise _Bad naming what is wrong."""
-    n = len(line)
-    m = _NAME_RE.match(line)
-    if m is None:
-        if line.startswith("{"):
-            raise _Bad("metric name missing (quoted UTF-8 names are not supported)")
-        raise _Bad("invalid metric name")
-    name = m.group()
-    i = j = m.end()
-    while j < n and line[j] in " \t":  # Go's parser allows blanks before '{'
-        j += 1
-    pairs: list[tuple[str, str]] = []
-    if j < n and line[j] == "{":
-        i = j + 1
-        while True:
-            while i < n and line[i] in " \t":
-                i += 1
-            if i >= n:
-                raise _Bad("unterminated label set (missing '}')")
-            if line[i] == "}":
-                i += 1
-                break
-            lm = _LABEL_NAME_RE.match(line, i)
-            if lm is None:
-                raise _Bad(f"invalid label name at column {i + 1}")
-            label = lm.group()
-            i = lm.end()
-            while i < n and line[i] in " \t":
-                i += 1
-            if i >= n or line[i] != "=":
-                raise _Bad(f"expected '=' after label name {label!r}")
-            i += 1
-            while i < n and line[i] in " \t":
-                i += 1
-            if i >= n or line[i] != '"':
-                raise _Bad(f"value of label {label!r} is not quoted")
-            i += 1
-            chars: list[str] = []
-            while i < n and line[i] != '"':
-                c = line[i]
-                if c == "\\":
-                    if i + 1 >= n:
-                        break
-                    e = line[i + 1]
-                    if e == "n":
-                        chars.append("\n")
-                    elif e in '\\"':
-                        chars.append(e)
-                    else:
-                        raise _Bad(f"invalid escape sequence '\\{e}' in label {label!r}")
-                    i += 2
-                else:
-                    chars.append(c)
-                    i += 1
-            if i >= n:
-                raise _Bad(f"unterminated value of label {label!r}")
-            i += 1  # closing quote
-            pairs.append((label, "".join(chars)))
-            while i < n and line[i] in " \t":
-                i += 1
-            if i < n and line[i] == ",":
-                i += 1
-            elif i < n and line[i] == "}":
-                i += 1
-                break
-            elif i >= n:
-                raise _Bad("unterminated label set (missing '}')")
-            else:
-                raise _Bad(f"expected ',' or '}}' after label {label!r}")
-    elif i < n and line[i] not in " \t":
-        raise _Bad(f"invalid character {line[i]!r} in metric name")
-    tokens = line[i:].split()
-    if not tokens:
-        raise _Bad("missing value")
-    if len(tokens) > 2:
-        raise _Bad(f"unexpected text after timestamp: {tokens[2]!r}")
-    value = _parse_value(tokens[0])
-    ts: int | None = None
-    if len(tokens) == 2:
-        if _TIMESTAMP_RE.fullmatch(tokens[1]) is None:
-            raise _Bad(f"invalid timestamp {tokens[1]!r} (integer milliseconds expected)")
-        ts = int(tokens[1])
-    return name, _sorted_labels(pairs), value, ts
+    # A line's text up to its value ("x{a=\"1\"} ") -> its name and labels: a busy page's
+    # new lines are mostly old series with new values, read then without the regex.
+    heads: dict[str, tuple[str, Labels]] = field(default_factory=dict)
 
 
 def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
@@ -268,9 +154,10 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
     typed: set[str] = set()
     by_sample: dict[str, Family] = {}  # sample name -> its family, resolved once per page
     label_cache: dict[str, Labels] = {} if reuse is None else reuse.labels  # `{...}` -> labels
+    heads = None if reuse is None else reuse.heads
     last_lines, lines = ({} if reuse is None else reuse.lines), {}
     keeping = reuse is not None and len(text) <= reuse.max_chars
-    fast = _FAST_SAMPLE.fullmatch
+    fast = FAST_SAMPLE.fullmatch
     for line_no, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line:
@@ -280,8 +167,14 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
                 _comment(line, families, typed)
                 continue
             sample = last_lines.get(line)
+            if sample is None and heads is not None:  # a series seen before, a new value?
+                cut = line.rfind(" ") + 1
+                known = heads.get(line[:cut]) if cut else None
+                value = line[cut:]
+                if known is not None and "\t" not in value:  # (a tab: a timestamp after)
+                    sample = Sample(known[0], known[1], parse_value(value), None)
             if sample is None:
-                sample = _sample(line, fast, label_cache)
+                sample = _sample(line, fast, label_cache, heads)
             if keeping:  # no other caller pays for the next page's lines
                 lines[line] = sample
             name = sample.name
@@ -289,7 +182,7 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
             if fam is None:
                 fam = by_sample[name] = _resolve(name, families)
             fam.samples.append(sample)
-        except _Bad as exc:
+        except Bad as exc:
             if skipped is None:
                 raise PromTextError(line_no, line, str(exc)) from None
             skipped.add(PromTextError(line_no, line, str(exc)))
@@ -299,14 +192,17 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
         reuse.lines = lines if keep else {}
         if not keep or len(label_cache) > reuse.max_lines:
             label_cache.clear()
+        if not keep or len(reuse.heads) > reuse.max_lines:
+            reuse.heads.clear()
     return families
 
 
 def _sample(line: str, fast: Callable[[str], re.Match[str] | None],
-            label_cache: dict[str, Labels]) -> Sample:
+            label_cache: dict[str, Labels], heads: dict[str, tuple[str, Labels]] | None
+            ) -> Sample:
     m = fast(line)
     if m is None:  # an unusual shape: the careful path, which names a fault
-        return Sample(*_careful_sample(line))
+        return Sample(*careful_sample(line))
     name, raw_labels, value_text, ts_text = m.groups()
     if raw_labels:
         labels = label_cache.get(raw_labels)
@@ -314,7 +210,12 @@ def _sample(line: str, fast: Callable[[str], re.Match[str] | None],
             labels = label_cache[raw_labels] = _fast_labels(raw_labels)
     else:
         labels = ()
-    return Sample(name, labels, _parse_value(value_text),
+    if heads is not None and line[m.start(3) - 1] == " ":
+        # The series' head (its text up to the value), for parse() to read its next value
+        # by: head + any text without a blank or tab is a line this regex reads as that
+        # name, those labels and that text as the value.
+        heads[line[:m.start(3)]] = (name, labels)
+    return Sample(name, labels, parse_value(value_text),
                   int(ts_text) if ts_text is not None else None)
 
 
@@ -340,10 +241,10 @@ def _adopt_histograms(families: dict[str, Family], typed: set[str]) -> None:
 
 
 def _fast_labels(raw: str) -> Labels:
-    pairs = _FAST_LABEL.findall(raw)
+    pairs = FAST_LABEL.findall(raw)
     if "\\" in raw:
-        pairs = [(k, _ESCAPE.sub(_unescape_char, v)) for k, v in pairs]
-    return _sorted_labels(pairs)
+        pairs = [(k, ESCAPE.sub(unescape_char, v)) for k, v in pairs]
+    return sorted_labels(pairs)
 
 
 def _comment(line: str, families: dict[str, Family], typed: set[str]) -> None:
@@ -352,31 +253,31 @@ def _comment(line: str, families: dict[str, Family], typed: set[str]) -> None:
         return  # a plain comment
     keyword = parts[0]
     if len(parts) < 2:
-        raise _Bad(f"{keyword} line without a metric name")
+        raise Bad(f"{keyword} line without a metric name")
     name = parts[1]
-    if _NAME_RE.fullmatch(name) is None:
-        raise _Bad(f"invalid metric name {name!r} in {keyword} line")
+    if NAME_RE.fullmatch(name) is None:
+        raise Bad(f"invalid metric name {name!r} in {keyword} line")
     fam = families.get(name)
     if keyword == "HELP":
-        doc = _HELP_ESCAPE.sub(_unescape_char, parts[2]) if len(parts) > 2 else ""
+        doc = HELP_ESCAPE.sub(unescape_char, parts[2]) if len(parts) > 2 else ""
         if fam is None:
             families[name] = Family(name, "untyped", doc)
         else:
             fam.help = doc
         return
     if len(parts) < 3:
-        raise _Bad(f"TYPE line for {name!r} without a type")
+        raise Bad(f"TYPE line for {name!r} without a type")
     typ = parts[2]
     if typ not in TYPES:
-        raise _Bad(f"unknown metric type {typ!r}")
+        raise Bad(f"unknown metric type {typ!r}")
     if fam is None:
         families[name] = Family(name, typ)
     elif name in typed:
         if fam.type != typ:
-            raise _Bad(f"second TYPE line for {name!r} ({fam.type} then {typ})")
+            raise Bad(f"second TYPE line for {name!r} ({fam.type} then {typ})")
     elif fam.samples:
         # Earlier samples were filed as untyped; re-filing them silently would hide a broken page.
-        raise _Bad(f"TYPE line for {name!r} after its samples")
+        raise Bad(f"TYPE line for {name!r} after its samples")
     else:
         fam.type = typ
     typed.add(name)
@@ -386,7 +287,7 @@ def _resolve(name: str, families: dict[str, Family]) -> Family:
     fam = families.get(name)
     if fam is not None:
         if "" not in _ALLOWED[fam.type]:
-            raise _Bad(f"sample {name!r} does not belong to {fam.type} {name!r}")
+            raise Bad(f"sample {name!r} does not belong to {fam.type} {name!r}")
         return fam
     for suffix in _SUFFIXES:
         if name.endswith(suffix):
@@ -434,8 +335,8 @@ def histogram_series(family: Family,
             if le is None:
                 raise ValueError(f"{bucket_name}{dict(s.labels)} has no 'le' label")
             try:
-                bound = _parse_value(le)
-            except _Bad:
+                bound = parse_value(le)
+            except Bad:
                 raise ValueError(f"{bucket_name} has an invalid bound le={le!r}") from None
             buckets.setdefault(tuple(rest), []).append((bound, s.value))
         elif s.name == sum_name:

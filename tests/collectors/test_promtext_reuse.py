@@ -19,7 +19,7 @@ PAGES = [DATA / "sglang-cpu" / "metrics.txt",
          DATA / "sim-pages" / "sglang-device" / "1-metrics.txt"]
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-EDITS = ["value", "drop", "repeat", "break", "labels", "type", "spaces"]
+EDITS = ["value", "drop", "repeat", "break", "labels", "type", "spaces", "timestamp", "tab"]
 
 
 def _edited(lines: list[str], edits: list[tuple[str, int]]) -> list[str]:
@@ -42,6 +42,12 @@ def _edited(lines: list[str], edits: list[tuple[str, int]]) -> list[str]:
             out[i] = f"# TYPE {name} {'gauge' if 'counter' in line else 'counter'}"
         elif kind == "spaces" and "{" in line:
             out[i] = line.replace("{", "{ ", 1)  # the careful path's shape
+        # A series seen before, its value now followed by a timestamp after a blank or a
+        # tab: neither is read as a new value of the series (its head).
+        elif kind == "timestamp" and line and not line.startswith("#"):
+            out[i] = f"{line} {at}"
+        elif kind == "tab" and line and not line.startswith("#"):
+            out[i] = f"{line}\t{at}"
         if not out:
             out = list(lines)
     return out
@@ -65,7 +71,7 @@ def test_a_page_read_after_another_reads_as_it_reads_alone(
     after = "\n".join(_edited(_edited(lines, first), second))
     reuse = promtext.Reuse()
     assert _read(before, reuse) == _read(before)
-    assert reuse.lines and reuse.labels  # what the next page starts from
+    assert reuse.lines and reuse.labels and reuse.heads  # what the next page starts from
     assert _read(after, reuse) == _read(after)
     assert _read(before, reuse) == _read(before)  # and back
 
@@ -84,12 +90,12 @@ def test_a_page_of_more_lines_or_text_than_kept_leaves_nothing_for_the_next() ->
     promtext.parse("a 1\nb 2\nc 3\n", reuse=reuse)
     assert len(reuse.lines) == 3
     promtext.parse('a{x="1"} 1\nb 2\nc 3\nd 4\n', reuse=reuse)
-    assert reuse.lines == {} and reuse.labels == {}
+    assert reuse.lines == {} and reuse.labels == {} and reuse.heads == {}
     reuse = promtext.Reuse(max_chars=10)
     promtext.parse("a 1\n", reuse=reuse)
     assert len(reuse.lines) == 1
     promtext.parse(f'a{{x="{"y" * 20}"}} 1\n', reuse=reuse)  # over the characters kept
-    assert reuse.lines == {} and reuse.labels == {}
+    assert reuse.lines == {} and reuse.labels == {} and reuse.heads == {}
 
 
 def test_which_series_count_is_kept_for_a_servers_label_sets_but_never_a_huge_family() -> None:
