@@ -142,6 +142,7 @@ class Reuse:
     # A line's text up to its value ("x{a=\"1\"} ") -> its name and labels: a busy page's
     # new lines are mostly old series with new values, read then without the regex.
     heads: dict[str, tuple[str, Labels]] = field(default_factory=dict)
+    comments: dict[str, tuple[str, ...]] = field(default_factory=dict)  # line -> _comment_parts
 
 
 def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
@@ -155,6 +156,7 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
     by_sample: dict[str, Family] = {}  # sample name -> its family, resolved once per page
     label_cache: dict[str, Labels] = {} if reuse is None else reuse.labels  # `{...}` -> labels
     heads = None if reuse is None else reuse.heads
+    comments = None if reuse is None else reuse.comments
     last_lines, lines = ({} if reuse is None else reuse.lines), {}
     keeping = reuse is not None and len(text) <= reuse.max_chars
     fast = FAST_SAMPLE.fullmatch
@@ -164,7 +166,13 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
             continue
         try:
             if line[0] == "#":
-                _comment(line, families, typed)
+                parts = None if comments is None else comments.get(line)
+                if parts is None:
+                    parts = _comment_parts(line)
+                    if comments is not None:
+                        comments[line] = parts
+                if parts:
+                    _comment(parts, families, typed)
                 continue
             sample = last_lines.get(line)
             if sample is None and heads is not None:  # a series seen before, a new value?
@@ -192,8 +200,9 @@ def parse(text: str, skipped: Skipped | None = None, reuse: Reuse | None = None
         reuse.lines = lines if keep else {}
         if not keep or len(label_cache) > reuse.max_lines:
             label_cache.clear()
-        if not keep or len(reuse.heads) > reuse.max_lines:
-            reuse.heads.clear()
+        for kept in (reuse.heads, reuse.comments):
+            if not keep or len(kept) > reuse.max_lines:
+                kept.clear()
     return families
 
 
@@ -247,29 +256,37 @@ def _fast_labels(raw: str) -> Labels:
     return sorted_labels(pairs)
 
 
-def _comment(line: str, families: dict[str, Family], typed: set[str]) -> None:
+def _comment_parts(line: str) -> tuple[str, ...]:
+    """A comment line's keyword, metric name and help text or type, checked (a busy page's
+    comments are the same every time: Reuse keeps them); () for a plain comment."""
     parts = line[1:].split(None, 2)
     if not parts or parts[0] not in ("HELP", "TYPE"):
-        return  # a plain comment
+        return ()
     keyword = parts[0]
     if len(parts) < 2:
         raise Bad(f"{keyword} line without a metric name")
     name = parts[1]
     if NAME_RE.fullmatch(name) is None:
         raise Bad(f"invalid metric name {name!r} in {keyword} line")
-    fam = families.get(name)
     if keyword == "HELP":
-        doc = HELP_ESCAPE.sub(unescape_char, parts[2]) if len(parts) > 2 else ""
-        if fam is None:
-            families[name] = Family(name, "untyped", doc)
-        else:
-            fam.help = doc
-        return
+        return keyword, name, HELP_ESCAPE.sub(unescape_char, parts[2]) if len(parts) > 2 else ""
     if len(parts) < 3:
         raise Bad(f"TYPE line for {name!r} without a type")
-    typ = parts[2]
-    if typ not in TYPES:
-        raise Bad(f"unknown metric type {typ!r}")
+    if parts[2] not in TYPES:
+        raise Bad(f"unknown metric type {parts[2]!r}")
+    return keyword, name, parts[2]
+
+
+def _comment(parts: tuple[str, ...], families: dict[str, Family], typed: set[str]) -> None:
+    keyword, name, text = parts
+    fam = families.get(name)
+    if keyword == "HELP":
+        if fam is None:
+            families[name] = Family(name, "untyped", text)
+        else:
+            fam.help = text
+        return
+    typ = text  # a TYPE line's
     if fam is None:
         families[name] = Family(name, typ)
     elif name in typed:

@@ -71,7 +71,8 @@ def test_a_page_read_after_another_reads_as_it_reads_alone(
     after = "\n".join(_edited(_edited(lines, first), second))
     reuse = promtext.Reuse()
     assert _read(before, reuse) == _read(before)
-    assert reuse.lines and reuse.labels and reuse.heads  # what the next page starts from
+    # What the next page starts from.
+    assert reuse.lines and reuse.labels and reuse.heads and reuse.comments
     assert _read(after, reuse) == _read(after)
     assert _read(before, reuse) == _read(before)  # and back
 
@@ -90,12 +91,12 @@ def test_a_page_of_more_lines_or_text_than_kept_leaves_nothing_for_the_next() ->
     promtext.parse("a 1\nb 2\nc 3\n", reuse=reuse)
     assert len(reuse.lines) == 3
     promtext.parse('a{x="1"} 1\nb 2\nc 3\nd 4\n', reuse=reuse)
-    assert reuse.lines == {} and reuse.labels == {} and reuse.heads == {}
+    assert not (reuse.lines or reuse.labels or reuse.heads or reuse.comments)
     reuse = promtext.Reuse(max_chars=10)
     promtext.parse("a 1\n", reuse=reuse)
     assert len(reuse.lines) == 1
     promtext.parse(f'a{{x="{"y" * 20}"}} 1\n', reuse=reuse)  # over the characters kept
-    assert reuse.lines == {} and reuse.labels == {} and reuse.heads == {}
+    assert not (reuse.lines or reuse.labels or reuse.heads or reuse.comments)
 
 
 def test_which_series_count_is_kept_for_a_servers_label_sets_but_never_a_huge_family() -> None:
