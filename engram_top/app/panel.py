@@ -90,19 +90,31 @@ class Panel(Static):
             tuple(text_key(line) for line in lines)
         if width != self._rows_width:
             self._line_strips = {}
-        drawn: dict[LineKey, list[Strip]] = {}
-        rows: list[Strip] = []
-        for line, key in zip(lines, keys, strict=True):
-            strips = drawn.get(key) or self._line_strips.get(key)
-            if strips is None:
-                # Each Text as the panel's Group would have it (RichVisual, the widget's
-                # style): the same cells as drawing the whole.
-                strips = Visual.to_strips(self, RichVisual(self, line), width, None,
-                                          self.visual_style)
-            drawn[key] = strips
-            rows += strips
-        self._line_strips, self._panel_rows, self._rows_width = drawn, rows, width
+        new = {key: line for line, key in zip(lines, keys, strict=True)
+               if key not in self._line_strips}
+        drawn = {**self._line_strips, **self._draw(new, width)} if new else self._line_strips
+        rows = [strip for key in keys for strip in drawn[key]]
+        self._line_strips = {key: drawn[key] for key in keys}
+        self._panel_rows, self._rows_width = rows, width
         return rows
+
+    def _draw(self, lines: dict[LineKey, Text], width: int) -> dict[LineKey, list[Strip]]:
+        """The screen rows of lines not drawn before, as the panel's Group draws them
+        (RichVisual, the widget's style): the same cells as drawing the whole. Together,
+        as a Group, where each takes one row (what Textual costs is per drawing, not per
+        row), else one by one."""
+        def draw(what: Text | Group) -> list[Strip]:
+            return Visual.to_strips(self, RichVisual(self, what), width, None,
+                                    self.visual_style)
+
+        # A Text alone may be justified by the widget's text-align, one in a Group not;
+        # and a line without its newline would run on into the next.
+        if len(lines) > 1 and not self.styles.has_rule("text_align") \
+                and all(line.end == "\n" for line in lines.values()):
+            strips = draw(Group(*lines.values()))
+            if len(strips) == len(lines):  # each at least one row: each exactly one
+                return {key: [strip] for key, strip in zip(lines, strips, strict=True)}
+        return {key: draw(line) for key, line in lines.items()}
 
     def render(self) -> RenderResult:
         if self._panel_lines is None:
