@@ -95,6 +95,18 @@ def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, no
     y_max None: an axis from y_min to a nice maximum of what is visible. Values outside
     the axis are drawn at its edge. Too small a box gives the title alone.
     """
+    out = Text("\n").join(chart_lines(lines, width=width, height=height, t_window=t_window,
+                                       now=now, y_min=y_min, y_max=y_max, fmt=fmt,
+                                       title=title))
+    out.no_wrap, out.overflow = True, "crop"
+    return out
+
+
+def chart_lines(lines: Sequence[Line], *, width: int, height: int, t_window: float,
+                now: float, y_min: float = 0.0, y_max: float | None = None,
+                fmt: Callable[[float], str] = tick, title: str = "") -> list[Text]:
+    """chart()'s lines, each a Text of its own: what a screen that draws a chart line by
+    line takes (rather than cutting the whole chart into lines again)."""
     start = now - t_window
     visible = [_visible(line.points, start, now) for line in lines]
     seen = [v for values in visible for v in values]
@@ -113,11 +125,11 @@ def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, no
         labels[mid_row] = fmt(y_min + span / 2)
     label_w = max(len(s) for s in labels.values())
     cols = width - label_w - 1
-    out = Text(no_wrap=True, overflow="crop")
-    out.append_text(_title_line(lines, [values[-1] if values else None for values in visible],
-                                title, width, fmt))
+    head = Text(no_wrap=True, overflow="crop")
+    head.append_text(_title_line(lines, [values[-1] if values else None for values in visible],
+                                 title, width, fmt))
     if rows < 1 or cols < 2 or t_window <= 0:
-        return out
+        return [head]
 
     dots_x = cols * 2
     top = dots_y - 1
@@ -173,20 +185,23 @@ def chart(lines: Sequence[Line], *, width: int, height: int, t_window: float, no
     if not seen and cols >= len(NO_DATA):
         c0 = (cols - len(NO_DATA)) // 2
         chars[mid_row][c0:c0 + len(NO_DATA)] = NO_DATA
+    out = [head]
     for r in range(rows):
-        out.append("\n")
-        out.append(labels.get(r, "").rjust(label_w), style="dim")
-        out.append("┤" if r in labels else "│", style="dim")
+        shown = Text(no_wrap=True, overflow="crop")
+        out.append(shown)
+        shown.append(labels.get(r, "").rjust(label_w), style="dim")
+        shown.append("┤" if r in labels else "│", style="dim")
         c = 0
         while c < cols:  # one span per run of cells of one colour
             end = c + 1
             while end < cols and colours[r][end] == colours[r][c]:
                 end += 1
-            out.append("".join(chars[r][c:end]), style=colours[r][c] or ("dim" if not seen
-                                                                         else ""))
+            shown.append("".join(chars[r][c:end]),
+                         style=colours[r][c] or ("dim" if not seen else ""))
             c = end
-    out.append("\n")
-    out.append(" " * (label_w + 1) + _x_axis(cols, t_window), style="dim")
+    axis = Text(no_wrap=True, overflow="crop")
+    axis.append(" " * (label_w + 1) + _x_axis(cols, t_window), style="dim")
+    out.append(axis)
     return out
 
 

@@ -28,7 +28,7 @@ from textual.widgets import DataTable, Static
 
 from collectors import GIB, gib, percent, visible
 from engram_top import model
-from engram_top.app.charts import PALETTE, Line, chart, rate_unit
+from engram_top.app.charts import PALETTE, Line, chart_lines, rate_unit
 from engram_top.app.safe import cell, safe_text
 from engram_top.model import GPU_LABEL, LOCAL, RunStore, Series, SeriesName, SourceName
 
@@ -39,7 +39,7 @@ WINDOWS_S = (60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0)
 CHARTS = ("hbm", "kv", "host", "ttft", "tpot", "rx", "tx")
 CELL_MIN_WIDTH = 60  # columns a chart wants before the grid adds another column
 
-Draw = Callable[[int, int], Text]
+Draw = Callable[[int, int], list[Text]]  # a chart's lines at (width, height)
 
 
 def window_points(series: Series | None, start: float, now: float,
@@ -132,12 +132,10 @@ class ChartView(Widget):
         self._chart_keys: list[tuple[object, ...]] = []
         self._chart_strips: dict[int, Strip] = {}  # rendered lines, by row
 
-    def _take(self, chart: Text, size: tuple[int, int]) -> list[int] | None:
-        """Keep a new drawing; the rows that changed (None: all of them)."""
+    def _take(self, chart: list[Text], size: tuple[int, int]) -> list[int] | None:
+        """Keep a new drawing (its lines); the rows that changed (None: all of them)."""
         # A legend may name what a server or Prometheus labelled: no control goes through.
-        lines = [safe_text(line) for line in chart.split("\n", allow_blank=True)]
-        for line in lines:
-            line.no_wrap = True  # as the whole chart is (split leaves it out)
+        lines = [safe_text(line) for line in chart]
         keys = [_key(line) for line in lines]
         changed = None
         if size == self._chart_size and len(keys) == len(self._chart_keys):
@@ -214,13 +212,14 @@ class Charts:
         self.clock = clock
         self.window_s = window_s
 
-    def draw(self, key: str, width: int, height: int) -> Text:
-        """The chart `key` (one of CHARTS) at this size, over the window up to now."""
+    def draw(self, key: str, width: int, height: int) -> list[Text]:
+        """The chart `key` (one of CHARTS) at this size, over the window up to now: its
+        lines."""
         now = self.clock()
         start = now - self.window_s
         lines, y_max, title = getattr(self, f"_lines_{key}")(start, now, width)
-        return chart(lines, width=width, height=height, t_window=self.window_s, now=now,
-                     y_max=y_max, title=title)
+        return chart_lines(lines, width=width, height=height, t_window=self.window_s,
+                           now=now, y_max=y_max, title=title)
 
     def _line(self, series: Series | None, label: str, colour: str, start: float, now: float,
               width: int, scale: float = 1.0) -> Line:
@@ -351,7 +350,7 @@ class HistoryScreen(Screen[None]):
         return text
 
     def _drawer(self, key: str) -> Draw:
-        def draw(width: int, height: int) -> Text:
+        def draw(width: int, height: int) -> list[Text]:
             return self.charts.draw(key, width, height)
         return draw
 
