@@ -20,6 +20,7 @@ bucket, a series given twice) is not an error: :func:`problems` names it.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -342,20 +343,8 @@ def histogram_series(family: Family,
     counts: dict[Labels, float] = {}
     for s in family.samples:
         if s.name == bucket_name:
-            le: str | None = None
-            rest: list[tuple[str, str]] = []
-            for k, v in s.labels:
-                if k == "le":
-                    le = v
-                else:
-                    rest.append((k, v))
-            if le is None:
-                raise ValueError(f"{bucket_name}{dict(s.labels)} has no 'le' label")
-            try:
-                bound = parse_value(le)
-            except Bad:
-                raise ValueError(f"{bucket_name} has an invalid bound le={le!r}") from None
-            buckets.setdefault(tuple(rest), []).append((bound, s.value))
+            rest, bound = _bucket_of(bucket_name, s.labels)
+            buckets.setdefault(rest, []).append((bound, s.value))
         elif s.name == sum_name:
             sums[s.labels] = s.value
         elif s.name == count_name:
@@ -375,6 +364,25 @@ def histogram_series(family: Family,
             count = bs[-1][1] if bs and bs[-1][0] == math.inf else math.nan
         out[key] = Histogram(tuple(bs), sums.get(key, math.nan), count)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _bucket_of(bucket_name: str, labels: Labels) -> tuple[Labels, float]:
+    """A bucket's series (its labels but ``le``) and bound: the same label sets come on every
+    page of a server, so they are worked out once."""
+    le: str | None = None
+    rest: list[tuple[str, str]] = []
+    for k, v in labels:
+        if k == "le":
+            le = v
+        else:
+            rest.append((k, v))
+    if le is None:
+        raise ValueError(f"{bucket_name}{dict(labels)} has no 'le' label")
+    try:
+        return tuple(rest), parse_value(le)
+    except Bad:
+        raise ValueError(f"{bucket_name} has an invalid bound le={le!r}") from None
 
 
 def summed(series: list[Histogram]) -> Histogram:
