@@ -305,6 +305,18 @@ def test_histogram_series_fills_gaps() -> None:
         histogram_series(parse("# TYPE g gauge\ng 1\n")["g"])
 
 
+@pytest.mark.parametrize(("bucket", "said"), [
+    ('h_bucket{r="0"} 1', r"h_bucket\{'r': '0'\} has no 'le' label"),
+    ('h_bucket{le="1_0",r="0"} 1', r"h_bucket has an invalid bound le='1_0'"),
+    ('h_bucket{le="fast"} 1', r"h_bucket has an invalid bound le='fast'"),
+])
+def test_a_bucket_without_a_bound_is_named_every_time(bucket: str, said: str) -> None:
+    # Bounds are worked out once per label set: a broken one is said on every page.
+    for _ in range(2):
+        with pytest.raises(ValueError, match=said):
+            histogram_series(parse(f"# TYPE h histogram\n{bucket}\n")["h"])
+
+
 def test_gauge_and_counter_helpers() -> None:
     page = "\n".join([
         "# TYPE g gauge",
