@@ -134,7 +134,8 @@ class Skipped:
 class Reuse:
     """What a page's parse keeps for the next page of its server: each line's sample (a busy
     server's page changes every second, yet a third of its lines and nearly all label sets
-    repeat) and the label sets by their text; nothing past ``max_lines`` or ``max_chars``."""
+    repeat), the label sets by their text, each series' head and each comment line read;
+    nothing past ``max_lines`` or ``max_chars``."""
 
     max_lines: int = 20_000
     max_chars: int = 4 * 2**20  # a real engine's page is tens to hundreds of kB

@@ -50,21 +50,23 @@ class PanelApp(App[None]):
         return Group(*_lines(self.version))
 
 
-def _whole(panel: Panel, version: int) -> list[str]:
+def _whole(panel: Panel, version: int) -> list[list[tuple[str, str]]]:
     """The panel's rows as its whole Group draws them, as text with styles."""
     width = panel.size.width
     strips = Visual.to_strips(panel, RichVisual(panel, Group(*_lines(version))), width, None,
                               panel.visual_style)
     rows = [_cells(strip) for strip in strips[:panel.size.height]]
-    return rows + [""] * (panel.size.height - len(rows))
+    blank = _cells(Strip.blank(panel.size.width, panel.visual_style.rich_style))
+    return rows + [blank] * (panel.size.height - len(rows))
 
 
-def _shown(panel: Panel) -> list[str]:
+def _shown(panel: Panel) -> list[list[tuple[str, str]]]:
     return [_cells(panel.render_line(y)) for y in range(panel.size.height)]
 
 
-def _cells(strip: Strip) -> str:
-    return "".join(f"{seg.text}|{seg.style}" for seg in strip if seg.text.strip())
+def _cells(strip: Strip) -> list[tuple[str, str]]:
+    """Each cell's character and style, however the strip's segments split them."""
+    return [(ch, str(seg.style)) for seg in strip for ch in seg.text]
 
 
 @pytest.mark.parametrize("version", [1, 2])
