@@ -15,7 +15,6 @@ engine a node serves with is whose series it has.
 from __future__ import annotations
 
 import asyncio
-import gc
 import re
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -25,7 +24,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from collectors import agent_series, router_series
-from collectors.base import TooLarge
+from collectors.base import TooLarge, uncollected
 from collectors.fleet_dialect import FleetDialect
 from collectors.fleet_group import (
     GPU_FIELDS,
@@ -151,7 +150,7 @@ class PrometheusSource:
         self._failing_since: float | None = None
 
     async def _apart(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(_APART, _uncollected, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(_APART, uncollected, fn, *args)
 
     async def query(self, key: str) -> list[Any]:
         return await self._answer(self._clients[key], key,
@@ -275,20 +274,6 @@ class PrometheusSource:
     async def close(self) -> None:
         for client in self._clients.values():
             await client.aclose()
-
-
-def _uncollected(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` with the cyclic garbage collector off. Decoding and grouping 2,000 nodes'
-    answers makes millions of objects, and each full collection they trigger holds the GIL
-    for 50-100 ms, stopping the event loop as surely as running on it; all of them are freed
-    by their counts as the refresh ends, so nothing waits on the collector meanwhile."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        return fn(*args)
-    finally:
-        if was:
-            gc.enable()
 
 
 async def together(aws: Iterable[Coroutine[Any, Any, T]]) -> list[T]:

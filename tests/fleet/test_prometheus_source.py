@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from collectors.prometheus import _uncollected, group, host_of, node_of, queries
+from collectors.base import uncollected
+from collectors.prometheus import group, host_of, node_of, queries
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.fleet import session as fleet
 
@@ -289,14 +290,14 @@ def test_a_refresh_decodes_and_groups_with_the_collector_off_and_puts_it_back() 
     event loop) for 50-100 ms each: off while the worker decodes and groups, on again after,
     even when the work fails, and left off where something else had turned it off."""
     assert gc.isenabled()
-    assert _uncollected(gc.isenabled) is False
+    assert uncollected(gc.isenabled) is False
     assert gc.isenabled()
     with pytest.raises(ZeroDivisionError):
-        _uncollected(lambda: 1 / 0)
+        uncollected(lambda: 1 / 0)
     assert gc.isenabled()
     gc.disable()
     try:
-        _uncollected(int)
+        uncollected(int)
         assert not gc.isenabled()
     finally:
         gc.enable()
