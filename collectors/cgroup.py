@@ -21,7 +21,7 @@ def cgroup_of(pid: int | str, proc: Path = Path("/proc")) -> tuple[int, str] | N
     """(version, path) of the process's memory cgroup; None where it has none or is gone.
     The root ("/") is the host itself: no container."""
     try:
-        text = (proc / str(pid) / "cgroup").read_text()
+        text = (proc / str(pid) / "cgroup").read_text(errors="replace")
     except OSError:
         return None
     v1 = v2 = None
@@ -43,7 +43,7 @@ def cgroup_of(pid: int | str, proc: Path = Path("/proc")) -> tuple[int, str] | N
 
 def _int(path: Path) -> int | None:
     try:
-        text = path.read_text().strip()
+        text = path.read_text(errors="replace").strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None
@@ -53,7 +53,7 @@ def _keyed(path: Path) -> dict[str, int]:
     """memory.stat, memory.events: "key value" lines."""
     out: dict[str, int] = {}
     try:
-        text = path.read_text()
+        text = path.read_text(errors="replace")
     except OSError:
         return out
     for line in text.splitlines():

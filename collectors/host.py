@@ -4,6 +4,10 @@ MemAvailable, as psutil >= 7 and node_exporter users compute it, so pinned host 
 shows as Shmem) is not hidden.
 
 A backend supplies the raw numbers so that a simulated node can stand in for /proc.
+
+/proc's text is read with undecodable bytes replaced (here, in numa and in cgroup): a
+process's name and the paths it maps are whatever bytes it chose, and one process named in
+Latin-1 must not fail the node's reading.
 """
 
 from __future__ import annotations
@@ -119,7 +123,7 @@ def parse_meminfo(text: str) -> dict[str, int]:
 def _read(path: str) -> str:
     # A plain open of a string path: these files are read for every member of the server's
     # tree each poll, where building a pathlib.Path costs as much as the read.
-    with open(path) as f:
+    with open(path, errors="replace") as f:
         return f.read()
 
 
@@ -195,7 +199,7 @@ class ProcBackend:
             if not entry.name.isdigit() or int(entry.name) in outside:
                 continue
             try:
-                text = (entry / "status").read_text()
+                text = (entry / "status").read_text(errors="replace")
             except OSError:  # gone since the listing, or not ours to read
                 continue
             rss = parse_meminfo(text).get("VmRSS", 0)  # kernel threads have none
@@ -221,7 +225,8 @@ class ProcBackend:
 
     def thp(self) -> str:
         try:
-            text = (self.sys / "kernel" / "mm" / "transparent_hugepage" / "enabled").read_text()
+            text = (self.sys / "kernel" / "mm" / "transparent_hugepage" / "enabled").read_text(
+                errors="replace")
         except OSError:
             return ""
         start, end = text.find("["), text.find("]")

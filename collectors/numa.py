@@ -133,7 +133,7 @@ def read_node_meminfo(sys_root: Path) -> dict[int, dict[str, int]] | None:
         if not m:
             continue
         try:
-            text = (entry / "meminfo").read_text()
+            text = (entry / "meminfo").read_text(errors="replace")
         except OSError:
             text = ""
         out[int(m[1])] = parse_node_meminfo(text)
@@ -145,7 +145,7 @@ def read_process_nodes(proc: Path, pid: int) -> dict[int, int] | None:
     N<node>= counts over every mapping); None if it is gone or cannot be read (another
     user's, without root)."""
     try:
-        text = (proc / str(pid) / "numa_maps").read_text()
+        text = (proc / str(pid) / "numa_maps").read_text(errors="replace")
     except OSError:
         return None
     out: dict[int, int] = {}
@@ -158,8 +158,8 @@ def read_process_nodes(proc: Path, pid: int) -> dict[int, int] | None:
 def read_shared_mappings(proc: Path, pid: int) -> Mappings | None:
     """None if the process is gone; other OSErrors (permission) are the caller's to say."""
     try:
-        maps = (proc / str(pid) / "maps").read_text()
-        numa_maps = (proc / str(pid) / "numa_maps").read_text()
+        maps = (proc / str(pid) / "maps").read_text(errors="replace")
+        numa_maps = (proc / str(pid) / "numa_maps").read_text(errors="replace")
     except (FileNotFoundError, ProcessLookupError):
         return None
     return shared_of(maps, numa_maps)
