@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import signal_ends
 from helpers import Fleet, SimServer
 from quick_tier import is_slow, mark_server_tests, no_processes
 
@@ -25,6 +26,10 @@ FIRST = ("test_real_vllm.py", "test_real_sglang.py", "test_first_command.py", "t
          "test_long_demo.py",
          "test_benches.py", "test_bench.py", "test_sweep.py", "test_sim_vllm.py",
          "test_fleet.py", "test_app_control.py", "test_hangs.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    signal_ends.install(config)  # SIGTERM and SIGHUP tear down as Ctrl-C does
 
 
 # First, so that the slow marks it adds are there when `-m "not slow"` deselects.
@@ -41,6 +46,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
     """Outside the slow tier no process starts (quick_tier.py): setup, call and teardown."""
+    # Again for each test: a command run in-process leaves SIGTERM and SIGHUP at Python's
+    # default as it ends (asyncio's remove_signal_handler).
+    signal_ends.install(item.config)
     if is_slow(item):
         return (yield)
     with no_processes():
