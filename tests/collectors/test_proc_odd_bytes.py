@@ -73,18 +73,17 @@ def odd_process(tmp_path: Path) -> Iterator[tuple[int, bytes]]:
     """A real process named ODD, holding a 4 MiB shared file in /dev/shm whose name is no
     UTF-8: (its pid, the file's path). Stopped and the file removed on every exit."""
     shm = b"/dev/shm/engram-top-test-\xff%d" % os.getpid()
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, shm.decode("utf-8", "surrogateescape"),
-                             ODD.hex()], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], 30)
-        assert ready and proc.stdout.readline() == b"ready\n", "the named process never came"
-        yield proc.pid, shm
-    finally:
-        proc.kill()
-        proc.wait(10)
-        if os.path.exists(shm):
-            os.remove(shm)
+    with subprocess.Popen([sys.executable, "-c", CHILD, shm.decode("utf-8", "surrogateescape"),
+                           ODD.hex()], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready and proc.stdout.readline() == b"ready\n", "the process never came"
+            yield proc.pid, shm
+        finally:
+            proc.kill()  # and the with waits for it
+            if os.path.exists(shm):
+                os.remove(shm)
 
 
 @pytest.mark.slow  # starts a process

@@ -73,8 +73,10 @@ def test_a_run_ended_by_a_signal_stops_what_its_tests_started(
         tmp_path: Path, args: list[str], held: int, how: str) -> None:
     run = run_in(tmp_path, args)
     try:
-        wait_until(lambda: len(list((tmp_path / "held").iterdir())) == held, 120,
+        wait_until(lambda: run.poll() is not None or
+                   len(list((tmp_path / "held").iterdir())) == held, 120,
                    f"{held} held processes")
+        assert run.poll() is None, run.communicate()[0]  # it ended before it held them
         if how == "SIGTERM to pytest":
             run.send_signal(signal.SIGTERM)
         else:
