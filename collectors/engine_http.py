@@ -97,21 +97,18 @@ class EngineCollector:
         if text != self._page_text:
             skipped = promtext.Skipped()
 
-            def read() -> tuple[dict[str, promtext.Family], float]:
+            def parse() -> tuple[dict[str, promtext.Family], float]:
                 started = time.thread_time()
                 return page_kind.read(text, skipped, self._reuse), \
                     time.thread_time() - started
 
-            def parse() -> tuple[dict[str, promtext.Family], float]:
-                # The page's own cost, which paces the next reads (metrics_every_s), and not
-                # a collection of the whole process's objects that its allocations set off
-                # (tens of ms, once, in a big process): that runs after it.
-                return uncollected(read)
-
+            # Run uncollected: its time is the page's own cost, which paces the next reads
+            # (metrics_every_s), and not a collection of the whole process's objects that
+            # its allocations set off (tens of ms, once, in a big process): that runs after.
             if len(text) > PARSE_APART_BYTES:
-                families, self._parse_s = await asyncio.to_thread(parse)
+                families, self._parse_s = await asyncio.to_thread(uncollected, parse)
             else:
-                families, self._parse_s = parse()
+                families, self._parse_s = uncollected(parse)
             self._page_families, self._page_skipped = families, skipped
             self._page_text = text
             # Whether it is a router's or LMCache's: told once a page, not once a poll.

@@ -6,14 +6,16 @@ and cadences, runs as it does live, with no server and no sleep."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from collectors.base import TooLarge
+from collectors.host import ProcBackend
 from collectors.pages import ConnectFailed, Page
-from collectors.units import MIB
+from collectors.units import KIB, MIB
 
 CORPUS = Path(__file__).parent / "data" / "sim-pages"
 URL = "http://127.0.0.1:30000"  # the address the recorded collectors are told
@@ -118,3 +120,30 @@ def played(rec: Recording, clock: ManualClock) -> Iterator[Poll]:
     for poll in rec.polls:
         clock.t = start + poll.t
         yield poll
+
+
+# --------------------------------------------------------------------------- host
+
+
+HOST = CORPUS / "host"
+
+
+class RecordedProc(ProcBackend):
+    """The recorded /proc and /sys. A process's descendants from the recorded children
+    files (psutil reads the live /proc only); every other read is ProcBackend's own."""
+
+    def children(self, pid: int) -> list[int] | None:
+        if not (self.proc / str(pid)).is_dir():
+            return None
+        out, todo = [], [pid]
+        while todo:
+            kids = self.thread_children(todo.pop(0)) or []
+            out += kids
+            todo += kids
+        return out
+
+
+def kib(text: str, key: str) -> int:
+    found = re.search(rf"^{key}:\s+(\d+) kB$", text, re.MULTILINE)
+    assert found is not None, key
+    return int(found.group(1)) * KIB

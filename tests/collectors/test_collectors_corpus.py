@@ -10,17 +10,26 @@ and from what the load's client measured while they were recorded."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
-from corpus import CORPUS, URL, ManualClock, Recording, attach, played, recording
+from corpus import (
+    HOST,
+    URL,
+    ManualClock,
+    RecordedProc,
+    Recording,
+    attach,
+    kib,
+    played,
+    recording,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.host import HostCollector, Largest, ProcBackend
+from collectors.host import HostCollector, Largest
 from collectors.readings import ProcessMemory, Quantiles, ServerData, Status
 from collectors.sglang.collector import SglangCollector
 from collectors.sglang.startup_log import parse_startup_log
-from collectors.units import GIB, KIB
+from collectors.units import GIB
 from collectors.vllm.collector import VllmCollector
 from collectors.vllm.startup_log import VllmLogParser
 from engram_top.seed import reference
@@ -226,30 +235,6 @@ def test_the_recorded_vllm_log_reads_as_the_pages_say() -> None:
 
 
 # --------------------------------------------------------------------------- host
-
-
-HOST = CORPUS / "host"
-
-
-class RecordedProc(ProcBackend):
-    """The recorded /proc and /sys. A process's descendants from the recorded children
-    files (psutil reads the live /proc only); every other read is ProcBackend's own."""
-
-    def children(self, pid: int) -> list[int] | None:
-        if not (self.proc / str(pid)).is_dir():
-            return None
-        out, todo = [], [pid]
-        while todo:
-            kids = self.thread_children(todo.pop(0)) or []
-            out += kids
-            todo += kids
-        return out
-
-
-def kib(text: str, key: str) -> int:
-    found = re.search(rf"^{key}:\s+(\d+) kB$", text, re.MULTILINE)
-    assert found is not None, key
-    return int(found.group(1)) * KIB
 
 
 async def test_host_collector_reads_the_recorded_proc_tree() -> None:

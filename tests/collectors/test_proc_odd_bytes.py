@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_collectors_corpus import HOST, RecordedProc, kib
+from corpus import HOST, RecordedProc, kib
 
 from collectors import numa
 from collectors.host import HostCollector, ProcBackend
