@@ -15,7 +15,9 @@ import contextlib
 from typing import Any, TextIO
 
 from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
 
+from engram_top.app.key_wait import WakesOnInput
 from engram_top.app.mixin import AppMixin
 
 
@@ -46,9 +48,11 @@ class GoneTolerant:
 
 
 def tolerant(base: type[Driver]) -> type[Driver]:
-    """``base`` (Textual's driver for this platform) writing through GoneTolerant."""
+    """``base`` (Textual's driver for this platform) writing through GoneTolerant, and on
+    Linux reading keys without waking ten times a second (key_wait)."""
+    bases = (WakesOnInput,) if base is LinuxDriver else (base,)
 
-    class TolerantDriver(base):  # type: ignore[valid-type, misc]  # a base chosen at run time: mypy takes no variable as a class's base
+    class TolerantDriver(*bases):  # type: ignore[misc]  # bases chosen at run time: mypy takes no variable as a class's base
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             file = getattr(self, "_file", None)
