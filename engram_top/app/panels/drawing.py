@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from rich.cells import cell_len
 from rich.console import Group
-from rich.text import Text
+from rich.control import strip_control_codes
+from rich.text import Span, Text
 
 from collectors import gib, latency, latency_bucket, visible
 from engram_top import model
@@ -52,25 +54,39 @@ def columns(rows: list[list[Text | str]], justify: str = "") -> list[Text]:
     """Cells as aligned lines, one space between columns, each column as wide as its widest
     cell; ``justify`` gives "l" or "r" per column (left when not given). Lines, not a Rich
     Table: equal lines compare equal, so a panel whose figures did not move is not redrawn
-    (Panel.refresh_from)."""
-    cells = [[c if isinstance(c, Text) else Text(c) for c in row] for row in rows]
-    widths = [max(c.cell_len for c in col) for col in zip(*cells, strict=True)]
+    (Panel.refresh_from). Each line is made at once from its cells' text and styles (the
+    same Text as appending cell by cell, at a third of the cost: a panel draws dozens of
+    cells a second)."""
+    cells = [[_cell(c) for c in row] for row in rows]
+    widths = [max(width for _, width, _ in col) for col in zip(*cells, strict=True)]
     out = []
     for row in cells:
-        line = Text(no_wrap=True, overflow="ellipsis")
-        for i, (cell, width) in enumerate(zip(row, widths, strict=True)):
-            pad = " " * (width - cell.cell_len)
-            if i:
-                line.append(" ")
-            if justify[i:i + 1] == "r":
-                line.append(pad)
-                line.append_text(cell)
-            else:
-                line.append_text(cell)
-                if i < len(row) - 1:
-                    line.append(pad)
-        out.append(line)
+        parts: list[str] = []
+        spans: list[Span] = []
+        at = 0
+        last = len(row) - 1
+        for i, ((plain, cell_width, styles), width) in enumerate(zip(row, widths, strict=True)):
+            pad = " " * (width - cell_width)
+            right = justify[i:i + 1] == "r"
+            lead = (" " if i else "") + (pad if right else "")
+            trail = "" if right or i == last else pad
+            at += len(lead)
+            spans.extend(Span(start + at, end + at, style) for start, end, style in styles)
+            parts += (lead, plain, trail)
+            at += len(plain) + len(trail)
+        out.append(Text("".join(parts), no_wrap=True, overflow="ellipsis", spans=spans))
     return out
+
+
+def _cell(cell: Text | str) -> tuple[str, int, list[Span]]:
+    """A cell's characters, width on screen and styles (its own style as a span over it,
+    as Text.append_text takes it)."""
+    if not isinstance(cell, Text):
+        plain = strip_control_codes(cell)
+        return plain, cell_len(plain), []
+    plain = cell.plain
+    whole = [Span(0, len(plain), cell.style)] if cell.style else []
+    return plain, cell_len(plain), whole + cell.spans
 
 
 LABEL_WIDTH = 8  # the longest row label of a panel ("capacity", "requests")
