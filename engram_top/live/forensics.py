@@ -71,6 +71,9 @@ class DeathWatch:
         self._first_tree: dict[float, HostData] = {}
         self._ready_tree: dict[float, HostData] = {}
         self._tasks: dict[float, asyncio.Task[None]] = {}
+        # The attached server's process, asked each second whether it ended: kept, as
+        # making one reads its /proc entry twice more than asking it.
+        self._watched: psutil.Process | None = None
 
     def launched(self, run: Run) -> None:
         """A run just launched: the kernel's OOM counter and the host as they stand."""
@@ -119,12 +122,22 @@ class DeathWatch:
             return
         self._launched(facts.launched_at)
         self._seen_alive(facts.launched_at, pid, answered)
-        if not _gone(pid):
+        if not self._gone(pid):
             return
         self._start(facts, Ended(facts.scenario, facts.launched_at, pid, (), None, answered,
                                  "running" if answered else "starting",
                                  facts.startup.errors, (), log_file=facts.log_path,
                                  parser=parser))
+
+    def _gone(self, pid: int) -> bool:
+        if self._watched is None or self._watched.pid != pid:
+            try:
+                self._watched = psutil.Process(pid)
+            except psutil.NoSuchProcess:
+                return True
+            except psutil.Error:
+                return False
+        return _gone(self._watched)
 
     def _start(self, facts: RunFacts, ended: Ended) -> None:
         if ended.key in self._tasks:
@@ -218,11 +231,11 @@ def _read_log(path: str | None, parser: Callable[[], LogParser] | None
     return reader.facts(), tuple(lines[-LOG_TAIL:])
 
 
-def _gone(pid: int) -> bool:
+def _gone(proc: psutil.Process) -> bool:
     """Its process ended: no such pid, or a zombie its parent has not reaped yet (a server
     killed under a supervisor that waits later)."""
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
     except psutil.Error:  # not ours to look at: alive as far as we can tell
