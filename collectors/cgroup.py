@@ -7,6 +7,7 @@ tree as they read a test /proc.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def cgroup_of(pid: int | str, proc: Path = Path("/proc")) -> tuple[int, str] | N
     """(version, path) of the process's memory cgroup; None where it has none or is gone.
     The root ("/") is the host itself: no container."""
     try:
-        text = (proc / str(pid) / "cgroup").read_text(errors="replace")
+        text = _text(f"{proc}/{pid}/cgroup")
     except OSError:
         return None
     v1 = v2 = None
@@ -41,25 +42,32 @@ def cgroup_of(pid: int | str, proc: Path = Path("/proc")) -> tuple[int, str] | N
     return version, path
 
 
-def _int(path: Path) -> int | None:
+def _text(path: str) -> str:
+    # String paths, not pathlib: the server's cgroup is read each second by the host poll.
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def _int(path: str) -> int | None:
     try:
-        text = path.read_text(errors="replace").strip()
+        text = _text(path).strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None
 
 
-def _keyed(path: Path) -> dict[str, int]:
-    """memory.stat, memory.events: "key value" lines."""
+def _keyed(path: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """Of memory.stat or memory.events ("key value" lines), those keys that it has."""
     out: dict[str, int] = {}
     try:
-        text = path.read_text(errors="replace")
+        text = _text(path)
     except OSError:
         return out
     for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            out[key] = int(value)
+        if line.startswith(keys):
+            key, _, value = line.partition(" ")
+            if key in keys and value.strip().isdigit():
+                out[key] = int(value)
     return out
 
 
@@ -67,25 +75,25 @@ def read_memory(version: int, path: str, root: Path = CGROUP_ROOT) -> CgroupMemo
     """The cgroup's memory figures; None where its folder cannot be read (a container that
     does not mount the hierarchy, a cgroup gone)."""
     if version == 2:
-        folder = root / path.lstrip("/")
-        if not folder.is_dir():
+        folder = f"{root}/{path.lstrip('/')}"
+        if not os.path.isdir(folder):
             return None
-        stat = _keyed(folder / "memory.stat")
+        stat = _keyed(f"{folder}/memory.stat", ("anon", "file", "shmem"))
         return CgroupMemory(
-            path=path, version=2, limit_bytes=_int(folder / "memory.max"),  # "max": None
-            current_bytes=_int(folder / "memory.current"), anon_bytes=stat.get("anon"),
+            path=path, version=2, limit_bytes=_int(f"{folder}/memory.max"),  # "max": None
+            current_bytes=_int(f"{folder}/memory.current"), anon_bytes=stat.get("anon"),
             file_bytes=stat.get("file"), shmem_bytes=stat.get("shmem"),
-            oom_kills=_keyed(folder / "memory.events").get("oom_kill"))
-    folder = root / "memory" / path.lstrip("/")
-    if not folder.is_dir():
+            oom_kills=_keyed(f"{folder}/memory.events", ("oom_kill",)).get("oom_kill"))
+    folder = f"{root}/memory/{path.lstrip('/')}"
+    if not os.path.isdir(folder):
         return None
-    stat = _keyed(folder / "memory.stat")
-    limit = _int(folder / "memory.limit_in_bytes")
+    stat = _keyed(f"{folder}/memory.stat", ("rss", "cache", "shmem"))
+    limit = _int(f"{folder}/memory.limit_in_bytes")
     return CgroupMemory(
         path=path, version=1, limit_bytes=None if limit is None or limit >= V1_UNLIMITED
-        else limit, current_bytes=_int(folder / "memory.usage_in_bytes"),
+        else limit, current_bytes=_int(f"{folder}/memory.usage_in_bytes"),
         anon_bytes=stat.get("rss"), file_bytes=stat.get("cache"), shmem_bytes=stat.get("shmem"),
-        oom_kills=_keyed(folder / "memory.oom_control").get("oom_kill"))
+        oom_kills=_keyed(f"{folder}/memory.oom_control", ("oom_kill",)).get("oom_kill"))
 
 
 def memory_of(pid: int | str, proc: Path = Path("/proc"),

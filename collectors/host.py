@@ -195,18 +195,19 @@ class ProcBackend:
 
     def largest(self, n: int, outside: frozenset[int]) -> list[ProcessMemory]:
         found = []
-        for entry in self.proc.iterdir():
-            if not entry.name.isdigit() or int(entry.name) in outside:
+        for entry in os.listdir(self.proc):  # every process: strings, not pathlib
+            if not entry.isdigit() or int(entry) in outside:
                 continue
             try:
-                text = (entry / "status").read_text(errors="replace")
+                text = _read(f"{self.proc}/{entry}/status")
             except OSError:  # gone since the listing, or not ours to read
                 continue
-            rss = parse_meminfo(text).get("VmRSS", 0)  # kernel threads have none
-            name = next((ln.split(":", 1)[1].strip() for ln in text.splitlines()
+            lines = [ln for ln in text.splitlines() if ln.startswith(("Name:", "VmRSS:"))]
+            rss = parse_meminfo("\n".join(lines)).get("VmRSS", 0)  # kernel threads: none
+            name = next((ln.split(":", 1)[1].strip() for ln in lines
                          if ln.startswith("Name:")), "?")
             if rss:
-                found.append(ProcessMemory(int(entry.name), name, rss))
+                found.append(ProcessMemory(int(entry), name, rss))
         top = heapq.nlargest(n, found, key=lambda m: m.rss_bytes)
         return [dataclasses.replace(p, container=cgroup.container_of(p.pid, self.proc))
                 for p in top]

@@ -9,6 +9,7 @@ missing or malformed file is a problem in one line, never an exception out of re
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -20,6 +21,7 @@ from collectors.readings import NumaNode
 from collectors.units import KIB
 
 NODE_DIR = "devices/system/node"
+_NODE = re.compile(r"node(\d+)")
 # Backings of shared memory, as maps names them; a shared mapping of an ordinary file is
 # page cache (weights read through mmap), not memory the server pinned.
 SHM_PREFIXES = ("/memfd:", "/dev/shm/", "/dev/zero", "/SYSV", "/dev/hugepages")
@@ -123,17 +125,20 @@ def shared_of(maps_text: str, numa_maps_text: str) -> Mappings:
 def read_node_meminfo(sys_root: Path) -> dict[int, dict[str, int]] | None:
     """Each node's fields; {} for a node whose file cannot be read. None without the
     folder (a kernel without NUMA, a container hiding /sys)."""
+    # String paths, not pathlib: read each second by the host poll.
+    folder = f"{sys_root}/{NODE_DIR}"
     try:
-        entries = list((sys_root / NODE_DIR).iterdir())
+        names = os.listdir(folder)
     except (FileNotFoundError, NotADirectoryError):
         return None
     out = {}
-    for entry in entries:
-        m = re.fullmatch(r"node(\d+)", entry.name)
+    for name in names:
+        m = _NODE.fullmatch(name)
         if not m:
             continue
         try:
-            text = (entry / "meminfo").read_text(errors="replace")
+            with open(f"{folder}/{name}/meminfo", errors="replace") as f:
+                text = f.read()
         except OSError:
             text = ""
         out[int(m[1])] = parse_node_meminfo(text)
