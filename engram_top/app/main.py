@@ -153,7 +153,8 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         yield Static(id="too-small")
         yield Static(id="header")
         with Grid(id="grid"):
-            yield Panel("HBM per GPU", panels.hbm_panel, panels.HBM_SOURCES, id="hbm")
+            yield Panel("HBM per GPU", panels.hbm_panel, panels.HBM_SOURCES, id="hbm",
+                        inputs=panels.hbm_inputs)
             yield Panel("KV pool", panels.kv_panel, panels.KV_SOURCES, id="kv")
             yield Panel("Host RAM", panels.host_panel, panels.HOST_SOURCES, id="host")
             yield Panel("Latency", panels.latency_panel, panels.LATENCY_SOURCES, id="latency")

@@ -4,7 +4,7 @@ changed."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from rich.console import Group
@@ -36,11 +36,17 @@ class Panel(Static):
     trend that grows by a bar, repaints the screen lines that changed and no others."""
 
     def __init__(self, title: str, render_fn: PanelDrawing,
-                 sources: tuple[str, ...], *, id: str) -> None:
+                 sources: tuple[str, ...], *, id: str,
+                 inputs: Callable[[RunStore], object] | None = None) -> None:
         super().__init__(classes="panel", id=id)
         self.border_title = title
         self.render_fn = render_fn
         self.sources = sources
+        # What the drawing reads of its sources, where a source's new version seldom
+        # changes it (the HBM panel's GPUs beside a server page that moves every second):
+        # drawn again only when that changes.
+        self.inputs = inputs
+        self._inputs: object = None
         self._seen: tuple[int, ...] | None = None
         self._shown_lines: tuple[LineKey, ...] | None = None
         # What it shows as lines (None: something else, drawn as a Static draws it).
@@ -56,6 +62,11 @@ class Panel(Static):
         self._seen = version
         # The lines it has: a short panel keeps its most important rows (drawing.fit).
         size = self.content_size
+        if self.inputs is not None:
+            read = (self.inputs(store), size)
+            if read == self._inputs and not force:
+                return  # a new reading of its sources, but nothing it draws from moved
+            self._inputs = read
         content = self.render_fn(store, rows=size.height or None, cols=size.width or None)
         # Its lines quote servers, labels and files: no control reaches the terminal.
         content = safe(content)
@@ -144,7 +155,7 @@ class Panel(Static):
 
     def on_resize(self) -> None:
         # Its height changed: the next refresh lays its rows out again.
-        self._seen = self._shown_lines = None
+        self._seen = self._shown_lines = self._inputs = None
 
 
 def text_key(text: Text) -> tuple[object, ...]:

@@ -107,3 +107,42 @@ async def test_changed_lines_are_drawn_as_the_whole_draws_them(
             assert {r.y for r in repainted} == {0, 2, 4}
         else:  # a new line of two rows: each of them drawn alone
             assert len(drawings) > 1
+
+
+class InputsApp(PanelApp):
+    """A panel with ``inputs``: what its drawing reads, apart from its sources' versions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read = 0
+        self.drawn = 0
+
+    def compose(self) -> ComposeResult:
+        yield Panel("lines", self.draw, (StoreTopic.RUN,), id="lines",
+                    inputs=lambda store: self.read)
+
+    def draw(self, store: RunStore, rows: int | None = None, cols: int | None = None) -> Group:
+        self.drawn += 1
+        return super().draw(store, rows, cols)
+
+
+async def test_a_panel_with_inputs_is_drawn_only_when_they_change() -> None:
+    app = InputsApp()
+    async with app.run_test(size=(WIDTH + 10, HEIGHT + 4)) as pilot:
+        panel = app.query_one(Panel)
+        panel.refresh_from(app.store)
+        await pilot.pause()
+        drawn = app.drawn
+        assert drawn >= 1
+        for _ in range(3):  # new versions of its source, the same inputs: not drawn
+            app.store.bump(StoreTopic.RUN)
+            panel.refresh_from(app.store)
+        assert app.drawn == drawn
+        app.read, app.version = 1, 1  # what it reads moved: drawn, and its lines shown
+        app.store.bump(StoreTopic.RUN)
+        panel.refresh_from(app.store)
+        await pilot.pause()
+        assert app.drawn == drawn + 1
+        assert _shown(panel) == _whole(panel, 1)
+        panel.refresh_from(app.store, force=True)  # forced (a theme): drawn all the same
+        assert app.drawn == drawn + 2

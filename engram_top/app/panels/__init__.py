@@ -9,7 +9,7 @@ its values are."""
 
 from engram_top.app.panels.drawing import source_line
 from engram_top.app.panels.hbm import SOURCES as HBM_SOURCES
-from engram_top.app.panels.hbm import hbm_panel
+from engram_top.app.panels.hbm import hbm_inputs, hbm_panel
 from engram_top.app.panels.header import (
     PHASE_LABELS,
     PHASE_SHORT,
@@ -26,6 +26,6 @@ from engram_top.app.panels.latency import SOURCES as LATENCY_SOURCES
 from engram_top.app.panels.latency import latency_panel
 
 __all__ = ["HBM_SOURCES", "HOST_SOURCES", "KV_SOURCES", "LATENCY_SOURCES", "PHASE_LABELS",
-           "PHASE_SHORT", "STATE_STYLES", "Shown", "engram_rows", "hbm_panel", "header",
-           "host_delta", "host_panel", "kv_panel", "latency_panel", "numa_rows", "run_state",
-           "source_line"]
+           "PHASE_SHORT", "STATE_STYLES", "Shown", "engram_rows", "hbm_inputs", "hbm_panel",
+           "header", "host_delta", "host_panel", "kv_panel", "latency_panel", "numa_rows",
+           "run_state", "source_line"]

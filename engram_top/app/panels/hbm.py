@@ -20,6 +20,7 @@ from engram_top.app.panels.drawing import (
     figure,
     first_fitting,
     fit,
+    source_line,
     source_rows,
     waiting,
 )
@@ -32,8 +33,45 @@ from engram_top.model import (
     engram_rx_estimate,
 )
 
-# What it is drawn from: it is redrawn when one of these has a new version in the store.
+# What it is drawn from: it is redrawn when one of these has a new version in the store,
+# and then only when what it reads of them (hbm_inputs) changed.
 SOURCES = (SourceName.GPU, SourceName.HOST, SourceName.SERVER, StoreTopic.RUN)
+
+
+def hbm_inputs(store: RunStore) -> tuple[object, ...]:
+    """All that hbm_panel reads of the store, as one value to compare: the server's page
+    and the host move every second under load, the GPUs' memory seldom, so the panel is
+    drawn when this changes (Panel's ``inputs``), not at every reading. Whatever the panel
+    comes to read must be added here (tests/app/test_hbm_inputs.py changes each)."""
+    run = store.run
+    view = model.hicache_facts(store)
+    engram = model.engram_facts(store)
+    warn = source_line(store, SourceName.GPU, "GPU")
+    load_back = None if view is None else view.load_back_by_rank
+    return (
+        None if warn is None else (warn.plain, str(warn.style)),
+        tuple(_shown(g, exact_rx=bool(load_back)) for g in model.gpu_facts(store)),
+        bool(model.server_pids(store)),
+        load_back,
+        None if engram is None else engram.placement,
+        tuple(model.hbm_ledger(store)),
+        None if run is None else tuple((i, r.graph_mem_usage_gb)
+                                       for i, r in run.startup.ranks.items()),
+        model.engine_of(store),
+        model.word(store, "weights", ""),
+    )
+
+
+def _shown(g: GpuView, exact_rx: bool) -> tuple[object, ...]:
+    """What the panel shows of a GPU: its counters' rates and energy, which move at every
+    reading, are not drawn; its receive is drawn as byte_rate writes it (the Engram
+    estimate, where HiCache reports a load-back, takes the figure itself)."""
+    rx = g.pcie_rx_bytes_per_s if exact_rx else byte_rate(g.pcie_rx_bytes_per_s, per_s=False)
+    power = None if g.power_w is None else f"{g.power_w:.0f}"
+    return (g.index, g.total_bytes, g.reserved_bytes, g.used_bytes, g.server_bytes,
+            g.util_gpu_pct, power, g.power_limit_w, g.temperature_c, g.sm_clock_mhz,
+            g.throttle_reasons, rx, g.weights_gb, g.kv_cache_gb, g.kv_tokens,
+            bool(g.processes))
 
 
 def hbm_panel(store: RunStore, rows: int | None = None,
