@@ -55,7 +55,7 @@ def columns(rows: list[list[Text | str]], justify: str = "") -> list[Text]:
     cell; ``justify`` gives "l" or "r" per column (left when not given). Lines, not a Rich
     Table: equal lines compare equal, so a panel whose figures did not move is not redrawn
     (Panel.refresh_from). Each line is made at once from its cells' text and styles (the
-    same Text as appending cell by cell, at a third of the cost: a panel draws dozens of
+    same Text as appending cell by cell, for two thirds of the cost: a panel draws dozens of
     cells a second)."""
     cells = [[_cell(c) for c in row] for row in rows]
     widths = [max(width for _, width, _ in col) for col in zip(*cells, strict=True)]
