@@ -277,14 +277,26 @@ class PrometheusSource:
 
 
 async def together(aws: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
-    """Every coroutine's result, run concurrently in a TaskGroup; when one fails, the others
-    are cancelled and awaited before its exception goes up (asyncio.gather leaves them)."""
+    """Every coroutine's result, run concurrently; when one fails, the others are cancelled
+    and awaited before its exception goes up (asyncio.gather leaves them running). Not a
+    TaskGroup: on Python 3.11 a cancel that comes as a coroutine fails is dropped there (the
+    failure raised instead, the task's cancel count left set), and a poll loop told to
+    stop took it for a failed poll and ran on, its quit waiting for ever. Here a cancel is
+    a cancel."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
     try:
-        async with asyncio.TaskGroup() as tasks:
-            started = [tasks.create_task(aw) for aw in aws]
-    except BaseExceptionGroup as failed:
-        raise failed.exceptions[0] from None
-    return [t.result() for t in started]
+        if tasks:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:  # failed, or cancelled: nothing is left running behind
+        rest = [t for t in tasks if not t.done()]
+        for t in rest:
+            t.cancel()
+        if rest:
+            await asyncio.wait(rest)
+    failures = [e for t in tasks if not t.cancelled() and (e := t.exception()) is not None]
+    if failures:
+        raise failures[0]
+    return [t.result() for t in tasks]
 
 
 def _promql_re(value: str) -> str:

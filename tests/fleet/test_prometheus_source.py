@@ -3,13 +3,15 @@ as real fleets label them (no Prometheus needed: the live path is tests/fleet/te
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from typing import Any
 
 import pytest
 
 from collectors.base import uncollected
-from collectors.prometheus import group, host_of, node_of, queries
+from collectors.pages import PageError
+from collectors.prometheus import group, host_of, node_of, queries, together
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.fleet import session as fleet
 
@@ -301,3 +303,37 @@ def test_a_refresh_decodes_and_groups_with_the_collector_off_and_puts_it_back() 
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+async def test_a_quit_while_a_query_fails_still_ends_the_poll() -> None:
+    """Python 3.11's TaskGroup gives a failed query's error priority over the cancel that
+    arrived with it, and drops the cancel: the fleet's poll loop, told to stop as a wrong
+    password's 401s came back, caught the error as a failed poll and ran on, and the quit
+    that awaited it waited for ever (seen once in the full suite). The cancel wins."""
+    failing = asyncio.Event()
+
+    async def refused() -> None:
+        await failing.wait()
+        raise PageError("HTTP 401 Unauthorized")
+
+    async def slow() -> None:
+        await asyncio.sleep(30)
+
+    async def poll() -> list[None]:
+        return await together([refused(), slow()])
+
+    task = asyncio.create_task(poll())
+    await asyncio.sleep(0)  # the group and its queries started
+    await asyncio.sleep(0)
+    failing.set()  # the 401 answers, and the quit comes, in the same turn of the loop
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    # A failure alone is still the failure's own error, and leaves its caller no cancel
+    # to come (3.11's TaskGroup left the caller's cancel count at 1).
+    with pytest.raises(PageError):
+        await together([refused(), slow()])
+    me = asyncio.current_task()
+    assert me is not None and me.cancelling() == 0
+    assert await together([asyncio.sleep(0, result=1), asyncio.sleep(0, result=2)]) == [1, 2]
+    assert await together([]) == []
