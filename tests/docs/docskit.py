@@ -165,6 +165,15 @@ class Docs:
                     out.append(proc)
         return out
 
+    def command_lines(self) -> list[tuple[psutil.Process, str]]:
+        """Each tagged process with its command line; one that ends between the listing and
+        the read (a zombie by then: psutil raises) is left out, not an error."""
+        out = []
+        for proc in self.processes():
+            with contextlib.suppress(psutil.Error):
+                out.append((proc, " ".join(proc.cmdline())))
+        return out
+
     def close(self) -> list[str]:
         """Stop what is left: a dashboard still open is sent SIGTERM first (it stops what it
         started, as a closed terminal would have it), then anything tagged is killed.
