@@ -182,7 +182,7 @@ class Cli:
                 proc.kill()
             proc.communicate(timeout=10)
         left = self.processes()
-        names = [_command_line(p)[:120] for p in left]
+        names = [command_line(p)[:120] for p in left]
         for p in left:
             with contextlib.suppress(OSError, psutil.Error):
                 p.kill()
@@ -273,7 +273,7 @@ args = ["--fault", "{fault}"]
     return report, rows, took
 
 
-def _command_line(proc: psutil.Process) -> str:
+def command_line(proc: psutil.Process) -> str:
     """Its command line, or what psutil says instead for one that ended as we looked."""
     try:
         return " ".join(proc.cmdline())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from faultkit import CRASH_HOOK, Cli, no_traceback, sim_scenario_file
+from faultkit import CRASH_HOOK, Cli, command_line, no_traceback, sim_scenario_file
 from helpers import alive, wait_until
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
@@ -66,7 +66,7 @@ def test_a_dashboard_ended_unasked_leaves_the_server_it_adopted(cli: Cli, tmp_pa
 
     # The server outlived the dashboard, and still answers.
     assert alive(pid) and answers(port)
-    assert [p.pid for p in cli.servers() if "sim serve" in " ".join(p.cmdline())] == [pid]
+    assert [p.pid for p in cli.servers() if "sim serve" in command_line(p)] == [pid]
     if how != "closed terminal":  # a closed terminal takes what is said with it
         assert (f"engram-top: left running: device (pid {pid}) on 127.0.0.1:{port}, "
                 f"adopted; stop it with `{stop_with}`") in output, output[-2000:]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from drive import SIZE, make_recording
-from faultkit import Cli, bench_with, no_traceback, sim_scenario_file
+from faultkit import Cli, bench_with, command_line, no_traceback, sim_scenario_file
 from helpers import free_port, quit_app, screen_text, until, wait_until
 
 from engram_top.alerts.monitor import AlertMonitor
@@ -55,8 +55,8 @@ port = {free_port()}
         out, err = proc.communicate(timeout=180)
         no_traceback(out, err)
         assert proc.returncode == 0, out + err
-    mains = [p for p in cli.servers() if "sim serve" in " ".join(p.cmdline())]
-    assert len(mains) == 1, [" ".join(p.cmdline()) for p in mains]
+    mains = [p for p in cli.servers() if "sim serve" in command_line(p)]
+    assert len(mains) == 1, [command_line(p) for p in mains]
     (current,) = cli.state.glob("engram-top/*/current.json")
     assert json.loads(current.read_text())["pid"] == mains[0].pid
 
@@ -72,8 +72,7 @@ port = {free_port()}
     # The dashboard started nothing: the server it adopted is left running, and named.
     term.proc.send_signal(signal.SIGTERM)
     assert term.wait(60) == 128 + signal.SIGTERM
-    assert [p.pid for p in cli.servers() if "sim serve" in " ".join(p.cmdline())] == \
-        [mains[0].pid]
+    assert [p.pid for p in cli.servers() if "sim serve" in command_line(p)] == [mains[0].pid]
     last = json.loads(current.read_text())["scenario"]  # the switches' order is the lock's
     assert f"left running: {last} (pid {mains[0].pid}) on 127.0.0.1:" in term.output, \
         term.output[-600:]
