@@ -111,3 +111,11 @@ async def run_blocking(fn: Callable[[], T], timeout: float) -> T:
         fut.cancel()
         raise TimeoutError(f"no answer within {timeout:g} s")
     return fut.result()
+
+
+def read_text(path: str) -> str:
+    """A /proc or /sys file's text by a plain open of its string path (the host poll reads
+    a dozen of them each second, where building a pathlib.Path costs as much as the read);
+    the kernel's bytes are any bytes (a process's name), so undecodable ones are replaced."""
+    with open(path, errors="replace") as f:
+        return f.read()

@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+from collectors.base import read_text
 from collectors.readings import CgroupMemory
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -22,7 +23,7 @@ def cgroup_of(pid: int | str, proc: Path = Path("/proc")) -> tuple[int, str] | N
     """(version, path) of the process's memory cgroup; None where it has none or is gone.
     The root ("/") is the host itself: no container."""
     try:
-        text = _text(f"{proc}/{pid}/cgroup")
+        text = read_text(f"{proc}/{pid}/cgroup")
     except OSError:
         return None
     v1 = v2 = None
@@ -42,15 +43,9 @@ def cgroup_of(pid: int | str, proc: Path = Path("/proc")) -> tuple[int, str] | N
     return version, path
 
 
-def _text(path: str) -> str:
-    # String paths, not pathlib: the server's cgroup is read each second by the host poll.
-    with open(path, errors="replace") as f:
-        return f.read()
-
-
 def _int(path: str) -> int | None:
     try:
-        text = _text(path).strip()
+        text = read_text(path).strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None
@@ -60,7 +55,7 @@ def _keyed(path: str, keys: tuple[str, ...]) -> dict[str, int]:
     """Of memory.stat or memory.events ("key value" lines), those keys that it has."""
     out: dict[str, int] = {}
     try:
-        text = _text(path)
+        text = read_text(path)
     except OSError:
         return out
     for line in text.splitlines():

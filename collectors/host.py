@@ -25,7 +25,7 @@ from typing import Protocol
 import psutil
 
 from collectors import cgroup, numa, shm
-from collectors.base import FailureTracker, describe, run_blocking
+from collectors.base import FailureTracker, describe, read_text, run_blocking
 from collectors.kernel_log import KMSG, read_kernel_log
 from collectors.readings import (
     CgroupMemory,
@@ -120,13 +120,6 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return out
 
 
-def _read(path: str) -> str:
-    # A plain open of a string path: these files are read for every member of the server's
-    # tree each poll, where building a pathlib.Path costs as much as the read.
-    with open(path, errors="replace") as f:
-        return f.read()
-
-
 class ProcBackend:
     """The machine's own /proc."""
 
@@ -141,16 +134,16 @@ class ProcBackend:
         self.cgroup_root = sys / "fs" / "cgroup"
 
     def meminfo(self) -> dict[str, int]:
-        return parse_meminfo(_read(f"{self.proc}/meminfo"))
+        return parse_meminfo(read_text(f"{self.proc}/meminfo"))
 
     def vmstat(self) -> dict[str, int]:
         # Three of its 170-odd lines, found without splitting the others.
         return {key: int(value) for key, value in VMSTAT_LINES.findall(
-            _read(f"{self.proc}/vmstat"))}
+            read_text(f"{self.proc}/vmstat"))}
 
     def process_memory(self, pid: int) -> dict[str, int] | None:
         try:
-            text = _read(f"{self.proc}/{pid}/status")
+            text = read_text(f"{self.proc}/{pid}/status")
         except (FileNotFoundError, ProcessLookupError):
             return None
         # The lines of the keys alone, 6 of about 60 (read for every member each poll).
@@ -169,7 +162,7 @@ class ProcBackend:
 
     def thread_children(self, pid: int) -> list[int] | None:
         try:
-            text = _read(f"{self.proc}/{pid}/task/{pid}/children")
+            text = read_text(f"{self.proc}/{pid}/task/{pid}/children")
         except OSError:  # gone, or a kernel built without CONFIG_PROC_CHILDREN
             return None
         return [int(k) for k in text.split() if k.isdigit()]
@@ -199,7 +192,7 @@ class ProcBackend:
             if not entry.isdigit() or int(entry) in outside:
                 continue
             try:
-                text = _read(f"{self.proc}/{entry}/status")
+                text = read_text(f"{self.proc}/{entry}/status")
             except OSError:  # gone since the listing, or not ours to read
                 continue
             lines = [ln for ln in text.splitlines() if ln.startswith(("Name:", "VmRSS:"))]

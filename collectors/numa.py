@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from collectors.base import describe
+from collectors.base import describe, read_text
 from collectors.readings import NumaNode
 from collectors.units import KIB
 
@@ -137,8 +137,7 @@ def read_node_meminfo(sys_root: Path) -> dict[int, dict[str, int]] | None:
         if not m:
             continue
         try:
-            with open(f"{folder}/{name}/meminfo", errors="replace") as f:
-                text = f.read()
+            text = read_text(f"{folder}/{name}/meminfo")
         except OSError:
             text = ""
         out[int(m[1])] = parse_node_meminfo(text)

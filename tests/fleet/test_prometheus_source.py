@@ -311,26 +311,36 @@ async def test_a_quit_while_a_query_fails_still_ends_the_poll() -> None:
     password's 401s came back, caught the error as a failed poll and ran on, and the quit
     that awaited it waited for ever (seen once in the full suite). The cancel wins."""
     failing = asyncio.Event()
+    asked = asyncio.Event()  # both queries under way
+    running = 0
+
+    def started() -> None:
+        nonlocal running
+        running += 1
+        if running == 2:
+            asked.set()
 
     async def refused() -> None:
+        started()
         await failing.wait()
         raise PageError("HTTP 401 Unauthorized")
 
     async def slow() -> None:
-        await asyncio.sleep(30)
+        started()
+        await asyncio.Event().wait()  # answers only when cancelled
 
     async def poll() -> list[None]:
         return await together([refused(), slow()])
 
     task = asyncio.create_task(poll())
-    await asyncio.sleep(0)  # the group and its queries started
-    await asyncio.sleep(0)
+    await asyncio.wait_for(asked.wait(), 5)  # the group and its queries started
     failing.set()  # the 401 answers, and the quit comes, in the same turn of the loop
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
     # A failure alone is still the failure's own error, and leaves its caller no cancel
     # to come (3.11's TaskGroup left the caller's cancel count at 1).
+    running = 0
     with pytest.raises(PageError):
         await together([refused(), slow()])
     me = asyncio.current_task()
