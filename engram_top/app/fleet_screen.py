@@ -20,6 +20,7 @@ from collectors import GIB, gib, percent, tokens, visible
 from engram_top.app.compare_screen import CompareScreen
 from engram_top.app.node_screen import NodeScreen
 from engram_top.app.process_end import EndsAsTheProcess
+from engram_top.app.repaint import RepaintsRows
 from engram_top.app.safe import SafeOutput, safe
 from engram_top.app.sessions import FleetView
 from engram_top.app.terminal import SurvivesHangUp
@@ -115,7 +116,7 @@ def columns_for(width: int) -> list[Column]:
     return [c for c in COLUMNS if width >= c[5]]
 
 
-class FleetApp(EndsAsTheProcess, SurvivesHangUp, SafeOutput, App[int]):
+class FleetApp(EndsAsTheProcess, SurvivesHangUp, SafeOutput, RepaintsRows, App[int]):
     """The fleet's rows over a fleet session (FleetView); a node's detail on Enter, the
     placements compared on `c`. It ends as the dashboard does (process_end)."""
 

@@ -29,6 +29,7 @@ from textual.widgets import DataTable, Static
 from collectors import GIB, gib, percent, visible
 from engram_top import model
 from engram_top.app.charts import PALETTE, Line, chart_lines, rate_unit
+from engram_top.app.repaint import repaint_rows
 from engram_top.app.safe import cell, safe_text
 from engram_top.model import GPU_LABEL, LOCAL, RunStore, Series, SeriesName, SourceName
 
@@ -296,6 +297,7 @@ class HistoryScreen(Screen[None]):
     def __init__(self, store: RunStore, clock: Callable[[], float],
                  window_s: float = 300.0) -> None:
         super().__init__()
+        repaint_rows(self)
         self.store = store
         self.clock = clock
         self.windows = tuple(sorted(set(WINDOWS_S) | {float(window_s)}))

@@ -30,6 +30,7 @@ from engram_top.app.palette import KeysShown
 from engram_top.app.panel import Panel, text_key
 from engram_top.app.process_end import EndsAsTheProcess
 from engram_top.app.quitting import QuitsAsking
+from engram_top.app.repaint import RepaintsRows
 from engram_top.app.replay_keys import ReplayKeys, replay_line
 from engram_top.app.safe import SafeOutput, cell, safe
 from engram_top.app.server_log import ServerLog
@@ -67,7 +68,7 @@ SPEED_KEYS = Binding.Group("Speed")
 
 
 class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsTheProcess,
-                   SurvivesHangUp, SafeOutput, App[int]):
+                   SurvivesHangUp, SafeOutput, RepaintsRows, App[int]):
     """The dashboard over one session (DashboardSession): the panels, the scenario list,
     the server log and the events line, redrawn from the session's store; its keys call the
     session (start, switch, stop, attach) or move its replay. The keys' help and palette,

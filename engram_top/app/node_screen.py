@@ -15,6 +15,7 @@ from engram_top import model
 from engram_top.app import panels
 from engram_top.app.history_screen import HistoryScreen
 from engram_top.app.panel import Panel
+from engram_top.app.repaint import repaint_rows
 from engram_top.app.safe import safe
 from engram_top.app.sessions import FleetView
 from engram_top.fleet import HISTORY_S, agent_lines, stack_line
@@ -26,6 +27,7 @@ class NodeScreen(Screen[None]):
 
     def __init__(self, session: FleetView, node: str) -> None:
         super().__init__()
+        repaint_rows(self)
         self.session = session
         self.node = node
         self.detail = session.detail(node)
