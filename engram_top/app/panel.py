@@ -8,11 +8,14 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from rich.console import Group
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.app import RenderResult
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.visual import RichVisual, Visual
+from textual.widget import Widget
 from textual.widgets import Static
 
 from engram_top.app.safe import safe
@@ -111,21 +114,25 @@ class Panel(Static):
 
     def _draw(self, lines: dict[LineKey, Text], width: int) -> dict[LineKey, list[Strip]]:
         """The screen rows of lines not drawn before, as the panel's Group draws them
-        (RichVisual, the widget's style): the same cells as drawing the whole. Together,
+        (RichVisual, the widget's style): the same cells as drawing the whole. A line that
+        is one row as it stands straight from its segments (one_row); the others together,
         as a Group, where each takes one row (what Textual costs is per drawing, not per
         row), else one by one."""
         def draw(what: Text | Group) -> list[Strip]:
             return Visual.to_strips(self, RichVisual(self, what), width, None,
                                     self.visual_style)
 
+        drawn = {key: [row] for key, line in lines.items()
+                 if (row := one_row(self, line, width)) is not None}
+        rest = {key: line for key, line in lines.items() if key not in drawn}
         # A Text alone may be justified by the widget's text-align, one in a Group not;
         # and a line without its newline would run on into the next.
-        if len(lines) > 1 and not self.styles.has_rule("text_align") \
-                and all(line.end == "\n" for line in lines.values()):
-            strips = draw(Group(*lines.values()))
-            if len(strips) == len(lines):  # each at least one row: each exactly one
-                return {key: [strip] for key, strip in zip(lines, strips, strict=True)}
-        return {key: draw(line) for key, line in lines.items()}
+        if len(rest) > 1 and not self.styles.has_rule("text_align") \
+                and all(line.end == "\n" for line in rest.values()):
+            strips = draw(Group(*rest.values()))
+            if len(strips) == len(rest):  # each at least one row: each exactly one
+                return {**drawn, **{key: [strip] for key, strip in zip(rest, strips, strict=True)}}
+        return {**drawn, **{key: draw(line) for key, line in rest.items()}}
 
     def render(self) -> RenderResult:
         if self._panel_lines is None:
@@ -156,6 +163,30 @@ class Panel(Static):
     def on_resize(self) -> None:
         # Its height changed: the next refresh lays its rows out again.
         self._seen = self._shown_lines = self._inputs = None
+
+
+def one_row(widget: Widget, line: Text, width: int) -> Strip | None:
+    """A line that is one row as it stands (no newline or tab in it, no wider than the row,
+    not justified), drawn as a Group of lines draws it, without the wrapping, cutting and
+    joining Rich does for any line (a third of the cost): its segments, each over the
+    widget's style. None for any other line, and where the widget draws more than that (a
+    selection, a link's style), for Textual's own drawing."""
+    plain = line.plain
+    if ("\n" in plain or "\t" in plain or line.end != "\n"
+            or len(plain) > width or line.cell_len > width
+            or line.justify not in (None, "default") or widget.text_selection is not None
+            or widget.styles.content_align != ("left", "top")):
+        return None
+    console = widget.app.console
+    # Rich's render of a line without spans leaves its style out (its drawing of a line
+    # joins the style in as a span first): given here, as that join gives it.
+    parts = line.render(console) if line.spans else \
+        [Segment(plain, console.get_style(line.style, default=Style.null()))] if plain else []
+    over = widget.visual_style.rich_style.__add__
+    segments = [Segment(text, over(style)) for text, style, _ in parts]
+    if any(segment.style is not None and segment.style.meta for segment in segments):
+        return None  # a link or a click: Textual styles those itself
+    return Strip(segments, line.cell_len)
 
 
 def text_key(text: Text) -> tuple[object, ...]:

@@ -1,20 +1,23 @@
 """A panel of lines repaints only the lines that changed, and draws them as the whole panel
-(its Group) would: the same cells, whether its new lines are drawn together (one drawing for
-all of them) or one by one (where a line takes more than a row)."""
+(its Group) would: the same cells, whether a new line is drawn straight from its segments
+(one that is one row as it stands), with others in one drawing, or alone (where a line takes
+more than a row)."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 from rich.console import Group
+from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.visual import RichVisual, Visual
 
-from engram_top.app.panel import Panel
+from engram_top.app.panel import Panel, one_row
 from engram_top.model import RunStore, StoreTopic
 
 WIDTH, HEIGHT = 40, 8
@@ -102,11 +105,11 @@ async def test_changed_lines_are_drawn_as_the_whole_draws_them(
         # lines are neither drawn again nor repainted.
         assert repainted and all(r.height == 1 for r in repainted)
         assert {r.y for r in repainted}.isdisjoint({1, 3})
-        if version == 1:  # three new one-row lines: drawn together, once
-            assert len(drawings) == 1
+        if version == 1:  # three new lines of one row each: straight from their segments
+            assert drawings == []
             assert {r.y for r in repainted} == {0, 2, 4}
-        else:  # a new line of two rows: each of them drawn alone
-            assert len(drawings) > 1
+        else:  # and a new line of two rows: drawn by Textual, alone
+            assert len(drawings) == 1
 
 
 class InputsApp(PanelApp):
@@ -146,3 +149,47 @@ async def test_a_panel_with_inputs_is_drawn_only_when_they_change() -> None:
         assert _shown(panel) == _whole(panel, 1)
         panel.refresh_from(app.store, force=True)  # forced (a theme): drawn all the same
         assert app.drawn == drawn + 2
+
+
+ALPHABET = "abc XYZ 0.5%·│█░⣤▁表é\u0301"
+STYLES: list[str | Style] = ["", "bold", "green", "dim", "bold cyan", "on red", "reverse",
+                             "magenta on blue", Style(color="red", bgcolor="blue"),
+                             Style(bold=True, italic=True)]
+
+
+def _random_line(rng: random.Random) -> Text:
+    plain = "".join(rng.choice(ALPHABET) for _ in range(rng.randrange(0, 50)))
+    line = Text(plain, style=rng.choice(STYLES), no_wrap=rng.random() < 0.7,
+                overflow=rng.choice(["crop", "ellipsis", "fold", None]),
+                justify=rng.choice([None, None, None, "default", "left", "right"]),
+                end=rng.choice(["\n"] * 9 + [""]))
+    for _ in range(rng.randrange(0, 5)):
+        a = rng.randrange(0, len(plain) + 1)
+        line.stylize(rng.choice(STYLES), a, rng.randrange(a, len(plain) + 1))
+    return line
+
+
+async def test_a_line_drawn_straight_is_the_row_its_group_draws() -> None:
+    """one_row, over 3,000 random lines (styles, spans, wide and zero-width characters,
+    every overflow and justification, widths from 1 to 60): where it draws a line, the
+    cells are those of the line drawn in a Group by Textual; it leaves to Textual every
+    line that would wrap, be cut or justified."""
+    rng = random.Random(36)
+    app = PanelApp()
+    drawn = 0
+    async with app.run_test(size=(WIDTH + 10, HEIGHT + 4)):
+        panel = app.query_one(Panel)
+        for _ in range(3000):
+            line, width = _random_line(rng), rng.randrange(1, 61)
+            row = one_row(panel, line, width)
+            if row is None:
+                assert "\n" not in line.plain
+                assert (line.cell_len > width or len(line.plain) > width or line.end != "\n"
+                        or line.justify in ("left", "right"))
+                continue
+            drawn += 1
+            whole = Visual.to_strips(panel, RichVisual(panel, Group(line)), width, None,
+                                     panel.visual_style)
+            assert len(whole) == 1 and _cells(row) == _cells(whole[0]), (line, width)
+            assert row.cell_length == whole[0].cell_length
+    assert drawn > 1000  # most lines fit: the comparison is not a vacuous one
