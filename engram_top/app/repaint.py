@@ -1,13 +1,14 @@
-"""A repaint that draws only the widgets a change touches, and only the rows it spans.
+"""A repaint that draws only the widgets a change touches, and only the rows it covers.
 
 Textual repaints a screen's changes through one crop, the box around every changed region,
 and draws every widget that box overlaps, each one whole: its lines come from its cache, but
 each goes through the widget's styles and line filters again before most are thrown away
-(only the changed regions are written). On the dashboard the header, a panel's figure, the
-trend strip and the events line change in the same frame under load, so every widget of the
-screen was drawn each second: a quarter of a repaint, measured. Here a widget is drawn only
-where a changed region overlaps it, over the rows those regions span; what is written to the
-terminal is the same, cut from the same strips.
+(only the changed regions are written). Under load a frame of the dashboard changes a few
+lines of the KV and latency panels and, every other second, one of each trend chart: the box
+around them held most of the screen, and every widget in it was drawn each second. Here a
+widget is drawn only where a changed region overlaps it, over the rows those regions cover
+(the screen and the containers behind the panels, hit by every change, over those rows
+alone); what is written to the terminal is the same, cut from the same strips.
 
 It replaces a private part of Textual (the screen's compositor), pinned by the project's
 Textual range; where that part is not as expected, a screen keeps Textual's own.
@@ -15,7 +16,7 @@ Textual range; where that part is not as expected, a screen keeps Textual's own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from textual.geometry import Region
@@ -31,8 +32,8 @@ except ImportError:  # another Textual: its own repaint
 
 if Compositor is not None:
     class RowsCompositor(Compositor):
-        """Textual's compositor, drawing for a partial update only the widgets under a
-        changed region, each over the rows of the regions that overlap it."""
+        """Textual's compositor, drawing for a partial update only the widgets whose cells
+        are written, each over those rows alone."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -45,25 +46,62 @@ if Compositor is not None:
             finally:
                 self._changed = None
 
-        def _get_renders(self, crop: Region | None = None
-                         ) -> Iterable[tuple[Region, Region, list[Any]]]:
+        def _render_chops(self, crop: Region, is_rendered_line: Callable[[int], bool]
+                          ) -> Sequence[Mapping[int, Any]]:
+            """Textual's chops (each line's pieces between its cuts, a widget's edges),
+            filled front to back as Textual fills them, the first widget at a cut winning:
+            a widget is drawn only on the rows where a cut it spans is written (it lies
+            under a changed span) and no widget in front of it has filled it yet."""
             changed = self._changed
-            if crop is None or changed is None:  # a full repaint: everything, as Textual does
-                yield from super()._get_renders(crop)
-                return
+            if changed is None:  # a full repaint: everything, as Textual does
+                return super()._render_chops(crop, is_rendered_line)
+            cuts = self.cuts
+            chops: list[dict[int, Any]] = [dict.fromkeys(line[:-1]) for line in cuts]
+            spans: dict[int, list[tuple[int, int]]] = {}
+            for y, x1, x2 in self._regions_to_spans(changed):
+                spans.setdefault(y, []).append((x1, x2))
             for widget, (region, clip) in self.visible_widgets.items():
                 shown = region.intersection(clip)
-                hits = [r for r in changed if r.overlaps(shown)]
-                if not hits:
-                    continue  # nothing written over it: its lines would be thrown away
-                top = min(r.y for r in hits)
-                rows = shown.intersection(
-                    Region(shown.x, top, shown.width, max(r.bottom for r in hits) - top))
-                if rows.width and rows.height:
-                    # Clipped to those rows, as Textual clips a widget scrolled half out of
+                if not any(r.overlaps(shown) for r in changed):
+                    continue
+                left, right = shown.column_span
+                rows = [y for y in shown.line_range if y in spans and is_rendered_line(y)
+                        and _open(chops[y], cuts[y], left, right, spans[y])]
+                for top, height in _runs(rows):
+                    # Drawn over those rows, as Textual draws a widget scrolled half out of
                     # view: its cache keeps the rest, and their pending repaints.
-                    yield region, rows, widget.render_lines(Region(
-                        rows.x - region.x, rows.y - region.y, rows.width, rows.height))
+                    strips = widget.render_lines(
+                        Region(left - region.x, top - region.y, shown.width, height))
+                    for y, strip in zip(range(top, top + height), strips, strict=False):
+                        line = chops[y]
+                        at = [cut for cut in cuts[y] if left <= cut <= right]
+                        for cut, piece in zip(at, strip.divide([c - left for c in at[1:]]),
+                                              strict=False):
+                            if line.get(cut) is None:
+                                line[cut] = piece
+            return chops
+
+
+    def _open(line: dict[int, Any], cuts: list[int], left: int, right: int,
+              spans: list[tuple[int, int]]) -> bool:
+        """Whether a piece of this line between the widget's edges is still empty and under
+        a changed span: what the widget would write there."""
+        for cut, end in zip(cuts, cuts[1:], strict=False):
+            if left <= cut < right and line.get(cut) is None \
+                    and any(cut < x2 and x1 < end for x1, x2 in spans):
+                return True
+        return False
+
+
+    def _runs(rows: list[int]) -> list[tuple[int, int]]:
+        """Sorted rows as runs of neighbours: (first, how many)."""
+        runs: list[tuple[int, int]] = []
+        for y in rows:
+            if runs and runs[-1][0] + runs[-1][1] == y:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((y, 1))
+        return runs
 
 
 def repaint_rows(screen: Screen[Any]) -> Screen[Any]:

@@ -1,9 +1,10 @@
-"""A repaint draws only the widgets under a change, over the rows it spans (RowsCompositor),
+"""A repaint draws only the widgets whose cells it writes, over those rows (RowsCompositor),
 and what reaches the terminal is what Textual's whole repaint would show: each frame the app
 writes is applied to a model of the terminal and compared with the screen drawn whole."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from rich.style import Style
@@ -11,16 +12,27 @@ from textual._compositor import ChopsUpdate, LayoutUpdate
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal
 from textual.geometry import Region
+from textual.screen import Screen
 from textual.strip import Strip
-from textual.widgets import Static
+from textual.widgets import DataTable, Log, Static
 
-from engram_top.app.repaint import RepaintsRows, RowsCompositor
+from engram_top.app.repaint import RepaintsRows, RowsCompositor, repaint_rows
 
 Cells = list[list[tuple[str, Style | None]]]
 
 
 class Counted(Static):
     """A Static that counts the rows it is asked to draw."""
+
+    drawn = 0
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self.drawn += crop.height
+        return super().render_lines(crop)
+
+
+class CountedScreen(Screen[None]):
+    """The screen behind every widget: under every change."""
 
     drawn = 0
 
@@ -42,6 +54,9 @@ class Screenful(RepaintsRows, App[None]):
     def __init__(self) -> None:
         super().__init__()
         self.frames: list[Any] = []
+
+    def get_default_screen(self) -> Screen[Any]:
+        return repaint_rows(CountedScreen(id="_default"))
 
     def compose(self) -> ComposeResult:
         yield Counted("header 0", id="top")
@@ -105,9 +120,12 @@ async def _frame(app: Screenful, pilot: Any, terminal: Cells) -> dict[str, int]:
 
 
 def _drawn(app: Screenful) -> dict[str, int]:
-    counts = {w.id or "": w.drawn for w in app.query(Counted)}
+    screen = app.screen
+    assert isinstance(screen, CountedScreen)
+    counts = {w.id or "": w.drawn for w in app.query(Counted)} | {"screen": screen.drawn}
     for w in app.query(Counted):
         w.drawn = 0
+    screen.drawn = 0
     return counts
 
 
@@ -124,7 +142,9 @@ async def test_a_change_at_each_end_draws_neither_widget_between() -> None:
         assert isinstance(app.frames[-1], ChopsUpdate)  # a repaint, no layout
         # Textual's own repaint draws all of #left, #right and #far here (the box around
         # both changes covers them): 6 + 6 + 8 rows thrown away.
-        assert drawn == {"top": 1, "left": 0, "right": 0, "far": 0, "bottom": 1, "over": 0}
+        # Nor the screen, behind both: the widgets in front of it fill every cell written.
+        assert drawn == {"top": 1, "left": 0, "right": 0, "far": 0, "bottom": 1, "over": 0,
+                         "screen": 0}
 
 
 async def test_a_changed_line_draws_its_row_and_not_its_neighbour() -> None:
@@ -146,7 +166,7 @@ async def test_a_changed_line_draws_its_row_and_not_its_neighbour() -> None:
 
 async def test_a_change_under_a_layer_keeps_the_layer_over_it() -> None:
     """A widget in a layer above others (as a toast or a menu): a change beneath it is drawn
-    with the layer over it, and a change of the layer draws beneath it only its rows."""
+    with the layer over it, and a change of the layer draws nothing beneath it."""
     app = Screenful()
     async with app.run_test(size=(60, 20)) as pilot:
         await pilot.pause()
@@ -158,10 +178,10 @@ async def test_a_change_under_a_layer_keeps_the_layer_over_it() -> None:
         assert drawn["over"] > 0 and drawn["far"] > 0
         app.query_one("#over", Static).update("the layer changed", layout=False)
         drawn = await _frame(app, pilot, terminal)
-        # Beneath it, only the rows it covers (5 to 7: two of #left's and #right's six, one
-        # of #far's eight), as a layer's cells may let the ones under it show.
-        assert drawn["over"] == 3 and drawn["top"] == drawn["bottom"] == 0
-        assert drawn["left"] == drawn["right"] == 2 and drawn["far"] == 1
+        # Nothing beneath it: it fills every cell it changed, as Textual's first widget
+        # at a cut wins.
+        assert drawn["over"] == 3
+        assert sum(drawn.values()) == 3
         app.query_one("#over").display = False  # gone (a layout): the widgets beneath shown
         await _frame(app, pilot, terminal)
         assert "under the layer" in "".join(ch for row in terminal[9:12] for ch, _ in row)
@@ -173,3 +193,57 @@ async def test_the_dashboard_and_the_fleet_repaint_this_way() -> None:
 
     for app_class in (EngramTopApp, FleetApp):
         assert issubclass(app_class, RepaintsRows)
+
+
+class Busy(Screenful):
+    """Screenful with a log that scrolls and a table beside it, as the dashboard's bottom."""
+
+    CSS = Screenful.CSS + """
+    #bottom-row { height: 6; }
+    #log { width: 1fr; }
+    #table { width: 30; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        with Horizontal(id="bottom-row"):
+            yield Log(id="log")
+            yield DataTable(id="table")
+
+
+async def test_random_changes_write_what_the_whole_screen_shows() -> None:
+    """Two hundred frames of random changes (a line of a widget, a scrolling log, a table's
+    cell, a layer, a bare repaint of part of a widget), each frame's writes applied to the
+    terminal model: it shows what the screen drawn whole shows, every time."""
+    rng = random.Random(36)
+    app = Busy()
+    async with app.run_test(size=(70, 34)) as pilot:
+        table = app.query_one(DataTable)
+        table.add_column("name", key="name")
+        table.add_column("value", key="value")
+        for i in range(8):
+            table.add_row(f"row {i}", str(i), key=str(i))
+        await pilot.pause()
+        terminal = _whole(app)
+        log = app.query_one(Log)
+        statics = list(app.query(Counted))
+        for step in range(200):
+            for _ in range(rng.randrange(1, 4)):
+                what = rng.randrange(5)
+                if what == 0:
+                    widget = rng.choice(statics)
+                    lines = [f"{widget.id} {step} {rng.random():.3f}"] * rng.randrange(1, 4)
+                    widget.update("\n".join(lines), layout=False)
+                elif what == 1:
+                    log.write_line(f"log line {step} " + "x" * rng.randrange(0, 40))
+                elif what == 2:
+                    table.update_cell(str(rng.randrange(8)), "value", f"{step}")
+                elif what == 3:
+                    widget = rng.choice(statics)
+                    widget.refresh(Region(rng.randrange(0, 5), rng.randrange(0, 3), 6, 1))
+                else:
+                    app.query_one("#over").styles.offset = (rng.randrange(0, 30),
+                                                            rng.randrange(0, 20))
+            await _frame(app, pilot, terminal)
+        partial = sum(isinstance(frame, ChopsUpdate) for frame in app.frames)
+        assert partial >= 100, f"{partial} partial frames: the test is of whole ones"
