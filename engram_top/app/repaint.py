@@ -1,14 +1,16 @@
-"""A repaint that draws only the widgets a change touches, and only the rows it covers.
+"""A repaint that draws only the widgets whose cells it writes, and only on those rows.
 
 Textual repaints a screen's changes through one crop, the box around every changed region,
 and draws every widget that box overlaps, each one whole: its lines come from its cache, but
 each goes through the widget's styles and line filters again before most are thrown away
 (only the changed regions are written). Under load a frame of the dashboard changes a few
 lines of the KV and latency panels and, every other second, one of each trend chart: the box
-around them held most of the screen, and every widget in it was drawn each second. Here a
-widget is drawn only where a changed region overlaps it, over the rows those regions cover
-(the screen and the containers behind the panels, hit by every change, over those rows
-alone); what is written to the terminal is the same, cut from the same strips.
+around them held most of the screen, and every widget in it was drawn each second (and each
+widget drawn costs about 0.1 ms, its styles and filters, whatever its rows). Here a widget is
+drawn only on the rows where it would write a cell: under a changed region, and not covered
+there by a widget in front of it (the screen and the containers behind the panels, under
+every change, are drawn for none). What is written to the terminal is the same, cut from the
+same strips.
 
 It replaces a private part of Textual (the screen's compositor), pinned by the project's
 Textual range; where that part is not as expected, a screen keeps Textual's own.
@@ -82,26 +84,34 @@ if Compositor is not None:
             return chops
 
 
-    def _open(line: dict[int, Any], cuts: list[int], left: int, right: int,
-              spans: list[tuple[int, int]]) -> bool:
-        """Whether a piece of this line between the widget's edges is still empty and under
-        a changed span: what the widget would write there."""
-        for cut, end in zip(cuts, cuts[1:], strict=False):
-            if left <= cut < right and line.get(cut) is None \
-                    and any(cut < x2 and x1 < end for x1, x2 in spans):
-                return True
-        return False
+def _open(line: dict[int, Any], cuts: list[int], left: int, right: int,
+          spans: list[tuple[int, int]]) -> bool:
+    """Whether a piece of this line between the widget's edges is still empty and under
+    a changed span: what the widget would write there."""
+    for cut, end in zip(cuts, cuts[1:], strict=False):
+        if left <= cut < right and line.get(cut) is None \
+                and any(cut < x2 and x1 < end for x1, x2 in spans):
+            return True
+    return False
 
 
-    def _runs(rows: list[int]) -> list[tuple[int, int]]:
-        """Sorted rows as runs of neighbours: (first, how many)."""
-        runs: list[tuple[int, int]] = []
-        for y in rows:
-            if runs and runs[-1][0] + runs[-1][1] == y:
-                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-            else:
-                runs.append((y, 1))
-        return runs
+# Rows a widget is drawn over as one run though nothing of them is written: a drawing
+# costs about 0.1 ms whatever its rows, a row taken from the widget's cache far less, and
+# what is drawn of those rows is thrown away as Textual throws it away (only the changed
+# spans are written).
+RUN_GAP = 3
+
+
+def _runs(rows: list[int]) -> list[tuple[int, int]]:
+    """Sorted rows as runs, neighbours and rows up to RUN_GAP apart together: (first, how
+    many)."""
+    runs: list[tuple[int, int]] = []
+    for y in rows:
+        if runs and runs[-1][0] + runs[-1][1] + RUN_GAP >= y:
+            runs[-1] = (runs[-1][0], y + 1 - runs[-1][0])
+        else:
+            runs.append((y, 1))
+    return runs
 
 
 def repaint_rows(screen: Screen[Any]) -> Screen[Any]:
