@@ -30,6 +30,18 @@ FIRST = ("test_real_vllm.py", "test_real_sglang.py", "test_first_command.py", "t
 
 def pytest_configure(config: pytest.Config) -> None:
     signal_ends.install(config)  # SIGTERM and SIGHUP tear down as Ctrl-C does
+    _font_list()
+
+
+def _font_list() -> None:
+    """matplotlib's font list, made here where none is kept yet (a fresh machine): making it
+    runs fc-list, a process, which a quick-tier test that draws a chart must not start."""
+    import glob
+    import os
+
+    import matplotlib
+    if not glob.glob(os.path.join(matplotlib.get_cachedir(), "fontlist-*.json")):
+        import matplotlib.font_manager  # noqa: F401  (made and kept on import)
 
 
 # First, so that the slow marks it adds are there when `-m "not slow"` deselects.
