@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from collectors import GB, KB, MB
@@ -303,32 +304,43 @@ def _title_line(lines: Sequence[Line], latest: Sequence[float | None], title: st
     without the values; then with short labels ("GPU3" as "3"); then as many keys as fit
     and how many more there are. No styled run starts with a blank: a viewer that drops a
     run's leading blank (some SVG renderers do) cannot glue a label to its value."""
-    def legend(with_values: bool, short: bool, upto: int | None = None) -> Text:
-        text = Text(f"{title}  " if title else "", style="bold")
+    def parts(with_values: bool, short: bool, upto: int | None = None) -> list[tuple[str, str]]:
+        out = [(f"{title}  " if title else "", "")]
         shown = lines if upto is None else lines[:upto]
         for line, last in zip(shown, latest, strict=False):  # last: its latest value in view
             label = line.label.removeprefix("GPU") if short else line.label
-            text.append("■ ", style=line.colour)
+            out.append(("■ ", line.colour))
             if with_values and last is not None:
-                text.append(f"{label} ")
-                text.append(f"{fmt(last)}  ", style="bold")
+                out += ((f"{label} ", ""), (f"{fmt(last)}  ", "bold"))
             else:
-                text.append(f"{label}  ")
+                out.append((f"{label}  ", ""))
         if upto is not None and upto < len(lines):
-            text.append(f"+{len(lines) - upto}", style="dim")
+            out.append((f"+{len(lines) - upto}", "dim"))
+        return out
+
+    def fits(candidate: list[tuple[str, str]]) -> bool:
+        # Measured on the plain string: only the legend that fits is made a Text (the trend
+        # strip's charts are narrow, and most of their candidates do not fit).
+        return cell_len("".join(part for part, _ in candidate).rstrip()) <= width
+
+    def legend(candidate: list[tuple[str, str]]) -> Text:
+        text = Text(style="bold")
+        for part, style in candidate:
+            text.append(part, style=style)
         text.rstrip()
         return text
 
     for with_values, short in ((True, False), (False, False), (False, True)):
-        candidate = legend(with_values, short)
-        if candidate.cell_len <= width:
-            return candidate
+        candidate = parts(with_values, short)
+        if fits(candidate):
+            return legend(candidate)
     for upto in range(len(lines) - 1, -1, -1):
-        candidate = legend(False, True, upto)
-        if candidate.cell_len <= width:
-            return candidate
-    candidate.truncate(width, overflow="ellipsis")
-    return candidate
+        candidate = parts(False, True, upto)
+        if fits(candidate):
+            return legend(candidate)
+    text = legend(candidate)
+    text.truncate(width, overflow="ellipsis")
+    return text
 
 
 def _x_axis(cols: int, window: float) -> str:

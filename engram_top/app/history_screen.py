@@ -53,8 +53,8 @@ def window_points(series: Series | None, start: float, now: float,
     fine = series.fine
     if fine[0][0] < start:
         # The fine tier covers the window (the trend strip's case, redrawn every 2 s): read
-        # back from its end to the point before the window, never the whole series.
-        step = _median_step(fine)
+        # back from its end to the point before the window, never the whole series; its
+        # usual step is the one of the points in view.
         points: list[tuple[float, float]] = []
         for t, v in reversed(fine):
             if t <= now:
@@ -62,6 +62,7 @@ def window_points(series: Series | None, start: float, now: float,
             if t < start:
                 break  # the point before the window, so the line enters it
         points.reverse()
+        step = _median_step(points)
         return points, None if step is None else 3 * step
     everything = series.points()
     coarse_in_view = everything[0][0] < fine[0][0] and fine[0][0] > start
