@@ -30,6 +30,7 @@ from collectors import GIB, gib, percent, visible
 from engram_top import model
 from engram_top.app.charts import PALETTE, Line, chart_lines, rate_unit
 from engram_top.app.repaint import repaint_rows
+from engram_top.app.row_styles import row_styles
 from engram_top.app.safe import cell, safe_text
 from engram_top.model import GPU_LABEL, LOCAL, RunStore, Series, SeriesName, SourceName
 
@@ -128,6 +129,7 @@ class ChartView(Widget):
 
     def __init__(self, draw: Draw, *, id: str) -> None:
         super().__init__(id=id, classes="history-chart")
+        row_styles(self)  # its changed lines framed as the last (engram_top.app.row_styles)
         self.draw = draw
         self._chart_size: tuple[int, int] | None = None  # the size the lines were drawn at
         self._chart_lines: list[Text] = []

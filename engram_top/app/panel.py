@@ -18,6 +18,7 @@ from textual.visual import RichVisual, Visual
 from textual.widget import Widget
 from textual.widgets import Static
 
+from engram_top.app.row_styles import row_styles
 from engram_top.app.safe import safe
 from engram_top.model import RunStore
 
@@ -42,6 +43,7 @@ class Panel(Static):
                  sources: tuple[str, ...], *, id: str,
                  inputs: Callable[[RunStore], object] | None = None) -> None:
         super().__init__(classes="panel", id=id)
+        row_styles(self)  # its changed lines framed as the last (engram_top.app.row_styles)
         self.border_title = title
         self.render_fn = render_fn
         self.sources = sources
