@@ -108,6 +108,11 @@ class NvmlBackend:
         self._missing: set[str] = set()  # newer NVML calls this driver lacks (_newer)
         self._xids = XidWatch()
         self._names = ProcessNames()  # its GPU processes' names, read once per pid
+        # What a GPU never changes while the driver is loaded (its name, UUID, PCIe maxima;
+        # the driver's version), kept once read: a fifth of a sample's calls. By (GPU index
+        # or -1 for the driver, field); forgotten at each init and when the count changes.
+        self._fixed: dict[tuple[int, str], Any] = {}
+        self._count: int | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -116,8 +121,12 @@ class NvmlBackend:
             raise NvmlBusy("previous NVML call has not returned (driver hung?)")
         try:
             self._ensure_init()
-            driver = self._try([], ("driver_version",), pynvml.nvmlSystemGetDriverVersion)
             count = pynvml.nvmlDeviceGetCount()
+            if count != self._count:
+                self._fixed.clear()
+                self._count = count
+            driver = self._fixed_value(-1, [], "driver_version",
+                                       pynvml.nvmlSystemGetDriverVersion)
             seen: dict[tuple[str, int], _Counter] = {}
             devices = tuple(self._device(i, seen) for i in range(count))
             self._counters = seen  # forget counters of GPUs that went away
@@ -153,6 +162,7 @@ class NvmlBackend:
                     raise SourceUnavailable(message) from exc
             raise
         self._initialised = True
+        self._fixed.clear()  # a driver reloaded since may be another one
 
     @staticmethod
     def _try(bad: list[tuple[str, str]], fields: tuple[str, ...],
@@ -165,15 +175,31 @@ class NvmlBackend:
             bad.extend((f, text) for f in fields)
             return None
 
+    def _fixed_value(self, index: int, bad: list[tuple[str, str]], field: str,
+                     fn: Callable[..., R], *args: Any) -> R | None:
+        """A value that does not change (see _fixed): read until it is once given, then
+        kept. A refusal is not kept: asked again next sample, and listed in ``bad``."""
+        key = (index, field)
+        if key in self._fixed:
+            value: R = self._fixed[key]
+            return value
+        found = self._try(bad, (field,), fn, *args)
+        if found is not None:
+            self._fixed[key] = found
+        return found
+
     def _device(self, index: int, seen: dict[tuple[str, int], _Counter]) -> GpuDevice:
         bad: list[tuple[str, str]] = []
         handle = self._try(bad, ("handle",), pynvml.nvmlDeviceGetHandleByIndex, index)
         if handle is None:
-            # Counted but unreadable (NoPermission, GpuIsLost): show it, with the reason.
+            # Counted but unreadable (NoPermission, GpuIsLost): show it, with the reason;
+            # what was kept of it is read again when it comes back (it may be another).
+            for key in [k for k in self._fixed if k[0] == index]:
+                del self._fixed[key]
             return GpuDevice(index, "", "", 0, 0, 0, 0, unsupported=tuple(bad))
 
-        name = self._try(bad, ("name",), pynvml.nvmlDeviceGetName, handle) or ""
-        uuid = self._try(bad, ("uuid",), pynvml.nvmlDeviceGetUUID, handle) or ""
+        name = self._fixed_value(index, bad, "name", pynvml.nvmlDeviceGetName, handle) or ""
+        uuid = self._fixed_value(index, bad, "uuid", pynvml.nvmlDeviceGetUUID, handle) or ""
         total, reserved, used, free = self._memory(handle, bad)
         util = self._try(bad, ("util_gpu_pct", "util_mem_pct"),
                          pynvml.nvmlDeviceGetUtilizationRates, handle)
@@ -182,7 +208,7 @@ class NvmlBackend:
                              pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
         tx, rx = self._pcie(uuid or f"#{index}", handle, bad, seen)
         processes = self._processes(handle, bad)
-        health = self._health(uuid or f"#{index}", handle, bad, seen)
+        health = self._health(index, uuid or f"#{index}", handle, bad, seen)
         return GpuDevice(
             index=index, name=name, uuid=uuid,
             total_bytes=total, reserved_bytes=reserved, used_bytes=used, free_bytes=free,
@@ -209,7 +235,7 @@ class NvmlBackend:
                 return None
         return self._try(bad, fields, getattr(pynvml, older), *args)
 
-    def _health(self, key: str, handle: Any, bad: list[tuple[str, str]],
+    def _health(self, index: int, key: str, handle: Any, bad: list[tuple[str, str]],
                 seen: dict[tuple[str, int], _Counter]) -> dict[str, Any]:
         """GpuDevice's health fields, each None (and listed in ``bad``) where refused."""
         t = self._try
@@ -224,11 +250,11 @@ class NvmlBackend:
             "energy_mj": t(bad, ("energy_mj",), pynvml.nvmlDeviceGetTotalEnergyConsumption,
                            handle),
             "pcie_gen": t(bad, ("pcie_gen",), pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-            "pcie_gen_max": t(bad, ("pcie_gen_max",), pynvml.nvmlDeviceGetMaxPcieLinkGeneration,
-                              handle),
+            "pcie_gen_max": self._fixed_value(index, bad, "pcie_gen_max",
+                                              pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
             "pcie_width": t(bad, ("pcie_width",), pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-            "pcie_width_max": t(bad, ("pcie_width_max",), pynvml.nvmlDeviceGetMaxPcieLinkWidth,
-                                handle),
+            "pcie_width_max": self._fixed_value(index, bad, "pcie_width_max",
+                                                pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
             "pcie_replay_errors": t(bad, ("pcie_replay_errors",),
                                     pynvml.nvmlDeviceGetPcieReplayCounter, handle),
             "ecc_corrected": t(bad, ("ecc_corrected",), pynvml.nvmlDeviceGetTotalEccErrors,

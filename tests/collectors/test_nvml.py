@@ -218,6 +218,24 @@ def test_field_failures_degrade_to_none(stub_libs: dict[str, Path], tmp_path: Pa
     assert unsupported(d2) == {"handle": "Insufficient Permissions"}
 
 
+def test_what_a_gpu_never_changes_is_read_until_given_then_kept(
+        stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    """A GPU's name, UUID and PCIe maxima are kept once read (a fifth of a sample's calls);
+    a refusal is asked again, and a GPU whose handle was refused is read anew."""
+    fails = "0 fail name 3\n"
+    readings = run_nvml(stub_libs["current"], state_file=tmp_path / "state",
+                        FAKE_NVML_COUNT="1", steps=[
+                            {"state": fails}, {"state": ""}, {"state": fails},
+                            {"state": "0 fail handle 4\n"}, {"state": fails}])
+    names = [(d["name"], "name" in unsupported(d)) for r in readings for d in devices(r)]
+    assert names == [("", True), ("NVIDIA B200", False), ("NVIDIA B200", False),
+                     ("", False), ("", True)]
+    kept = devices(readings[2])[0]
+    assert kept["uuid"] == "GPU-fa4e0b20-0000-4000-8000-000000000000"
+    assert (kept["pcie_gen_max"], kept["pcie_width_max"]) == (5, 16)
+    assert all(r["data"]["driver_version"] == "580.95.05" for r in readings)
+
+
 def test_pcie_rates_come_from_counter_deltas(stub_libs: dict[str, Path], tmp_path: Path) -> None:
     tx, rx = 3_000_000_000, 7_000_000_000
     first, second, third = run_nvml(
