@@ -22,6 +22,7 @@ from collectors.readings import GpuData, HostData, ServerData
 from collectors.source import SourceName
 from collectors.startup_facts import RankFacts
 from collectors.units import GIB, MIB
+from engram_top.model.derived import once
 from engram_top.model.hicache import hicache_facts
 from engram_top.model.host import gpu_server_pids, host_facts, server_pids
 from engram_top.model.store import RunFacts, RunStore
@@ -100,6 +101,15 @@ def _line_json(line: LedgerLine) -> dict[str, Any]:
 
 
 def host_ledger(store: RunStore) -> HostLedger | None:
+    """The host's memory split into the server's parts and the rest (computed once a
+    reading: the Host RAM panel, the headline figures and the alerts each read it)."""
+    run = store.run
+    inputs = (store.data(SourceName.HOST), store.data(SourceName.SERVER), run,
+              run.startup if run else None, run.engram if run else None)
+    return once(store, "host_ledger", inputs, lambda: _host_ledger(store))
+
+
+def _host_ledger(store: RunStore) -> HostLedger | None:
     host: HostData | None = store.data(SourceName.HOST)
     if host is None:
         return None
