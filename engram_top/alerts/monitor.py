@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from collectors import xid_text
+from collectors.poll_grid import AFTER_POLLS_S, until_next
 from collectors.source import SourceName
 from collectors.units import MIB, gib_text
 from engram_top.alerts import pressure, restarts
@@ -397,4 +398,6 @@ class AlertWatch:
     async def run(self, every_s: float = CHECK_EVERY_S) -> None:
         while True:
             self.check()
-            await asyncio.sleep(every_s)
+            # Just after each round of polls (collectors.poll_grid): the facts the checks
+            # read are then derived once for them, the panels and the headline figures.
+            await asyncio.sleep(until_next(every_s, AFTER_POLLS_S, at_least=every_s / 2))

@@ -22,6 +22,7 @@ from collectors import seconds, tokens, visible, weights_gb
 from engram_top import model
 from engram_top.alerts import AlertChange
 from engram_top.app import panels
+from engram_top.app.after_polls import RedrawsAfterPolls
 from engram_top.app.dialogs import ConfirmScreen
 from engram_top.app.fit_dialog import FitScreen
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
@@ -68,7 +69,7 @@ SPEED_KEYS = Binding.Group("Speed")
 
 
 class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsTheProcess,
-                   SurvivesHangUp, SafeOutput, RepaintsRows, App[int]):
+                   SurvivesHangUp, SafeOutput, RepaintsRows, RedrawsAfterPolls, App[int]):
     """The dashboard over one session (DashboardSession): the panels, the scenario list,
     the server log and the events line, redrawn from the session's store; its keys call the
     session (start, switch, stop, attach) or move its replay. The keys' help and palette,
@@ -195,7 +196,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             self._handle_signals(True)
         self.start_session()
         poll_s = self.session.poll_interval
-        self.set_interval(min(REFRESH_MAX_S, max(REFRESH_S, poll_s)), self.refresh_panels)
+        self.redraw_after_polls(min(REFRESH_MAX_S, max(REFRESH_S, poll_s)))
         self.refresh_panels()
 
     def _apply_config(self) -> None:
@@ -261,7 +262,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
                 # nothing on them moves, and a dot column of the strip is longer than that.
                 charted = store.version(model.SourceName.GPU, model.SourceName.SERVER)
                 now = time.monotonic()
-                if charted != self._charted and now - self._charted_at >= CHART_EVERY_S:
+                if charted != self._charted and now - self._charted_at >= CHART_EVERY_S * 0.9:
                     self._charted, self._charted_at = charted, now
                     for view in self._charts:
                         view.redraw()

@@ -31,7 +31,7 @@ from engram_top.live.fit import refusal_for_the_app
 from engram_top.live.forensics import DeathWatch
 from engram_top.live.load import context_len, counters, driver, load_window
 from engram_top.live.options import SessionOptions as SessionOptions  # re-exported
-from engram_top.live.polling import free_port, poll_loop
+from engram_top.live.polling import after_polls, free_port, poll_loop
 from engram_top.live.run_facts import (
     launched,
     read_engram,
@@ -401,7 +401,7 @@ class Session(AttachedServers):
         said: set[str] = set()
         while True:
             facts_now = self.store.run
-            if facts_now is not None and time.monotonic() - last_summary > 1.0:
+            if facts_now is not None and time.monotonic() - last_summary > 0.9:  # each second
                 last_summary = time.monotonic()
                 try:
                     if facts_now.state in (RunState.READY, RunState.ATTACHED,
@@ -425,8 +425,8 @@ class Session(AttachedServers):
                     time.monotonic() - self._load_since) / self._load_serve)
                 self.store.load_window = load_window(self.load, self._load_serve)
             # Without a load of ours only the once-a-second part has work: an attached
-            # session (an agent's) wakes once a second, not four times.
-            await asyncio.sleep(0.25 if self.load is not None or self.options.load else 1.0)
+            # session (an agent's) wakes once a second, not four times (after the polls).
+            await after_polls(0.25 if self.load is not None or self.options.load else 1.0)
 
     def _read_engram(self, facts: RunFacts) -> None:
         """The watched run's model and Engram placement (run_facts.read_engram): ours by
