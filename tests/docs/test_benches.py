@@ -94,7 +94,11 @@ def test_the_quotable_bench_then_the_dashboard_against_it(docs: Docs) -> None:
     term.wait_for(lambda t: re.search(r"ready (in|after)", t, re.I) is not None, 120,
                   "the demo's server ready")
     term.press("c")
-    text = term.wait_for(lambda t: "B/report.json" in t and "⚠" in t, 30,
+    # Waited for whole: a screen read while a frame is still being written (a loaded
+    # machine's) can hold the box's first rows and not yet its runs row.
+    text = term.wait_for(lambda t: "B/report.json" in t and "⚠" in t
+                         and "│ Verdict against" in t and "n=2 · vs device" in _modal_text(t),
+                         30,
                          "the report's runs and the quick caveat on the compare screen")
     verdict = _modal_text(text)
     assert "a first look, its intervals too wide to quote" in verdict, text
