@@ -262,6 +262,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
                 # nothing on them moves, and a dot column of the strip is longer than that.
                 charted = store.version(model.SourceName.GPU, model.SourceName.SERVER)
                 now = time.monotonic()
+                # (0.9: the redraws come on the polls' grid, 1 s apart give or take a ms.)
                 if charted != self._charted and now - self._charted_at >= CHART_EVERY_S * 0.9:
                     self._charted, self._charted_at = charted, now
                     for view in self._charts:
