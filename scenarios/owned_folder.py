@@ -25,17 +25,11 @@ from typing import Any
 import psutil
 
 from scenarios.private import write_private
+from scenarios.proc_start import start_of, started_as
 from scenarios.process import LaunchSpec, ManagedProcess
 
 OWNER = "owner.json"
 ORPHAN_AFTER_S = 600.0  # a folder with no owner file this old was never finished
-
-
-def _started(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
 
 
 def _read(folder: Path) -> dict[str, Any] | None:
@@ -53,8 +47,7 @@ def _alive(entry: Any) -> bool:
     pid, started = entry.get("pid"), entry.get("started")
     if not isinstance(pid, int) or not isinstance(started, (int, float)) or pid <= 0:
         return False
-    now = _started(pid)
-    return now is not None and abs(now - started) <= 1.0
+    return started_as(pid, started)
 
 
 def make(prefix: str) -> Path:
@@ -63,7 +56,7 @@ def make(prefix: str) -> Path:
     sweep(prefix)
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     write_private(folder / OWNER, json.dumps({"pid": os.getpid(),
-                                              "started": _started(os.getpid()),
+                                              "started": start_of(os.getpid()),
                                               "children": []}))
     return folder
 
@@ -75,7 +68,7 @@ def note_child(folder: Path, pid: int) -> None:
         return
     children = data.get("children")
     data["children"] = [*(children if isinstance(children, list) else []),
-                        {"pid": pid, "started": _started(pid)}]
+                        {"pid": pid, "started": start_of(pid)}]
     write_private(folder / OWNER, json.dumps(data))
 
 

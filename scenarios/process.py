@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 
 from scenarios.private import open_private, private_folder
+from scenarios.proc_start import start_of, started_as
 
 
 @dataclass(frozen=True)
@@ -60,15 +61,13 @@ def _exited(proc: psutil.Process) -> bool:
 
 class ManagedProcess:
     def __init__(self, spec: LaunchSpec, popen: subprocess.Popen[bytes] | None,
-                 pid: int | None = None, create_time: float | None = None) -> None:
+                 pid: int | None = None, started: float | None = None) -> None:
         self.spec = spec
         self.popen = popen
         self.pid = popen.pid if popen is not None else int(pid or 0)
         self.pgid = self.pid  # start_new_session makes the child its group's leader
-        if create_time is None:
-            with contextlib.suppress(psutil.Error):
-                create_time = psutil.Process(self.pid).create_time()
-        self.create_time = create_time
+        # When it started (proc_start): tells it from a later process given its pid.
+        self.started = started if started is not None else start_of(self.pid)
 
     @classmethod
     def start(cls, spec: LaunchSpec) -> ManagedProcess:
@@ -88,15 +87,14 @@ class ManagedProcess:
         return cls(spec, popen)
 
     @classmethod
-    def adopt(cls, spec: LaunchSpec, pid: int, create_time: float) -> ManagedProcess | None:
+    def adopt(cls, spec: LaunchSpec, pid: int, started: float) -> ManagedProcess | None:
         """A server an earlier engram-top launched (its group leader), if it still runs."""
         try:
-            proc = psutil.Process(pid)
-            if abs(proc.create_time() - create_time) > 1.0 or os.getpgid(pid) != pid:
+            if not started_as(pid, started) or os.getpgid(pid) != pid:
                 return None  # the pid was reused by something else
-        except (psutil.Error, ProcessLookupError):
+        except ProcessLookupError:
             return None
-        return cls(spec, None, pid, create_time)
+        return cls(spec, None, pid, started)
 
     @property
     def returncode(self) -> int | None:
@@ -109,7 +107,7 @@ class ManagedProcess:
             return self.popen.poll() is None
         try:
             proc = psutil.Process(self.pid)
-            return (self.create_time is None or abs(proc.create_time() - self.create_time) <= 1.0) \
+            return (self.started is None or started_as(self.pid, self.started)) \
                 and not _exited(proc)
         except psutil.Error:
             return False

@@ -53,7 +53,7 @@ class RunFiles:
         """OSError where it cannot be written: the server runs; only a later command will
         not find it (the caller says so)."""
         data = {"scenario": run.scenario.name, "pid": run.pid,
-                "create_time": run.proc.create_time, "log_path": str(run.log_path),
+                "started": run.proc.started, "log_path": str(run.log_path),
                 "launched_wall": run.launched_wall, "port": run.scenario.port,
                 "key_file": None if run.key_file is None else str(run.key_file),
                 "scratch": None if run.scratch is None else str(run.scratch),

@@ -17,6 +17,7 @@ import psutil
 
 from scenarios.engines import LogParser
 from scenarios.engines.base import LogFollower
+from scenarios.proc_start import start_of, started_as
 from scenarios.process import ManagedProcess, StopResult
 from scenarios.runstate import RunState
 from scenarios.scenario_file import Scenario
@@ -99,12 +100,14 @@ class Run:
 
 
 def server_members(pid: int) -> dict[int, tuple[float, str]]:
-    """The server's process tree below its launcher: pid -> (create time, name)."""
+    """The server's process tree below its launcher: pid -> (its start, proc_start's; name)."""
     out: dict[int, tuple[float, str]] = {}
     with contextlib.suppress(psutil.Error):
         for child in psutil.Process(pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                out[child.pid] = (child.create_time(), _describe(child))
+                started = start_of(child.pid)
+                if started is not None:
+                    out[child.pid] = (started, _describe(child))
     return out
 
 
@@ -131,6 +134,6 @@ def _describe(proc: psutil.Process) -> str:
 def _same_process(pid: int, created: float) -> bool:
     try:
         proc = psutil.Process(pid)
-        return abs(proc.create_time() - created) < 0.5 and proc.status() != psutil.STATUS_ZOMBIE
+        return started_as(pid, created) and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False

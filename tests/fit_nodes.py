@@ -8,7 +8,6 @@ import dataclasses
 import os
 from pathlib import Path
 
-import psutil
 from helpers import DEMO, GIB
 
 from collectors.host import sample as host_sample
@@ -17,6 +16,7 @@ from engram_top.sim import state
 from engram_top.sim.backends import SimGpuBackend, SimHostBackend
 from scenarios import fit, scenario_file
 from scenarios.fit import node_free
+from scenarios.proc_start import start_of
 
 
 def make_node(tmp_path: Path, **spec: int) -> Path:
@@ -29,11 +29,11 @@ def make_node(tmp_path: Path, **spec: int) -> Path:
 def tenant(node_dir: Path, gib: float, gpus: tuple[int, ...] = (0, 1, 2, 3),
            name: str = "noisy-neighbour") -> int:
     """This process as another tenant holding ``gib`` of HBM on ``gpus``."""
-    me = psutil.Process(os.getpid())
+    me = os.getpid()
     state.write_proc(node_dir, state.ProcState(
-        pid=me.pid, create_time=me.create_time(), name=name,
+        pid=me, started=start_of(me) or 0.0, name=name,
         gpu_bytes={g: int(gib * GIB) for g in gpus}))
-    return me.pid
+    return me
 
 
 def free_of(node_dir: Path, server_pids: tuple[int, ...] = ()) -> fit.NodeFree:

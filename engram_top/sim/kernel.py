@@ -93,11 +93,11 @@ def shm_dir(node_dir: Path) -> Path:
     return kernel_dir(node_dir) / "shm"
 
 
-def make_segment(node_dir: Path, name: str, nbytes: int, pid: int, create_time: float) -> None:
+def make_segment(node_dir: Path, name: str, nbytes: int, pid: int, started: float) -> None:
     folder = shm_dir(node_dir)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{name}.tmp"
-    tmp.write_text(json.dumps({"bytes": nbytes, "pid": pid, "create_time": create_time,
+    tmp.write_text(json.dumps({"bytes": nbytes, "pid": pid, "started": started,
                                "made": time.time()}))
     os.replace(tmp, folder / name)
 
@@ -125,7 +125,7 @@ def segments(node_dir: Path, alive: Callable[[int, float], bool]) -> list[Segmen
         try:
             seg = json.loads(path.read_text())
             out.append(Segment(path.name, int(seg["bytes"]), float(seg["made"]),
-                               alive(int(seg["pid"]), float(seg["create_time"]))))
+                               alive(int(seg["pid"]), float(seg["started"]))))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out

@@ -15,9 +15,8 @@ import signal
 import sys
 from pathlib import Path
 
-import psutil
-
 from engram_top.sim.state import ProcState, remove_proc, write_proc
+from scenarios.proc_start import start_of
 
 PR_SET_NAME = 15
 PR_SET_PDEATHSIG = 1
@@ -47,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.getppid() == 1:
         return 0  # the parent died before we could ask to follow it
     pid = os.getpid()
-    state = ProcState(pid=pid, create_time=psutil.Process(pid).create_time(),
-                      name=name)
+    state = ProcState(pid=pid, started=start_of(pid) or 0.0, name=name)
 
     def leave(*_: object) -> None:
         remove_proc(args.node_dir, pid)

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import psutil
 import uvicorn
 
 from engram_top.seed import reference
@@ -48,6 +47,7 @@ from engram_top.sim.core import WARMUP_HEADER, ServerCore
 from engram_top.sim.http import build_app
 from engram_top.sim.options import DEFAULT_FAIL_AFTER_S, RUNNING_KINDS, add_arguments
 from engram_top.sim.startup import Startup, StartupFailed, log, spawn_ranks
+from scenarios.proc_start import start_of
 
 VERSION = "0.5.23+engram-top-sim"
 VLLM_PLACEMENTS = ("device", "host-prefetch")  # vLLM has no synchronous host placement
@@ -102,8 +102,8 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
                  node_dir: Path, spec: state.NodeSpec) -> int:
     held = _held_by_others(node_dir, spec)
     mem = memory.plan(ref, args.placement, max(held, default=0))
-    me = psutil.Process()
-    main_state = state.ProcState(pid=me.pid, create_time=me.create_time(),
+    me = os.getpid()
+    main_state = state.ProcState(pid=me, started=start_of(me) or 0.0,
                                  name="vllm::APIServer" if vllm else "sglang::main")
     stop = asyncio.Event()
     signals: list[str] = []
@@ -211,7 +211,7 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
         if args.shm_segment_gb:  # removed in `finally`: only a death leaves it
             segment = f"sgl_shm_kv_{os.getpid()}_{secrets.token_hex(4)}"
             kernel.make_segment(node_dir, segment, int(args.shm_segment_gb * 1e9),
-                                main_state.pid, main_state.create_time)
+                                main_state.pid, main_state.started)
         if args.fail_as in RUNNING_KINDS:  # it ends the process, unless a stop comes first
             after = getattr(args, "fail_after", None)
             after = DEFAULT_FAIL_AFTER_S if after is None else after

@@ -13,12 +13,13 @@ from pathlib import Path
 import psutil
 
 from engram_top.seed.reference import Reference
+from scenarios.proc_start import started_as
 
 
 @dataclass
 class ProcState:
     pid: int
-    create_time: float
+    started: float  # scenarios.proc_start's start_of: tells it from a later process of its pid
     name: str
     gpu_bytes: dict[int, int] = field(default_factory=dict)  # GPU index -> bytes held
     gpu_util_pct: dict[int, float] = field(default_factory=dict)
@@ -97,19 +98,17 @@ def live_procs(node_dir: Path) -> list[ProcState]:
                                                      raw["pcie_rx_bytes_per_s"].items()},
                              "pcie_tx_bytes_per_s": {int(k): v for k, v in
                                                      raw["pcie_tx_bytes_per_s"].items()}})
-        if alive(state.pid, state.create_time):
+        if alive(state.pid, state.started):
             out.append(state)
         else:
             remove_proc(node_dir, state.pid)
     return out
 
 
-def alive(pid: int, create_time: float) -> bool:
+def alive(pid: int, started: float) -> bool:
     try:
-        proc = psutil.Process(pid)
-        # A reused pid has another start time; a zombie has released its memory.
-        return (abs(proc.create_time() - create_time) < 0.05
-                and proc.status() != psutil.STATUS_ZOMBIE)
+        # A reused pid has another start; a zombie has released its memory.
+        return started_as(pid, started) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 

@@ -28,6 +28,7 @@ import psutil
 from collectors.units import GIB
 from engram_top.sim.rank import PR_SET_NAME, _prctl
 from engram_top.sim.state import ProcState, live_procs, remove_proc, write_proc
+from scenarios.proc_start import start_of
 
 NEIGHBOUR_NAME = "noisy-neighbour"  # what NVML's process list and ps show (15 bytes)
 HOG_NAME = "host-hog"
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     # It stays in the server's process group, so a stop of the group reaches it too.
     pid = os.getpid()
     _prctl(PR_SET_NAME, raw["name"].encode()[:15])
-    held = ProcState(pid=pid, create_time=psutil.Process(pid).create_time(), name=raw["name"],
+    held = ProcState(pid=pid, started=start_of(pid) or 0.0, name=raw["name"],
                      gpu_bytes={int(g): int(b) for g, b in raw["gpu_bytes"].items()},
                      host_anon_bytes=int(raw["host_bytes"]), numa_node=raw["numa_node"])
 

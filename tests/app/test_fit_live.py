@@ -23,6 +23,7 @@ from engram_top.app.main import EngramTopApp
 from engram_top.live.session import Session, SessionOptions
 from engram_top.seed import reference
 from engram_top.sim import state
+from scenarios.proc_start import start_of
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
@@ -49,11 +50,11 @@ def node_in(state_dir: Path, **spec: int) -> Path:
 
 def hold_hbm(node_dir: Path, gib: float) -> int:
     """This process as another tenant holding ``gib`` of HBM on every GPU."""
-    me = psutil.Process(os.getpid())
+    me = os.getpid()
     state.write_proc(node_dir, state.ProcState(
-        pid=me.pid, create_time=me.create_time(), name="other-tenant",
+        pid=me, started=start_of(me) or 0.0, name="other-tenant",
         gpu_bytes={g: int(gib * GIB) for g in range(4)}))
-    return me.pid
+    return me
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

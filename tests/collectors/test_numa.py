@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 from helpers import GIB, StaticSession, until
 from scene import NOW, scene_store
@@ -24,6 +23,7 @@ from engram_top.model import facts
 from engram_top.seed.reference import default as reference
 from engram_top.sim import memory, sockets, state
 from engram_top.sim.backends import SimHostBackend
+from scenarios.proc_start import start_of
 
 NODE0 = """\
 Node 0 MemTotal:       1073741824 kB
@@ -240,8 +240,8 @@ def sim_node(tmp_path: Path):  # type: ignore[no-untyped-def]
     node_dir = tmp_path / "node"
     spec = state.ensure_node(node_dir, ref)
     mem = memory.plan(ref, "host-prefetch")
-    me = psutil.Process()
-    state.write_proc(node_dir, state.ProcState(me.pid, me.create_time(), "sglang::main",
+    me = os.getpid()
+    state.write_proc(node_dir, state.ProcState(me, start_of(me) or 0.0, "sglang::main",
                                                host_anon_bytes=2 * GIB))
     ranks = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
              for _ in range(spec.gpus)]
@@ -250,7 +250,7 @@ def sim_node(tmp_path: Path):  # type: ignore[no-untyped-def]
         for r, proc in enumerate(ranks):
             shmem = extra + (mem.host_table_bytes if r == 0 else 0)
             state.write_proc(node_dir, state.ProcState(
-                proc.pid, psutil.Process(proc.pid).create_time(), f"sglang::scheduler_TP{r}",
+                proc.pid, start_of(proc.pid) or 0.0, f"sglang::scheduler_TP{r}",
                 gpu_bytes={r: 100 * GIB}, host_anon_bytes=GIB, host_shmem_bytes=shmem,
                 host_hugepage_bytes=mem.host_table_bytes if r == 0 else 0))
         yield node_dir, mem, spec

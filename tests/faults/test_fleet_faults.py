@@ -11,7 +11,6 @@ import signal
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from badprom import BadProm
 from drive import strict_json
@@ -25,6 +24,7 @@ from engram_top.fleet import export as fleet_export
 from engram_top.fleet.session import MIN_PAUSE_S, FleetSession, dialects
 from scenarios import owned_folder
 from scenarios.fleet_demo import FOLDER_PREFIX
+from scenarios.proc_start import start_of
 
 pytestmark = pytest.mark.slow  # starts processes (tests/quick_tier.py)
 
@@ -342,11 +342,11 @@ def test_a_sweep_stops_what_a_dead_owner_left_running_and_spares_the_living(
         gone.mkdir()
         (gone / owned_folder.OWNER).write_text(json.dumps({
             "pid": dead.pid, "started": time.time() - 5,
-            "children": [{"pid": child.pid, "started": psutil.Process(child.pid).create_time()}]}))
+            "children": [{"pid": child.pid, "started": start_of(child.pid)}]}))
         living = base / f"{FOLDER_PREFIX}living"
         living.mkdir()
         (living / owned_folder.OWNER).write_text(json.dumps({
-            "pid": os.getpid(), "started": psutil.Process().create_time(), "children": []}))
+            "pid": os.getpid(), "started": start_of(os.getpid()), "children": []}))
         fresh = base / f"{FOLDER_PREFIX}fresh"  # no owner file yet: being made
         fresh.mkdir()
         other = base / "someone-else-dead"

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import psutil
 import pytest
 from rich.console import Console
 
@@ -29,6 +28,7 @@ from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.record.file_format import decode_reading, encode_reading
 from engram_top.sim import backends, state
+from scenarios.proc_start import start_of
 from scenarios.runstate import RunState
 
 GIB = 1024**3
@@ -53,8 +53,7 @@ def test_the_simulated_gpus_report_health_and_integrate_their_energy(
                           gpu_reserved_bytes=GIB // 2, host_total_bytes=2048 * GIB,
                           host_baseline_used_bytes=40 * GIB)
     state.write_spec(tmp_path, spec)
-    me = psutil.Process()
-    proc = state.ProcState(pid=os.getpid(), create_time=me.create_time(), name="sglang",
+    proc = state.ProcState(pid=os.getpid(), started=start_of(os.getpid()) or 0.0, name="sglang",
                            gpu_bytes={0: 100 * GIB}, gpu_util_pct={0: 100.0})
     state.write_proc(tmp_path, proc)
     clock = [1000.0]

@@ -13,7 +13,6 @@ import os
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 from helpers import GIB, running, screen_text, until
 from scene import scene_store
@@ -26,6 +25,7 @@ from engram_top.live.demo import DemoOptions, DemoSession
 from engram_top.model import facts, ledger
 from engram_top.seed import reference
 from engram_top.sim import state
+from scenarios.proc_start import start_of
 
 NOW = 1000.0
 
@@ -189,7 +189,7 @@ def tenant(node_dir: Path, pid: int, host_gib: float, gpu: int, gpu_gib: float) 
     """Another tenant on the simulated node: a live process holding host RAM and HBM."""
     state.procs_dir(node_dir).mkdir(parents=True, exist_ok=True)
     state.write_proc(node_dir, state.ProcState(
-        pid=pid, create_time=psutil.Process(pid).create_time(), name="tenant",
+        pid=pid, started=start_of(pid) or 0.0, name="tenant",
         gpu_bytes={gpu: round(gpu_gib * GIB)}, host_anon_bytes=round(host_gib * GIB)))
 
 

@@ -23,6 +23,7 @@ from engram_top.sim.backends import SimGpuBackend, SimHostBackend
 from scenarios import guards, scenario_file
 from scenarios.owner import SupervisorOwner
 from scenarios.ports import port_in_use
+from scenarios.proc_start import start_of
 from scenarios.runstate import RunState
 from scenarios.scenario_file import Scenario
 from scenarios.server_run import Origin, Run
@@ -260,8 +261,7 @@ async def test_hbm_release_guard_names_the_process_still_holding_memory(node,
     # Something outside the server's process group holds 40 GiB of GPU 2, as a leaked
     # worker would on a real node.
     with running([sys.executable, "-c", "import time; time.sleep(60)"]) as leak:
-        proc = psutil.Process(leak.pid)
-        state.write_proc(node, state.ProcState(pid=leak.pid, create_time=proc.create_time(),
+        state.write_proc(node, state.ProcState(pid=leak.pid, started=start_of(leak.pid) or 0.0,
                                                name="leaked-worker",
                                                gpu_bytes={2: 40 * GIB}))
         with pytest.raises(SupervisorError) as err:
@@ -283,8 +283,7 @@ async def test_host_memory_left_behind_is_warned_of_and_the_switch_goes_on(
     run = await sup.start(sim_scenario("first", "device"))
     assert await sup.wait_ready(run, 30)
     with running([sys.executable, "-c", "import time; time.sleep(60)"]) as leak:
-        proc = psutil.Process(leak.pid)
-        state.write_proc(node, state.ProcState(pid=leak.pid, create_time=proc.create_time(),
+        state.write_proc(node, state.ProcState(pid=leak.pid, started=start_of(leak.pid) or 0.0,
                                                name="leftover", host_shmem_bytes=50 * GIB))
         second = await sup.switch(sim_scenario("second", "device"))
         warned = [e for e in events if e.startswith("warning: host shared memory")]
