@@ -3,8 +3,9 @@ S real seconds after "The server is fired up and ready to roll!", in the words a
 statuses a real SGLang server and a real node leave, so the death forensics (kernel log,
 oom_kill counter, log tail, exit status) meet the shapes they meet on real nodes.
 
-- host-oom-kill: TP rank 0's pageable (anon) memory grows 40 GiB in a second, then the
-  kernel's OOM killer kills it (the simulated node's kmsg and vmstat, engram_top.sim.kernel).
+- host-oom-kill: TP rank 0's pageable (anon) memory grows 40 GiB in a second, the host
+  stalls at the top for three, then the kernel's OOM killer kills it (the simulated node's
+  kmsg and vmstat, engram_top.sim.kernel).
 - cgroup-oom-kill: the same at a memory cgroup's limit (constraint=CONSTRAINT_MEMCG).
 - hbm-oom-running: rank 0's event loop raises torch's CUDA out of memory; no kernel kill.
 - shm-full: rank 0's NCCL cannot grow a /dev/shm segment, then the rank dies by SIGBUS.
@@ -47,6 +48,11 @@ CGROUP = "/system.slice/sglang.service"
 OOM_GROWTH_BYTES = 40 * GIB
 GROWTH_STEPS = 5
 GROWTH_S = 1.0
+# At the top the kernel reclaims (page cache, swap) before it picks a victim: on a real host
+# seconds of stall. A reader polling each second (the dashboard's default) sees the whole
+# growth then, twice at least however loaded its machine: the recording's "just before"
+# figures are the same at every run.
+RECLAIM_S = 3.0
 # torch's OOM on a nearly full GPU: what it tried to allocate, what the GPU had left, and what
 # the caching allocator held but had not handed out.
 HBM_TRIED_BYTES = 2 * GIB
@@ -193,6 +199,7 @@ async def die(kind: str, after_s: float, node_dir: Path, ranks: list[RankHandle]
         _sigterm_from_outside()
     elif kind in ("host-oom-kill", "cgroup-oom-kill"):
         await _grow_anon(victim)
+        await asyncio.sleep(RECLAIM_S)
         kernel.oom_kill(node_dir, victim.proc.pid, "python3", anon_bytes=victim.host_anon,
                         shmem_bytes=victim.host_shmem,
                         memcg=CGROUP if kind == "cgroup-oom-kill" else None)

@@ -272,6 +272,6 @@ def test_a_rank_killed_by_the_host_oom_killer_is_named_and_read_back(docs: Docs)
     assert term.wait(60) == 0, term.output[-2000:]
     out = docs.sh(WHY, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    # The figures move with the machine (how far the heap had grown when a poll saw it):
-    # their shape, and the kernel's line and the action as printed.
-    assert_quoted(block_at("oom.jsonl:").lines, out.stdout, tolerance=1.0, where="why")
+    # As printed, figures included: the host stalls at the top of the heap's growth for
+    # seconds before the kill, so the last reading before it holds the whole growth.
+    assert_quoted(block_at("oom.jsonl:").lines, out.stdout, where="why")
