@@ -16,6 +16,7 @@ from engram_top.compare.run_result import THROTTLED, WARMING, RunResult
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts
 from engram_top.seed.reference import Reference
+from scenarios.runstate import ENDED
 
 
 def run_result(run: RunFacts, trial: int, source: str = "live", *,
@@ -222,7 +223,9 @@ def live_windows(runs: Sequence[RunFacts]) -> dict[str, dict[str, str]]:
             warm.add(run.scenario)
             warming.pop(run.scenario, None)
         elif run.scenario not in warm:
-            warming[run.scenario] = why
+            # An ended run's last window is all it will have: "warming up" would wait for ever.
+            warming[run.scenario] = why if run.state not in ENDED else (
+                f"{why} when it {run.state}: start it again for a whole window")
     return {"windows": windows, "warming": warming}
 
 

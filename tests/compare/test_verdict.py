@@ -41,6 +41,7 @@ from engram_top.compare.verdict import (
 )
 from engram_top.model.figures import RunFigures
 from engram_top.model.store import RunFacts, RunStore
+from scenarios.runstate import RunState
 
 
 def ev(axis: str, delta: float | None, lo: float | None = None, hi: float | None = None,
@@ -198,10 +199,10 @@ def test_a_live_figure_warms_up_for_a_whole_window_and_enough_requests() -> None
     assert warming_up(RunFigures(kv_tokens=1, window_s=30.0, served_s=5.0)) is None
 
 
-def facts(name: str, results: RunFigures) -> RunFacts:
+def facts(name: str, results: RunFigures, state: str = "ready") -> RunFacts:
     now = time.monotonic()
     run = RunFacts(scenario=name, placement=name, node="n", time_scale=1.0,
-                   launched_wall=time.time(), launched_at=now, state="stopped")
+                   launched_wall=time.time(), launched_at=now, state=RunState(state))
     run.results = results
     return run
 
@@ -211,6 +212,15 @@ def test_a_warming_run_leaves_its_latency_out_of_the_comparison() -> None:
     c = comparison(runs)
     assert c is not None
     assert c.warming == {"host-prefetch": "8 s of a 30 s window served"}
+    # A run that ended short of a whole window will not fill it: it says so, and what to do.
+    runs[1] = facts("host-prefetch", figures(45, 22), state="stopped")
+    c = comparison(runs)
+    assert c is not None and c.warming == {"host-prefetch": (
+        f"22 of {WARM_REQUESTS} requests in the 30 s window when it stopped: start it again "
+        "for a whole window")}
+    runs[1] = facts("host-prefetch", figures(8, 5))
+    c = comparison(runs)
+    assert c is not None
     assert c.windows == {"device": "30 s window, 400 requests",
                          "host-prefetch": "30 s window, 5 requests"}
     assert c.row("ttft_mean_ms").cells["host-prefetch"].mean is None
