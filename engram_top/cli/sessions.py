@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # each imported where it is needed: a command loads only its 
 
 
 def demo_options(args: argparse.Namespace) -> DemoOptions:
-    from engram_top.cli.parser import settle_demo_load
+    from engram_top.cli.parser import LONG_STREAM_INTERVAL, settle_demo_load
     from engram_top.live.demo import DemoOptions
     from engram_top.live.load import LoadSpec
     settle_demo_load(args)  # a Namespace not from the command line (a test's) too
@@ -30,7 +30,8 @@ def demo_options(args: argparse.Namespace) -> DemoOptions:
                                               output_len=args.output_tokens)
     return DemoOptions(placement=args.placement, time_scale=args.time_scale,
                        serve_scale=args.serve_scale, load=load,
-                       force=bool(getattr(args, "force", False)))
+                       stream_interval=LONG_STREAM_INTERVAL if getattr(args, "long", False)
+                       else None, force=bool(getattr(args, "force", False)))
 
 
 def user_thresholds() -> Thresholds:

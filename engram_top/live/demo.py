@@ -22,6 +22,7 @@ class DemoOptions:
     force: bool = False  # start even where the fit check refuses (--force)
     time_scale: float = 0.1
     serve_scale: float = 1.0
+    stream_interval: int | None = None  # its servers' chunk per N tokens; None: SGLang's 1
     node_dir: Path | None = None
     run_dir: Path | None = None
     poll_interval: float = 1.0
@@ -37,5 +38,6 @@ class DemoSession(Session):
         super().__init__(SessionOptions(
             scenario_file=demo_file(), start=o.placement, state_dir=o.run_dir,
             node_dir=o.node_dir, poll_interval=o.poll_interval, load=o.load, free_ports=True,
-            time_scale=o.time_scale, serve_scale=o.serve_scale, thresholds=o.thresholds,
+            time_scale=o.time_scale, serve_scale=o.serve_scale,
+            stream_interval=o.stream_interval, thresholds=o.thresholds,
             force=o.force))

@@ -27,6 +27,7 @@ class SessionOptions:
     free_ports: bool = False  # give every scenario a free port (the embedded demo)
     time_scale: float | None = None  # overrides for simulated scenarios
     serve_scale: float | None = None
+    stream_interval: int | None = None  # a chunk per N tokens (SGLang's --stream-interval)
     # Who holds the state folder's lock, and how long to wait for a headless holder.
     command: str = "run"
     lock_wait_s: float = 0.0

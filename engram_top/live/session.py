@@ -121,7 +121,7 @@ class Session(AttachedServers):
         o = self.options
         changed = {}
         for name, sc in sf.scenarios.items():
-            new = sc.engine.tune(sc, o.time_scale, o.serve_scale)
+            new = sc.engine.tune(sc, o.time_scale, o.serve_scale, o.stream_interval)
             if o.free_ports:
                 new = dataclasses.replace(new, port=free_port())
             changed[name] = new

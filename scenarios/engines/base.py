@@ -299,9 +299,10 @@ class Engine:
         node's. 1.0 for real servers."""
         return 1.0, 1.0
 
-    def tune(self, sc: SpecT, time_scale: float | None,
-             serve_scale: float | None) -> SpecT:
-        """The scenario with a session's time-scale overrides, where they mean anything."""
+    def tune(self, sc: SpecT, time_scale: float | None, serve_scale: float | None,
+             stream_interval: int | None = None) -> SpecT:
+        """The scenario with a session's overrides for simulated servers (time scales, a
+        chunk per ``stream_interval`` tokens), where they mean anything."""
         return sc
 
     def engram(self, sc: ScenarioSpec | None, *, env: Mapping[str, str],

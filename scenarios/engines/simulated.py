@@ -47,12 +47,15 @@ class SimulatedNode(Engine):
     def clock(self, sc: ScenarioSpec) -> tuple[float, float]:
         return sc.time_scale, sc.serve_scale
 
-    def tune(self, sc: SpecT, time_scale: float | None,
-             serve_scale: float | None) -> SpecT:
+    def tune(self, sc: SpecT, time_scale: float | None, serve_scale: float | None,
+             stream_interval: int | None = None) -> SpecT:
         if time_scale is not None:
             sc = dataclasses.replace(sc, time_scale=time_scale)
         if serve_scale is not None:
             sc = dataclasses.replace(sc, serve_scale=serve_scale)
+        if stream_interval is not None and "--stream-interval" not in sc.args:
+            sc = dataclasses.replace(sc, args=(*sc.args, "--stream-interval",
+                                               str(stream_interval)))
         return sc
 
 

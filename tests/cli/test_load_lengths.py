@@ -4,6 +4,7 @@ ranges, carried into the load, and sent to a simulated server as a length, not a
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -24,22 +25,36 @@ def test_the_lengths_reach_the_demo_load() -> None:
 
 
 def test_long_is_a_load_whose_given_figures_stand() -> None:
-    def options(*argv: str) -> tuple[int, int, int, float]:
+    def options(*argv: str) -> tuple[int, int, int, float, int | None]:
         o = demo_options(build_parser().parse_args(["demo", *argv]))
         assert o.load is not None
-        return o.load.concurrency, o.load.input_len, o.load.output_len, o.serve_scale
-    assert options() == (8, 512, 128, 1.0)
-    assert options("--long") == (32, 524288, 8192, 0.02)
+        return (o.load.concurrency, o.load.input_len, o.load.output_len, o.serve_scale,
+                o.stream_interval)
+    assert options() == (8, 512, 128, 1.0, None)
+    assert options("--long") == (32, 524288, 2048, 0.02, 64)
     # What the command line gives stands over --long's (and the chat load's) figures, the
     # chat load's own value included.
-    assert options("--long", "--concurrency", "8", "--serve-scale", "1") == (8, 524288, 8192,
-                                                                           1.0)
-    assert options("--long", "--output-tokens", "128") == (32, 524288, 128, 0.02)
-    assert options("--prompt-tokens", "4096") == (8, 4096, 128, 1.0)
+    assert options("--long", "--concurrency", "8", "--serve-scale", "1") == (8, 524288, 2048,
+                                                                           1.0, 64)
+    assert options("--long", "--output-tokens", "128") == (32, 524288, 128, 0.02, 64)
+    assert options("--prompt-tokens", "4096") == (8, 4096, 128, 1.0, None)
     # The chat load's figures are the load spec's own defaults.
     assert options()[:3] == (LoadSpec.concurrency, LoadSpec.input_len, LoadSpec.output_len)
     # 32 prompts of 256K-512K tokens ask more than device's pool, a third of host-prefetch's.
-    assert 32 * 524288 * 0.75 > 11_840_000 and 32 * (524288 + 8192) < 42_700_000
+    assert 32 * 524288 * 0.75 > 11_840_000 and 32 * (524288 + 2048) < 42_700_000
+
+
+def test_long_demos_servers_send_a_chunk_per_64_tokens() -> None:
+    """The demo's scenarios launch with SGLang's --stream-interval 64 under --long; a
+    scenario that sets its own keeps it."""
+    sf = scenario_file.load(demo_file())
+    device = sf.scenarios["device"]
+    tuned = device.engine.tune(device, None, None, 64)
+    assert tuned.args[-2:] == ("--stream-interval", "64")
+    assert "--stream-interval" in device.engine.argv(tuned, None, Path("node"))
+    assert device.engine.tune(device, None, None, None).args == device.args
+    own = dataclasses.replace(device, args=("--stream-interval", "8"))
+    assert device.engine.tune(own, None, None, 64).args == ("--stream-interval", "8")
 
 
 @pytest.mark.parametrize(("option", "value"), [
