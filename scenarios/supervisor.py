@@ -117,8 +117,7 @@ class Supervisor:
             if isinstance(data.get("port"), int) and data["port"] != sc.port:
                 sc = dataclasses.replace(sc, port=data["port"])  # launched on a free port
             log_path = Path(data["log_path"])
-            # "create_time": an older engram-top's record (proc_start reads both).
-            started = data["started"] if "started" in data else data["create_time"]
+            started = data["started"] if "started" in data else data["create_time"]  # older
             proc = ManagedProcess.adopt(LaunchSpec([], log_path), int(data["pid"]),
                                         float(started))
         except (OSError, ValueError, KeyError, TypeError):

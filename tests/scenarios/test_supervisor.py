@@ -4,6 +4,7 @@ stand-in `sglang` package for servers that die, hang or ignore SIGTERM."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 import sys
 import time
@@ -326,6 +327,16 @@ async def test_a_later_supervisor_adopts_the_server_left_running(tmp_path,
     third.close_now()
     assert run.alive and (tmp_path / "state" / "current.json").exists()
     await third.close()  # its follow task: the loop is still here in this test
+    assert run.alive
+    # As an older engram-top recorded it: its start as create_time, seconds since the epoch.
+    current = tmp_path / "state" / "current.json"
+    record = json.loads(current.read_text())
+    record["create_time"] = psutil.Process(run.pid).create_time()
+    del record["started"]
+    current.write_text(json.dumps(record))
+    older = supervisors()
+    assert older.adopt({"dev": sc}) is not None
+    await older.close()
     assert run.alive
 
     # Asked to here (stop, switch), it is stopped.
