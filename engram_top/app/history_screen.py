@@ -29,6 +29,7 @@ from textual.widgets import DataTable, Static
 from collectors import GIB, gib, percent, visible
 from engram_top import model
 from engram_top.app.charts import PALETTE, Line, chart_lines, rate_unit
+from engram_top.app.panel import one_row
 from engram_top.app.repaint import repaint_rows
 from engram_top.app.row_styles import row_styles
 from engram_top.app.safe import cell, safe_text
@@ -173,10 +174,15 @@ class ChartView(Widget):
         if strip is None:
             width = size[0]
             if 0 <= y < len(self._chart_lines):
-                content = Content.from_rich_text(self._chart_lines[y], console=self.app.console)
-                strips = Visual.to_strips(self, content, width, 1, self.visual_style,
-                                          apply_selection=False)
-                strip = strips[0] if strips else Strip.blank(width)
+                line = self._chart_lines[y]
+                # A row as it stands, from its segments (a quarter of the cost while the
+                # trend strip fills and each redraw changes its rows); else Textual's drawing.
+                strip = one_row(self, line, width)
+                if strip is None:
+                    content = Content.from_rich_text(line, console=self.app.console)
+                    strips = Visual.to_strips(self, content, width, 1, self.visual_style,
+                                              apply_selection=False)
+                    strip = strips[0] if strips else Strip.blank(width)
             else:
                 strip = Strip.blank(width, self.visual_style.rich_style)
             self._chart_strips[y] = strip

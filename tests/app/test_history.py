@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 from helpers import screen_text, until
+from rich.style import Style
 from textual.app import App
+from textual.content import Content
+from textual.strip import Strip
+from textual.visual import Visual
 from textual.widgets import DataTable, Static
 
 import engram_top.app as app_package
@@ -30,6 +34,7 @@ from engram_top.app.history_screen import (
     process_rows,
     window_points,
 )
+from engram_top.app.panel import one_row
 from engram_top.model.store import RunStore, Series
 
 GIB = 1024**3
@@ -333,6 +338,44 @@ async def test_history_screen_shows_charts_and_the_process_table(
             assert len(lines) == view.content_size.height
             assert lines[-1].endswith("now")
             assert len(lines[-1]) == view.content_size.width
+
+
+def cells(strip: Strip) -> list[tuple[object, ...]]:
+    """What a terminal shows of a row, cell by cell: the character, its colours as the
+    terminal gets them (a named colour and its number alike) and its attributes."""
+    out = []
+    for segment in strip:
+        st = segment.style or Style.null()
+        look = (None if st.color is None else st.color.get_truecolor().hex,
+                None if st.bgcolor is None else st.bgcolor.get_truecolor().hex,
+                st.bold, st.dim, st.italic, st.underline, st.blink, st.reverse, st.strike,
+                st.link)
+        out += [(ch, look) for ch in segment.text]
+    return out
+
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+async def test_chart_rows_drawn_from_their_segments_are_textuals_own(theme: str) -> None:
+    """ChartView draws a row straight from its segments (panel.one_row): every row of every
+    chart shows the cells Textual's own drawing of it shows, in either theme."""
+    app = Host(filled_store())
+    async with app.run_test(size=(200, 60)) as pilot:
+        app.theme = theme
+        await until(pilot, lambda: len(app.screen.query(ChartView)) == 7, what="the charts")
+        await pilot.pause()
+        rows = 0
+        for view in app.screen.query(ChartView):
+            width, height = view.content_size
+            drawn = [view.render_line(y) for y in range(height)]
+            assert len(view._chart_lines) == height
+            for y, line in enumerate(view._chart_lines):
+                textuals = Visual.to_strips(view, Content.from_rich_text(line, console=app.console),
+                                            width, 1, view.visual_style, apply_selection=False)
+                assert one_row(view, line, width) is not None, (view.id, y)
+                assert cells(drawn[y]) == cells(textuals[0]), (view.id, y, line.plain)
+                assert drawn[y].cell_length == textuals[0].cell_length <= width
+                rows += 1
+        assert rows >= 7 * 10
 
 
 async def test_fixed_axes_on_screen_and_the_server_gap() -> None:
