@@ -176,11 +176,12 @@ HICACHE_ALERT = ("HiCache dropped … tokens/s for host pressure (> 0/s): host p
 
 
 @pytest.mark.timeout(300)
-@covers(HICACHE, "│ HiCache  10.0 MB × 4 · 6,135/6,135 tokens · drop 181/s   │", HICACHE_ALERT)
+@covers(HICACHE, "│ HiCache  10.0 MB × 4 · 6,135/6,135 tokens · drop 1,594/s │", HICACHE_ALERT)
 def test_hicache_too_small_drops_for_host_pressure(docs: Docs) -> None:
     term = docs.screen(HICACHE, size=(40, 120))
     quoted = block_at("│ HiCache").lines
-    # Live rates vary from run to run; the pool's size and tokens are as printed.
+    # Live rates vary from run to run; the pool's size and tokens are as printed. Once the
+    # 30 s rates cover only the full pool they hold (backup 0 B/s): no moment to catch.
     term.wait_for(lambda text: all(readme.find_quoted(q, text.splitlines(), 0.9,
                                                       ("10.0", "4", "6,135")) for q in quoted),
                   120, "the HiCache rows as the README quotes them")
