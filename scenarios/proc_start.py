@@ -20,26 +20,36 @@ _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _EPOCH_SECONDS = 1e8
 
 
-def start_of(pid: int) -> float | None:
-    """Seconds from boot to the start of ``pid``; None where it is gone or cannot be read."""
+def _stat(pid: int) -> tuple[bytes, float] | None:
+    """(its state letter, seconds from boot to its start) from /proc/PID/stat, or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             # The name in parentheses may hold spaces and ")": the fields follow the last.
             fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[19]) / _TICKS_PER_S
+        return fields[0], int(fields[19]) / _TICKS_PER_S
     except (OSError, ValueError, IndexError):
         return None
 
 
-def started_as(pid: int, recorded: float) -> bool:
+def start_of(pid: int) -> float | None:
+    """Seconds from boot to the start of ``pid``; None where it is gone or cannot be read."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def started_as(pid: int, recorded: float, *, running: bool = False) -> bool:
     """Whether ``pid`` is still the process whose start was recorded (a start_of, or an
-    older record's create_time) and has not been replaced by another under its pid."""
+    older record's create_time) and has not been replaced by another under its pid; with
+    ``running``, also not a zombie (gone but for its exit status, its memory released)."""
     if recorded > _EPOCH_SECONDS:
         try:
+            proc = psutil.Process(pid)
             # The boot time moves by whole seconds (above): a second's leeway, and a half.
-            return abs(psutil.Process(pid).create_time() - recorded) < 1.5
+            return abs(proc.create_time() - recorded) < 1.5 and not (
+                running and proc.status() == psutil.STATUS_ZOMBIE)
         except psutil.Error:
             return False
-    now = start_of(pid)
+    stat = _stat(pid)
     # Both are a whole number of ticks over the same divisor: equal, or another process.
-    return now is not None and abs(now - recorded) < 0.5 / _TICKS_PER_S
+    return stat is not None and abs(stat[1] - recorded) < 0.5 / _TICKS_PER_S \
+        and not (running and stat[0] == b"Z")

@@ -115,7 +115,7 @@ def gone_members(members: dict[int, tuple[float, str]]) -> list[tuple[int, str]]
     """(pid, what it was) of each member no longer running (its pid gone, reused or a
     zombie). Reads /proc for each: call it off the event loop."""
     return [(pid, what) for pid, (created, what) in members.items()
-            if not _same_process(pid, created)]
+            if not started_as(pid, created, running=True)]
 
 
 def _describe(proc: psutil.Process) -> str:
@@ -131,9 +131,3 @@ def _describe(proc: psutil.Process) -> str:
     return name
 
 
-def _same_process(pid: int, created: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return started_as(pid, created) and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False

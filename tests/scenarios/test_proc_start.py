@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import running
+from helpers import running, wait_until
 from psutil import _pslinux
 
 from engram_top.sim import state
@@ -24,7 +24,7 @@ from scenarios.proc_start import start_of, started_as
 
 pytestmark = pytest.mark.slow  # each starts a sleeping process to be told apart
 
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+SLEEPER = [sys.executable, "-c", "import signal; signal.pause()"]  # until killed
 
 
 @pytest.fixture
@@ -48,6 +48,11 @@ def test_a_start_is_the_ticks_since_boot_and_tells_processes_apart() -> None:
         assert started_as(child.pid, theirs)
         assert not started_as(child.pid, theirs + 1 / os.sysconf("SC_CLK_TCK"))  # another
         assert not started_as(os.getpid(), theirs) or theirs == me
+        assert started_as(child.pid, theirs, running=True)
+        child.kill()  # not reaped yet: a zombie, the same process, no longer running
+        wait_until(lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1]
+                   .split()[0] == "Z", 10, "the child a zombie")
+        assert started_as(child.pid, theirs) and not started_as(child.pid, theirs, running=True)
     child.wait()
     assert start_of(child.pid) is None and not started_as(child.pid, theirs)
 
