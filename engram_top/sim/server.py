@@ -46,7 +46,7 @@ from engram_top.sim.backends import SimHostBackend
 from engram_top.sim.core import WARMUP_HEADER, ServerCore
 from engram_top.sim.http import build_app
 from engram_top.sim.options import DEFAULT_FAIL_AFTER_S, RUNNING_KINDS, add_arguments
-from engram_top.sim.startup import Startup, StartupFailed, log, spawn_ranks
+from engram_top.sim.startup import Startup, StartupFailed, log, ranks_settled, spawn_ranks
 from scenarios.proc_start import start_of
 
 VERSION = "0.5.23+engram-top-sim"
@@ -189,6 +189,7 @@ async def _serve(args: argparse.Namespace, ref: reference.Reference,
     rc = 0
     try:
         await _until_stopped(startup.run(), stop)
+        await _until_stopped(ranks_settled(node_dir, ranks), stop)
         await _until_stopped(startup.wait_phase("http"), stop)
         if vllm:
             vllm_log.http_lines(args)

@@ -25,6 +25,7 @@ from engram_top.sim.memory import MemoryPlan
 from engram_top.sim.model import PREFILL_TOKEN_BUDGET
 from engram_top.sim.pools import CHUNKED_PREFILL_SIZE
 from engram_top.sim.server_args import CONTEXT_LEN
+from engram_top.sim.state import procs_dir
 from scenarios.hicache_size import HiCacheSize
 
 TABLES = (("L1", 0.5), ("L14", 0.5))  # the two Engram tables (layers 1 and 14), equal halves
@@ -101,6 +102,35 @@ class RankHandle:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise StartupFailed(f"Rank {self.rank} scheduler died: {exc}") from exc
+
+    def written(self, node_dir: Path) -> bool:
+        """Its state file holds the last update pushed (the rank writes it on its own time)."""
+        try:
+            raw = json.loads((procs_dir(node_dir) / f"{self.proc.pid}.json").read_text())
+        except (OSError, ValueError):
+            return False  # not written yet, or being replaced right now
+        return (raw.get("gpu_bytes", {}).get(str(self.rank), 0) == self.gpu_bytes
+                and raw.get("host_anon_bytes") == self.host_anon)
+
+
+async def ranks_settled(node_dir: Path, ranks: list[RankHandle], within: float = 30.0) -> None:
+    """Until every rank's state file shows the memory it was last given. A real SGLang's
+    schedulers report to the tokenizer once their memory is taken, so NVML shows a ready
+    server's HBM; these ranks write their files when the OS runs them, which on a loaded
+    machine is after the server would otherwise say ready."""
+    deadline = time.monotonic() + within
+    waiting = list(ranks)
+    while True:
+        for r in waiting:
+            if r.proc.poll() is not None:
+                raise StartupFailed(f"Rank {r.rank} scheduler died (exit {r.proc.poll()})")
+        waiting = [r for r in waiting if not r.written(node_dir)]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise StartupFailed(f"Rank {waiting[0].rank} scheduler did not take its memory "
+                                f"in {within:.0f} s")
+        await asyncio.sleep(0.01)
 
 
 def spawn_ranks(node_dir: Path, gpus: int,

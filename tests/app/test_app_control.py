@@ -146,8 +146,12 @@ async def test_enter_switches_and_x_stops(tmp_path: Path) -> None:
         device_tree = tracker.record()
         assert len(device_tree) == 5  # the server and its four TP ranks
         assert any(f" {device.pid}:" in f" {line}" for line in strays(tmp_path))
+        # Held by device, in the first GPU reading taken after it was ready (the one before may
+        # have come before the ranks loaded: a loaded machine's poll lags).
+        await until(pilot, lambda: session.store.latest["gpu"].at > device.ready_at, 5,
+                    "a GPU reading after ready")
         gpus = session.store.latest["gpu"].data.devices
-        assert len(gpus) == 4 and all(d.used_bytes > 100 * GIB for d in gpus)  # held by device
+        assert len(gpus) == 4 and all(d.used_bytes > 100 * GIB for d in gpus), gpus
 
         # The log pane: SGLang's start-up lines, not our own /health and /metrics polls.
         await until(pilot, lambda: "The server is fired up and ready to roll!"
