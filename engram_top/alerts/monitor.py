@@ -78,9 +78,12 @@ class AlertMonitor:
         # The queue's length where the growth of the active queue-growth alert began: it
         # clears once the queue is back there, not when it merely stops growing.
         self._queue_from: float | None = None
-        # The host ledger as first seen with the watched run, and when: the line that grew
-        # since is what a host memory alert names.
+        # The host ledger as first seen with the watched run on the host read now, and when:
+        # the line that grew since is what a host memory alert names. The host is part of
+        # the key: attach reads this machine until it learns the server's node, and a line
+        # "grew" by the difference between two machines is no growth.
         self._ledger_run: object = None
+        self._ledger_host: tuple[str, int] | None = None  # its backend and total
         self._ledger_first: dict[str, float] = {}
         self._ledger_since = ""
 
@@ -213,8 +216,11 @@ class AlertMonitor:
         limit = self.t.host_available_pct
         book = host_ledger(store)
         lines = pressure.ledger_figures(book)
-        if store.run is not self._ledger_run or not self._ledger_first:
-            self._ledger_run, self._ledger_first = store.run, lines
+        raw = store.data(SourceName.HOST)
+        seen_on = (raw.backend, raw.total_bytes) if raw is not None else None
+        if store.run is not self._ledger_run or seen_on != self._ledger_host \
+                or not self._ledger_first:
+            self._ledger_run, self._ledger_host, self._ledger_first = store.run, seen_on, lines
             self._ledger_since = time.strftime("%H:%M:%S", time.localtime(wall_at(store, now)))
         yield from pressure.numa_nodes(store, book, self.t.numa_available_pct,
                                        self.t.hysteresis_pct)

@@ -180,6 +180,28 @@ def test_host_available_memory() -> None:
     assert [c.change for c in monitor.evaluate(store, 16.0)] == ["cleared"]
 
 
+def test_growth_is_counted_on_one_host_never_across_two() -> None:
+    """attach reads this machine until it learns the server's node: the node's first
+    ledger, not this machine's, is what its lines grew from."""
+    store, monitor = RunStore(), AlertMonitor()
+    host(store, 0.0, available_gib=50.0)  # this machine: 100 GiB, 50 in use
+    assert monitor.evaluate(store, 0.0) == []
+    node = dataclasses.replace(store.data("host"), total_bytes=2000 * GIB,
+                               available_bytes=100 * GIB, used_bytes=1900 * GIB,
+                               free_bytes=100 * GIB, backend="simulated")
+    store.add("host", Reading("host", Status.OK, node, at=1.0))
+    (change,) = monitor.evaluate(store, 1.0)
+    # Not "other tenants grew the most, +1,850.0 GiB": nothing grew on the node.
+    assert "; the largest ledger line is other tenants, 1,900.0 GiB; look at" in \
+        change.alert.message, change.alert.message
+    grown = dataclasses.replace(node, available_bytes=90 * GIB, used_bytes=1910 * GIB,
+                                free_bytes=90 * GIB)
+    store.add("host", Reading("host", Status.OK, grown, at=2.0))
+    monitor.evaluate(store, 2.0)
+    (alert,) = store.alerts.values()
+    assert "other tenants grew the most, +10.0 GiB since" in alert.message, alert.message
+
+
 def numa_host(store: RunStore, t: float, node0_used_gib: float) -> None:
     """Two nodes of 100 GiB; node 0's use as given, 40 GiB of it shared memory (a rank's
     Engram tables); node 1 half free. The host as a whole has memory to spare."""
