@@ -19,11 +19,11 @@ import signal_ends
 from helpers import Fleet, SimServer
 from quick_tier import is_slow, mark_server_tests, no_processes
 
-# Where the environment says PYTHONDONTWRITEBYTECODE (this sandbox and CI do), every pytest
-# process would rewrite each test module's asserts anew (about 10 s of a core a collection,
-# and the suite runs pytest again inside some tests) and every process a test starts would
-# compile our modules from source. The suite writes its own tree's bytecode: __pycache__
-# is ignored by git, and Python checks a .pyc against its source before using it.
+# Where the environment says PYTHONDONTWRITEBYTECODE (some sandboxes and containers do),
+# every pytest process would rewrite each test module's asserts anew (about 10 s of a core a
+# collection, and the suite runs pytest again inside some tests) and every process a test
+# starts would compile our modules from source. The suite writes its own tree's bytecode:
+# __pycache__ is ignored by git, and Python checks a .pyc against its source before use.
 sys.dont_write_bytecode = False
 
 # The modules that take minutes (real servers on the CPU, whole benches) start first: the
