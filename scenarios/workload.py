@@ -22,11 +22,15 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-
-import httpx
+from typing import TYPE_CHECKING
 
 from collectors.pages import bearer
 from scenarios.load_window import LoadWindow, RequestWindow
+
+if TYPE_CHECKING:
+    # httpx where requests are sent: the dashboard's side of the load (LoadProcess, its
+    # LoadStats) never sends one, and httpx costs that process about 7 MiB and 0.1 s.
+    import httpx
 
 _WIRE_EVENTS = ("connection.connect_tcp.started", "http11.send_request_headers.started")
 
@@ -86,6 +90,7 @@ async def stream_request(client: httpx.AsyncClient, input_len: int, output_len: 
                          count_prompt: bool = False) -> RequestRecord:
     """One streaming request, done within ``deadline_s`` in all (a per-read timeout never
     ends a stream that drips); raises RequestFailed saying why when it does not complete."""
+    import httpx
     got = _Progress()
     try:
         async with asyncio.timeout(deadline_s):
@@ -252,6 +257,7 @@ class ClosedLoopLoad:
         return self.rng.randint(max(1, int(full * self.range_ratio)), full)
 
     async def start(self) -> None:
+        import httpx
         limits = httpx.Limits(max_connections=self.concurrency + 2)
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=self.headers,
                                          timeout=self.timeout, limits=limits)
@@ -384,6 +390,7 @@ async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None
     rng = random.Random(spec.seed)
     headers = bearer(api_key)
     biggest = max((lv.concurrency or 64) for lv in spec.levels)
+    import httpx
     # Keep every connection a level opened (httpx keeps 20 by default): a level above 20
     # streams would otherwise reconnect on each request past the twentieth.
     limits = httpx.Limits(max_connections=biggest + 4, max_keepalive_connections=biggest + 4)
@@ -450,6 +457,8 @@ async def _open_connections(client: httpx.AsyncClient, streams: int) -> None:
     together on open connections: opening a dozen as the level begins spreads its burst over
     tens of milliseconds (more on a busy machine), which a server may serve as two batches.
     Any answer will do (a kept-alive connection is all that is wanted); none is measured."""
+    import httpx
+
     async def touch() -> None:
         with contextlib.suppress(httpx.HTTPError):
             await client.get("/health", timeout=5.0)

@@ -88,3 +88,20 @@ def test_the_command_line_imports_where_nvidia_ml_py_is_not_installed() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.slow  # a fresh interpreter, to see what it imports
+def test_the_dashboards_side_of_its_load_imports_no_http_client() -> None:
+    """The demo's load runs in a process of its own; the dashboard holds its LoadProcess and
+    reads its LoadStats. httpx (about 7 MiB and 0.1 s, with click and pygments behind it)
+    belongs to the process that sends requests, not to the dashboard."""
+    code = ("import sys\n"
+            "import engram_top.cli.commands, engram_top.live.session, engram_top.app.main\n"
+            "from engram_top.live.load import driver\n"
+            "from scenarios.load_process import LoadProcess\n"
+            "LoadProcess('http://127.0.0.1:9', concurrency=1).stats.sent\n"
+            "print(sorted(m for m in ('httpx', 'click', 'pygments') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
