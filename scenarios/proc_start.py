@@ -3,9 +3,9 @@ a later one given the same pid.
 
 Not psutil's create_time(): it adds the boot time, which Linux gives in whole seconds and
 works out anew from the wall clock at each read, so as NTP steers the clock two reads of one
-process's start can be a second apart. Taken for another process by that
-second, a live rank reads as dead and its memory vanishes, a live folder is swept, a running
-server is not adopted. The start in clock ticks since boot (/proc/PID/stat, field 22) never
+process's start can be a second apart. Taken for another process by that second, a live rank
+reads as dead and its memory vanishes, a live folder is swept, a running server is not
+adopted. The start in clock ticks since boot (/proc/PID/stat, field 22) never
 moves: it is what is recorded and compared here."""
 
 from __future__ import annotations

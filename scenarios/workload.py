@@ -387,10 +387,10 @@ async def run_workload(base_url: str, spec: WorkloadSpec, *, api_key: str | None
     unless given per level. ``on_level(index, "start" | "end")`` is awaited around each
     level (a bench reads the server's counters there); ``level_durations`` says each
     level's length."""
+    import httpx
     rng = random.Random(spec.seed)
     headers = bearer(api_key)
     biggest = max((lv.concurrency or 64) for lv in spec.levels)
-    import httpx
     # Keep every connection a level opened (httpx keeps 20 by default): a level above 20
     # streams would otherwise reconnect on each request past the twentieth.
     limits = httpx.Limits(max_connections=biggest + 4, max_keepalive_connections=biggest + 4)

@@ -25,7 +25,7 @@ from engram_top.sim.memory import MemoryPlan
 from engram_top.sim.model import PREFILL_TOKEN_BUDGET
 from engram_top.sim.pools import CHUNKED_PREFILL_SIZE
 from engram_top.sim.server_args import CONTEXT_LEN
-from engram_top.sim.state import procs_dir
+from engram_top.sim.state import read_proc
 from scenarios.hicache_size import HiCacheSize
 
 TABLES = (("L1", 0.5), ("L14", 0.5))  # the two Engram tables (layers 1 and 14), equal halves
@@ -105,12 +105,9 @@ class RankHandle:
 
     def written(self, node_dir: Path) -> bool:
         """Its state file holds the last update pushed (the rank writes it on its own time)."""
-        try:
-            raw = json.loads((procs_dir(node_dir) / f"{self.proc.pid}.json").read_text())
-        except (OSError, ValueError):
-            return False  # not written yet, or being replaced right now
-        return (raw.get("gpu_bytes", {}).get(str(self.rank), 0) == self.gpu_bytes
-                and raw.get("host_anon_bytes") == self.host_anon)
+        state = read_proc(node_dir, self.proc.pid)
+        return state is not None and state.gpu_bytes.get(self.rank, 0) == self.gpu_bytes \
+            and state.host_anon_bytes == self.host_anon
 
 
 async def ranks_settled(node_dir: Path, ranks: list[RankHandle], within: float = 30.0) -> None:

@@ -85,22 +85,34 @@ def live_procs(node_dir: Path) -> list[ProcState]:
     for entry in entries:
         if not entry.name.endswith(".json"):
             continue
-        try:
-            raw = json.loads(Path(entry.path).read_text())
-        except (OSError, ValueError):
+        state = _read(Path(entry.path))
+        if state is None:
             continue  # being replaced right now, or removed: the next poll sees it
-        state = ProcState(**{**raw,
-                             "gpu_bytes": {int(k): v for k, v in raw["gpu_bytes"].items()},
-                             "gpu_util_pct": {int(k): v for k, v in raw["gpu_util_pct"].items()},
-                             "pcie_rx_bytes_per_s": {int(k): v for k, v in
-                                                     raw["pcie_rx_bytes_per_s"].items()},
-                             "pcie_tx_bytes_per_s": {int(k): v for k, v in
-                                                     raw["pcie_tx_bytes_per_s"].items()}})
         if alive(state.pid, state.started):
             out.append(state)
         else:
             remove_proc(node_dir, state.pid)
     return out
+
+
+def read_proc(node_dir: Path, pid: int) -> ProcState | None:
+    """The state file of ``pid`` as it stands, alive or not; None where there is none (not
+    written yet, removed) or it is being replaced right now."""
+    return _read(procs_dir(node_dir) / f"{pid}.json")
+
+
+def _read(path: Path) -> ProcState | None:
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return ProcState(**{**raw,
+                        "gpu_bytes": {int(k): v for k, v in raw["gpu_bytes"].items()},
+                        "gpu_util_pct": {int(k): v for k, v in raw["gpu_util_pct"].items()},
+                        "pcie_rx_bytes_per_s": {int(k): v for k, v in
+                                                raw["pcie_rx_bytes_per_s"].items()},
+                        "pcie_tx_bytes_per_s": {int(k): v for k, v in
+                                                raw["pcie_tx_bytes_per_s"].items()}})
 
 
 def alive(pid: int, started: float) -> bool:
