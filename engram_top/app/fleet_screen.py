@@ -14,10 +14,11 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from collectors import GIB, gib, percent, tokens, visible
 from engram_top.app.compare_screen import CompareScreen
+from engram_top.app.footer import KeyFooter
 from engram_top.app.node_screen import NodeScreen
 from engram_top.app.process_end import EndsAsTheProcess
 from engram_top.app.repaint import RepaintsRows
@@ -165,7 +166,7 @@ class FleetApp(EndsAsTheProcess, SurvivesHangUp, SafeOutput, RepaintsRows, App[i
         yield DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
         yield Input(placeholder="filter: words, or column=value (placement=host state=stale)",
                     id="filter")
-        yield Footer()
+        yield KeyFooter()
 
     async def on_mount(self) -> None:
         if self.own_process:

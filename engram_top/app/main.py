@@ -16,7 +16,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal
 from textual.css.query import NoMatches
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from collectors import seconds, tokens, visible, weights_gb
 from engram_top import model
@@ -25,6 +25,7 @@ from engram_top.app import panels
 from engram_top.app.after_polls import RedrawsAfterPolls
 from engram_top.app.dialogs import ConfirmScreen
 from engram_top.app.fit_dialog import FitScreen
+from engram_top.app.footer import KeyFooter
 from engram_top.app.history_screen import Charts, ChartView, HistoryScreen
 from engram_top.app.keymap import keep_a_quit_key
 from engram_top.app.palette import KeysShown
@@ -172,7 +173,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             yield ServerLog(id="log", max_lines=500, wrap=False, markup=False)
         yield VerdictStrip(id="verdict")
         yield Static(id="events")
-        yield Footer(compact=True)  # one blank between keys: a replay's fit 100 columns
+        yield KeyFooter(compact=True)  # one blank between keys: a replay's fit 100 columns
 
     def on_mount(self) -> None:
         table = self.query_one("#scenarios", DataTable)

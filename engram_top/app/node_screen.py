@@ -9,10 +9,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from engram_top import model
 from engram_top.app import panels
+from engram_top.app.footer import KeyFooter
 from engram_top.app.history_screen import HistoryScreen
 from engram_top.app.panel import Panel
 from engram_top.app.repaint import repaint_rows
@@ -47,7 +48,7 @@ class NodeScreen(Screen[None]):
             yield Panel("Latency · histogram_quantile", panels.latency_panel,
                         panels.LATENCY_SOURCES, id="latency")
         yield Static(id="node-foot")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self.draw)
