@@ -23,6 +23,7 @@ from engram_top import model
 from engram_top.alerts import AlertChange
 from engram_top.app import panels
 from engram_top.app.after_polls import RedrawsAfterPolls
+from engram_top.app.breakpoints import set_size_classes
 from engram_top.app.dialogs import ConfirmScreen
 from engram_top.app.fit_dialog import FitScreen
 from engram_top.app.footer import KeyFooter
@@ -176,6 +177,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         yield KeyFooter(compact=True)  # one blank between keys: a replay's fit 100 columns
 
     def on_mount(self) -> None:
+        set_size_classes(self)  # before the first layout, not after the first frame
         table = self.query_one("#scenarios", DataTable)
         self._lay_out_scenarios()
         self._notice(self.size.width, self.size.height)
