@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from textual.app import ComposeResult
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -20,6 +21,10 @@ class KeyFooter(Footer):
     """A Footer whose bindings signal makes its keys again at most once per refresh, and
     only when what they would show (keys, labels, enabled, tooltips, groups) differs."""
 
+    # Keys from the first compose, in the first frame: Textual's Footer shows none until the
+    # first bindings signal, after that frame, and is then made again; a later change of
+    # focus or keys is compared as any other.
+    _bindings_ready = reactive(True, repaint=False)
     _shown: Hashable = None  # what the last compose showed
     _pending = False  # a look at the bindings is due after the next refresh
 
@@ -28,10 +33,15 @@ class KeyFooter(Footer):
         if not self._bindings_ready:  # Textual's flag: compose shows nothing until set
             return None
         app = self.app
-        return (self.compact, self.show_command_palette, tuple(
-            (b.key, app.get_key_display(b), b.description, b.action, b.show, b.group,
-             b.tooltip, enabled, tooltip)
-            for _, b, enabled, tooltip in self.screen.active_bindings.values()))
+        active = self.screen.active_bindings
+        shown = [(b, enabled, tooltip) for _, b, enabled, tooltip in active.values() if b.show]
+        if self.show_command_palette and app.ENABLE_COMMAND_PALETTE \
+                and app.COMMAND_PALETTE_BINDING in active:  # shown whatever its show says
+            _, b, enabled, tooltip = active[app.COMMAND_PALETTE_BINDING]
+            shown.append((b, enabled, tooltip))
+        return (self.compact, tuple(
+            (b.key, app.get_key_display(b), b.description, b.action, b.group, b.tooltip,
+             enabled, tooltip) for b, enabled, tooltip in shown))
 
     def compose(self) -> ComposeResult:
         self._shown = self._showing()

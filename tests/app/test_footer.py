@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Input
@@ -13,7 +14,6 @@ from engram_top.app.footer import KeyFooter
 class Keys(App[None]):
     BINDINGS = [Binding("q", "quit", "Quit", id="quit"), Binding("1", "pick", "Pick"),
                 Binding("x", "stop", "Stop")]
-    ENABLE_COMMAND_PALETTE = False
     can_stop = False
 
     def compose(self) -> ComposeResult:
@@ -36,26 +36,27 @@ def shown(app: Keys) -> list[str]:
     return [str(key.description) for key in footer.query(FooterKey)]
 
 
-async def test_the_same_keys_are_not_made_again_and_new_ones_are() -> None:
+async def test_the_same_keys_are_not_made_again_and_new_ones_are(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    made = []
+    original = KeyFooter.recompose
+
+    async def counted(footer: KeyFooter) -> None:
+        made.append(1)
+        await original(footer)
+
+    monkeypatch.setattr(KeyFooter, "recompose", counted)
     app = Keys()
     async with app.run_test(size=(100, 10)) as pilot:
+        # The keys are in the first compose: the signals of the start make nothing again.
         await pilot.pause()
-        footer = app.query_one(KeyFooter)
-        assert shown(app) == ["Quit", "Pick"]
-        made = []
-        original = footer.recompose
-
-        async def counted() -> None:
-            made.append(1)
-            await original()
-
-        footer.recompose = counted  # type: ignore[method-assign]
+        assert shown(app) == ["Quit", "Pick", "palette"]
         for _ in range(5):  # what the dashboard's start sends: nothing shown changes
             app.refresh_bindings()
-        app.query_one(DataTable).focus()
+        app.query_one(DataTable).focus()  # its keys are hidden ones
         await pilot.pause()
         await pilot.pause()
-        assert made == [] and shown(app) == ["Quit", "Pick"]
+        assert made == [] and shown(app) == ["Quit", "Pick", "palette"]
 
         app.can_stop = True  # a key that appears: made again, once, for three signals
         app.refresh_bindings()
@@ -64,10 +65,11 @@ async def test_the_same_keys_are_not_made_again_and_new_ones_are() -> None:
         await pilot.pause()
         await pilot.pause()
         assert made == [1]
-        assert shown(app) == ["Quit", "Pick", "Stop"]
+        assert shown(app) == ["Quit", "Pick", "Stop", "palette"]
 
         app.set_keymap({"quit": "ctrl+q"})  # a remap changes what a key reads
         await pilot.pause()
         await pilot.pause()
         assert len(made) == 2
-        assert {k.key for k in app.query_one(KeyFooter).query(FooterKey)} == {"ctrl+q", "1", "x"}
+        keys = {k.key for k in app.query_one(KeyFooter).query(FooterKey)}
+        assert keys == {"ctrl+q", "1", "x", "ctrl+p"}
