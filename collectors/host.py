@@ -60,7 +60,8 @@ class HostBackend(Protocol):
 
     def process_memory(self, pid: int) -> dict[str, int] | None:
         """VmRSS, RssAnon, RssFile, RssShmem in bytes, and VmPin, VmLck where the kernel
-        gives them; None if the process is gone."""
+        gives them; None if the process is gone; PermissionError where this user may not
+        read it (/proc mounted hidepid=1 and another user's process)."""
 
     def children(self, pid: int) -> list[int] | None:
         """The process's descendants; None if the process is gone."""
@@ -297,7 +298,7 @@ def sample(backend: HostBackend, root_pid: int | None,
     vm = backend.vmstat()
     page = 4096
     swap_total = mi.get("SwapTotal", 0)
-    tree = tree_memory(backend, root_pid, members) if root_pid else None
+    tree, unreadable = tree_memory(backend, root_pid, members) if root_pid else (None, ())
     nodes, numa_problem = numa.reading(backend, mi.get("Hugepagesize", 0),
                                        tree.pids if tree else (), share,
                                        tree.rss_shmem_bytes if tree else None)
@@ -321,6 +322,7 @@ def sample(backend: HostBackend, root_pid: int | None,
         backend=backend.name,
         numa_nodes=nodes,
         numa_problem=numa_problem,
+        tree_problem=tree_problem(root_pid, tree, unreadable),
         oom_kills=vm.get("oom_kill"),
         cgroup=(cg := backend.cgroup(root_pid)),
         server_container=cgroup.container_name(cg.path) if tree and cg is not None else "",
@@ -332,33 +334,55 @@ def sample(backend: HostBackend, root_pid: int | None,
     )
 
 
-def tree_memory(backend: HostBackend, root_pid: int,
-                members: TreeMembers | None = None) -> ProcessTreeMemory | None:
+def tree_memory(backend: HostBackend, root_pid: int, members: TreeMembers | None = None
+                ) -> tuple[ProcessTreeMemory | None, tuple[int, ...]]:
+    """The server's tree's memory (None when its root is gone or none of it can be read),
+    and the members this user may not read, whose memory is left out of it."""
     if members is None:
         kids = backend.children(root_pid)
         pids = None if kids is None else [root_pid, *kids]
     else:
         pids = members.get(backend, root_pid)
     if pids is None:
-        return None
+        return None, ()
     totals = dict.fromkeys(STATUS_KEYS, 0)
     pinned: int | None = None
     alive = []
+    unreadable = []
     for pid in pids:
-        mem = backend.process_memory(pid)
+        try:
+            mem = backend.process_memory(pid)
+        except PermissionError:  # one member of the tree: the rest is still read
+            unreadable.append(pid)
+            continue
         if mem is None:  # exited since the listing
             if members is not None:
                 members.gone()
             if pid == root_pid:
-                return None
+                return None, ()
             continue
         alive.append(pid)
         for key in STATUS_KEYS:
             totals[key] += mem[key]
         if any(k in mem for k in PINNED_KEYS):
             pinned = (pinned or 0) + sum(mem.get(k, 0) for k in PINNED_KEYS)
+    if not alive:
+        return None, tuple(unreadable)
     return ProcessTreeMemory(root_pid, tuple(alive), totals["VmRSS"], totals["RssAnon"],
-                             totals["RssFile"], totals["RssShmem"], pinned)
+                             totals["RssFile"], totals["RssShmem"], pinned), tuple(unreadable)
+
+
+def tree_problem(root_pid: int | None, tree: ProcessTreeMemory | None,
+                 unreadable: tuple[int, ...]) -> str:
+    """The Host RAM panel's line on a tree this user may not read whole ("" when read)."""
+    if not unreadable:
+        return ""
+    if tree is None:
+        return (f"server (pid {root_pid}): its /proc is not readable by this user (hidepid, or "
+                "another user's): its memory is not in the server's share")
+    pids = ", ".join(map(str, unreadable[:3])) + (", ..." if len(unreadable) > 3 else "")
+    return (f"server: {len(unreadable)} of {len(unreadable) + len(tree.pids)} processes not "
+            f"readable by this user (pid {pids}): their memory is not in the server's share")
 
 
 class HostCollector:

@@ -225,6 +225,9 @@ class HostData:
     # Per NUMA node; empty where the kernel shows none (and in recordings made before).
     numa_nodes: tuple[NumaNode, ...] = ()
     numa_problem: str = ""  # why some NUMA figures are missing, in one line; "" when none
+    # Why the server's tree is missing or partial, in one line: processes of it this user
+    # may not read (/proc mounted hidepid=1, another user's server); "" when none.
+    tree_problem: str = ""
     # Processes the kernel's OOM killer has killed since boot (/proc/vmstat oom_kill, Linux
     # 4.13+); None where the kernel does not say. A rise while a server ran that then died
     # is an OOM kill even where the kernel log cannot be read.

@@ -51,6 +51,7 @@ def host_facts(store: RunStore) -> HostView | None:
         server_rss_shmem_bytes=tree.rss_shmem_bytes if tree else None,
         server_pids=tuple(tree.pids) if tree else (),
         numa_nodes=host.numa_nodes, numa_problem=host.numa_problem,
+        tree_problem=host.tree_problem,
         cgroup=host.cgroup if host.cgroup is not None and host.cgroup.limit_bytes else None,
         # Without the server's tree the cgroup read is this process's own: not the server's.
         container=host.server_container,

@@ -91,6 +91,7 @@ class HostView:
     server_pids: tuple[int, ...]
     numa_nodes: tuple[NumaNode, ...] = ()  # per NUMA node, as the host reading has them
     numa_problem: str = ""
+    tree_problem: str = ""  # the host reading's: the server's processes not all readable
     # The memory cgroup the server runs in, where it has a limit: the kernel kills there.
     cgroup: CgroupMemory | None = None
     # The container the server runs in, from its cgroup ("docker 3f2a1b4c5d6e"); "" where

@@ -42,6 +42,8 @@ def host_panel(store: RunStore, rows: int | None = None,
         out.append((4, row("in", h.container, width)))
     # Δ (the scenario list's figure, model.run_host_delta_bytes), then whose memory it is.
     out += host_rows(store, cols)
+    if h.tree_problem:  # the ledger's server line lacks what this user may not read
+        out.append((3, Text(h.tree_problem, style="yellow", no_wrap=True, overflow="ellipsis")))
     if (shm := shm_row(h)) is not None:
         out.append((6, row("/dev/shm", shm, width)))  # kept over Shmem, dropped before the ledger
     # Pinned host memory (the Engram tables) shows in Shmem and huge pages (the help says);
