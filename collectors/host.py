@@ -160,6 +160,32 @@ class ProcBackend:
             return [c.pid for c in psutil.Process(pid).children(recursive=True)]
         except psutil.NoSuchProcess:
             return None
+        except psutil.AccessDenied:  # it reads every process's stat: hidepid=1 refuses some
+            return self._task_children(pid)
+
+    def _task_children(self, root: int) -> list[int] | None:
+        """The descendants by each thread's children file (Linux 3.5+), which needs only the
+        tree's own /proc; PermissionError where the root's is refused too. A kernel without
+        the files (CONFIG_PROC_CHILDREN) gives the root alone."""
+        found: list[int] = []
+        todo = [root]
+        while todo:
+            pid = todo.pop()
+            try:
+                tasks = os.listdir(f"{self.proc}/{pid}/task")
+            except FileNotFoundError:  # gone since its parent's file listed it
+                if pid == root:
+                    return None
+                continue
+            for tid in tasks:
+                try:
+                    text = read_text(f"{self.proc}/{pid}/task/{tid}/children")
+                except FileNotFoundError:
+                    continue
+                kids = [int(k) for k in text.split() if k.isdigit() and int(k) not in found]
+                found += kids
+                todo += kids
+        return found
 
     def thread_children(self, pid: int) -> list[int] | None:
         try:
@@ -338,11 +364,14 @@ def tree_memory(backend: HostBackend, root_pid: int, members: TreeMembers | None
                 ) -> tuple[ProcessTreeMemory | None, tuple[int, ...]]:
     """The server's tree's memory (None when its root is gone or none of it can be read),
     and the members this user may not read, whose memory is left out of it."""
-    if members is None:
-        kids = backend.children(root_pid)
-        pids = None if kids is None else [root_pid, *kids]
-    else:
-        pids = members.get(backend, root_pid)
+    try:
+        if members is None:
+            kids = backend.children(root_pid)
+            pids = None if kids is None else [root_pid, *kids]
+        else:
+            pids = members.get(backend, root_pid)
+    except PermissionError:  # not even its listing: none of it is this user's to read
+        return None, (root_pid,)
     if pids is None:
         return None, ()
     totals = dict.fromkeys(STATUS_KEYS, 0)

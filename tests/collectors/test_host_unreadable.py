@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import psutil
 import pytest
 from rich.console import Console
 
@@ -89,3 +90,50 @@ async def test_a_readable_tree_has_no_problem(tmp_path: Path) -> None:
     assert reading.data.server_tree is not None
     assert reading.data.server_tree.rss_bytes == 7000 * KIB
     assert "not readable" not in panel_text(reading.data)
+
+
+class Refusing:
+    """psutil's Process where its listing reads another user's stat under hidepid=1."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def children(self, recursive: bool = False) -> list[object]:
+        raise psutil.AccessDenied(999)
+
+
+def write_tasks(proc: Path, kids: dict[int, str]) -> None:
+    for pid, text in kids.items():
+        (proc / str(pid) / "task" / str(pid)).mkdir(parents=True, exist_ok=True)
+        (proc / str(pid) / "task" / str(pid) / "children").write_text(text)
+
+
+def test_a_refused_listing_walks_the_trees_own_children_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host.psutil, "Process", Refusing)
+    proc = tmp_path / "proc"
+    write_tasks(proc, {100: "101 102 ", 101: "103", 102: "", 103: ""})
+    (proc / "100" / "task" / "107").mkdir()  # a second thread of the root, with a child
+    (proc / "100" / "task" / "107" / "children").write_text("104\n")
+    write_tasks(proc, {104: ""})
+    assert sorted(ProcBackend(proc=proc).children(100) or []) == [101, 102, 103, 104]
+    assert ProcBackend(proc=proc).children(555) is None  # gone
+
+
+async def test_a_refused_listing_of_the_root_reads_as_no_tree(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host.psutil, "Process", Refusing)
+    backend = ProcBackend(proc=write(tmp_path).proc, sys=tmp_path / "sys")
+    listdir = host.os.listdir
+
+    def refused(path: str | Path) -> list[str]:
+        if str(path).endswith("/100/task"):
+            raise PermissionError(13, "Permission denied", path)
+        return listdir(path)
+
+    monkeypatch.setattr(host.os, "listdir", refused)
+    reading = await HostCollector(backend, root_pid=100).poll()
+    assert reading.status is Status.OK and reading.data is not None
+    assert reading.data.server_tree is None
+    assert reading.data.tree_problem.startswith(
+        "server (pid 100): its /proc is not readable by this user")
