@@ -135,7 +135,11 @@ class ProcBackend:
         self.cgroup_root = sys / "fs" / "cgroup"
 
     def meminfo(self) -> dict[str, int]:
-        return parse_meminfo(read_text(f"{self.proc}/meminfo"))
+        path = f"{self.proc}/meminfo"
+        fields = parse_meminfo(read_text(path))
+        if "MemTotal" not in fields:  # every kernel writes it: not a meminfo (a bind mount?)
+            raise ValueError(f"{path} has no MemTotal line")
+        return fields
 
     def vmstat(self) -> dict[str, int]:
         # Three of its 170-odd lines, found without splitting the others.

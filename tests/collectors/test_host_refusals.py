@@ -1,7 +1,8 @@
-"""A server's processes this user may not read (/proc mounted hidepid=1, another user's
-server): the host reading stays, the tree is what can be read, and the panel says what is
-missing. The kernel's refusal is raised where it would be, in the status file's read (the
-tests run as root, whom no mode bit refuses)."""
+"""A /proc that refuses or lacks what the host reading needs. A server's processes this user
+may not read (/proc mounted hidepid=1, another user's server): the host reading stays, the
+tree is what can be read, and the panel says what is missing. The kernel's refusal is
+raised where it would be, in the read (the tests run as root, whom no mode bit refuses).
+A meminfo without MemTotal: the reading fails naming the file, not with a KeyError."""
 
 from __future__ import annotations
 
@@ -137,3 +138,12 @@ async def test_a_refused_listing_of_the_root_reads_as_no_tree(
     assert reading.data.server_tree is None
     assert reading.data.tree_problem.startswith(
         "server (pid 100): its /proc is not readable by this user")
+
+
+async def test_a_meminfo_without_memtotal_is_named_and_the_reading_fails_in_words(
+        tmp_path: Path) -> None:
+    backend = write(tmp_path)
+    (backend.proc / "meminfo").write_text("MemFree: 262144 kB\nBuffers: 1 kB\n")
+    reading = await HostCollector(backend, root_pid=100).poll()
+    assert reading.status is Status.ERROR
+    assert reading.message == f"ValueError: {backend.proc}/meminfo has no MemTotal line"
