@@ -106,6 +106,11 @@ class HostBackend(Protocol):
         cannot be read."""
 
 
+def pid_list(text: str) -> list[int]:
+    """A /proc children file's pids ("101 102 ")."""
+    return [int(k) for k in text.split() if k.isdigit()]
+
+
 def parse_meminfo(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in text.splitlines():
@@ -172,6 +177,7 @@ class ProcBackend:
         tree's own /proc; PermissionError where the root's is refused too. A kernel without
         the files (CONFIG_PROC_CHILDREN) gives the root alone."""
         found: list[int] = []
+        seen = {root}
         todo = [root]
         while todo:
             pid = todo.pop()
@@ -186,7 +192,8 @@ class ProcBackend:
                     text = read_text(f"{self.proc}/{pid}/task/{tid}/children")
                 except FileNotFoundError:
                     continue
-                kids = [int(k) for k in text.split() if k.isdigit() and int(k) not in found]
+                kids = [k for k in pid_list(text) if k not in seen]
+                seen.update(kids)
                 found += kids
                 todo += kids
         return found
@@ -196,7 +203,7 @@ class ProcBackend:
             text = read_text(f"{self.proc}/{pid}/task/{pid}/children")
         except OSError:  # gone, or a kernel built without CONFIG_PROC_CHILDREN
             return None
-        return [int(k) for k in text.split() if k.isdigit()]
+        return pid_list(text)
 
     def node_meminfo(self) -> dict[int, dict[str, int]] | None:
         return numa.read_node_meminfo(self.sys)
