@@ -556,10 +556,21 @@ async def test_queue_time_excludes_the_scaled_prefill() -> None:
 
 async def _first_tokens(core: ServerCore, sizes: list[int]) -> list[tuple[float, float]]:
     """Each request's arrival and first-token time; request i is sent when the list says
-    (seconds after the first), its arrival stamped then, as the HTTP layer stamps it."""
+    (seconds after the first arrival), its arrival stamped then, as the HTTP layer stamps it.
+    The delays count from the first arrival's stamp, not from the senders' start: on a busy
+    machine a loop that stalls past them would otherwise send the whole list at once."""
+    first: list[float] = []
+    started = asyncio.Event()
+
     async def one(n_in: int, after: float) -> tuple[float, float]:
-        await asyncio.sleep(after)
+        if after:
+            await started.wait()
+            while (left := first[0] + after - time.monotonic()) > 0:
+                await asyncio.sleep(left)
         arrived = time.monotonic()
+        if not first:
+            first.append(arrived)
+            started.set()
         async for _, t in core.generate(n_in, 1, arrived=arrived):
             return arrived, t
         raise AssertionError("no token")
