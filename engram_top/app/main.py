@@ -1,5 +1,5 @@
-"""The Textual dashboard. It reads the session's store twice a second and redraws only the
-panels whose sources changed; the session does all I/O."""
+"""The Textual dashboard. It reads the session's store after each round of polls and redraws
+only the panels whose sources changed; the session does all I/O."""
 
 from __future__ import annotations
 
@@ -51,8 +51,7 @@ if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of millis
 
 # The screen follows the readings: redrawn as often as the sources are polled (every 1 s
 # by default), and at most twice a second for a faster poll. Keys redraw at once.
-REFRESH_S = 0.5
-REFRESH_MAX_S = 1.0
+REFRESH_S, REFRESH_MAX_S = 0.5, 1.0
 MIN_COLS, MIN_ROWS = 100, 30  # the smallest terminal every panel fits whole
 # The scenario list's columns and widths (no cell padding: each width leaves its own gap).
 # All six at every size: at 100 columns they take 70 and the log pane the other 30, as the
@@ -233,6 +232,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
     async def start_session(self) -> None:
         try:
             await self.session.start()
+            self.refresh_panels()  # what it brought (the node, a row) now, not a second on
         except FitRefused as exc:  # the session is up; its first start waits for the answer
             self._refused("start", exc)
         except Exception as exc:  # shown, and the app stays up so the user can read it
