@@ -15,6 +15,7 @@ written (compile_bytecode), as any start after the first has it.
     python benchmarks/bench_ui_cpu.py [--gpus 4,8] [--clients 0,4] [--seconds 60]
                                       [--steady-after 130] [--profile DIR]
                                       [--follow-node] [--demo] [--floor] [--against DIR]
+                                      [--first-minutes N]
 
 --clients: idle (0), then under a load of that many clients sending short completions to
 the watched server in closed loops (benchmarks/ui_load.py; about 57 requests a second with
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 import psutil
 
@@ -107,7 +109,7 @@ def cpu_seconds(pid: int) -> float:
 
 def measure(gpus: int, seconds: float, steady_after: float, work: Path,
             follow_node: bool = False, clients: int = 0, profile: Path | None = None,
-            floor: bool = False, against: Path | None = None
+            floor: bool = False, against: Path | None = None, first_minutes: int = 1
             ) -> tuple[dict[str, dict[str, dict[str, float]]], str]:
     nvitop = shutil.which("nvitop", path=str(BIN)) or shutil.which("nvitop")
     if nvitop is None:
@@ -131,30 +133,40 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
             load = subprocess.Popen(
                 [sys.executable, str(ROOT / "benchmarks" / "ui_load.py"),
                  f"http://127.0.0.1:{port}", "--clients", str(clients),
-                 "--seconds", str(steady_after + 2 * seconds + 120)],
+                 "--seconds", str(steady_after + (first_minutes + 1) * (seconds + 20) + 120)],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 start_new_session=True)
         argv = [str(BIN / "engram-top"), "attach", f"http://127.0.0.1:{port}", "--no-record"]
         compile_bytecode()
         starts = sorted(first_frame(socket, argv, env, i) for i in range(FIRST_FRAMES))
-        sessions = [Tmux("nvitop", socket, [nvitop, "--interval", "1"], env),
-                    Tmux("engram-top", socket, argv, env)]
-        if floor:  # the framework's own cost of a screen like ours, redrawn once a second
-            for name, mode in (("textual floor", ()), ("textual floor, lines", ("--lines",))):
-                sessions.append(Tmux(name, socket, [
-                    sys.executable, str(ROOT / "benchmarks" / "textual_floor.py"), *mode], env))
-        if against is not None:  # another checkout's attach (run from its folder), beside
-            sessions.append(Tmux(f"engram-top ({against.name})", socket,
-                                 [sys.executable, "-m", "engram_top", *argv[1:]],
-                                 {**env, "PYTHONPATH": str(against)}, cwd=against))
-        pids = {s.name: wait_for(s.pid, 10, f"{s.name}'s pane") for s in sessions}
-        wait_for(lambda: "GPU" in sessions[1].screen() and "KV pool" in sessions[1].screen(),
-                 30, "engram-top's first frame")
-        shown_at = time.monotonic()
         out: dict[str, dict[str, dict[str, float]]] = {
             "start": {"engram-top": {"median_s": starts[len(starts) // 2],
                                      "min_s": starts[0], "max_s": starts[-1]}}}
-        out["first minute"] = window(pids, seconds)
+        pids: dict[str, int] = {}
+        for launch in range(1, first_minutes + 1):
+            # Every program launched afresh for each first minute (the last ones stay for
+            # the steady minute): how much a first minute varies from launch to launch.
+            close(sessions, pids)
+            sessions = [Tmux("nvitop", socket, [nvitop, "--interval", "1"], env),
+                        Tmux("engram-top", socket, argv, env)]
+            if floor:  # the framework's own cost of a screen like ours, redrawn each second
+                for name, mode in (("textual floor", ()),
+                                   ("textual floor, lines", ("--lines",))):
+                    sessions.append(Tmux(name, socket, [
+                        sys.executable, str(ROOT / "benchmarks" / "textual_floor.py"), *mode],
+                        env))
+            if against is not None:  # another checkout's attach (run from its folder)
+                sessions.append(Tmux(f"engram-top ({against.name})", socket,
+                                     [sys.executable, "-m", "engram_top", *argv[1:]],
+                                     {**env, "PYTHONPATH": str(against)}, cwd=against))
+            pids = {s.name: wait_for(s.pid, 10, f"{s.name}'s pane") for s in sessions}
+            shown = sessions[1]
+            wait_for(lambda shown=shown: "GPU" in shown.screen()
+                     and "KV pool" in shown.screen(), 30, "engram-top's first frame")
+            shown_at = time.monotonic()
+            label = "first minute" if first_minutes == 1 else \
+                f"first minute (launch {launch} of {first_minutes})"
+            out[label] = window(pids, seconds)
         time.sleep(max(0.0, shown_at + steady_after - time.monotonic()))
         spy = None if profile is None else py_spy(pids["engram-top"], seconds, profile)
         out["steady"] = window(pids, seconds)
@@ -173,6 +185,14 @@ def measure(gpus: int, seconds: float, steady_after: float, work: Path,
             load.wait(10)
         os.killpg(server.pid, 15)
         server.wait(30)
+
+
+def close(sessions: list[Tmux], pids: dict[str, int]) -> None:
+    """Each session ended and its program gone (a launch's programs before the next)."""
+    for session in sessions:
+        session.kill()
+    for name, pid in pids.items():
+        wait_for(lambda pid=pid: not psutil.pid_exists(pid), 15, f"{name} to end")
 
 
 def py_spy_path() -> str:
@@ -287,6 +307,15 @@ def report(gpus: int, clients: int, seconds: float,
                       f"{f['cpu_pct']:.2f}% CPU, {f['rss_mib']:.0f} MiB (ratio to nvitop "
                       f"{f['cpu_pct'] / n['cpu_pct']:.2f}; this checkout / it "
                       f"{e['cpu_pct'] / max(f['cpu_pct'], 1e-9):.2f})", flush=True)
+    launches = [r for label, r in result.items() if label.startswith("first minute (")]
+    if launches:
+        for name in launches[0]:
+            if name == "nvitop":
+                continue
+            ratios = sorted(r[name]["cpu_pct"] / r["nvitop"]["cpu_pct"] for r in launches)
+            print(f"{gpus} GPUs, {'loaded' if clients else 'idle'}, first minute over "
+                  f"{len(launches)} launches: {name} / nvitop median {median(ratios):.2f} "
+                  f"({ratios[0]:.2f}-{ratios[-1]:.2f})", flush=True)
 
 
 def main() -> int:
@@ -311,6 +340,10 @@ def main() -> int:
     ap.add_argument("--against", type=Path, metavar="DIR",
                     help="also another checkout's attach (a git worktree of an earlier "
                          "commit), in the same window: before and after, one noise")
+    ap.add_argument("--first-minutes", type=int, default=1, metavar="N",
+                    help="first minutes measured, each with every program launched afresh "
+                         "(the last launch's steady minute follows): their ratios' median "
+                         "and range")
     ap.add_argument("--demo", action="store_true",
                     help="also the demo: its dashboard's CPU apart from its load driver's")
     args = ap.parse_args()
@@ -328,7 +361,8 @@ def main() -> int:
                     prof.unlink(missing_ok=True)
                 result, load = measure(gpus, args.seconds, args.steady_after, Path(tmp),
                                        args.follow_node, clients, prof, args.floor,
-                                       args.against.resolve() if args.against else None)
+                                       args.against.resolve() if args.against else None,
+                                       max(1, args.first_minutes))
             report(gpus, clients, args.seconds, result, load)
     if args.demo:
         with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
