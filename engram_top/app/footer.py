@@ -214,6 +214,7 @@ class KeyFooter(Widget, can_focus=False):
             return Strip.blank(width, ground)
         left, right = self._line
         right_at = self._right_at()
+        self._scroll = min(self._scroll, self._overflow())  # a wider terminal, fewer keys
         shown = Strip([Segment(i.text, self._style(i)) for i in left]).crop(
             self._scroll, self._scroll + right_at).adjust_cell_length(right_at, ground)
         palette = Strip([Segment(i.text, self._style(i)) for i in right])

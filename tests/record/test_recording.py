@@ -90,6 +90,15 @@ def shown(store: RunStore) -> dict[str, Any]:
             "run": facts.run_facts(store)}
 
 
+def ready_moment(captures: list[tuple[float, dict[str, Any]]],
+                 name: str) -> tuple[float, dict[str, Any]] | None:
+    """The first capture in which server ``name`` was ready with its KV pool and its GPUs'
+    weights read (None: none was)."""
+    return next(((t, c) for t, c in captures if c["run"] and c["kv"]
+                 and (c["run"].scenario, c["run"].state) == (name, "ready")
+                 and c["gpu"] and c["gpu"][0].weights_gb is not None), None)
+
+
 def tree(pid: int) -> set[int]:
     return {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
 
@@ -115,10 +124,16 @@ async def record_demo(base: Path) -> Demo:
         assert await session.wait_ready(60), "the device server never became ready"
         pids |= tree(session.run.pid)
         await until(None, with_figures, 30, "device latency figures")
+        # A reading of it ready, for the replay's tests to seek to: on a busy machine the
+        # figures can come before any reading after the ready one.
+        await until(None, lambda: ready_moment(captures, "device"), 30,
+                    "a reading of the ready device server")
         await session.switch("host-prefetch")
         assert await session.wait_ready(60), "host-prefetch never became ready"
         pids |= tree(session.run.pid)
         await until(None, with_figures, 30, "host-prefetch latency figures")
+        await until(None, lambda: ready_moment(captures, "host-prefetch"), 30,
+                    "a reading of the ready host-prefetch server")
     finally:
         await session.close()
         recorder.close()
@@ -202,8 +217,9 @@ async def test_replay_restores_the_demo_without_a_node(demo: Demo) -> None:
         # A moment the device server was ready with its KV pool read: looked for in every
         # capture, not only the picks (on a busy machine it may be ready for fewer than four
         # readings before the switch), and sought to again.
-        t, device_moment = next((t, c) for t, c in demo.captures if c["run"] and c["kv"]
-                                and (c["run"].state, c["run"].scenario) == ("ready", "device"))
+        moment = ready_moment(demo.captures, "device")
+        assert moment is not None
+        t, device_moment = moment
         session.seek(t)
         assert shown(store) == device_moment
         assert device_moment["kv"].capacity_tokens == 11_840_000
@@ -296,10 +312,9 @@ async def test_dashboard_shows_the_replay(demo: Demo) -> None:
     session = ReplaySession(demo.path, paused=True)
     app = EngramTopApp(session, clock=session.clock)
     # The first moment each server was ready with its figures on screen, live.
-    ready_at = {name: next(t for t, c in demo.captures if c["run"] and c["kv"]
-                           and c["run"].scenario == name and c["run"].state == "ready"
-                           and c["gpu"] and c["gpu"][0].weights_gb is not None)
-                for name in ("device", "host-prefetch")}
+    moments = {name: ready_moment(demo.captures, name) for name in ("device", "host-prefetch")}
+    ready_at = {name: moment[0] for name, moment in moments.items() if moment is not None}
+    assert len(ready_at) == 2, moments
     async with app.run_test(size=(200, 70)) as pilot:
         await until(pilot, lambda: "preparing the node" in screen_text(app),
                     what="the header before any run")
