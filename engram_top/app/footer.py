@@ -187,14 +187,16 @@ class KeyFooter(Widget, can_focus=False):
             label = self.get_component_styles("footer-key--label")
             bg = ground + label.background
             return Style(color=(bg + label.color).rich_color, bgcolor=bg.rich_color)
-        lit = item.key is not None and item.key is self._hover
-        own = self.get_component_styles("footer-key--hover" if lit else "footer-key--item")
-        bg = ground + own.background
-        fg = bg + (own.color if lit else self.styles.color)
+        unlit = ground + self.get_component_styles("footer-key--item").background
+        if item.key is not None and item.key == self._hover:
+            hover = self.get_component_styles("footer-key--hover")
+            bg = ground + hover.background
+            fg = bg + hover.color
+        else:
+            bg, fg = unlit, unlit + self.styles.color
         base = Style(color=fg.rich_color, bgcolor=bg.rich_color, dim=not item.enabled or None)
         if item.part == "separator":  # a border: its colour over the unlit ground
             line = self.get_component_styles("footer-key--separator").color
-            unlit = ground + self.get_component_styles("footer-key--item").background
             return base + Style(color=(unlit + line).rich_color)
         if item.part == "padding":
             return Style(bgcolor=bg.rich_color)
@@ -237,7 +239,7 @@ class KeyFooter(Widget, can_focus=False):
     def on_mouse_move(self, event: events.MouseMove) -> None:
         item = self._at(event.x)
         key = item.key if item is not None else None
-        if key is not self._hover:
+        if key != self._hover:  # by value: a remap makes the keys' Bindings anew
             self._hover = key
             self.tooltip = (item.tooltip or None) if item is not None and key else None
             self.refresh()
