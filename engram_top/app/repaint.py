@@ -25,6 +25,7 @@ from textual.geometry import Region
 from textual.screen import Screen
 
 from engram_top.app.mixin import AppMixin
+from engram_top.app.settled_screen import SettledScreen
 
 try:
     from textual._compositor import ChopsUpdate, Compositor
@@ -123,7 +124,7 @@ def repaint_rows(screen: Screen[Any]) -> Screen[Any]:
 
 class RepaintsRows(AppMixin):
     """For an App: its default screen (the dashboard, the fleet table) repaints as
-    RowsCompositor does."""
+    RowsCompositor does, and is laid out only when something changed (SettledScreen)."""
 
     def get_default_screen(self) -> Screen[Any]:
-        return repaint_rows(super().get_default_screen())
+        return repaint_rows(SettledScreen(id="_default"))
