@@ -166,6 +166,7 @@ class StaticSession:
     replay = None
     poll_interval = 0.5  # redrawn at the dashboard's fastest
     secrets: tuple[str, ...] = ()
+    attaching: tuple[str, ...] = ()
     slos: tuple[Any, ...] = ()
 
     def close_now(self) -> None:

@@ -27,6 +27,7 @@ class BorrowedSession:
     replay = None  # drawn as the moment it is at, without a replay's controls
     poll_interval = 1.0  # the drawing is refreshed by hand (render_svg), not on a timer
     secrets: tuple[str, ...] = ()  # the app takes no snapshot of it: its caller does
+    attaching: tuple[str, ...] = ()
 
     def __init__(self, session: Drawable) -> None:
         self.store = session.store

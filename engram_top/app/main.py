@@ -18,7 +18,7 @@ from textual.containers import Grid, Horizontal
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Static
 
-from collectors import seconds, tokens, visible, weights_gb
+from collectors import visible
 from engram_top import model
 from engram_top.alerts import AlertChange
 from engram_top.app import panels
@@ -35,13 +35,14 @@ from engram_top.app.process_end import EndsAsTheProcess
 from engram_top.app.quitting import QuitsAsking
 from engram_top.app.repaint import RepaintsRows
 from engram_top.app.replay_keys import ReplayKeys, replay_line
-from engram_top.app.safe import SafeOutput, cell, safe
+from engram_top.app.safe import SafeOutput, safe
+from engram_top.app.scenario_rows import ScenarioRows
 from engram_top.app.server_log import ServerLog
 from engram_top.app.sessions import DashboardSession, ReplayControls
 from engram_top.app.snapshot_keys import TakesSnapshots
 from engram_top.app.terminal import SurvivesHangUp
 from engram_top.app.verdict_strip import VerdictStrip
-from engram_top.model import UNDER_WAY, FitRefused, RunFacts, RunState, RunStore
+from engram_top.model import UNDER_WAY, FitRefused, RunStore
 from engram_top.seed import default_reference
 from engram_top.settings import UserConfig
 
@@ -53,12 +54,6 @@ if TYPE_CHECKING:  # loaded when used: each costs the first frame tens of millis
 # by default), and at most twice a second for a faster poll. Keys redraw at once.
 REFRESH_S, REFRESH_MAX_S = 0.5, 1.0
 MIN_COLS, MIN_ROWS = 100, 30  # the smallest terminal every panel fits whole
-# The scenario list's columns and widths (no cell padding: each width leaves its own gap).
-# All six at every size: at 100 columns they take 70 and the log pane the other 30, as the
-# headline figures of each placement (KV tokens, weights, host Δ) matter more to a room
-# than a log line's tail. A state holds 9 cells: "stopping", "▸ KV pool" (PHASE_SHORT).
-SCENARIO_COLUMNS = (("scenario", 16), ("state", 10), ("ready", 8), ("KV tokens", 10),
-                    ("weights GB", 11), ("host Δ", 11))
 # The trend strip's two minutes over its ~70 dot columns (160 columns wide): a column is
 # about 1.7 s, so a redraw every 2 s moves it by one column, never less.
 CHART_EVERY_S = 2.0
@@ -70,7 +65,8 @@ SPEED_KEYS = Binding.Group("Speed")
 
 
 class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsTheProcess,
-                   SurvivesHangUp, SafeOutput, RepaintsRows, RedrawsAfterPolls, App[int]):
+                   SurvivesHangUp, SafeOutput, ScenarioRows, RepaintsRows, RedrawsAfterPolls,
+                   App[int]):
     """The dashboard over one session (DashboardSession): the panels, the scenario list,
     the server log and the events line, redrawn from the session's store; its keys call the
     session (start, switch, stop, attach) or move its replay. The keys' help and palette,
@@ -167,7 +163,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             for key in TREND_CHARTS:
                 yield ChartView(partial(trends.draw, key), id=f"trend-{key}")
         with Horizontal(id="bottom"):
-            # No cell padding: each column's width leaves its own gap (SCENARIO_COLUMNS).
+            # No cell padding: each column's width leaves its own gap (scenario_rows).
             yield DataTable(id="scenarios", cursor_type="row", zebra_stripes=True,
                             cell_padding=0)
             yield ServerLog(id="log", max_lines=500, wrap=False, markup=False)
@@ -278,14 +274,6 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
             return  # before on_mount (its own layout comes then), or tearing down
         self._notice(event.size.width, event.size.height)
 
-    def _lay_out_scenarios(self) -> None:
-        """The scenario list's columns (SCENARIO_COLUMNS), and its width: they, a border
-        each side, a scroll bar; the log pane takes the rest."""
-        table = self.query_one("#scenarios", DataTable)
-        for label, width in SCENARIO_COLUMNS:
-            table.add_column(label, width=width)
-        table.styles.width = sum(width for _, width in SCENARIO_COLUMNS) + 4
-
     def _notice(self, cols: int, rows: int) -> None:
         """Below 100x30 the screen says what it needs, rather than hide a GPU."""
         if cols >= MIN_COLS and rows >= MIN_ROWS:
@@ -316,44 +304,6 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
                         severity="error" if change.alert.severity == "error" else "warning",
                         timeout=10)
 
-    # ------------------------------------------------------------------ scenario list
-    def _scenario_names(self) -> list[str]:
-        store = self.session.store
-        names = list(store.scenarios.scenarios) if store.scenarios is not None else []
-        return names + [n for n in store.history if n not in names]
-
-    def _refresh_scenarios(self, store: RunStore) -> None:
-        rows = []
-        for name in self._scenario_names():
-            f: RunFacts | None = store.history.get(name)
-            r = f.results if f else model.RunFigures()
-            current = store.run is not None and f is store.run
-            state = "–" if f is None else f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}" \
-                if f.state == RunState.STARTING else \
-                panels.run_state(store, f, silent=panels.Shown.NO_ANSWER)
-            # The live run's is the Host RAM panel's own figure, written the same way.
-            delta = panels.host_delta(model.run_host_delta_bytes(store, f))
-            row = (("▶ " if current else "  ") + name, state,
-                   seconds(r.ready_s), tokens(r.kv_tokens), weights_gb(r.weights_gb), delta)
-            rows.append(row)
-        if tuple(rows) == self._rows:
-            return
-        if len(rows) != len(self._rows):
-            self.refresh_bindings()  # the footer's numbers follow the rows
-        table = self.query_one("#scenarios", DataTable)
-        cursor = table.cursor_row
-        table.clear()
-        for row in rows:
-            table.add_row(*(cell(c) for c in row))  # scenario names come from a file
-        self._rows = tuple(rows)
-        if rows:
-            table.move_cursor(row=min(cursor, len(rows) - 1))
-
-    def _selected(self) -> str | None:
-        names = self._scenario_names()
-        row = self.query_one("#scenarios", DataTable).cursor_row
-        return names[row] if 0 <= row < len(names) else None
-
     # ------------------------------------------------------------------ control
     def _serving(self) -> str | None:
         """Why stopping now would cut off users: other clients' requests in flight, if any
@@ -375,6 +325,9 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         if attached is not None and not attached.owned:
             if attached is not store.run:
                 self.control("watch", name)
+            return
+        if name is not None and name in self.session.attaching:
+            self.notify(f"{name}: still attaching")
             return
         if name is None or store.scenarios is None or name not in store.scenarios.scenarios:
             self.notify("nothing to start here", severity="warning")

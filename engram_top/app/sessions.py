@@ -63,6 +63,10 @@ class DashboardSession(Protocol):
     @property
     def secrets(self) -> Sequence[str]:
         """What a snapshot of it must not show (an API key)."""
+    @property
+    def attaching(self) -> Sequence[str]:
+        """The servers its start will attach and has not yet (their URLs as shown): the
+        scenario list has their rows from the first frame."""
 
     async def start(self) -> None: ...
     async def close(self) -> None: ...

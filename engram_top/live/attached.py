@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,12 @@ if TYPE_CHECKING:
     from engram_top.seed.reference import Reference
 
 
+def to_attach(urls: Sequence[str]) -> tuple[str, ...]:
+    """The servers a start attaches, as shown (no password), in the order it attaches them
+    (the first listed last: it is the one watched)."""
+    return tuple(dict.fromkeys(split_userinfo(url)[0] for url in reversed(urls)))
+
+
 class AttachedServers:
     """Mixed into Session: what it holds that these methods read and write."""
 
@@ -56,6 +62,7 @@ class AttachedServers:
     _look_every: float
     _attached_engine: dict[str, Engine]
     _answered: set[str]  # attached servers' URLs that answered once (a death before: start-up)
+    attaching: tuple[str, ...]  # those the start has yet to attach, as shown (no password)
 
     announce: Callable[[str], None]
     add_source: Callable[..., None]  # Session.add_source(source, interval=None)
@@ -77,6 +84,7 @@ class AttachedServers:
             engine_name=engine.display, words=dict(engine.words),
             finding_processes=shown not in self._attached_env)
         self.store.set_run(facts)
+        self.attaching = tuple(u for u in self.attaching if u != shown)
         name = f"server {shown}"
         if shown not in self._attached_env:
             self._attached_env[shown] = {}

@@ -3,11 +3,13 @@ polls, its load and its lifetime (the commands build these from their options)."
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from engram_top.alerts.thresholds import Thresholds
 from engram_top.live.load import LoadSpec
+from engram_top.settings.paths import default_state_dir
 
 
 @dataclass(frozen=True)
@@ -33,3 +35,12 @@ class SessionOptions:
     lock_wait_s: float = 0.0
     # The user's alert thresholds (their config file's [alerts]); None: the defaults.
     thresholds: Thresholds | None = None
+
+    def stop_command(self) -> str:
+        """`engram-top stop FILE`, with --state-dir where this session's is not FILE's own:
+        what stops a server it leaves running."""
+        words = ["engram-top", "stop", str(self.scenario_file)]
+        if self.scenario_file is not None and self.state_dir is not None and \
+                self.state_dir.resolve() != default_state_dir(self.scenario_file).resolve():
+            words += ["--state-dir", str(self.state_dir)]
+        return shlex.join(words)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import shlex
 import shutil
 import socket
 import tempfile
@@ -26,7 +25,7 @@ from collectors.source import NodeSource, Source, SourceName
 from engram_top.alerts.monitor import CHECK_EVERY_S, AlertWatch
 from engram_top.compare.slo import DEFAULT as slo_defaults
 from engram_top.compare.slo import Slo
-from engram_top.live.attached import AttachedServers
+from engram_top.live.attached import AttachedServers, to_attach
 from engram_top.live.fit import refusal_for_the_app
 from engram_top.live.forensics import DeathWatch
 from engram_top.live.load import context_len, counters, driver, load_window
@@ -43,7 +42,6 @@ from engram_top.model.facts import summary
 from engram_top.model.left_running import LeftRunning
 from engram_top.model.store import RunFacts, RunStore
 from engram_top.seed import reference
-from engram_top.settings.paths import default_state_dir
 from engram_top.sim import state
 from engram_top.sim.backends import SimGpuBackend, SimHostBackend
 from scenarios import engines
@@ -89,6 +87,7 @@ class Session(AttachedServers):
         self._polls: dict[str, asyncio.Task[None]] = {}
         # The Engram switches in an attached local server's environment, by URL.
         self._attached_env: dict[str, dict[str, str]] = {}
+        self.attaching = to_attach(options.attach)  # listed from the first frame
         self._looked_at, self._look_every = 0.0, 1.0  # the attached server's pid: _look_again
         self._answered: set[str] = set()  # attached URLs that served once (_answers)
         self._attached_engine: dict[str, Engine] = {}  # what a page said, without --engine
@@ -152,6 +151,8 @@ class Session(AttachedServers):
             where = f" {exc.filename}" if exc.filename else ""
             raise SupervisorError(f"cannot use the state folder{where}: "
                                   f"{exc.strerror or exc}") from exc
+        finally:
+            self.attaching = ()  # attached, or never will be by this start
 
     async def _start(self) -> None:
         o = self.options
@@ -266,17 +267,7 @@ class Session(AttachedServers):
         sc = run.scenario
         return (LeftRunning(sc.name, run.pid, sc.host, sc.port,
                             adopted=run.origin is Origin.ADOPTED, asked=told,
-                            stop_with=self._stop_command()),)
-
-    def _stop_command(self) -> str:
-        """`engram-top stop FILE`, with --state-dir where this session's is not FILE's own."""
-        file = self.options.scenario_file
-        words = ["engram-top", "stop", str(file)]
-        state_dir = self.options.state_dir
-        if file is not None and state_dir is not None and \
-                state_dir.resolve() != default_state_dir(file).resolve():
-            words += ["--state-dir", str(state_dir)]
-        return shlex.join(words)
+                            stop_with=self.options.stop_command()),)
 
     def _release(self) -> None:
         self._closed = True

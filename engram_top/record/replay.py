@@ -91,6 +91,7 @@ class ReplaySession:
     # The rest of the app's DashboardSession: a replay runs no load and holds no key.
     poll_interval = 0.5  # records are applied as played: the screen redraws at its fastest
     secrets: tuple[str, ...] = ()
+    attaching: tuple[str, ...] = ()
     slos: tuple[Any, ...] = ()
 
     def __init__(self, path: Path | str, *, speed: float = 1.0, paused: bool = False,

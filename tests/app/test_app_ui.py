@@ -289,8 +289,8 @@ def test_the_header_keeps_the_scenario_and_its_state_whatever_the_width() -> Non
 
 
 def test_a_starting_header_and_the_scenario_list_fit_a_100_column_terminal() -> None:
-    from engram_top.app.main import SCENARIO_COLUMNS
     from engram_top.app.panels import PHASE_SHORT, header
+    from engram_top.app.scenario_rows import ATTACHING, SCENARIO_COLUMNS
     store = scene_store()
     run = store.run
     run.state, run.phase, run.ready_at = "starting", "weights", None
@@ -299,9 +299,10 @@ def test_a_starting_header_and_the_scenario_list_fit_a_100_column_terminal() -> 
     assert len(text.rstrip()) <= 98
     assert "host-prefetch · STARTING" in text and "loading weights · 12.3 s of ~27.3 s" in text
     # The list's state column holds its phase whole ("▸ weights", not "▸ loading wei–"),
-    # with a blank before the next column.
+    # and a server being attached, with a blank before the next column.
     width = dict(SCENARIO_COLUMNS)["state"]
     assert all(len(f"▸ {label}") < width for label in PHASE_SHORT.values())
+    assert len(ATTACHING) < width
 
 
 def host_delta_shown(app: EngramTopApp, scenario: str) -> tuple[str, str]:

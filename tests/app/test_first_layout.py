@@ -1,8 +1,12 @@
 """The dashboard's size classes are set before its first layout, by Textual's own rule, so
 the first frame is laid out once for the terminal it opens in; what the session's start
-brings (the node, the runs) is drawn when the start ends."""
+brings (the node, the runs) is drawn when the start ends; a server being attached has its
+row from the first frame, and its run takes that row."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import pytest
 from helpers import StaticSession, screen_text, until
@@ -12,7 +16,8 @@ from textual.widgets import DataTable
 
 from engram_top.app.breakpoints import breakpoints
 from engram_top.app.main import EngramTopApp
-from engram_top.model.store import RunStore
+from engram_top.model.store import RunFacts, RunStore
+from scenarios.runstate import RunState
 
 H, V = EngramTopApp.HORIZONTAL_BREAKPOINTS, EngramTopApp.VERTICAL_BREAKPOINTS
 
@@ -76,3 +81,45 @@ async def test_what_the_start_brought_is_drawn_when_it_ends_not_at_the_next_redr
             table = app.query_one("#scenarios", DataTable)
             await until(pilot, lambda: table.row_count == 3, 10, "the start's three rows")
             assert "simulated 4x NVIDIA B200" in screen_text(app)
+
+
+URL = "http://127.0.0.1:30000"
+
+
+class _AttachingAtStart(StaticSession):
+    """A session attaching one server, whose start ends when the test says (an attach
+    stays in its start while the node's first readings come)."""
+
+    def __init__(self) -> None:
+        super().__init__(RunStore())
+        self.attaching = (URL,)
+        self.go = asyncio.Event()
+
+    async def start(self) -> None:
+        await super().start()
+        await self.go.wait()
+        self.store.set_run(RunFacts(
+            scenario=URL, placement="?", node=self.store.node, time_scale=1.0,
+            launched_wall=time.time(), launched_at=time.monotonic(), state=RunState.ATTACHED,
+            url=URL, owned=False))
+        self.attaching = ()
+
+
+async def test_a_server_being_attached_has_its_row_from_the_first_frame() -> None:
+    session = _AttachingAtStart()
+    app = EngramTopApp(session)
+    async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        table = app.query_one("#scenarios", DataTable)
+        await until(pilot, lambda: table.row_count == 1, 10, "the server's row")
+        assert [str(c) for c in table.get_row_at(0)][:2] == ["  http://127.0.0.1:30000",
+                                                             "attaching"]
+        assert app.check_action("scenario", (1,))  # its number key, at once
+        size = table.virtual_size
+        await pilot.press("enter")  # nothing to start or watch yet, and it says so
+        await until(pilot, lambda: "still attaching" in screen_text(app), 10, "the toast")
+        session.go.set()
+        await until(pilot, lambda: str(table.get_row_at(0)[1]) == "attached", 10,
+                    "its run in the row")
+        # The same row: the table neither grew nor asked for another layout of the screen.
+        assert table.row_count == 1 and table.virtual_size == size
+        assert str(table.get_row_at(0)[0]) == "▶ http://127.0.0.1:30000"

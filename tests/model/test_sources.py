@@ -22,8 +22,12 @@ async def test_attached_servers_are_polled_at_once_each_as_its_own_node(fleet: F
                                      load=None, poll_interval=0.2))
     store = session.store
     keys = SourceKey(device.url, "server"), SourceKey(host.url, "server")
+    # Listed before the start, in the order it lists their runs (the first one last: it is
+    # the one watched), and no longer once it has them.
+    assert session.attaching == (host.url, device.url)
     await session.start()
     try:
+        assert session.attaching == () and list(store.history) == [host.url, device.url]
         await until(None, lambda: all(k in store.good for k in keys), 15,
                     "a good reading from each attached server")
         # Each under its own node, with its own server's answer.
@@ -43,6 +47,13 @@ async def test_attached_servers_are_polled_at_once_each_as_its_own_node(fleet: F
         assert len(session.sources) == 4  # gpu, host, and one per attached server
     finally:
         await session.close()
+
+
+def test_the_servers_to_attach_are_named_as_shown_once_each() -> None:
+    session = Session(SessionOptions(attach=(
+        "http://user:pw@10.0.0.7:30000", "http://10.0.0.8:30000", "http://user:pw@10.0.0.7:30000"),
+        load=None))
+    assert session.attaching == ("http://10.0.0.7:30000", "http://10.0.0.8:30000")
 
 
 @dataclass(frozen=True)
