@@ -229,6 +229,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         try:
             await self.session.start()
             self.refresh_panels()  # what it brought (the node, a row) now, not a second on
+            self._after_start()
         except FitRefused as exc:  # the session is up; its first start waits for the answer
             self._refused("start", exc)
         except Exception as exc:  # shown, and the app stays up so the user can read it

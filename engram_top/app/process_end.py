@@ -1,12 +1,14 @@
 """How an app ends, the dashboard's and the fleet's alike. As the process (the CLI's):
 SIGTERM, SIGHUP and SIGINT quit it as `q` does, a terminal that closed is never resumed on
 SIGCONT, and a crash is kept for the CLI to file rather than printed on the terminal. Either
-way its session is closed once as it unmounts (a borrowed one is its owner's to close)."""
+way its session is closed once as it unmounts (a borrowed one is its owner's to close), and
+what its start made is left out of the garbage collector's full collections."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import sys
 import termios
@@ -40,6 +42,17 @@ class EndsAsTheProcess(AppMixin):
         if not self._session_closed and not self.borrowed:
             self._session_closed = True
             await self.session.close()
+
+    def _after_start(self) -> None:
+        """The session's start ended. As the process: what it holds now (its modules and
+        classes, the widgets, the first readings) is left out of every later full collection
+        of the cyclic garbage collector, which a dashboard running for hours triggers every
+        two minutes or so, and which walked all of it each time: 40-50 ms of a core, holding
+        the GIL, for about 75,000 objects. What is freed by its counts is freed as before;
+        cycles among these already garbage (about 1,500 objects) stay for the process's life.
+        Not for an app a test runs: each earlier test's garbage would stay."""
+        if self.own_process:
+            gc.freeze()
 
     async def on_unmount(self) -> None:
         if self.own_process:

@@ -5,9 +5,13 @@ its own, without the guard."""
 
 from __future__ import annotations
 
+import gc
 import signal
 import time
 from typing import Any
+
+from helpers import StaticSession, until
+from scene import scene_store
 
 from engram_top.app.fleet_screen import FleetApp
 from engram_top.app.main import EngramTopApp
@@ -88,3 +92,20 @@ async def test_a_borrowed_fleet_session_is_its_owner_s_to_close() -> None:
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()
     assert session.started == 0 and session.closed == 0
+
+
+async def test_as_the_process_what_the_start_made_is_left_out_of_full_collections() -> None:
+    assert gc.get_freeze_count() == 0
+    try:
+        for own in (False, True):
+            session = StaticSession(scene_store())
+            app = EngramTopApp(session, own_process=own)
+            async with app.run_test(size=(160, 50)) as pilot:
+                # Its start ends as its alerts begin (the app's next step is the same task's).
+                await until(pilot, lambda s=session: s._alerts_task is not None, 10,
+                            "the start's end")
+                # A test's app keeps nothing from collection (each earlier test's garbage
+                # would stay); the process's own leaves its start's objects out.
+                assert (gc.get_freeze_count() > 0) is own
+    finally:
+        gc.unfreeze()
