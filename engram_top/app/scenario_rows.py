@@ -51,10 +51,12 @@ class ScenarioRows(AppMixin):
             f: RunFacts | None = store.history.get(name)
             r = f.results if f else model.RunFigures()
             current = store.run is not None and f is store.run
-            state = ("–" if name not in self.session.attaching else ATTACHING) if f is None \
-                else f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}" \
-                if f.state == RunState.STARTING else \
-                panels.run_state(store, f, silent=panels.Shown.NO_ANSWER)
+            if f is None:
+                state = ATTACHING if name in self.session.attaching else "–"
+            elif f.state == RunState.STARTING:
+                state = f"▸ {panels.PHASE_SHORT.get(f.phase, f.phase)}"
+            else:
+                state = panels.run_state(store, f, silent=panels.Shown.NO_ANSWER)
             # The live run's is the Host RAM panel's own figure, written the same way.
             delta = panels.host_delta(model.run_host_delta_bytes(store, f))
             row = (("▶ " if current else "  ") + name, state,

@@ -2,11 +2,12 @@
 
 Textual lays its first screen out for the first frame, then twice more for the same size:
 the app's own Resize at its start and the terminal driver's each reach the screen after that
-frame, and a Resize lays the whole screen out whatever its size (5-9 ms of a core each for
-the dashboard). Then the notification rack, hidden by its stylesheet, is hidden once more by
-an inline rule (no toast yet), and that change is a third layout. A screen of this class
-takes a Resize of the size it is laid out at as nothing to do, and has its rack's inline
-rule from its mount, so the first frame's layout is the only one until something moves.
+frame, and a Resize lays the whole screen out whatever its size (3-9 ms of a core each for
+the dashboard, with its repaint). Then the notification rack, hidden by its stylesheet, is
+hidden once more by an inline rule (no toast yet), and that change is a third layout (4-5 ms
+and a repaint). A screen of this class takes a Resize of the size it is laid out at as
+nothing to do, and has its rack's inline rule from its mount: after the first frame's layout
+comes only the one its widgets' new sizes ask for, until something moves.
 
 Both follow Textual's private parts (the screen's resize and its compositor's size, the
 rack's type), pinned by the project's Textual range.
