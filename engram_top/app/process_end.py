@@ -46,11 +46,11 @@ class EndsAsTheProcess(AppMixin):
     def _after_start(self) -> None:
         """The session's start ended. As the process: what it holds now (its modules and
         classes, the widgets, the first readings) is left out of every later full collection
-        of the cyclic garbage collector, which a dashboard running for hours triggers every
-        two minutes or so, and which walked all of it each time: 40-50 ms of a core, holding
-        the GIL, for about 75,000 objects. What is freed by its counts is freed as before;
-        cycles among these already garbage (about 1,500 objects) stay for the process's life.
-        Not for an app a test runs: each earlier test's garbage would stay."""
+        of the cyclic garbage collector, which a loaded dashboard triggers about two minutes
+        in and every five or so after, and which walked all of it each time: 40-50 ms of a
+        core, holding the GIL, for about 75,000 objects. What is freed by its counts is freed
+        as before; cycles among these already garbage (about 1,500 objects) stay for the
+        process's life. Not for an app a test runs: each earlier test's garbage would stay."""
         if self.own_process:
             gc.freeze()
 
