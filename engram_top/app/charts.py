@@ -148,16 +148,6 @@ def chart_lines(lines: Sequence[Line], *, width: int, height: int, t_window: flo
         # (bit b: dot row b from the bottom), and the cells are filled from them after,
         # rather than a dot at a time (the trend strip redraws every 2 s).
         columns = [0] * dots_x
-
-        def mark(x: int, low: int, high: int, columns: list[int] = columns) -> None:
-            """Dot rows low to high of column x; a row beyond the axis is drawn at its
-            edge (a value a billion times the axis costs no billion dots)."""
-            if 0 <= x < dots_x:
-                low = 0 if low < 0 else top if low > top else low
-                high = 0 if high < 0 else top if high > top else high
-                if high >= low:
-                    columns[x] |= (2 << high) - (1 << low)
-
         for run in split_gaps(line.points, line.gap_s):
             if run[-1][0] > now:  # (points come oldest first)
                 run = [p for p in run if p[0] <= now]
@@ -178,7 +168,7 @@ def chart_lines(lines: Sequence[Line], *, width: int, height: int, t_window: flo
                                cells, colours, line.colour)
             else:
                 _draw_run([((t - start) / t_window * kx, (v - y_min) / span * ky)
-                           for t, v in run], mark)
+                           for t, v in run], columns, top)
         if any(columns):
             _fill(columns, rows, cells, colours, line.colour)
 
@@ -210,16 +200,42 @@ def _round(value: float) -> int:
     return math.floor(value + 0.5)
 
 
-Mark = Callable[[int, int, int], None]  # (dot column, lowest dot row, highest dot row)
+def _draw_run(pts: list[tuple[float, float]], columns: list[int], top: int) -> None:
+    """Join consecutive points of one run (in dot coordinates; a lone point is one dot) into
+    ``columns``: each dot column's rows as the bits of one int (bit b: dot row b from the
+    bottom). A row beyond the axis (0 to ``top``) is drawn at its edge: a value a billion
+    times the axis costs no billion dots.
 
-
-def _draw_run(pts: list[tuple[float, float]], mark: Mark) -> None:
-    """Join consecutive points of one run (in dot coordinates); a lone point is one dot."""
+    Each column covers the line's heights from half a column before to half after, so a
+    steep rise reads as a line, not two dots. The marking is written out here rather than
+    called: a line that moves every second (PCIe traffic, latency under load) marks two
+    spans a dot column, two hundred a chart line, and a call each was half its drawing."""
+    floor = math.floor
+    last = len(columns) - 1
     cols = _columns(pts)
     for x, _, lo, hi, _ in cols:
-        mark(x, _round(lo), _round(hi))
+        if 0 <= x <= last:
+            low, high = floor(lo + 0.5), floor(hi + 0.5)
+            low = 0 if low < 0 else top if low > top else low
+            high = 0 if high < 0 else top if high > top else high
+            columns[x] |= (2 << high) - (1 << low)
     for (a, _, _, _, y0), (b, y1, _, _, _) in zip(cols, cols[1:], strict=False):
-        _join(a, y0, b, y1, mark)
+        if y0 == y1:  # flat: one dot a column
+            y = floor(y0 + 0.5)
+            bit = 1 << (0 if y < 0 else top if y > top else y)
+            for x in range(max(a, 0), min(b, last) + 1):
+                columns[x] |= bit
+            continue
+        slope = (y1 - y0) / (b - a)
+        for x in range(max(a, 0), min(b, last) + 1):
+            ya = y0 + slope * ((x - 0.5 if x > a else a) - a)
+            yb = y0 + slope * ((x + 0.5 if x < b else b) - a)
+            if ya > yb:
+                ya, yb = yb, ya
+            low, high = floor(ya + 0.5), floor(yb + 0.5)
+            low = 0 if low < 0 else top if low > top else low
+            high = 0 if high < 0 else top if high > top else high
+            columns[x] |= (2 << high) - (1 << low)
 
 
 def _draw_flat(first: int, last: int, y: int, cells: list[list[int]],
@@ -239,6 +255,7 @@ def _draw_flat(first: int, last: int, y: int, cells: list[list[int]],
 def _columns(pts: list[tuple[float, float]]) -> list[tuple[int, float, float, float, float]]:
     """The run per dot column: (x, first y, lowest, highest, last y). However many points
     a column holds, drawing costs one column, so a long window stays cheap to redraw."""
+    floor = math.floor
     out: list[tuple[int, float, float, float, float]] = []
     prev: tuple[float, float] | None = None
     for x, y in pts:
@@ -250,31 +267,13 @@ def _columns(pts: list[tuple[float, float]]) -> list[tuple[int, float, float, fl
             edge = py + (y - py) * (0 - px) / (x - px)
             out.append((0, edge, edge, edge, edge))
         prev = (x, y)
-        xi = _round(x)
+        xi = floor(x + 0.5)
         if out and out[-1][0] == xi:
-            c = out[-1]
-            out[-1] = (xi, c[1], min(c[2], y), max(c[3], y), y)
+            _, first, low, high, _ = out[-1]
+            out[-1] = (xi, first, y if y < low else low, y if y > high else high, y)
         else:
             out.append((xi, y, y, y, y))
     return out
-
-
-def _join(a: int, y0: float, b: int, y1: float, mark: Mark) -> None:
-    """A line from column a to column b (a < b). Each column covers the line's heights from
-    half a column before to half after, so a steep rise reads as a line, not two dots."""
-    floor = math.floor
-    if y0 == y1:  # flat: one dot a column
-        y = floor(y0 + 0.5)
-        for x in range(a, b + 1):
-            mark(x, y, y)
-        return
-    slope = (y1 - y0) / (b - a)
-    for x in range(a, b + 1):
-        ya = y0 + slope * (max(x - 0.5, a) - a)
-        yb = y0 + slope * (min(x + 0.5, b) - a)
-        if ya > yb:
-            ya, yb = yb, ya
-        mark(x, floor(ya + 0.5), floor(yb + 0.5))
 
 
 # The braille bits of a cell's four dot rows (bit j: j rows from its bottom), by sub-column.
