@@ -36,6 +36,7 @@ from collectors.readings import (
     ShmFile,
     Status,
 )
+from collectors.settled import Settled, SettledParts
 from collectors.tree_members import TreeMembers
 from collectors.units import KIB
 
@@ -323,10 +324,11 @@ class Largest:
 def sample(backend: HostBackend, root_pid: int | None,
            share: numa.ServerShare | None = None,
            members: TreeMembers | None = None, largest: Largest | None = None,
-           shm_scan: ShmScan | None = None) -> HostData:
+           shm_scan: ShmScan | None = None, settled: Settled | None = None) -> HostData:
     """``share`` reads where the server's shared memory sits per NUMA node; without it (the
     supervisor's guards, which need the totals only) the nodes' own figures alone.
-    ``members`` keeps the server tree's listing between polls (a poller's own)."""
+    ``members`` keeps the server tree's listing between polls, ``settled`` the parts that
+    move only when the host's memory does (collectors.settled): a poller's own."""
     mi = backend.meminfo()
     total = mi["MemTotal"]
     # MemAvailable exists since Linux 3.14; estimate as `free` does on older kernels.
@@ -335,10 +337,18 @@ def sample(backend: HostBackend, root_pid: int | None,
     vm = backend.vmstat()
     page = 4096
     swap_total = mi.get("SwapTotal", 0)
-    tree, unreadable = tree_memory(backend, root_pid, members) if root_pid else (None, ())
-    nodes, numa_problem = numa.reading(backend, mi.get("Hugepagesize", 0),
-                                       tree.pids if tree else (), share,
-                                       tree.rss_shmem_bytes if tree else None)
+    due = settled is None or settled.due(mi, root_pid)
+    tree, unreadable = tree_memory(backend, root_pid, members, spawns=due) \
+        if root_pid else (None, ())
+    parts = settled.kept if settled is not None and not due else None
+    if parts is None:
+        parts = SettledParts(*numa.reading(backend, mi.get("Hugepagesize", 0),
+                                           tree.pids if tree else (), share,
+                                           tree.rss_shmem_bytes if tree else None),
+                             backend.cgroup(root_pid), backend.shm_mount(root_pid))
+        if settled is not None:
+            settled.keep(parts)
+    nodes, cg = parts.numa_nodes, parts.cgroup
     return HostData(
         total_bytes=total,
         available_bytes=available,
@@ -358,29 +368,30 @@ def sample(backend: HostBackend, root_pid: int | None,
         server_tree=tree,
         backend=backend.name,
         numa_nodes=nodes,
-        numa_problem=numa_problem,
+        numa_problem=parts.numa_problem,
         tree_problem=tree_problem(root_pid, tree, unreadable),
         oom_kills=vm.get("oom_kill"),
-        cgroup=(cg := backend.cgroup(root_pid)),
+        cgroup=cg,
         server_container=cgroup.container_name(cg.path) if tree and cg is not None else "",
         largest_others=largest.get(backend, frozenset(tree.pids if tree else ()),
                                    per_node=len(nodes) > 1)
         if largest is not None else (),
         shm_unheld=shm_scan.get(backend) if shm_scan is not None else (),
-        shm_mount=backend.shm_mount(root_pid),
+        shm_mount=parts.shm_mount,
     )
 
 
-def tree_memory(backend: HostBackend, root_pid: int, members: TreeMembers | None = None
-                ) -> tuple[ProcessTreeMemory | None, tuple[int, ...]]:
+def tree_memory(backend: HostBackend, root_pid: int, members: TreeMembers | None = None,
+                spawns: bool = True) -> tuple[ProcessTreeMemory | None, tuple[int, ...]]:
     """The server's tree's memory (None when its root is gone or none of it can be read),
-    and the members this user may not read, whose memory is left out of it."""
+    and the members this user may not read, whose memory is left out of it. ``spawns``:
+    whether a kept listing is checked for new children (TreeMembers.get)."""
     try:
         if members is None:
             kids = backend.children(root_pid)
             pids = None if kids is None else [root_pid, *kids]
         else:
-            pids = members.get(backend, root_pid)
+            pids = members.get(backend, root_pid, spawns)
     except PermissionError:  # not even its listing: none of it is this user's to read
         return None, (root_pid,)
     if pids is None:
@@ -440,6 +451,7 @@ class HostCollector:
         self.members = TreeMembers(clock)  # the tree's listing, kept between polls
         self.largest = Largest(clock=clock)
         self.shm_scan = ShmScan(clock=clock)
+        self.settled = Settled(clock)  # NUMA, cgroup, /dev/shm: as often as memory moves
         # The last reading that found the server's tree alive, and those of the last
         # PEAK_WINDOW_S with its root (the death forensics read them).
         self.last_with_tree: HostData | None = None
@@ -450,7 +462,7 @@ class HostCollector:
         try:
             data = await run_blocking(
                 lambda: sample(self.backend, self.root_pid, self.numa_share, self.members,
-                               self.largest, self.shm_scan),
+                               self.largest, self.shm_scan, self.settled),
                 self.timeout)
         except TimeoutError:
             return self.tracker.fail(Status.ERROR, f"/proc did not answer within {self.timeout:g}s")

@@ -8,7 +8,9 @@ only when something says it changed:
 
 - a member is gone (its status read failed);
 - a member's main thread has a child the listing does not hold (/proc/PID/task/PID/children,
-  one small read per member: how multiprocessing's spawns appear);
+  one small read per member: how multiprocessing's spawns appear), looked at when the host
+  poll reads its settled parts (collectors.settled: a new process takes memory from the
+  host, so its spawn is looked for within a poll of it, and at least every few seconds);
 - RELIST_S have passed (a child forked by another thread, or a kernel without the children
   file, is seen within that);
 - the root is another process.
@@ -20,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-RELIST_S = 10.0
+RELIST_S = 30.0
 
 
 class TreeBackend(Protocol):
@@ -40,11 +42,12 @@ class TreeMembers:
         self.stale = True
         self.listings = 0  # how many whole listings were made (what the cache saves)
 
-    def get(self, backend: TreeBackend, root: int) -> list[int] | None:
-        """The root and its descendants; None when the root is gone."""
+    def get(self, backend: TreeBackend, root: int, spawns: bool = True) -> list[int] | None:
+        """The root and its descendants; None when the root is gone. ``spawns``: whether
+        a kept listing is checked for new children this time."""
         now = self.clock()
         if (root != self.root or self.stale or now - self.listed_at >= RELIST_S
-                or self._spawned(backend)):
+                or (spawns and self._spawned(backend))):
             kids = backend.children(root)
             self.listings += 1
             if kids is None:

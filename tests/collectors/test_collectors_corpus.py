@@ -25,6 +25,7 @@ from corpus import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from collectors import tree_members
 from collectors.host import HostCollector, Largest
 from collectors.readings import ProcessMemory, Quantiles, ServerData, Status
 from collectors.sglang.collector import SglangCollector
@@ -268,7 +269,7 @@ async def test_host_collector_reads_the_recorded_proc_tree() -> None:
         clock.advance(1.0)
         assert (await collector.poll()).data.server_tree.pids == (root, child)
     assert collector.members.listings == 1
-    clock.advance(10.0)
+    clock.advance(tree_members.RELIST_S - 3.0)
     await collector.poll()
     assert collector.members.listings == 2
 

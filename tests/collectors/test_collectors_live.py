@@ -12,8 +12,10 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
+from corpus import ManualClock
 from helpers import GIB, running
 
+from collectors import settled
 from collectors.host import HostCollector, ProcBackend
 from collectors.readings import Status
 from collectors.sglang.collector import SglangCollector
@@ -99,12 +101,15 @@ async def test_host_collector_on_this_machine_sees_a_child() -> None:
 
 
 # Each step on a line of its stdin; the worker lives until its own stdin closes, the root
-# until the test closes its stdin (or kills it on the way out).
+# until the test closes its stdin (or kills it on the way out). A worker told "take" holds
+# 256 MiB (written, so the host's free memory falls by it) before it says its pid.
 SPAWNER = """
 import subprocess, sys
-sys.stdin.readline()  # told to: one worker, spawned from the main thread
-kid = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                       stdin=subprocess.PIPE)
+take = sys.stdin.readline().strip() == "take"  # told to: one worker, from the main thread
+kid = subprocess.Popen([sys.executable, "-c", "import sys; held = b'x' * (256 << 20) "
+                        "if sys.argv[1] == 'take' else b''; print(flush=True); sys.stdin.read()",
+                        "take" if take else "none"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+kid.stdout.readline()  # it holds what it takes
 print(kid.pid, flush=True)
 sys.stdin.readline()  # told to: the worker ends
 kid.kill()
@@ -114,20 +119,29 @@ sys.stdin.read()
 """
 
 
-async def test_host_collector_sees_a_spawned_worker_without_listing_every_poll() -> None:
+@pytest.mark.parametrize("takes", [True, False], ids=["takes-memory", "takes-none"])
+async def test_host_collector_sees_a_spawned_worker_without_listing_every_poll(
+        takes: bool) -> None:
+    """A spawn is looked for (each member's children, no walk of /proc) when the host's
+    memory moved or the settled parts' age is up: a worker that takes memory is in the next
+    poll's tree; one that takes none (so the tree's figures miss nothing) within
+    settled.MAX_AGE_S, on the collector's clock."""
     import subprocess
+    clock = ManualClock()
     with running([sys.executable, "-c", SPAWNER], stdin=subprocess.PIPE,
                  stdout=subprocess.PIPE, text=True) as root:
         assert root.stdin is not None and root.stdout is not None
-        collector = HostCollector(ProcBackend(), root_pid=root.pid)
+        collector = HostCollector(ProcBackend(), root_pid=root.pid, clock=clock)
         for _ in range(3):  # steady: one whole listing of /proc, then the kept one
             tree = (await collector.poll()).data.server_tree
             assert tree is not None and tree.pids == (root.pid,)
         assert collector.members.listings == 1
-        root.stdin.write("\n")
+        root.stdin.write("take\n" if takes else "none\n")
         root.stdin.flush()
         worker = int(root.stdout.readline())
-        tree = (await collector.poll()).data.server_tree  # the very next poll has it
+        if not takes:  # (whether it is looked for sooner depends on the host's others)
+            clock.advance(settled.MAX_AGE_S)
+        tree = (await collector.poll()).data.server_tree
         assert tree is not None and tree.pids == (root.pid, worker)
         assert collector.members.listings == 2
         root.stdin.write("\n")
