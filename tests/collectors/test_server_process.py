@@ -14,7 +14,14 @@ import psutil
 import pytest
 from helpers import free_port, wait_until
 
-from collectors.server_process import _started_for, output_file, starting_pid
+from collectors import listening
+from collectors.listening import listening_inodes
+from collectors.server_process import (
+    _started_for,
+    listening_pid,
+    output_file,
+    starting_pid,
+)
 
 
 def test_a_dashboard_naming_an_engine_is_no_server_starting() -> None:
@@ -59,3 +66,57 @@ def test_the_starting_process_is_the_launcher_and_its_log_is_its_output_file(
         piped.kill()
         for proc in (launcher, piped):
             proc.communicate(timeout=5)  # closes its pipes too
+
+
+# Listens on a port of its own, forks a child that keeps the socket open too (a launcher and
+# its forked workers), says both pids, and waits on its standard input.
+LISTENER = """
+import os, socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+kid = os.fork()
+if kid == 0:
+    sys.stdin.read()
+    os._exit(0)
+print(s.getsockname()[1], os.getpid(), kid, flush=True)
+sys.stdin.read()
+os.waitpid(kid, 0)
+"""
+
+
+@pytest.mark.slow  # starts processes (tests/quick_tier.py)
+def test_the_listening_process_is_the_eldest_that_holds_the_socket() -> None:
+    """From the socket's inode and the processes newest first: the launcher, not its forked
+    child that holds the socket too (psutil's listing names one holder, here the child, and
+    a tree rooted there would leave the launcher out)."""
+    with subprocess.Popen([sys.executable, "-c", LISTENER], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as parent:
+        try:
+            assert parent.stdout is not None
+            port, pid, kid = (int(x) for x in parent.stdout.readline().split())
+            assert listening_pid(port) == pid
+            assert kid != pid
+            # The kernel's socket diagnostics and /proc/net/tcp name the same socket.
+            assert listening_inodes(port) == listening._by_proc(port, "/proc") != set()
+            assert listening_pid(free_port()) is None and listening_inodes(free_port()) == set()
+        finally:
+            parent.communicate("")  # both read their standard input to its end
+
+
+def test_where_netlink_is_refused_proc_net_tcp_tells(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sandbox that refuses netlink sockets (seccomp): /proc/net/tcp is read instead."""
+    import socket
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        inode = os.fstat(server.fileno()).st_ino
+        assert listening_inodes(port) == {inode}
+
+        def refused(*args: object, **kwargs: object) -> None:
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(listening, "_by_netlink", refused)
+        assert listening_inodes(port) == {inode}
+        assert listening_pid(port) == os.getpid()
