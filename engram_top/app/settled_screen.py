@@ -6,28 +6,46 @@ frame, and a Resize lays the whole screen out whatever its size (3-9 ms of a cor
 the dashboard, with its repaint). Then the notification rack, hidden by its stylesheet, is
 hidden once more by an inline rule (no toast yet), and that change is a third layout (4-5 ms
 and a repaint). A screen of this class takes a Resize of the size it is laid out at as
-nothing to do, and has its rack's inline rule from its mount: after the first frame's layout
-comes only the one its widgets' new sizes ask for, until something moves.
+nothing to do, and has its rack's inline rule from its mount.
 
-Both follow Textual's private parts (the screen's resize and its compositor's size, the
-rack's type), pinned by the project's Textual range.
+And a whole layout pass is the last one for what it met. Textual lays the screen out once
+more after any pass that sized a widget anew (the first frame's sizes every one): each
+widget's new size and scrollable size ask for a layout and a repaint of their own, though
+the pass laid them out at those sizes and painted them (9-10 ms of a core for the dashboard,
+and a 6 ms repaint, in the first 50 ms). Here the requests a widget makes during the pass
+are taken as met, and so are the layouts asked for before it, unless a scrollbar came or
+went (the content's room changed: then Textual's next pass stands). A widget that had a
+repaint or a layout pending before the pass keeps it.
+
+All of it follows Textual's private parts (the screen's resize, layout pass and layout
+message, its compositor's size, a widget's refresh flags, the rack's type), pinned by the
+project's Textual range.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from textual import messages
 from textual.geometry import Size
 from textual.screen import Screen
+from textual.widget import Widget
 
 try:
     from textual.widgets._toast import ToastRack
 except ImportError:  # another Textual: its rack as it is
     ToastRack = None  # type: ignore[assignment,misc]  # a missing private module
+try:
+    from textual._time import get_time  # what a Message's time is read by
+except ImportError:  # another Textual: every pass followed as Textual follows it
+    get_time = None  # type: ignore[assignment]  # a missing private module
 
 
 class SettledScreen(Screen[Any]):
-    """A Screen with no layout pass for a Resize that resizes nothing."""
+    """A Screen with no layout pass for a Resize that resizes nothing, nor for the sizes its
+    own last pass gave."""
+
+    _laid_out_at = float("-inf")  # when the last whole pass that stands began
 
     def _screen_resized(self, size: Size) -> None:
         # Laid out at this size already: what changed since has asked for its own layout
@@ -43,3 +61,40 @@ class SettledScreen(Screen[Any]):
             # What the app sets at its first look at the notifications, set before the
             # first layout rather than after it.
             rack.display = bool(self.app._notifications)
+
+    def _refresh_layout(self, size: Size | None = None, scroll: bool = False) -> None:
+        outer = self.outer_size if size is None else size
+        if get_time is None or not outer or not self.is_current \
+                or (scroll and not self._layout_widgets):  # (a scroll: no layout pass)
+            super()._refresh_layout(size, scroll)
+            return
+        widgets = [*self.walk_children(Widget)]
+        # A scrollable widget's scrollbars are no children of it, and their display is set
+        # in the pass too.
+        widgets += [bar for w in widgets for bar in (w._horizontal_scrollbar,
+                                                      w._vertical_scrollbar,
+                                                      w._scrollbar_corner) if bar is not None]
+        # What each had asked before the pass: a layout, a repaint.
+        before = [(w._layout_required, w._repaint_required or bool(w._repaint_regions))
+                  for w in widgets]
+        bars = [(w.show_horizontal_scrollbar, w.show_vertical_scrollbar) for w in widgets]
+        started = get_time()
+        super()._refresh_layout(size, scroll)
+        if bars != [(w.show_horizontal_scrollbar, w.show_vertical_scrollbar) for w in widgets]:
+            return  # a scrollbar came or went: the room inside changed, laid out again
+        self._laid_out_at = started
+        self._layout_required = False  # asked before it (a pass at a resume leaves it set)
+        for widget, (layout, repaint) in zip(widgets, before, strict=True):
+            # What it asks now and had not before, the pass's sizes asked: met.
+            if not layout:
+                widget._layout_required = False
+            if not repaint:
+                widget._repaint_required = False
+                widget._repaint_regions.clear()
+
+    async def _on_layout(self, message: messages.Layout) -> None:
+        if message.time < self._laid_out_at:  # asked before a whole pass that stands
+            message.stop()
+            message.prevent_default()
+            return
+        await super()._on_layout(message)

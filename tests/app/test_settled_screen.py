@@ -1,8 +1,9 @@
 """The apps' first screen is laid out again only when something changed: a Resize to the size
 it is laid out at is nothing to do (Textual's own screen lays itself out for the app's and
-the driver's Resize after its first frame), and the notification rack is hidden from the
-first layout rather than in a layout of its own after it. A real resize and a toast work
-as they did."""
+the driver's Resize after its first frame), the notification rack is hidden from the
+first layout rather than in a layout of its own after it, and a whole pass is not followed
+by another for the sizes it gave. A real resize, a toast, a line grown and a scrollbar that
+comes work as they did, and the places are Textual's own."""
 
 from __future__ import annotations
 
@@ -73,3 +74,65 @@ async def test_the_rack_is_hidden_for_the_first_layout_and_a_toast_still_shows()
             assert rack.display
             app.clear_notifications()
             await until(pilot, lambda: not rack.display, 10, "the rack hidden again")
+
+
+class _Pane(App[None]):
+    """A screen of the dashboard's kinds of widgets: an auto-height line, a table, a log
+    that grows past its height (a scrollbar comes), on SettledScreen or Textual's own."""
+
+    CSS = "#log { height: 6; } #table { height: 5; }"
+
+    def __init__(self, settled: bool) -> None:
+        super().__init__()
+        self.settled = settled
+
+    def get_default_screen(self) -> Screen[Any]:
+        return SettledScreen(id="_default") if self.settled else Screen(id="_default")
+
+    def compose(self) -> Any:
+        from textual.widgets import DataTable, Log, Static
+        yield Static("a line", id="head")
+        yield DataTable(id="table")
+        yield Log(id="log")
+
+    def on_mount(self) -> None:
+        from textual.widgets import DataTable
+        table = self.query_one(DataTable)
+        table.add_columns("scenario", "state")
+        table.add_row("device", "ready")
+
+
+def _placed(app: App[Any]) -> dict[str, Any]:
+    """Where each widget is (a scrollbar by its widget's id), as the screen's map has it."""
+    return {w.id or f"{type(w).__name__} of {w.parent.id if w.parent else None}":
+            (geometry.region, geometry.virtual_size)
+            for w, geometry in app.screen._compositor.full_map.items()}
+
+
+async def test_a_whole_pass_is_the_last_for_the_sizes_it_gave() -> None:
+    """Textual lays a screen out again after a pass that sized its widgets (their new sizes
+    ask for it); SettledScreen takes that as met: one pass to the first frame settled, and
+    the same places and the same screen as Textual's own. A line grown, a log grown past its
+    height (its scrollbar comes) are laid out as Textual lays them out."""
+    from textual.widgets import Log, Static
+    shown: dict[bool, tuple[dict[str, Any], str, int, bool]] = {}
+    for settled in (False, True):
+        app = _Pane(settled)
+        with pytest.MonkeyPatch.context() as patch:
+            passes = _counting(patch)
+            async with app.run_test(size=(60, 20)) as pilot:
+                for _ in range(5):
+                    await pilot.pause()
+                first = len(passes)
+                app.query_one("#head", Static).update("a line\nand another")
+                app.query_one(Log).write_lines(f"line {i}" for i in range(12))
+                for _ in range(5):
+                    await pilot.pause()
+                shown[settled] = (_placed(app), screen_text(app), first,
+                                  app.query_one(Log).show_vertical_scrollbar)
+    (places, text, _, bar), (settled_places, settled_text, settled_first, settled_bar) = \
+        shown[False], shown[True]
+    assert settled_first == 1 < shown[False][2]
+    assert settled_places == places and settled_text == text and settled_bar == bar
+    assert places["head"][0].height == 2 and "line 11" in text and bar
+    assert "ScrollBar of log" in places
