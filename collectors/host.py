@@ -340,15 +340,17 @@ def sample(backend: HostBackend, root_pid: int | None,
     due = settled is None or settled.due(mi, root_pid)
     tree, unreadable = tree_memory(backend, root_pid, members, spawns=due) \
         if root_pid else (None, ())
+    # Each poll: the server's shared memory counted once comes from the nodes' numa_maps
+    # share (itself read every few seconds), and it is the server's share of the host.
+    nodes, numa_problem = numa.reading(backend, mi.get("Hugepagesize", 0),
+                                       tree.pids if tree else (), share,
+                                       tree.rss_shmem_bytes if tree else None)
     parts = settled.kept if settled is not None and not due else None
     if parts is None:
-        parts = SettledParts(*numa.reading(backend, mi.get("Hugepagesize", 0),
-                                           tree.pids if tree else (), share,
-                                           tree.rss_shmem_bytes if tree else None),
-                             backend.cgroup(root_pid), backend.shm_mount(root_pid))
+        parts = SettledParts(backend.cgroup(root_pid), backend.shm_mount(root_pid))
         if settled is not None:
             settled.keep(parts)
-    nodes, cg = parts.numa_nodes, parts.cgroup
+    cg = parts.cgroup
     return HostData(
         total_bytes=total,
         available_bytes=available,
@@ -368,7 +370,7 @@ def sample(backend: HostBackend, root_pid: int | None,
         server_tree=tree,
         backend=backend.name,
         numa_nodes=nodes,
-        numa_problem=parts.numa_problem,
+        numa_problem=numa_problem,
         tree_problem=tree_problem(root_pid, tree, unreadable),
         oom_kills=vm.get("oom_kill"),
         cgroup=cg,

@@ -1,14 +1,15 @@
 """The parts of a host reading that move only when the host's memory does, read at that rate.
 
-A host poll reads a dozen /proc and /sys files a second. Most of its cost is the parts that
-say where memory sits rather than how much is used: each NUMA node's meminfo, the cgroup's
-figures (five files), /dev/shm's size, and whether a member of the server's tree spawned a
-process. None of them changes while the host's free and available memory stand still (a
-spawned worker, a container's growth, tables placed on a node, a file in /dev/shm: each is
-memory taken from the host). So they are read again when MemFree or MemAvailable moved by
-MOVE_BYTES since they were last read, when the server is another process, and at least
-every MAX_AGE_S; on a node whose memory moves every second (a start, a load, a busy page
-cache) that is every poll, as before.
+A host poll reads a dozen /proc and /sys files a second. A third of its cost is the parts
+that say where memory sits rather than how much is used: the cgroup's figures (five files),
+/dev/shm's size, and whether a member of the server's tree spawned a process. None of them
+changes while the host's free and available memory stand still (a spawned worker, a
+container's growth, a file in /dev/shm: each is memory taken from the host). So they are
+read again when MemFree or MemAvailable moved by MOVE_BYTES since they were last read, when
+the server is another process, and at least every MAX_AGE_S; on a node whose memory moves
+every second (a start, a load, a busy page cache) that is every poll, as before. (The NUMA
+nodes are read every poll: their numa_maps share is the server's shared memory counted
+once, its share of the host.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from collectors.readings import CgroupMemory, NumaNode
+from collectors.readings import CgroupMemory
 from collectors.units import MIB
 
 MAX_AGE_S = 5.0
@@ -28,8 +29,6 @@ MOVE_BYTES = 16 * MIB
 class SettledParts:
     """What the last read of them gave."""
 
-    numa_nodes: tuple[NumaNode, ...]
-    numa_problem: str
     cgroup: CgroupMemory | None
     shm_mount: tuple[int, int] | None
 

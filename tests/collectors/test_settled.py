@@ -1,7 +1,8 @@
-"""The host poll's settled parts (NUMA nodes, cgroup, /dev/shm, a spawn in the tree) are read
-when the host's free or available memory moved, when the server is another process, and at
-least every settled.MAX_AGE_S; in between the reading keeps what they last said. Over a /proc
-and /sys the test writes, on the collector's clock."""
+"""The host poll's settled parts (the cgroup, /dev/shm, a spawn in the tree) are read when the
+host's free or available memory moved, when the server is another process, and at least
+every settled.MAX_AGE_S; in between the reading keeps what they last said. The NUMA nodes
+(the server's shared memory counted once) are read every poll. Over a /proc and /sys the
+test writes, on the collector's clock."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class Counted(ProcBackend):
     def __init__(self, root: Path) -> None:
         super().__init__(proc=root / "proc", sys=root / "sys")
         self.reads = {"node_meminfo": 0, "cgroup": 0, "shm_mount": 0, "thread_children": 0}
+        self.current = 1 << 30  # the cgroup's memory.current, as the test moves it
 
     def children(self, pid: int) -> list[int] | None:
         return []
@@ -35,7 +37,7 @@ class Counted(ProcBackend):
 
     def cgroup(self, pid: int | None) -> CgroupMemory | None:
         self.reads["cgroup"] += 1
-        return None
+        return CgroupMemory(f"/test-{pid}", 2, None, self.current)
 
     def shm_mount(self, pid: int | None) -> tuple[int, int] | None:
         self.reads["shm_mount"] += 1
@@ -72,40 +74,45 @@ async def test_settled_parts_are_read_as_often_as_the_hosts_memory_moves(
     clock = ManualClock()
     collector = HostCollector(backend, root_pid=100, clock=clock)
 
-    async def node1_free() -> int:
+    async def current() -> int | None:
         data = (await collector.poll()).data
-        assert data is not None
-        return data.numa_nodes[1].free_bytes
+        assert data is not None and data.cgroup is not None
+        assert data.numa_nodes[1].free_bytes == node1[0] * KIB  # every poll, as it is
+        return data.cgroup.current_bytes
 
-    assert await node1_free() == 2_000_000 * KIB
-    first = dict(backend.reads)
-    assert first == {"node_meminfo": 1, "cgroup": 1, "shm_mount": 1, "thread_children": 0}
+    node1 = [2_000_000]
+    assert await current() == 1 << 30
+    assert backend.reads == {"node_meminfo": 1, "cgroup": 1, "shm_mount": 1,
+                             "thread_children": 0}
 
-    # Still: the node's own file moved, the host's memory did not (by less than the step).
-    node_free(tmp_path, 1, 1_000_000)
+    # Still: the cgroup's figure moved, the host's memory did not (by less than the step).
+    backend.current = 2 << 30
+    node1[0] = 1_000_000
+    node_free(tmp_path, 1, node1[0])
     meminfo(tmp_path, 4_000_000 - settled.MOVE_BYTES // KIB + 1)
     clock.advance(settled.MAX_AGE_S - 1.0)
-    assert await node1_free() == 2_000_000 * KIB  # as last read, from the kept parts
-    assert backend.reads == first
+    assert await current() == 1 << 30  # as last read, from the kept parts
+    assert backend.reads == {"node_meminfo": 2, "cgroup": 1, "shm_mount": 1,
+                             "thread_children": 0}
 
     # The host's free memory moved by the step since they were read: read this poll.
     meminfo(tmp_path, 4_000_000 - settled.MOVE_BYTES // KIB)
-    assert await node1_free() == 1_000_000 * KIB
-    assert backend.reads == {"node_meminfo": 2, "cgroup": 2, "shm_mount": 2,
+    assert await current() == 2 << 30
+    assert backend.reads == {"node_meminfo": 3, "cgroup": 2, "shm_mount": 2,
                              "thread_children": 1}  # the tree's spawns looked for too
 
     # Their age: at most MAX_AGE_S, the host standing still.
-    node_free(tmp_path, 1, 500_000)
+    backend.current = 3 << 30
     clock.advance(settled.MAX_AGE_S - 0.5)
-    assert await node1_free() == 1_000_000 * KIB
+    assert await current() == 2 << 30
     clock.advance(0.5)
-    assert await node1_free() == 500_000 * KIB
+    assert await current() == 3 << 30
     assert collector.settled.reads == 3
 
     # Another server: its own cgroup and /dev/shm at once.
-    node_free(tmp_path, 1, 250_000)
     collector.root_pid = 200
-    assert await node1_free() == 250_000 * KIB
+    data = (await collector.poll()).data
+    assert data is not None and data.cgroup is not None and data.cgroup.path == "/test-200"
     assert collector.settled.reads == 4
 
 
@@ -113,7 +120,8 @@ def test_a_poll_without_the_cadence_reads_everything(tmp_path: Path) -> None:
     """sample() alone (the supervisor's guards, the fit check) keeps nothing between calls."""
     from collectors.host import sample
     backend = write(tmp_path)
-    for free in (2_000_000, 1_000_000):
-        node_free(tmp_path, 0, free)
-        assert sample(backend, 100).numa_nodes[0].free_bytes == free * KIB
-    assert backend.reads["node_meminfo"] == 2
+    for current in (1 << 30, 2 << 30):
+        backend.current = current
+        found = sample(backend, 100).cgroup
+        assert found is not None and found.current_bytes == current
+    assert backend.reads["cgroup"] == 2 and backend.reads["shm_mount"] == 2
