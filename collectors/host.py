@@ -453,7 +453,7 @@ class HostCollector:
         self.members = TreeMembers(clock)  # the tree's listing, kept between polls
         self.largest = Largest(clock=clock)
         self.shm_scan = ShmScan(clock=clock)
-        self.settled = Settled(clock)  # NUMA, cgroup, /dev/shm: as often as memory moves
+        self.settled = Settled(clock)  # cgroup, /dev/shm, spawns: as often as memory moves
         # The last reading that found the server's tree alive, and those of the last
         # PEAK_WINDOW_S with its root (the death forensics read them).
         self.last_with_tree: HostData | None = None

@@ -1,6 +1,6 @@
 """The parts of a host reading that move only when the host's memory does, read at that rate.
 
-A host poll reads a dozen /proc and /sys files a second. A third of its cost is the parts
+A host poll reads a dozen /proc and /sys files a second. A quarter of its cost is the parts
 that say where memory sits rather than how much is used: the cgroup's figures (five files),
 /dev/shm's size, and whether a member of the server's tree spawned a process. None of them
 changes while the host's free and available memory stand still (a spawned worker, a
