@@ -59,7 +59,6 @@ class Settled:
         self._at, self._memory, self._root = now, memory, root_pid
         return True
 
-    def keep(self, parts: SettledParts) -> SettledParts:
+    def keep(self, parts: SettledParts) -> None:
         self.kept = parts
         self.reads += 1
-        return parts
