@@ -34,6 +34,8 @@ _FI_PCIE_RX = getattr(pynvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198)
 _FI_NVLINK_TX = getattr(pynvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 138)
 _FI_NVLINK_RX = getattr(pynvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 139)
 _ALL_LINKS = 0xFFFFFFFF
+# How often what a GPU changes seldom is read (NvmlBackend._seldom).
+SLOW_S = 5.0
 
 # Start-up failures that describe the machine, not a fault: the UI shows them as a state.
 _INIT_MESSAGES: tuple[tuple[type[pynvml.NVMLError], str], ...] = (
@@ -97,7 +99,8 @@ def _counter_rate(prev: _Counter, cur: _Counter) -> float | None:
 class NvmlBackend:
     """Blocking NVML sampler. Initialises lazily and retries init on every failed sample."""
 
-    def __init__(self, *, busy_wait: float = 0.1) -> None:
+    def __init__(self, *, busy_wait: float = 0.1,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         # One call into NVML at a time: a sample that timed out may still be running in its
         # thread, and a second one queued behind it would tie up another worker thread.
         self._lock = threading.Lock()
@@ -113,6 +116,10 @@ class NvmlBackend:
         # or -1 for the driver, field); forgotten at each init and when the count changes.
         self._fixed: dict[tuple[int, str], Any] = {}
         self._count: int | None = None
+        # What a GPU changes seldom (SLOW_FIELDS), read every SLOW_S: by GPU index, when
+        # read, the values and the refusals.
+        self._clock = clock
+        self._slow: dict[int, tuple[float, dict[str, Any], list[tuple[str, str]]]] = {}
 
     # ------------------------------------------------------------------ public
 
@@ -124,6 +131,7 @@ class NvmlBackend:
             count = pynvml.nvmlDeviceGetCount()
             if count != self._count:
                 self._fixed.clear()
+                self._slow.clear()
                 self._count = count
             driver = self._fixed_value(-1, [], "driver_version",
                                        pynvml.nvmlSystemGetDriverVersion)
@@ -163,6 +171,7 @@ class NvmlBackend:
             raise
         self._initialised = True
         self._fixed.clear()  # a driver reloaded since may be another one
+        self._slow.clear()
 
     @staticmethod
     def _try(bad: list[tuple[str, str]], fields: tuple[str, ...],
@@ -196,6 +205,7 @@ class NvmlBackend:
             # what was kept of it is read again when it comes back (it may be another).
             for key in [k for k in self._fixed if k[0] == index]:
                 del self._fixed[key]
+            self._slow.pop(index, None)
             return GpuDevice(index, "", "", 0, 0, 0, 0, unsupported=tuple(bad))
 
         name = self._fixed_value(index, bad, "name", pynvml.nvmlDeviceGetName, handle) or ""
@@ -204,21 +214,52 @@ class NvmlBackend:
         util = self._try(bad, ("util_gpu_pct", "util_mem_pct"),
                          pynvml.nvmlDeviceGetUtilizationRates, handle)
         power_mw = self._try(bad, ("power_w",), pynvml.nvmlDeviceGetPowerUsage, handle)
-        limit_mw = self._try(bad, ("power_limit_w",),
-                             pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
         tx, rx = self._pcie(uuid or f"#{index}", handle, bad, seen)
         processes = self._processes(handle, bad)
         health = self._health(index, uuid or f"#{index}", handle, bad, seen)
+        health.update(self._seldom(index, handle, bad))
         return GpuDevice(
             index=index, name=name, uuid=uuid,
             total_bytes=total, reserved_bytes=reserved, used_bytes=used, free_bytes=free,
             util_gpu_pct=None if util is None else int(util.gpu),
             util_mem_pct=None if util is None else int(util.memory),
             power_w=None if power_mw is None else power_mw / 1000.0,
-            power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
             pcie_tx_bytes_per_s=tx, pcie_rx_bytes_per_s=rx,
             processes=processes, unsupported=tuple(bad), **health,
         )
+
+    def _seldom(self, index: int, handle: Any, bad: list[tuple[str, str]]) -> dict[str, Any]:
+        """SLOW_FIELDS, read every SLOW_S and given as last read between (the refusals too):
+        a PCIe link's width and generation, its replay and the ECC counters, the power
+        limit. A quarter of a sample's calls, and none moves from one second to the next
+        but with a fault that says more elsewhere (an XID event, read every sample)."""
+        now = self._clock()
+        kept = self._slow.get(index)
+        if kept is not None and now - kept[0] < SLOW_S:
+            bad.extend(kept[2])
+            return kept[1]
+        refused: list[tuple[str, str]] = []
+        t = self._try
+        limit_mw = t(refused, ("power_limit_w",), pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+        values: dict[str, Any] = {
+            "power_limit_w": None if limit_mw is None else limit_mw / 1000.0,
+            "pcie_gen": t(refused, ("pcie_gen",), pynvml.nvmlDeviceGetCurrPcieLinkGeneration,
+                          handle),
+            "pcie_width": t(refused, ("pcie_width",), pynvml.nvmlDeviceGetCurrPcieLinkWidth,
+                            handle),
+            "pcie_replay_errors": t(refused, ("pcie_replay_errors",),
+                                    pynvml.nvmlDeviceGetPcieReplayCounter, handle),
+            "ecc_corrected": t(refused, ("ecc_corrected",), pynvml.nvmlDeviceGetTotalEccErrors,
+                               handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                               pynvml.NVML_VOLATILE_ECC),
+            "ecc_uncorrected": t(refused, ("ecc_uncorrected",),
+                                 pynvml.nvmlDeviceGetTotalEccErrors, handle,
+                                 pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                 pynvml.NVML_VOLATILE_ECC),
+        }
+        self._slow[index] = (now, values, refused)
+        bad.extend(refused)
+        return values
 
     def _newer(self, bad: list[tuple[str, str]], fields: tuple[str, ...],
                newer: str, older: str, *args: Any) -> Any:
@@ -249,20 +290,10 @@ class NvmlBackend:
                                pynvml.NVML_CLOCK_MEM),
             "energy_mj": t(bad, ("energy_mj",), pynvml.nvmlDeviceGetTotalEnergyConsumption,
                            handle),
-            "pcie_gen": t(bad, ("pcie_gen",), pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
             "pcie_gen_max": self._fixed_value(index, bad, "pcie_gen_max",
                                               pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-            "pcie_width": t(bad, ("pcie_width",), pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
             "pcie_width_max": self._fixed_value(index, bad, "pcie_width_max",
                                                 pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
-            "pcie_replay_errors": t(bad, ("pcie_replay_errors",),
-                                    pynvml.nvmlDeviceGetPcieReplayCounter, handle),
-            "ecc_corrected": t(bad, ("ecc_corrected",), pynvml.nvmlDeviceGetTotalEccErrors,
-                               handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-                               pynvml.NVML_VOLATILE_ECC),
-            "ecc_uncorrected": t(bad, ("ecc_uncorrected",), pynvml.nvmlDeviceGetTotalEccErrors,
-                                 handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                                 pynvml.NVML_VOLATILE_ECC),
         }
         # "Throttle" became "clocks event" in NVML 535; older drivers have only the old name.
         mask = self._newer(bad, ("throttle_reasons",), "nvmlDeviceGetCurrentClocksEventReasons",

@@ -82,6 +82,12 @@ class Family:
     type: str  # counter | gauge | histogram | summary | untyped
     help: str = ""
     samples: list[Sample] = field(default_factory=list)
+    # A histogram's series as histogram_series read them, with what it said of them, and
+    # how many samples it read: a poll reads a histogram twice (its problems, its merged
+    # buckets), a page's families are complete once parse returns, and a family still being
+    # filled has another count.
+    _series: tuple[int, dict[Labels, Histogram], tuple[str, ...]] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +342,12 @@ def histogram_series(family: Family,
     """
     if family.type != "histogram":
         raise ValueError(f"{family.name} is a {family.type}, not a histogram")
+    kept = family._series
+    if kept is not None and kept[0] == len(family.samples):
+        if issues is not None:
+            issues.extend(kept[2])
+        return dict(kept[1])
+    said: list[str] = []
     bucket_name = family.name + "_bucket"
     sum_name = family.name + "_sum"
     count_name = family.name + "_count"
@@ -357,14 +369,16 @@ def histogram_series(family: Family,
         if (not bs or bs[-1][0] != math.inf) and count is not None:
             bs.append((math.inf, count))
         if count is not None and bs[-1][1] != count and not math.isnan(count):
-            if issues is not None:
-                issues.append(f"{family.name}{_shown(key)}: _count {count:g} disagrees with "
-                              f"its +Inf bucket {bs[-1][1]:g}")
+            said.append(f"{family.name}{_shown(key)}: _count {count:g} disagrees with its "
+                        f"+Inf bucket {bs[-1][1]:g}")
             count = bs[-1][1]
         if count is None:
             count = bs[-1][1] if bs and bs[-1][0] == math.inf else math.nan
         out[key] = Histogram(tuple(bs), sums.get(key, math.nan), count)
-    return out
+    family._series = (len(family.samples), out, tuple(said))
+    if issues is not None:
+        issues.extend(said)
+    return dict(out)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -60,13 +60,15 @@ import asyncio, dataclasses, json, os, sys, time
 from collectors.nvml import GpuCollector, NvmlBackend
 
 async def main(steps):
-    collector = GpuCollector(NvmlBackend(), timeout=10.0)
+    clock = [time.monotonic()]  # the backend's: moved on by a step's "advance" (seconds)
+    collector = GpuCollector(NvmlBackend(clock=lambda: clock[0]), timeout=10.0)
     out = []
     for step in steps:
         if "state" in step:
             with open(os.environ["FAKE_NVML_STATE_FILE"], "w") as f:
                 f.write(step["state"])
         time.sleep(step.get("sleep", 0.0))
+        clock[0] += step.get("sleep", 0.0) + step.get("advance", 0.0)
         r = await collector.poll()
         out.append({"status": str(r.status), "message": r.message,
                     "failing_since": r.failing_since,
@@ -339,6 +341,32 @@ def test_health_fields_match_the_stub(stub_libs: dict[str, Path], tmp_path: Path
     # Unfixed, the counter grows at the draw (651 W: 65 J in 0.1 s) from the stub's 5e9 mJ.
     assert later1["energy_mj"] - d1["energy_mj"] >= 65_000
     assert d1["energy_mj"] > 5_000_000_000
+
+
+def test_what_a_gpu_changes_seldom_is_read_every_few_seconds(
+        stub_libs: dict[str, Path], tmp_path: Path) -> None:
+    """The PCIe link, its replays, the ECC counters and the power limit are read every
+    SLOW_S on the backend's clock, and stand as last read between (a refusal too); what
+    moves every second is read every sample."""
+    from collectors.nvml import SLOW_S
+    before = "0 link 4 8\n0 replay 7\n0 ecc 12 1\n0 limit 700000\n"
+    after = "0 link 5 16\n0 replay 9\n0 ecc 20 3\n0 limit 600000\n0 temp 80\n"
+    readings = run_nvml(stub_libs["current"], state_file=tmp_path / "state",
+                        FAKE_NVML_COUNT="1", steps=[
+                            {"state": before}, {"state": after, "advance": SLOW_S - 1},
+                            {"advance": 1},
+                            {"state": after + "0 fail ecc 3\n", "advance": SLOW_S},
+                            {"state": after, "advance": SLOW_S - 1}, {"advance": 1}])
+    seen = [(d["pcie_gen"], d["pcie_width"], d["pcie_replay_errors"], d["ecc_corrected"],
+             d["ecc_uncorrected"], d["power_limit_w"], d["temperature_c"],
+             unsupported(d).get("ecc_uncorrected"))
+            for r in readings for d in devices(r)]
+    assert seen == [(4, 8, 7, 12, 1, 700.0, 62, None),  # (the stub's GPU0 default)
+                    (4, 8, 7, 12, 1, 700.0, 80, None),  # the temperature at once
+                    (5, 16, 9, 20, 3, 600.0, 80, None),
+                    (5, 16, 9, None, None, 600.0, 80, "Not Supported"),
+                    (5, 16, 9, None, None, 600.0, 80, "Not Supported"),  # as last read
+                    (5, 16, 9, 20, 3, 600.0, 80, None)]
 
 
 def test_refused_health_fields_are_none_and_named(stub_libs: dict[str, Path],

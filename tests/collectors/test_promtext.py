@@ -16,9 +16,11 @@ from collectors.promread import counter_total, gauge
 from collectors.promtext import (
     Histogram,
     PromTextError,
+    Sample,
     Skipped,
     histogram_series,
     parse,
+    problems,
 )
 from collectors.readings import Quantiles
 from collectors.windowed import (
@@ -303,6 +305,25 @@ def test_histogram_series_fills_gaps() -> None:
     assert r1.count == 2 and math.isnan(r1.sum)
     with pytest.raises(ValueError, match="not a histogram"):
         histogram_series(parse("# TYPE g gauge\ng 1\n")["g"])
+
+
+def test_a_histogram_read_twice_reads_the_same_and_says_the_same() -> None:
+    # A poll reads each histogram for its problems and for its buckets: the second read
+    # is the first's, unless the family has samples the first read did not see.
+    fam = parse("\n".join([
+        "# TYPE h histogram",
+        'h_bucket{le="1"} 1', 'h_bucket{le="+Inf"} 3', "h_count 30", "h_sum 2",
+    ]))["h"]
+    first: list[str] = []
+    series = histogram_series(fam, first)
+    series[()] = Histogram((), 0, 0)  # what a reader does with its dict stays its own
+    again: list[str] = []
+    assert histogram_series(fam, again) == {(): Histogram(((1.0, 1), (INF, 3)), 2, 3)}
+    assert again == first == ["h: _count 30 disagrees with its +Inf bucket 3"]
+    assert problems(fam) == first
+    fam.samples.append(Sample("h_bucket", (("le", "+Inf"), ("r", "1")), 4))
+    grown = histogram_series(fam)[(("r", "1"),)]
+    assert (grown.buckets, grown.count) == (((INF, 4),), 4) and math.isnan(grown.sum)
 
 
 @pytest.mark.parametrize(("bucket", "said"), [
