@@ -17,6 +17,13 @@ are taken as met, and so are the layouts asked for before it, unless a scrollbar
 went (the content's room changed: then Textual's next pass stands). A widget that had a
 repaint or a layout pending before the pass keeps it.
 
+Nor is the screen painted whole twice over for its first frame: the screen's first
+ScreenResume lays it out and paints it whole (the first frame), or comes just after that
+frame, and then asks for a whole repaint of its own (5-12 ms of a core for the dashboard).
+At that first resume a screen painted whole at the app's size needs only what changed
+since, which asked for its own repaint. A later resume (a dialog closed over it) repaints
+it whole, as Textual does.
+
 All of it follows Textual's private parts (the screen's resize, layout pass and layout
 message, its compositor's size, a widget's refresh flags, the rack's type), pinned by the
 project's Textual range.
@@ -26,8 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from textual import messages
-from textual.geometry import Size
+from textual import events, messages
+from textual.geometry import Region, Size
 from textual.screen import Screen
 from textual.widget import Widget
 
@@ -46,6 +53,9 @@ class SettledScreen(Screen[Any]):
     own last pass gave."""
 
     _laid_out_at = float("-inf")  # when the last whole pass that stands began
+    _whole_at: Size | None = None  # the size it was last painted whole at, on top
+    _resumed = False  # a ScreenResume has reached it
+    _first_resume = False  # within the handling of the first
 
     def _screen_resized(self, size: Size) -> None:
         # Laid out at this size already: what changed since has asked for its own layout
@@ -91,6 +101,37 @@ class SettledScreen(Screen[Any]):
             if not repaint:
                 widget._repaint_required = False
                 widget._repaint_regions.clear()
+
+    def _compositor_refresh(self) -> None:
+        compositor = self._compositor
+        # Textual paints the whole screen where its whole region is dirty (render_update).
+        whole = self is self.app.screen and not self.app.is_inline \
+            and compositor.size.region in compositor._dirty_regions
+        super()._compositor_refresh()
+        if whole:
+            self._whole_at = compositor.size
+            self._repaint_required = False  # a whole repaint asked before: met
+
+    def _on_screen_resume(self, event: events.ScreenResume) -> None:
+        self._first_resume = not self._resumed
+        self._resumed = True
+        try:
+            super()._on_screen_resume(event)
+        finally:
+            self._first_resume = False
+        # Textual's handler has run (above): its dispatch, which calls each class's own
+        # handler in turn, is not to call it again.
+        event.prevent_default()
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> SettledScreen:
+        if self._first_resume and self._whole_at == self.app.size \
+                and not regions and repaint and not layout and not recompose:
+            # The first resume's whole repaint, of a screen painted whole at this size (by
+            # the resume's own layout pass, or for the first frame just before).
+            return self
+        super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+        return self
 
     async def _on_layout(self, message: messages.Layout) -> None:
         if message.time < self._laid_out_at:  # asked before a whole pass that stands

@@ -61,8 +61,10 @@ def _textuals(base: type, instance: object, name: str) -> bool:
 
 # Textual's own state that a class of ours sets on purpose, and why (each beside the code).
 DELIBERATE = {
-    # The layout request a whole pass met (engram_top/app/settled_screen.py).
+    # The layout request a whole pass met, the whole repaint a whole paint met
+    # (engram_top/app/settled_screen.py).
     "SettledScreen._layout_required",
+    "SettledScreen._repaint_required",
 }
 
 

@@ -136,3 +136,45 @@ async def test_a_whole_pass_is_the_last_for_the_sizes_it_gave() -> None:
     assert settled_places == places and settled_text == text and settled_bar == bar
     assert places["head"][0].height == 2 and "line 11" in text and bar
     assert "ScrollBar of log" in places
+
+
+async def test_the_first_frame_is_painted_whole_once_and_a_resume_after_a_screen_again() -> None:
+    """Textual paints a screen whole for its first frame and again for its first resume
+    (which lays it out, or comes just after); SettledScreen paints it whole once, and reads
+    the same. A screen shown over it and closed: painted whole again, as Textual does."""
+    from textual._compositor import Compositor
+    from textual.widgets import Static
+    counts: dict[bool, tuple[int, int, str]] = {}
+    for settled in (False, True):
+        app = _Pane(settled)
+        with pytest.MonkeyPatch.context() as patch:
+            wholes: list[Compositor] = []
+            original = Compositor.render_full_update
+
+            def whole(compositor: Compositor, *args: Any, wholes: list[Compositor] = wholes,
+                      original: Any = original, **kwargs: Any) -> Any:
+                wholes.append(compositor)
+                return original(compositor, *args, **kwargs)
+
+            patch.setattr(Compositor, "render_full_update", whole)
+            async with app.run_test(size=(60, 20)) as pilot:
+                for _ in range(5):
+                    await pilot.pause()
+                first = len(wholes)
+                app.query_one("#head", Static).update("a line, changed")
+                for _ in range(3):
+                    await pilot.pause()
+                text, mine = screen_text(app), app.screen._compositor
+                await app.push_screen(Screen(id="over"))
+                await pilot.pause()
+                popped = len(wholes)
+                app.pop_screen()
+                for _ in range(3):
+                    await pilot.pause()
+                assert screen_text(app) == text
+                counts[settled] = (first, wholes[popped:].count(mine), text)
+    (textual_first, textual_again, textual_text), (first, again, text) = \
+        counts[False], counts[True]
+    assert first == 1 < textual_first
+    assert text == textual_text and "a line, changed" in text
+    assert again >= 1 and textual_again >= 1  # closed over it: painted whole again
