@@ -474,8 +474,10 @@ class RunStore:
 
     # ------------------------------------------------------------------ reading
     def data(self, kind: str) -> Any:
-        """The newest good data of a source (None if it never answered)."""
-        reading = self.last_ok.get(kind)
+        """The newest good data of a source (None if it never answered). What last_ok
+        gives, looked up straight (the panels and checks ask it about 60 times a second)."""
+        reading = self.good.get(self.watched if kind == SourceName.SERVER
+                                else SourceKey(LOCAL, kind))
         return None if reading is None else reading.data
 
     def version(self, *kinds: str) -> tuple[int, ...]:
