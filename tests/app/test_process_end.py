@@ -15,7 +15,7 @@ from scene import scene_store
 
 from engram_top.app.fleet_screen import FleetApp
 from engram_top.app.main import EngramTopApp
-from engram_top.app.process_end import EndsAsTheProcess
+from engram_top.app.process_end import YOUNG_COLLECTED, EndsAsTheProcess
 from engram_top.app.sessions import FleetView
 
 ENDING = ("_handle_signals", "_on_signal", "_on_sigcont", "_handle_exception",
@@ -96,6 +96,7 @@ async def test_a_borrowed_fleet_session_is_its_owner_s_to_close() -> None:
 
 async def test_as_the_process_what_the_start_made_is_left_out_of_full_collections() -> None:
     assert gc.get_freeze_count() == 0
+    threshold = gc.get_threshold()
     try:
         for own in (False, True):
             session = StaticSession(scene_store())
@@ -107,5 +108,8 @@ async def test_as_the_process_what_the_start_made_is_left_out_of_full_collection
                 # A test's app keeps nothing from collection (each earlier test's garbage
                 # would stay); the process's own leaves its start's objects out.
                 assert (gc.get_freeze_count() > 0) is own
+                # and collects its youngest objects less often (a test's app as Python does)
+                assert gc.get_threshold()[0] == (YOUNG_COLLECTED if own else threshold[0])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
