@@ -116,8 +116,8 @@ class NvmlBackend:
         # or -1 for the driver, field); forgotten at each init and when the count changes.
         self._fixed: dict[tuple[int, str], Any] = {}
         self._count: int | None = None
-        # What a GPU changes seldom (SLOW_FIELDS), read every SLOW_S: by GPU index, when
-        # read, the values and the refusals.
+        # What a GPU changes seldom (_seldom), read every SLOW_S: by GPU index, when read,
+        # the values and the refusals.
         self._clock = clock
         self._slow: dict[int, tuple[float, dict[str, Any], list[tuple[str, str]]]] = {}
 
@@ -229,10 +229,10 @@ class NvmlBackend:
         )
 
     def _seldom(self, index: int, handle: Any, bad: list[tuple[str, str]]) -> dict[str, Any]:
-        """SLOW_FIELDS, read every SLOW_S and given as last read between (the refusals too):
-        a PCIe link's width and generation, its replay and the ECC counters, the power
-        limit. A quarter of a sample's calls, and none moves from one second to the next
-        but with a fault that says more elsewhere (an XID event, read every sample)."""
+        """What a GPU changes seldom, read every SLOW_S and given as last read between (the
+        refusals too): its PCIe link's width and generation, the link's replay counter, the
+        ECC counters, the power limit. 24 of a 4-GPU sample's 81 calls; an uncorrected ECC
+        error also raises an XID event (48, 94, 95), and those are read every sample."""
         now = self._clock()
         kept = self._slow.get(index)
         if kept is not None and now - kept[0] < SLOW_S:

@@ -107,10 +107,12 @@ class SettledScreen(Screen[Any]):
         # Textual paints the whole screen where its whole region is dirty (render_update).
         whole = self is self.app.screen and not self.app.is_inline \
             and compositor.size.region in compositor._dirty_regions
+        asked = self._repaint_required  # a whole repaint, asked before this paint
         super()._compositor_refresh()
         if whole:
             self._whole_at = compositor.size
-            self._repaint_required = False  # a whole repaint asked before: met
+            if asked:
+                self._repaint_required = False  # met by this one
 
     def _on_screen_resume(self, event: events.ScreenResume) -> None:
         self._first_resume = not self._resumed
