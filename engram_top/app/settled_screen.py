@@ -53,7 +53,7 @@ class SettledScreen(Screen[Any]):
     own last pass gave."""
 
     _laid_out_at = float("-inf")  # when the last whole pass that stands began
-    _whole_at: Size | None = None  # the size it was last painted whole at, on top
+    _whole_at: Size | None = None  # the size it was last painted whole at, on top since
     _resumed = False  # a ScreenResume has reached it
     _first_resume = False  # within the handling of the first
 
@@ -113,6 +113,10 @@ class SettledScreen(Screen[Any]):
             self._whole_at = compositor.size
             if asked:
                 self._repaint_required = False  # met by this one
+
+    def on_screen_suspend(self) -> None:
+        # Another screen over it: what is on the terminal is not this one's paint any more.
+        self._whole_at = None
 
     def _on_screen_resume(self, event: events.ScreenResume) -> None:
         self._first_resume = not self._resumed
