@@ -166,6 +166,11 @@ class SeriesKey(NamedTuple):
         return dict(self.labels).get(name)
 
 
+def node_key(name: str, server: SourceKey) -> SourceKey:
+    """A source of this node by name, "server" being the watched server's."""
+    return server if name == SourceName.SERVER else SourceKey(LOCAL, name)
+
+
 class NodeView(Mapping[str, "Reading[Any]"]):
     """Readings of this node's sources by name, "server" being the watched server's."""
 
@@ -173,11 +178,8 @@ class NodeView(Mapping[str, "Reading[Any]"]):
         self._readings = readings
         self._server = server
 
-    def _key(self, name: str) -> SourceKey:
-        return self._server if name == SourceName.SERVER else SourceKey(LOCAL, name)
-
     def __getitem__(self, name: str) -> Reading[Any]:
-        return self._readings[self._key(name)]
+        return self._readings[node_key(name, self._server)]
 
     def __iter__(self) -> Iterator[str]:
         for key in self._readings:
@@ -476,8 +478,7 @@ class RunStore:
     def data(self, kind: str) -> Any:
         """The newest good data of a source (None if it never answered). What last_ok
         gives, looked up straight (the panels and checks ask it about 60 times a second)."""
-        reading = self.good.get(self.watched if kind == SourceName.SERVER
-                                else SourceKey(LOCAL, kind))
+        reading = self.good.get(node_key(kind, self.watched))
         return None if reading is None else reading.data
 
     def version(self, *kinds: str) -> tuple[int, ...]:
