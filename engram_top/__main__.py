@@ -1,5 +1,5 @@
 import sys
 
-from engram_top.cli.commands import main
+from engram_top.cli.start import main
 
 sys.exit(main())

@@ -169,8 +169,7 @@ class FleetApp(EndsAsTheProcess, SurvivesHangUp, SafeOutput, RepaintsRows, App[i
         yield KeyFooter()
 
     async def on_mount(self) -> None:
-        if self.own_process:
-            self._handle_signals(True)
+        self._begin_as_the_process()
         if not self.borrowed:
             self.session.on_poll = self.refresh_fleet
             await self.session.start()

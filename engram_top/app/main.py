@@ -190,8 +190,7 @@ class EngramTopApp(KeysShown, ReplayKeys, TakesSnapshots, QuitsAsking, EndsAsThe
         table.focus()
         self.session.alerts.listeners.append(self._alert_changed)
         self._apply_config()
-        if self.own_process:
-            self._handle_signals(True)
+        self._begin_as_the_process()
         self.start_session()
         poll_s = self.session.poll_interval
         self.redraw_after_polls(min(REFRESH_MAX_S, max(REFRESH_S, poll_s)))

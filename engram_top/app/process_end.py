@@ -47,6 +47,16 @@ class EndsAsTheProcess(AppMixin):
             self._session_closed = True
             await self.session.close()
 
+    def _begin_as_the_process(self) -> None:
+        """As the process (on mount): its signals quit it as `q` does, and the garbage
+        collector, off while the program started (engram_top.cli.start), comes back on
+        after the first frame. What the start made is frozen first: the collector's first
+        pass would otherwise walk all of it (about 70,000 objects) a moment after the frame.
+        A test's app leaves both alone."""
+        if self.own_process:
+            self._handle_signals(True)
+            self.call_after_refresh(_collect_from_now_on)
+
     def _after_start(self) -> None:
         """The session's start ended. As the process: what it holds now (its modules and
         classes, the widgets, the first readings) is left out of every later full collection
@@ -123,3 +133,9 @@ class EndsAsTheProcess(AppMixin):
         super()._handle_exception(error)
         if self.own_process:
             self._exit_renderables.clear()  # Textual would print the traceback at exit
+
+
+def _collect_from_now_on() -> None:
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()

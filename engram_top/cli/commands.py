@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -22,6 +23,10 @@ from engram_top.cli.lifetime import (
 )
 from engram_top.cli.output import visible_output
 from engram_top.cli.parser import build_parser, settle_demo_load
+
+# The commands that are a dashboard of the process's own: the garbage collector stays off
+# until its first frame (engram_top.cli.start).
+DASHBOARDS = ("demo", "run", "attach", "replay")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +59,8 @@ def _main(argv: list[str]) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["demo", *argv]
     args = parser.parse_args(argv)
+    if args.command not in DASHBOARDS:
+        gc.enable()  # off while the program started (cli.start); no dashboard to wait for
     settle_demo_load(args)
     from engram_top.cli.credentials import check_args
     problem = check_args(args)
@@ -69,7 +76,7 @@ def _main(argv: list[str]) -> int:
     if args.command == "sim":
         from engram_top.sim import server
         return server.main(args=args)
-    if args.command in ("demo", "run", "attach", "replay"):
+    if args.command in DASHBOARDS:
         from engram_top.cli import dashboards
         return {"demo": dashboards.run_demo, "run": dashboards.run_file,
                 "attach": dashboards.run_attach, "replay": dashboards.run_replay,

@@ -113,3 +113,26 @@ async def test_as_the_process_what_the_start_made_is_left_out_of_full_collection
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+async def test_as_the_process_the_collector_the_entry_turned_off_is_on_after_the_first_frame(
+        ) -> None:
+    """The program's entry (engram_top.cli.start) leaves the collector off while a dashboard
+    starts; as the process, the dashboard turns it on once its first frame is painted, what
+    its start made frozen first. A test's app leaves it as it found it."""
+    threshold = gc.get_threshold()
+    try:
+        for own in (False, True):
+            gc.disable()
+            app = EngramTopApp(StaticSession(scene_store()), own_process=own)
+            async with app.run_test(size=(160, 50)) as pilot:
+                await until(pilot, lambda a=app: a.screen._whole_at is not None, 10,
+                            "the first frame")
+                await until(pilot, lambda o=own: gc.isenabled() is o, 10,
+                            "the collector as the app leaves it")
+                assert (gc.get_freeze_count() > 0) is own
+            gc.unfreeze()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
