@@ -51,7 +51,7 @@ class EndsAsTheProcess(AppMixin):
         """As the process (on mount): its signals quit it as `q` does, and the garbage
         collector, off while the program started (engram_top.cli.start), comes back on
         after the first frame. What the start made is frozen first: the collector's first
-        pass would otherwise walk all of it (about 70,000 objects) a moment after the frame.
+        pass would otherwise walk all of it (about 90,000 objects) a moment after the frame.
         A test's app leaves both alone."""
         if self.own_process:
             self._handle_signals(True)
