@@ -332,6 +332,8 @@ def test_a_killed_agent_leaves_its_recording_readable_to_its_last_flush(
     argv = [str(installed_script()), "agent", sim_device.url, "--node-dir",
             str(sim_device.node_dir), "--listen", f"127.0.0.1:{free_port()}", "--record-dir",
             str(folder)]
+    # Killed, it cannot remove its temporary folder: the test's own, not the system's.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
 
     def readings() -> int:
         files = sorted(folder.glob("agent-*.jsonl"))
@@ -341,7 +343,7 @@ def test_a_killed_agent_leaves_its_recording_readable_to_its_last_flush(
             return 0
         return sum(1 for _, kind, _ in rec.records if kind == "reading")
 
-    with running(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    with running(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                  start_new_session=True) as agent:
         wait_until(lambda: readings() >= 6, 60, "the agent's recording of a few polls")
         agent.kill()  # SIGKILL: no cleanup of its own runs
